@@ -1,0 +1,48 @@
+// zeroshard-bench: one binary, one subcommand per benchmark.
+//
+// Each benchmark prints its figures, measured in the same run against this
+// machine's own limit or a peer, and ends with one line
+//   NAME ratio=X target=Y
+// A benchmark registers itself with ZS_REGISTER_BENCH in its own file
+// (bench/*_bench.cc); bench/main.cc dispatches on argv[1].
+#ifndef ZEROSHARD_BENCH_BENCH_H_
+#define ZEROSHARD_BENCH_BENCH_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace zeroshard::bench {
+
+// Runs a benchmark with its own arguments (argv after the subcommand); returns
+// the process exit code.
+using BenchFn = std::function<int(const std::vector<std::string>& args)>;
+
+struct BenchInfo {
+  std::string help;
+  BenchFn fn;
+};
+
+std::map<std::string, BenchInfo>& Registry();
+
+struct Registrar {
+  Registrar(const std::string& name, const std::string& help, BenchFn fn) {
+    Registry()[name] = {help, std::move(fn)};
+  }
+};
+
+// Triad bandwidth in bytes/s (STREAM counting: 3 arrays x 8 bytes per element
+// for doubles) over arrays of `bytes_per_array`, using `threads` threads; the
+// best of `reps` runs.
+double MeasureTriadBytesPerSecond(size_t bytes_per_array, int threads, int reps);
+
+}  // namespace zeroshard::bench
+
+#define ZS_BENCH_CONCAT_INNER_(a, b) a##b
+#define ZS_BENCH_CONCAT_(a, b) ZS_BENCH_CONCAT_INNER_(a, b)
+#define ZS_REGISTER_BENCH(name, help, fn)                                \
+  static ::zeroshard::bench::Registrar ZS_BENCH_CONCAT_(zs_bench_reg_,   \
+                                                        __LINE__)(name, help, fn)
+
+#endif  // ZEROSHARD_BENCH_BENCH_H_

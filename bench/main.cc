@@ -1,0 +1,31 @@
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench.h"
+
+namespace zeroshard::bench {
+
+std::map<std::string, BenchInfo>& Registry() {
+  static auto* registry = new std::map<std::string, BenchInfo>();
+  return *registry;
+}
+
+double MeasureTriadBytesPerSecond(size_t bytes_per_array, int threads,
+                                  int reps);
+
+}  // namespace zeroshard::bench
+
+int main(int argc, char** argv) {
+  auto& reg = zeroshard::bench::Registry();
+  if (argc < 2 || reg.find(argv[1]) == reg.end()) {
+    std::fprintf(stderr, "usage: zeroshard-bench NAME [args...]\n");
+    for (const auto& [name, info] : reg) {
+      std::fprintf(stderr, "  %-8s %s\n", name.c_str(), info.help.c_str());
+    }
+    return 2;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  return reg[argv[1]].fn(args);
+}

@@ -1,0 +1,58 @@
+#include "common/init_values.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/match.h"
+
+namespace zeroshard {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+float CounterNormal(uint64_t seed, uint64_t index) {
+  const uint64_t a = SplitMix64(seed ^ SplitMix64(2 * index));
+  const uint64_t b = SplitMix64(seed ^ SplitMix64(2 * index + 1));
+  // Uniforms in (0, 1]: 53 random bits.
+  const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;
+  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
+                            std::cos(2.0 * M_PI * u2));
+}
+
+void FillInitialValues(const FlatLayout& layout, uint64_t seed, double std,
+                       FlatRange range, float* out) {
+  std::memset(out, 0, range.size() * sizeof(float));
+  int blocks = 0;
+  for (const UnitInfo& u : layout.units()) {
+    if (absl::StartsWith(u.name, "block_")) ++blocks;
+  }
+  const double proj_std = std / std::sqrt(2.0 * std::max(blocks, 1));
+  for (const TensorInfo& t : layout.tensors()) {
+    const FlatRange tr{t.offset, t.offset + t.numel};
+    const FlatRange piece = Intersect(tr, range);
+    if (piece.empty()) continue;
+    float* dst = out + (piece.begin - range.begin);
+    const bool is_bias = absl::EndsWith(t.name, ".bias");
+    const bool is_gain = t.shape.size() == 1 && absl::EndsWith(t.name, ".weight");
+    if (is_bias) continue;  // zeros
+    if (is_gain) {
+      std::fill(dst, dst + piece.size(), 1.0f);
+      continue;
+    }
+    const double s = absl::EndsWith(t.name, "c_proj.weight") ? proj_std : std;
+    for (uint64_t i = piece.begin; i < piece.end; ++i) {
+      dst[i - piece.begin] = static_cast<float>(s * CounterNormal(seed, i));
+    }
+  }
+}
+
+}  // namespace zeroshard

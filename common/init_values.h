@@ -1,0 +1,28 @@
+// Deterministic initial weights: each element's value is a pure function of
+// (seed, flat offset, the tensor it belongs to), so any number of servers,
+// each filling only its own range, produce the same model.
+//
+// Rule by tensor: 1-D tensors whose name ends in ".weight" (LayerNorm gains)
+// are ones; tensors whose name ends in ".bias" are zeros; every other tensor
+// is N(0, std). Following GPT-2, the residual projections
+// ("attn.c_proj.weight", "mlp.c_proj.weight") use std / sqrt(2 * layers),
+// where layers is the number of units named "block_*". Padding is zero.
+#ifndef ZEROSHARD_COMMON_INIT_VALUES_H_
+#define ZEROSHARD_COMMON_INIT_VALUES_H_
+
+#include <cstdint>
+
+#include "common/layout.h"
+
+namespace zeroshard {
+
+// A standard normal sample that depends only on (seed, index).
+float CounterNormal(uint64_t seed, uint64_t index);
+
+// Fills out[0, range.size()) with the initial values of the flat range.
+void FillInitialValues(const FlatLayout& layout, uint64_t seed, double std,
+                       FlatRange range, float* out);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_COMMON_INIT_VALUES_H_

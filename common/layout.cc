@@ -1,0 +1,187 @@
+#include "common/layout.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace zeroshard {
+namespace {
+
+constexpr uint64_t kMaxElems = uint64_t{1} << 48;
+
+uint64_t AlignDown(uint64_t x) { return x / kFlatAlignment * kFlatAlignment; }
+
+}  // namespace
+
+FlatRange Intersect(const FlatRange& a, const FlatRange& b) {
+  const uint64_t begin = std::max(a.begin, b.begin);
+  const uint64_t end = std::min(a.end, b.end);
+  if (end <= begin) return {begin, begin};
+  return {begin, end};
+}
+
+FlatRange ServerRangeFor(uint64_t total, uint32_t num_servers,
+                         uint32_t server) {
+  // total < 2^48 and S < 2^32 keep the products inside 64 bits only through
+  // 128-bit arithmetic; use it.
+  auto boundary = [&](uint64_t k) {
+    const unsigned __int128 p =
+        static_cast<unsigned __int128>(total) * k / num_servers;
+    return AlignDown(static_cast<uint64_t>(p));
+  };
+  const uint64_t begin = server == 0 ? 0 : boundary(server);
+  const uint64_t end = server + 1 >= num_servers ? total : boundary(server + 1);
+  return {begin, std::max(begin, end)};
+}
+
+absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelManifest& manifest,
+                                              uint32_t num_servers,
+                                              uint32_t num_workers) {
+  if (num_servers == 0) {
+    return absl::InvalidArgumentError("num_servers must be >= 1");
+  }
+  if (num_workers == 0) {
+    return absl::InvalidArgumentError("num_workers must be >= 1");
+  }
+  if (manifest.partition_count == 0) {
+    return absl::InvalidArgumentError("manifest.partition_count must be >= 1");
+  }
+  if (manifest.partition_count % num_workers != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_workers (", num_workers, ") must divide the manifest's ",
+        "partition_count (", manifest.partition_count, ")"));
+  }
+  if (manifest.units.empty()) {
+    return absl::InvalidArgumentError("manifest has no units");
+  }
+  FlatLayout layout;
+  layout.manifest_ = manifest;
+  layout.num_servers_ = num_servers;
+  layout.num_workers_ = num_workers;
+  const uint64_t pad = kFlatAlignment * manifest.partition_count;
+  absl::flat_hash_set<std::string> unit_names, tensor_names;
+  uint64_t offset = 0;
+  for (size_t u = 0; u < manifest.units.size(); ++u) {
+    const UnitSpec& spec = manifest.units[u];
+    if (spec.name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("unit ", u, " has no name"));
+    }
+    if (!unit_names.insert(spec.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("duplicate unit name '", spec.name, "'"));
+    }
+    if (spec.tensors.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unit '", spec.name, "' has no tensors"));
+    }
+    UnitInfo unit;
+    unit.name = spec.name;
+    unit.offset = offset;
+    for (const TensorSpec& t : spec.tensors) {
+      if (t.name.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a tensor of unit '", spec.name, "' has no name"));
+      }
+      if (!tensor_names.insert(t.name).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("duplicate tensor name '", t.name, "'"));
+      }
+      uint64_t numel = 1;
+      for (int64_t d : t.shape) {
+        if (d <= 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "tensor '", t.name, "' has a non-positive dimension ", d));
+        }
+        if (numel > kMaxElems / static_cast<uint64_t>(d)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("tensor '", t.name, "' is too large"));
+        }
+        numel *= static_cast<uint64_t>(d);
+      }
+      TensorInfo info;
+      info.name = t.name;
+      info.shape = t.shape;
+      info.numel = numel;
+      info.offset = offset + unit.numel;
+      info.unit = static_cast<int>(u);
+      unit.tensors.push_back(static_cast<int>(layout.tensors_.size()));
+      layout.tensors_.push_back(std::move(info));
+      unit.numel += numel;
+      if (unit.numel > kMaxElems) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unit '", spec.name, "' is too large"));
+      }
+    }
+    unit.padded = (unit.numel + pad - 1) / pad * pad;
+    offset += unit.padded;
+    if (offset > kMaxElems) {
+      return absl::InvalidArgumentError("model is too large (> 2^48 elements)");
+    }
+    layout.params_ += unit.numel;
+    layout.units_.push_back(std::move(unit));
+  }
+  layout.total_ = offset;
+  layout.server_begin_.resize(num_servers + 1);
+  for (uint32_t k = 0; k < num_servers; ++k) {
+    layout.server_begin_[k] = ServerRangeFor(offset, num_servers, k).begin;
+  }
+  layout.server_begin_[num_servers] = offset;
+  return layout;
+}
+
+absl::StatusOr<int> FlatLayout::FindTensor(absl::string_view name) const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].name == name) return static_cast<int>(i);
+  }
+  return absl::NotFoundError(absl::StrCat("no tensor named '", name, "'"));
+}
+
+FlatRange FlatLayout::ServerRange(uint32_t server) const {
+  return {server_begin_[server], server_begin_[server + 1]};
+}
+
+uint32_t FlatLayout::ServerOf(uint64_t offset) const {
+  // The last boundary <= offset among servers with non-empty ranges.
+  auto it = std::upper_bound(server_begin_.begin(), server_begin_.end() - 1,
+                             offset);
+  uint32_t k = static_cast<uint32_t>(it - server_begin_.begin()) - 1;
+  while (k + 1 < num_servers_ && server_begin_[k + 1] <= offset) ++k;
+  return k;
+}
+
+FlatRange FlatLayout::WorkerUnitRange(uint32_t worker, int unit) const {
+  const UnitInfo& u = units_[unit];
+  const uint64_t part = u.padded / num_workers_;
+  return {u.offset + part * worker, u.offset + part * (worker + 1)};
+}
+
+std::vector<FlatRange> FlatLayout::WorkerRanges(uint32_t worker) const {
+  std::vector<FlatRange> out;
+  out.reserve(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    out.push_back(WorkerUnitRange(worker, static_cast<int>(u)));
+  }
+  return out;
+}
+
+std::vector<ServerSlice> FlatLayout::SplitByServer(
+    const FlatRange& range) const {
+  std::vector<ServerSlice> out;
+  if (range.empty()) return out;
+  uint64_t at = range.begin;
+  uint32_t k = ServerOf(at);
+  while (at < range.end && k < num_servers_) {
+    const FlatRange piece = Intersect(range, ServerRange(k));
+    if (!piece.empty()) {
+      out.push_back({static_cast<int>(k), piece});
+      at = piece.end;
+    }
+    ++k;
+  }
+  return out;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,143 @@
+// The flat layout: the one place that does index arithmetic on the flat
+// parameter space.
+//
+// A model manifest is an ordered list of units, each an ordered list of named
+// tensors. The flat space is the concatenation of the units; each unit is
+// padded to a multiple of 64 * partition_count elements so that it splits
+// evenly over partition_count workers at a 64-element alignment. Padding
+// elements exist on the servers and stay zero.
+//
+//   Server k of S owns [Align64(k * total / S), Align64((k+1) * total / S)).
+//   Worker r of N owns [r * len / N, (r+1) * len / N) of every unit.
+//
+//   ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(manifest, S, N));
+//   for (const FlatRange& part : layout.WorkerRanges(r))
+//     for (const ServerSlice& s : layout.SplitByServer(part)) ...
+#ifndef ZEROSHARD_COMMON_LAYOUT_H_
+#define ZEROSHARD_COMMON_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace zeroshard {
+
+// Alignment, in elements, of every unit boundary, worker partition and server
+// range.
+inline constexpr uint64_t kFlatAlignment = 64;
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+struct UnitSpec {
+  std::string name;
+  std::vector<TensorSpec> tensors;
+};
+
+struct ModelManifest {
+  std::vector<UnitSpec> units;
+  // Units are padded to split evenly over this many workers; >= 1.
+  uint32_t partition_count = 1;
+};
+
+// A half-open range [begin, end) of flat element offsets.
+struct FlatRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+  bool Contains(const FlatRange& r) const {
+    return r.begin >= begin && r.end <= end;
+  }
+  friend bool operator==(const FlatRange& a, const FlatRange& b) {
+    return a.begin == b.begin && a.end == b.end;
+  }
+};
+
+// Intersection of two ranges (empty when disjoint: begin == end).
+FlatRange Intersect(const FlatRange& a, const FlatRange& b);
+
+// Placement of one tensor in the flat space.
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t numel = 0;
+  uint64_t offset = 0;  // global flat offset of element 0
+  int unit = 0;         // index into FlatLayout::units()
+};
+
+// Placement of one unit in the flat space.
+struct UnitInfo {
+  std::string name;
+  uint64_t offset = 0;      // global flat offset of the unit
+  uint64_t numel = 0;       // sum of its tensors' elements
+  uint64_t padded = 0;      // numel rounded up; a multiple of 64 * partitions
+  std::vector<int> tensors; // indices into FlatLayout::tensors()
+  FlatRange range() const { return {offset, offset + padded}; }
+};
+
+// A piece of a flat range that falls on one server.
+struct ServerSlice {
+  int server = 0;
+  FlatRange range;
+};
+
+class FlatLayout {
+ public:
+  // Validates the manifest (non-empty, unique names, positive dimensions,
+  // no overflow) and computes the layout for S servers and N workers. N must
+  // divide manifest.partition_count.
+  static absl::StatusOr<FlatLayout> Create(const ModelManifest& manifest,
+                                           uint32_t num_servers,
+                                           uint32_t num_workers);
+
+  const ModelManifest& manifest() const { return manifest_; }
+  uint32_t num_servers() const { return num_servers_; }
+  uint32_t num_workers() const { return num_workers_; }
+  // Padded length of the flat space.
+  uint64_t total_elems() const { return total_; }
+  // Elements that belong to tensors (total minus padding).
+  uint64_t param_elems() const { return params_; }
+
+  const std::vector<UnitInfo>& units() const { return units_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // Index of the named tensor, or NOT_FOUND.
+  absl::StatusOr<int> FindTensor(absl::string_view name) const;
+
+  // The range server k owns.
+  FlatRange ServerRange(uint32_t server) const;
+  // The server owning a flat offset (< total_elems()).
+  uint32_t ServerOf(uint64_t offset) const;
+  // Worker r's partition of unit u.
+  FlatRange WorkerUnitRange(uint32_t worker, int unit) const;
+  // Worker r's partitions of every unit, in unit order.
+  std::vector<FlatRange> WorkerRanges(uint32_t worker) const;
+  // Splits a range (inside [0, total)) at server boundaries, in order.
+  std::vector<ServerSlice> SplitByServer(const FlatRange& range) const;
+
+ private:
+  FlatLayout() = default;
+
+  ModelManifest manifest_;
+  uint32_t num_servers_ = 1;
+  uint32_t num_workers_ = 1;
+  uint64_t total_ = 0;
+  uint64_t params_ = 0;
+  std::vector<UnitInfo> units_;
+  std::vector<TensorInfo> tensors_;
+  std::vector<uint64_t> server_begin_;  // S + 1 boundaries
+};
+
+// The range server k of S owns in a flat space of `total` elements, derived
+// from (total, S) alone.
+FlatRange ServerRangeFor(uint64_t total, uint32_t num_servers,
+                         uint32_t server);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_COMMON_LAYOUT_H_

@@ -1,0 +1,48 @@
+// A small logging facility (Debian's Abseil has no absl/log).
+//
+//   ZS_LOG(INFO) << "listening on " << port;
+//   ZS_LOG(ERROR) << status;
+//
+// Lines go to stderr as "I1129 12:00:00.123 server.cc:42] message". The level
+// below which lines are dropped comes from the environment variable
+// ZEROSHARD_LOG_LEVEL (0=INFO, 1=WARNING, 2=ERROR; default 0). Logging never
+// terminates the process.
+#ifndef ZEROSHARD_COMMON_LOGGING_H_
+#define ZEROSHARD_COMMON_LOGGING_H_
+
+#include <sstream>
+
+namespace zeroshard {
+
+enum class LogSeverity { kInfo = 0, kWarning = 1, kError = 2 };
+
+// Collects one line and writes it atomically to stderr on destruction.
+class LogMessage {
+ public:
+  LogMessage(LogSeverity severity, const char* file, int line);
+  ~LogMessage();
+  LogMessage(const LogMessage&) = delete;
+  LogMessage& operator=(const LogMessage&) = delete;
+
+  std::ostream& stream() { return stream_; }
+
+ private:
+  LogSeverity severity_;
+  std::ostringstream stream_;
+};
+
+// True when lines of this severity are written.
+bool LogEnabled(LogSeverity severity);
+
+}  // namespace zeroshard
+
+#define ZS_LOG_SEVERITY_INFO ::zeroshard::LogSeverity::kInfo
+#define ZS_LOG_SEVERITY_WARNING ::zeroshard::LogSeverity::kWarning
+#define ZS_LOG_SEVERITY_ERROR ::zeroshard::LogSeverity::kError
+
+#define ZS_LOG(level)                                       \
+  if (!::zeroshard::LogEnabled(ZS_LOG_SEVERITY_##level)) {  \
+  } else                                                    \
+    ::zeroshard::LogMessage(ZS_LOG_SEVERITY_##level, __FILE__, __LINE__).stream()
+
+#endif  // ZEROSHARD_COMMON_LOGGING_H_

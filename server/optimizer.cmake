@@ -1,0 +1,1 @@
+# zs_optimizer: server/optimizer*.cc

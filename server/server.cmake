@@ -1,0 +1,1 @@
+# zs_server, zeroshard-server
