@@ -19,33 +19,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/optimizer_config.h"
 
 namespace zeroshard {
-
-enum class OptimizerKind { kAdamW = 0, kAdam = 1 };
-
-enum class LrScheduleKind { kConstant = 0, kWarmupCosine = 1 };
-
-// Hyperparameters, fixed for a run. Defaults are torch.optim.AdamW's.
-struct OptimizerConfig {
-  OptimizerKind kind = OptimizerKind::kAdamW;
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.01;
-  LrScheduleKind schedule = LrScheduleKind::kConstant;
-  uint64_t warmup_steps = 0;
-  uint64_t total_steps = 0;
-  double min_lr = 0.0;
-};
-
-// Checks ranges: lr > 0 finite, betas in [0, 1), eps > 0, weight_decay >= 0,
-// schedule fields consistent. The error names the field.
-absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
-
-// Learning rate at Adam step t (1-based) under the config's schedule.
-double LearningRateAt(const OptimizerConfig& config, uint64_t t);
 
 // Everything one update needs, precomputed once per step in double precision
 // and rounded to float the way torch does for fp32 parameters.

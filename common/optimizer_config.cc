@@ -1,0 +1,54 @@
+#include "common/optimizer_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace zeroshard {
+
+absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
+  auto bad = [](const char* field, double value, const char* want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.", field, " = ", value, ": ", want));
+  };
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) return bad("lr", c.lr, "must be > 0 and finite");
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) return bad("beta1", c.beta1, "must be in [0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) return bad("beta2", c.beta2, "must be in [0, 1)");
+  if (!(c.eps > 0) || !std::isfinite(c.eps)) return bad("eps", c.eps, "must be > 0 and finite");
+  if (!(c.weight_decay >= 0) || !std::isfinite(c.weight_decay)) {
+    return bad("weight_decay", c.weight_decay, "must be >= 0 and finite");
+  }
+  if (c.kind != OptimizerKind::kAdamW && c.kind != OptimizerKind::kAdam) {
+    return absl::InvalidArgumentError("optimizer.type: unknown kind");
+  }
+  if (c.schedule == LrScheduleKind::kWarmupCosine) {
+    if (c.total_steps == 0) {
+      return absl::InvalidArgumentError(
+          "optimizer.total_steps must be > 0 for the warmup_cosine schedule");
+    }
+    if (c.warmup_steps > c.total_steps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer.warmup_steps (", c.warmup_steps,
+          ") must be <= total_steps (", c.total_steps, ")"));
+    }
+    if (!(c.min_lr >= 0 && c.min_lr <= c.lr)) {
+      return bad("min_lr", c.min_lr, "must be in [0, lr]");
+    }
+  } else if (c.schedule != LrScheduleKind::kConstant) {
+    return absl::InvalidArgumentError("optimizer schedule: unknown kind");
+  }
+  return absl::OkStatus();
+}
+
+double LearningRateAt(const OptimizerConfig& c, uint64_t t) {
+  if (c.schedule == LrScheduleKind::kConstant) return c.lr;
+  if (c.warmup_steps > 0 && t <= c.warmup_steps) {
+    return c.lr * static_cast<double>(t) / static_cast<double>(c.warmup_steps);
+  }
+  if (t >= c.total_steps) return c.min_lr;
+  const double span = static_cast<double>(c.total_steps - c.warmup_steps);
+  const double progress = static_cast<double>(t - c.warmup_steps) / span;
+  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+}  // namespace zeroshard
