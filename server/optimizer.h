@@ -4,8 +4,8 @@
 //
 // AdamUpdateReference is the specification; AdamUpdate dispatches at run time
 // to an AVX-512 or AVX2 kernel (or the reference) and splits large slices over
-// a thread pool in cache-sized tiles. Both give results within a few ULP of
-// each other (the SIMD path may fuse multiply-adds); tests compare them.
+// a thread pool in cache-sized tiles. Both give bit-identical results; tests
+// compare them, and the reference against golden values from torch.
 //
 //   AdamStep step = MakeAdamStep(config, /*t=*/1, /*coefficient=*/0.5f);
 //   AdamSlice s{.master = w, .exp_avg = m, .exp_avg_sq = v, .mirror = bf16,
@@ -34,9 +34,21 @@ struct AdamStep {
   double bias_correction2_sqrt = 1;
   // Multiplier for every gradient element (1/loss_scale * clip factor).
   float coefficient = 1;
+
+  // The float constants the update applies, in torch's order; MakeAdamStep
+  // derives them from the double-precision values above exactly as torch 1.13
+  // converts Python scalars for fp32 tensors. Build an AdamStep with
+  // MakeAdamStep (or set these too) before calling an update.
+  float decay = 1;                    // AdamW: float(1 - lr * weight_decay)
+  float one_minus_beta1 = 0;          // float(1 - beta1)
+  float one_minus_beta2 = 0;          // float(1 - beta2)
+  float bias_correction2_sqrt_f = 1;  // float(sqrt(1 - beta2^t))
+  float neg_step_size = 0;            // float(-(lr / (1 - beta1^t)))
 };
 
-// Builds the per-step constants for Adam step t >= 1.
+// Builds the per-step constants for Adam step t >= 1 (t == 0 is treated as
+// t == 1), with lr = LearningRateAt(config, t). The config should have passed
+// ValidateOptimizerConfig.
 AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
                       float coefficient);
 
@@ -57,7 +69,18 @@ struct AdamSlice {
   size_t n = 0;
 };
 
-// The scalar reference: the specification.
+// The scalar reference: the specification. Per element, with g the gradient
+// (BF16 widened exactly to FP32) and fma a fused multiply-add, as torch 1.13's
+// single-tensor AdamW / Adam compute it for fp32 parameters on this CPU:
+//   g = g * coefficient
+//   Adam with weight_decay != 0:  g = fma(p, weight_decay, g)
+//   AdamW:                        p = p * decay
+//   m = fma(g, 1 - beta1, m * beta1)
+//   v = fma((1 - beta2) * g, g, v * beta2)
+//   p = p + (neg_step_size * m) / (sqrt(v) / bias_correction2_sqrt + eps)
+//   mirror = FloatToBf16(p)
+// Preconditions (callers validate): every non-null array holds slice.n
+// elements and the arrays do not overlap.
 void AdamUpdateReference(const AdamStep& step, GradView grad,
                          const AdamSlice& slice);
 
@@ -65,7 +88,13 @@ void AdamUpdateReference(const AdamStep& step, GradView grad,
 absl::string_view AdamKernelName();
 
 // The fast path. Slices above a threshold are split over worker threads
-// (ZEROSHARD_OPTIMIZER_THREADS, default: the hardware concurrency).
+// (ZEROSHARD_OPTIMIZER_THREADS, default: the hardware concurrency); when the
+// pool is busy with another call, this call runs on the caller's thread.
+// ZEROSHARD_OPTIMIZER_KERNEL=scalar|avx2|avx512 forces a kernel (ignored when
+// the CPU lacks it). The SIMD kernels apply the reference's operations in the
+// same order with the same fused multiply-adds: results are bit-identical to
+// AdamUpdateReference, and the mirror to FloatToBf16 (tests check both).
+// Same preconditions as AdamUpdateReference; thread-safe.
 void AdamUpdate(const AdamStep& step, GradView grad, const AdamSlice& slice);
 
 }  // namespace zeroshard

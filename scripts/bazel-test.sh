@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds every Bazel target (the non-CUDA libraries, binaries and tests) fully
+# offline, then runs the tests not tagged "integration" (the multi-process ones
+# run under CTest, which knows where the CMake binaries are).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc)
+bazel build --jobs="$JOBS" //...
+bazel test --jobs="$JOBS" --test_tag_filters=-integration,-gpu //...

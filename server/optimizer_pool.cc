@@ -1,0 +1,78 @@
+#include "server/optimizer_pool.h"
+
+#include <algorithm>
+
+namespace zeroshard {
+
+OptimizerPool::OptimizerPool(int threads) {
+  const int helpers = std::max(threads, 1) - 1;
+  helpers_.reserve(helpers);
+  for (int i = 0; i < helpers; ++i) {
+    helpers_.emplace_back([this] { HelperMain(); });
+  }
+}
+
+OptimizerPool::~OptimizerPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  for (std::thread& t : helpers_) t.join();
+}
+
+void OptimizerPool::RunTiles(Loop& loop) {
+  for (;;) {
+    const size_t lo = loop.next.fetch_add(loop.tile, std::memory_order_relaxed);
+    if (lo >= loop.n) return;
+    loop.fn(lo, std::min(loop.n, lo + loop.tile));
+  }
+}
+
+void OptimizerPool::HelperMain() {
+  uint64_t seen = 0;
+  for (;;) {
+    Loop* loop;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](std::pair<OptimizerPool*, uint64_t*>* a)
+               ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                 return a->first->stop_ || a->first->generation_ != *a->second;
+               },
+          new (alloca(sizeof(std::pair<OptimizerPool*, uint64_t*>)))
+              std::pair<OptimizerPool*, uint64_t*>(this, &seen)));
+      if (stop_) return;
+      seen = generation_;
+      loop = loop_;
+    }
+    RunTiles(*loop);
+    absl::MutexLock lock(&mu_);
+    --busy_helpers_;
+  }
+}
+
+void OptimizerPool::ParallelFor(size_t n, size_t tile,
+                                absl::FunctionRef<void(size_t, size_t)> fn) {
+  tile = std::max<size_t>(tile, 1);
+  Loop loop{n, tile, fn};
+  if (helpers_.empty() || n <= tile || !run_mu_.TryLock()) {
+    RunTiles(loop);
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    loop_ = &loop;
+    busy_helpers_ = static_cast<int>(helpers_.size());
+    ++generation_;
+  }
+  RunTiles(loop);
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* busy) { return *busy == 0; }, &busy_helpers_));
+    loop_ = nullptr;
+  }
+  run_mu_.Unlock();
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,128 @@
+#include "server/placement.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+#if ZS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace zeroshard {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+}  // namespace
+
+absl::string_view PlacementName(Placement placement) {
+  switch (placement) {
+    case Placement::kHost:
+      return "host";
+    case Placement::kPinned:
+      return "pinned";
+    case Placement::kDevice:
+      return "device";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Placement> ParsePlacement(absl::string_view name) {
+  if (name == "host") return Placement::kHost;
+  if (name == "pinned") return Placement::kPinned;
+  if (name == "device") return Placement::kDevice;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--placement='", name, "' is not one of host, pinned, device"));
+}
+
+absl::Status CheckPlacementAvailable(Placement placement) {
+  switch (placement) {
+    case Placement::kHost:
+      return absl::OkStatus();
+    case Placement::kDevice:
+      return absl::FailedPreconditionError(
+          "--placement=device is not implemented yet; use --placement=host "
+          "or --placement=pinned");
+    case Placement::kPinned: {
+#if ZS_HAVE_CUDA
+      int count = 0;  // not written by the runtime when it fails
+      const cudaError_t err = cudaGetDeviceCount(&count);
+      if (err != cudaSuccess || count <= 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "--placement=pinned needs a CUDA device, but none is usable (",
+            err != cudaSuccess ? cudaGetErrorString(err) : "0 devices",
+            "); use --placement=host"));
+      }
+      return absl::OkStatus();
+#else
+      return absl::FailedPreconditionError(
+          "--placement=pinned needs CUDA, and this zeroshard-server was built "
+          "without it; use --placement=host");
+#endif
+    }
+  }
+  return absl::InvalidArgumentError("unknown placement");
+}
+
+StateBuffer::~StateBuffer() { Release(); }
+
+StateBuffer::StateBuffer(StateBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      placement_(other.placement_) {}
+
+StateBuffer& StateBuffer::operator=(StateBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    placement_ = other.placement_;
+  }
+  return *this;
+}
+
+void StateBuffer::Release() {
+  if (data_ == nullptr) return;
+#if ZS_HAVE_CUDA
+  if (placement_ == Placement::kPinned) {
+    cudaFreeHost(data_);
+    data_ = nullptr;
+    return;
+  }
+#endif
+  std::free(data_);
+  data_ = nullptr;
+}
+
+absl::StatusOr<StateBuffer> StateBuffer::Allocate(Placement placement,
+                                                  size_t bytes) {
+  const absl::Status available = CheckPlacementAvailable(placement);
+  if (!available.ok()) return available;
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  StateBuffer buffer;
+  buffer.placement_ = placement;
+  buffer.bytes_ = bytes;
+  if (rounded == 0) return buffer;
+  if (placement == Placement::kPinned) {
+#if ZS_HAVE_CUDA
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, rounded, cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cudaHostAlloc of ", rounded,
+                       " bytes failed: ", cudaGetErrorString(err)));
+    }
+    buffer.data_ = p;
+    return buffer;
+#endif
+  }
+  buffer.data_ = std::aligned_alloc(kAlignment, rounded);
+  if (buffer.data_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("allocation of ", rounded, " bytes of host memory failed"));
+  }
+  return buffer;
+}
+
+}  // namespace zeroshard
