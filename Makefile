@@ -1,28 +1,18 @@
-# zeroshard: `make demo` runs the main job, `make test` the whole test suite.
-# Both install missing Debian packages first (scripts/install-deps.sh).
+# zeroshard: thin wrapper over the scripts (which also install missing Debian
+# packages). `make demo` runs the main job, `make test` the whole test suite.
 BUILD ?= build
-JOBS ?= $(shell nproc)
-CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps configure build demo test test-cmake test-bazel bench clean
+.PHONY: all build demo test bench clean
 
 all: build
 
-deps:
-	@bash scripts/install-deps.sh
+build:
+	bash scripts/build.sh $(BUILD)
 
-$(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+demo:
+	BUILD=$(BUILD) bash scripts/run-main.sh
 
-configure: deps $(BUILD)/build.ninja
-
-build: configure
-	cmake --build $(BUILD) -j $(JOBS)
-
-demo: build
-	bash scripts/demo.sh $(BUILD)
-
-test: build
+test:
 	bash scripts/test.sh $(BUILD)
 
 bench: build

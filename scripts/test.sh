@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite: CTest over the CMake build, then the Bazel build of the
-# same non-CUDA targets (so that it cannot rot) and its unit tests.
+# The whole test suite, from a fresh Debian 12 machine: installs missing
+# packages, builds with CMake, runs CTest, then builds every target with Bazel
+# (so that build cannot rot) and runs its unit tests.
 set -euo pipefail
-BUILD=${1:-build}
 cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+start=$(date +%s)
+bash scripts/build.sh "$BUILD"
+echo "== build done in $(( $(date +%s) - start )) s"
 ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" --timeout 600
-if [ -f WORKSPACE ]; then
-  bash scripts/bazel-test.sh
-fi
+echo "== ctest done in $(( $(date +%s) - start )) s"
+bash scripts/bazel-test.sh
+echo "== bazel done in $(( $(date +%s) - start )) s"
