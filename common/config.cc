@@ -1,0 +1,249 @@
+// Resolution, validation and the canonical form of TrainingConfig. The JSON
+// walk itself is in config_json.cc.
+#include "common/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace zeroshard {
+
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+  }
+  return "unknown";
+}
+
+const char* CheckpointPolicyName(CheckpointPolicy p) {
+  switch (p) {
+    case CheckpointPolicy::kNone: return "none";
+    case CheckpointPolicy::kEveryBlock: return "every_block";
+    case CheckpointPolicy::kEveryK: return "every_k";
+  }
+  return "unknown";
+}
+
+const char* PlacementName(Placement p) {
+  switch (p) {
+    case Placement::kHost: return "host";
+    case Placement::kPinned: return "pinned";
+    case Placement::kDevice: return "device";
+  }
+  return "unknown";
+}
+
+absl::Status ResolveBatchSizes(std::optional<int> tbs, std::optional<int> mbs,
+                               std::optional<int> gas, int world_size, TrainingConfig* c) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size must be >= 1, got ", world_size));
+  }
+  for (const auto& [v, key] : {std::pair{tbs, "train_batch_size"},
+                               std::pair{mbs, "train_micro_batch_size_per_gpu"},
+                               std::pair{gas, "gradient_accumulation_steps"}}) {
+    if (v.has_value() && *v < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", key, "\" must be >= 1, got ", *v));
+    }
+  }
+  const int64_t ws = world_size;
+  auto not_divisible = [&](const char* derived, int64_t divisor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config keys \"train_batch_size\" (", *tbs, ") is not divisible by ", divisor,
+        " to derive \"", derived, "\" (train_batch_size = train_micro_batch_size_per_gpu * "
+        "gradient_accumulation_steps * world_size, world_size = ", world_size, ")"));
+  };
+  int64_t t, m, g;
+  if (tbs && mbs && gas) {
+    t = *tbs, m = *mbs, g = *gas;
+    if (t != m * g * ws) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config keys disagree: train_batch_size (", t, ") != train_micro_batch_size_per_gpu (",
+          m, ") * gradient_accumulation_steps (", g, ") * world_size (", ws, ") = ", m * g * ws));
+    }
+  } else if (tbs && mbs) {
+    t = *tbs, m = *mbs;
+    if (t % (m * ws) != 0) return not_divisible("gradient_accumulation_steps", m * ws);
+    g = t / (m * ws);
+  } else if (tbs && gas) {
+    t = *tbs, g = *gas;
+    if (t % (g * ws) != 0) return not_divisible("train_micro_batch_size_per_gpu", g * ws);
+    m = t / (g * ws);
+  } else if (mbs) {
+    m = *mbs, g = gas.value_or(1);
+    t = m * g * ws;
+  } else if (tbs) {
+    t = *tbs, g = 1;
+    if (t % ws != 0) return not_divisible("train_micro_batch_size_per_gpu", ws);
+    m = t / ws;
+  } else {
+    return absl::InvalidArgumentError(
+        "config needs \"train_batch_size\" or \"train_micro_batch_size_per_gpu\" (a number, "
+        "not \"auto\")");
+  }
+  if (t > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("train_batch_size ", t, " is too large"));
+  }
+  c->train_batch_size = static_cast<int>(t);
+  c->micro_batch_size = static_cast<int>(m);
+  c->gradient_accumulation_steps = static_cast<int>(g);
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTrainingConfig(const TrainingConfig& c) {
+  if (c.micro_batch_size < 1 || c.gradient_accumulation_steps < 1 || c.cluster.workers < 1 ||
+      static_cast<int64_t>(c.train_batch_size) !=
+          static_cast<int64_t>(c.micro_batch_size) * c.gradient_accumulation_steps *
+              c.cluster.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch sizes inconsistent: train_batch_size ", c.train_batch_size,
+        " != micro ", c.micro_batch_size, " * gas ", c.gradient_accumulation_steps,
+        " * workers ", c.cluster.workers));
+  }
+  if (!(c.gradient_clipping >= 0)) {
+    return absl::InvalidArgumentError("config key \"gradient_clipping\" must be >= 0");
+  }
+  if (c.zero.stage < 1 || c.zero.stage > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"zero_optimization.stage\" must be 1, 2 or 3, got ", c.zero.stage));
+  }
+  if (absl::Status s = ValidateGptShape(c.cluster.model); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"zeroshard.model\": ", s.message()));
+  }
+  if (c.cluster.model.vocab < 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"zeroshard.model.vocab\" must be >= 256 for byte-level tokens, got ",
+        c.cluster.model.vocab));
+  }
+  if (absl::Status s = ValidateOptimizerConfig(c.optimizer); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config: ", s.message()));
+  }
+  const Fp16Config& f = c.fp16;
+  if (f.loss_scale < 0 || f.initial_scale_power < 0 || f.initial_scale_power > 64 ||
+      f.loss_scale_window < 1 || f.hysteresis < 1 || !(f.min_loss_scale > 0)) {
+    return absl::InvalidArgumentError("config section \"fp16\" has an out-of-range value");
+  }
+  if (c.precision == Precision::kFp16 && f.loss_scale == 0 &&
+      f.min_loss_scale > std::ldexp(1.0, f.initial_scale_power)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"fp16.min_loss_scale\" (", f.min_loss_scale,
+        ") exceeds the initial scale 2^initial_scale_power (", std::ldexp(1.0, f.initial_scale_power),
+        ")"));
+  }
+  if (c.activation_checkpointing.policy == CheckpointPolicy::kEveryK &&
+      c.activation_checkpointing.k < 1) {
+    return absl::InvalidArgumentError(
+        "config key \"zeroshard.activation_checkpointing.k\" must be >= 1");
+  }
+  if (c.cluster.chunk_elems % 64 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"zeroshard.chunk_elems\" must be 0 or a multiple of 64, got ",
+        c.cluster.chunk_elems));
+  }
+  if (c.cluster.servers < 1 || c.cluster.steps < 1 || !(c.cluster.init_std > 0) ||
+      c.cluster.max_overflows_at_min_scale < 1) {
+    return absl::InvalidArgumentError(
+        "config: zeroshard.servers, steps, init_std and max_overflows_at_min_scale must be "
+        "positive");
+  }
+  if (!c.cluster.server_addresses.empty() &&
+      static_cast<int>(c.cluster.server_addresses.size()) != c.cluster.servers) {
+    return absl::InvalidArgumentError("config: zeroshard.servers count != address list size");
+  }
+  if (!(c.cluster.data.validation_fraction >= 0 && c.cluster.data.validation_fraction <= 0.5)) {
+    return absl::InvalidArgumentError(
+        "config key \"zeroshard.data.validation_fraction\" must be in [0, 0.5]");
+  }
+  const TlsConfig& tls = c.cluster.tls;
+  if ((tls.cert.empty() != tls.key.empty())) {
+    return absl::InvalidArgumentError(
+        "config keys \"zeroshard.tls.cert\" and \"zeroshard.tls.key\" must be given together");
+  }
+  return absl::OkStatus();
+}
+
+std::string CanonicalJson(const TrainingConfig& c) {
+  using nlohmann::json;  // json objects keep keys sorted: the form is canonical
+  const OptimizerConfig& o = c.optimizer;
+  const ClusterConfig& z = c.cluster;
+  json j;
+  j["train_batch_size"] = c.train_batch_size;
+  j["micro_batch_size"] = c.micro_batch_size;
+  j["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
+  j["gradient_clipping"] = c.gradient_clipping;
+  j["precision"] = PrecisionName(c.precision);
+  if (c.precision == Precision::kFp16) {
+    j["fp16"] = {{"loss_scale", c.fp16.loss_scale},
+                 {"initial_scale_power", c.fp16.initial_scale_power},
+                 {"loss_scale_window", c.fp16.loss_scale_window},
+                 {"hysteresis", c.fp16.hysteresis},
+                 {"min_loss_scale", c.fp16.min_loss_scale},
+                 {"consecutive_hysteresis", c.fp16.consecutive_hysteresis},
+                 {"max_overflows_at_min_scale", z.max_overflows_at_min_scale}};
+  }
+  j["optimizer"] = {{"kind", o.kind == OptimizerKind::kAdamW ? "adamw" : "adam"},
+                    {"lr", o.lr},
+                    {"beta1", o.beta1},
+                    {"beta2", o.beta2},
+                    {"eps", o.eps},
+                    {"weight_decay", o.weight_decay},
+                    {"schedule", o.schedule == LrScheduleKind::kConstant ? "constant"
+                                                                          : "warmup_cosine"},
+                    {"warmup_steps", o.warmup_steps},
+                    {"total_steps", o.total_steps},
+                    {"min_lr", o.min_lr}};
+  j["zero_stage"] = c.zero.stage;
+  j["activation_checkpointing"] = {
+      {"policy", CheckpointPolicyName(c.activation_checkpointing.policy)},
+      {"k", c.activation_checkpointing.k}};
+  j["model"] = {{"layers", z.model.layers},
+                {"heads", z.model.heads},
+                {"width", z.model.width},
+                {"vocab", z.model.vocab},
+                {"context", z.model.context}};
+  j["data"] = {{"paths", z.data.paths},
+               {"seed", z.data.seed},
+               {"validation_fraction", z.data.validation_fraction}};
+  j["servers"] = z.servers;
+  j["workers"] = z.workers;
+  j["steps"] = z.steps;
+  j["seed"] = z.seed;
+  j["init_std"] = z.init_std;
+  j["chunk_elems"] = z.chunk_elems;
+  return j.dump();
+}
+
+uint64_t ConfigFingerprint(const TrainingConfig& config) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char ch : CanonicalJson(config)) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+absl::StatusOr<ParsedConfig> LoadTrainingConfig(const std::string& path,
+                                                const ConfigOverrides& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading config file ", path));
+  absl::StatusOr<ParsedConfig> parsed = ParseTrainingConfig(text.str(), overrides);
+  if (!parsed.ok()) {
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat(path, ": ", parsed.status().message()));
+  }
+  for (std::string& w : parsed->warnings) w = absl::StrCat(path, ": ", w);
+  return parsed;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,215 @@
+// The training configuration: a DeepSpeed-style JSON file plus a `zeroshard`
+// section for what is ours (cluster, model shape, data, outputs, TLS).
+//
+//   ASSIGN_OR_RETURN(ParsedConfig parsed,
+//                    LoadTrainingConfig("examples/gpt-small.json",
+//                                       {.workers = 2}));
+//   for (const std::string& w : parsed.warnings) ZS_LOG(WARNING) << w;
+//   const TrainingConfig& c = parsed.config;
+//   // c.micro_batch_size * c.gradient_accumulation_steps * c.cluster.workers
+//   //   == c.train_batch_size, always, after a successful parse.
+//
+// Contracts:
+// - Parsing is strict about values and lenient about keys: a key we do not
+//   know yields a warning naming its full path ("zero_optimization.foo") in
+//   ParsedConfig::warnings; a known key with a wrong type, an out-of-range
+//   value or an unknown enum spelling is INVALID_ARGUMENT naming the key path
+//   and what was expected. Enum spellings are case-insensitive.
+// - "auto" is accepted where DeepSpeed / Hugging Face accept it and is
+//   resolved from the rest of the file (see each field). A parsed config is
+//   fully resolved: no field holds "auto".
+// - Batch sizes follow DeepSpeed's rule train_batch_size =
+//   train_micro_batch_size_per_gpu * gradient_accumulation_steps *
+//   world_size, world_size = cluster.workers (after overrides). Given two of
+//   the three the third is derived (it must divide exactly); given only
+//   train_batch_size, gas = 1; given only the micro batch, gas = 1; an
+//   inconsistent triple is an error naming the three keys and world_size.
+// - zero_optimization.stage 1, 2, 3 are supported (default 3 when absent);
+//   stage 0 is an error (zeroshard always partitions optimizer state).
+// - Both bf16.enabled and fp16.enabled → error; neither → fp32. An
+//   "enabled": "auto" reads as false (there is no launcher flag to decide it).
+//   "bfloat16" is accepted as an alias of "bf16", as in DeepSpeed.
+// - scheduler: WarmupCosineLR and WarmupLR map onto LrScheduleKind when their
+//   warmup is linear from 0 (warmup_type "linear", warmup_min_lr /
+//   warmup_min_ratio 0); WarmupLR becomes warmup-cosine with min_lr = lr
+//   (i.e. constant after warmup). WarmupDecayLR (linear decay), log warmup
+//   and other types are errors saying so.
+// - optimizer.type "Adam" follows DeepSpeed: params.adam_w_mode (default
+//   true) selects decoupled weight decay (kAdamW); adam_w_mode false gives
+//   Adam with L2 decay (kAdam). "AdamW" is always kAdamW. Default
+//   weight_decay: 0.01 for kAdamW, 0 for kAdam (torch's defaults).
+#ifndef ZEROSHARD_COMMON_CONFIG_H_
+#define ZEROSHARD_COMMON_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/gpt_manifest.h"
+#include "common/optimizer_config.h"
+
+namespace zeroshard {
+
+enum class Precision { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
+
+// DeepSpeed's `fp16` section (used when precision == kFp16).
+struct Fp16Config {
+  // 0 = dynamic loss scaling; > 0 = this static scale.
+  double loss_scale = 0;
+  int initial_scale_power = 16;   // dynamic: initial scale 2^power, [0, 64]
+  int loss_scale_window = 1000;   // clean steps before the scale doubles, >= 1
+  int hysteresis = 2;             // overflows tolerated before a backoff, >= 1
+  double min_loss_scale = 1;      // > 0
+  bool consecutive_hysteresis = false;  // see common/loss_scaler.h
+};
+
+enum class OffloadDevice { kNone = 0, kCpu = 1 };
+
+// DeepSpeed's `zero_optimization` section. Only `stage` changes zeroshard's
+// schedule today; the bucket sizes are accepted and recorded (elements).
+struct ZeroConfig {
+  int stage = 3;                                      // 1, 2 or 3
+  OffloadDevice offload_optimizer = OffloadDevice::kCpu;  // "cpu" | "none"
+  bool offload_pin_memory = false;
+  bool overlap_comm = true;
+  bool contiguous_gradients = true;
+  uint64_t allgather_bucket_size = 500000000;
+  uint64_t reduce_bucket_size = 500000000;
+  uint64_t stage3_prefetch_bucket_size = 50000000;
+  uint64_t stage3_param_persistence_threshold = 100000;
+  uint64_t stage3_max_live_parameters = 1000000000;
+  uint64_t stage3_max_reuse_distance = 1000000000;
+};
+
+enum class CheckpointPolicy { kNone = 0, kEveryBlock = 1, kEveryK = 2 };
+
+// DeepSpeed's `activation_checkpointing` keys (accepted, recorded) and our
+// policy from `zeroshard.activation_checkpointing`.
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  int number_checkpoints = 0;  // 0 = not set
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+  CheckpointPolicy policy = CheckpointPolicy::kNone;
+  int k = 1;  // kEveryK: checkpoint blocks 0, k, 2k, ...; >= 1
+};
+
+enum class Placement { kHost = 0, kPinned = 1, kDevice = 2 };
+
+enum class MetricsFormat { kCsv = 0, kJsonl = 1 };
+
+// `zeroshard.data`: the corpus and how it is split.
+struct DataConfig {
+  // Files concatenated in this order; empty = the built-in corpus (Debian's
+  // license texts, see worker/data/corpus.h).
+  std::vector<std::string> paths;
+  uint64_t seed = 0;                 // default ("auto"/absent): zeroshard.seed
+  double validation_fraction = 0.05; // last fraction of bytes, [0, 0.5]
+};
+
+struct TlsConfig {  // all empty = insecure (loopback only)
+  std::string cert;
+  std::string key;
+  std::string ca;
+};
+
+// Everything under `zeroshard`.
+struct ClusterConfig {
+  int servers = 1;                            // S, >= 1
+  std::vector<std::string> server_addresses;  // "host:port"; empty = local
+  int workers = 1;                            // N = world_size, >= 1
+  Placement placement = Placement::kHost;
+  GptShape model;                             // validated by ValidateGptShape
+  DataConfig data;
+  uint64_t steps = 100;                       // optimizer steps, >= 1
+  uint64_t seed = 42;                         // init weights (and data default)
+  double init_std = 0.02;                     // > 0
+  uint64_t chunk_elems = 0;                   // 0 = server default; % 64 == 0
+  std::string metrics_path;                   // empty = no metrics file
+  MetricsFormat metrics_format = MetricsFormat::kCsv;
+  std::string plot_path;                      // empty = no picture
+  std::string checkpoint_dir;                 // empty = no checkpoints
+  std::string admin_token;
+  TlsConfig tls;
+  double step_timeout_s = 300;                // timeouts.step_seconds, > 0
+  double startup_timeout_s = 60;              // timeouts.startup_seconds, > 0
+  // FP16: consecutive overflowing steps with the scale at min_loss_scale
+  // before training stops with FAILED_PRECONDITION; >= 1.
+  int max_overflows_at_min_scale = 10;
+};
+
+// A fully resolved configuration.
+struct TrainingConfig {
+  int train_batch_size = 0;             // samples per optimizer step, all workers
+  int micro_batch_size = 0;             // train_micro_batch_size_per_gpu
+  int gradient_accumulation_steps = 0;  // micro-steps per optimizer step
+  double gradient_clipping = 0;         // max global L2 norm; 0 = off
+  Precision precision = Precision::kFp32;
+  Fp16Config fp16;
+  OptimizerConfig optimizer;            // includes the LR schedule
+  ZeroConfig zero;
+  ActivationCheckpointingConfig activation_checkpointing;
+  int steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  ClusterConfig cluster;
+};
+
+// Values from the command line that replace the file's (applied before "auto"
+// resolution, so e.g. a --steps override also moves an "auto"
+// scheduler.params.total_num_steps).
+struct ConfigOverrides {
+  std::optional<int> servers;
+  std::optional<int> workers;
+  std::optional<uint64_t> steps;
+};
+
+struct ParsedConfig {
+  TrainingConfig config;
+  std::vector<std::string> warnings;  // one per unknown key, with its path
+};
+
+// Parses and resolves a JSON document (comments are allowed).
+absl::StatusOr<ParsedConfig> ParseTrainingConfig(
+    std::string_view json_text, const ConfigOverrides& overrides = {});
+
+// Reads `path` and parses it; NOT_FOUND when the file cannot be read.
+// Error messages and warnings are prefixed with the path.
+absl::StatusOr<ParsedConfig> LoadTrainingConfig(
+    const std::string& path, const ConfigOverrides& overrides = {});
+
+// DeepSpeed's batch rule (see the contracts above); nullopt = absent or
+// "auto". Writes the three resolved sizes into `config`.
+absl::Status ResolveBatchSizes(std::optional<int> train_batch_size,
+                               std::optional<int> micro_batch_size,
+                               std::optional<int> gradient_accumulation_steps,
+                               int world_size, TrainingConfig* config);
+
+// Cross-field checks on a resolved config (ParseTrainingConfig runs them;
+// call again after editing a config in code).
+absl::Status ValidateTrainingConfig(const TrainingConfig& config);
+
+// A canonical JSON rendering (sorted keys, resolved values, no whitespace) of
+// every field that changes what is trained: batch sizes, precision and loss
+// scaling, optimizer and schedule, ZeRO stage, checkpointing policy, model,
+// data paths/seed/split, steps, seed, init_std, chunk_elems, server and worker
+// counts. Host-local fields (addresses, TLS files, admin token, metrics/plot/
+// checkpoint paths, timeouts) are left out, so workers on different hosts can
+// compare it. Its keys are zeroshard's field names, not DeepSpeed's.
+std::string CanonicalJson(const TrainingConfig& config);
+
+// 64-bit FNV-1a of CanonicalJson(config): a cheap agreement check.
+uint64_t ConfigFingerprint(const TrainingConfig& config);
+
+// Lower-case names used in the JSON and in messages.
+const char* PrecisionName(Precision p);
+const char* CheckpointPolicyName(CheckpointPolicy p);
+const char* PlacementName(Placement p);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_COMMON_CONFIG_H_

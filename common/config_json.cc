@@ -1,0 +1,528 @@
+// ParseTrainingConfig: walks the JSON document section by section. Each
+// section reader records the keys it consumed; whatever is left becomes a
+// warning naming its full path.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/config.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace zeroshard {
+namespace {
+
+using nlohmann::json;
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string Shown(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+bool IsAuto(const json& v) { return v.is_string() && Lower(v.get<std::string>()) == "auto"; }
+
+// One JSON object at `path`; absent sections read as empty.
+class Section {
+ public:
+  Section(const json* object, std::string path, std::vector<std::string>* warnings)
+      : object_(object), path_(std::move(path)), warnings_(warnings) {}
+
+  std::string KeyPath(absl::string_view key) const {
+    return path_.empty() ? std::string(key) : absl::StrCat(path_, ".", key);
+  }
+
+  absl::Status Bad(absl::string_view key, const json& v, absl::string_view want) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", KeyPath(key), "\": expected ", want, ", got ", Shown(v)));
+  }
+
+  // The value, or nullptr when absent (or null). Marks the key consumed.
+  const json* Get(absl::string_view key) {
+    if (object_ == nullptr) return nullptr;
+    auto it = object_->find(std::string(key));
+    if (it == object_->end()) return nullptr;
+    consumed_.push_back(std::string(key));
+    return it->is_null() ? nullptr : &*it;
+  }
+
+  // Known key whose value we accept without using; checks it is a scalar.
+  void Accept(absl::string_view key) { Get(key); }
+
+  absl::StatusOr<std::optional<int64_t>> IntOrAuto(absl::string_view key, int64_t lo, int64_t hi,
+                                                   bool allow_auto) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::optional<int64_t>();
+    const std::string want = absl::StrCat("an integer in [", lo, ", ", hi, "]",
+                                          allow_auto ? " or \"auto\"" : "");
+    if (allow_auto && IsAuto(*v)) return std::optional<int64_t>();
+    double d;
+    if (v->is_number_integer() || v->is_number_unsigned()) {
+      if (v->is_number_unsigned() &&
+          v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return Bad(key, *v, want);
+      }
+      const int64_t i = v->get<int64_t>();
+      if (i < lo || i > hi) return Bad(key, *v, want);
+      return std::optional<int64_t>(i);
+    } else if (v->is_number_float()) {
+      d = v->get<double>();  // DeepSpeed files write sizes like 5e8
+      if (!std::isfinite(d) || d != std::floor(d) || d < static_cast<double>(lo) ||
+          d > static_cast<double>(hi)) {
+        return Bad(key, *v, want);
+      }
+      return std::optional<int64_t>(static_cast<int64_t>(d));
+    }
+    return Bad(key, *v, want);
+  }
+
+  template <typename T>
+  absl::Status Int(absl::string_view key, int64_t lo, int64_t hi, T* out, bool allow_auto = false) {
+    ASSIGN_OR_RETURN(std::optional<int64_t> v, IntOrAuto(key, lo, hi, allow_auto));
+    if (v.has_value()) *out = static_cast<T>(*v);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::optional<double>> DoubleOrAuto(absl::string_view key, double lo, double hi,
+                                                     bool allow_auto) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::optional<double>();
+    if (allow_auto && IsAuto(*v)) return std::optional<double>();
+    const std::string want = absl::StrCat("a number in [", lo, ", ", hi, "]",
+                                          allow_auto ? " or \"auto\"" : "");
+    if (!v->is_number()) return Bad(key, *v, want);
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi) return Bad(key, *v, want);
+    return std::optional<double>(d);
+  }
+
+  absl::Status Double(absl::string_view key, double lo, double hi, double* out,
+                      bool allow_auto = false) {
+    ASSIGN_OR_RETURN(std::optional<double> v, DoubleOrAuto(key, lo, hi, allow_auto));
+    if (v.has_value()) *out = *v;
+    return absl::OkStatus();
+  }
+
+  // "auto" reads as `auto_value`.
+  absl::Status Bool(absl::string_view key, bool* out, std::optional<bool> auto_value = {}) {
+    const json* v = Get(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (auto_value.has_value() && IsAuto(*v)) {
+      *out = *auto_value;
+      return absl::OkStatus();
+    }
+    if (!v->is_boolean()) return Bad(key, *v, auto_value ? "true, false or \"auto\"" : "true or false");
+    *out = v->get<bool>();
+    return absl::OkStatus();
+  }
+
+  absl::Status String(absl::string_view key, std::string* out) {
+    const json* v = Get(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (!v->is_string()) return Bad(key, *v, "a string");
+    *out = v->get<std::string>();
+    return absl::OkStatus();
+  }
+
+  // A case-insensitive choice among `names`; returns its index, or -1 when
+  // absent.
+  absl::StatusOr<int> Choice(absl::string_view key, const std::vector<std::string>& names) {
+    const json* v = Get(key);
+    if (v == nullptr) return -1;
+    const std::string want = absl::StrCat("one of \"", absl::StrJoin(names, "\", \""), "\"");
+    if (!v->is_string()) return Bad(key, *v, want);
+    const std::string s = Lower(v->get<std::string>());
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (Lower(names[i]) == s) return static_cast<int>(i);
+    }
+    return Bad(key, *v, want);
+  }
+
+  // A nested object (absent → an empty section).
+  absl::StatusOr<Section> Child(absl::string_view key) {
+    const json* v = Get(key);
+    if (v != nullptr && !v->is_object()) return Bad(key, *v, "an object");
+    return Section(v, KeyPath(key), warnings_);
+  }
+
+  // Warns about every key not consumed.
+  void Finish() const {
+    if (object_ == nullptr) return;
+    for (auto it = object_->begin(); it != object_->end(); ++it) {
+      if (std::find(consumed_.begin(), consumed_.end(), it.key()) == consumed_.end()) {
+        warnings_->push_back(absl::StrCat("unknown config key \"", KeyPath(it.key()),
+                                          "\" (ignored)"));
+      }
+    }
+  }
+
+ private:
+  const json* object_;
+  std::string path_;
+  std::vector<std::string>* warnings_;
+  std::vector<std::string> consumed_;
+};
+
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
+
+absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
+  bool bf16 = false, fp16 = false;
+  for (const char* name : {"bf16", "bfloat16"}) {
+    ASSIGN_OR_RETURN(Section s, root.Child(name));
+    RETURN_IF_ERROR(s.Bool("enabled", &bf16, /*auto_value=*/bf16));
+    s.Accept("immediate_grad_update");
+    s.Finish();
+  }
+  ASSIGN_OR_RETURN(Section s, root.Child("fp16"));
+  RETURN_IF_ERROR(s.Bool("enabled", &fp16, /*auto_value=*/false));
+  Fp16Config& f = c->fp16;
+  RETURN_IF_ERROR(s.Double("loss_scale", 0, 1e38, &f.loss_scale));
+  RETURN_IF_ERROR(s.Int("initial_scale_power", 0, 64, &f.initial_scale_power));
+  RETURN_IF_ERROR(s.Int("loss_scale_window", 1, kMaxInt, &f.loss_scale_window));
+  RETURN_IF_ERROR(s.Int("hysteresis", 1, kMaxInt, &f.hysteresis));
+  RETURN_IF_ERROR(s.Double("min_loss_scale", 1e-38, 1e38, &f.min_loss_scale));
+  RETURN_IF_ERROR(s.Bool("consecutive_hysteresis", &f.consecutive_hysteresis));
+  bool ignored = false;
+  RETURN_IF_ERROR(s.Bool("auto_cast", &ignored));
+  RETURN_IF_ERROR(s.Bool("fp16_master_weights_and_grads", &ignored));
+  s.Finish();
+  if (bf16 && fp16) {
+    return absl::InvalidArgumentError(
+        "config keys \"bf16.enabled\" and \"fp16.enabled\" are both true: choose one "
+        "(neither means fp32)");
+  }
+  c->precision = bf16 ? Precision::kBf16 : fp16 ? Precision::kFp16 : Precision::kFp32;
+  return absl::OkStatus();
+}
+
+// Returns whether params.lr was given explicitly.
+absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o) {
+  ASSIGN_OR_RETURN(Section s, root.Child("optimizer"));
+  ASSIGN_OR_RETURN(int type, s.Choice("type", {"AdamW", "Adam"}));
+  ASSIGN_OR_RETURN(Section p, s.Child("params"));
+  bool adam_w_mode = true;
+  RETURN_IF_ERROR(p.Bool("adam_w_mode", &adam_w_mode));
+  bool torch_adam = false;
+  RETURN_IF_ERROR(p.Bool("torch_adam", &torch_adam));
+  if (type == 0 && !adam_w_mode) {
+    return absl::InvalidArgumentError(
+        "config key \"optimizer.params.adam_w_mode\": false contradicts type \"AdamW\"; "
+        "use type \"Adam\" for L2 weight decay");
+  }
+  o->kind = (type == 1 && !adam_w_mode) ? OptimizerKind::kAdam : OptimizerKind::kAdamW;
+  o->weight_decay = o->kind == OptimizerKind::kAdamW ? 0.01 : 0.0;
+  ASSIGN_OR_RETURN(std::optional<double> lr, p.DoubleOrAuto("lr", 1e-30, 1e6, true));
+  if (lr.has_value()) o->lr = *lr;
+  if (const json* betas = p.Get("betas"); betas != nullptr && !IsAuto(*betas)) {
+    if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() ||
+        !(*betas)[1].is_number()) {
+      return p.Bad("betas", *betas, "[beta1, beta2], two numbers in [0, 1)");
+    }
+    o->beta1 = (*betas)[0].get<double>();
+    o->beta2 = (*betas)[1].get<double>();
+    if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1)) {
+      return p.Bad("betas", *betas, "[beta1, beta2], two numbers in [0, 1)");
+    }
+  }
+  RETURN_IF_ERROR(p.Double("eps", 1e-30, 1, &o->eps, true));
+  RETURN_IF_ERROR(p.Double("weight_decay", 0, 1e6, &o->weight_decay, true));
+  p.Finish();
+  s.Finish();
+  return lr.has_value();
+}
+
+// Maps DeepSpeed's schedulers onto LrScheduleKind. Needs the optimizer lr and
+// the resolved step count.
+absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, OptimizerConfig* o) {
+  ASSIGN_OR_RETURN(Section s, root.Child("scheduler"));
+  ASSIGN_OR_RETURN(int type, s.Choice("type", {"WarmupCosineLR", "WarmupLR", "WarmupDecayLR",
+                                               "OneCycle", "LRRangeTest"}));
+  ASSIGN_OR_RETURN(Section p, s.Child("params"));
+  s.Finish();
+  if (type < 0) {
+    p.Finish();
+    o->schedule = LrScheduleKind::kConstant;
+    return absl::OkStatus();
+  }
+  if (type >= 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"scheduler.type\": ", type == 2 ? "WarmupDecayLR (linear decay)" : "this type",
+        " is not supported; use \"WarmupCosineLR\" or \"WarmupLR\" (linear warmup)"));
+  }
+  int64_t warmup = 1000;  // DeepSpeed's default
+  RETURN_IF_ERROR(p.Int("warmup_num_steps", 0, kMaxI64, &warmup, true));
+  ASSIGN_OR_RETURN(int warmup_type, p.Choice("warmup_type", {"log", "linear"}));
+  if (warmup > 0 && warmup_type != 1) {
+    return absl::InvalidArgumentError(
+        "config key \"scheduler.params.warmup_type\": only \"linear\" warmup is supported "
+        "(DeepSpeed's default is \"log\"); set it to \"linear\"");
+  }
+  p.Accept("last_batch_iteration");
+  if (type == 0) {  // WarmupCosineLR
+    ASSIGN_OR_RETURN(std::optional<int64_t> total, p.IntOrAuto("total_num_steps", 1, kMaxI64, true));
+    double min_ratio = 0, cos_min_ratio = 0.0001;
+    RETURN_IF_ERROR(p.Double("warmup_min_ratio", 0, 1, &min_ratio));
+    RETURN_IF_ERROR(p.Double("cos_min_ratio", 0, 1, &cos_min_ratio));
+    p.Finish();
+    if (min_ratio != 0) {
+      return absl::InvalidArgumentError(
+          "config key \"scheduler.params.warmup_min_ratio\": only 0 is supported (warmup "
+          "starts from lr 0)");
+    }
+    o->schedule = LrScheduleKind::kWarmupCosine;
+    o->total_steps = total.has_value() ? static_cast<uint64_t>(*total) : steps;
+    o->warmup_steps = static_cast<uint64_t>(warmup);
+    o->min_lr = o->lr * cos_min_ratio;
+    if (o->warmup_steps > o->total_steps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"scheduler.params.warmup_num_steps\" (", o->warmup_steps,
+          ") exceeds total_num_steps (", o->total_steps, ")"));
+    }
+    return absl::OkStatus();
+  }
+  // WarmupLR: linear warmup to warmup_max_lr, then constant.
+  double min_lr = 0;
+  RETURN_IF_ERROR(p.Double("warmup_min_lr", 0, 1e6, &min_lr, true));
+  ASSIGN_OR_RETURN(std::optional<double> max_lr, p.DoubleOrAuto("warmup_max_lr", 1e-30, 1e6, true));
+  p.Finish();
+  if (min_lr != 0) {
+    return absl::InvalidArgumentError(
+        "config key \"scheduler.params.warmup_min_lr\": only 0 is supported (warmup starts "
+        "from lr 0)");
+  }
+  if (max_lr.has_value()) {
+    if (lr_explicit && *max_lr != o->lr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config keys \"scheduler.params.warmup_max_lr\" (", *max_lr,
+          ") and \"optimizer.params.lr\" (", o->lr, ") disagree; give one or make them equal"));
+    }
+    o->lr = *max_lr;
+  }
+  if (warmup == 0) {
+    o->schedule = LrScheduleKind::kConstant;
+    return absl::OkStatus();
+  }
+  o->schedule = LrScheduleKind::kWarmupCosine;  // cosine from lr to lr: constant
+  o->warmup_steps = static_cast<uint64_t>(warmup);
+  o->total_steps = std::max<uint64_t>(steps, o->warmup_steps);
+  o->min_lr = o->lr;
+  return absl::OkStatus();
+}
+
+absl::Status ParseZero(Section& root, ZeroConfig* z) {
+  ASSIGN_OR_RETURN(Section s, root.Child("zero_optimization"));
+  if (const json* stage = s.Get("stage"); stage != nullptr && stage->is_number() &&
+                                          stage->get<double>() == 0) {
+    return absl::InvalidArgumentError(
+        "config key \"zero_optimization.stage\": 0 is not supported; zeroshard always "
+        "partitions optimizer state across shard servers: use 1, 2 or 3");
+  }
+  RETURN_IF_ERROR(s.Int("stage", 1, 3, &z->stage));
+  ASSIGN_OR_RETURN(Section off, s.Child("offload_optimizer"));
+  ASSIGN_OR_RETURN(int device, off.Choice("device", {"none", "cpu", "nvme"}));
+  if (device == 2) {
+    return absl::InvalidArgumentError(
+        "config key \"zero_optimization.offload_optimizer.device\": \"nvme\" is not "
+        "supported; use \"cpu\" or \"none\"");
+  }
+  if (device >= 0) z->offload_optimizer = static_cast<OffloadDevice>(device);
+  RETURN_IF_ERROR(off.Bool("pin_memory", &z->offload_pin_memory));
+  for (const char* k : {"buffer_count", "fast_init", "ratio", "nvme_path", "buffer_size",
+                        "max_in_cpu", "pipeline_read", "pipeline_write"}) {
+    off.Accept(k);
+  }
+  off.Finish();
+  ASSIGN_OR_RETURN(Section param, s.Child("offload_param"));
+  ASSIGN_OR_RETURN(int pdev, param.Choice("device", {"none", "cpu"}));
+  (void)pdev;
+  bool ignored = false;
+  RETURN_IF_ERROR(param.Bool("pin_memory", &ignored));
+  for (const char* k : {"buffer_count", "buffer_size", "max_in_cpu", "nvme_path"}) param.Accept(k);
+  param.Finish();
+  RETURN_IF_ERROR(s.Bool("overlap_comm", &z->overlap_comm, true));
+  RETURN_IF_ERROR(s.Bool("contiguous_gradients", &z->contiguous_gradients, true));
+  for (const char* k : {"allgather_partitions", "reduce_scatter", "round_robin_gradients",
+                        "elastic_checkpoint", "ignore_unused_parameters", "load_from_fp32_weights",
+                        "stage3_gather_16bit_weights_on_model_save",
+                        "stage3_gather_fp16_weights_on_model_save", "cpu_offload"}) {
+    RETURN_IF_ERROR(s.Bool(k, &ignored, false));
+  }
+  struct SizeKey {
+    const char* key;
+    uint64_t* out;
+  };
+  for (SizeKey k : {SizeKey{"allgather_bucket_size", &z->allgather_bucket_size},
+                    SizeKey{"reduce_bucket_size", &z->reduce_bucket_size},
+                    SizeKey{"stage3_prefetch_bucket_size", &z->stage3_prefetch_bucket_size},
+                    SizeKey{"stage3_param_persistence_threshold",
+                            &z->stage3_param_persistence_threshold},
+                    SizeKey{"stage3_max_live_parameters", &z->stage3_max_live_parameters},
+                    SizeKey{"stage3_max_reuse_distance", &z->stage3_max_reuse_distance}}) {
+    RETURN_IF_ERROR(s.Int(k.key, 0, kMaxI64, k.out, true));
+  }
+  uint64_t sub_group = 0;
+  RETURN_IF_ERROR(s.Int("sub_group_size", 0, kMaxI64, &sub_group, true));
+  s.Finish();
+  return absl::OkStatus();
+}
+
+absl::Status ParseActivationCheckpointing(Section& root, ActivationCheckpointingConfig* a) {
+  ASSIGN_OR_RETURN(Section s, root.Child("activation_checkpointing"));
+  RETURN_IF_ERROR(s.Bool("partition_activations", &a->partition_activations));
+  RETURN_IF_ERROR(s.Bool("cpu_checkpointing", &a->cpu_checkpointing));
+  RETURN_IF_ERROR(s.Bool("contiguous_memory_optimization", &a->contiguous_memory_optimization));
+  RETURN_IF_ERROR(s.Int("number_checkpoints", 0, kMaxInt, &a->number_checkpoints));
+  RETURN_IF_ERROR(s.Bool("synchronize_checkpoint_boundary", &a->synchronize_checkpoint_boundary));
+  RETURN_IF_ERROR(s.Bool("profile", &a->profile));
+  s.Finish();
+  return absl::OkStatus();
+}
+
+absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConfig* c) {
+  ClusterConfig& z = c->cluster;
+  ASSIGN_OR_RETURN(Section s, root.Child("zeroshard"));
+  if (const json* servers = s.Get("servers"); servers != nullptr && servers->is_array()) {
+    for (const json& a : *servers) {
+      if (!a.is_string() || a.get<std::string>().empty()) {
+        return s.Bad("servers", *servers, "a server count or a list of \"host:port\" strings");
+      }
+      z.server_addresses.push_back(a.get<std::string>());
+    }
+    if (z.server_addresses.empty()) {
+      return s.Bad("servers", *servers, "a non-empty list of \"host:port\" strings");
+    }
+    z.servers = static_cast<int>(z.server_addresses.size());
+  } else if (servers != nullptr) {
+    if (!servers->is_number_integer() || servers->get<int64_t>() < 1 ||
+        servers->get<int64_t>() > 4096) {
+      return s.Bad("servers", *servers, "a server count in [1, 4096] or a list of \"host:port\"");
+    }
+    z.servers = servers->get<int>();
+  }
+  RETURN_IF_ERROR(s.Int("workers", 1, 4096, &z.workers));
+  ASSIGN_OR_RETURN(int placement, s.Choice("placement", {"host", "pinned", "device"}));
+  if (placement >= 0) z.placement = static_cast<Placement>(placement);
+  ASSIGN_OR_RETURN(Section m, s.Child("model"));
+  RETURN_IF_ERROR(m.Int("layers", 1, 4096, &z.model.layers));
+  RETURN_IF_ERROR(m.Int("heads", 1, 4096, &z.model.heads));
+  RETURN_IF_ERROR(m.Int("width", 1, 1 << 20, &z.model.width));
+  RETURN_IF_ERROR(m.Int("vocab", 1, 1 << 24, &z.model.vocab));
+  RETURN_IF_ERROR(m.Int("context", 1, 1 << 20, &z.model.context));
+  m.Finish();
+  ASSIGN_OR_RETURN(Section d, s.Child("data"));
+  if (const json* paths = d.Get("paths"); paths != nullptr) {
+    if (!paths->is_array()) return d.Bad("paths", *paths, "a list of file paths");
+    for (const json& p : *paths) {
+      if (!p.is_string() || p.get<std::string>().empty()) {
+        return d.Bad("paths", *paths, "a list of non-empty file path strings");
+      }
+      z.data.paths.push_back(p.get<std::string>());
+    }
+  }
+  std::optional<int64_t> data_seed;
+  ASSIGN_OR_RETURN(data_seed, d.IntOrAuto("seed", 0, kMaxI64, true));
+  RETURN_IF_ERROR(d.Double("validation_fraction", 0, 0.5, &z.data.validation_fraction));
+  d.Finish();
+  RETURN_IF_ERROR(s.Int("steps", 1, kMaxI64, &z.steps));
+  RETURN_IF_ERROR(s.Int("seed", 0, kMaxI64, &z.seed));
+  z.data.seed = data_seed.has_value() ? static_cast<uint64_t>(*data_seed) : z.seed;
+  RETURN_IF_ERROR(s.Double("init_std", 1e-12, 10, &z.init_std));
+  RETURN_IF_ERROR(s.Int("chunk_elems", 0, kMaxI64, &z.chunk_elems));
+  ASSIGN_OR_RETURN(Section met, s.Child("metrics"));
+  RETURN_IF_ERROR(met.String("path", &z.metrics_path));
+  ASSIGN_OR_RETURN(int format, met.Choice("format", {"csv", "jsonl"}));
+  if (format >= 0) z.metrics_format = static_cast<MetricsFormat>(format);
+  met.Finish();
+  RETURN_IF_ERROR(s.String("plot", &z.plot_path));
+  RETURN_IF_ERROR(s.String("checkpoint_dir", &z.checkpoint_dir));
+  RETURN_IF_ERROR(s.String("admin_token", &z.admin_token));
+  ASSIGN_OR_RETURN(Section tls, s.Child("tls"));
+  RETURN_IF_ERROR(tls.String("cert", &z.tls.cert));
+  RETURN_IF_ERROR(tls.String("key", &z.tls.key));
+  RETURN_IF_ERROR(tls.String("ca", &z.tls.ca));
+  tls.Finish();
+  ASSIGN_OR_RETURN(Section t, s.Child("timeouts"));
+  RETURN_IF_ERROR(t.Double("step_seconds", 1e-3, 1e7, &z.step_timeout_s));
+  RETURN_IF_ERROR(t.Double("startup_seconds", 1e-3, 1e7, &z.startup_timeout_s));
+  t.Finish();
+  ASSIGN_OR_RETURN(Section ac, s.Child("activation_checkpointing"));
+  ASSIGN_OR_RETURN(int policy, ac.Choice("policy", {"none", "every_block", "every_k"}));
+  if (policy >= 0) c->activation_checkpointing.policy = static_cast<CheckpointPolicy>(policy);
+  RETURN_IF_ERROR(ac.Int("k", 1, 4096, &c->activation_checkpointing.k));
+  ac.Finish();
+  RETURN_IF_ERROR(s.Int("max_overflows_at_min_scale", 1, kMaxInt, &z.max_overflows_at_min_scale));
+  s.Finish();
+
+  if (ov.servers.has_value()) {
+    if (!z.server_addresses.empty() && *ov.servers != z.servers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "servers override ", *ov.servers, " conflicts with the ", z.servers,
+          " addresses in config key \"zeroshard.servers\""));
+    }
+    z.servers = *ov.servers;
+  }
+  if (ov.workers.has_value()) z.workers = *ov.workers;
+  if (ov.steps.has_value()) z.steps = *ov.steps;
+  if (z.servers < 1 || z.workers < 1 || z.steps < 1) {
+    return absl::InvalidArgumentError("servers, workers and steps must all be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedConfig> ParseTrainingConfig(std::string_view json_text,
+                                                 const ConfigOverrides& overrides) {
+  json doc;
+  try {
+    doc = json::parse(json_text.begin(), json_text.end(), /*cb=*/nullptr,
+                      /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config is not valid JSON: ", e.what()));
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError("config must be a JSON object at the top level");
+  }
+  ParsedConfig out;
+  TrainingConfig& c = out.config;
+  Section root(&doc, "", &out.warnings);
+
+  ASSIGN_OR_RETURN(std::optional<int64_t> tbs, root.IntOrAuto("train_batch_size", 1, kMaxInt, true));
+  ASSIGN_OR_RETURN(std::optional<int64_t> mbs,
+                   root.IntOrAuto("train_micro_batch_size_per_gpu", 1, kMaxInt, true));
+  ASSIGN_OR_RETURN(std::optional<int64_t> gas,
+                   root.IntOrAuto("gradient_accumulation_steps", 1, kMaxInt, true));
+  RETURN_IF_ERROR(root.Double("gradient_clipping", 0, 1e30, &c.gradient_clipping, true));
+  RETURN_IF_ERROR(root.Int("steps_per_print", 1, kMaxInt, &c.steps_per_print));
+  RETURN_IF_ERROR(root.Bool("wall_clock_breakdown", &c.wall_clock_breakdown));
+  RETURN_IF_ERROR(ParsePrecision(root, &c));
+  ASSIGN_OR_RETURN(bool lr_explicit, ParseOptimizer(root, &c.optimizer));
+  RETURN_IF_ERROR(ParseZero(root, &c.zero));
+  RETURN_IF_ERROR(ParseActivationCheckpointing(root, &c.activation_checkpointing));
+  RETURN_IF_ERROR(ParseCluster(root, overrides, &c));
+  RETURN_IF_ERROR(ParseScheduler(root, lr_explicit, c.cluster.steps, &c.optimizer));
+  root.Finish();
+
+  auto as_int = [](const std::optional<int64_t>& v) {
+    return v.has_value() ? std::optional<int>(static_cast<int>(*v)) : std::optional<int>();
+  };
+  RETURN_IF_ERROR(
+      ResolveBatchSizes(as_int(tbs), as_int(mbs), as_int(gas), c.cluster.workers, &c));
+  RETURN_IF_ERROR(ValidateTrainingConfig(c));
+  return out;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,389 @@
+// TrainingConfig parsing: every example parses cleanly, DeepSpeed's batch
+// rule and "auto" resolution, scheduler mapping, warnings for unknown keys,
+// errors that name the key, and the canonical form / fingerprint.
+#include "common/config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace zeroshard {
+namespace {
+
+constexpr char kMinimal[] = R"({"train_micro_batch_size_per_gpu": 4})";
+
+ParsedConfig MustParse(const std::string& text, const ConfigOverrides& ov = {}) {
+  absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(text, ov);
+  EXPECT_TRUE(p.ok()) << p.status() << "\n" << text;
+  return p.ok() ? *p : ParsedConfig{};
+}
+
+// Expects INVALID_ARGUMENT whose message contains every one of `needles`.
+void ExpectError(const std::string& text, std::vector<std::string> needles,
+                 absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+  absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(text);
+  ASSERT_FALSE(p.ok()) << "parsed unexpectedly: " << text;
+  EXPECT_EQ(p.status().code(), code) << p.status();
+  for (const std::string& n : needles) {
+    EXPECT_NE(p.status().message().find(n), std::string::npos)
+        << "message lacks \"" << n << "\": " << p.status().message();
+  }
+}
+
+TEST(ConfigTest, EveryExampleParsesWithoutWarnings) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator("examples")) {
+    if (e.path().extension() == ".json") files.push_back(e.path().string());
+  }
+  ASSERT_GE(files.size(), 4u) << "expected the examples/*.json configs";
+  for (const std::string& f : files) {
+    absl::StatusOr<ParsedConfig> p = LoadTrainingConfig(f);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_TRUE(p->warnings.empty()) << f << ": " << p->warnings.front();
+    const TrainingConfig& c = p->config;
+    EXPECT_EQ(c.train_batch_size,
+              c.micro_batch_size * c.gradient_accumulation_steps * c.cluster.workers)
+        << f;
+    EXPECT_TRUE(ValidateTrainingConfig(c).ok()) << f;
+  }
+}
+
+TEST(ConfigTest, MainDemoResolves) {
+  absl::StatusOr<ParsedConfig> p = LoadTrainingConfig("examples/gpt-small.json");
+  ASSERT_TRUE(p.ok()) << p.status();
+  const TrainingConfig& c = p->config;
+  EXPECT_EQ(c.precision, Precision::kBf16);
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.cluster.servers, 2);
+  EXPECT_EQ(c.cluster.workers, 2);
+  EXPECT_TRUE(ValidateGptShape(c.cluster.model).ok());
+  // "auto" gas derived from train_batch_size / (micro * workers).
+  EXPECT_EQ(c.gradient_accumulation_steps, c.train_batch_size / (c.micro_batch_size * 2));
+  // "auto" total_num_steps is the run's step count; data seed defaults to seed.
+  EXPECT_EQ(c.optimizer.schedule, LrScheduleKind::kWarmupCosine);
+  EXPECT_EQ(c.optimizer.total_steps, c.cluster.steps);
+  EXPECT_EQ(c.cluster.data.seed, c.cluster.seed);
+  EXPECT_DOUBLE_EQ(c.optimizer.min_lr, c.optimizer.lr * 0.1);
+}
+
+TEST(ConfigTest, ExampleVariantsDifferWhereIntended) {
+  auto load = [](const char* f) { return LoadTrainingConfig(f)->config; };
+  const TrainingConfig base = load("examples/gpt-small.json");
+  const TrainingConfig fp16 = load("examples/gpt-small-fp16.json");
+  const TrainingConfig stage2 = load("examples/gpt-small-stage2.json");
+  const TrainingConfig accum = load("examples/gpt-small-accum.json");
+  EXPECT_EQ(fp16.precision, Precision::kFp16);
+  EXPECT_EQ(fp16.fp16.loss_scale, 0);  // dynamic
+  EXPECT_EQ(stage2.zero.stage, 2);
+  EXPECT_EQ(accum.gradient_accumulation_steps, 4);
+  EXPECT_EQ(accum.train_batch_size, base.train_batch_size);
+}
+
+TEST(ConfigTest, MinimalConfigTakesDefaults) {
+  ParsedConfig p = MustParse(kMinimal);
+  EXPECT_TRUE(p.warnings.empty());
+  const TrainingConfig& c = p.config;
+  EXPECT_EQ(c.precision, Precision::kFp32);
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.micro_batch_size, 4);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.train_batch_size, 4);
+  EXPECT_EQ(c.gradient_clipping, 0);
+  EXPECT_EQ(c.optimizer, OptimizerConfig{});
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_EQ(c.fp16.min_loss_scale, 1);
+}
+
+TEST(ConfigTest, UnknownKeysWarnWithFullPath) {
+  ParsedConfig p = MustParse(R"({
+    "train_micro_batch_size_per_gpu": 1, "mystery": 1,
+    "zero_optimization": {"stage": 2, "foo": true, "offload_optimizer": {"bar": 1}},
+    "zeroshard": {"model": {"depth": 3}, "tls": {"pem": "x"}},
+    "activation_checkpointing": {"partition_activations": true, "qux": 0}})");
+  std::vector<std::string> want = {"\"mystery\"", "\"zero_optimization.foo\"",
+                                   "\"zero_optimization.offload_optimizer.bar\"",
+                                   "\"zeroshard.model.depth\"", "\"zeroshard.tls.pem\"",
+                                   "\"activation_checkpointing.qux\""};
+  ASSERT_EQ(p.warnings.size(), want.size());
+  for (const std::string& w : want) {
+    EXPECT_TRUE(std::any_of(p.warnings.begin(), p.warnings.end(),
+                            [&](const std::string& s) { return s.find(w) != std::string::npos; }))
+        << "no warning for " << w;
+  }
+  EXPECT_EQ(p.config.zero.stage, 2);
+  EXPECT_TRUE(p.config.activation_checkpointing.partition_activations);
+}
+
+TEST(ConfigTest, BadValuesNameTheKey) {
+  ExpectError(R"({"train_batch_size": "lots"})", {"train_batch_size", "integer"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 0})", {"train_micro_batch_size_per_gpu"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 2.5})", {"train_micro_batch_size_per_gpu"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": "3"}})",
+              {"zero_optimization.stage"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 4}})",
+              {"zero_optimization.stage", "[1, 3]"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"hysteresis": 0}})",
+              {"fp16.hysteresis"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": 1}})",
+              {"bf16.enabled", "true, false"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD"}})",
+              {"optimizer.type", "AdamW"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "optimizer": {"params": {"betas": [0.9]}}})",
+              {"optimizer.params.betas"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": {"placement": "gpu"}})",
+              {"zeroshard.placement", "pinned"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": {"model": {"heads": 3}}})",
+              {"zeroshard.model"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": {"model": {"vocab": 100}}})",
+              {"zeroshard.model.vocab", "256"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": {"chunk_elems": 100}})",
+              {"zeroshard.chunk_elems", "64"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": {"metrics": {"format": "xml"}}})",
+              {"zeroshard.metrics.format", "jsonl"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": {"servers": ["a:1", 2]}})",
+              {"zeroshard.servers"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": "x"})",
+              {"zeroshard", "object"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "gradient_clipping": -1})",
+              {"gradient_clipping"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "zeroshard": {"activation_checkpointing": {"policy": "sometimes"}}})",
+              {"zeroshard.activation_checkpointing.policy", "every_k"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "fp16": {"enabled": true, "initial_scale_power": 2, "min_loss_scale": 8}})",
+              {"fp16.min_loss_scale"});
+  ExpectError("{not json", {"not valid JSON"});
+  ExpectError("[1, 2]", {"object"});
+}
+
+TEST(ConfigTest, StageZeroIsRejectedWithReason) {
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}})",
+              {"zero_optimization.stage", "not supported", "1, 2 or 3"});
+}
+
+TEST(ConfigTest, PrecisionChoice) {
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+                  "fp16": {"enabled": true}})",
+              {"bf16.enabled", "fp16.enabled"});
+  EXPECT_EQ(MustParse(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": false}})")
+                .config.precision,
+            Precision::kFp32);
+  ParsedConfig f = MustParse(R"({"train_micro_batch_size_per_gpu": 1,
+      "fp16": {"enabled": true, "loss_scale": 128, "initial_scale_power": 12,
+               "loss_scale_window": 50, "hysteresis": 3, "min_loss_scale": 0.25}})");
+  EXPECT_EQ(f.config.precision, Precision::kFp16);
+  EXPECT_EQ(f.config.fp16.loss_scale, 128);
+  EXPECT_EQ(f.config.fp16.initial_scale_power, 12);
+  EXPECT_EQ(f.config.fp16.loss_scale_window, 50);
+  EXPECT_EQ(f.config.fp16.hysteresis, 3);
+  EXPECT_EQ(f.config.fp16.min_loss_scale, 0.25);
+}
+
+struct BatchCase {
+  std::string tbs, mbs, gas;  // JSON literal or "" for absent
+  int workers;
+  int want_tbs, want_mbs, want_gas;  // want_tbs 0 = expect an error
+};
+
+TEST(ConfigTest, DeepSpeedBatchRule) {
+  const std::vector<BatchCase> cases = {
+      {"32", "4", "4", 2, 32, 4, 4},      {"32", "4", "", 2, 32, 4, 4},
+      {"32", "4", "\"auto\"", 2, 32, 4, 4}, {"32", "", "2", 2, 32, 8, 2},
+      {"\"auto\"", "4", "3", 2, 24, 4, 3}, {"", "4", "", 3, 12, 4, 1},
+      {"12", "", "", 3, 12, 4, 1},         {"32", "4", "3", 2, 0, 0, 0},
+      {"30", "4", "", 2, 0, 0, 0},         {"30", "", "4", 2, 0, 0, 0},
+      {"", "", "4", 2, 0, 0, 0},           {"\"auto\"", "\"auto\"", "", 1, 0, 0, 0},
+  };
+  for (const BatchCase& bc : cases) {
+    std::string text = "{";
+    auto add = [&](const char* key, const std::string& v) {
+      if (v.empty()) return;
+      absl::StrAppend(&text, text.size() > 1 ? "," : "", "\"", key, "\":", v);
+    };
+    add("train_batch_size", bc.tbs);
+    add("train_micro_batch_size_per_gpu", bc.mbs);
+    add("gradient_accumulation_steps", bc.gas);
+    text += "}";
+    absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(text, {.workers = bc.workers});
+    if (bc.want_tbs == 0) {
+      EXPECT_FALSE(p.ok()) << text << " workers=" << bc.workers;
+      if (!p.ok()) {
+        EXPECT_NE(p.status().message().find("train_"), std::string::npos) << p.status();
+      }
+      continue;
+    }
+    ASSERT_TRUE(p.ok()) << text << ": " << p.status();
+    EXPECT_EQ(p->config.train_batch_size, bc.want_tbs) << text;
+    EXPECT_EQ(p->config.micro_batch_size, bc.want_mbs) << text;
+    EXPECT_EQ(p->config.gradient_accumulation_steps, bc.want_gas) << text;
+  }
+}
+
+TEST(ConfigTest, InconsistentTripleNamesAllKeys) {
+  absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(
+      R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 2,
+          "gradient_accumulation_steps": 2, "zeroshard": {"workers": 2}})");
+  ASSERT_FALSE(p.ok());
+  for (const char* k : {"train_batch_size", "train_micro_batch_size_per_gpu",
+                        "gradient_accumulation_steps", "world_size"}) {
+    EXPECT_NE(p.status().message().find(k), std::string::npos) << p.status();
+  }
+}
+
+TEST(ConfigTest, OverridesApplyBeforeAutoResolution) {
+  const std::string text = R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2,
+      "scheduler": {"type": "WarmupCosineLR",
+                    "params": {"warmup_num_steps": 5, "warmup_type": "linear"}},
+      "zeroshard": {"workers": 2, "servers": 3, "steps": 50}})";
+  ParsedConfig a = MustParse(text);
+  EXPECT_EQ(a.config.gradient_accumulation_steps, 4);
+  EXPECT_EQ(a.config.optimizer.total_steps, 50u);
+  ParsedConfig b = MustParse(text, {.servers = 1, .workers = 4, .steps = 20});
+  EXPECT_EQ(b.config.cluster.workers, 4);
+  EXPECT_EQ(b.config.cluster.servers, 1);
+  EXPECT_EQ(b.config.gradient_accumulation_steps, 2);
+  EXPECT_EQ(b.config.optimizer.total_steps, 20u);
+  EXPECT_EQ(b.config.cluster.steps, 20u);
+}
+
+TEST(ConfigTest, SchedulerMapping) {
+  auto sched = [](const std::string& s, const std::string& opt = "") {
+    return ParseTrainingConfig(
+        R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": {"steps": 100},)" +
+        (opt.empty() ? std::string() : opt + ",") + R"("scheduler": )" + s + "}");
+  };
+  auto cos = sched(R"({"type": "warmupcosinelr", "params": {"total_num_steps": 80,
+      "warmup_num_steps": 10, "warmup_type": "linear", "cos_min_ratio": 0.5}})",
+                   R"("optimizer": {"type": "AdamW", "params": {"lr": 0.002}})");
+  ASSERT_TRUE(cos.ok()) << cos.status();
+  EXPECT_EQ(cos->config.optimizer.schedule, LrScheduleKind::kWarmupCosine);
+  EXPECT_EQ(cos->config.optimizer.total_steps, 80u);
+  EXPECT_EQ(cos->config.optimizer.warmup_steps, 10u);
+  EXPECT_DOUBLE_EQ(cos->config.optimizer.min_lr, 0.001);
+
+  auto wlr = sched(R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.003,
+      "warmup_num_steps": 7, "warmup_type": "linear"}})");
+  ASSERT_TRUE(wlr.ok()) << wlr.status();
+  const OptimizerConfig& o = wlr->config.optimizer;
+  EXPECT_EQ(o.lr, 0.003);
+  EXPECT_EQ(o.warmup_steps, 7u);
+  // Linear warmup then constant: matches DeepSpeed's WarmupLR (linear).
+  for (uint64_t t : {1, 3, 7}) EXPECT_NEAR(LearningRateAt(o, t), 0.003 * t / 7, 1e-15);
+  for (uint64_t t : {8, 50, 100, 500}) EXPECT_NEAR(LearningRateAt(o, t), 0.003, 1e-15);
+
+  auto flat = sched(R"({"type": "WarmupLR", "params": {"warmup_num_steps": 0}})");
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(flat->config.optimizer.schedule, LrScheduleKind::kConstant);
+
+  auto check_err = [&](const std::string& s, const char* needle, const std::string& opt = "") {
+    auto r = sched(s, opt);
+    ASSERT_FALSE(r.ok()) << s;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status();
+  };
+  check_err(R"({"type": "WarmupDecayLR", "params": {}})", "WarmupDecayLR");
+  check_err(R"({"type": "OneCycle"})", "scheduler.type");
+  check_err(R"({"type": "WarmupLR", "params": {"warmup_num_steps": 5}})", "warmup_type");
+  check_err(R"({"type": "WarmupCosineLR", "params": {"warmup_num_steps": 500,
+      "warmup_type": "linear"}})", "warmup_num_steps");
+  check_err(R"({"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5,
+      "warmup_type": "linear", "warmup_min_ratio": 0.1}})", "warmup_min_ratio");
+  check_err(R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.1, "warmup_num_steps": 0}})",
+            "disagree", R"("optimizer": {"params": {"lr": 0.01}})");
+}
+
+TEST(ConfigTest, OptimizerKindsFollowDeepSpeed) {
+  auto kind = [](const std::string& opt) {
+    return MustParse(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": )" + opt + "}")
+        .config.optimizer;
+  };
+  EXPECT_EQ(kind(R"({"type": "adam"})").kind, OptimizerKind::kAdamW);
+  OptimizerConfig l2 = kind(R"({"type": "Adam", "params": {"adam_w_mode": false}})");
+  EXPECT_EQ(l2.kind, OptimizerKind::kAdam);
+  EXPECT_EQ(l2.weight_decay, 0.0);
+  OptimizerConfig w = kind(R"({"type": "ADAMW", "params": {"lr": 0.5, "betas": [0.8, 0.9],
+      "eps": 1e-6, "weight_decay": 0.1}})");
+  EXPECT_EQ(w.kind, OptimizerKind::kAdamW);
+  EXPECT_EQ(w.lr, 0.5);
+  EXPECT_EQ(w.beta1, 0.8);
+  EXPECT_EQ(w.beta2, 0.9);
+  EXPECT_EQ(w.eps, 1e-6);
+  EXPECT_EQ(w.weight_decay, 0.1);
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+      "optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})",
+              {"adam_w_mode"});
+}
+
+TEST(ConfigTest, ZeroshardSection) {
+  ParsedConfig p = MustParse(R"({"train_micro_batch_size_per_gpu": 1,
+    "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "none", "pin_memory": true},
+                          "reduce_bucket_size": 2e6, "allgather_bucket_size": "auto"},
+    "zeroshard": {"servers": ["10.0.0.1:7000", "10.0.0.2:7000"], "workers": 1,
+      "placement": "Pinned", "data": {"paths": ["a.txt", "b.txt"], "seed": 9,
+      "validation_fraction": 0.1}, "seed": 3, "chunk_elems": 4096,
+      "metrics": {"path": "m.jsonl", "format": "JSONL"}, "plot": "loss.svg",
+      "checkpoint_dir": "/tmp/ck", "admin_token": "t",
+      "tls": {"cert": "c.pem", "key": "k.pem", "ca": "ca.pem"},
+      "timeouts": {"step_seconds": 30},
+      "activation_checkpointing": {"policy": "every_k", "k": 2},
+      "max_overflows_at_min_scale": 3}})");
+  EXPECT_TRUE(p.warnings.empty()) << p.warnings.front();
+  const TrainingConfig& c = p.config;
+  EXPECT_EQ(c.zero.stage, 1);
+  EXPECT_EQ(c.zero.offload_optimizer, OffloadDevice::kNone);
+  EXPECT_TRUE(c.zero.offload_pin_memory);
+  EXPECT_EQ(c.zero.reduce_bucket_size, 2000000u);
+  EXPECT_EQ(c.cluster.servers, 2);
+  EXPECT_EQ(c.cluster.server_addresses[1], "10.0.0.2:7000");
+  EXPECT_EQ(c.cluster.placement, Placement::kPinned);
+  EXPECT_EQ(c.cluster.data.paths.size(), 2u);
+  EXPECT_EQ(c.cluster.data.seed, 9u);
+  EXPECT_EQ(c.cluster.seed, 3u);
+  EXPECT_EQ(c.cluster.metrics_format, MetricsFormat::kJsonl);
+  EXPECT_EQ(c.cluster.tls.ca, "ca.pem");
+  EXPECT_EQ(c.cluster.step_timeout_s, 30);
+  EXPECT_EQ(c.activation_checkpointing.policy, CheckpointPolicy::kEveryK);
+  EXPECT_EQ(c.activation_checkpointing.k, 2);
+  EXPECT_EQ(c.cluster.max_overflows_at_min_scale, 3);
+  // An address list fixes the server count.
+  EXPECT_FALSE(ParseTrainingConfig(R"({"train_micro_batch_size_per_gpu": 1,
+      "zeroshard": {"servers": ["a:1"]}})", {.servers = 2}).ok());
+}
+
+TEST(ConfigTest, CanonicalFormIgnoresLayoutAndHostLocalFields) {
+  const std::string a = R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+      "zeroshard": {"workers": 2, "metrics": {"path": "a.csv"}, "admin_token": "x"}})";
+  const std::string b = R"({"zeroshard": {"admin_token": "y", "workers": 2,
+      "tls": {"ca": "ca.pem"}}, "optimizer": {"params": {"lr": 1e-3}, "type": "adamw"},
+      "bf16": {"enabled": true},   "train_batch_size": 4})";
+  const TrainingConfig ca = MustParse(a).config, cb = MustParse(b).config;
+  EXPECT_EQ(CanonicalJson(ca), CanonicalJson(cb));
+  EXPECT_EQ(ConfigFingerprint(ca), ConfigFingerprint(cb));
+  TrainingConfig cc = ca;
+  cc.optimizer.lr = 0.002;
+  EXPECT_NE(CanonicalJson(ca), CanonicalJson(cc));
+  EXPECT_NE(ConfigFingerprint(ca), ConfigFingerprint(cc));
+  cc = ca;
+  cc.cluster.model.layers += 1;
+  EXPECT_NE(ConfigFingerprint(ca), ConfigFingerprint(cc));
+  cc = ca;
+  cc.zero.stage = 2;
+  EXPECT_NE(ConfigFingerprint(ca), ConfigFingerprint(cc));
+}
+
+TEST(ConfigTest, LoadReportsMissingFile) {
+  absl::StatusOr<ParsedConfig> p = LoadTrainingConfig("/nonexistent/zeroshard.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(p.status().message().find("/nonexistent/zeroshard.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zeroshard
