@@ -6,7 +6,7 @@ PKGS=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libgloo-dev libopenblas-dev zlib1g-dev
+  nlohmann-json3-dev libgloo-dev libopenblas-dev libdnnl-dev zlib1g-dev
   bazel-bootstrap gnuplot-nox
 )
 missing=()

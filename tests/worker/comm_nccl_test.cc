@@ -1,0 +1,82 @@
+// WorkerGroup on NCCL: skipped without a GPU, except the factory's refusal.
+#include "gtest/gtest.h"
+#include "tests/worker/comm_group_runner.h"
+#include "worker/comm/collectives.h"
+#ifdef ZS_HAVE_NCCL
+#include <cuda_runtime.h>
+
+#include "worker/comm/nccl_collectives.h"
+#endif
+
+namespace zeroshard {
+namespace {
+
+bool HaveGpu() {
+#ifdef ZS_HAVE_NCCL
+  return VisibleCudaDevices().ok();
+#else
+  return false;
+#endif
+}
+
+TEST(NcclWorkerGroupTest, FactoryRefusesClearlyWithoutGpu) {
+  if (HaveGpu()) GTEST_SKIP() << "a GPU is present";
+  InMemoryRendezvousStore store;
+  auto group = CreateWorkerGroup("nccl", 0, 1, &store, TestGroupOptions());
+  ASSERT_FALSE(group.ok());
+#ifdef ZS_HAVE_NCCL
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition)
+      << group.status();
+  EXPECT_NE(group.status().message().find("GPU"), std::string::npos);
+#else
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kUnimplemented);
+#endif
+}
+
+#ifdef ZS_HAVE_NCCL
+// One rank per GPU; a single GPU runs a group of one.
+TEST(NcclWorkerGroupTest, CollectivesOnDeviceBuffers) {
+  auto devices = VisibleCudaDevices();
+  if (!devices.ok()) GTEST_SKIP() << devices.status();
+  const int n = std::min(*devices, 4);
+  const size_t part = 1001;
+  auto statuses = RunGroup("nccl", n, TestGroupOptions(), [&](WorkerGroup& g) {
+    const int r = g.rank();
+    std::vector<float> host_in(part * n);
+    for (size_t i = 0; i < host_in.size(); ++i) host_in[i] = float(r + 1) * (i % 13);
+    float *d_in = nullptr, *d_out = nullptr;
+    if (cudaMalloc(&d_in, host_in.size() * 4) != cudaSuccess ||
+        cudaMalloc(&d_out, part * 4) != cudaSuccess) {
+      return absl::InternalError("cudaMalloc");
+    }
+    cudaMemcpy(d_in, host_in.data(), host_in.size() * 4, cudaMemcpyHostToDevice);
+    absl::Status s = g.ReduceScatter({d_in, host_in.size()}, {d_out, part}, 1.0f);
+    if (s.ok()) s = g.AllGatherInPlace({reinterpret_cast<uint8_t*>(d_in), host_in.size() * 4});
+    if (s.ok()) s = g.Synchronize();
+    std::vector<float> got(part);
+    cudaMemcpy(got.data(), d_out, part * 4, cudaMemcpyDeviceToHost);
+    cudaFree(d_in);
+    cudaFree(d_out);
+    if (!s.ok()) return s;
+    const float ranks_sum = n * (n + 1) / 2.0f;
+    for (size_t i = 0; i < part; ++i) {
+      if (got[i] != ranks_sum * ((r * part + i) % 13)) {
+        return absl::InternalError("reduce-scatter differs");
+      }
+    }
+    double v[2] = {1.0, double(r)};
+    s = g.AllReduce(absl::MakeSpan(v, 2), ReduceOp::kMax);
+    if (!s.ok()) return s;
+    if (v[1] != n - 1) return absl::InternalError("all-reduce differs");
+    std::string bytes = r == 0 ? "config" : "";
+    s = g.Broadcast(&bytes, 0);
+    if (!s.ok()) return s;
+    if (bytes != "config") return absl::InternalError("broadcast differs");
+    return g.AgreeOn("config", 42);
+  });
+  for (const auto& s : statuses) EXPECT_TRUE(s.ok()) << s;
+}
+#endif
+
+}  // namespace
+}  // namespace zeroshard

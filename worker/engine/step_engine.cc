@@ -1,0 +1,388 @@
+#include "worker/engine/step_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "common/grad_clip.h"
+#include "common/logging.h"
+#include "common/optimizer_config.h"
+#include "common/status_macros.h"
+
+namespace zeroshard {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+DType ParamDType(Precision p) {
+  switch (p) {
+    case Precision::kBf16:
+      return DType::kBf16;
+    case Precision::kFp16:
+      return DType::kFp16;
+    default:
+      return DType::kFp32;
+  }
+}
+
+model::CheckpointPolicy ModelPolicy(const ActivationCheckpointingConfig& c) {
+  model::CheckpointPolicy p;
+  switch (c.policy) {
+    case CheckpointPolicy::kEveryBlock:
+      p.mode = model::CheckpointMode::kEveryBlock;
+      break;
+    case CheckpointPolicy::kEveryK:
+      p.mode = model::CheckpointMode::kEveryK;
+      p.k = std::max(c.k, 1);
+      break;
+    default:
+      p.mode = model::CheckpointMode::kNone;
+  }
+  return p;
+}
+
+}  // namespace
+
+StepEngine::StepEngine(const TrainingConfig& config, const FlatLayout* layout,
+                       int rank, ShardClient* client, WorkerGroup* group,
+                       const BatchSampler* sampler, LossScaler scaler)
+    : config_(config),
+      layout_(layout),
+      rank_(rank),
+      world_(group->size()),
+      client_(client),
+      group_(group),
+      sampler_(sampler),
+      scaler_(std::move(scaler)),
+      param_dtype_(ParamDType(config.precision)),
+      wire_dtype_(config.precision == Precision::kBf16 ? DType::kBf16
+                                                       : DType::kFp32),
+      stage_(config.zero.stage) {}
+
+StepEngine::~StepEngine() { (void)queue_.Drain(); }
+
+absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
+    const TrainingConfig& config, const FlatLayout* layout, int rank,
+    ShardClient* client, WorkerGroup* group, const BatchSampler* sampler) {
+  if (group->size() != static_cast<int>(layout->num_workers()) ||
+      group->rank() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker group (rank ", group->rank(), " of ", group->size(),
+        ") does not match the layout (", layout->num_workers(),
+        " workers) and rank ", rank));
+  }
+  if (config.zero.stage < 1 || config.zero.stage > 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero_optimization.stage must be 1, 2 or 3, got ", config.zero.stage));
+  }
+  if (config.micro_batch_size < 1 || config.gradient_accumulation_steps < 1) {
+    return absl::InvalidArgumentError("batch sizes are not resolved");
+  }
+  if (sampler->context() > config.cluster.model.context) {
+    return absl::InvalidArgumentError("sampler context exceeds the model's");
+  }
+  ASSIGN_OR_RETURN(LossScaler scaler,
+                   LossScaler::Create(LossScalerOptionsFor(config)));
+  std::unique_ptr<StepEngine> e(new StepEngine(config, layout, rank, client,
+                                               group, sampler,
+                                               std::move(scaler)));
+  model::CheckpointPolicy policy =
+      ModelPolicy(config.activation_checkpointing);
+  RETURN_IF_ERROR(policy.Validate());
+  ASSIGN_OR_RETURN(model::GptModel m,
+                   model::GptModel::Create(*layout, config.cluster.model,
+                                           e->param_dtype_, policy));
+  e->model_ = std::make_unique<model::GptModel>(std::move(m));
+  e->cache_ = std::make_unique<UnitCache>(layout, rank, e->param_dtype_,
+                                          /*resident=*/config.zero.stage < 3,
+                                          group, &e->queue_);
+  size_t off = 0;
+  for (size_t u = 0; u < layout->units().size(); ++u) {
+    e->shard_offset_.push_back(off);
+    off += layout->WorkerUnitRange(rank, static_cast<int>(u)).size();
+  }
+  e->grad_shard_.assign(off, 0.0f);
+  e->memory_.partition_bytes = e->cache_->partition_bytes();
+  e->memory_.grad_shard_bytes = off * sizeof(float);
+  if (config.zero.stage == 1) {
+    for (const UnitInfo& u : layout->units()) {
+      e->resident_grads_.push_back(
+          std::make_shared<std::vector<float>>(u.padded, 0.0f));
+      e->live_grad_bytes_ += u.padded * sizeof(float);
+    }
+    e->memory_.unit_grads_peak = e->live_grad_bytes_;
+  }
+  const size_t tokens = static_cast<size_t>(config.micro_batch_size) *
+                        sampler->context();
+  e->inputs_.resize(tokens);
+  e->targets_.resize(tokens);
+  return e;
+}
+
+absl::StatusOr<uint64_t> StepEngine::StartStep() {
+  uint64_t lo = UINT64_MAX, hi = 0, adam = UINT64_MAX;
+  auto all = client_->channels().InspectAll();
+  for (size_t k = 0; k < all.size(); ++k) {
+    if (!all[k].ok()) return all[k].status();
+    if (!all[k]->initialized()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", client_->channels().address(k), " is not initialised"));
+    }
+    lo = std::min<uint64_t>(lo, all[k]->min_version());
+    hi = std::max<uint64_t>(hi, all[k]->max_version());
+    adam = std::min<uint64_t>(adam, all[k]->adam_step());
+  }
+  if (lo != hi) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "servers are mid-step (chunk versions ", lo, "..", hi,
+        "); the previous run did not finish its step"));
+  }
+  int64_t v[2] = {static_cast<int64_t>(lo), -static_cast<int64_t>(lo)};
+  RETURN_IF_ERROR(group_->AllReduce(absl::MakeSpan(v, 2), ReduceOp::kMax));
+  if (v[0] != -v[1]) {
+    return absl::FailedPreconditionError("workers see different server versions");
+  }
+  adam_steps_ = adam;
+  return lo;
+}
+
+absl::Status StepEngine::Fetch(uint64_t step) {
+  const std::vector<FlatRange> ranges = layout_->WorkerRanges(rank_);
+  if (param_dtype_ == wire_dtype_) {
+    return client_
+        ->Gather(ranges, wire_dtype_, static_cast<int64_t>(step),
+                 cache_->partition(), cache_->partition_bytes())
+        .status();
+  }
+  // fp16: FP32 on the wire, rounded to FP16 here.
+  std::vector<float> tmp(grad_shard_.size());
+  RETURN_IF_ERROR(client_
+                      ->Gather(ranges, DType::kFp32, static_cast<int64_t>(step),
+                               tmp.data(), tmp.size() * sizeof(float))
+                      .status());
+  FloatToFp16Array(tmp.data(), reinterpret_cast<uint16_t*>(cache_->partition()),
+                   tmp.size());
+  return absl::OkStatus();
+}
+
+std::shared_ptr<std::vector<float>> StepEngine::UnitGradBuffer(int unit) {
+  if (stage_ == 1) return resident_grads_[unit];
+  const uint64_t n = layout_->units()[unit].padded;
+  live_grad_bytes_ += n * sizeof(float);
+  memory_.unit_grads_peak = std::max(memory_.unit_grads_peak, live_grad_bytes_);
+  auto* self = this;
+  return std::shared_ptr<std::vector<float>>(
+      new std::vector<float>(n, 0.0f), [self](std::vector<float>* p) {
+        // Runs on whichever thread drops the last reference; the counter is
+        // only read by the compute thread after the queue drained.
+        __atomic_fetch_sub(&self->live_grad_bytes_, p->size() * sizeof(float),
+                           __ATOMIC_RELAXED);
+        delete p;
+      });
+}
+
+void StepEngine::QueueReduceScatter(int unit,
+                                    std::shared_ptr<std::vector<float>> grad,
+                                    bool accumulate, PushSession* push) {
+  const FlatRange part = layout_->WorkerUnitRange(rank_, unit);
+  float* shard = grad_shard_.data() + shard_offset_[unit];
+  queue_.Submit([this, unit, grad = std::move(grad), accumulate, push, part,
+                 shard]() mutable -> absl::Status {
+    const size_t n = part.size();
+    if (accumulate && rs_scratch_.size() < n) rs_scratch_.resize(n);
+    absl::Span<float> out = accumulate
+                                ? absl::MakeSpan(rs_scratch_.data(), n)
+                                : absl::MakeSpan(shard, n);
+    absl::Status s = group_->ReduceScatter(*grad, out, 1.0f);
+    grad.reset();
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("reduce-scatter of unit '",
+                                       layout_->units()[unit].name,
+                                       "': ", s.message()));
+    }
+    if (accumulate) {
+      for (size_t i = 0; i < n; ++i) shard[i] += out[i];
+    }
+    if (push != nullptr) return push->Add(part, DType::kFp32, shard);
+    return absl::OkStatus();
+  });
+}
+
+int StepEngine::NextBackwardUnit(int l) const {
+  if (l <= 0) return -1;
+  const int prev = l - 1;
+  if (model_->NeedsRecompute(prev)) {
+    return model::GptModel::block_unit(model_->RecomputeStart(prev));
+  }
+  return model::GptModel::block_unit(prev);
+}
+
+absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
+                                    PushSession* push, double* loss) {
+  const int b = config_.micro_batch_size;
+  const int T = sampler_->context();
+  const int L = model_->num_blocks();
+  const int emb = model::GptModel::embedding_unit();
+  const int fin = model_->final_unit();
+  const bool per_unit_rs = stage_ >= 2;
+  const bool accumulate = micro > 0;
+  PushSession* unit_push = (last && per_unit_rs) ? push : nullptr;
+  RETURN_IF_ERROR(sampler_->FillMicroBatch(step, rank_, world_, micro, b,
+                                           absl::MakeSpan(inputs_),
+                                           absl::MakeSpan(targets_)));
+  RETURN_IF_ERROR(model_->Begin(b, T, inputs_, targets_));
+
+  // Forward.
+  cache_->Prefetch(emb);
+  {
+    ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(emb));
+    cache_->Prefetch(model::GptModel::block_unit(0));
+    RETURN_IF_ERROR(model_->EmbeddingForward(p));
+    cache_->Release(emb);
+  }
+  for (int l = 0; l < L; ++l) {
+    const int u = model::GptModel::block_unit(l);
+    ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
+    cache_->Prefetch(l + 1 < L ? model::GptModel::block_unit(l + 1) : fin);
+    RETURN_IF_ERROR(model_->BlockForward(l, p));
+    cache_->Release(u);
+  }
+  // Final: ln_f + tied head + loss, then the start of backward.
+  auto grad_fin = UnitGradBuffer(fin);
+  auto grad_emb = UnitGradBuffer(emb);
+  {
+    cache_->Prefetch(emb);
+    ASSIGN_OR_RETURN(model::UnitParams pf, cache_->Acquire(fin));
+    ASSIGN_OR_RETURN(model::UnitParams pe, cache_->Acquire(emb));
+    if (L > 0) cache_->Prefetch(NextBackwardUnit(L));
+    ASSIGN_OR_RETURN(
+        double l, model_->FinalForwardBackward(
+                      pf, pe, static_cast<float>(scaler_.scale()),
+                      absl::MakeSpan(*grad_fin), absl::MakeSpan(*grad_emb)));
+    *loss += l;
+    cache_->Release(fin);
+    cache_->Release(emb);
+  }
+  if (per_unit_rs) QueueReduceScatter(fin, std::move(grad_fin), accumulate, unit_push);
+
+  // Backward through the blocks.
+  for (int l = L - 1; l >= 0; --l) {
+    if (model_->NeedsRecompute(l)) {
+      for (int j = model_->RecomputeStart(l); j <= l; ++j) {
+        const int u = model::GptModel::block_unit(j);
+        ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
+        cache_->Prefetch(j < l ? model::GptModel::block_unit(j + 1)
+                               : model::GptModel::block_unit(l));
+        RETURN_IF_ERROR(model_->RecomputeBlock(j, p));
+        if (j < l) cache_->Release(u);
+      }
+    }
+    const int u = model::GptModel::block_unit(l);
+    ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
+    const int next = NextBackwardUnit(l);
+    if (next >= 0) cache_->Prefetch(next);
+    auto grad = UnitGradBuffer(u);
+    RETURN_IF_ERROR(model_->BlockBackward(l, p, absl::MakeSpan(*grad)));
+    cache_->Release(u);
+    if (per_unit_rs) {
+      QueueReduceScatter(u, std::move(grad), accumulate, unit_push);
+    }
+  }
+  RETURN_IF_ERROR(model_->EmbeddingBackward(absl::MakeSpan(*grad_emb)));
+  if (per_unit_rs) QueueReduceScatter(emb, std::move(grad_emb), accumulate, unit_push);
+  return absl::OkStatus();
+}
+
+absl::Status StepEngine::ReduceScatterResident(PushSession* push) {
+  for (size_t u = 0; u < resident_grads_.size(); ++u) {
+    QueueReduceScatter(static_cast<int>(u), resident_grads_[u],
+                       /*accumulate=*/false, push);
+  }
+  return queue_.Drain();
+}
+
+absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
+  StepResult r;
+  r.step = step;
+  r.loss_scale = scaler_.scale();
+  const auto t0 = Clock::now();
+  RETURN_IF_ERROR(cache_->ReleaseAll());
+  cache_->ResetPeak();
+  RETURN_IF_ERROR(Fetch(step));
+  if (stage_ < 3) RETURN_IF_ERROR(cache_->GatherAll());
+  r.fetch_seconds = Since(t0);
+
+  std::fill(grad_shard_.begin(), grad_shard_.end(), 0.0f);
+  for (auto& g : resident_grads_) std::fill(g->begin(), g->end(), 0.0f);
+
+  const int gas = config_.gradient_accumulation_steps;
+  double loss_sum = 0;
+  std::unique_ptr<PushSession> push;
+  const auto t1 = Clock::now();
+  for (int m = 0; m < gas; ++m) {
+    const bool last = m + 1 == gas;
+    if (last) {
+      ASSIGN_OR_RETURN(push, client_->OpenPush(step, rank_));
+    }
+    absl::Status s = MicroBatch(step, m, last, push.get(), &loss_sum);
+    if (!s.ok()) {
+      (void)queue_.Drain();
+      if (push) push->Abort();
+      return s;
+    }
+  }
+  r.compute_seconds = Since(t1);
+  const auto t2 = Clock::now();
+  absl::Status comm = stage_ == 1 ? ReduceScatterResident(push.get())
+                                  : queue_.Drain();
+  r.comm_wait_seconds = Since(t2);
+  if (!comm.ok()) {
+    push->Abort();
+    return comm;
+  }
+  memory_.unit_params_peak =
+      std::max(memory_.unit_params_peak, cache_->peak_bytes());
+
+  // Global norm, overflow and loss in one all-reduce.
+  const auto t3 = Clock::now();
+  double sums[2] = {GradSumOfSquares(grad_shard_), loss_sum};
+  absl::Status ar = group_->AllReduce(absl::MakeSpan(sums, 2), ReduceOp::kSum);
+  if (!ar.ok()) {
+    push->Abort();
+    return ar;
+  }
+  const double denom = static_cast<double>(world_) * gas;
+  const GradCoefficient c = ComputeGradCoefficient(
+      sums[0], scaler_.scale() * denom, config_.gradient_clipping);
+  absl::StatusOr<bool> apply = scaler_.Update(c.overflow);
+  if (!apply.ok()) {
+    push->Abort();
+    return apply.status();
+  }
+  StepCommit commit;
+  commit.skip = !*apply;
+  commit.coefficient = commit.skip ? 0.0 : c.coefficient;
+  absl::StatusOr<PushResult> pushed = push->Commit(commit);
+  if (!pushed.ok()) return pushed.status();
+  r.commit_seconds = Since(t3);
+
+  r.loss = sums[1] / denom;
+  r.grad_norm = c.norm;
+  r.clip_factor = c.clip_factor;
+  r.skipped = commit.skip;
+  if (!r.skipped) ++adam_steps_;
+  r.lr = LearningRateAt(config_.optimizer, std::max<uint64_t>(adam_steps_, 1));
+  r.tokens = static_cast<uint64_t>(config_.train_batch_size) *
+             sampler_->context();
+  r.seconds = Since(t0);
+  return r;
+}
+
+}  // namespace zeroshard

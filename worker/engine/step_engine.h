@@ -1,0 +1,150 @@
+// StepEngine: one worker's ZeRO training step (DESIGN.md "One training step").
+//
+//   1. Fetch: the worker's 1/N partition of every unit from the shard servers
+//      at version `step` (BF16 on the wire for bf16 training, FP32 for fp32
+//      and fp16; fp16 is rounded on the worker).
+//   2. Forward, unit by unit: all-gather the unit among the workers (the next
+//      unit is prefetched on the CommQueue while this one computes), compute,
+//      free it (ZeRO-3). ZeRO-1/2 all-gather every unit once per step and keep
+//      them.
+//   3. Backward in reverse: re-gather, recompute where the checkpointing
+//      policy dropped activations, backward, then reduce-scatter the unit's
+//      FP32 gradient so that this worker keeps its part, accumulated over the
+//      gradient_accumulation_steps micro-batches (ZeRO-2/3: per unit, as soon
+//      as it is computed; ZeRO-1: full gradients stay on the worker until the
+//      last micro-batch, then one reduce-scatter per unit).
+//   4. During the last micro-batch's backward each unit's finished gradient
+//      part is streamed to the servers that own it (one PushGrad stream per
+//      server, opened at the start of that backward).
+//   5. One all-reduce of (sum of squares, loss) gives the global norm and the
+//      overflow flag; the coefficient 1/(loss_scale*N*gas) * clip factor
+//      and the skip flag commit the push. The loss scaler (fp16) updates.
+//
+// Every rank runs the same schedule, so collectives line up. Errors from the
+// servers, the group or the model end the step with a status naming the
+// unit, server or peer; the push is aborted so nothing of the step applies
+// (unless some servers already committed, which the next step's version
+// check then reports).
+//
+//   ASSIGN_OR_RETURN(auto engine, StepEngine::Create(cfg, rank, client, group,
+//                                                    sampler));
+//   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
+//   for (; step < cfg.cluster.steps; ++step) {
+//     ASSIGN_OR_RETURN(StepResult r, engine->Step(step));
+//   }
+#ifndef ZEROSHARD_WORKER_ENGINE_STEP_ENGINE_H_
+#define ZEROSHARD_WORKER_ENGINE_STEP_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/shard_client.h"
+#include "common/config.h"
+#include "common/layout.h"
+#include "common/loss_scaler.h"
+#include "worker/comm/collectives.h"
+#include "worker/data/batch_sampler.h"
+#include "worker/engine/comm_queue.h"
+#include "worker/engine/unit_cache.h"
+#include "worker/model/gpt.h"
+
+namespace zeroshard {
+
+struct StepResult {
+  uint64_t step = 0;
+  double loss = 0;         // mean over the global batch
+  double grad_norm = 0;    // global L2 norm of the averaged, unscaled grads
+  double clip_factor = 1;
+  double loss_scale = 1;   // the scale this step's backward used
+  double lr = 0;           // learning rate the servers apply (if not skipped)
+  bool skipped = false;    // overflow: no update
+  uint64_t tokens = 0;     // tokens of the global batch
+  double seconds = 0;
+  // Breakdown (this worker).
+  double fetch_seconds = 0;
+  double compute_seconds = 0;
+  double comm_wait_seconds = 0;
+  double commit_seconds = 0;
+};
+
+// Bytes of model state this worker holds (not activations).
+struct EngineMemory {
+  uint64_t partition_bytes = 0;       // its 1/N of the params
+  uint64_t grad_shard_bytes = 0;      // its 1/N of the FP32 grads
+  uint64_t unit_params_peak = 0;      // full units gathered at once (peak)
+  uint64_t unit_grads_peak = 0;       // full-unit FP32 grad buffers (peak)
+  uint64_t total_peak() const {
+    return partition_bytes + grad_shard_bytes + unit_params_peak +
+           unit_grads_peak;
+  }
+};
+
+class StepEngine {
+ public:
+  // `layout` must be FlatLayout::Create(MakeGptManifest(model, N), S, N).
+  // The pointers must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
+      const TrainingConfig& config, const FlatLayout* layout, int rank,
+      ShardClient* client, WorkerGroup* group, const BatchSampler* sampler);
+  ~StepEngine();
+
+  // The step to run next: the servers' lowest chunk version (agreed among
+  // workers), so a restarted run continues where the servers are.
+  absl::StatusOr<uint64_t> StartStep();
+
+  // Runs optimizer step `step` (all micro-batches, push, commit).
+  absl::StatusOr<StepResult> Step(uint64_t step);
+
+  const EngineMemory& memory() const { return memory_; }
+  const model::GptModel& model() const { return *model_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
+  // This worker's FP32 gradient partition from the last step (tests).
+  const std::vector<float>& grad_shard() const { return grad_shard_; }
+
+ private:
+  StepEngine(const TrainingConfig& config, const FlatLayout* layout, int rank,
+             ShardClient* client, WorkerGroup* group,
+             const BatchSampler* sampler, LossScaler scaler);
+
+  absl::Status Fetch(uint64_t step);
+  absl::Status MicroBatch(uint64_t step, int micro, bool last,
+                          PushSession* push, double* loss);
+  // Queues the reduce-scatter of unit u's full gradient `grad` into this
+  // worker's shard (accumulating after the first micro-batch) and, when
+  // `push` is set, the push of the finished part.
+  void QueueReduceScatter(int unit, std::shared_ptr<std::vector<float>> grad,
+                          bool accumulate, PushSession* push);
+  absl::Status ReduceScatterResident(PushSession* push);
+  std::shared_ptr<std::vector<float>> UnitGradBuffer(int unit);
+  int NextBackwardUnit(int l) const;
+
+  const TrainingConfig config_;
+  const FlatLayout* layout_;
+  const int rank_;
+  const int world_;
+  ShardClient* client_;
+  WorkerGroup* group_;
+  const BatchSampler* sampler_;
+  LossScaler scaler_;
+  const DType param_dtype_;
+  const DType wire_dtype_;
+  const int stage_;
+  CommQueue queue_;
+  std::unique_ptr<UnitCache> cache_;
+  std::unique_ptr<model::GptModel> model_;
+  std::vector<float> grad_shard_;            // this worker's partition, FP32
+  std::vector<size_t> shard_offset_;         // element offset of unit u's part
+  std::vector<float> rs_scratch_;            // reduce-scatter output
+  // ZeRO-1: full FP32 grads of every unit, kept across micro-batches.
+  std::vector<std::shared_ptr<std::vector<float>>> resident_grads_;
+  uint64_t live_grad_bytes_ = 0;
+  uint64_t adam_steps_ = 0;                  // non-skipped steps so far
+  EngineMemory memory_;
+  std::vector<int32_t> inputs_, targets_;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_WORKER_ENGINE_STEP_ENGINE_H_

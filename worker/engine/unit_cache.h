@@ -1,0 +1,92 @@
+// UnitCache: a worker's parameters — its own partition of every unit (1/N of
+// the model, fetched from the shard servers once per step) and the full
+// units all-gathered from the other workers while they are in use.
+//
+// ZeRO-3 (resident = false): a unit is all-gathered when first needed (or
+// prefetched one step ahead on the CommQueue while the previous unit
+// computes) and freed on Release, so at most a couple of full units live at
+// a time. ZeRO-1/2 (resident = true): GatherAll() all-gathers every unit once
+// per step and they stay until the next step; Release is a no-op.
+//
+//   UnitCache cache(&layout, rank, DType::kBf16, /*resident=*/false, group,
+//                   &queue);
+//   ... fetch into cache.partition() ...
+//   cache.Prefetch(1);
+//   ASSIGN_OR_RETURN(model::UnitParams p, cache.Acquire(0));
+//   ... compute with p ...
+//   cache.Release(0);
+//
+// Not thread-safe: one compute thread calls it; gathers run on the queue.
+#ifndef ZEROSHARD_WORKER_ENGINE_UNIT_CACHE_H_
+#define ZEROSHARD_WORKER_ENGINE_UNIT_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+#include "common/layout.h"
+#include "worker/comm/collectives.h"
+#include "worker/engine/comm_queue.h"
+#include "worker/model/unit_weights.h"
+
+namespace zeroshard {
+
+class UnitCache {
+ public:
+  UnitCache(const FlatLayout* layout, int rank, DType dtype, bool resident,
+            WorkerGroup* group, CommQueue* queue);
+  ~UnitCache();
+  UnitCache(const UnitCache&) = delete;
+  UnitCache& operator=(const UnitCache&) = delete;
+
+  DType dtype() const { return dtype_; }
+  // The partition: this worker's part of every unit, concatenated in unit
+  // order (layout.WorkerRanges(rank)), in dtype().
+  uint8_t* partition() { return partition_.data(); }
+  size_t partition_bytes() const { return partition_.size(); }
+  // Byte offset of unit u's part inside the partition.
+  size_t PartOffsetBytes(int unit) const { return part_offset_[unit]; }
+
+  // Starts the all-gather of unit u on the queue unless it is present or in
+  // flight.
+  void Prefetch(int unit);
+  // Returns unit u's full parameters, gathering them (and waiting) if needed.
+  absl::StatusOr<model::UnitParams> Acquire(int unit);
+  // Frees unit u's full buffer (ZeRO-3); a no-op when resident.
+  void Release(int unit);
+  // Frees every full buffer (waits for gathers in flight first).
+  absl::Status ReleaseAll();
+  // All-gathers every unit (resident mode, once per step after the fetch).
+  absl::Status GatherAll();
+
+  // Bytes of full unit buffers alive now, and the peak since ResetPeak().
+  uint64_t live_bytes() const { return live_bytes_; }
+  uint64_t peak_bytes() const { return peak_bytes_; }
+  void ResetPeak() { peak_bytes_ = live_bytes_; }
+
+ private:
+  struct Slot {
+    std::vector<uint8_t> buffer;  // padded unit, dtype_
+    CommTicket ticket;            // the gather in flight, if any
+    bool present = false;         // gathered (or in flight)
+  };
+  void StartGather(int unit);
+
+  const FlatLayout* layout_;
+  const int rank_;
+  const DType dtype_;
+  const bool resident_;
+  WorkerGroup* group_;
+  CommQueue* queue_;
+  std::vector<uint8_t> partition_;
+  std::vector<size_t> part_offset_;
+  std::vector<Slot> slots_;
+  uint64_t live_bytes_ = 0;
+  uint64_t peak_bytes_ = 0;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_WORKER_ENGINE_UNIT_CACHE_H_

@@ -1,0 +1,159 @@
+// zeroshard-worker: one training worker (one per GPU, or a CPU process).
+//
+//   zeroshard-worker --rank=0 --world_size=2 --servers=h:p,h:p \
+//       --config=examples/gpt-small.json [--steps=K] [--run_id=ID]
+//
+// Rank 0 initialises the servers (idempotent), every rank joins the Gloo
+// group through server 0's key-value store, checks that all workers hold the
+// same config, and trains from the servers' current step to `steps`. Rank 0
+// prints one JSON line per step on stdout (the launcher's progress feed);
+// errors go to stderr and the exit code is non-zero.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "client/kv_client.h"
+#include "client/shard_client.h"
+#include "common/config.h"
+#include "common/gpt_manifest.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/comm/collectives.h"
+#include "worker/data/batch_sampler.h"
+#include "worker/data/corpus.h"
+#include "worker/engine/step_engine.h"
+
+ABSL_FLAG(int, rank, 0, "this worker's rank in [0, world_size)");
+ABSL_FLAG(int, world_size, 1, "number of workers N");
+ABSL_FLAG(std::string, servers, "", "shard servers HOST:PORT,... in index order");
+ABSL_FLAG(std::string, config, "", "DeepSpeed-style JSON config file");
+ABSL_FLAG(int64_t, steps, -1, "train until this step (overrides the config)");
+ABSL_FLAG(std::string, run_id, "run", "names this run's worker group in the KV store");
+ABSL_FLAG(std::string, hostname, "127.0.0.1", "address this worker listens on for Gloo");
+ABSL_FLAG(std::string, comm, "gloo", "collectives backend: gloo or nccl");
+
+namespace zeroshard {
+namespace {
+
+absl::Status Run() {
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const int world = absl::GetFlag(FLAGS_world_size);
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rank (", rank, ") must be in [0, --world_size (", world, "))"));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> servers,
+                   ParseServerList(absl::GetFlag(FLAGS_servers)));
+  if (absl::GetFlag(FLAGS_config).empty()) {
+    return absl::InvalidArgumentError("--config is required");
+  }
+  ConfigOverrides overrides;
+  overrides.workers = world;
+  overrides.servers = static_cast<int>(servers.size());
+  if (absl::GetFlag(FLAGS_steps) >= 0) {
+    overrides.steps = static_cast<uint64_t>(absl::GetFlag(FLAGS_steps));
+  }
+  ASSIGN_OR_RETURN(ParsedConfig parsed,
+                   LoadTrainingConfig(absl::GetFlag(FLAGS_config), overrides));
+  if (rank == 0) {
+    for (const std::string& w : parsed.warnings) ZS_LOG(WARNING) << w;
+  }
+  const TrainingConfig& cfg = parsed.config;
+  ASSIGN_OR_RETURN(ModelManifest manifest,
+                   MakeGptManifest(cfg.cluster.model, world));
+  ASSIGN_OR_RETURN(FlatLayout layout,
+                   FlatLayout::Create(manifest, servers.size(), world));
+  const absl::Duration step_timeout = absl::Seconds(cfg.cluster.step_timeout_s);
+  ShardClientOptions client_options;
+  client_options.call_timeout = step_timeout;
+  client_options.control_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
+                   ShardClient::Create(servers, layout, client_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
+                   KvClient::Connect(servers[0], client_options.control_timeout));
+
+  GroupOptions group_options;
+  group_options.group = absl::GetFlag(FLAGS_run_id) + "/workers";
+  group_options.timeout = step_timeout;
+  group_options.hostname = absl::GetFlag(FLAGS_hostname);
+  ASSIGN_OR_RETURN(std::unique_ptr<WorkerGroup> group,
+                   CreateWorkerGroup(absl::GetFlag(FLAGS_comm), rank, world,
+                                     kv.get(), group_options));
+  RETURN_IF_ERROR(group->AgreeOn("config", ConfigFingerprint(cfg)));
+
+  if (rank == 0) {
+    InitOptions init;
+    init.optimizer = cfg.optimizer;
+    init.seed = cfg.cluster.seed;
+    init.init_std = cfg.cluster.init_std;
+    init.chunk_elems = cfg.cluster.chunk_elems;
+    init.admin_token = cfg.cluster.admin_token;
+    RETURN_IF_ERROR(client->Init(init).status());
+  }
+  RETURN_IF_ERROR(group->Barrier());
+
+  ASSIGN_OR_RETURN(Corpus corpus, Corpus::Load(cfg.cluster.data));
+  ASSIGN_OR_RETURN(BatchSampler sampler,
+                   BatchSampler::Create(corpus, DataSplit::kTrain,
+                                        cfg.cluster.model.context,
+                                        cfg.cluster.data.seed));
+  ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
+                   StepEngine::Create(cfg, &layout, rank, client.get(),
+                                      group.get(), &sampler));
+  ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
+  if (rank == 0) {
+    std::printf(
+        "{\"event\":\"start\",\"step\":%llu,\"steps\":%llu,\"params\":%llu,"
+        "\"workers\":%d,\"servers\":%zu}\n",
+        static_cast<unsigned long long>(step),
+        static_cast<unsigned long long>(cfg.cluster.steps),
+        static_cast<unsigned long long>(layout.param_elems()), world,
+        servers.size());
+    std::fflush(stdout);
+  }
+  for (; step < cfg.cluster.steps; ++step) {
+    ASSIGN_OR_RETURN(StepResult r, engine->Step(step));
+    if (rank == 0) {
+      const EngineMemory& m = engine->memory();
+      std::printf(
+          "{\"event\":\"step\",\"step\":%llu,\"loss\":%.6f,"
+          "\"tokens_per_s\":%.1f,\"loss_scale\":%g,\"grad_norm\":%.6f,"
+          "\"lr\":%.6g,\"skipped\":%s,\"seconds\":%.4f,\"fetch_s\":%.4f,"
+          "\"compute_s\":%.4f,\"comm_wait_s\":%.4f,\"commit_s\":%.4f,"
+          "\"model_state_bytes\":%llu,\"activation_peak_bytes\":%llu}\n",
+          static_cast<unsigned long long>(r.step), r.loss,
+          r.seconds > 0 ? r.tokens / r.seconds : 0.0, r.loss_scale,
+          r.grad_norm, r.lr, r.skipped ? "true" : "false", r.seconds,
+          r.fetch_seconds, r.compute_seconds, r.comm_wait_seconds,
+          r.commit_seconds, static_cast<unsigned long long>(m.total_peak()),
+          static_cast<unsigned long long>(engine->model().memory().peak()));
+      std::fflush(stdout);
+    }
+  }
+  RETURN_IF_ERROR(group->Barrier());
+  if (rank == 0) {
+    std::printf("{\"event\":\"done\",\"step\":%llu}\n",
+                static_cast<unsigned long long>(step));
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace zeroshard
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::Status s = zeroshard::Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "zeroshard-worker rank %d: error: %s\n",
+                 absl::GetFlag(FLAGS_rank), s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
