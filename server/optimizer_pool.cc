@@ -34,13 +34,10 @@ void OptimizerPool::HelperMain() {
     Loop* loop;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](std::pair<OptimizerPool*, uint64_t*>* a)
-               ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                 return a->first->stop_ || a->first->generation_ != *a->second;
-               },
-          new (alloca(sizeof(std::pair<OptimizerPool*, uint64_t*>)))
-              std::pair<OptimizerPool*, uint64_t*>(this, &seen)));
+      auto wake = [this, &seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || generation_ != seen;
+      };
+      mu_.Await(absl::Condition(&wake));
       if (stop_) return;
       seen = generation_;
       loop = loop_;
@@ -68,8 +65,10 @@ void OptimizerPool::ParallelFor(size_t n, size_t tile,
   RunTiles(loop);
   {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* busy) { return *busy == 0; }, &busy_helpers_));
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return busy_helpers_ == 0;
+    };
+    mu_.Await(absl::Condition(&done));
     loop_ = nullptr;
   }
   run_mu_.Unlock();

@@ -16,18 +16,6 @@ constexpr size_t kAlignment = 64;
 
 }  // namespace
 
-absl::string_view PlacementName(Placement placement) {
-  switch (placement) {
-    case Placement::kHost:
-      return "host";
-    case Placement::kPinned:
-      return "pinned";
-    case Placement::kDevice:
-      return "device";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<Placement> ParsePlacement(absl::string_view name) {
   if (name == "host") return Placement::kHost;
   if (name == "pinned") return Placement::kPinned;

@@ -19,13 +19,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/config.h"
 
 namespace zeroshard {
 
-enum class Placement { kHost, kPinned, kDevice };
-
-// "host", "pinned" or "device".
-absl::string_view PlacementName(Placement placement);
+// Placement itself and PlacementName ("host", "pinned", "device") are
+// common/config.h's, shared with the JSON configuration.
 // Parses the --placement flag value; INVALID_ARGUMENT naming the flag.
 absl::StatusOr<Placement> ParsePlacement(absl::string_view name);
 

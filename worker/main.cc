@@ -36,6 +36,8 @@ ABSL_FLAG(int64_t, steps, -1, "train until this step (overrides the config)");
 ABSL_FLAG(std::string, run_id, "run", "names this run's worker group in the KV store");
 ABSL_FLAG(std::string, hostname, "127.0.0.1", "address this worker listens on for Gloo");
 ABSL_FLAG(std::string, comm, "gloo", "collectives backend: gloo or nccl");
+ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
+          "testing: make this worker's gradient non-finite at this step");
 
 namespace zeroshard {
 namespace {
@@ -105,6 +107,10 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client.get(),
                                       group.get(), &sampler));
+  if (absl::GetFlag(FLAGS_inject_overflow_at_step) >= 0) {
+    engine->InjectOverflowAt(
+        static_cast<uint64_t>(absl::GetFlag(FLAGS_inject_overflow_at_step)));
+  }
   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
   if (rank == 0) {
     std::printf(

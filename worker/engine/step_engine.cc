@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/grad_clip.h"
@@ -350,6 +351,9 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   memory_.unit_params_peak =
       std::max(memory_.unit_params_peak, cache_->peak_bytes());
 
+  if (step == inject_overflow_step_ && !grad_shard_.empty()) {
+    grad_shard_[0] = std::numeric_limits<float>::infinity();
+  }
   // Global norm, overflow and loss in one all-reduce.
   const auto t3 = Clock::now();
   double sums[2] = {GradSumOfSquares(grad_shard_), loss_sum};

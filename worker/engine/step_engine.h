@@ -97,6 +97,10 @@ class StepEngine {
   // Runs optimizer step `step` (all micro-batches, push, commit).
   absl::StatusOr<StepResult> Step(uint64_t step);
 
+  // Test hook: makes this worker's gradient non-finite at `step`, as an FP16
+  // overflow would (the step must then be skipped and the scale back off).
+  void InjectOverflowAt(uint64_t step) { inject_overflow_step_ = step; }
+
   const EngineMemory& memory() const { return memory_; }
   const model::GptModel& model() const { return *model_; }
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -141,6 +145,7 @@ class StepEngine {
   std::vector<std::shared_ptr<std::vector<float>>> resident_grads_;
   uint64_t live_grad_bytes_ = 0;
   uint64_t adam_steps_ = 0;                  // non-skipped steps so far
+  uint64_t inject_overflow_step_ = UINT64_MAX;
   EngineMemory memory_;
   std::vector<int32_t> inputs_, targets_;
 };

@@ -1,0 +1,73 @@
+#include "server/kv_wait_reactor.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/grpc_status.h"
+
+namespace zeroshard {
+
+KvWaitReactor::KvWaitReactor(grpc::CallbackServerContext* context, KvStore* kv,
+                             const std::vector<std::string>& keys,
+                             RpcCounters* counters)
+    : context_(context), kv_(kv), counters_(counters) {
+  bool ready = false;
+  {
+    absl::MutexLock lock(&mu_);
+    refs_.fetch_add(1);  // held by the waiter callback
+    waiter_id_ = kv_->WaitForKeys(keys, [this] { OnReady(); });
+    if (waiter_id_ == 0) {
+      refs_.fetch_sub(1);
+      finished_ = true;
+      ready = true;
+    }
+  }
+  if (ready) Finish(grpc::Status::OK);
+}
+
+void KvWaitReactor::OnReady() {
+  bool finish = false;
+  {
+    absl::MutexLock lock(&mu_);
+    waiter_id_ = 0;
+    if (!finished_) finished_ = finish = true;
+  }
+  if (finish) Finish(grpc::Status::OK);
+  Unref();
+}
+
+void KvWaitReactor::OnCancel() {
+  bool finish = false;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (waiter_id_ == 0 || finished_) return;  // finished, or finishing
+    const std::vector<std::string> missing = kv_->Missing(waiter_id_);
+    if (!kv_->CancelWait(waiter_id_)) return;  // its callback finishes
+    waiter_id_ = 0;
+    finished_ = finish = true;
+    const bool expired =
+        context_->deadline() <= std::chrono::system_clock::now();
+    const std::string text = absl::StrCat(
+        "KvWait ", expired ? "deadline passed" : "cancelled",
+        " before these keys were set: ", absl::StrJoin(missing, ", "));
+    status = expired ? absl::DeadlineExceededError(text)
+                     : absl::CancelledError(text);
+    result_ = status;
+  }
+  if (finish) {
+    Finish(ToGrpcStatus(status));
+    Unref();
+  }
+}
+
+void KvWaitReactor::OnDone() {
+  {
+    absl::MutexLock lock(&mu_);
+    counters_->RecordResult(result_);
+  }
+  Unref();
+}
+
+}  // namespace zeroshard

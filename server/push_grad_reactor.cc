@@ -1,0 +1,47 @@
+#include "server/push_grad_reactor.h"
+
+#include <utility>
+
+#include "server/grpc_status.h"
+
+namespace zeroshard {
+
+PushGradReactor::PushGradReactor(std::shared_ptr<ShardState> state,
+                                 v1::PushGradResponse* response,
+                                 RpcCounters* counters)
+    : session_(std::move(state)), response_(response), counters_(counters) {
+  StartRead(&message_);
+}
+
+void PushGradReactor::OnReadDone(bool ok) {
+  if (!ok) {
+    // Half-close, cancellation or a broken connection.
+    End(session_.OnEndOfStream());
+    return;
+  }
+  absl::Status s = session_.OnMessage(message_);
+  const uint64_t bytes = session_.payload_bytes();
+  counters_->AddBytesIn(bytes - counted_bytes_);
+  counted_bytes_ = bytes;
+  message_.Clear();
+  if (!s.ok()) {
+    End(s);
+  } else if (session_.finished()) {
+    End(absl::OkStatus());
+  } else {
+    StartRead(&message_);
+  }
+}
+
+void PushGradReactor::End(const absl::Status& status) {
+  result_ = status;
+  if (status.ok()) *response_ = session_.response();
+  Finish(ToGrpcStatus(status));
+}
+
+void PushGradReactor::OnDone() {
+  counters_->RecordResult(result_);
+  delete this;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,46 @@
+// The client-streaming PushGrad call: reads messages one at a time into a
+// PushGradSession and finishes with its response once the commit is
+// applied, or with the first error. A stream cut off before its commit
+// (client cancel, disconnect, half-close without commit) applies nothing:
+// the session and its buffers are destroyed with the reactor.
+#ifndef ZEROSHARD_SERVER_PUSH_GRAD_REACTOR_H_
+#define ZEROSHARD_SERVER_PUSH_GRAD_REACTOR_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "proto/zeroshard/v1/shard.pb.h"
+#include "server/push_grad_session.h"
+#include "server/rpc_counters.h"
+#include "server/shard_state.h"
+
+namespace zeroshard {
+
+class PushGradReactor
+    : public grpc::ServerReadReactor<v1::PushGradMessage> {
+ public:
+  // `response` belongs to gRPC and outlives the reactor's Finish.
+  PushGradReactor(std::shared_ptr<ShardState> state,
+                  v1::PushGradResponse* response, RpcCounters* counters);
+
+  void OnReadDone(bool ok) override;
+  void OnDone() override;
+
+ private:
+  void End(const absl::Status& status);
+
+  // Reads and OnDone never overlap: gRPC serialises the reactions of a
+  // stream, and there is one read at a time, so no lock is needed.
+  PushGradSession session_;
+  v1::PushGradResponse* const response_;
+  RpcCounters* const counters_;
+  v1::PushGradMessage message_;
+  absl::Status result_;
+  uint64_t counted_bytes_ = 0;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_SERVER_PUSH_GRAD_REACTOR_H_

@@ -1,0 +1,165 @@
+#include "server/push_grad_session.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_convert.h"
+#include "common/status_macros.h"
+
+namespace zeroshard {
+
+PushGradSession::PushGradSession(std::shared_ptr<ShardState> state)
+    : state_(std::move(state)) {}
+
+PushGradSession::~PushGradSession() { FreeBuffers(); }
+
+void PushGradSession::FreeBuffers() {
+  if (buffered_bytes_ != 0) state_->store().AddPendingGradBytes(-buffered_bytes_);
+  buffered_bytes_ = 0;
+  buffered_.clear();
+}
+
+absl::Status PushGradSession::OnMessage(v1::PushGradMessage& message) {
+  if (finished_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a message arrived after the commit; the commit must be last");
+  }
+  switch (message.kind_case()) {
+    case v1::PushGradMessage::kHeader:
+      return OnHeader(message.header());
+    case v1::PushGradMessage::kPiece:
+      return OnPiece(*message.mutable_piece());
+    case v1::PushGradMessage::kCommit:
+      return OnCommit(message.commit());
+    default:
+      return absl::InvalidArgumentError(
+          "PushGrad: message has no header, piece or commit");
+  }
+}
+
+absl::Status PushGradSession::OnHeader(const v1::PushGradHeader& header) {
+  if (have_header_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a second header; a stream carries exactly one, first");
+  }
+  if (header.coefficient_known()) {
+    RETURN_IF_ERROR(ValidateCoefficient(header.coefficient()));
+    RETURN_IF_ERROR(state_->tracker().CheckParams(
+        header.step(), {header.coefficient(), header.skip()}));
+  }
+  header_ = header;
+  have_header_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PushGradSession::OnPiece(v1::PushGradPiece& piece) {
+  if (!have_header_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a piece arrived before the header");
+  }
+  const v1::DType wire = piece.dtype();
+  if (wire != v1::DTYPE_FP32 && wire != v1::DTYPE_BF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: piece at offset ", piece.offset(), " has dtype ",
+        v1::DType_Name(wire), "; want DTYPE_FP32 or DTYPE_BF16"));
+  }
+  ASSIGN_OR_RETURN(const DType dtype, FromProto(wire));
+  const size_t esize = DTypeSize(dtype);
+  const size_t bytes = piece.data().size();
+  if (bytes > kMaxPiecePayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: piece at offset ", piece.offset(), " carries ", bytes,
+        " bytes, more than the limit of ", kMaxPiecePayloadBytes,
+        " per message; split it"));
+  }
+  if (bytes == 0 || bytes % esize != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: piece at offset ", piece.offset(), " carries ", bytes,
+        " bytes, not a positive multiple of ", esize, " (", DTypeName(dtype),
+        ")"));
+  }
+  const uint64_t n = bytes / esize;
+  RETURN_IF_ERROR(state_->CheckOwned(piece.offset(), n, "PushGrad: piece"));
+  const FlatRange range{piece.offset(), piece.offset() + n};
+  // Overlap with another piece of this stream: the neighbour before and the
+  // one at or after range.begin.
+  auto next = ranges_.lower_bound(range.begin);
+  bool overlap = next != ranges_.end() && next->first < range.end;
+  if (next != ranges_.begin() && std::prev(next)->second > range.begin) {
+    overlap = true;
+  }
+  if (overlap) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: piece [", range.begin, ", ", range.end,
+        ") overlaps another piece of the same stream"));
+  }
+  payload_bytes_ += bytes;
+  if (header_.coefficient_known()) {
+    const GradPiece now{range, dtype, piece.data().data()};
+    RETURN_IF_ERROR(Apply({header_.coefficient(), header_.skip()}, {&now, 1}));
+    ranges_.emplace(range.begin, range.end);
+    return absl::OkStatus();
+  }
+  ranges_.emplace(range.begin, range.end);
+  Buffered b;
+  b.bytes = std::move(*piece.mutable_data());
+  b.piece = {range, dtype, nullptr};  // data is set at the commit
+  buffered_.push_back(std::move(b));
+  buffered_bytes_ += bytes;
+  state_->store().AddPendingGradBytes(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status PushGradSession::OnCommit(const v1::PushGradCommit& commit) {
+  if (!have_header_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a commit arrived before the header");
+  }
+  if (header_.coefficient_known()) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a commit arrived although the header carried the "
+        "coefficient (coefficient_known); no commit may follow");
+  }
+  RETURN_IF_ERROR(ValidateCoefficient(commit.coefficient()));
+  std::vector<GradPiece> pieces;
+  pieces.reserve(buffered_.size());
+  for (const Buffered& b : buffered_) {
+    // Moving a std::string may move a short payload inside the object, so
+    // the pointer is taken only now that the buffers stay put.
+    pieces.push_back({b.piece.range, b.piece.dtype, b.bytes.data()});
+  }
+  RETURN_IF_ERROR(Apply({commit.coefficient(), commit.skip()}, pieces));
+  FreeBuffers();
+  finished_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PushGradSession::Apply(const StepParams& params,
+                                    absl::Span<const GradPiece> pieces) {
+  ASSIGN_OR_RETURN(PushResult r,
+                   state_->ApplyPush(header_.step(), params, pieces));
+  response_.set_applied_elems(response_.applied_elems() + r.applied_elems);
+  response_.set_duplicate_elems(response_.duplicate_elems() +
+                                r.duplicate_elems);
+  response_.set_chunks_completed(response_.chunks_completed() +
+                                 r.chunks_completed);
+  return absl::OkStatus();
+}
+
+absl::Status PushGradSession::OnEndOfStream() {
+  if (finished_) return absl::OkStatus();
+  if (!have_header_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: the stream ended without a header");
+  }
+  if (header_.coefficient_known()) {
+    finished_ = true;
+    return absl::OkStatus();
+  }
+  FreeBuffers();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "PushGrad: the stream for step ", header_.step(), " from worker ",
+      header_.worker(), " ended before its commit; nothing was applied"));
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,45 @@
+// Counters of a shard server's RPCs for Inspect: calls per method, payload
+// bytes in and out, and failed calls by canonical status code name.
+//
+//   counters.RecordCall("Gather");
+//   counters.AddBytesOut(n);
+//   counters.RecordResult(status);   // counts an error by code name
+//   counters.Fill(response.mutable_counters());
+//
+// Thread-safe.
+#ifndef ZEROSHARD_SERVER_RPC_COUNTERS_H_
+#define ZEROSHARD_SERVER_RPC_COUNTERS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/zeroshard/v1/shard.pb.h"
+
+namespace zeroshard {
+
+class RpcCounters {
+ public:
+  void RecordCall(absl::string_view method);
+  // Counts a non-OK status under its code name ("ABORTED", ...).
+  void RecordResult(const absl::Status& status);
+  void AddBytesIn(uint64_t n) { bytes_in_ += n; }
+  void AddBytesOut(uint64_t n) { bytes_out_ += n; }
+  void Fill(v1::RpcCounters* out) const;
+
+ private:
+  std::atomic<uint64_t> bytes_in_{0};
+  std::atomic<uint64_t> bytes_out_{0};
+  mutable absl::Mutex mu_;
+  std::map<std::string, uint64_t, std::less<>> calls_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t, std::less<>> errors_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_SERVER_RPC_COUNTERS_H_

@@ -1,0 +1,58 @@
+#include "server/shard_server.h"
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_tuning.h"
+#include "common/status_macros.h"
+#include "server/shard_service.h"
+
+namespace zeroshard {
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
+    Options options) {
+  if (options.num_servers == 0 ||
+      options.server_index >= options.num_servers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--server_index (", options.server_index,
+        ") must be < --num_servers (", options.num_servers, ")"));
+  }
+  RETURN_IF_ERROR(CheckPlacementAvailable(options.placement));
+  std::unique_ptr<ShardServer> server(new ShardServer());
+  server->options_ = options;
+  server->service_ = std::make_unique<ShardRpcService>(ShardRpcService::Config{
+      .identity = {options.server_index, options.num_servers},
+      .placement = options.placement,
+      .admin_token = options.admin_token});
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ApplyServerTuning(builder);
+  builder.AddListeningPort(options.listen_address,
+                           grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    if (server->server_ != nullptr) server->server_->Shutdown();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", options.listen_address,
+        "' (address in use, or not a valid HOST:PORT)"));
+  }
+  return server;
+}
+
+ShardServer::~ShardServer() { Shutdown(absl::ZeroDuration()); }
+
+void ShardServer::Shutdown(absl::Duration grace) {
+  if (server_ != nullptr) {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  }
+}
+
+void ShardServer::Wait() {
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,71 @@
+// A running shard server: the ShardService plus the standard
+// grpc.health.v1 service, listening on one address.
+//
+//   ShardServer::Options options;
+//   options.listen_address = "127.0.0.1:0";   // port 0: the OS picks
+//   ASSIGN_OR_RETURN(std::unique_ptr<ShardServer> server,
+//                    ShardServer::Start(options));
+//   ConnectTo(absl::StrCat("127.0.0.1:", server->port()));
+//   ...
+//   server->Shutdown();   // also done by the destructor
+//
+// Start fails (nothing left listening) for a bad identity, a placement this
+// machine cannot provide (FAILED_PRECONDITION naming --placement) or an
+// address that cannot be bound (UNAVAILABLE). Transport security is plain
+// TCP for now (TLS arrives in a later issue); main refuses non-loopback
+// addresses unless told --insecure.
+#ifndef ZEROSHARD_SERVER_SHARD_SERVER_H_
+#define ZEROSHARD_SERVER_SHARD_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/placement.h"
+
+namespace zeroshard {
+
+class ShardRpcService;
+
+class ShardServer {
+ public:
+  struct Options {
+    // HOST:PORT; port 0 picks a free port (see port()).
+    std::string listen_address = "127.0.0.1:0";
+    uint32_t server_index = 0;
+    uint32_t num_servers = 1;
+    Placement placement = Placement::kHost;
+    // When non-empty, Init / SetWeights / Checkpoint / Restore must carry it.
+    std::string admin_token;
+  };
+
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Start(Options options);
+  ~ShardServer();
+  ShardServer(const ShardServer&) = delete;
+  ShardServer& operator=(const ShardServer&) = delete;
+
+  // The bound port.
+  int port() const { return port_; }
+  const Options& options() const { return options_; }
+  // Stops accepting calls, cancels calls still running after `grace`, and
+  // returns when all are done. Idempotent; thread-safe.
+  void Shutdown(absl::Duration grace = absl::Seconds(2));
+  // Blocks until Shutdown has completed (from another thread).
+  void Wait();
+
+ private:
+  ShardServer() = default;
+
+  Options options_;
+  int port_ = 0;
+  std::unique_ptr<ShardRpcService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_SERVER_SHARD_SERVER_H_

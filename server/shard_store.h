@@ -1,0 +1,112 @@
+// The state of one shard server: FP32 master weights, Adam moments m and v,
+// and a BF16 mirror of the weights, for the contiguous flat range the server
+// owns (common/layout: ServerRangeFor).
+//
+// The owned range is split into chunks of chunk_elems elements (the last one
+// may be shorter). Each chunk has its own lock: an update of a chunk and a
+// read of it never interleave, and updates of different chunks run in
+// parallel. Versions and step bookkeeping live in StepTracker; this class
+// only holds and moves bytes.
+//
+//   ASSIGN_OR_RETURN(auto store, ShardStore::Create(owned, 262144, kHost));
+//   store->FillSeeded(layout, seed, 0.02);
+//   store->ApplyUpdate(MakeAdamStep(cfg, 1, 1.0f), GradView::Fp32(g),
+//                      store->ChunkRange(0));
+//   store->Read(store->ChunkRange(0), DType::kBf16, out);
+//
+// Contracts: every range passed in must lie inside owned() (and, where noted,
+// inside one chunk); callers validate first. All methods are thread-safe.
+#ifndef ZEROSHARD_SERVER_SHARD_STORE_H_
+#define ZEROSHARD_SERVER_SHARD_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/dtype.h"
+#include "common/layout.h"
+#include "server/optimizer.h"
+#include "server/placement.h"
+
+namespace zeroshard {
+
+// L2 norms over the owned range.
+struct StateNorms {
+  double master = 0;
+  double exp_avg = 0;
+  double exp_avg_sq = 0;
+};
+
+class ShardStore {
+ public:
+  // Allocates the four arrays for `owned` in `placement`. chunk_elems must be
+  // a positive multiple of 64. The contents are zero-filled only by a Fill*.
+  static absl::StatusOr<std::unique_ptr<ShardStore>> Create(
+      FlatRange owned, uint64_t chunk_elems, Placement placement);
+
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+
+  FlatRange owned() const { return owned_; }
+  Placement placement() const { return placement_; }
+  uint64_t chunk_elems() const { return chunk_elems_; }
+  size_t num_chunks() const { return num_chunks_; }
+  // The global flat range of chunk c (< num_chunks()).
+  FlatRange ChunkRange(size_t c) const;
+  // The chunk holding global offset `offset` (inside owned()).
+  size_t ChunkOf(uint64_t offset) const;
+
+  // Initial state: master from FillInitialValues(layout, seed, std) or
+  // zeros, m = v = 0, mirror = BF16(master). Touches every page first.
+  void FillSeeded(const FlatLayout& layout, uint64_t seed, double std);
+  void FillZeros();
+
+  // One optimizer update of `range` (inside one chunk) with `grad` holding
+  // range.size() elements.
+  void ApplyUpdate(const AdamStep& step, GradView grad, FlatRange range);
+
+  // Copies `range` (inside one chunk) as FP32 (master) or BF16 (mirror) to
+  // `out`, which holds range.size() * DTypeSize(dtype) bytes.
+  void Read(FlatRange range, DType dtype, void* out) const;
+
+  // Overwrites master and mirror for `range` (inside owned(), any chunks)
+  // from FP32 or BF16 `data`; m and v are unchanged.
+  void WriteWeights(FlatRange range, DType dtype, const void* data);
+
+  StateNorms Norms() const;
+
+  // Bytes held by kind: "master", "exp_avg", "exp_avg_sq", "mirror",
+  // "pending_grads".
+  std::map<std::string, uint64_t> BytesByKind() const;
+  // Gradient bytes buffered by PushGrad streams awaiting their commit.
+  void AddPendingGradBytes(int64_t delta) { pending_grad_bytes_ += delta; }
+  uint64_t pending_grad_bytes() const { return pending_grad_bytes_.load(); }
+
+ private:
+  ShardStore() = default;
+  void FinishFill();
+
+  // Constant after construction.
+  FlatRange owned_;
+  uint64_t chunk_elems_ = 0;
+  size_t num_chunks_ = 0;
+  Placement placement_ = Placement::kHost;
+  StateBuffer master_buf_, exp_avg_buf_, exp_avg_sq_buf_, mirror_buf_;
+  float* master_ = nullptr;
+  float* exp_avg_ = nullptr;
+  float* exp_avg_sq_ = nullptr;
+  uint16_t* mirror_ = nullptr;
+
+  // chunk_mu_[c] guards the elements of chunk c in all four arrays.
+  std::unique_ptr<absl::Mutex[]> chunk_mu_;
+  std::atomic<int64_t> pending_grad_bytes_{0};
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_SERVER_SHARD_STORE_H_

@@ -1,0 +1,185 @@
+#include "tests/server/server_test_util.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_tuning.h"
+#include "gtest/gtest.h"
+
+namespace zeroshard::testing {
+
+v1::ModelManifest SmallManifest(uint32_t partition_count) {
+  const int64_t d = 32, vocab = 100;
+  v1::ModelManifest m;
+  m.set_partition_count(partition_count);
+  auto tensor = [](v1::UnitSpec* u, const std::string& name,
+                   std::vector<int64_t> shape) {
+    v1::TensorSpec* t = u->add_tensors();
+    t->set_name(name);
+    for (int64_t s : shape) t->add_shape(s);
+  };
+  v1::UnitSpec* emb = m.add_units();
+  emb->set_name("embedding");
+  tensor(emb, "wte.weight", {vocab, d});
+  tensor(emb, "wpe.weight", {16, d});
+  for (int b = 0; b < 2; ++b) {
+    v1::UnitSpec* u = m.add_units();
+    u->set_name(absl::StrCat("block_", b));
+    const std::string p = absl::StrCat("h.", b, ".");
+    tensor(u, p + "ln_1.weight", {d});
+    tensor(u, p + "ln_1.bias", {d});
+    tensor(u, p + "attn.c_attn.weight", {d, 3 * d});
+    tensor(u, p + "attn.c_attn.bias", {3 * d});
+    tensor(u, p + "attn.c_proj.weight", {d, d});
+    tensor(u, p + "mlp.c_fc.weight", {d, 4 * d});
+    tensor(u, p + "mlp.c_proj.weight", {4 * d, d});
+  }
+  v1::UnitSpec* fin = m.add_units();
+  fin->set_name("final");
+  tensor(fin, "ln_f.weight", {d});
+  tensor(fin, "ln_f.bias", {d});
+  return m;
+}
+
+v1::InitRequest MakeInit(const v1::ModelManifest& manifest,
+                         uint32_t num_servers, uint32_t server_index,
+                         uint64_t seed, uint64_t chunk_elems) {
+  v1::InitRequest r;
+  *r.mutable_manifest() = manifest;
+  r.set_num_servers(num_servers);
+  r.set_server_index(server_index);
+  v1::OptimizerConfig* o = r.mutable_optimizer();
+  o->set_kind(v1::OptimizerConfig::ADAMW);
+  o->set_lr(1e-2);
+  o->set_beta1(0.9);
+  o->set_beta2(0.999);
+  o->set_eps(1e-8);
+  o->set_weight_decay(0.1);
+  r.mutable_init()->set_seed(seed);
+  r.set_chunk_elems(chunk_elems);
+  return r;
+}
+
+std::unique_ptr<v1::ShardService::Stub> Connect(int port) {
+  auto channel = grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
+      TunedChannelArguments());
+  return v1::ShardService::NewStub(channel);
+}
+
+TestServer StartServer(uint32_t server_index, uint32_t num_servers,
+                       const std::string& admin_token) {
+  ShardServer::Options options;
+  options.server_index = server_index;
+  options.num_servers = num_servers;
+  options.admin_token = admin_token;
+  absl::StatusOr<std::unique_ptr<ShardServer>> server =
+      ShardServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  TestServer t;
+  if (!server.ok()) return t;
+  t.server = *std::move(server);
+  t.channel = grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", t.server->port()),
+      grpc::InsecureChannelCredentials(), TunedChannelArguments());
+  t.stub = v1::ShardService::NewStub(t.channel);
+  return t;
+}
+
+void SetDeadline(grpc::ClientContext& context, int ms) {
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(ms));
+}
+
+grpc::Status GatherBytes(v1::ShardService::Stub& stub,
+                         const std::vector<FlatRange>& ranges, v1::DType dtype,
+                         int64_t min_version, int deadline_ms,
+                         std::string* out, std::vector<uint64_t>* versions) {
+  grpc::ClientContext context;
+  SetDeadline(context, deadline_ms);
+  v1::GatherRequest request;
+  for (const FlatRange& r : ranges) {
+    v1::FlatRange* p = request.add_ranges();
+    p->set_offset(r.begin);
+    p->set_length(r.size());
+  }
+  request.set_dtype(dtype);
+  request.set_min_version(min_version);
+  auto reader = stub.Gather(&context, request);
+  v1::GatherChunk chunk;
+  while (reader->Read(&chunk)) {
+    out->append(chunk.data());
+    if (versions != nullptr) versions->push_back(chunk.version());
+  }
+  return reader->Finish();
+}
+
+std::vector<float> GatherFp32(v1::ShardService::Stub& stub, FlatRange range) {
+  std::string bytes;
+  grpc::Status s =
+      GatherBytes(stub, {range}, v1::DTYPE_FP32, -1, 20000, &bytes);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  std::vector<float> out(bytes.size() / 4);
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+Piece Fp32Piece(uint64_t offset, const std::vector<float>& values) {
+  return {offset, v1::DTYPE_FP32,
+          std::string(reinterpret_cast<const char*>(values.data()),
+                      values.size() * sizeof(float))};
+}
+
+Piece Bf16Piece(uint64_t offset, const std::vector<uint16_t>& values) {
+  return {offset, v1::DTYPE_BF16,
+          std::string(reinterpret_cast<const char*>(values.data()),
+                      values.size() * sizeof(uint16_t))};
+}
+
+v1::PushGradHeader Header(uint64_t step, uint32_t worker) {
+  v1::PushGradHeader h;
+  h.set_step(step);
+  h.set_worker(worker);
+  return h;
+}
+
+grpc::Status Push(v1::ShardService::Stub& stub,
+                  const v1::PushGradHeader& header,
+                  const std::vector<Piece>& pieces, double coefficient,
+                  bool skip, v1::PushGradResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(context, 20000);
+  v1::PushGradResponse local;
+  auto writer = stub.PushGrad(&context, response ? response : &local);
+  v1::PushGradMessage m;
+  *m.mutable_header() = header;
+  bool ok = writer->Write(m);
+  for (const Piece& p : pieces) {
+    if (!ok) break;
+    m.Clear();
+    m.mutable_piece()->set_offset(p.offset);
+    m.mutable_piece()->set_dtype(p.dtype);
+    m.mutable_piece()->set_data(p.data);
+    ok = writer->Write(m);
+  }
+  if (ok && !header.coefficient_known()) {
+    m.Clear();
+    m.mutable_commit()->set_coefficient(coefficient);
+    m.mutable_commit()->set_skip(skip);
+    writer->Write(m);
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+v1::InspectResponse Inspect(v1::ShardService::Stub& stub) {
+  grpc::ClientContext context;
+  SetDeadline(context, 20000);
+  v1::InspectResponse r;
+  grpc::Status s = stub.Inspect(&context, v1::InspectRequest(), &r);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return r;
+}
+
+}  // namespace zeroshard::testing
