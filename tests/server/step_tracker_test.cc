@@ -1,0 +1,150 @@
+#include "server/step_tracker.h"
+
+#include <atomic>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace zeroshard {
+namespace {
+
+// 3 chunks of 128 over [1024, 1024 + 320): the last one is 64 long.
+constexpr FlatRange kOwned{1024, 1344};
+
+TEST(StepTrackerTest, ChunkCompletesWhenEveryElementIsApplied) {
+  StepTracker t(kOwned, 128);
+  ASSERT_EQ(t.num_chunks(), 3u);
+  FlatRange first_half{1024, 1088}, second_half{1088, 1152};
+  auto a = t.Claim(0, {0.5, false}, {&first_half, 1});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->segments.size(), 1u);
+  EXPECT_EQ(a->segments[0].adam_t, 1u);
+  EXPECT_EQ(t.Complete(*a), 0u);
+  EXPECT_EQ(t.version(0), 0u);
+  auto b = t.Claim(0, {0.5, false}, {&second_half, 1});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(t.Complete(*b), 1u);
+  EXPECT_EQ(t.version(0), 1u);
+  EXPECT_EQ(t.version(1), 0u);
+  StepTracker::Summary s = t.Summarize();
+  EXPECT_EQ(s.min_version, 0u);
+  EXPECT_EQ(s.max_version, 1u);
+}
+
+TEST(StepTrackerTest, SplitsRangesAtChunkBoundaries) {
+  StepTracker t(kOwned, 128);
+  FlatRange all = kOwned;
+  auto c = t.Claim(0, {1, false}, {&all, 1});
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->segments.size(), 3u);
+  EXPECT_EQ(c->segments[2].range, (FlatRange{1280, 1344}));
+  EXPECT_EQ(t.Complete(*c), 3u);
+  EXPECT_EQ(t.Summarize().min_adam_step, 1u);
+}
+
+TEST(StepTrackerTest, RetriesAreDuplicatesBeforeAndAfterCompletion) {
+  StepTracker t(kOwned, 128);
+  FlatRange r{1030, 1100};
+  auto c = t.Claim(0, {1, false}, {&r, 1});
+  ASSERT_TRUE(c.ok());
+  t.Complete(*c);
+  auto again = t.Claim(0, {1, false}, {&r, 1});
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->segments.empty());
+  EXPECT_EQ(again->duplicate_elems, r.size());
+  // A union of two earlier pieces retried as one is a duplicate too.
+  FlatRange rest_a{1024, 1030}, rest_b{1100, 1152};
+  ASSERT_TRUE(t.Claim(0, {1, false}, {&rest_a, 1}).ok());
+  auto last = t.Claim(0, {1, false}, {&rest_b, 1});
+  ASSERT_TRUE(last.ok());
+  t.Complete(*last);
+  EXPECT_EQ(t.version(0), 0u);  // rest_a was claimed but never completed
+  FlatRange chunk0{1024, 1152};
+  auto dup = t.Claim(0, {1, false}, {&chunk0, 1});
+  ASSERT_TRUE(dup.ok());
+  EXPECT_EQ(dup->duplicate_elems, 128u);
+}
+
+TEST(StepTrackerTest, PartialOverlapIsInvalidAndChangesNothing) {
+  StepTracker t(kOwned, 128);
+  FlatRange r{1024, 1088};
+  auto c = t.Claim(0, {1, false}, {&r, 1});
+  ASSERT_TRUE(c.ok());
+  t.Complete(*c);
+  FlatRange ranges[] = {{1152, 1200}, {1080, 1100}};
+  auto bad = t.Claim(0, {1, false}, ranges);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("partially overlaps"),
+            std::string::npos);
+  // The first range of the rejected claim was not recorded.
+  auto ok = t.Claim(0, {1, false}, {&ranges[0], 1});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->segments.size(), 1u);
+}
+
+TEST(StepTrackerTest, StaleAndFutureStepsAreAborted) {
+  StepTracker t(kOwned, 128);
+  FlatRange all = kOwned;
+  for (uint64_t s = 0; s < 2; ++s) {
+    auto c = t.Claim(s, {1, false}, {&all, 1});
+    ASSERT_TRUE(c.ok());
+    t.Complete(*c);
+  }
+  auto stale = t.Claim(0, {1, false}, {&all, 1});
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(stale.status().message().find("stale"), std::string::npos);
+  auto future = t.Claim(3, {1, false}, {&all, 1});
+  EXPECT_EQ(future.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(future.status().message().find("version 2"), std::string::npos);
+  auto dup = t.Claim(1, {1, false}, {&all, 1});
+  ASSERT_TRUE(dup.ok());
+  EXPECT_EQ(dup->duplicate_elems, all.size());
+}
+
+TEST(StepTrackerTest, ParamsMustAgreeWithinAStep) {
+  StepTracker t(kOwned, 128);
+  FlatRange a{1024, 1088}, b{1088, 1152};
+  auto c = t.Claim(0, {0.5, false}, {&a, 1});
+  ASSERT_TRUE(c.ok());
+  auto other = t.Claim(0, {0.25, false}, {&b, 1});
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
+  auto skip = t.Claim(0, {0.5, true}, {&b, 1});
+  EXPECT_EQ(skip.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(t.CheckParams(0, {0.25, false}).ok());
+  EXPECT_TRUE(t.CheckParams(1, {0.25, false}).ok());
+}
+
+TEST(StepTrackerTest, SkippedStepAdvancesVersionNotAdamStep) {
+  StepTracker t(kOwned, 128);
+  FlatRange all = kOwned;
+  auto c = t.Claim(0, {1, true}, {&all, 1});
+  ASSERT_TRUE(c.ok());
+  t.Complete(*c);
+  auto d = t.Claim(1, {1, false}, {&all, 1});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->segments[0].adam_t, 1u);
+  t.Complete(*d);
+  StepTracker::Summary s = t.Summarize();
+  EXPECT_EQ(s.min_version, 2u);
+  EXPECT_EQ(s.min_adam_step, 1u);
+}
+
+TEST(StepTrackerTest, WaitersWakeOnceWhenTheirChunkArrives) {
+  StepTracker t(kOwned, 128);
+  std::atomic<int> woke{0};
+  EXPECT_EQ(t.WaitForVersion(0, 0, [&] { ++woke; }), 0u);
+  const uint64_t id0 = t.WaitForVersion(0, 1, [&] { ++woke; });
+  const uint64_t id1 = t.WaitForVersion(1, 1, [&] { woke += 10; });
+  ASSERT_NE(id0, 0u);
+  ASSERT_NE(id1, 0u);
+  EXPECT_TRUE(t.CancelWait(id1));
+  FlatRange all = kOwned;
+  auto c = t.Claim(0, {1, false}, {&all, 1});
+  ASSERT_TRUE(c.ok());
+  t.Complete(*c);
+  EXPECT_EQ(woke.load(), 1);
+  EXPECT_FALSE(t.CancelWait(id0));
+}
+
+}  // namespace
+}  // namespace zeroshard
