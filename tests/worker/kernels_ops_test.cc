@@ -1,0 +1,246 @@
+// Every CPU op's backward against central finite differences (FP32 inputs,
+// the scalar loss sum(out * r) accumulated in double; step 1e-2, tolerance
+// 5e-3 + 2e-2 * |numeric|), the attention fast path against its scalar
+// reference on fresh random inputs (FP32 and BF16), and the gradient checks.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/kernels/cpu/cpu_kernels.h"
+
+namespace zeroshard::kernels::cpu {
+namespace {
+
+std::mt19937& Rng() {
+  static std::mt19937 rng(std::random_device{}());
+  return rng;
+}
+
+std::vector<float> Random(size_t n, float scale = 1.0f) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(Rng());
+  return v;
+}
+
+double Dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Checks analytic[i] == d loss / d x[i] for every i, perturbing x in place.
+void ExpectGradient(const char* what, std::vector<float>& x,
+                    const std::vector<float>& analytic,
+                    const std::function<double()>& loss) {
+  ASSERT_EQ(x.size(), analytic.size());
+  const float eps = 1e-2f;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float keep = x[i];
+    x[i] = keep + eps;
+    const double up = loss();
+    x[i] = keep - eps;
+    const double down = loss();
+    x[i] = keep;
+    const double numeric = (up - down) / (2.0 * eps);
+    ASSERT_NEAR(analytic[i], numeric, 5e-3 + 2e-2 * std::fabs(numeric))
+        << what << "[" << i << "]";
+  }
+}
+
+TEST(OpsGradientTest, LayerNorm) {
+  const int64_t M = 3, C = 7;
+  auto x = Random(M * C, 2.0f), g = Random(C), b = Random(C), r = Random(M * C);
+  std::vector<float> y(M * C), mean(M), rstd(M);
+  auto loss = [&] {
+    EXPECT_TRUE(LayerNormForward(x.data(), g.data(), b.data(), M, C, y.data(),
+                                 mean.data(), rstd.data()).ok());
+    return Dot(y, r);
+  };
+  loss();
+  std::vector<float> dx(M * C, 0.0f), dg(C, 0.0f), db(C, 0.0f);
+  ASSERT_TRUE(LayerNormBackward(r.data(), x.data(), g.data(), mean.data(),
+                                rstd.data(), M, C, dx.data(), dg.data(), db.data()).ok());
+  ExpectGradient("dx", x, dx, loss);
+  ExpectGradient("dgamma", g, dg, loss);
+  ExpectGradient("dbeta", b, db, loss);
+}
+
+TEST(OpsGradientTest, Gelu) {
+  const int64_t n = 37;
+  auto x = Random(n, 3.0f), r = Random(n);
+  std::vector<float> y(n), dx(n);
+  auto loss = [&] {
+    GeluForward(x.data(), y.data(), n);
+    return Dot(y, r);
+  };
+  GeluBackward(x.data(), r.data(), dx.data(), n);
+  ExpectGradient("dx", x, dx, loss);
+}
+
+TEST(OpsGradientTest, ResidualAdd) {
+  auto a = Random(9), b = Random(9), r = Random(9);
+  std::vector<float> y(9);
+  auto loss = [&] {
+    ResidualForward(a.data(), b.data(), y.data(), 9);
+    return Dot(y, r);
+  };
+  ExpectGradient("da", a, r, loss);  // the gradient passes through unchanged
+  ExpectGradient("db", b, r, loss);
+}
+
+TEST(OpsGradientTest, Linear) {
+  const int64_t M = 5, in = 6, out = 9;
+  auto x = Random(M * in), w = Random(in * out), b = Random(out), r = Random(M * out);
+  std::vector<float> y(M * out);
+  auto loss = [&] {
+    EXPECT_TRUE(LinearForward({x.data(), DType::kFp32}, {w.data(), DType::kFp32},
+                              b.data(), M, in, out, y.data()).ok());
+    return Dot(y, r);
+  };
+  std::vector<float> dx(M * in), dw(in * out, 0.0f), db(out, 0.0f);
+  ASSERT_TRUE(LinearBackward(r.data(), {x.data(), DType::kFp32}, {w.data(), DType::kFp32},
+                             M, in, out, dx.data(), dw.data(), db.data()).ok());
+  ExpectGradient("dx", x, dx, loss);
+  ExpectGradient("dw", w, dw, loss);
+  ExpectGradient("db", b, db, loss);
+}
+
+TEST(OpsGradientTest, Attention) {
+  AttentionShape s{.batch = 2, .seq = 5, .width = 6, .heads = 2, .dtype = DType::kFp32};
+  auto qkv = Random(s.batch * s.seq * 3 * s.width, 1.5f);
+  auto r = Random(s.batch * s.seq * s.width);
+  std::vector<float> probs(s.batch * s.heads * s.seq * s.seq), y(r.size());
+  auto loss = [&] {
+    EXPECT_TRUE(AttentionForward(s, qkv.data(), probs.data(), y.data()).ok());
+    return Dot(y, r);
+  };
+  loss();
+  std::vector<float> dqkv(qkv.size());
+  ASSERT_TRUE(AttentionBackward(s, qkv.data(), probs.data(), r.data(), dqkv.data()).ok());
+  ExpectGradient("dqkv", qkv, dqkv, loss);
+}
+
+TEST(OpsGradientTest, CrossEntropy) {
+  const int64_t M = 4, V = 10;
+  auto logits = Random(M * V, 3.0f);
+  std::vector<int32_t> targets = {3, 0, 9, 3};
+  std::vector<float> d(M * V), d8(M * V), scratch(M * V);
+  double loss0 = 0;
+  ASSERT_TRUE(SoftmaxCrossEntropy(logits.data(), targets.data(), M, V, 1.0f, &loss0,
+                                  d.data()).ok());
+  double loss8 = 0;
+  ASSERT_TRUE(SoftmaxCrossEntropy(logits.data(), targets.data(), M, V, 8.0f, &loss8,
+                                  d8.data()).ok());
+  EXPECT_EQ(loss0, loss8);  // the loss is reported unscaled
+  for (int64_t i = 0; i < M * V; ++i) EXPECT_FLOAT_EQ(d8[i], 8.0f * d[i]);
+  auto loss = [&] {
+    double l = 0;
+    EXPECT_TRUE(SoftmaxCrossEntropy(logits.data(), targets.data(), M, V, 1.0f, &l,
+                                    scratch.data()).ok());
+    return l;
+  };
+  ExpectGradient("dlogits", logits, d, loss);
+  std::vector<int32_t> bad = {3, 0, 10, 3};
+  EXPECT_EQ(SoftmaxCrossEntropy(logits.data(), bad.data(), M, V, 1.0f, &loss0, d.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(OpsGradientTest, Embedding) {
+  const int64_t B = 2, T = 4, C = 5, V = 7;
+  std::vector<int32_t> tokens = {1, 6, 1, 0, 2, 2, 5, 1};
+  auto wte = Random(V * C), wpe = Random(T * C), r = Random(B * T * C);
+  std::vector<float> out(B * T * C);
+  auto loss = [&] {
+    EXPECT_TRUE(EmbeddingForward(tokens.data(), B, T, C, V, wte.data(), wpe.data(),
+                                 out.data()).ok());
+    return Dot(out, r);
+  };
+  std::vector<float> dwte(V * C, 0.0f), dwpe(T * C, 0.0f);
+  ASSERT_TRUE(EmbeddingBackward(r.data(), tokens.data(), B, T, C, V, dwte.data(),
+                                dwpe.data()).ok());
+  ExpectGradient("dwte", wte, dwte, loss);
+  ExpectGradient("dwpe", wpe, dwpe, loss);
+  tokens[3] = -1;
+  EXPECT_EQ(EmbeddingForward(tokens.data(), B, T, C, V, wte.data(), wpe.data(),
+                             out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Fast attention vs its reference, one dtype.
+void CompareAttention(DType dt, float tol) {
+  AttentionShape s{.batch = 2, .seq = 13, .width = 24, .heads = 3, .dtype = dt};
+  const size_t nqkv = s.batch * s.seq * 3 * s.width, ny = s.batch * s.seq * s.width;
+  const size_t np = s.batch * s.heads * s.seq * s.seq;
+  const size_t es = DTypeSize(dt);
+  auto qkv_f = Random(nqkv, 2.0f), dy = Random(ny);
+  std::vector<char> qkv(nqkv * es), p_fast(np * es), p_ref(np * es);
+  if (dt == DType::kBf16) {
+    FloatToBf16Array(qkv_f.data(), reinterpret_cast<uint16_t*>(qkv.data()), nqkv);
+  } else {
+    std::memcpy(qkv.data(), qkv_f.data(), nqkv * es);
+  }
+  std::vector<float> y_fast(ny), y_ref(ny);
+  ASSERT_TRUE(AttentionForward(s, qkv.data(), p_fast.data(), y_fast.data()).ok());
+  ASSERT_TRUE(AttentionForwardReference(s, qkv.data(), p_ref.data(), y_ref.data()).ok());
+  auto load = [&](const std::vector<char>& p, size_t i) {
+    return dt == DType::kBf16 ? Bf16ToFloat(reinterpret_cast<const uint16_t*>(p.data())[i])
+                              : reinterpret_cast<const float*>(p.data())[i];
+  };
+  for (size_t i = 0; i < np; ++i) ASSERT_NEAR(load(p_fast, i), load(p_ref, i), tol) << i;
+  for (size_t i = 0; i < ny; ++i) ASSERT_NEAR(y_fast[i], y_ref[i], 4 * tol) << i;
+  // Backward from the same saved probabilities.
+  std::vector<float> dq_fast(nqkv), dq_ref(nqkv);
+  ASSERT_TRUE(AttentionBackward(s, qkv.data(), p_fast.data(), dy.data(), dq_fast.data()).ok());
+  ASSERT_TRUE(AttentionBackwardReference(s, qkv.data(), p_fast.data(), dy.data(),
+                                         dq_ref.data()).ok());
+  for (size_t i = 0; i < nqkv; ++i) ASSERT_NEAR(dq_fast[i], dq_ref[i], 4 * tol) << i;
+}
+
+TEST(AttentionReferenceTest, Fp32FastMatchesReference) { CompareAttention(DType::kFp32, 1e-5f); }
+// One BF16 ulp (2^-8 relative) of a probability <= 1 may differ where the
+// FP32 and double softmax round differently.
+TEST(AttentionReferenceTest, Bf16FastMatchesReference) { CompareAttention(DType::kBf16, 8e-3f); }
+
+TEST(GeluReferenceTest, FastMatchesReference) {
+  const int64_t n = 100003;  // not a multiple of any vector width
+  auto x = Random(n, 12.0f), dy = Random(n);
+  x[0] = 0.0f;
+  x[1] = 1e-6f;
+  std::vector<float> y(n), y_ref(n), dx(n), dx_ref(n);
+  GeluForward(x.data(), y.data(), n);
+  GeluForwardReference(x.data(), y_ref.data(), n);
+  GeluBackward(x.data(), dy.data(), dx.data(), n);
+  GeluBackwardReference(x.data(), dy.data(), dx_ref.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    // tanh absolute error ~1e-7, scaled by |x| (forward) or |x du| (backward).
+    ASSERT_NEAR(y[i], y_ref[i], 4e-7f * (1.0f + std::fabs(x[i]))) << x[i];
+    ASSERT_NEAR(dx[i], dx_ref[i], 4e-7f * (1.0f + x[i] * x[i] * x[i] * x[i])) << x[i];
+  }
+}
+
+TEST(GradCheckTest, FlagsNonFiniteAndSumsSquares) {
+  auto x = Random(1001);
+  double want = 0;
+  for (float v : x) want += static_cast<double>(v) * v;
+  GradStats s = ComputeGradStats(x.data(), x.size());
+  EXPECT_TRUE(s.finite);
+  EXPECT_TRUE(AllFinite(x.data(), x.size()));
+  EXPECT_NEAR(s.sum_sq, want, 1e-9 * want);
+  const size_t at = std::uniform_int_distribution<size_t>(0, x.size() - 1)(Rng());
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    const float keep = x[at];
+    x[at] = bad;
+    EXPECT_FALSE(AllFinite(x.data(), x.size()));
+    EXPECT_FALSE(ComputeGradStats(x.data(), x.size()).finite);
+    x[at] = keep;
+  }
+}
+
+}  // namespace
+}  // namespace zeroshard::kernels::cpu

@@ -1,0 +1,130 @@
+#include "worker/model/gpt_block.h"
+
+#include <vector>
+
+#include "common/status_macros.h"
+#include "worker/kernels/cpu/cpu_kernels.h"
+
+namespace zeroshard::model {
+namespace {
+
+// The kernel backend (see worker/kernels/cpu/cpu_kernels.h).
+namespace k = kernels::cpu;
+
+// Tensor indices within a block unit (common/gpt_manifest.cc order).
+enum : int {
+  kLn1W, kLn1B, kAttnW, kAttnB, kProjW, kProjB,
+  kLn2W, kLn2B, kFcW, kFcB, kFc2W, kFc2B,
+};
+
+k::ConstTensor View(const ActBuffer& b) { return {b.data(), b.dtype()}; }
+
+// Stores v (n floats) into dst and rounds v to what was stored.
+void StoreRounded(float* v, ActBuffer& dst) {
+  dst.FromFloat(v);
+  if (dst.dtype() == DType::kBf16) dst.ToFloat(v);
+}
+
+}  // namespace
+
+void BlockActs::Release() {
+  for (ActBuffer* b : {&ln1, &qkv, &probs, &atty, &x2, &ln2, &h, &mean1,
+                       &rstd1, &mean2, &rstd2}) {
+    b->Release();
+  }
+}
+
+absl::Status BlockForward(const BlockDims& d, const UnitWeights& w,
+                          const ActBuffer& x_in, ActBuffer* x_out,
+                          BlockActs* a, ActivationMemory* mem) {
+  const int64_t M = d.rows(), C = d.width;
+  const DType dt = d.dtype;
+  if (x_in.size() != M * C || x_in.dtype() != dt) {
+    return absl::InvalidArgumentError("block forward: input has the wrong size or dtype");
+  }
+  a->ln1 = ActBuffer(mem, dt, M * C);
+  a->qkv = ActBuffer(mem, dt, M * 3 * C);
+  a->probs = ActBuffer(mem, dt, d.batch * d.heads * d.seq * d.seq);
+  a->atty = ActBuffer(mem, dt, M * C);
+  a->x2 = ActBuffer(mem, dt, M * C);
+  a->ln2 = ActBuffer(mem, dt, M * C);
+  a->h = ActBuffer(mem, dt, M * 4 * C);
+  for (ActBuffer* b : {&a->mean1, &a->rstd1, &a->mean2, &a->rstd2}) {
+    *b = ActBuffer(mem, DType::kFp32, M);
+  }
+  std::vector<float> x(M * C), t(M * C), wide(M * 4 * C);
+  x_in.ToFloat(x.data());
+  // Attention half.
+  RETURN_IF_ERROR(k::LayerNormForward(x.data(), w.Vector(kLn1W), w.Vector(kLn1B),
+                                      M, C, t.data(), a->mean1.f32(), a->rstd1.f32()));
+  a->ln1.FromFloat(t.data());
+  RETURN_IF_ERROR(k::LinearForward(View(a->ln1), w.Matrix(kAttnW), w.Vector(kAttnB),
+                                   M, C, 3 * C, wide.data()));
+  a->qkv.FromFloat(wide.data());
+  k::AttentionShape as{d.batch, d.seq, C, d.heads, dt};
+  RETURN_IF_ERROR(k::AttentionForward(as, a->qkv.data(), a->probs.data(), t.data()));
+  a->atty.FromFloat(t.data());
+  RETURN_IF_ERROR(k::LinearForward(View(a->atty), w.Matrix(kProjW), w.Vector(kProjB),
+                                   M, C, C, t.data()));
+  for (int64_t i = 0; i < M * C; ++i) x[i] += t[i];  // x now holds x2
+  StoreRounded(x.data(), a->x2);
+  // MLP half.
+  RETURN_IF_ERROR(k::LayerNormForward(x.data(), w.Vector(kLn2W), w.Vector(kLn2B),
+                                      M, C, t.data(), a->mean2.f32(), a->rstd2.f32()));
+  a->ln2.FromFloat(t.data());
+  RETURN_IF_ERROR(k::LinearForward(View(a->ln2), w.Matrix(kFcW), w.Vector(kFcB),
+                                   M, C, 4 * C, wide.data()));
+  StoreRounded(wide.data(), a->h);
+  k::GeluForward(wide.data(), wide.data(), M * 4 * C);
+  ActBuffer g(nullptr, dt, M * 4 * C);  // transient
+  g.FromFloat(wide.data());
+  RETURN_IF_ERROR(k::LinearForward(View(g), w.Matrix(kFc2W), w.Vector(kFc2B),
+                                   M, 4 * C, C, t.data()));
+  for (int64_t i = 0; i < M * C; ++i) x[i] += t[i];
+  *x_out = ActBuffer(mem, dt, M * C);
+  x_out->FromFloat(x.data());
+  return absl::OkStatus();
+}
+
+absl::Status BlockBackward(const BlockDims& d, const UnitWeights& w,
+                           const ActBuffer& x_in, const BlockActs& a,
+                           const float* dx_out, float* dx_in, float* grad) {
+  const int64_t M = d.rows(), C = d.width;
+  const DType dt = d.dtype;
+  if (!a.held() || x_in.size() != M * C) {
+    return absl::FailedPreconditionError(
+        "block backward: the block's input and internal activations must be held");
+  }
+  auto G = [&](int t) { return grad + w.offset(t); };
+  std::vector<float> dx2(dx_out, dx_out + M * C), t(M * C), x(M * C);
+  std::vector<float> h(M * 4 * C), dwide(M * 4 * C);
+  // MLP: recompute gelu(h) from the saved pre-activation.
+  a.h.ToFloat(h.data());
+  k::GeluForward(h.data(), dwide.data(), M * 4 * C);
+  ActBuffer g(nullptr, dt, M * 4 * C);
+  g.FromFloat(dwide.data());
+  RETURN_IF_ERROR(k::LinearBackward(dx_out, View(g), w.Matrix(kFc2W), M, 4 * C, C,
+                                    dwide.data(), G(kFc2W), G(kFc2B)));
+  k::GeluBackward(h.data(), dwide.data(), dwide.data(), M * 4 * C);
+  RETURN_IF_ERROR(k::LinearBackward(dwide.data(), View(a.ln2), w.Matrix(kFcW), M, C,
+                                    4 * C, t.data(), G(kFcW), G(kFcB)));
+  a.x2.ToFloat(x.data());
+  RETURN_IF_ERROR(k::LayerNormBackward(t.data(), x.data(), w.Vector(kLn2W),
+                                       a.mean2.f32(), a.rstd2.f32(), M, C,
+                                       dx2.data(), G(kLn2W), G(kLn2B)));
+  // Attention.
+  RETURN_IF_ERROR(k::LinearBackward(dx2.data(), View(a.atty), w.Matrix(kProjW), M, C,
+                                    C, t.data(), G(kProjW), G(kProjB)));
+  std::vector<float> dqkv(M * 3 * C);
+  k::AttentionShape as{d.batch, d.seq, C, d.heads, dt};
+  RETURN_IF_ERROR(k::AttentionBackward(as, a.qkv.data(), a.probs.data(), t.data(),
+                                       dqkv.data()));
+  RETURN_IF_ERROR(k::LinearBackward(dqkv.data(), View(a.ln1), w.Matrix(kAttnW), M, C,
+                                    3 * C, t.data(), G(kAttnW), G(kAttnB)));
+  std::copy(dx2.begin(), dx2.end(), dx_in);
+  x_in.ToFloat(x.data());
+  return k::LayerNormBackward(t.data(), x.data(), w.Vector(kLn1W), a.mean1.f32(),
+                              a.rstd1.f32(), M, C, dx_in, G(kLn1W), G(kLn1B));
+}
+
+}  // namespace zeroshard::model
