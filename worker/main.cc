@@ -8,6 +8,8 @@
 // same config, and trains from the servers' current step to `steps`. Rank 0
 // prints one JSON line per step on stdout (the launcher's progress feed);
 // errors go to stderr and the exit code is non-zero.
+#include <omp.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -36,6 +38,9 @@ ABSL_FLAG(int64_t, steps, -1, "train until this step (overrides the config)");
 ABSL_FLAG(std::string, run_id, "run", "names this run's worker group in the KV store");
 ABSL_FLAG(std::string, hostname, "127.0.0.1", "address this worker listens on for Gloo");
 ABSL_FLAG(std::string, comm, "gloo", "collectives backend: gloo or nccl");
+ABSL_FLAG(int, threads, 0,
+          "compute threads (OpenMP / oneDNN); 0: OMP_NUM_THREADS or all cores. "
+          "Several workers on one host should split the cores between them");
 ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
           "testing: make this worker's gradient non-finite at this step");
 
@@ -48,6 +53,9 @@ absl::Status Run() {
   if (world < 1 || rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rank (", rank, ") must be in [0, --world_size (", world, "))"));
+  }
+  if (absl::GetFlag(FLAGS_threads) > 0) {
+    omp_set_num_threads(absl::GetFlag(FLAGS_threads));
   }
   ASSIGN_OR_RETURN(std::vector<std::string> servers,
                    ParseServerList(absl::GetFlag(FLAGS_servers)));

@@ -1,0 +1,133 @@
+#include "client/gather_stream.h"
+
+#include <algorithm>
+#include <memory>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/wire_codec.h"
+#include "common/proto_convert.h"
+
+namespace zeroshard {
+namespace {
+
+constexpr char kGatherMethod[] = "/zeroshard.v1.ShardService/Gather";
+
+absl::Status OneAttempt(const ShardChannels& channels, int server,
+                        const std::vector<GatherTarget>& targets, DType dtype,
+                        int64_t min_version, GatherResult* result) {
+  const ShardClientOptions& opt = channels.options();
+  const std::string& address = channels.address(server);
+  const std::string what = absl::StrCat("Gather(version ", min_version, ")");
+  v1::GatherRequest request;
+  uint64_t wanted = 0;
+  for (const GatherTarget& t : targets) {
+    v1::FlatRange* r = request.add_ranges();
+    r->set_offset(t.range.begin);
+    r->set_length(t.range.size());
+    wanted += t.range.size();
+  }
+  request.set_dtype(ToProto(dtype));
+  request.set_min_version(min_version);
+  request.set_max_message_bytes(static_cast<uint32_t>(opt.max_message_bytes));
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.call_timeout));
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channels.channel(server).get(),
+          grpc::internal::RpcMethod(kGatherMethod,
+                                    grpc::internal::RpcMethod::SERVER_STREAMING),
+          &ctx, request));
+  const size_t esize = DTypeSize(dtype);
+  *result = GatherResult();
+  uint64_t received = 0;
+  bool first = true;
+  absl::Status local;
+  grpc::ByteBuffer buffer;
+  GatherChunkView chunk;
+  while (reader->Read(&buffer)) {
+    local = DecodeGatherChunk(buffer, &chunk);
+    if (local.ok() && chunk.dtype != static_cast<int>(ToProto(dtype))) {
+      local = absl::DataLossError(absl::StrCat("piece at ", chunk.offset,
+                                               " has dtype ", chunk.dtype));
+    }
+    if (local.ok() && chunk.data_bytes % esize != 0) {
+      local = absl::DataLossError(absl::StrCat(
+          "piece at ", chunk.offset, " has ", chunk.data_bytes,
+          " bytes, not a whole number of elements"));
+    }
+    const uint64_t n = chunk.data_bytes / esize;
+    // The requested range holding the piece (targets are sorted).
+    auto it = std::upper_bound(targets.begin(), targets.end(), chunk.offset,
+                               [](uint64_t off, const GatherTarget& t) {
+                                 return off < t.range.begin;
+                               });
+    if (local.ok() &&
+        (it == targets.begin() ||
+         !(it - 1)->range.Contains({chunk.offset, chunk.offset + n}))) {
+      local = absl::DataLossError(
+          absl::StrCat("piece [", chunk.offset, ", ", chunk.offset + n,
+                       ") is outside the requested ranges"));
+    }
+    if (!local.ok()) {
+      ctx.TryCancel();
+      break;
+    }
+    const GatherTarget& t = *(it - 1);
+    chunk.CopyDataTo(t.dst + (chunk.offset - t.range.begin) * esize);
+    received += n;
+    result->bytes += chunk.data_bytes;
+    if (first || chunk.version < result->min_version) {
+      result->min_version = chunk.version;
+    }
+    if (first || chunk.version > result->max_version) {
+      result->max_version = chunk.version;
+    }
+    first = false;
+  }
+  grpc::Status st = reader->Finish();
+  if (!local.ok()) {
+    return absl::Status(local.code(), absl::StrCat(what, " from ", address,
+                                                   ": ", local.message()));
+  }
+  if (!st.ok()) return FromGrpcStatus(st, what, address);
+  if (received != wanted) {
+    return absl::DataLossError(absl::StrCat(what, " from ", address,
+                                            ": received ", received, " of ",
+                                            wanted, " elements"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void MergeGatherResult(const GatherResult& b, bool first, GatherResult* a) {
+  if (first) {
+    *a = b;
+    return;
+  }
+  a->min_version = std::min(a->min_version, b.min_version);
+  a->max_version = std::max(a->max_version, b.max_version);
+  a->bytes += b.bytes;
+}
+
+absl::StatusOr<GatherResult> GatherFromServer(const ShardChannels& channels,
+                                              int server,
+                                              std::vector<GatherTarget> targets,
+                                              DType dtype,
+                                              int64_t min_version) {
+  std::sort(targets.begin(), targets.end(),
+            [](const GatherTarget& a, const GatherTarget& b) {
+              return a.range.begin < b.range.begin;
+            });
+  GatherResult result;
+  absl::Status s = RunWithRetry(channels.options().retry, [&] {
+    return OneAttempt(channels, server, targets, dtype, min_version, &result);
+  });
+  if (!s.ok()) return s;
+  return result;
+}
+
+}  // namespace zeroshard

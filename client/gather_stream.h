@@ -1,0 +1,44 @@
+// One Gather call to one server, reading replies as raw bytes and copying
+// each piece straight into the caller's buffer (one copy per byte). Part of
+// ShardClient::Gather; retried as a whole on UNAVAILABLE.
+#ifndef ZEROSHARD_CLIENT_GATHER_STREAM_H_
+#define ZEROSHARD_CLIENT_GATHER_STREAM_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/shard_channels.h"
+#include "common/dtype.h"
+#include "common/layout.h"
+
+namespace zeroshard {
+
+// A requested range on one server and where its elements go.
+struct GatherTarget {
+  FlatRange range;
+  uint8_t* dst = nullptr;
+};
+
+// What came back.
+struct GatherResult {
+  // Lowest and highest chunk version among the pieces received.
+  uint64_t min_version = 0;
+  uint64_t max_version = 0;
+  uint64_t bytes = 0;
+};
+
+// Folds b into a (versions span, bytes add up).
+void MergeGatherResult(const GatherResult& b, bool first, GatherResult* a);
+
+// Streams `targets` (disjoint, inside server k's range) from server k, with
+// retries. Every piece is checked: dtype as asked, inside a requested range;
+// and every requested element must arrive (DATA_LOSS otherwise).
+absl::StatusOr<GatherResult> GatherFromServer(const ShardChannels& channels,
+                                              int server,
+                                              std::vector<GatherTarget> targets,
+                                              DType dtype, int64_t min_version);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_GATHER_STREAM_H_

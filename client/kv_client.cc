@@ -1,0 +1,99 @@
+#include "client/kv_client.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/retry_policy.h"
+#include "client/shard_channels.h"
+
+namespace zeroshard {
+
+absl::StatusOr<std::unique_ptr<KvClient>> KvClient::Connect(
+    const std::string& address, absl::Duration control_timeout,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  auto parsed = ParseServerList(address);
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvClient needs one address, got '", address, "'"));
+  }
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(address, credentials, args);
+  return std::unique_ptr<KvClient>(new KvClient(
+      address, control_timeout, v1::ShardService::NewStub(channel)));
+}
+
+absl::Status KvClient::CallUntil(
+    absl::Time deadline, const std::string& what,
+    const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+  RetryPolicy policy;
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    absl::Status s = FromGrpcStatus(call(&ctx), what, address_);
+    if (s.ok() || !IsRetryableCode(s.code())) return s;
+    const absl::Duration delay =
+        BackoffDelay(policy, std::min(attempt, 10), 0x9E3779B97F4A7C15ull * attempt);
+    if (absl::Now() + delay >= deadline) return s;
+    absl::SleepFor(delay);
+  }
+}
+
+absl::Status KvClient::Set(const std::string& key, const std::string& value) {
+  v1::KvSetRequest req;
+  req.set_key(key);
+  req.set_value(value);
+  v1::KvSetResponse resp;
+  return CallUntil(absl::Now() + control_timeout_,
+                   absl::StrCat("KvSet('", key, "')"),
+                   [&](grpc::ClientContext* ctx) {
+                     return stub_->KvSet(ctx, req, &resp);
+                   });
+}
+
+absl::StatusOr<std::string> KvClient::TryGet(const std::string& key) {
+  v1::KvGetRequest req;
+  req.set_key(key);
+  v1::KvGetResponse resp;
+  absl::Status s = CallUntil(absl::Now() + control_timeout_,
+                             absl::StrCat("KvGet('", key, "')"),
+                             [&](grpc::ClientContext* ctx) {
+                               return stub_->KvGet(ctx, req, &resp);
+                             });
+  if (!s.ok()) return s;
+  if (!resp.found()) {
+    return absl::NotFoundError(
+        absl::StrCat("rendezvous key '", key, "' is not set on ", address_));
+  }
+  return resp.value();
+}
+
+absl::Status KvClient::Wait(const std::vector<std::string>& keys,
+                            absl::Duration timeout) {
+  v1::KvWaitRequest req;
+  for (const std::string& k : keys) req.add_keys(k);
+  v1::KvWaitResponse resp;
+  absl::Status s = CallUntil(
+      absl::Now() + timeout,
+      absl::StrCat("KvWait('", absl::StrJoin(keys, "', '"), "')"),
+      [&](grpc::ClientContext* ctx) { return stub_->KvWait(ctx, req, &resp); });
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rendezvous keys '", absl::StrJoin(keys, "', '"), "' not all set on ",
+        address_, " within ", absl::FormatDuration(timeout)));
+  }
+  return s;
+}
+
+absl::StatusOr<std::string> KvClient::Get(const std::string& key,
+                                          absl::Duration timeout) {
+  if (absl::Status s = Wait({key}, timeout); !s.ok()) return s;
+  return TryGet(key);
+}
+
+}  // namespace zeroshard

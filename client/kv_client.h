@@ -1,0 +1,64 @@
+// RendezvousStore over the KvSet / KvGet / KvWait RPCs of one shard server
+// (server 0 of the cluster by convention), for Gloo / NCCL bootstrap.
+//
+//   ASSIGN_OR_RETURN(auto kv, KvClient::Connect("127.0.0.1:5000"));
+//   RETURN_IF_ERROR(kv->Set("gloo/0", my_address));
+//   ASSIGN_OR_RETURN(std::string peer, kv->Get("gloo/1", absl::Seconds(30)));
+//
+// Every call is bounded: Set by the control timeout, Get and Wait by their
+// timeout argument. UNAVAILABLE (e.g. the server is still starting) is
+// retried until the timeout runs out. Thread-safe.
+#ifndef ZEROSHARD_CLIENT_KV_CLIENT_H_
+#define ZEROSHARD_CLIENT_KV_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/rendezvous.h"
+#include "proto/zeroshard/v1/shard.grpc.pb.h"
+
+namespace zeroshard {
+
+class KvClient : public RendezvousStore {
+ public:
+  // `control_timeout` bounds Set. Credentials null: insecure.
+  static absl::StatusOr<std::unique_ptr<KvClient>> Connect(
+      const std::string& address,
+      absl::Duration control_timeout = absl::Seconds(30),
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+
+  absl::Status Set(const std::string& key, const std::string& value) override;
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override;
+  absl::Status Wait(const std::vector<std::string>& keys,
+                    absl::Duration timeout) override;
+
+  // One KvGet without waiting: NOT_FOUND when the key is not set.
+  absl::StatusOr<std::string> TryGet(const std::string& key);
+
+ private:
+  KvClient(std::string address, absl::Duration control_timeout,
+           std::unique_ptr<v1::ShardService::Stub> stub)
+      : address_(std::move(address)),
+        control_timeout_(control_timeout),
+        stub_(std::move(stub)) {}
+
+  // Runs `call` with a deadline, retrying UNAVAILABLE until `deadline`.
+  absl::Status CallUntil(
+      absl::Time deadline, const std::string& what,
+      const std::function<grpc::Status(grpc::ClientContext*)>& call);
+
+  const std::string address_;
+  const absl::Duration control_timeout_;
+  const std::unique_ptr<v1::ShardService::Stub> stub_;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_KV_CLIENT_H_

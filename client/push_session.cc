@@ -1,0 +1,137 @@
+#include "client/push_session.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "client/piece_plan.h"
+#include "client/server_push_stream.h"
+#include "client/shard_channels.h"
+
+namespace zeroshard {
+namespace {
+
+absl::Status ValidateCommit(const StepCommit& c) {
+  if (!std::isfinite(c.coefficient) || c.coefficient < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push coefficient ", c.coefficient, " must be finite and >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+PushSession::PushSession(const ShardChannels* channels,
+                         const FlatLayout* layout, uint64_t step,
+                         uint32_t worker, std::optional<StepCommit> known)
+    : channels_(channels),
+      layout_(layout),
+      step_(step),
+      worker_(worker),
+      known_(known) {
+  streams_.resize(channels->size());
+}
+
+PushSession::~PushSession() {
+  if (!finished_) Abort();
+}
+
+absl::Status PushSession::FirstStreamError() const {
+  for (const auto& s : streams_) {
+    if (s == nullptr) continue;
+    if (absl::Status e = s->error(); !e.ok()) return e;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushSession::Add(const FlatRange& range, DType dtype,
+                              const void* data) {
+  if (finished_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "push session for step ", step_, " is already committed or aborted"));
+  }
+  if (absl::Status e = FirstStreamError(); !e.ok()) return e;
+  if (data == nullptr) {
+    return absl::InvalidArgumentError("PushSession::Add: data is null");
+  }
+  auto planned = PlanPieces(*layout_, range, dtype,
+                            channels_->options().max_message_bytes);
+  if (!planned.ok()) return planned.status();
+  // Overlap with an earlier range of this session?
+  auto it = std::lower_bound(
+      added_.begin(), added_.end(), range,
+      [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  const bool overlaps_next = it != added_.end() && it->begin < range.end;
+  const bool overlaps_prev = it != added_.begin() && (it - 1)->end > range.begin;
+  if (overlaps_next || overlaps_prev) {
+    const FlatRange& other = overlaps_next ? *it : *(it - 1);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push range [", range.begin, ", ", range.end, ") overlaps [",
+        other.begin, ", ", other.end, ") pushed earlier for step ", step_));
+  }
+  added_.insert(it, range);
+
+  std::vector<std::vector<QueuedPiece>> by_server(streams_.size());
+  const auto* base = static_cast<const uint8_t*>(data);
+  for (const PlannedPiece& p : *planned) {
+    by_server[p.server].push_back(
+        {p.range.begin, dtype, base + p.byte_offset,
+         p.range.size() * DTypeSize(dtype)});
+  }
+  for (size_t k = 0; k < by_server.size(); ++k) {
+    if (by_server[k].empty()) continue;
+    if (streams_[k] == nullptr) {
+      streams_[k] = std::make_unique<ServerPushStream>(
+          channels_, static_cast<int>(k), step_, worker_, known_);
+    }
+    streams_[k]->Enqueue(by_server[k]);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResult> PushSession::Commit(const StepCommit& commit) {
+  if (finished_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "push session for step ", step_, " is already committed or aborted"));
+  }
+  if (absl::Status s = ValidateCommit(commit); !s.ok()) return s;
+  if (known_.has_value() && (known_->coefficient != commit.coefficient ||
+                             known_->skip != commit.skip)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "commit (", commit.coefficient, ", skip=", commit.skip,
+        ") differs from the coefficient given up front (", known_->coefficient,
+        ", skip=", known_->skip, ") for step ", step_));
+  }
+  finished_ = true;
+  for (auto& s : streams_) {
+    if (s != nullptr) s->Close(commit);
+  }
+  PushResult result;
+  absl::Status first_error;
+  for (auto& s : streams_) {
+    if (s == nullptr) continue;
+    auto r = s->Wait();
+    if (!r.ok()) {
+      if (first_error.ok()) first_error = r.status();
+      continue;
+    }
+    result.applied_elems += r->applied_elems();
+    result.duplicate_elems += r->duplicate_elems();
+    result.chunks_completed += r->chunks_completed();
+    ++result.streams;
+  }
+  if (!first_error.ok()) return first_error;
+  return result;
+}
+
+void PushSession::Abort() {
+  finished_ = true;
+  for (auto& s : streams_) {
+    if (s != nullptr) s->Cancel();
+  }
+  for (auto& s : streams_) {
+    if (s != nullptr) s->Wait().IgnoreError();
+  }
+}
+
+}  // namespace zeroshard

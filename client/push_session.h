@@ -1,0 +1,103 @@
+// One worker's gradient push for one step, streamed while backward runs.
+//
+// A PushSession sends each added range to the servers that own it, as it is
+// added: the first Add touching server k opens a PushGrad stream to k (its
+// header carries step, worker and, where known up front, the coefficient and
+// skip flag) and a sender thread that writes pieces of at most
+// max_message_bytes straight from the caller's buffer (no copy). Commit sends
+// the commit message on every open stream (unless the coefficient came up
+// front), closes them and waits for the replies.
+//
+//   ASSIGN_OR_RETURN(auto push, client.OpenPush(step, rank));
+//   for each unit u in backward: RETURN_IF_ERROR(push->Add(range_u,
+//                                                 DType::kFp32, grad_u));
+//   ASSIGN_OR_RETURN(PushResult r, push->Commit({coefficient, skip}));
+//
+// Contracts:
+// - Data passed to Add must stay valid and unchanged until Commit or Abort
+//   returns (a stream retried after UNAVAILABLE is re-sent from the start,
+//   which the server acknowledges as duplicates).
+// - Ranges added to one session must not overlap.
+// - Add never blocks on the network; it returns the first error a stream has
+//   already met, if any (e.g. ABORTED for a stale step), so the caller can
+//   stop early.
+// - Errors carry the server address. UNAVAILABLE is retried per stream under
+//   the client's RetryPolicy; other codes are returned as they are.
+// - One thread drives a session (Add/Commit/Abort are not concurrent). The
+//   destructor aborts a session that was not committed.
+#ifndef ZEROSHARD_CLIENT_PUSH_SESSION_H_
+#define ZEROSHARD_CLIENT_PUSH_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+#include "common/layout.h"
+
+namespace zeroshard {
+
+class ShardChannels;
+class ServerPushStream;
+
+// The step's gradient coefficient (1/loss_scale * clip factor, finite, >= 0)
+// and overflow flag.
+struct StepCommit {
+  double coefficient = 1.0;
+  bool skip = false;
+};
+
+// Summed over the servers of one push.
+struct PushResult {
+  uint64_t applied_elems = 0;
+  uint64_t duplicate_elems = 0;
+  uint64_t chunks_completed = 0;
+  int streams = 0;
+};
+
+class PushSession {
+ public:
+  ~PushSession();
+  PushSession(const PushSession&) = delete;
+  PushSession& operator=(const PushSession&) = delete;
+
+  uint64_t step() const { return step_; }
+  uint32_t worker() const { return worker_; }
+
+  // Queues `range` (elements of `dtype`, FP32 or BF16, at `data`) for
+  // sending. INVALID_ARGUMENT for a bad range/dtype/null data or overlap with
+  // an earlier Add; FAILED_PRECONDITION after Commit/Abort; or the first
+  // error a stream has met.
+  absl::Status Add(const FlatRange& range, DType dtype, const void* data);
+
+  // Finishes every stream with `commit` and waits for the servers' replies.
+  // For a session opened with a known coefficient, `commit` must equal it.
+  absl::StatusOr<PushResult> Commit(const StepCommit& commit);
+
+  // Cancels every stream; nothing uncommitted is applied. Idempotent.
+  void Abort();
+
+ private:
+  friend class ShardClient;
+  PushSession(const ShardChannels* channels, const FlatLayout* layout,
+              uint64_t step, uint32_t worker, std::optional<StepCommit> known);
+
+  absl::Status FirstStreamError() const;
+
+  const ShardChannels* channels_;
+  const FlatLayout* layout_;
+  const uint64_t step_;
+  const uint32_t worker_;
+  const std::optional<StepCommit> known_;
+  bool finished_ = false;
+  std::vector<FlatRange> added_;  // sorted by begin
+  // One per server, opened on first use.
+  std::vector<std::unique_ptr<ServerPushStream>> streams_;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_PUSH_SESSION_H_

@@ -1,0 +1,169 @@
+#include "client/server_push_stream.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "client/wire_codec.h"
+
+namespace zeroshard {
+namespace {
+
+constexpr char kPushGradMethod[] = "/zeroshard.v1.ShardService/PushGrad";
+
+grpc::ByteBuffer Serialize(const v1::PushGradMessage& msg) {
+  grpc::Slice slice(msg.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+}  // namespace
+
+ServerPushStream::ServerPushStream(const ShardChannels* channels, int server,
+                                   uint64_t step, uint32_t worker,
+                                   std::optional<StepCommit> known)
+    : channels_(channels),
+      server_(server),
+      step_(step),
+      worker_(worker),
+      known_(known),
+      what_(absl::StrCat("PushGrad(step ", step, ", worker ", worker, ")")),
+      result_(absl::UnknownError("not finished")) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+ServerPushStream::~ServerPushStream() {
+  Cancel();
+  if (!joined_) thread_.join();
+}
+
+void ServerPushStream::Enqueue(const std::vector<QueuedPiece>& pieces) {
+  absl::MutexLock lock(&mu_);
+  pieces_.insert(pieces_.end(), pieces.begin(), pieces.end());
+}
+
+void ServerPushStream::Close(const StepCommit& commit) {
+  absl::MutexLock lock(&mu_);
+  commit_ = commit;
+}
+
+void ServerPushStream::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+absl::StatusOr<v1::PushGradResponse> ServerPushStream::Wait() {
+  if (!joined_) {
+    thread_.join();
+    joined_ = true;
+  }
+  return result_;
+}
+
+absl::Status ServerPushStream::error() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+void ServerPushStream::Run() {
+  v1::PushGradResponse response;
+  absl::Status s = RunWithRetry(channels_->options().retry,
+                                [&] { return Attempt(&response); });
+  absl::MutexLock lock(&mu_);
+  if (s.ok()) {
+    result_ = response;
+  } else {
+    result_ = s;
+    error_ = s;
+  }
+}
+
+absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
+  const ShardClientOptions& opt = channels_->options();
+  const std::string& address = channels_->address(server_);
+  const absl::Time deadline = absl::Now() + opt.call_timeout;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) {
+      return absl::CancelledError(
+          absl::StrCat(what_, " to ", address, ": cancelled"));
+    }
+    context_ = &ctx;
+  }
+  // gRPC may hold the last data slices until the call object goes away, so
+  // the writer is destroyed before the tracker (declared first).
+  auto in_flight = std::make_shared<InFlightBytes>();
+  *response = v1::PushGradResponse();
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+          channels_->channel(server_).get(),
+          grpc::internal::RpcMethod(kPushGradMethod,
+                                    grpc::internal::RpcMethod::CLIENT_STREAMING),
+          &ctx, response));
+
+  v1::PushGradMessage header;
+  header.mutable_header()->set_step(step_);
+  header.mutable_header()->set_worker(worker_);
+  if (known_.has_value()) {
+    header.mutable_header()->set_coefficient_known(true);
+    header.mutable_header()->set_coefficient(known_->coefficient);
+    header.mutable_header()->set_skip(known_->skip);
+  }
+  absl::Status local;  // an error found on this side
+  bool ok = writer->Write(Serialize(header));
+  size_t next = 0;
+  while (ok) {
+    QueuedPiece piece;
+    std::optional<StepCommit> commit;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return cancelled_ || next < pieces_.size() || commit_.has_value();
+      };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+        local = absl::DeadlineExceededError(absl::StrCat(
+            what_, " to ", address, ": not committed within the deadline of ",
+            absl::FormatDuration(opt.call_timeout)));
+        ctx.TryCancel();
+        break;
+      }
+      if (cancelled_) break;
+      if (next < pieces_.size()) {
+        piece = pieces_[next++];
+      } else {
+        commit = commit_;
+      }
+    }
+    if (commit.has_value()) {
+      if (!known_.has_value()) {
+        v1::PushGradMessage msg;
+        msg.mutable_commit()->set_coefficient(commit->coefficient);
+        msg.mutable_commit()->set_skip(commit->skip);
+        ok = writer->Write(Serialize(msg));
+      }
+      if (ok) writer->WritesDone();
+      break;
+    }
+    if (!in_flight->WaitForRoom(piece.bytes, opt.max_bytes_in_flight,
+                                deadline)) {
+      local = absl::DeadlineExceededError(absl::StrCat(
+          what_, " to ", address, ": transport did not drain within ",
+          absl::FormatDuration(opt.call_timeout)));
+      ctx.TryCancel();
+      break;
+    }
+    ok = writer->Write(EncodePushPiece(piece.offset, piece.dtype, piece.data,
+                                       piece.bytes, in_flight));
+  }
+  grpc::Status st = writer->Finish();
+  writer.reset();
+  {
+    absl::MutexLock lock(&mu_);
+    context_ = nullptr;
+  }
+  if (!local.ok()) return local;
+  return FromGrpcStatus(st, what_, address);
+}
+
+}  // namespace zeroshard

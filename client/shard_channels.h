@@ -1,0 +1,98 @@
+// Connections to the shard servers of one cluster: one gRPC channel per
+// server (its own TCP connection, tuned for large streams), the generated
+// stubs, and the small per-server calls that need no layout: Inspect and the
+// grpc.health.v1 Check. ShardClient builds on it; zeroshard-ctl uses it alone
+// for `inspect` and `health`.
+//
+//   ASSIGN_OR_RETURN(auto channels, ShardChannels::Connect(
+//       {"127.0.0.1:5000", "127.0.0.1:5001"}, ShardClientOptions()));
+//   for (auto& r : channels->InspectAll()) ...
+//
+// Thread-safe: every method may be called from any thread.
+#ifndef ZEROSHARD_CLIENT_SHARD_CHANNELS_H_
+#define ZEROSHARD_CLIENT_SHARD_CHANNELS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/retry_policy.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "proto/zeroshard/v1/shard.grpc.pb.h"
+
+namespace zeroshard {
+
+struct ShardClientOptions {
+  // Deadline of each RPC attempt, counted from its start. A push stream that
+  // stays open through backward must finish within it.
+  absl::Duration call_timeout = absl::Seconds(120);
+  // Deadline of the small calls (Inspect, Health, Kv*, Init).
+  absl::Duration control_timeout = absl::Seconds(30);
+  // UNAVAILABLE retries.
+  RetryPolicy retry;
+  // Payload bytes per PushGrad piece and per Gather reply, <= 1 MiB.
+  size_t max_message_bytes = 1 << 20;
+  // Cap on the bytes of caller data that one push stream has handed to gRPC
+  // and gRPC has not yet released.
+  size_t max_bytes_in_flight = 64 << 20;
+  // Null: insecure (loopback or explicitly trusted networks only).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
+// Runs `call` (one attempt, returning its status) under `policy`: UNAVAILABLE
+// is retried after a backoff, anything else returned at once.
+absl::Status RunWithRetry(const RetryPolicy& policy,
+                          const std::function<absl::Status()>& call);
+
+class ShardChannels {
+ public:
+  // Validates the addresses (non-empty HOST:PORT) and creates the channels;
+  // connecting happens lazily on the first call.
+  static absl::StatusOr<std::unique_ptr<ShardChannels>> Connect(
+      const std::vector<std::string>& servers, ShardClientOptions options);
+
+  int size() const { return static_cast<int>(addresses_.size()); }
+  const std::string& address(int k) const { return addresses_[k]; }
+  const ShardClientOptions& options() const { return options_; }
+  const std::shared_ptr<grpc::Channel>& channel(int k) const {
+    return channels_[k];
+  }
+  v1::ShardService::Stub& stub(int k) const { return *stubs_[k]; }
+
+  // Inspect on server k (with retries).
+  absl::StatusOr<v1::InspectResponse> Inspect(int k) const;
+  // Inspect on every server, in parallel; one result per server.
+  std::vector<absl::StatusOr<v1::InspectResponse>> InspectAll() const;
+  // grpc.health.v1 Check("") on server k: "SERVING", "NOT_SERVING", ... or
+  // the error of the call.
+  absl::StatusOr<std::string> Health(int k) const;
+  std::vector<absl::StatusOr<std::string>> HealthAll() const;
+
+  // A ClientContext with the control deadline set.
+  void PrepareControlContext(grpc::ClientContext* ctx) const;
+
+ private:
+  ShardChannels() = default;
+
+  // Constant after construction.
+  ShardClientOptions options_;
+  std::vector<std::string> addresses_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<v1::ShardService::Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health_stubs_;
+};
+
+// Splits "a:1,b:2" into addresses; INVALID_ARGUMENT for an empty list or an
+// entry without a port.
+absl::StatusOr<std::vector<std::string>> ParseServerList(
+    const std::string& list);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_SHARD_CHANNELS_H_

@@ -1,0 +1,158 @@
+#include "client/shard_client.h"
+
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/piece_plan.h"
+#include "common/proto_convert.h"
+
+namespace zeroshard {
+
+absl::StatusOr<std::unique_ptr<ShardClient>> ShardClient::Create(
+    const std::vector<std::string>& servers, FlatLayout layout,
+    ShardClientOptions options) {
+  if (servers.size() != layout.num_servers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(servers.size(), " server addresses given for a layout of ",
+                     layout.num_servers(), " servers"));
+  }
+  auto channels = ShardChannels::Connect(servers, std::move(options));
+  if (!channels.ok()) return channels.status();
+  return std::unique_ptr<ShardClient>(
+      new ShardClient(std::move(layout), std::move(*channels)));
+}
+
+absl::StatusOr<std::vector<v1::InitResponse>> ShardClient::Init(
+    const InitOptions& options) {
+  if (absl::Status s = ValidateOptimizerConfig(options.optimizer); !s.ok()) {
+    return s;
+  }
+  if (options.chunk_elems % kFlatAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk_elems ", options.chunk_elems, " is not a multiple of 64"));
+  }
+  const int S = num_servers();
+  v1::InitRequest base;
+  *base.mutable_manifest() = ToProto(layout_.manifest());
+  base.set_num_servers(S);
+  *base.mutable_optimizer() = ToProto(options.optimizer);
+  if (options.seed.has_value()) {
+    base.mutable_init()->set_seed(*options.seed);
+  } else {
+    base.mutable_init()->set_zeros(true);
+  }
+  base.mutable_init()->set_init_std(options.init_std);
+  base.set_admin_token(options.admin_token);
+  base.set_chunk_elems(options.chunk_elems);
+
+  std::vector<v1::InitResponse> responses(S);
+  std::vector<absl::Status> statuses(S);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < S; ++k) {
+    threads.emplace_back([&, k] {
+      v1::InitRequest req = base;
+      req.set_server_index(k);
+      statuses[k] = RunWithRetry(channels_->options().retry, [&] {
+        grpc::ClientContext ctx;
+        channels_->PrepareControlContext(&ctx);
+        return FromGrpcStatus(
+            channels_->stub(k).Init(&ctx, req, &responses[k]), "Init",
+            channels_->address(k));
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int k = 0; k < S; ++k) {
+    if (!statuses[k].ok()) return statuses[k];
+    const FlatRange want = layout_.ServerRange(k);
+    const v1::InitResponse& r = responses[k];
+    if (r.owned_begin() != want.begin || r.owned_end() != want.end ||
+        r.total_elems() != layout_.total_elems()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", k, " at ", channels_->address(k), " owns [",
+          r.owned_begin(), ", ", r.owned_end(), ") of ", r.total_elems(),
+          " elements; the client's layout says [", want.begin, ", ", want.end,
+          ") of ", layout_.total_elems()));
+    }
+  }
+  return responses;
+}
+
+absl::StatusOr<GatherResult> ShardClient::Gather(
+    absl::Span<const FlatRange> ranges, DType dtype, int64_t min_version,
+    void* out, size_t out_bytes) {
+  if (dtype != DType::kFp32 && dtype != DType::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Gather dtype ", DTypeName(dtype), " is not fp32 or bf16"));
+  }
+  if (absl::Status s = ValidateDisjoint(layout_, ranges); !s.ok()) return s;
+  const size_t esize = DTypeSize(dtype);
+  uint64_t elems = 0;
+  for (const FlatRange& r : ranges) elems += r.size();
+  if (out == nullptr || out_bytes != elems * esize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gather output buffer holds ", out_bytes, " bytes; the ",
+                     ranges.size(), " ranges need ", elems * esize));
+  }
+  std::vector<std::vector<GatherTarget>> by_server(num_servers());
+  auto* dst = static_cast<uint8_t*>(out);
+  for (const FlatRange& r : ranges) {
+    for (const ServerSlice& s : layout_.SplitByServer(r)) {
+      by_server[s.server].push_back(
+          {s.range, dst + (s.range.begin - r.begin) * esize});
+    }
+    dst += r.size() * esize;
+  }
+  std::vector<int> active;
+  for (int k = 0; k < num_servers(); ++k) {
+    if (!by_server[k].empty()) active.push_back(k);
+  }
+  std::vector<absl::StatusOr<GatherResult>> results(
+      num_servers(), absl::UnknownError("not run"));
+  auto run = [&](int k) {
+    results[k] = GatherFromServer(*channels_, k, std::move(by_server[k]),
+                                  dtype, min_version);
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < active.size(); ++i) threads.emplace_back(run, active[i]);
+  if (!active.empty()) run(active[0]);
+  for (auto& t : threads) t.join();
+  GatherResult total;
+  bool first = true;
+  for (int k : active) {
+    if (!results[k].ok()) return results[k].status();
+    MergeGatherResult(*results[k], first, &total);
+    first = false;
+  }
+  return total;
+}
+
+absl::StatusOr<std::unique_ptr<PushSession>> ShardClient::OpenPush(
+    uint64_t step, uint32_t worker, std::optional<StepCommit> known) {
+  if (known.has_value() &&
+      (!std::isfinite(known->coefficient) || known->coefficient < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push coefficient ", known->coefficient, " must be finite and >= 0"));
+  }
+  return std::unique_ptr<PushSession>(
+      new PushSession(channels_.get(), &layout_, step, worker, known));
+}
+
+absl::StatusOr<PushResult> ShardClient::PushGrad(
+    uint64_t step, uint32_t worker, absl::Span<const GradSpan> grads,
+    const StepCommit& commit, bool coefficient_known) {
+  auto session = OpenPush(
+      step, worker,
+      coefficient_known ? std::optional<StepCommit>(commit) : std::nullopt);
+  if (!session.ok()) return session.status();
+  for (const GradSpan& g : grads) {
+    if (absl::Status s = (*session)->Add(g.range, g.dtype, g.data); !s.ok()) {
+      (*session)->Abort();
+      return s;
+    }
+  }
+  return (*session)->Commit(commit);
+}
+
+}  // namespace zeroshard

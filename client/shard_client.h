@@ -1,0 +1,113 @@
+// The client of a zeroshard cluster: routes flat ranges to the shard servers
+// that own them (common/layout.h), one parallel stream per server per call,
+// with per-call deadlines, UNAVAILABLE retried with backoff, and bounded
+// bytes in flight. Payload bytes are sent from and received into the
+// caller's buffers without intermediate copies.
+//
+//   ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(manifest, 2, 1));
+//   ASSIGN_OR_RETURN(auto client, ShardClient::Create(
+//       {"127.0.0.1:5000", "127.0.0.1:5001"}, layout));
+//   RETURN_IF_ERROR(client->Init(InitOptions{.seed = 1}).status());
+//   std::vector<uint16_t> w(layout.total_elems());
+//   ASSIGN_OR_RETURN(GatherResult g, client->Gather(
+//       {{FlatRange{0, layout.total_elems()}}}, DType::kBf16, 0, w.data(),
+//       w.size() * 2));
+//   ASSIGN_OR_RETURN(PushResult p, client->PushGrad(
+//       0, /*worker=*/0, {{range, DType::kFp32, grads}}, StepCommit{1.0},
+//       /*coefficient_known=*/false));
+//
+// Errors: absl::Status with the server's code and its address in the
+// message. UNAVAILABLE comes back only after the retry policy gave up;
+// ABORTED (stale/future step), INVALID_ARGUMENT and FAILED_PRECONDITION are
+// never retried. Thread-safe: calls may run concurrently from many threads;
+// the client must outlive its PushSessions.
+#ifndef ZEROSHARD_CLIENT_SHARD_CLIENT_H_
+#define ZEROSHARD_CLIENT_SHARD_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "client/gather_stream.h"
+#include "client/push_session.h"
+#include "client/shard_channels.h"
+#include "common/dtype.h"
+#include "common/layout.h"
+#include "common/optimizer_config.h"
+#include "proto/zeroshard/v1/shard.pb.h"
+
+namespace zeroshard {
+
+// What Init sends to every server (each also gets its server_index and S).
+struct InitOptions {
+  OptimizerConfig optimizer;
+  // Seeded init (common/init_values.h); nullopt: all zeros.
+  std::optional<uint64_t> seed = 0;
+  // Std of the seeded normal init; 0: the server default 0.02.
+  double init_std = 0;
+  // Elements per version chunk; 0: server default. Multiple of 64.
+  uint64_t chunk_elems = 0;
+  std::string admin_token;
+};
+
+// A gradient slice in the caller's memory.
+struct GradSpan {
+  FlatRange range;
+  DType dtype = DType::kFp32;
+  const void* data = nullptr;
+};
+
+class ShardClient {
+ public:
+  // `servers[k]` must be server k of layout.num_servers().
+  static absl::StatusOr<std::unique_ptr<ShardClient>> Create(
+      const std::vector<std::string>& servers, FlatLayout layout,
+      ShardClientOptions options = ShardClientOptions());
+
+  const FlatLayout& layout() const { return layout_; }
+  const ShardChannels& channels() const { return *channels_; }
+  int num_servers() const { return channels_->size(); }
+
+  // Init on every server in parallel. Checks that each server's owned range
+  // and total agree with the layout (FAILED_PRECONDITION otherwise).
+  absl::StatusOr<std::vector<v1::InitResponse>> Init(
+      const InitOptions& options);
+
+  // Streams `ranges` (disjoint, inside [0, total)) in `dtype` (FP32 or BF16)
+  // at chunk version >= min_version (negative: current) into `out`: the
+  // ranges' elements concatenated in the order given; out_bytes must equal
+  // their total size. Servers wait for the version under the call deadline.
+  absl::StatusOr<GatherResult> Gather(absl::Span<const FlatRange> ranges,
+                                      DType dtype, int64_t min_version,
+                                      void* out, size_t out_bytes);
+
+  // Opens a streaming push for (step, worker); see client/push_session.h.
+  // With `known`, the coefficient and skip flag go in each stream's header
+  // and pieces are applied as they arrive.
+  absl::StatusOr<std::unique_ptr<PushSession>> OpenPush(
+      uint64_t step, uint32_t worker,
+      std::optional<StepCommit> known = std::nullopt);
+
+  // One-shot push of `grads` (disjoint ranges): OpenPush + Add + Commit.
+  absl::StatusOr<PushResult> PushGrad(uint64_t step, uint32_t worker,
+                                      absl::Span<const GradSpan> grads,
+                                      const StepCommit& commit,
+                                      bool coefficient_known);
+
+ private:
+  ShardClient(FlatLayout layout, std::unique_ptr<ShardChannels> channels)
+      : layout_(std::move(layout)), channels_(std::move(channels)) {}
+
+  // Constant after construction.
+  const FlatLayout layout_;
+  const std::unique_ptr<ShardChannels> channels_;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_SHARD_CLIENT_H_

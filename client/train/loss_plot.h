@@ -1,0 +1,39 @@
+// The loss-curve picture of a training run.
+//
+//   RETURN_IF_ERROR(WriteLossPlot(records, "out/loss.svg", "gpt-small"));
+//
+// Contracts:
+// - ".svg": written here (no external program): the per-step loss as a thin
+//   polyline, its moving mean over 10 steps as a thick one, skipped steps
+//   marked, axes with ticks. Works for 1 or more records.
+// - ".png": drawn by gnuplot (Debian gnuplot-nox) from a data file written
+//   next to the picture (<plot>.dat); when gnuplot is missing or fails, the
+//   SVG is written instead at the same path with ".svg" and the returned
+//   string says so. The gnuplot run is bounded (30 s).
+// - Any other extension is INVALID_ARGUMENT (checked by ValidatePlotPath
+//   before a run starts).
+// - Returns the path actually written.
+#ifndef ZEROSHARD_CLIENT_TRAIN_LOSS_PLOT_H_
+#define ZEROSHARD_CLIENT_TRAIN_LOSS_PLOT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/train/step_record.h"
+
+namespace zeroshard {
+
+absl::Status ValidatePlotPath(const std::string& path);
+
+// The SVG document for `records` (exposed for tests).
+std::string RenderLossSvg(const std::vector<StepRecord>& records,
+                          const std::string& title);
+
+absl::StatusOr<std::string> WriteLossPlot(
+    const std::vector<StepRecord>& records, const std::string& path,
+    const std::string& title);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_TRAIN_LOSS_PLOT_H_

@@ -1,0 +1,64 @@
+#include "client/train/metrics_writer.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace zeroshard {
+
+std::string MetricsCsvHeader() {
+  return "step,loss,tokens_per_s,loss_scale,grad_norm,lr,skipped,seconds,"
+         "fetch_s,compute_s,comm_wait_s,commit_s,model_state_bytes,"
+         "activation_peak_bytes";
+}
+
+std::string FormatMetricsRow(const StepRecord& r, MetricsFormat format) {
+  const char* skipped = r.skipped ? "true" : "false";
+  if (format == MetricsFormat::kCsv) {
+    return absl::StrFormat("%u,%.6f,%.1f,%g,%.6g,%.6g,%s,%.4f,%.4f,%.4f,%.4f,"
+                           "%.4f,%u,%u",
+                           r.step, r.loss, r.tokens_per_s, r.loss_scale,
+                           r.grad_norm, r.lr, skipped, r.seconds, r.fetch_s,
+                           r.compute_s, r.comm_wait_s, r.commit_s,
+                           r.model_state_bytes, r.activation_peak_bytes);
+  }
+  return absl::StrFormat(
+      "{\"step\":%u,\"loss\":%.6f,\"tokens_per_s\":%.1f,\"loss_scale\":%g,"
+      "\"grad_norm\":%.6g,\"lr\":%.6g,\"skipped\":%s,\"seconds\":%.4f,"
+      "\"fetch_s\":%.4f,\"compute_s\":%.4f,\"comm_wait_s\":%.4f,"
+      "\"commit_s\":%.4f,\"model_state_bytes\":%u,"
+      "\"activation_peak_bytes\":%u}",
+      r.step, r.loss, r.tokens_per_s, r.loss_scale, r.grad_norm, r.lr,
+      skipped, r.seconds, r.fetch_s, r.compute_s, r.comm_wait_s, r.commit_s,
+      r.model_state_bytes, r.activation_peak_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(
+    const std::string& path, MetricsFormat format) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot create metrics file ", path, ": ", strerror(errno)));
+  }
+  std::unique_ptr<MetricsWriter> w(new MetricsWriter(f, path, format));
+  if (format == MetricsFormat::kCsv) {
+    std::fprintf(f, "%s\n", MetricsCsvHeader().c_str());
+    std::fflush(f);
+  }
+  return w;
+}
+
+MetricsWriter::~MetricsWriter() { std::fclose(file_); }
+
+absl::Status MetricsWriter::Append(const StepRecord& r) {
+  const std::string row = FormatMetricsRow(r, format_);
+  if (std::fprintf(file_, "%s\n", row.c_str()) < 0 || std::fflush(file_) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("cannot write metrics file ", path_, ": ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zeroshard

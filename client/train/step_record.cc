@@ -1,0 +1,96 @@
+#include "client/train/step_record.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace zeroshard {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Bad(std::string_view line, std::string_view why) {
+  constexpr size_t kQuote = 200;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "worker progress line: ", why, ": '",
+      line.substr(0, std::min(line.size(), kQuote)),
+      line.size() > kQuote ? "...'" : "'"));
+}
+
+// Reads a number field; `required` fields must be present.
+template <typename T>
+absl::Status Number(const json& j, const char* key, bool required,
+                    std::string_view line, T* out) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    return required ? Bad(line, absl::StrCat("missing \"", key, "\""))
+                    : absl::OkStatus();
+  }
+  if (!it->is_number()) {
+    return Bad(line, absl::StrCat("\"", key, "\" is not a number"));
+  }
+  if constexpr (std::is_same_v<T, uint64_t>) {
+    if (it->is_number_float() || it->get<double>() < 0) {
+      return Bad(line, absl::StrCat("\"", key, "\" is not a count"));
+    }
+  }
+  *out = it->get<T>();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerEvent> ParseWorkerEvent(std::string_view line) {
+  json j = json::parse(line.begin(), line.end(), nullptr,
+                       /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Bad(line, "not a JSON object");
+  auto ev = j.find("event");
+  if (ev == j.end() || !ev->is_string()) return Bad(line, "no \"event\"");
+  const std::string name = ev->get<std::string>();
+  WorkerEvent e;
+  absl::Status s;
+  if (name == "start") {
+    e.kind = WorkerEvent::Kind::kStart;
+    if (!(s = Number(j, "step", true, line, &e.step)).ok()) return s;
+    if (!(s = Number(j, "steps", true, line, &e.total_steps)).ok()) return s;
+    if (!(s = Number(j, "params", false, line, &e.params)).ok()) return s;
+  } else if (name == "done") {
+    e.kind = WorkerEvent::Kind::kDone;
+    if (!(s = Number(j, "step", true, line, &e.step)).ok()) return s;
+  } else if (name == "step") {
+    e.kind = WorkerEvent::Kind::kStep;
+    StepRecord& r = e.record;
+    for (auto [key, out] : {std::pair{"loss", &r.loss},
+                            {"tokens_per_s", &r.tokens_per_s},
+                            {"loss_scale", &r.loss_scale},
+                            {"grad_norm", &r.grad_norm},
+                            {"lr", &r.lr},
+                            {"seconds", &r.seconds}}) {
+      if (!(s = Number(j, key, true, line, out)).ok()) return s;
+    }
+    for (auto [key, out] : {std::pair{"fetch_s", &r.fetch_s},
+                            {"compute_s", &r.compute_s},
+                            {"comm_wait_s", &r.comm_wait_s},
+                            {"commit_s", &r.commit_s}}) {
+      if (!(s = Number(j, key, false, line, out)).ok()) return s;
+    }
+    if (!(s = Number(j, "step", true, line, &r.step)).ok()) return s;
+    if (!(s = Number(j, "model_state_bytes", false, line,
+                     &r.model_state_bytes)).ok()) {
+      return s;
+    }
+    if (!(s = Number(j, "activation_peak_bytes", false, line,
+                     &r.activation_peak_bytes)).ok()) {
+      return s;
+    }
+    auto sk = j.find("skipped");
+    if (sk == j.end() || !sk->is_boolean()) {
+      return Bad(line, "\"skipped\" is missing or not a boolean");
+    }
+    r.skipped = sk->get<bool>();
+    e.step = r.step;
+  }
+  return e;
+}
+
+}  // namespace zeroshard

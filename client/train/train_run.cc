@@ -1,0 +1,203 @@
+#include "client/train/train_run.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/train/loss_plot.h"
+#include "client/train/metrics_writer.h"
+#include "client/train/progress_bar.h"
+#include "client/train/step_record.h"
+#include "client/train/train_cluster.h"
+#include "client/train/weights_export.h"
+#include "common/config.h"
+#include "common/gpt_manifest.h"
+#include "common/layout.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace zeroshard {
+namespace {
+
+namespace fs = std::filesystem;
+
+// `path` from the config, inside `out_dir` when relative; "" stays "".
+std::string InOutDir(const std::string& out_dir, const std::string& path) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(out_dir) / path).string();
+}
+
+absl::Status CheckBinary(const std::string& path) {
+  if (access(path.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat(
+        path, " not found or not executable (zeroshard-train looks for its "
+              "sibling binaries in its own directory; build them)"));
+  }
+  return absl::OkStatus();
+}
+
+// Follows the cluster's progress feed until rank 0's "done"; returns the
+// step reached.
+absl::StatusOr<uint64_t> FollowProgress(
+    TrainCluster& cluster, const TrainingConfig& cfg, const TrainOptions& o,
+    MetricsWriter* metrics, std::vector<StepRecord>* records,
+    std::unique_ptr<ProgressBar>* bar) {
+  const absl::Duration step_timeout = absl::Seconds(cfg.cluster.step_timeout_s);
+  absl::Duration timeout =
+      step_timeout + absl::Seconds(cfg.cluster.startup_timeout_s);
+  while (true) {
+    ASSIGN_OR_RETURN(std::string line, cluster.NextProgressLine(timeout));
+    timeout = step_timeout;
+    absl::StatusOr<WorkerEvent> ev = ParseWorkerEvent(line);
+    if (!ev.ok()) {
+      // Not ours (a stray library print): keep it in the log, don't fail.
+      ZS_LOG(WARNING) << ev.status().message();
+      continue;
+    }
+    switch (ev->kind) {
+      case WorkerEvent::Kind::kStart:
+        if (!o.quiet) {
+          *bar = std::make_unique<ProgressBar>(
+              o.progress, ev->step, ev->total_steps, cfg.steps_per_print,
+              isatty(fileno(o.progress)) != 0);
+          std::fprintf(o.progress,
+                       "zeroshard-train: %u parameters, %d servers x %d "
+                       "workers, steps %u..%u\n",
+                       static_cast<unsigned long long>(ev->params),
+                       cfg.cluster.servers, cfg.cluster.workers, ev->step,
+                       ev->total_steps);
+        }
+        break;
+      case WorkerEvent::Kind::kStep:
+        records->push_back(ev->record);
+        if (metrics != nullptr) RETURN_IF_ERROR(metrics->Append(ev->record));
+        if (*bar != nullptr) (*bar)->Update(ev->record);
+        break;
+      case WorkerEvent::Kind::kDone:
+        return ev->step;
+      case WorkerEvent::Kind::kOther:
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ExecutableDir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot read /proc/self/exe: ", ec.message()));
+  }
+  return exe.parent_path().string();
+}
+
+absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
+                                       const std::atomic<bool>* interrupted) {
+  const absl::Time t0 = absl::Now();
+  if (o.config_path.empty()) {
+    return absl::InvalidArgumentError("--config=FILE is required");
+  }
+  ConfigOverrides overrides;
+  overrides.workers = o.workers;
+  overrides.steps = o.steps;
+  overrides.servers = o.servers;
+  if (!o.server_addresses.empty()) {
+    overrides.servers = static_cast<int>(o.server_addresses.size());
+  }
+  ASSIGN_OR_RETURN(ParsedConfig parsed,
+                   LoadTrainingConfig(o.config_path, overrides));
+  for (const std::string& w : parsed.warnings) ZS_LOG(WARNING) << w;
+  const TrainingConfig& cfg = parsed.config;
+  RETURN_IF_ERROR(ValidatePlotPath(cfg.cluster.plot_path));
+  const int servers = cfg.cluster.servers, workers = cfg.cluster.workers;
+  ASSIGN_OR_RETURN(ModelManifest manifest,
+                   MakeGptManifest(cfg.cluster.model, workers));
+  ASSIGN_OR_RETURN(FlatLayout layout,
+                   FlatLayout::Create(manifest, servers, workers));
+
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create --out=", o.out_dir, ": ", ec.message()));
+  }
+  TrainClusterPlan plan;
+  if (o.bin_dir.empty()) {
+    ASSIGN_OR_RETURN(plan.bin_dir, ExecutableDir());
+  } else {
+    plan.bin_dir = o.bin_dir;
+  }
+  plan.server_addresses = o.server_addresses.empty()
+                              ? cfg.cluster.server_addresses
+                              : o.server_addresses;
+  if (plan.server_addresses.empty()) {
+    RETURN_IF_ERROR(CheckBinary(plan.bin_dir + "/zeroshard-server"));
+  }
+  RETURN_IF_ERROR(CheckBinary(plan.bin_dir + "/zeroshard-worker"));
+  plan.config_path = fs::absolute(o.config_path).string();
+  plan.out_dir = o.out_dir;
+  plan.servers = servers;
+  plan.workers = workers;
+  plan.placement = cfg.cluster.placement;
+  plan.admin_token = cfg.cluster.admin_token;
+  plan.steps = o.steps;
+  plan.inject_overflow_at_step = o.inject_overflow_at_step;
+  plan.run_id = absl::StrCat("train-", getpid(), "-", absl::ToUnixMicros(t0));
+  plan.startup_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
+
+  RunOutputs outputs;
+  outputs.metrics = InOutDir(o.out_dir, cfg.cluster.metrics_path);
+  const std::string plot_path = InOutDir(o.out_dir, cfg.cluster.plot_path);
+  std::unique_ptr<MetricsWriter> metrics;
+  if (!outputs.metrics.empty()) {
+    ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(outputs.metrics,
+                                                  cfg.cluster.metrics_format));
+  }
+
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainCluster> cluster,
+                   TrainCluster::Start(plan, interrupted));
+  outputs.logs = cluster->logs_dir();
+  std::vector<StepRecord> records;
+  std::unique_ptr<ProgressBar> bar;
+  absl::Status run = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(uint64_t done_step,
+                     FollowProgress(*cluster, cfg, o, metrics.get(), &records,
+                                    &bar));
+    const absl::Duration step_timeout =
+        absl::Seconds(cfg.cluster.step_timeout_s);
+    RETURN_IF_ERROR(cluster->WaitWorkers(step_timeout));
+    if (o.save_weights) {
+      RETURN_IF_ERROR(ExportWeights(cluster->server_addresses(), layout,
+                                    static_cast<int64_t>(done_step),
+                                    o.out_dir, step_timeout));
+      outputs.weights = o.out_dir + "/weights.f32";
+    }
+    return absl::OkStatus();
+  }();
+  if (bar != nullptr) bar->Finish();
+  cluster->StopAll(absl::Seconds(5));
+  if (!run.ok()) return run;
+  const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
+
+  if (!plot_path.empty()) {
+    const std::string title = absl::StrFormat(
+        "%s: %d layers, width %d, %d servers x %d workers",
+        fs::path(o.config_path).filename().string(), cfg.cluster.model.layers,
+        cfg.cluster.model.width, servers, workers);
+    ASSIGN_OR_RETURN(outputs.plot, WriteLossPlot(records, plot_path, title));
+  }
+  const uint64_t tokens_per_step =
+      static_cast<uint64_t>(cfg.train_batch_size) * cfg.cluster.model.context;
+  RunSummary summary = Summarize(records, tokens_per_step, wall);
+  std::fputs(FormatSummary(summary, outputs).c_str(), o.progress);
+  std::fflush(o.progress);
+  return summary;
+}
+
+}  // namespace zeroshard

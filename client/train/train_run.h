@@ -1,0 +1,60 @@
+// One zeroshard-train run, start to summary: loads the config, starts the
+// local cluster (client/train/train_cluster.h), follows rank 0's progress
+// feed (progress bar, metrics file), then optionally exports the final FP32
+// weights, stops the cluster, draws the loss curve and prints the summary.
+//
+//   TrainOptions o;
+//   o.config_path = "examples/gpt-small.json";
+//   o.out_dir = "out/main";
+//   absl::StatusOr<RunSummary> s = RunTraining(o, &interrupted);
+//
+// Contracts:
+// - Relative metrics and plot paths from the config resolve inside out_dir;
+//   absolute ones are used as they are. An empty metrics/plot path in the
+//   config means no such file.
+// - The plot extension (.svg / .png) is checked before anything starts.
+// - Any process failure, a hang (no progress line within
+//   zeroshard.timeouts.step_seconds; the first line may take
+//   startup_seconds more) or an interruption stops every child (SIGTERM,
+//   then SIGKILL after a grace period) and returns an error naming the
+//   process. The metrics of the steps made so far stay on disk.
+// - With server addresses (the option or zeroshard.servers as a list), no
+//   server is started; the run trains on those servers.
+#ifndef ZEROSHARD_CLIENT_TRAIN_TRAIN_RUN_H_
+#define ZEROSHARD_CLIENT_TRAIN_TRAIN_RUN_H_
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/train/run_summary.h"
+
+namespace zeroshard {
+
+struct TrainOptions {
+  std::string config_path;
+  std::optional<int> servers;
+  std::optional<int> workers;
+  std::optional<uint64_t> steps;
+  std::vector<std::string> server_addresses;  // overrides the config's
+  std::string out_dir = "zeroshard-out";
+  std::string bin_dir;                        // zeroshard-server/-worker
+  bool save_weights = false;
+  int64_t inject_overflow_at_step = -1;
+  bool quiet = false;                         // no progress bar
+  std::FILE* progress = stderr;               // bar and summary
+};
+
+absl::StatusOr<RunSummary> RunTraining(const TrainOptions& options,
+                                       const std::atomic<bool>* interrupted);
+
+// The directory holding the running executable (/proc/self/exe).
+absl::StatusOr<std::string> ExecutableDir();
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_TRAIN_TRAIN_RUN_H_

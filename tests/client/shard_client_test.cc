@@ -1,0 +1,274 @@
+// ShardClient and PushSession against FakeShardService: routing, piece
+// sizes, payload integrity, and the retry rule (UNAVAILABLE retried, ABORTED
+// and DEADLINE_EXCEEDED not).
+#include "client/shard_client.h"
+
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/client/fake_shard_service.h"
+
+namespace zeroshard {
+namespace {
+
+using testing::FakeShardCluster;
+using testing::FakeValue;
+
+FlatLayout TestLayout(uint32_t servers) {
+  ModelManifest m;
+  m.partition_count = 2;
+  m.units = {{"a", {{"a.w", {1000, 3}}, {"a.b", {3}}}},
+             {"b", {{"b.w", {777}}}},
+             {"c", {{"c.w", {50, 100}}}}};
+  return *FlatLayout::Create(m, servers, 2);
+}
+
+ShardClientOptions SmallMessages() {
+  ShardClientOptions o;
+  o.max_message_bytes = 4096;
+  o.call_timeout = absl::Seconds(20);
+  o.retry.initial_backoff = absl::Milliseconds(5);
+  o.retry.max_backoff = absl::Milliseconds(20);
+  return o;
+}
+
+TEST(ShardClientTest, GatherConcatenatesRangesAcrossServers) {
+  FlatLayout layout = TestLayout(3);
+  FakeShardCluster cluster(layout);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  const uint64_t T = layout.total_elems();
+  std::mt19937_64 rng(11);
+  for (DType dtype : {DType::kFp32, DType::kBf16}) {
+    // Three disjoint ranges, the middle one spanning every server.
+    const uint64_t a = rng() % 100, b = a + 1 + rng() % 500;
+    const std::vector<FlatRange> ranges = {{b + 10, T - 7}, {a, b}, {T - 5, T}};
+    uint64_t elems = 0;
+    for (const auto& r : ranges) elems += r.size();
+    std::vector<uint8_t> out(elems * DTypeSize(dtype), 0xAB);
+    auto res = client->Gather(ranges, dtype, 0, out.data(), out.size());
+    ASSERT_TRUE(res.ok()) << res.status();
+    EXPECT_EQ(res->bytes, out.size());
+    uint64_t at = 0;
+    for (const auto& r : ranges) {
+      for (uint64_t off = r.begin; off < r.end; ++off, ++at) {
+        float got;
+        if (dtype == DType::kFp32) {
+          std::memcpy(&got, &out[at * 4], 4);
+          ASSERT_EQ(got, FakeValue(off)) << "offset " << off;
+        } else {
+          uint16_t h;
+          std::memcpy(&h, &out[at * 2], 2);
+          ASSERT_EQ(h, FloatToBf16(FakeValue(off))) << "offset " << off;
+        }
+      }
+    }
+  }
+}
+
+TEST(ShardClientTest, GatherRejectsBadRequests) {
+  FlatLayout layout = TestLayout(2);
+  FakeShardCluster cluster(layout);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  std::vector<float> out(100);
+  const uint64_t T = layout.total_elems();
+  EXPECT_EQ(client->Gather({{FlatRange{T - 10, T + 90}}}, DType::kFp32, 0,
+                           out.data(), 400).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->Gather({{FlatRange{0, 60}, FlatRange{50, 90}}},
+                           DType::kFp32, 0, out.data(), 400).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->Gather({{FlatRange{0, 100}}}, DType::kFp32, 0, out.data(),
+                           399).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->Gather({{FlatRange{0, 100}}}, DType::kFp16, 0, out.data(),
+                           200).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cluster.server(0).gather_calls + cluster.server(1).gather_calls, 0);
+}
+
+TEST(ShardClientTest, PushRoutesEveryElementOnceWithCommitLast) {
+  FlatLayout layout = TestLayout(3);
+  FakeShardCluster cluster(layout);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  std::vector<FlatRange> ranges = layout.WorkerRanges(1);
+  std::vector<std::vector<float>> data;
+  std::vector<GradSpan> spans;
+  for (const FlatRange& r : ranges) {
+    data.emplace_back(r.size());
+    for (uint64_t i = 0; i < r.size(); ++i) data.back()[i] = r.begin + i + 0.5f;
+  }
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    spans.push_back({ranges[i], DType::kFp32, data[i].data()});
+  }
+  auto res = client->PushGrad(7, 1, spans, {0.25, false}, false);
+  ASSERT_TRUE(res.ok()) << res.status();
+  uint64_t want = 0;
+  for (const auto& r : ranges) want += r.size();
+  EXPECT_EQ(res->applied_elems, want);
+  uint64_t seen = 0;
+  for (int k = 0; k < 3; ++k) {
+    for (const auto& push : cluster.server(k).pushes()) {
+      EXPECT_EQ(push.header.step(), 7u);
+      EXPECT_EQ(push.header.worker(), 1u);
+      EXPECT_FALSE(push.header.coefficient_known());
+      EXPECT_TRUE(push.committed);
+      EXPECT_EQ(push.commit.coefficient(), 0.25);
+      for (const auto& p : push.pieces) {
+        EXPECT_LE(p.data().size(), 4096u);
+        const uint64_t n = p.data().size() / 4;
+        EXPECT_TRUE(layout.ServerRange(k).Contains({p.offset(), p.offset() + n}));
+        for (uint64_t i = 0; i < n; ++i) {
+          float v;
+          std::memcpy(&v, p.data().data() + 4 * i, 4);
+          ASSERT_EQ(v, p.offset() + i + 0.5f);
+        }
+        seen += n;
+      }
+    }
+  }
+  EXPECT_EQ(seen, want);
+}
+
+TEST(ShardClientTest, SessionSendsAddsAsTheyComeWithKnownCoefficient) {
+  FlatLayout layout = TestLayout(2);
+  FakeShardCluster cluster(layout);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  const uint64_t T = layout.total_elems();
+  std::vector<uint16_t> g(T);
+  for (uint64_t i = 0; i < T; ++i) g[i] = FloatToBf16(i * 1e-3f);
+  auto session = *client->OpenPush(3, 0, StepCommit{0.5, true});
+  ASSERT_TRUE(session->Add({T / 2, T}, DType::kBf16, g.data() + T / 2).ok());
+  ASSERT_TRUE(session->Add({0, T / 2}, DType::kBf16, g.data()).ok());
+  EXPECT_EQ(session->Add({10, 20}, DType::kBf16, g.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(session->Commit({0.5, false}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto res = session->Commit({0.5, true});
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->applied_elems, T);
+  EXPECT_EQ(res->streams, 2);
+  EXPECT_EQ(session->Add({0, 1}, DType::kBf16, g.data()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  for (int k = 0; k < 2; ++k) {
+    auto pushes = cluster.server(k).pushes();
+    ASSERT_EQ(pushes.size(), 1u);
+    EXPECT_TRUE(pushes[0].header.coefficient_known());
+    EXPECT_TRUE(pushes[0].header.skip());
+    EXPECT_FALSE(pushes[0].committed);
+  }
+}
+
+TEST(ShardClientTest, UnavailableIsRetriedAndTheStreamResent) {
+  FlatLayout layout = TestLayout(2);
+  FakeShardCluster cluster(layout);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  cluster.server(0).fail_unavailable = 2;
+  cluster.server(1).fail_push_midway = 1;
+  const uint64_t T = layout.total_elems();
+  std::vector<float> g(T, 1.0f);
+  auto res = client->PushGrad(0, 0, {{{0, T}, DType::kFp32, g.data()}},
+                              {1.0, false}, false);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->applied_elems, T);
+  EXPECT_EQ(cluster.server(0).push_calls, 3);
+  EXPECT_EQ(cluster.server(1).push_calls, 2);
+  // The completed push on server 1 is the whole stream again.
+  auto pushes = cluster.server(1).pushes();
+  ASSERT_EQ(pushes.size(), 1u);
+  uint64_t n = 0;
+  for (const auto& p : pushes[0].pieces) n += p.data().size() / 4;
+  EXPECT_EQ(n, layout.ServerRange(1).size());
+
+  cluster.server(1).fail_unavailable = 1;
+  std::vector<float> out(T);
+  auto gathered = client->Gather({{FlatRange{0, T}}}, DType::kFp32, -1,
+                                 out.data(), 4 * T);
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  EXPECT_EQ(cluster.server(1).gather_calls, 2);
+}
+
+TEST(ShardClientTest, AbortedIsNotRetriedAndNamesTheServer) {
+  FlatLayout layout = TestLayout(2);
+  FakeShardCluster cluster(layout);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  cluster.server(1).abort_pushes = true;
+  const uint64_t T = layout.total_elems();
+  std::vector<float> g(T, 1.0f);
+  auto res = client->PushGrad(5, 0, {{{0, T}, DType::kFp32, g.data()}},
+                              {1.0, false}, false);
+  ASSERT_EQ(res.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(res.status().message().find(cluster.addresses()[1]),
+            std::string::npos) << res.status();
+  EXPECT_EQ(cluster.server(1).push_calls, 1);
+}
+
+TEST(ShardClientTest, DeadlineIsHonouredAndNotRetried) {
+  FlatLayout layout = TestLayout(2);
+  FakeShardCluster cluster(layout);
+  ShardClientOptions opt = SmallMessages();
+  opt.call_timeout = absl::Milliseconds(200);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, opt);
+  cluster.server(0).gather_delay_ms = 10000;
+  std::vector<float> out(64);
+  auto res = client->Gather({{FlatRange{0, 64}}}, DType::kFp32, 0, out.data(),
+                            out.size() * 4);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << res.status();
+  EXPECT_EQ(cluster.server(0).gather_calls, 1);
+}
+
+TEST(ShardClientTest, UnreachableServerGivesUnavailableAfterBoundedRetries) {
+  FlatLayout layout = TestLayout(2);
+  FakeShardCluster cluster(layout);
+  std::vector<std::string> addresses = cluster.addresses();
+  addresses[1] = absl::StrCat("127.0.0.1:", testing::UnusedPort());
+  ShardClientOptions opt = SmallMessages();
+  opt.retry.max_attempts = 3;
+  auto client = *ShardClient::Create(addresses, layout, opt);
+  const uint64_t T = layout.total_elems();
+  std::vector<float> g(T, 1.0f);
+  auto res = client->PushGrad(0, 0, {{{0, T}, DType::kFp32, g.data()}},
+                              {1.0, false}, false);
+  ASSERT_EQ(res.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(res.status().message().find(addresses[1]), std::string::npos);
+  EXPECT_NE(res.status().message().find("3 attempts"), std::string::npos)
+      << res.status();
+}
+
+TEST(ShardClientTest, InitSendsEachServerItsIndexAndChecksRanges) {
+  FlatLayout layout = TestLayout(3);
+  FakeShardCluster cluster(layout);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  InitOptions opt;
+  opt.seed = 42;
+  opt.admin_token = "secret";
+  ASSERT_TRUE(client->Init(opt).ok());
+  for (int k = 0; k < 3; ++k) {
+    auto inits = cluster.server(k).inits();
+    ASSERT_EQ(inits.size(), 1u);
+    EXPECT_EQ(inits[0].server_index(), static_cast<uint32_t>(k));
+    EXPECT_EQ(inits[0].num_servers(), 3u);
+    EXPECT_EQ(inits[0].init().seed(), 42u);
+    EXPECT_EQ(inits[0].admin_token(), "secret");
+    EXPECT_EQ(inits[0].manifest().units_size(), 3);
+  }
+  cluster.server(2).misreport_range = true;
+  EXPECT_EQ(client->Init(opt).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  opt.chunk_elems = 100;
+  EXPECT_EQ(client->Init(opt).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShardClientTest, CreateRejectsAMismatchedServerList) {
+  FlatLayout layout = TestLayout(3);
+  EXPECT_EQ(ShardClient::Create({"127.0.0.1:1"}, layout).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShardClient::Create({"a", "b:1", "c:2"}, layout).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace zeroshard

@@ -1,0 +1,130 @@
+// zeroshard-ctl run as a process against real servers: init, smoke, inspect
+// (table and JSON), health (before and after a server dies), layout offline,
+// and bad flags.
+#include <nlohmann/json.hpp>
+
+#include "gtest/gtest.h"
+#include "tests/integration/local_cluster.h"
+
+namespace zeroshard {
+namespace {
+
+using testing::RunBinary;
+
+constexpr absl::Duration kTimeout = absl::Seconds(120);
+
+std::vector<std::string> Shape() {
+  return {"--layers=2", "--heads=2", "--width=64", "--vocab=96",
+          "--context=32", "--workers=2"};
+}
+
+TEST(CtlTest, InitSmokeInspectHealth) {
+  auto cluster = testing::LocalCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string servers = "--servers=" + (*cluster)->server_list();
+
+  std::vector<std::string> init = {"init", servers, "--seed=3", "--lr=0.01"};
+  for (const auto& f : Shape()) init.push_back(f);
+  auto r = RunBinary("zeroshard-ctl", init, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  EXPECT_NE(r->out.find((*cluster)->addresses()[1]), std::string::npos);
+
+  r = RunBinary("zeroshard-ctl", {"smoke", servers, "--steps=3"}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->out << r->err;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_NE(r->out.find("step " + std::to_string(s) + ":"), std::string::npos)
+        << r->out;
+  }
+
+  r = RunBinary("zeroshard-ctl", {"inspect", servers}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  EXPECT_NE(r->out.find("versions"), std::string::npos) << r->out;
+  EXPECT_NE(r->out.find("3..3"), std::string::npos) << r->out;
+  for (const auto& a : (*cluster)->addresses()) {
+    EXPECT_NE(r->out.find(a), std::string::npos) << r->out;
+  }
+
+  r = RunBinary("zeroshard-ctl", {"inspect", "--json", servers}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  nlohmann::json j = nlohmann::json::parse(r->out);
+  ASSERT_EQ(j["servers"].size(), 2u);
+  uint64_t covered = 0;
+  for (const auto& s : j["servers"]) {
+    EXPECT_TRUE(s["ok"].get<bool>());
+    EXPECT_EQ(s["min_version"].get<uint64_t>(), 3u);
+    EXPECT_EQ(s["adam_step"].get<uint64_t>(), 3u);
+    covered += s["owned_end"].get<uint64_t>() - s["owned_begin"].get<uint64_t>();
+    EXPECT_EQ(s["total_elems"].get<uint64_t>(),
+              j["servers"][0]["total_elems"].get<uint64_t>());
+  }
+  EXPECT_EQ(covered, j["servers"][0]["total_elems"].get<uint64_t>());
+
+  r = RunBinary("zeroshard-ctl", {"health", servers}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->status.success()) << r->out << r->err;
+  EXPECT_NE(r->out.find("SERVING"), std::string::npos);
+
+  (*cluster)->Kill(0);
+  r = RunBinary("zeroshard-ctl", {"health", servers, "--timeout=3s"}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->status.exited);
+  EXPECT_EQ(r->status.code, 1) << r->out << r->err;
+  EXPECT_NE(r->err.find("1 of 2"), std::string::npos) << r->err;
+}
+
+TEST(CtlTest, LayoutWorksOffline) {
+  std::vector<std::string> args = {"layout", "--num_servers=3"};
+  for (const auto& f : Shape()) args.push_back(f);
+  auto r = RunBinary("zeroshard-ctl", args, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  for (const char* s : {"embedding", "block_0", "block_1", "final", "server",
+                        "worker"}) {
+    EXPECT_NE(r->out.find(s), std::string::npos) << s << "\n" << r->out;
+  }
+  args.push_back("--json");
+  r = RunBinary("zeroshard-ctl", args, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  nlohmann::json j = nlohmann::json::parse(r->out);
+  ASSERT_EQ(j["servers"].size(), 3u);
+  ASSERT_EQ(j["workers"].size(), 2u);
+  const uint64_t total = j["total_elems"].get<uint64_t>();
+  uint64_t prev_end = 0, worker_sum = 0;
+  for (const auto& s : j["servers"]) {
+    EXPECT_EQ(s["begin"].get<uint64_t>(), prev_end);
+    prev_end = s["end"].get<uint64_t>();
+  }
+  EXPECT_EQ(prev_end, total);
+  for (const auto& w : j["workers"]) worker_sum += w["elems"].get<uint64_t>();
+  EXPECT_EQ(worker_sum, total);
+}
+
+TEST(CtlTest, BadUsageIsAClearError) {
+  auto r = RunBinary("zeroshard-ctl", {"inspect"}, kTimeout);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status.code, 2);
+  EXPECT_NE(r->err.find("--servers"), std::string::npos) << r->err;
+  r = RunBinary("zeroshard-ctl", {"frobnicate", "--servers=a:1"}, kTimeout);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status.code, 2);
+  EXPECT_NE(r->err.find("frobnicate"), std::string::npos) << r->err;
+  r = RunBinary("zeroshard-ctl", {"inspect", "--servers=nohostport"}, kTimeout);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status.code, 2);
+  EXPECT_NE(r->err.find("nohostport"), std::string::npos) << r->err;
+  r = RunBinary("zeroshard-ctl", {"layout", "--heads=3", "--width=64"},
+                kTimeout);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->status.code, 0);
+  r = RunBinary("zeroshard-ctl", {"layout", "--no_such_flag=1"}, kTimeout);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->status.code, 0);
+  EXPECT_NE(r->err.find("no_such_flag"), std::string::npos) << r->err;
+}
+
+}  // namespace
+}  // namespace zeroshard
