@@ -15,6 +15,7 @@
 #include <iostream>
 #include <string>
 
+#include "common/malloc_tuning.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
       "zeroshard-server --listen=HOST:PORT --server_index=K --num_servers=S "
       "[--placement=host|pinned|device]");
   absl::ParseCommandLine(argc, argv);
+  zeroshard::TuneMallocForLargeBuffers();
 
   // Block the stop signals in every thread; the main thread waits for them.
   sigset_t stop;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/malloc_tuning.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
@@ -163,6 +164,7 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  zeroshard::TuneMallocForLargeBuffers();
   absl::Status s = zeroshard::Run();
   if (!s.ok()) {
     std::fprintf(stderr, "zeroshard-worker rank %d: error: %s\n",
