@@ -49,8 +49,14 @@ void FillInitialValues(const FlatLayout& layout, uint64_t seed, double std,
       continue;
     }
     const double s = absl::EndsWith(t.name, "c_proj.weight") ? proj_std : std;
+    // Seeded by (tensor index, offset inside the tensor), not by the flat
+    // offset, so that the weights do not depend on the unit padding (which
+    // depends on the worker count).
+    const uint64_t tensor_seed =
+        SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(&t - &layout.tensors()[0])));
     for (uint64_t i = piece.begin; i < piece.end; ++i) {
-      dst[i - piece.begin] = static_cast<float>(s * CounterNormal(seed, i));
+      dst[i - piece.begin] =
+          static_cast<float>(s * CounterNormal(tensor_seed, i - t.offset));
     }
   }
 }

@@ -1,6 +1,7 @@
 // Deterministic initial weights: each element's value is a pure function of
-// (seed, flat offset, the tensor it belongs to), so any number of servers,
-// each filling only its own range, produce the same model.
+// (seed, the tensor it belongs to, its offset inside that tensor), so any
+// number of servers, each filling only its own range, produce the same model,
+// and so does any worker count (which changes the unit padding).
 //
 // Rule by tensor: 1-D tensors whose name ends in ".weight" (LayerNorm gains)
 // are ones; tensors whose name ends in ".bias" are zeros; every other tensor

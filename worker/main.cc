@@ -10,6 +10,7 @@
 // errors go to stderr and the exit code is non-zero.
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -47,6 +48,13 @@ ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
 
 namespace zeroshard {
 namespace {
+
+// A JSON number, or null where the value is not finite (an overflow step's
+// gradient norm).
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  return absl::StrFormat("%.6f", v);
+}
 
 absl::Status Run() {
   const int rank = absl::GetFlag(FLAGS_rank);
@@ -136,14 +144,14 @@ absl::Status Run() {
     if (rank == 0) {
       const EngineMemory& m = engine->memory();
       std::printf(
-          "{\"event\":\"step\",\"step\":%llu,\"loss\":%.6f,"
-          "\"tokens_per_s\":%.1f,\"loss_scale\":%g,\"grad_norm\":%.6f,"
+          "{\"event\":\"step\",\"step\":%llu,\"loss\":%s,"
+          "\"tokens_per_s\":%.1f,\"loss_scale\":%g,\"grad_norm\":%s,"
           "\"lr\":%.6g,\"skipped\":%s,\"seconds\":%.4f,\"fetch_s\":%.4f,"
           "\"compute_s\":%.4f,\"comm_wait_s\":%.4f,\"commit_s\":%.4f,"
           "\"model_state_bytes\":%llu,\"activation_peak_bytes\":%llu}\n",
-          static_cast<unsigned long long>(r.step), r.loss,
+          static_cast<unsigned long long>(r.step), JsonNumber(r.loss).c_str(),
           r.seconds > 0 ? r.tokens / r.seconds : 0.0, r.loss_scale,
-          r.grad_norm, r.lr, r.skipped ? "true" : "false", r.seconds,
+          JsonNumber(r.grad_norm).c_str(), r.lr, r.skipped ? "true" : "false", r.seconds,
           r.fetch_seconds, r.compute_seconds, r.comm_wait_seconds,
           r.commit_seconds, static_cast<unsigned long long>(m.total_peak()),
           static_cast<unsigned long long>(engine->model().memory().peak()));

@@ -123,14 +123,16 @@ std::string RenderLossSvg(const std::vector<StepRecord>& records,
   std::vector<double> window;
   for (const StepRecord& r : records) {
     if (!std::isfinite(r.loss)) continue;
-    absl::StrAppendFormat(&raw, "%.1f,%.1f ", X(r.step), Y(r.loss));
+    absl::StrAppendFormat(&raw, "%s%.1f,%.1f ", raw.empty() ? "M" : "L",
+                          X(r.step), Y(r.loss));
     window.push_back(r.loss);
     sum += r.loss;
     if (window.size() > kSmoothWindow) {
       sum -= window[window.size() - kSmoothWindow - 1];
     }
     const size_t n = std::min<size_t>(window.size(), kSmoothWindow);
-    absl::StrAppendFormat(&smooth, "%.1f,%.1f ", X(r.step), Y(sum / n));
+    absl::StrAppendFormat(&smooth, "%s%.1f,%.1f ", smooth.empty() ? "M" : "L",
+                          X(r.step), Y(sum / n));
     if (r.skipped) {
       absl::StrAppendFormat(&marks,
                             "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" "
@@ -139,10 +141,11 @@ std::string RenderLossSvg(const std::vector<StepRecord>& records,
     }
   }
   absl::StrAppendFormat(&svg,
-                        "<polyline fill=\"none\" stroke=\"#9ecae1\" "
-                        "stroke-width=\"1\" points=\"%s\"/>\n"
-                        "<polyline fill=\"none\" stroke=\"#08519c\" "
-                        "stroke-width=\"2.5\" points=\"%s\"/>\n%s",
+                        "<path fill=\"none\" stroke-linejoin=\"round\" stroke=\"#9ecae1\" "
+                        "stroke-width=\"1\" d=\"%s\"/>\n"
+                        "<path fill=\"none\" stroke-linejoin=\"round\" "
+                        "stroke-linecap=\"round\" stroke=\"#08519c\" "
+                        "stroke-width=\"2.5\" d=\"%s\"/>\n%s",
                         raw, smooth, marks);
   absl::StrAppendFormat(&svg,
                         "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" "

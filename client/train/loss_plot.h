@@ -4,7 +4,7 @@
 //
 // Contracts:
 // - ".svg": written here (no external program): the per-step loss as a thin
-//   polyline, its moving mean over 10 steps as a thick one, skipped steps
+//   line (an SVG path), its moving mean over 10 steps as a thick one, skipped steps
 //   marked, axes with ticks. Works for 1 or more records.
 // - ".png": drawn by gnuplot (Debian gnuplot-nox) from a data file written
 //   next to the picture (<plot>.dat); when gnuplot is missing or fails, the

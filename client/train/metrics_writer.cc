@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -24,15 +26,24 @@ std::string FormatMetricsRow(const StepRecord& r, MetricsFormat format) {
                            r.compute_s, r.comm_wait_s, r.commit_s,
                            r.model_state_bytes, r.activation_peak_bytes);
   }
-  return absl::StrFormat(
-      "{\"step\":%u,\"loss\":%.6f,\"tokens_per_s\":%.1f,\"loss_scale\":%g,"
-      "\"grad_norm\":%.6g,\"lr\":%.6g,\"skipped\":%s,\"seconds\":%.4f,"
-      "\"fetch_s\":%.4f,\"compute_s\":%.4f,\"comm_wait_s\":%.4f,"
-      "\"commit_s\":%.4f,\"model_state_bytes\":%u,"
-      "\"activation_peak_bytes\":%u}",
-      r.step, r.loss, r.tokens_per_s, r.loss_scale, r.grad_norm, r.lr,
-      skipped, r.seconds, r.fetch_s, r.compute_s, r.comm_wait_s, r.commit_s,
-      r.model_state_bytes, r.activation_peak_bytes);
+  // JSON has no inf / nan: those become null.
+  auto num = [](const char* fmt, double x) -> std::string {
+    if (!std::isfinite(x)) return "null";
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), fmt, x);
+    return std::string(buf);
+  };
+  return absl::StrCat(
+      "{\"step\":", r.step, ",\"loss\":", num("%.6f", r.loss),
+      ",\"tokens_per_s\":", num("%.1f", r.tokens_per_s),
+      ",\"loss_scale\":", num("%g", r.loss_scale),
+      ",\"grad_norm\":", num("%.6g", r.grad_norm), ",\"lr\":",
+      num("%.6g", r.lr), ",\"skipped\":", skipped, ",\"seconds\":",
+      num("%.4f", r.seconds), ",\"fetch_s\":", num("%.4f", r.fetch_s),
+      ",\"compute_s\":", num("%.4f", r.compute_s), ",\"comm_wait_s\":",
+      num("%.4f", r.comm_wait_s), ",\"commit_s\":", num("%.4f", r.commit_s),
+      ",\"model_state_bytes\":", r.model_state_bytes,
+      ",\"activation_peak_bytes\":", r.activation_peak_bytes, "}");
 }
 
 absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(

@@ -1,5 +1,10 @@
 #include "client/train/step_record.h"
 
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <type_traits>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -12,9 +17,43 @@ using nlohmann::json;
 absl::Status Bad(std::string_view line, std::string_view why) {
   constexpr size_t kQuote = 200;
   return absl::InvalidArgumentError(absl::StrCat(
-      "worker progress line: ", why, ": '",
-      line.substr(0, std::min(line.size(), kQuote)),
+      "worker progress line: ", std::string(why), ": '",
+      std::string(line.substr(0, std::min(line.size(), kQuote))),
       line.size() > kQuote ? "...'" : "'"));
+}
+
+// printf writes non-finite doubles as inf / -inf / nan / -nan, which JSON
+// has no spelling for. Quote such bare tokens (outside strings) so that the
+// line parses; Number() below reads them back.
+std::string QuoteNonFinite(std::string_view line) {
+  std::string out;
+  bool in_string = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < line.size()) {
+        out += line[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool matched = false;
+    for (std::string_view token : {"-inf", "inf", "-nan", "nan"}) {
+      if (line.substr(i, token.size()) == token) {
+        out += '"';
+        out += token;
+        out += '"';
+        i += token.size() - 1;
+        matched = true;
+        break;
+      }
+    }
+    if (!matched) out += c;
+  }
+  return out;
 }
 
 // Reads a number field; `required` fields must be present.
@@ -25,6 +64,17 @@ absl::Status Number(const json& j, const char* key, bool required,
   if (it == j.end()) {
     return required ? Bad(line, absl::StrCat("missing \"", key, "\""))
                     : absl::OkStatus();
+  }
+  if constexpr (std::is_same_v<T, double>) {
+    if (it->is_string()) {  // from QuoteNonFinite
+      const std::string v = it->get<std::string>();
+      if (v == "inf" || v == "-inf" || v == "nan" || v == "-nan") {
+        *out = v == "inf"    ? std::numeric_limits<double>::infinity()
+               : v == "-inf" ? -std::numeric_limits<double>::infinity()
+                             : std::numeric_limits<double>::quiet_NaN();
+        return absl::OkStatus();
+      }
+    }
   }
   if (!it->is_number()) {
     return Bad(line, absl::StrCat("\"", key, "\" is not a number"));
@@ -41,8 +91,8 @@ absl::Status Number(const json& j, const char* key, bool required,
 }  // namespace
 
 absl::StatusOr<WorkerEvent> ParseWorkerEvent(std::string_view line) {
-  json j = json::parse(line.begin(), line.end(), nullptr,
-                       /*allow_exceptions=*/false);
+  const std::string text = QuoteNonFinite(line);
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Bad(line, "not a JSON object");
   auto ev = j.find("event");
   if (ev == j.end() || !ev->is_string()) return Bad(line, "no \"event\"");

@@ -11,6 +11,8 @@
 //   grad_norm, lr, skipped, seconds) is INVALID_ARGUMENT quoting the line.
 // - An unknown event name parses as kOther (newer workers may add events).
 // - Optional breakdown fields default to 0 when absent.
+// - Non-finite numbers as printf writes them (inf, -inf, nan), which are not
+//   JSON, are accepted (an overflowing FP16 step has grad_norm inf).
 #ifndef ZEROSHARD_CLIENT_TRAIN_STEP_RECORD_H_
 #define ZEROSHARD_CLIENT_TRAIN_STEP_RECORD_H_
 

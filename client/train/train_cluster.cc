@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -238,8 +239,30 @@ absl::Status TrainCluster::CheckProcesses() {
   return absl::OkStatus();
 }
 
+std::string TrainCluster::StuckChildren() const {
+  std::string out;
+  for (const std::vector<Child>* group : {&servers_, &workers_}) {
+    for (const Child& c : *group) {
+      if (c.exit.has_value() || c.process == nullptr) continue;
+      // /proc/<pid>/stat: "pid (comm) S ...", the state after the last ')'.
+      std::ifstream in(absl::StrCat("/proc/", c.process->pid(), "/stat"));
+      std::string stat((std::istreambuf_iterator<char>(in)),
+                       std::istreambuf_iterator<char>());
+      const size_t paren = stat.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= stat.size()) continue;
+      const char state = stat[paren + 2];
+      if (state == 'T' || state == 't') {
+        absl::StrAppend(&out, "; ", c.name, " is stopped (SIGSTOP or a debugger)");
+      } else if (state == 'D') {
+        absl::StrAppend(&out, "; ", c.name, " is in uninterruptible sleep");
+      }
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> TrainCluster::NextProgressLine(
-    absl::Duration timeout) {
+    absl::Duration timeout, const std::string& waiting_for) {
   Child& rank0 = workers_[0];
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
@@ -248,20 +271,17 @@ absl::StatusOr<std::string> TrainCluster::NextProgressLine(
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "no progress for ", absl::FormatDuration(timeout),
-          ": worker rank 0 reported nothing (", lines_,
-          " lines so far) while all ", workers_.size(), " workers and ",
-          servers_.size(),
-          " started servers are still running: a worker or server hung "
-          "(limit: config key \"zeroshard.timeouts.step_seconds\"; logs in ",
+          "no progress for ", absl::FormatDuration(timeout), " waiting for ",
+          waiting_for, " from worker rank 0, while all ", workers_.size(),
+          " workers and ", servers_.size(),
+          " started servers are still running: a worker or server hung",
+          StuckChildren(),
+          " (limit: config key \"zeroshard.timeouts.step_seconds\"; logs in ",
           logs_dir(), ")"));
     }
     absl::StatusOr<std::string> line =
         rank0.process->ReadLine(std::min(left, kPollInterval));
-    if (line.ok()) {
-      ++lines_;
-      return line;
-    }
+    if (line.ok()) return line;
     if (absl::IsDeadlineExceeded(line.status())) continue;
     if (!absl::IsOutOfRange(line.status())) return line.status();
     // Rank 0 closed its stdout: it is ending. Give it a bounded moment.
@@ -301,6 +321,7 @@ void TrainCluster::StopAll(absl::Duration grace) {
     for (Child& c : *group) {
       if (c.process != nullptr && !c.process->Poll().has_value()) {
         c.process->Signal(SIGTERM).IgnoreError();
+        c.process->Signal(SIGCONT).IgnoreError();  // a stopped child too
         live.push_back(&c);
       }
     }

@@ -77,8 +77,11 @@ class TrainCluster {
 
   // The next line rank 0 printed, waiting up to `timeout`. Fails (naming the
   // process) as soon as any process has failed, CANCELLED when interrupted,
-  // DEADLINE_EXCEEDED ("no progress for ...") when nothing came in time.
-  absl::StatusOr<std::string> NextProgressLine(absl::Duration timeout);
+  // DEADLINE_EXCEEDED ("no progress for ... waiting for <waiting_for>")
+  // when nothing came in time; it names children the kernel reports as
+  // stopped (e.g. by SIGSTOP) or stuck in uninterruptible sleep.
+  absl::StatusOr<std::string> NextProgressLine(
+      absl::Duration timeout, const std::string& waiting_for = "a line");
 
   // After rank 0's "done": waits up to `timeout` for every worker to exit,
   // each with code 0.
@@ -120,13 +123,14 @@ class TrainCluster {
   // Describes every failed child, earliest first.
   absl::Status FailureStatus();
   std::string Describe(const Child& c) const;
+  // "; worker rank 1 is stopped" for children in state T/t/D, or "".
+  std::string StuckChildren() const;
 
   const TrainClusterPlan plan_;
   const std::atomic<bool>* const interrupted_;
   std::vector<std::string> addresses_;
   std::vector<Child> servers_;
   std::vector<Child> workers_;
-  uint64_t lines_ = 0;
 };
 
 // The last non-empty line of a text file (at most the last 64 KiB are

@@ -49,8 +49,10 @@ absl::StatusOr<uint64_t> FollowProgress(
   const absl::Duration step_timeout = absl::Seconds(cfg.cluster.step_timeout_s);
   absl::Duration timeout =
       step_timeout + absl::Seconds(cfg.cluster.startup_timeout_s);
+  std::string waiting_for = "the start of training";
   while (true) {
-    ASSIGN_OR_RETURN(std::string line, cluster.NextProgressLine(timeout));
+    ASSIGN_OR_RETURN(std::string line,
+                     cluster.NextProgressLine(timeout, waiting_for));
     timeout = step_timeout;
     absl::StatusOr<WorkerEvent> ev = ParseWorkerEvent(line);
     if (!ev.ok()) {
@@ -60,20 +62,23 @@ absl::StatusOr<uint64_t> FollowProgress(
     }
     switch (ev->kind) {
       case WorkerEvent::Kind::kStart:
+        waiting_for = absl::StrCat("step ", ev->step);
         if (!o.quiet) {
           *bar = std::make_unique<ProgressBar>(
               o.progress, ev->step, ev->total_steps, cfg.steps_per_print,
               isatty(fileno(o.progress)) != 0);
           std::fprintf(o.progress,
-                       "zeroshard-train: %u parameters, %d servers x %d "
-                       "workers, steps %u..%u\n",
+                       "zeroshard-train: %llu parameters, %d servers x %d "
+                       "workers, steps %llu..%llu\n",
                        static_cast<unsigned long long>(ev->params),
-                       cfg.cluster.servers, cfg.cluster.workers, ev->step,
-                       ev->total_steps);
+                       cfg.cluster.servers, cfg.cluster.workers,
+                       static_cast<unsigned long long>(ev->step),
+                       static_cast<unsigned long long>(ev->total_steps));
         }
         break;
       case WorkerEvent::Kind::kStep:
         records->push_back(ev->record);
+        waiting_for = absl::StrCat("step ", ev->record.step + 1);
         if (metrics != nullptr) RETURN_IF_ERROR(metrics->Append(ev->record));
         if (*bar != nullptr) (*bar)->Update(ev->record);
         break;

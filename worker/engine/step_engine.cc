@@ -175,8 +175,10 @@ absl::Status StepEngine::Fetch(uint64_t step) {
 std::shared_ptr<std::vector<float>> StepEngine::UnitGradBuffer(int unit) {
   if (stage_ == 1) return resident_grads_[unit];
   const uint64_t n = layout_->units()[unit].padded;
-  live_grad_bytes_ += n * sizeof(float);
-  memory_.unit_grads_peak = std::max(memory_.unit_grads_peak, live_grad_bytes_);
+  // Atomic: the deleter below subtracts on the comm thread.
+  const uint64_t live = __atomic_add_fetch(&live_grad_bytes_, n * sizeof(float),
+                                           __ATOMIC_RELAXED);
+  memory_.unit_grads_peak = std::max(memory_.unit_grads_peak, live);
   auto* self = this;
   return std::shared_ptr<std::vector<float>>(
       new std::vector<float>(n, 0.0f), [self](std::vector<float>* p) {

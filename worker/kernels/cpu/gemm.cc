@@ -1,7 +1,6 @@
 #include "worker/kernels/cpu/gemm.h"
 
 #include <map>
-#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -78,9 +77,16 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int, int64_t, bool, int64_t,
 
 struct Context {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  std::mutex mu;
-  std::map<Key, dnnl::matmul> cache;  // guarded by mu
 };
+
+// Primitives are cached per thread: one dnnl::matmul executed from several
+// threads at once gave wrong products here (its library-managed scratchpad
+// is shared by concurrent executions), as worker threads running in one
+// process showed (tests/worker/engine_parity_test.cc).
+std::map<Key, dnnl::matmul>& ThreadCache() {
+  thread_local std::map<Key, dnnl::matmul> cache;
+  return cache;
+}
 
 Context& Ctx() {
   static Context* ctx = new Context();
@@ -106,9 +112,8 @@ absl::Status Gemm(const GemmDesc& g0) {
                               dnnl::memory::dims{g.ldc, 1});
   dnnl::matmul prim;
   {
-    std::lock_guard<std::mutex> lock(ctx.mu);
-    auto it = ctx.cache.find(key);
-    if (it != ctx.cache.end()) prim = it->second;
+    auto it = ThreadCache().find(key);
+    if (it != ThreadCache().end()) prim = it->second;
   }
   try {
     if (!prim) {
@@ -121,8 +126,7 @@ absl::Status Gemm(const GemmDesc& g0) {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr,
                                       ctx.engine);
       prim = dnnl::matmul(pd);
-      std::lock_guard<std::mutex> lock(ctx.mu);
-      ctx.cache.emplace(key, prim);
+      ThreadCache().emplace(key, prim);
     }
     ScopedSerialIf serial(!ParallelWorth(g.m * g.n * g.k));
     thread_local dnnl::stream stream(Ctx().engine);

@@ -1,0 +1,179 @@
+// zeroshard-train's output pieces without processes: the progress-feed
+// parser, metrics rows, the SVG loss curve, the summary and the ETA text.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "client/train/loss_plot.h"
+#include "client/train/metrics_writer.h"
+#include "client/train/progress_bar.h"
+#include "client/train/run_summary.h"
+#include "client/train/step_record.h"
+#include "gtest/gtest.h"
+
+namespace zeroshard {
+namespace {
+
+TEST(StepRecordTest, ParsesTheWorkersStepLine) {
+  auto e = ParseWorkerEvent(
+      R"({"event":"step","step":4,"loss":3.25,"tokens_per_s":1234.5,)"
+      R"("loss_scale":65536,"grad_norm":0.5,"lr":0.001,"skipped":true,)"
+      R"("seconds":0.25,"fetch_s":0.01,"model_state_bytes":4096})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->kind, WorkerEvent::Kind::kStep);
+  EXPECT_EQ(e->record.step, 4u);
+  EXPECT_DOUBLE_EQ(e->record.loss, 3.25);
+  EXPECT_DOUBLE_EQ(e->record.loss_scale, 65536);
+  EXPECT_TRUE(e->record.skipped);
+  EXPECT_DOUBLE_EQ(e->record.fetch_s, 0.01);
+  EXPECT_EQ(e->record.model_state_bytes, 4096u);
+  EXPECT_DOUBLE_EQ(e->record.compute_s, 0);  // optional, absent
+}
+
+TEST(StepRecordTest, AcceptsPrintfsNonFiniteNumbers) {
+  auto e = ParseWorkerEvent(
+      R"({"event":"step","step":2,"loss":nan,"tokens_per_s":1,)"
+      R"("loss_scale":256,"grad_norm":inf,"lr":0.001,"skipped":true,)"
+      R"("seconds":-inf,"note":"inf stays a string"})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(std::isnan(e->record.loss));
+  EXPECT_TRUE(std::isinf(e->record.grad_norm) && e->record.grad_norm > 0);
+  EXPECT_TRUE(std::isinf(e->record.seconds) && e->record.seconds < 0);
+  // Quoted non-finite spellings are not numbers where a count is expected.
+  EXPECT_FALSE(ParseWorkerEvent(R"({"event":"done","step":inf})").ok());
+}
+
+TEST(StepRecordTest, StartDoneAndUnknownEvents) {
+  auto s = ParseWorkerEvent(R"({"event":"start","step":2,"steps":9})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->kind, WorkerEvent::Kind::kStart);
+  EXPECT_EQ(s->step, 2u);
+  EXPECT_EQ(s->total_steps, 9u);
+  auto d = ParseWorkerEvent(R"({"event":"done","step":9})");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->kind, WorkerEvent::Kind::kDone);
+  auto o = ParseWorkerEvent(R"({"event":"checkpoint"})");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->kind, WorkerEvent::Kind::kOther);
+}
+
+TEST(StepRecordTest, RejectsBadLinesNamingTheProblem) {
+  EXPECT_FALSE(ParseWorkerEvent("loss went down").ok());
+  EXPECT_FALSE(ParseWorkerEvent("[1,2]").ok());
+  auto missing = ParseWorkerEvent(
+      R"({"event":"step","step":1,"tokens_per_s":1,"loss_scale":1,)"
+      R"("grad_norm":1,"lr":1,"skipped":false,"seconds":1})");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("\"loss\""), std::string::npos);
+  auto wrong = ParseWorkerEvent(
+      R"({"event":"step","step":1,"loss":"low","tokens_per_s":1,)"
+      R"("loss_scale":1,"grad_norm":1,"lr":1,"skipped":false,"seconds":1})");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("\"loss\" is not a number"),
+            std::string::npos);
+  EXPECT_FALSE(ParseWorkerEvent(R"({"event":"start","step":-1,"steps":3})")
+                   .ok());
+}
+
+TEST(MetricsWriterTest, CsvRowHasOneCellPerHeaderColumn) {
+  StepRecord r;
+  r.step = 3;
+  r.loss = 2.5;
+  r.skipped = true;
+  const std::vector<std::string> header =
+      absl::StrSplit(MetricsCsvHeader(), ',');
+  const std::vector<std::string> row =
+      absl::StrSplit(FormatMetricsRow(r, MetricsFormat::kCsv), ',');
+  ASSERT_EQ(header.size(), row.size());
+  EXPECT_EQ(header[0], "step");
+  EXPECT_EQ(row[0], "3");
+  EXPECT_EQ(row[6], "true");
+  const std::string jsonl = FormatMetricsRow(r, MetricsFormat::kJsonl);
+  auto back = ParseWorkerEvent("{\"event\":\"step\"," + jsonl.substr(1));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->record.step, 3u);
+  EXPECT_DOUBLE_EQ(back->record.loss, 2.5);
+  EXPECT_TRUE(back->record.skipped);
+  r.grad_norm = std::numeric_limits<double>::infinity();
+  const std::string inf_row = FormatMetricsRow(r, MetricsFormat::kJsonl);
+  EXPECT_NE(inf_row.find("\"grad_norm\":null"), std::string::npos) << inf_row;
+}
+
+std::vector<StepRecord> Records(const std::vector<double>& losses) {
+  std::vector<StepRecord> out;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    StepRecord r;
+    r.step = i;
+    r.loss = losses[i];
+    r.tokens_per_s = 100.0 * (i + 1);
+    r.loss_scale = 8;
+    r.skipped = i == 1;
+    out.push_back(r);
+  }
+  return out;
+}
+
+TEST(LossPlotTest, SvgHasAPointPerStepAndMarksSkippedSteps) {
+  const std::string svg = RenderLossSvg(Records({5, 4, 3.5, 3}), "t<1>");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("t&lt;1&gt;"), std::string::npos);
+  const size_t a = svg.find(" d=\"M");
+  ASSERT_NE(a, std::string::npos);
+  const std::string pts = svg.substr(a + 4, svg.find('"', a + 4) - a - 4);
+  EXPECT_EQ(std::count(pts.begin(), pts.end(), ','), 4) << pts;
+  EXPECT_EQ(std::count(pts.begin(), pts.end(), 'L'), 3) << pts;
+  EXPECT_NE(svg.find("<circle"), std::string::npos);  // step 1 skipped
+  // Degenerate inputs still give a document.
+  EXPECT_NE(RenderLossSvg({}, "").find("</svg>"), std::string::npos);
+  EXPECT_NE(RenderLossSvg(Records({2}), "").find("</svg>"), std::string::npos);
+}
+
+TEST(LossPlotTest, OnlySvgAndPngPaths) {
+  EXPECT_TRUE(ValidatePlotPath("a/loss.svg").ok());
+  EXPECT_TRUE(ValidatePlotPath("loss.PNG").ok());
+  EXPECT_TRUE(ValidatePlotPath("").ok());
+  auto bad = ValidatePlotPath("loss.pdf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("zeroshard.plot"), std::string::npos);
+}
+
+TEST(RunSummaryTest, FiguresFromRecords) {
+  std::vector<double> losses;
+  for (int i = 0; i < 25; ++i) losses.push_back(5.0 - 0.1 * i);
+  RunSummary s = Summarize(Records(losses), /*tokens_per_step=*/256, 12.5);
+  EXPECT_EQ(s.steps, 25u);
+  EXPECT_DOUBLE_EQ(s.first_loss, 5.0);
+  EXPECT_NEAR(s.last_loss, 2.6, 1e-12);
+  EXPECT_NEAR(s.first10_mean, 5.0 - 0.45, 1e-12);
+  EXPECT_NEAR(s.last10_mean, 5.0 - 0.1 * 19.5, 1e-12);
+  EXPECT_DOUBLE_EQ(s.median_tokens_per_s, 1300);
+  EXPECT_EQ(s.total_tokens, 25u * 256);
+  EXPECT_EQ(s.skipped_steps, 1u);
+  EXPECT_DOUBLE_EQ(s.final_loss_scale, 8);
+  const std::string text = FormatSummary(s, {.metrics = "m.csv"});
+  EXPECT_NE(text.find("m.csv"), std::string::npos);
+  EXPECT_EQ(text.find("weights"), std::string::npos);
+  EXPECT_EQ(Summarize({}, 256, 1).steps, 0u);
+}
+
+TEST(ProgressBarTest, LineAndEta) {
+  EXPECT_EQ(FormatEta(5), "5s");
+  EXPECT_EQ(FormatEta(125), "2m05s");
+  EXPECT_EQ(FormatEta(3720), "1h02m");
+  ProgressBar bar(stderr, 0, 10, 5, false);
+  StepRecord r;
+  r.step = 4;
+  r.loss = 3.5;
+  r.seconds = 2;
+  bar.Update(r);
+  const std::string line = bar.Line(r);
+  EXPECT_NE(line.find("5/10"), std::string::npos) << line;
+  EXPECT_NE(line.find("ETA 10s"), std::string::npos) << line;
+}
+
+}  // namespace
+}  // namespace zeroshard
