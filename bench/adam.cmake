@@ -1,0 +1,2 @@
+# zeroshard-bench adam: links the optimizer.
+target_link_libraries(zeroshard-bench PRIVATE zs_optimizer)
