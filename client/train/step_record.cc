@@ -66,6 +66,10 @@ absl::Status Number(const json& j, const char* key, bool required,
                     : absl::OkStatus();
   }
   if constexpr (std::is_same_v<T, double>) {
+    if (it->is_null()) {  // the worker writes non-finite values as null
+      *out = std::numeric_limits<double>::quiet_NaN();
+      return absl::OkStatus();
+    }
     if (it->is_string()) {  // from QuoteNonFinite
       const std::string v = it->get<std::string>();
       if (v == "inf" || v == "-inf" || v == "nan" || v == "-nan") {

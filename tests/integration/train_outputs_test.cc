@@ -46,6 +46,18 @@ TEST(StepRecordTest, AcceptsPrintfsNonFiniteNumbers) {
   EXPECT_FALSE(ParseWorkerEvent(R"({"event":"done","step":inf})").ok());
 }
 
+TEST(StepRecordTest, NullMeansNotFinite) {
+  // What zeroshard-worker prints for an overflow step's gradient norm.
+  auto e = ParseWorkerEvent(
+      R"({"event":"step","step":2,"loss":5.1,"tokens_per_s":1,)"
+      R"("loss_scale":256,"grad_norm":null,"lr":0.001,"skipped":true,)"
+      R"("seconds":0.5})");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(std::isnan(e->record.grad_norm));
+  EXPECT_DOUBLE_EQ(e->record.loss, 5.1);
+  EXPECT_TRUE(e->record.skipped);
+}
+
 TEST(StepRecordTest, StartDoneAndUnknownEvents) {
   auto s = ParseWorkerEvent(R"({"event":"start","step":2,"steps":9})");
   ASSERT_TRUE(s.ok());
