@@ -92,29 +92,62 @@ absl::StatusOr<std::unique_ptr<GlooWorkerGroup>> GlooWorkerGroup::Create(
   const std::string where =
       absl::StrCat("worker group '", options.group, "' (rank ", rank, " of ",
                    size, ")");
-  try {
-    gloo::transport::tcp::attr attr;
-    if (!options.interface.empty()) {
-      attr.iface = options.interface;
-    } else {
-      attr.hostname = options.hostname;
+  // Gloo's full-mesh connect occasionally fails on a loaded machine
+  // ("connection closed by peer", "connect timeout") on some ranks while
+  // others succeed. Every rank therefore votes on each attempt through the
+  // store, and all ranks retry together with fresh devices and keys until an
+  // attempt succeeds everywhere.
+  constexpr int kAttempts = 3;
+  absl::Status last;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    const std::string prefix =
+        absl::StrCat("zs/comm/", options.group, "/a", attempt, "/");
+    absl::Status connected;
+    try {
+      gloo::transport::tcp::attr attr;
+      if (!options.interface.empty()) {
+        attr.iface = options.interface;
+      } else {
+        attr.hostname = options.hostname;
+      }
+      group->device_ = gloo::transport::tcp::CreateDevice(attr);
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
+      GlooRendezvousStore gloo_store(store, prefix, options.group,
+                                     options.timeout);
+      context->connectFullMesh(gloo_store, group->device_);
+      group->context_ = std::move(context);
+    } catch (const RendezvousFailure& e) {
+      return e.status();  // a rank never arrived: retrying will not help
+    } catch (const std::exception& e) {
+      connected = absl::UnavailableError(
+          absl::StrCat("connecting ", where, ": ", e.what()));
     }
-    group->device_ = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
-    GlooRendezvousStore gloo_store(
-        store, absl::StrCat("zs/comm/", options.group, "/"), options.group,
-        options.timeout);
-    context->connectFullMesh(gloo_store, group->device_);
-    group->context_ = std::move(context);
-  } catch (const RendezvousFailure& e) {
-    return e.status();
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("connecting ", where, ": ", e.what()));
+    RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "vote/", rank),
+                               connected.ok() ? "ok" : "fail"));
+    bool all_ok = true;
+    for (int q = 0; q < size; ++q) {
+      ASSIGN_OR_RETURN(std::string vote,
+                       store->Get(absl::StrCat(prefix, "vote/", q),
+                                  options.timeout));
+      all_ok = all_ok && vote == "ok";
+    }
+    if (all_ok) {
+      ZS_LOG(INFO) << "connected " << where << " over gloo/tcp"
+                   << (attempt > 0 ? absl::StrCat(" (attempt ", attempt + 1, ")")
+                                   : "");
+      return group;
+    }
+    last = connected.ok()
+               ? absl::UnavailableError(absl::StrCat(
+                     "connecting ", where, ": a peer failed to connect"))
+               : connected;
+    ZS_LOG(WARNING) << last.message() << "; retrying (attempt "
+                    << attempt + 2 << " of " << kAttempts << ")";
+    group->context_.reset();
+    group->device_.reset();
   }
-  ZS_LOG(INFO) << "connected " << where << " over gloo/tcp";
-  return group;
+  return last;
 }
 
 std::unique_ptr<gloo::transport::UnboundBuffer> GlooWorkerGroup::Buffer(
