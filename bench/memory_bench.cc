@@ -9,10 +9,10 @@
 //   fixed N = 2 workers: the partition (6 bytes x params / N) grows with the
 //     model, as it must; the working set (gathered units + unit grads)
 //     is what ZeRO-3 keeps flat;
-//   N = depth / 4 workers (weak scaling, params per worker about constant):
+//   N = depth / 2 workers (weak scaling, params per worker about constant):
 //     DESIGN.md's 2Psi/N + 4Psi/N + ~2 units, the figure the target is about.
 // Last line (lower is better):
-//   memory ratio=<ZeRO-3 total_peak at 16 blocks / at 4 blocks, N = depth/4>
+//   memory ratio=<ZeRO-3 total_peak at 16 blocks / at 4 blocks, N = depth/2>
 //   target=1.10
 #include <cstdio>
 #include <string>
@@ -34,13 +34,13 @@ int RunMemory(const std::vector<std::string>&) {
               "working set", "total MiB");
   double ratio = 0;
   for (int stage : {3, 1}) {
-    for (const char* scaling : {"fixed N", "N=L/4"}) {
+    for (const char* scaling : {"fixed N", "N=L/2"}) {
       const bool weak = scaling[0] == 'N';
       double first = 0;
       for (int layers : {4, 8, 16}) {
         const GptShape shape{.layers = layers, .heads = 4, .width = 256,
                              .vocab = 256, .context = 32};
-        const int n = weak ? layers / 4 : 2;
+        const int n = weak ? layers / 2 : 2;
         auto cfg = BenchConfig(shape, "bf16", stage, 1, n, 1, 1);
         auto sampler = cfg.ok() ? BenchSampler(*cfg)
                                 : absl::StatusOr<BatchSampler>(cfg.status());
@@ -66,7 +66,7 @@ int RunMemory(const std::vector<std::string>&) {
       }
     }
   }
-  std::printf("ZeRO-3 total peak growth 4 -> 16 blocks, N = depth/4 (lower is "
+  std::printf("ZeRO-3 total peak growth 4 -> 16 blocks, N = depth/2 (lower is "
               "better)\n");
   std::printf("memory ratio=%.3f target=1.10\n", ratio);
   return 0;
