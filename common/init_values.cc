@@ -5,19 +5,9 @@
 #include <cstring>
 
 #include "absl/strings/match.h"
+#include "common/hash.h"
 
 namespace zeroshard {
-namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 float CounterNormal(uint64_t seed, uint64_t index) {
   const uint64_t a = SplitMix64(seed ^ SplitMix64(2 * index));
   const uint64_t b = SplitMix64(seed ^ SplitMix64(2 * index + 1));

@@ -1,21 +1,15 @@
 #include "worker/data/batch_sampler.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
 namespace {
 
-// SplitMix64's finalizer (a bijection on 64-bit words).
-uint64_t Mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 uint64_t SampleHash(uint64_t seed, uint64_t step, uint64_t g) {
-  return Mix64(Mix64(Mix64(seed) ^ step) ^ g);
+  return SplitMix64(SplitMix64(SplitMix64(seed) ^ step) ^ g);
 }
 
 }  // namespace

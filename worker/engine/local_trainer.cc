@@ -13,6 +13,7 @@
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
 #include "server/optimizer.h"
+#include "worker/engine/precision.h"
 
 namespace zeroshard {
 namespace {
@@ -21,34 +22,6 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The same mappings StepEngine uses (step_engine.cc).
-DType ParamDType(Precision p) {
-  switch (p) {
-    case Precision::kBf16:
-      return DType::kBf16;
-    case Precision::kFp16:
-      return DType::kFp16;
-    default:
-      return DType::kFp32;
-  }
-}
-
-model::CheckpointPolicy ModelPolicy(const ActivationCheckpointingConfig& c) {
-  model::CheckpointPolicy p;
-  switch (c.policy) {
-    case CheckpointPolicy::kEveryBlock:
-      p.mode = model::CheckpointMode::kEveryBlock;
-      break;
-    case CheckpointPolicy::kEveryK:
-      p.mode = model::CheckpointMode::kEveryK;
-      p.k = std::max(c.k, 1);
-      break;
-    default:
-      p.mode = model::CheckpointMode::kNone;
-  }
-  return p;
 }
 
 }  // namespace
@@ -61,7 +34,7 @@ LocalTrainer::LocalTrainer(const TrainingConfig& config, FlatLayout layout,
       sampler_(sampler),
       scaler_(std::move(scaler)),
       model_(std::move(model)),
-      param_dtype_(ParamDType(config.precision)),
+      param_dtype_(ParamDTypeFor(config.precision)),
       world_(config.cluster.workers) {}
 
 absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
@@ -80,11 +53,11 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   ASSIGN_OR_RETURN(LossScaler scaler,
                    LossScaler::Create(LossScalerOptionsFor(config)));
   const model::CheckpointPolicy policy =
-      ModelPolicy(config.activation_checkpointing);
+      ModelCheckpointPolicy(config.activation_checkpointing);
   RETURN_IF_ERROR(policy.Validate());
   ASSIGN_OR_RETURN(model::GptModel m,
                    model::GptModel::Create(layout, config.cluster.model,
-                                           ParamDType(config.precision),
+                                           ParamDTypeFor(config.precision),
                                            policy));
   std::unique_ptr<LocalTrainer> t(new LocalTrainer(
       config, std::move(layout), sampler, std::move(scaler), std::move(m)));

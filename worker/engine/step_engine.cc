@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
+#include "worker/engine/precision.h"
 
 namespace zeroshard {
 namespace {
@@ -19,33 +20,6 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-DType ParamDType(Precision p) {
-  switch (p) {
-    case Precision::kBf16:
-      return DType::kBf16;
-    case Precision::kFp16:
-      return DType::kFp16;
-    default:
-      return DType::kFp32;
-  }
-}
-
-model::CheckpointPolicy ModelPolicy(const ActivationCheckpointingConfig& c) {
-  model::CheckpointPolicy p;
-  switch (c.policy) {
-    case CheckpointPolicy::kEveryBlock:
-      p.mode = model::CheckpointMode::kEveryBlock;
-      break;
-    case CheckpointPolicy::kEveryK:
-      p.mode = model::CheckpointMode::kEveryK;
-      p.k = std::max(c.k, 1);
-      break;
-    default:
-      p.mode = model::CheckpointMode::kNone;
-  }
-  return p;
 }
 
 }  // namespace
@@ -61,7 +35,7 @@ StepEngine::StepEngine(const TrainingConfig& config, const FlatLayout* layout,
       group_(group),
       sampler_(sampler),
       scaler_(std::move(scaler)),
-      param_dtype_(ParamDType(config.precision)),
+      param_dtype_(ParamDTypeFor(config.precision)),
       wire_dtype_(config.precision == Precision::kBf16 ? DType::kBf16
                                                        : DType::kFp32),
       stage_(config.zero.stage) {}
@@ -94,7 +68,7 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
                                                group, sampler,
                                                std::move(scaler)));
   model::CheckpointPolicy policy =
-      ModelPolicy(config.activation_checkpointing);
+      ModelCheckpointPolicy(config.activation_checkpointing);
   RETURN_IF_ERROR(policy.Validate());
   ASSIGN_OR_RETURN(model::GptModel m,
                    model::GptModel::Create(*layout, config.cluster.model,

@@ -1,0 +1,20 @@
+// SplitMix64's finalizer: a fast bijection on 64-bit words, the building
+// block of every counter-based random number in zeroshard (initial weights,
+// data sampling). Values depend only on the input, never on call order.
+#ifndef ZEROSHARD_COMMON_HASH_H_
+#define ZEROSHARD_COMMON_HASH_H_
+
+#include <cstdint>
+
+namespace zeroshard {
+
+inline uint64_t SplitMix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_COMMON_HASH_H_
