@@ -8,6 +8,7 @@
 #include "common/hash.h"
 
 namespace zeroshard {
+
 float CounterNormal(uint64_t seed, uint64_t index) {
   const uint64_t a = SplitMix64(seed ^ SplitMix64(2 * index));
   const uint64_t b = SplitMix64(seed ^ SplitMix64(2 * index + 1));
