@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "common/malloc_tuning.h"
 
 namespace zeroshard::bench {
 
@@ -18,6 +19,9 @@ double MeasureTriadBytesPerSecond(size_t bytes_per_array, int threads,
 }  // namespace zeroshard::bench
 
 int main(int argc, char** argv) {
+  // The benchmarks stand for worker and server processes, whose mains tune
+  // glibc malloc the same way.
+  zeroshard::TuneMallocForLargeBuffers();
   auto& reg = zeroshard::bench::Registry();
   if (argc < 2 || reg.find(argv[1]) == reg.end()) {
     std::fprintf(stderr, "usage: zeroshard-bench NAME [args...]\n");

@@ -1,15 +1,22 @@
 // Every CPU op's backward against central finite differences (FP32 inputs,
 // the scalar loss sum(out * r) accumulated in double; step 1e-2, tolerance
 // 5e-3 + 2e-2 * |numeric|), the attention fast path against its scalar
-// reference on fresh random inputs (FP32 and BF16), and the gradient checks.
+// reference on fresh random inputs (FP32 and BF16), the GELU, BF16
+// conversion and AVX-512 softmax fast paths against their references, and
+// the gradient checks.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "common/dtype.h"
 #include "gtest/gtest.h"
+#include "worker/kernels/cpu/avx512.h"
+#include "worker/kernels/cpu/bf16_convert.h"
 #include "worker/kernels/cpu/cpu_kernels.h"
 
 namespace zeroshard::kernels::cpu {
@@ -220,6 +227,81 @@ TEST(GeluReferenceTest, FastMatchesReference) {
     // tanh absolute error ~1e-7, scaled by |x| (forward) or |x du| (backward).
     ASSERT_NEAR(y[i], y_ref[i], 4e-7f * (1.0f + std::fabs(x[i]))) << x[i];
     ASSERT_NEAR(dx[i], dx_ref[i], 4e-7f * (1.0f + x[i] * x[i] * x[i] * x[i])) << x[i];
+  }
+}
+
+// The portable GELU loops (run where AVX-512 is missing) against the
+// reference, with the same bound as the dispatched path above.
+TEST(GeluReferenceTest, ScalarMatchesReference) {
+  const int64_t n = 50021;
+  auto x = Random(n, 12.0f), dy = Random(n);
+  std::vector<float> y(n), y_ref(n), dx(n), dx_ref(n);
+  GeluForwardScalar(x.data(), y.data(), n);
+  GeluForwardReference(x.data(), y_ref.data(), n);
+  GeluBackwardScalar(x.data(), dy.data(), dx.data(), n);
+  GeluBackwardReference(x.data(), dy.data(), dx_ref.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(y[i], y_ref[i], 4e-7f * (1.0f + std::fabs(x[i]))) << x[i];
+    ASSERT_NEAR(dx[i], dx_ref[i], 4e-7f * (1.0f + x[i] * x[i] * x[i] * x[i])) << x[i];
+  }
+}
+
+// Bulk BF16 conversions (dispatched and scalar) are bit-identical to
+// common/dtype.h element by element, including NaN, +-Inf, denormals, ties
+// and the round-up carry into the exponent; lengths cover the vector tails
+// and the multi-threaded split.
+TEST(Bf16ConvertTest, BitIdenticalToDtypeReference) {
+  for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{1000003}}) {
+    std::vector<uint32_t> bits(static_cast<size_t>(n));
+    std::uniform_int_distribution<uint32_t> any;
+    for (uint32_t& b : bits) b = any(Rng());
+    const uint32_t specials[] = {0x7FC00000u, 0xFF800001u, 0x7F800000u, 0xFF800000u,
+                                 0x00000001u, 0x807FFFFFu, 0x3F808000u, 0x3F818000u,
+                                 0x7F7FFFFFu, 0x00000000u, 0x80000000u};
+    for (size_t i = 0; i < std::size(specials) && i < bits.size(); ++i) {
+      bits[bits.size() - 1 - i] = specials[i];
+    }
+    std::vector<float> f(bits.size());
+    std::memcpy(f.data(), bits.data(), bits.size() * 4);
+    std::vector<uint16_t> want(bits.size()), fast(bits.size()), scalar(bits.size());
+    for (size_t i = 0; i < f.size(); ++i) want[i] = FloatToBf16(f[i]);
+    FloatsToBf16(f.data(), fast.data(), n);
+    FloatsToBf16Scalar(f.data(), scalar.data(), n);
+    ASSERT_EQ(fast, want) << "n=" << n;
+    ASSERT_EQ(scalar, want) << "n=" << n;
+    std::vector<float> back(f.size()), back_scalar(f.size()), rounded = f;
+    Bf16sToFloat(want.data(), back.data(), n);
+    Bf16sToFloatScalar(want.data(), back_scalar.data(), n);
+    RoundFloatsThroughBf16(rounded.data(), n);
+    for (size_t i = 0; i < f.size(); ++i) {
+      const float r = Bf16ToFloat(want[i]);
+      ASSERT_EQ(std::memcmp(&back[i], &r, 4), 0) << i;
+      ASSERT_EQ(std::memcmp(&back_scalar[i], &r, 4), 0) << i;
+      ASSERT_EQ(std::memcmp(&rounded[i], &r, 4), 0) << i;
+    }
+  }
+}
+
+// The AVX-512 softmax row (exp(row * scale - max), returns the sum) against
+// double precision, on lengths around the vector width.
+TEST(Avx512Test, ScaledExpRowMatchesDouble) {
+  if (!Avx512Available()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  for (int64_t n : {1, 5, 16, 17, 33, 255}) {
+    auto row = Random(static_cast<size_t>(n), 30.0f);
+    const float scale = 0.125f;
+    double mx = -INFINITY;
+    for (float v : row) mx = std::max(mx, static_cast<double>(v) * scale);
+    std::vector<double> want(row.size());
+    double want_sum = 0;
+    for (size_t j = 0; j < row.size(); ++j) {
+      want_sum += want[j] = std::exp(static_cast<double>(row[j]) * scale - mx);
+    }
+    std::vector<float> got = row;
+    const float sum = ScaledExpRowAvx512(got.data(), n, scale);
+    EXPECT_NEAR(sum, want_sum, 2e-6 * want_sum) << "n=" << n;
+    for (size_t j = 0; j < row.size(); ++j) {
+      ASSERT_NEAR(got[j], want[j], 1e-6 * want[j] + 1e-30) << "n=" << n << " j=" << j;
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 #include "worker/model/gpt_block.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "common/status_macros.h"
@@ -23,6 +24,16 @@ k::ConstTensor View(const ActBuffer& b) { return {b.data(), b.dtype()}; }
 void StoreRounded(float* v, ActBuffer& dst) {
   dst.FromFloat(v);
   if (dst.dtype() == DType::kBf16) dst.ToFloat(v);
+}
+
+// Grow-only FP32 scratch of the calling thread, one buffer per slot: no
+// zero-fill and no fresh pages on every block call. Contents are undefined;
+// a call uses each slot at most once and blocks never nest.
+float* Scratch(int slot, int64_t n) {
+  thread_local std::vector<float> buffers[6];
+  std::vector<float>& b = buffers[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
+  return b.data();
 }
 
 }  // namespace
@@ -52,37 +63,39 @@ absl::Status BlockForward(const BlockDims& d, const UnitWeights& w,
   for (ActBuffer* b : {&a->mean1, &a->rstd1, &a->mean2, &a->rstd2}) {
     *b = ActBuffer(mem, DType::kFp32, M);
   }
-  std::vector<float> x(M * C), t(M * C), wide(M * 4 * C);
-  x_in.ToFloat(x.data());
+  float* x = Scratch(0, M * C);
+  float* t = Scratch(1, M * C);
+  float* wide = Scratch(2, M * 4 * C);
+  x_in.ToFloat(x);
   // Attention half.
-  RETURN_IF_ERROR(k::LayerNormForward(x.data(), w.Vector(kLn1W), w.Vector(kLn1B),
-                                      M, C, t.data(), a->mean1.f32(), a->rstd1.f32()));
-  a->ln1.FromFloat(t.data());
+  RETURN_IF_ERROR(k::LayerNormForward(x, w.Vector(kLn1W), w.Vector(kLn1B),
+                                      M, C, t, a->mean1.f32(), a->rstd1.f32()));
+  a->ln1.FromFloat(t);
   RETURN_IF_ERROR(k::LinearForward(View(a->ln1), w.Matrix(kAttnW), w.Vector(kAttnB),
-                                   M, C, 3 * C, wide.data()));
-  a->qkv.FromFloat(wide.data());
+                                   M, C, 3 * C, wide));
+  a->qkv.FromFloat(wide);
   k::AttentionShape as{d.batch, d.seq, C, d.heads, dt};
-  RETURN_IF_ERROR(k::AttentionForward(as, a->qkv.data(), a->probs.data(), t.data()));
-  a->atty.FromFloat(t.data());
+  RETURN_IF_ERROR(k::AttentionForward(as, a->qkv.data(), a->probs.data(), t));
+  a->atty.FromFloat(t);
   RETURN_IF_ERROR(k::LinearForward(View(a->atty), w.Matrix(kProjW), w.Vector(kProjB),
-                                   M, C, C, t.data()));
+                                   M, C, C, t));
   for (int64_t i = 0; i < M * C; ++i) x[i] += t[i];  // x now holds x2
-  StoreRounded(x.data(), a->x2);
+  StoreRounded(x, a->x2);
   // MLP half.
-  RETURN_IF_ERROR(k::LayerNormForward(x.data(), w.Vector(kLn2W), w.Vector(kLn2B),
-                                      M, C, t.data(), a->mean2.f32(), a->rstd2.f32()));
-  a->ln2.FromFloat(t.data());
+  RETURN_IF_ERROR(k::LayerNormForward(x, w.Vector(kLn2W), w.Vector(kLn2B),
+                                      M, C, t, a->mean2.f32(), a->rstd2.f32()));
+  a->ln2.FromFloat(t);
   RETURN_IF_ERROR(k::LinearForward(View(a->ln2), w.Matrix(kFcW), w.Vector(kFcB),
-                                   M, C, 4 * C, wide.data()));
-  StoreRounded(wide.data(), a->h);
-  k::GeluForward(wide.data(), wide.data(), M * 4 * C);
+                                   M, C, 4 * C, wide));
+  StoreRounded(wide, a->h);
+  k::GeluForward(wide, wide, M * 4 * C);
   ActBuffer g(nullptr, dt, M * 4 * C);  // transient
-  g.FromFloat(wide.data());
+  g.FromFloat(wide);
   RETURN_IF_ERROR(k::LinearForward(View(g), w.Matrix(kFc2W), w.Vector(kFc2B),
-                                   M, 4 * C, C, t.data()));
+                                   M, 4 * C, C, t));
   for (int64_t i = 0; i < M * C; ++i) x[i] += t[i];
   *x_out = ActBuffer(mem, dt, M * C);
-  x_out->FromFloat(x.data());
+  x_out->FromFloat(x);
   return absl::OkStatus();
 }
 
@@ -96,34 +109,38 @@ absl::Status BlockBackward(const BlockDims& d, const UnitWeights& w,
         "block backward: the block's input and internal activations must be held");
   }
   auto G = [&](int t) { return grad + w.offset(t); };
-  std::vector<float> dx2(dx_out, dx_out + M * C), t(M * C), x(M * C);
-  std::vector<float> h(M * 4 * C), dwide(M * 4 * C);
+  float* dx2 = Scratch(0, M * C);
+  float* t = Scratch(1, M * C);
+  float* x = Scratch(2, M * C);
+  float* h = Scratch(3, M * 4 * C);
+  float* dwide = Scratch(4, M * 4 * C);
+  std::copy(dx_out, dx_out + M * C, dx2);
   // MLP: recompute gelu(h) from the saved pre-activation.
-  a.h.ToFloat(h.data());
-  k::GeluForward(h.data(), dwide.data(), M * 4 * C);
+  a.h.ToFloat(h);
+  k::GeluForward(h, dwide, M * 4 * C);
   ActBuffer g(nullptr, dt, M * 4 * C);
-  g.FromFloat(dwide.data());
+  g.FromFloat(dwide);
   RETURN_IF_ERROR(k::LinearBackward(dx_out, View(g), w.Matrix(kFc2W), M, 4 * C, C,
-                                    dwide.data(), G(kFc2W), G(kFc2B)));
-  k::GeluBackward(h.data(), dwide.data(), dwide.data(), M * 4 * C);
-  RETURN_IF_ERROR(k::LinearBackward(dwide.data(), View(a.ln2), w.Matrix(kFcW), M, C,
-                                    4 * C, t.data(), G(kFcW), G(kFcB)));
-  a.x2.ToFloat(x.data());
-  RETURN_IF_ERROR(k::LayerNormBackward(t.data(), x.data(), w.Vector(kLn2W),
+                                    dwide, G(kFc2W), G(kFc2B)));
+  k::GeluBackward(h, dwide, dwide, M * 4 * C);
+  RETURN_IF_ERROR(k::LinearBackward(dwide, View(a.ln2), w.Matrix(kFcW), M, C,
+                                    4 * C, t, G(kFcW), G(kFcB)));
+  a.x2.ToFloat(x);
+  RETURN_IF_ERROR(k::LayerNormBackward(t, x, w.Vector(kLn2W),
                                        a.mean2.f32(), a.rstd2.f32(), M, C,
-                                       dx2.data(), G(kLn2W), G(kLn2B)));
+                                       dx2, G(kLn2W), G(kLn2B)));
   // Attention.
-  RETURN_IF_ERROR(k::LinearBackward(dx2.data(), View(a.atty), w.Matrix(kProjW), M, C,
-                                    C, t.data(), G(kProjW), G(kProjB)));
-  std::vector<float> dqkv(M * 3 * C);
+  RETURN_IF_ERROR(k::LinearBackward(dx2, View(a.atty), w.Matrix(kProjW), M, C,
+                                    C, t, G(kProjW), G(kProjB)));
+  float* dqkv = Scratch(5, M * 3 * C);
   k::AttentionShape as{d.batch, d.seq, C, d.heads, dt};
-  RETURN_IF_ERROR(k::AttentionBackward(as, a.qkv.data(), a.probs.data(), t.data(),
-                                       dqkv.data()));
-  RETURN_IF_ERROR(k::LinearBackward(dqkv.data(), View(a.ln1), w.Matrix(kAttnW), M, C,
-                                    3 * C, t.data(), G(kAttnW), G(kAttnB)));
-  std::copy(dx2.begin(), dx2.end(), dx_in);
-  x_in.ToFloat(x.data());
-  return k::LayerNormBackward(t.data(), x.data(), w.Vector(kLn1W), a.mean1.f32(),
+  RETURN_IF_ERROR(k::AttentionBackward(as, a.qkv.data(), a.probs.data(), t,
+                                       dqkv));
+  RETURN_IF_ERROR(k::LinearBackward(dqkv, View(a.ln1), w.Matrix(kAttnW), M, C,
+                                    3 * C, t, G(kAttnW), G(kAttnB)));
+  std::copy(dx2, dx2 + M * C, dx_in);
+  x_in.ToFloat(x);
+  return k::LayerNormBackward(t, x, w.Vector(kLn1W), a.mean1.f32(),
                               a.rstd1.f32(), M, C, dx_in, G(kLn1W), G(kLn1B));
 }
 

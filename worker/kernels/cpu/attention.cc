@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/kernels/cpu/avx512.h"
+#include "worker/kernels/cpu/bf16_convert.h"
 #include "worker/kernels/cpu/gemm.h"
 #include "worker/kernels/cpu/threading.h"
 
@@ -96,18 +98,28 @@ absl::Status AttentionForward(const AttentionShape& s, const void* qkv,
                 .c = scores.data(), .ldc = T};
     if (absl::Status st = Gemm(qk); !st.ok()) return st;
     void* p = const_cast<void*>(At(probs, dt, o.p));
+    const bool simd = Avx512Available();
     for (int64_t i = 0; i < T; ++i) {
       float* row = scores.data() + i * T;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
       float sum = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        row[j] = std::exp(row[j] * scale - mx);
-        sum += row[j];
+      if (simd) {
+        sum = ScaledExpRowAvx512(row, i + 1, scale);
+      } else {
+        float mx = -INFINITY;
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
+        for (int64_t j = 0; j <= i; ++j) {
+          row[j] = std::exp(row[j] * scale - mx);
+          sum += row[j];
+        }
       }
       const float inv = 1.0f / sum;
-      for (int64_t j = 0; j <= i; ++j) Store(p, dt, i * T + j, row[j] * inv);
-      for (int64_t j = i + 1; j < T; ++j) Store(p, dt, i * T + j, 0.0f);
+      for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+      for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+    }
+    if (dt == DType::kBf16) {
+      FloatsToBf16(scores.data(), static_cast<uint16_t*>(p), T * T);
+    } else {
+      std::copy(scores.begin(), scores.end(), static_cast<float*>(p));
     }
     GemmDesc pv{.m = T, .n = o.hd, .k = T,
                 .a = {p, dt, T, false},
@@ -142,13 +154,19 @@ absl::Status AttentionBackward(const AttentionShape& s, const void* qkv,
                 .c = dqkv + o.v, .ldc = o.c3};
     if (absl::Status st = Gemm(g2); !st.ok()) return st;
     // dS = P * (dP - rowsum(dP * P)) * scale, in place of dP.
+    thread_local std::vector<float> prow;
+    prow.resize(static_cast<size_t>(T));
     for (int64_t i = 0; i < T; ++i) {
       float* row = dp.data() + i * T;
-      float dot = 0;
-      for (int64_t j = 0; j <= i; ++j) dot += row[j] * Load(p, dt, i * T + j);
-      for (int64_t j = 0; j <= i; ++j) {
-        row[j] = Load(p, dt, i * T + j) * (row[j] - dot) * scale;
+      const float* pi = prow.data();
+      if (dt == DType::kBf16) {
+        Bf16sToFloat(static_cast<const uint16_t*>(p) + i * T, prow.data(), i + 1);
+      } else {
+        pi = static_cast<const float*>(p) + i * T;
       }
+      float dot = 0;
+      for (int64_t j = 0; j <= i; ++j) dot += row[j] * pi[j];
+      for (int64_t j = 0; j <= i; ++j) row[j] = pi[j] * (row[j] - dot) * scale;
       for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
     }
     // dQ = dS K, dK = dS^T Q

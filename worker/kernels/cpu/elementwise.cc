@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "worker/kernels/cpu/avx512.h"
 #include "worker/kernels/cpu/threading.h"
 
 namespace zeroshard::kernels::cpu {
@@ -40,16 +41,14 @@ inline float TanhNoCall(float u) {
 
 }  // namespace
 
-void GeluForward(const float* x, float* y, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (ParallelWorth(n))
+void GeluForwardScalar(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     y[i] = 0.5f * v * (1.0f + TanhNoCall(kGeluScale * (v + kGeluCube * v * v * v)));
   }
 }
 
-void GeluBackward(const float* x, const float* dy, float* dx, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (ParallelWorth(n))
+void GeluBackwardScalar(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float u = kGeluScale * (v + kGeluCube * v * v * v);
@@ -58,6 +57,28 @@ void GeluBackward(const float* x, const float* dy, float* dx, int64_t n) {
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * v * v);
     dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * sech2 * du);
   }
+}
+
+void GeluForward(const float* x, float* y, int64_t n) {
+  const bool simd = Avx512Available();
+  ParallelChunks(n, [&](int64_t b, int64_t e) {
+    if (simd) {
+      GeluForwardAvx512(x + b, y + b, e - b);
+    } else {
+      GeluForwardScalar(x + b, y + b, e - b);
+    }
+  });
+}
+
+void GeluBackward(const float* x, const float* dy, float* dx, int64_t n) {
+  const bool simd = Avx512Available();
+  ParallelChunks(n, [&](int64_t b, int64_t e) {
+    if (simd) {
+      GeluBackwardAvx512(x + b, dy + b, dx + b, e - b);
+    } else {
+      GeluBackwardScalar(x + b, dy + b, dx + b, e - b);
+    }
+  });
 }
 
 void GeluForwardReference(const float* x, float* y, int64_t n) {
@@ -77,6 +98,7 @@ void GeluBackwardReference(const float* x, const float* dy, float* dx, int64_t n
 }
 
 void ResidualForward(const float* a, const float* b, float* out, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (ParallelWorth(n))
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 

@@ -14,6 +14,10 @@ namespace zeroshard::kernels::cpu {
 void GeluForward(const float* x, float* y, int64_t n);
 // dx = dy * gelu'(x) (written).
 void GeluBackward(const float* x, const float* dy, float* dx, int64_t n);
+// The portable loops GeluForward/GeluBackward run where AVX-512 is not
+// available (avx512.h); same formulas and error bound.
+void GeluForwardScalar(const float* x, float* y, int64_t n);
+void GeluBackwardScalar(const float* x, const float* dy, float* dx, int64_t n);
 // Scalar references with the library tanh (the fast versions above use a
 // vectorisable exp-based tanh, absolute error ~1e-7).
 void GeluForwardReference(const float* x, float* y, int64_t n);

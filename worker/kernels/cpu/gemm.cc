@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "oneapi/dnnl/dnnl.hpp"
+#include "worker/kernels/cpu/bf16_convert.h"
 #include "worker/kernels/cpu/threading.h"
 
 namespace zeroshard::kernels::cpu {
@@ -57,9 +58,12 @@ MatRef ToBf16(const MatRef& x, int64_t rows, int64_t cols,
   const Stored s = StoredShape(x, rows, cols);
   scratch.resize(static_cast<size_t>(s.rows * s.cols));
   const float* src = static_cast<const float*>(x.data);
-  for (int64_t r = 0; r < s.rows; ++r) {
-    FloatToBf16Array(src + r * x.ld, scratch.data() + r * s.cols,
-                     static_cast<size_t>(s.cols));
+  if (x.ld == s.cols) {
+    FloatsToBf16(src, scratch.data(), s.rows * s.cols);
+  } else {
+    for (int64_t r = 0; r < s.rows; ++r) {
+      FloatsToBf16(src + r * x.ld, scratch.data() + r * s.cols, s.cols);
+    }
   }
   return MatRef{scratch.data(), DType::kBf16, s.cols, x.trans};
 }

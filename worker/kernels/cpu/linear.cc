@@ -1,6 +1,9 @@
 #include "worker/kernels/cpu/linear.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "worker/kernels/cpu/bf16_convert.h"
 #include "worker/kernels/cpu/gemm.h"
 
 namespace zeroshard::kernels::cpu {
@@ -39,14 +42,23 @@ absl::Status LinearBackward(const float* dy, ConstTensor x, ConstTensor w,
   if (dy == nullptr || dw == nullptr) {
     return absl::InvalidArgumentError("linear backward: dy and dw must be set");
   }
+  // Both products would round an FP32 dy to BF16 against BF16 operands
+  // (gemm.h); round it once here instead (same values).
+  MatRef dy_ref{dy, DType::kFp32, out, false};
+  thread_local std::vector<uint16_t> dy_bf16;
+  if (w.dtype == DType::kBf16 && x.dtype == DType::kBf16) {
+    dy_bf16.resize(static_cast<size_t>(m * out));
+    FloatsToBf16(dy, dy_bf16.data(), m * out);
+    dy_ref = {dy_bf16.data(), DType::kBf16, out, false};
+  }
   if (dx != nullptr) {
     GemmDesc g{.m = m, .n = in, .k = out,
-               .a = {dy, DType::kFp32, out, false}, .b = {w.data, w.dtype, out, true},
+               .a = dy_ref, .b = {w.data, w.dtype, out, true},
                .c = dx, .ldc = in, .accumulate = false};
     if (absl::Status s = Gemm(g); !s.ok()) return s;
   }
   GemmDesc g{.m = in, .n = out, .k = m,
-             .a = {x.data, x.dtype, in, true}, .b = {dy, DType::kFp32, out, false},
+             .a = {x.data, x.dtype, in, true}, .b = dy_ref,
              .c = dw, .ldc = out, .accumulate = true};
   if (absl::Status s = Gemm(g); !s.ok()) return s;
   if (dbias != nullptr) {
