@@ -113,6 +113,7 @@ absl::Status AttentionForward(const AttentionShape& s, const void* qkv,
         }
       }
       const float inv = 1.0f / sum;
+#pragma omp simd
       for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
       for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
     }
@@ -165,7 +166,9 @@ absl::Status AttentionBackward(const AttentionShape& s, const void* qkv,
         pi = static_cast<const float*>(p) + i * T;
       }
       float dot = 0;
+#pragma omp simd reduction(+ : dot)
       for (int64_t j = 0; j <= i; ++j) dot += row[j] * pi[j];
+#pragma omp simd
       for (int64_t j = 0; j <= i; ++j) row[j] = pi[j] * (row[j] - dot) * scale;
       for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
     }

@@ -1,8 +1,11 @@
 #include "worker/kernels/cpu/layernorm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "worker/kernels/cpu/avx512.h"
+#include "worker/kernels/cpu/layernorm_avx512.h"
 #include "worker/kernels/cpu/threading.h"
 
 namespace zeroshard::kernels::cpu {
@@ -18,7 +21,7 @@ absl::Status CheckSizes(int64_t m, int64_t c) {
 
 }  // namespace
 
-absl::Status LayerNormForward(const float* x, const float* gamma,
+absl::Status LayerNormForwardReference(const float* x, const float* gamma,
                               const float* beta, int64_t m, int64_t c, float* y,
                               float* mean, float* rstd) {
   if (absl::Status s = CheckSizes(m, c); !s.ok()) return s;
@@ -44,7 +47,7 @@ absl::Status LayerNormForward(const float* x, const float* gamma,
   return absl::OkStatus();
 }
 
-absl::Status LayerNormBackward(const float* dy, const float* x,
+absl::Status LayerNormBackwardReference(const float* dy, const float* x,
                                const float* gamma, const float* mean,
                                const float* rstd, int64_t m, int64_t c,
                                float* dx, float* dgamma, float* dbeta) {
@@ -79,6 +82,59 @@ absl::Status LayerNormBackward(const float* dy, const float* x,
     for (int64_t j = 0; j < c; ++j) {
       dgamma[j] += (xi[j] - mu) * rs * dyi[j];
       dbeta[j] += dyi[j];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormForward(const float* x, const float* gamma,
+                              const float* beta, int64_t m, int64_t c, float* y,
+                              float* mean, float* rstd) {
+  if (!Avx512Available()) {
+    return LayerNormForwardReference(x, gamma, beta, m, c, y, mean, rstd);
+  }
+  if (absl::Status s = CheckSizes(m, c); !s.ok()) return s;
+  // Row blocks of 8 over the threads; each row is computed the same way
+  // whatever the split, so results do not depend on the thread count.
+  constexpr int64_t kRows = 8;
+  const int64_t blocks = (m + kRows - 1) / kRows;
+#pragma omp parallel for schedule(static) if (ParallelWorth(m * c))
+  for (int64_t bl = 0; bl < blocks; ++bl) {
+    const int64_t r0 = bl * kRows, rn = std::min(kRows, m - r0);
+    LayerNormRowsForwardAvx512(x + r0 * c, gamma, beta, rn, c, y + r0 * c,
+                               mean + r0, rstd + r0);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormBackward(const float* dy, const float* x,
+                               const float* gamma, const float* mean,
+                               const float* rstd, int64_t m, int64_t c,
+                               float* dx, float* dgamma, float* dbeta) {
+  if (!Avx512Available()) {
+    return LayerNormBackwardReference(dy, x, gamma, mean, rstd, m, c, dx,
+                                      dgamma, dbeta);
+  }
+  if (absl::Status s = CheckSizes(m, c); !s.ok()) return s;
+  constexpr int64_t kRows = 8;
+  const int64_t row_blocks = (m + kRows - 1) / kRows;
+  // Column blocks of 64 for dgamma/dbeta: every column sums its rows in order
+  // 0..m-1 on one thread, so the sums are deterministic.
+  constexpr int64_t kCols = 64;
+  const int64_t col_blocks = (c + kCols - 1) / kCols;
+#pragma omp parallel if (ParallelWorth(m * c))
+  {
+#pragma omp for schedule(static) nowait
+    for (int64_t bl = 0; bl < row_blocks; ++bl) {
+      const int64_t r0 = bl * kRows, rn = std::min(kRows, m - r0);
+      LayerNormRowsBackwardDxAvx512(dy + r0 * c, x + r0 * c, gamma, mean + r0,
+                                    rstd + r0, rn, c, dx + r0 * c);
+    }
+#pragma omp for schedule(static)
+    for (int64_t bl = 0; bl < col_blocks; ++bl) {
+      const int64_t c0 = bl * kCols, cn = std::min(kCols, c - c0);
+      LayerNormParamGradsAvx512(dy + c0, x + c0, mean, rstd, m, c, cn,
+                                dgamma + c0, dbeta + c0);
     }
   }
   return absl::OkStatus();

@@ -1,10 +1,12 @@
 #include "worker/kernels/cpu/linear.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "worker/kernels/cpu/bf16_convert.h"
 #include "worker/kernels/cpu/gemm.h"
+#include "worker/kernels/cpu/threading.h"
 
 namespace zeroshard::kernels::cpu {
 namespace {
@@ -27,8 +29,10 @@ absl::Status LinearForward(ConstTensor x, ConstTensor w, const float* bias,
              .c = y, .ldc = out, .accumulate = false};
   if (absl::Status s = Gemm(g); !s.ok()) return s;
   if (bias != nullptr) {
+#pragma omp parallel for schedule(static) if (ParallelWorth(m * out))
     for (int64_t i = 0; i < m; ++i) {
       float* row = y + i * out;
+#pragma omp simd
       for (int64_t j = 0; j < out; ++j) row[j] += bias[j];
     }
   }
@@ -62,9 +66,21 @@ absl::Status LinearBackward(const float* dy, ConstTensor x, ConstTensor w,
              .c = dw, .ldc = out, .accumulate = true};
   if (absl::Status s = Gemm(g); !s.ok()) return s;
   if (dbias != nullptr) {
-    for (int64_t i = 0; i < m; ++i) {
-      const float* row = dy + i * out;
-      for (int64_t j = 0; j < out; ++j) dbias[j] += row[j];
+    // Column blocks over the threads, each column summing rows 0..m-1 in
+    // order: the same bits for any thread count.
+    constexpr int64_t kCols = 64;
+    const int64_t blocks = (out + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (ParallelWorth(m * out))
+    for (int64_t bl = 0; bl < blocks; ++bl) {
+      const int64_t j0 = bl * kCols, n = std::min(out - j0, kCols);
+      float acc[kCols];  // a register-resident copy of dbias[j0, j0 + n)
+      std::copy(dbias + j0, dbias + j0 + n, acc);
+      for (int64_t i = 0; i < m; ++i) {
+        const float* row = dy + i * out + j0;
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) acc[j] += row[j];
+      }
+      std::copy(acc, acc + n, dbias + j0);
     }
   }
   return absl::OkStatus();
