@@ -311,6 +311,9 @@ int RunRpc(const std::vector<std::string>& args) {
   const double push_ratio = p_known / tcp.send_gbps;
   std::printf("rpc gather_ratio=%.2f push_ratio=%.2f push_commit_ratio=%.2f\n",
               gather_ratio, push_ratio, p_commit / tcp.send_gbps);
+  std::printf("(ratio = the lower of gather_ratio, Gather vs TCP recv, and "
+              "push_ratio, PushGrad with the coefficient up front vs TCP send; "
+              "commit last and skipped steps are diagnostics)\n");
   std::printf("rpc ratio=%.2f target=0.85\n", std::min(gather_ratio, push_ratio));
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "server/push_grad_reactor.h"
 
+#include <string>
 #include <utility>
 
 #include "server/grpc_status.h"
@@ -7,7 +8,7 @@
 namespace zeroshard {
 
 PushGradReactor::PushGradReactor(std::shared_ptr<ShardState> state,
-                                 v1::PushGradResponse* response,
+                                 grpc::ByteBuffer* response,
                                  RpcCounters* counters)
     : session_(std::move(state)), response_(response), counters_(counters) {
   StartRead(&message_);
@@ -19,11 +20,16 @@ void PushGradReactor::OnReadDone(bool ok) {
     End(session_.OnEndOfStream());
     return;
   }
-  absl::Status s = session_.OnMessage(message_);
+  absl::Status s = DecodePushGradMessage(message_, &decoded_);
+  message_.Clear();
+  if (s.ok()) {
+    s = decoded_.is_piece ? session_.OnPiece(std::move(decoded_.piece))
+                          : session_.OnMessage(decoded_.message);
+  }
+  decoded_.piece = PushGradPieceInput();
   const uint64_t bytes = session_.payload_bytes();
   counters_->AddBytesIn(bytes - counted_bytes_);
   counted_bytes_ = bytes;
-  message_.Clear();
   if (!s.ok()) {
     End(s);
   } else if (session_.finished()) {
@@ -35,7 +41,10 @@ void PushGradReactor::OnReadDone(bool ok) {
 
 void PushGradReactor::End(const absl::Status& status) {
   result_ = status;
-  if (status.ok()) *response_ = session_.response();
+  if (status.ok()) {
+    grpc::Slice slice(session_.response().SerializeAsString());
+    *response_ = grpc::ByteBuffer(&slice, 1);
+  }
   Finish(ToGrpcStatus(status));
 }
 

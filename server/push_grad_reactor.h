@@ -1,5 +1,7 @@
-// The client-streaming PushGrad call: reads messages one at a time into a
-// PushGradSession and finishes with its response once the commit is
+// The client-streaming PushGrad call on the raw (ByteBuffer) callback API:
+// reads messages one at a time, decodes each with DecodePushGradMessage (a
+// piece's gradient bytes stay in the received slices: no copy) into a
+// PushGradSession, and finishes with its response once the commit is
 // applied, or with the first error. A stream cut off before its commit
 // (client cancel, disconnect, half-close without commit) applies nothing:
 // the session and its buffers are destroyed with the reactor.
@@ -11,19 +13,19 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "proto/zeroshard/v1/shard.pb.h"
+#include "server/push_grad_decoding.h"
 #include "server/push_grad_session.h"
 #include "server/rpc_counters.h"
 #include "server/shard_state.h"
 
 namespace zeroshard {
 
-class PushGradReactor
-    : public grpc::ServerReadReactor<v1::PushGradMessage> {
+class PushGradReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  // `response` belongs to gRPC and outlives the reactor's Finish.
+  // `response` belongs to gRPC and outlives the reactor's Finish; it is
+  // filled with a serialized PushGradResponse.
   PushGradReactor(std::shared_ptr<ShardState> state,
-                  v1::PushGradResponse* response, RpcCounters* counters);
+                  grpc::ByteBuffer* response, RpcCounters* counters);
 
   void OnReadDone(bool ok) override;
   void OnDone() override;
@@ -34,9 +36,10 @@ class PushGradReactor
   // Reads and OnDone never overlap: gRPC serialises the reactions of a
   // stream, and there is one read at a time, so no lock is needed.
   PushGradSession session_;
-  v1::PushGradResponse* const response_;
+  grpc::ByteBuffer* const response_;
   RpcCounters* const counters_;
-  v1::PushGradMessage message_;
+  grpc::ByteBuffer message_;
+  ReceivedPushGrad decoded_;
   absl::Status result_;
   uint64_t counted_bytes_ = 0;
 };

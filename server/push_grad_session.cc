@@ -1,5 +1,7 @@
 #include "server/push_grad_session.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,7 +30,7 @@ absl::Status PushGradSession::OnMessage(v1::PushGradMessage& message) {
     case v1::PushGradMessage::kHeader:
       return OnHeader(message.header());
     case v1::PushGradMessage::kPiece:
-      return OnPiece(*message.mutable_piece());
+      return OnProtoPiece(*message.mutable_piece());
     case v1::PushGradMessage::kCommit:
       return OnCommit(message.commit());
     default:
@@ -52,35 +54,54 @@ absl::Status PushGradSession::OnHeader(const v1::PushGradHeader& header) {
   return absl::OkStatus();
 }
 
-absl::Status PushGradSession::OnPiece(v1::PushGradPiece& piece) {
+absl::Status PushGradSession::OnProtoPiece(v1::PushGradPiece& piece) {
+  auto bytes =
+      std::make_shared<std::string>(std::move(*piece.mutable_data()));
+  PushGradPieceInput in;
+  in.offset = piece.offset();
+  in.dtype = piece.dtype();
+  in.bytes = bytes->size();
+  in.segments.emplace_back(reinterpret_cast<const uint8_t*>(bytes->data()),
+                           bytes->size());
+  in.owner = std::move(bytes);
+  return OnPiece(std::move(in));
+}
+
+absl::Status PushGradSession::OnPiece(PushGradPieceInput piece) {
+  if (finished_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a message arrived after the commit; the commit must be last");
+  }
   if (!have_header_) {
     return absl::InvalidArgumentError(
         "PushGrad: a piece arrived before the header");
   }
-  const v1::DType wire = piece.dtype();
+  const v1::DType wire = static_cast<v1::DType>(piece.dtype);
   if (wire != v1::DTYPE_FP32 && wire != v1::DTYPE_BF16) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "PushGrad: piece at offset ", piece.offset(), " has dtype ",
-        v1::DType_Name(wire), "; want DTYPE_FP32 or DTYPE_BF16"));
+        "PushGrad: piece at offset ", piece.offset, " has dtype ",
+        v1::DType_IsValid(piece.dtype) ? v1::DType_Name(wire)
+                                       : absl::StrCat(piece.dtype),
+        "; want DTYPE_FP32 or DTYPE_BF16"));
   }
   ASSIGN_OR_RETURN(const DType dtype, FromProto(wire));
   const size_t esize = DTypeSize(dtype);
-  const size_t bytes = piece.data().size();
+  const size_t bytes = piece.bytes;
   if (bytes > kMaxPiecePayloadBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "PushGrad: piece at offset ", piece.offset(), " carries ", bytes,
+        "PushGrad: piece at offset ", piece.offset, " carries ", bytes,
         " bytes, more than the limit of ", kMaxPiecePayloadBytes,
         " per message; split it"));
   }
   if (bytes == 0 || bytes % esize != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "PushGrad: piece at offset ", piece.offset(), " carries ", bytes,
+        "PushGrad: piece at offset ", piece.offset, " carries ", bytes,
         " bytes, not a positive multiple of ", esize, " (", DTypeName(dtype),
         ")"));
   }
   const uint64_t n = bytes / esize;
-  RETURN_IF_ERROR(state_->CheckOwned(piece.offset(), n, "PushGrad: piece"));
-  const FlatRange range{piece.offset(), piece.offset() + n};
+  RETURN_IF_ERROR(state_->CheckOwned(piece.offset, n, "PushGrad: piece"));
+  const FlatRange range{piece.offset, piece.offset + n};
   // Overlap with another piece of this stream: the neighbour before and the
   // one at or after range.begin.
   auto next = ranges_.lower_bound(range.begin);
@@ -94,20 +115,61 @@ absl::Status PushGradSession::OnPiece(v1::PushGradPiece& piece) {
         ") overlaps another piece of the same stream"));
   }
   payload_bytes_ += bytes;
+  Buffered parts = SplitIntoParts(range, dtype, piece);
   if (header_.coefficient_known()) {
-    const GradPiece now{range, dtype, piece.data().data()};
-    RETURN_IF_ERROR(Apply({header_.coefficient(), header_.skip()}, {&now, 1}));
+    RETURN_IF_ERROR(
+        Apply({header_.coefficient(), header_.skip()}, parts.parts));
     ranges_.emplace(range.begin, range.end);
     return absl::OkStatus();
   }
   ranges_.emplace(range.begin, range.end);
-  Buffered b;
-  b.bytes = std::move(*piece.mutable_data());
-  b.piece = {range, dtype, nullptr};  // data is set at the commit
-  buffered_.push_back(std::move(b));
+  buffered_.push_back(std::move(parts));
   buffered_bytes_ += bytes;
   state_->store().AddPendingGradBytes(bytes);
   return absl::OkStatus();
+}
+
+PushGradSession::Buffered PushGradSession::SplitIntoParts(
+    FlatRange range, DType dtype, PushGradPieceInput& piece) {
+  const size_t esize = DTypeSize(dtype);
+  Buffered out;
+  // At most one stitched element per boundary between segments; reserved up
+  // front so that pointers into `stitched` stay put.
+  out.stitched.reserve(piece.segments.size());
+  uint64_t elem = range.begin;  // the next element to emit
+  size_t carried = 0;           // bytes of a split element gathered so far
+  uint32_t partial = 0;
+  for (const auto& [p, n] : piece.segments) {
+    const uint8_t* at = p;
+    size_t left = n;
+    if (carried > 0) {
+      const size_t take = std::min(esize - carried, left);
+      std::memcpy(reinterpret_cast<uint8_t*>(&partial) + carried, at, take);
+      carried += take;
+      at += take;
+      left -= take;
+      if (carried < esize) continue;
+      out.stitched.push_back(partial);
+      out.parts.push_back(
+          {{elem, elem + 1}, dtype, &out.stitched.back()});
+      ++elem;
+      carried = 0;
+    }
+    const size_t whole = left / esize;
+    if (whole > 0) {
+      out.parts.push_back({{elem, elem + whole}, dtype, at});
+      elem += whole;
+      at += whole * esize;
+      left -= whole * esize;
+    }
+    if (left > 0) {
+      partial = 0;
+      std::memcpy(&partial, at, left);
+      carried = left;
+    }
+  }
+  out.owner = std::move(piece.owner);
+  return out;
 }
 
 absl::Status PushGradSession::OnCommit(const v1::PushGradCommit& commit) {
@@ -124,9 +186,7 @@ absl::Status PushGradSession::OnCommit(const v1::PushGradCommit& commit) {
   std::vector<GradPiece> pieces;
   pieces.reserve(buffered_.size());
   for (const Buffered& b : buffered_) {
-    // Moving a std::string may move a short payload inside the object, so
-    // the pointer is taken only now that the buffers stay put.
-    pieces.push_back({b.piece.range, b.piece.dtype, b.bytes.data()});
+    pieces.insert(pieces.end(), b.parts.begin(), b.parts.end());
   }
   RETURN_IF_ERROR(Apply({commit.coefficient(), commit.skip()}, pieces));
   FreeBuffers();

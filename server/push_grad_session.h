@@ -16,6 +16,8 @@
 // kMaxPiecePayloadBytes), lie inside the owned range and not overlap another
 // piece of the stream. Buffered pieces are freed when the session is
 // destroyed; a session destroyed before its commit applies nothing.
+// A piece's bytes are never copied here: they stay with the owner they
+// arrived in (received gRPC slices, or the proto's string) until applied.
 // Not thread-safe: one stream, one caller at a time.
 #ifndef ZEROSHARD_SERVER_PUSH_GRAD_SESSION_H_
 #define ZEROSHARD_SERVER_PUSH_GRAD_SESSION_H_
@@ -28,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "proto/zeroshard/v1/shard.pb.h"
+#include "server/push_grad_decoding.h"
 #include "server/shard_state.h"
 
 namespace zeroshard {
@@ -42,6 +45,9 @@ class PushGradSession {
   // Handles the next message; an error ends the stream (nothing buffered is
   // applied). The message's payload is moved out.
   absl::Status OnMessage(v1::PushGradMessage& message);
+  // Handles a piece decoded without protobuf (server/push_grad_decoding.h);
+  // the same checks and effects as a piece message.
+  absl::Status OnPiece(PushGradPieceInput piece);
   // The client half-closed: OK when no commit was expected, otherwise
   // INVALID_ARGUMENT (nothing applied).
   absl::Status OnEndOfStream();
@@ -52,13 +58,19 @@ class PushGradSession {
   uint64_t payload_bytes() const { return payload_bytes_; }
 
  private:
+  // One received piece as element-aligned parts: runs of whole elements in
+  // the received segments, and elements split across two segments stitched
+  // together in `stitched`.
   struct Buffered {
-    GradPiece piece;
-    std::string bytes;  // owns piece.data
+    std::vector<GradPiece> parts;
+    std::vector<uint32_t> stitched;     // holds the stitched parts' data
+    std::shared_ptr<const void> owner;  // holds the other parts' data
   };
+  static Buffered SplitIntoParts(FlatRange range, DType dtype,
+                                 PushGradPieceInput& piece);
 
   absl::Status OnHeader(const v1::PushGradHeader& header);
-  absl::Status OnPiece(v1::PushGradPiece& piece);
+  absl::Status OnProtoPiece(v1::PushGradPiece& piece);
   absl::Status OnCommit(const v1::PushGradCommit& commit);
   absl::Status Apply(const StepParams& params,
                      absl::Span<const GradPiece> pieces);

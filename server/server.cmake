@@ -5,6 +5,7 @@ add_library(zs_server STATIC
   kv_store.cc
   kv_wait_reactor.cc
   placement.cc
+  push_grad_decoding.cc
   push_grad_reactor.cc
   push_grad_session.cc
   rpc_counters.cc

@@ -140,12 +140,12 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardRpcService::Gather(
   return new GatherReactor(*std::move(state), *std::move(plan), &counters_);
 }
 
-grpc::ServerReadReactor<v1::PushGradMessage>* ShardRpcService::PushGrad(
-    grpc::CallbackServerContext* context, v1::PushGradResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* ShardRpcService::PushGrad(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   counters_.RecordCall("PushGrad");
   absl::StatusOr<std::shared_ptr<ShardState>> state = this->state();
   if (!state.ok()) {
-    return new FailedReactor<grpc::ServerReadReactor<v1::PushGradMessage>>(
+    return new FailedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(
         state.status(), &counters_);
   }
   return new PushGradReactor(*std::move(state), response, &counters_);

@@ -1,7 +1,8 @@
 // The zeroshard.v1.ShardService implementation on gRPC's callback API.
 //
-// Gather uses the raw (ByteBuffer) callback method so that replies are
-// encoded with one copy of the payload; every other method uses the
+// Gather and PushGrad use the raw (ByteBuffer) callback methods so that
+// Gather replies are encoded with one copy of the payload and PushGrad
+// pieces are applied from the received slices; every other method uses the
 // generated message types. Handlers validate, act on the ShardState (absent
 // until Init: FAILED_PRECONDITION), count calls, bytes and errors, and
 // convert absl::Status to grpc::Status once, at the edge. Admin methods
@@ -30,7 +31,8 @@
 namespace zeroshard {
 
 using ShardServiceBase = v1::ShardService::WithRawCallbackMethod_Gather<
-    v1::ShardService::CallbackService>;
+    v1::ShardService::WithRawCallbackMethod_PushGrad<
+        v1::ShardService::CallbackService>>;
 
 class ShardRpcService final : public ShardServiceBase {
  public:
@@ -47,9 +49,9 @@ class ShardRpcService final : public ShardServiceBase {
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Gather(
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
-  grpc::ServerReadReactor<v1::PushGradMessage>* PushGrad(
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PushGrad(
       grpc::CallbackServerContext* context,
-      v1::PushGradResponse* response) override;
+      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Inspect(grpc::CallbackServerContext* context,
                                     const v1::InspectRequest* request,
                                     v1::InspectResponse* response) override;

@@ -1,20 +1,37 @@
 #include "server/shard_state.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_convert.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "server/optimizer.h"
+#include "server/optimizer_pool.h"
 
 namespace zeroshard {
 namespace {
 
 constexpr double kDefaultInitStd = 0.02;
+
+OptimizerPool& ApplyPool() {
+  // Never destroyed: helper threads may still be parked at process exit.
+  static OptimizerPool* pool = [] {
+    int threads = static_cast<int>(std::thread::hardware_concurrency());
+    const char* env = std::getenv("ZEROSHARD_OPTIMIZER_THREADS");
+    if (env != nullptr && !absl::SimpleAtoi(env, &threads)) threads = 0;
+    return new OptimizerPool(std::clamp(threads, 1, 1024));
+  }();
+  return *pool;
+}
 
 absl::Status Prefixed(absl::string_view prefix, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
@@ -144,22 +161,75 @@ absl::StatusOr<PushResult> ShardState::ApplyPush(
   result.duplicate_elems = claim.duplicate_elems;
   for (const ClaimedSegment& seg : claim.segments) {
     result.applied_elems += seg.range.size();
-    if (params.skip) continue;
-    const GradPiece& piece = pieces[seg.piece];
-    const size_t skip_elems = seg.range.begin - piece.range.begin;
-    const GradView grad =
-        piece.dtype == DType::kBf16
-            ? GradView::Bf16(static_cast<const uint16_t*>(piece.data) +
-                             skip_elems)
-            : GradView::Fp32(static_cast<const float*>(piece.data) +
-                             skip_elems);
-    store_->ApplyUpdate(
-        MakeAdamStep(optimizer_, seg.adam_t,
-                     static_cast<float>(params.coefficient)),
-        grad, seg.range);
   }
+  if (!params.skip) ApplyClaimed(claim, params, pieces, result.applied_elems);
   result.chunks_completed = tracker_->Complete(claim);
   return result;
+}
+
+void ShardState::ApplyClaimed(const StepClaim& claim, const StepParams& params,
+                              absl::Span<const GradPiece> pieces,
+                              uint64_t elems) {
+  const bool scalar_kernel = AdamKernelName() == "scalar";
+  // Segments grouped by chunk, in chunk order.
+  std::vector<size_t> order(claim.segments.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return claim.segments[a].chunk < claim.segments[b].chunk;
+  });
+  std::vector<size_t> starts;  // where each chunk's run begins in `order`
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (k == 0 || claim.segments[order[k]].chunk !=
+                      claim.segments[order[k - 1]].chunk) {
+      starts.push_back(k);
+    }
+  }
+  starts.push_back(order.size());
+  // Applies the segments of chunk runs [lo, hi); each run under one hold of
+  // its chunk's lock, its segments spread over `pool` when given.
+  auto apply_runs = [&](size_t lo, size_t hi, OptimizerPool* pool) {
+    std::vector<ShardStore::ChunkUpdate> updates;
+    std::vector<std::vector<float>> aligned;
+    for (size_t g = lo; g < hi; ++g) {
+      updates.clear();
+      for (size_t k = starts[g]; k < starts[g + 1]; ++k) {
+        const ClaimedSegment& seg = claim.segments[order[k]];
+        const GradPiece& piece = pieces[seg.piece];
+        const size_t esize = DTypeSize(piece.dtype);
+        const char* data = static_cast<const char*>(piece.data) +
+                           (seg.range.begin - piece.range.begin) * esize;
+        // Received bytes may sit at any address; the SIMD kernels load
+        // unaligned, the scalar reference reads whole elements.
+        if (reinterpret_cast<uintptr_t>(data) % esize != 0 && scalar_kernel) {
+          aligned.emplace_back(seg.range.size() * esize / sizeof(float) + 1);
+          std::memcpy(aligned.back().data(), data, seg.range.size() * esize);
+          data = reinterpret_cast<const char*>(aligned.back().data());
+        }
+        const GradView grad =
+            piece.dtype == DType::kBf16
+                ? GradView::Bf16(reinterpret_cast<const uint16_t*>(data))
+                : GradView::Fp32(reinterpret_cast<const float*>(data));
+        updates.push_back({MakeAdamStep(optimizer_, seg.adam_t,
+                                        static_cast<float>(params.coefficient)),
+                           grad, seg.range});
+      }
+      store_->ApplyUpdatesInChunk(claim.segments[order[starts[g]]].chunk,
+                                  updates, pool);
+    }
+  };
+  OptimizerPool& pool = ApplyPool();
+  const size_t runs = starts.size() - 1;
+  if (elems >= kParallelApplyElems && runs >= 2 && pool.threads() >= 2) {
+    // A large push (a commit of many buffered pieces): whole chunks are
+    // handed to the threads, so that none waits on another's chunk lock.
+    pool.ParallelFor(runs, 1, [&](size_t lo, size_t hi) {
+      apply_runs(lo, hi, nullptr);
+    });
+  } else {
+    // A piece or two as they arrive: the segments of each chunk are spread
+    // over the threads.
+    apply_runs(0, runs, &pool);
+  }
 }
 
 }  // namespace zeroshard

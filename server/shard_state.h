@@ -30,6 +30,10 @@ namespace zeroshard {
 
 // Largest payload of one PushGrad piece or WeightPiece.
 inline constexpr size_t kMaxPiecePayloadBytes = size_t{4} << 20;
+// Pushes of at least this many elements (a commit of many buffered pieces)
+// are applied chunk by chunk on several threads; smaller ones spread the
+// segments of each chunk over the threads.
+inline constexpr uint64_t kParallelApplyElems = uint64_t{1} << 20;
 // Default elements per version chunk.
 inline constexpr uint64_t kDefaultChunkElems = 262144;
 
@@ -88,6 +92,10 @@ class ShardState {
 
  private:
   ShardState(FlatLayout layout) : layout_(std::move(layout)) {}
+  // Applies the claimed segments (`elems` elements in all) on the apply
+  // thread pool.
+  void ApplyClaimed(const StepClaim& claim, const StepParams& params,
+                    absl::Span<const GradPiece> pieces, uint64_t elems);
 
   v1::InitRequest request_;
   FlatLayout layout_;

@@ -105,6 +105,29 @@ void ShardStore::ApplyUpdate(const AdamStep& step, GradView grad,
   AdamUpdate(step, grad, slice);
 }
 
+void ShardStore::ApplyUpdatesInChunk(size_t c,
+                                     absl::Span<const ChunkUpdate> updates,
+                                     OptimizerPool* pool) {
+  auto apply = [&](size_t lo, size_t hi) {
+    for (size_t k = lo; k < hi; ++k) {
+      const ChunkUpdate& u = updates[k];
+      const size_t i = u.range.begin - owned_.begin;
+      AdamUpdate(u.step, u.grad,
+                 {.master = master_ + i,
+                  .exp_avg = exp_avg_ + i,
+                  .exp_avg_sq = exp_avg_sq_ + i,
+                  .mirror = mirror_ + i,
+                  .n = u.range.size()});
+    }
+  };
+  absl::MutexLock lock(&chunk_mu_[c]);
+  if (pool == nullptr || updates.size() < 2) {
+    apply(0, updates.size());
+  } else {
+    pool->ParallelFor(updates.size(), 1, apply);
+  }
+}
+
 void ShardStore::Read(FlatRange range, DType dtype, void* out) const {
   const size_t i = range.begin - owned_.begin;
   absl::MutexLock lock(&chunk_mu_[ChunkOf(range.begin)]);

@@ -30,7 +30,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
 #include "common/layout.h"
+#include "absl/types/span.h"
 #include "server/optimizer.h"
+#include "server/optimizer_pool.h"
 #include "server/placement.h"
 
 namespace zeroshard {
@@ -69,6 +71,16 @@ class ShardStore {
   // One optimizer update of `range` (inside one chunk) with `grad` holding
   // range.size() elements.
   void ApplyUpdate(const AdamStep& step, GradView grad, FlatRange range);
+
+  // Several updates inside chunk c, under one hold of its lock, spread over
+  // `pool`'s threads (the caller's only when pool is null).
+  struct ChunkUpdate {
+    AdamStep step;
+    GradView grad;
+    FlatRange range;  // inside chunk c
+  };
+  void ApplyUpdatesInChunk(size_t c, absl::Span<const ChunkUpdate> updates,
+                           OptimizerPool* pool);
 
   // Copies `range` (inside one chunk) as FP32 (master) or BF16 (mirror) to
   // `out`, which holds range.size() * DTypeSize(dtype) bytes.

@@ -5,6 +5,7 @@ zs_test(NAME server_unit_test
     ${CMAKE_CURRENT_SOURCE_DIR}/step_tracker_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/gather_encoding_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/kv_store_test.cc
+    ${CMAKE_CURRENT_SOURCE_DIR}/push_grad_decoding_test.cc
   LIBS zs_server
   LABELS unit)
 
@@ -17,6 +18,7 @@ zs_test(NAME server_rpc_test
     ${CMAKE_CURRENT_SOURCE_DIR}/shard_server_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/bad_input_test.cc
     ${CMAKE_CURRENT_SOURCE_DIR}/server_binary_test.cc
+    ${CMAKE_CURRENT_SOURCE_DIR}/push_grad_session_test.cc
   LIBS zs_server_test_util zs_server
   LABELS integration
   TIMEOUT 120)

@@ -1,0 +1,130 @@
+#include "server/push_grad_decoding.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zeroshard {
+namespace {
+
+constexpr int kVarint = 0;
+constexpr int kLengthDelimited = 2;
+
+// Reads the bytes of a message spread over several slices.
+class SliceCursor {
+ public:
+  explicit SliceCursor(const std::vector<grpc::Slice>& slices)
+      : slices_(slices) {
+    Normalize();
+  }
+
+  size_t consumed() const { return consumed_; }
+  bool AtEnd() const { return index_ >= slices_.size(); }
+
+  bool ReadVarint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (AtEnd()) return false;
+      const uint8_t b = slices_[index_].begin()[pos_++];
+      ++consumed_;
+      Normalize();
+      *v |= static_cast<uint64_t>(b & 0x7F) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+
+  // Consumes n bytes, recording where they lie.
+  bool Take(size_t n, std::vector<std::pair<const uint8_t*, size_t>>* out) {
+    while (n > 0) {
+      if (AtEnd()) return false;
+      const size_t take = std::min(slices_[index_].size() - pos_, n);
+      out->emplace_back(slices_[index_].begin() + pos_, take);
+      pos_ += take;
+      consumed_ += take;
+      n -= take;
+      Normalize();
+    }
+    return true;
+  }
+
+ private:
+  void Normalize() {
+    while (index_ < slices_.size() && pos_ >= slices_[index_].size()) {
+      ++index_;
+      pos_ = 0;
+    }
+  }
+
+  const std::vector<grpc::Slice>& slices_;
+  size_t index_ = 0;
+  size_t pos_ = 0;
+  size_t consumed_ = 0;
+};
+
+// The canonical piece encoding, data left in the slices; false when the
+// message is anything else (protobuf then decides).
+bool DecodeCanonicalPiece(std::vector<grpc::Slice>& slices, size_t total,
+                          PushGradPieceInput* out) {
+  SliceCursor cur(slices);
+  uint64_t tag, len;
+  if (!cur.ReadVarint(&tag) || tag != ((2 << 3) | kLengthDelimited) ||
+      !cur.ReadVarint(&len) || len != total - cur.consumed()) {
+    return false;
+  }
+  bool seen[4] = {false, false, false, false};
+  std::vector<std::pair<const uint8_t*, size_t>> segments;
+  while (!cur.AtEnd()) {
+    if (!cur.ReadVarint(&tag)) return false;
+    const uint64_t field = tag >> 3;
+    const int wire = static_cast<int>(tag & 7);
+    if (field < 1 || field > 3 || seen[field]) return false;
+    seen[field] = true;
+    uint64_t v;
+    if (!cur.ReadVarint(&v)) return false;
+    if (field == 1 && wire == kVarint) {
+      out->offset = v;
+    } else if (field == 2 && wire == kVarint &&
+               v <= static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+      out->dtype = static_cast<int>(v);
+    } else if (field == 3 && wire == kLengthDelimited) {
+      if (v > total || !cur.Take(v, &segments)) return false;
+      out->bytes = v;
+    } else {
+      return false;
+    }
+  }
+  out->segments = std::move(segments);
+  if (out->bytes > 0) {
+    out->owner = std::make_shared<std::vector<grpc::Slice>>(std::move(slices));
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status DecodePushGradMessage(grpc::ByteBuffer& buffer,
+                                   ReceivedPushGrad* out) {
+  out->is_piece = false;
+  out->piece = PushGradPieceInput();
+  out->message.Clear();
+  std::vector<grpc::Slice> slices;
+  if (buffer.Dump(&slices).ok() &&
+      DecodeCanonicalPiece(slices, buffer.Length(), &out->piece)) {
+    out->is_piece = true;
+    return absl::OkStatus();
+  }
+  out->piece = PushGradPieceInput();
+  grpc::ProtoBufferReader reader(&buffer);
+  if (!out->message.ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a message does not parse as a PushGradMessage");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zeroshard
