@@ -119,6 +119,8 @@ void GatherReactor::Next() {
     {
       absl::MutexLock lock(&mu_);
       result = result_;
+      counters_->RecordResult(result_);  // before the client sees it
+      recorded_ = true;
     }
     Finish(ToGrpcStatus(result));
   }
@@ -159,6 +161,8 @@ void GatherReactor::OnCancel() {
       result_ = absl::CancelledError(absl::StrCat(
           "Gather cancelled (by the client or its deadline) while waiting "
           "for version ", plan_.min_version));
+      counters_->RecordResult(result_);
+      recorded_ = true;
     }
   }
   if (finish) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
@@ -168,7 +172,7 @@ void GatherReactor::OnCancel() {
 void GatherReactor::OnDone() {
   {
     absl::MutexLock lock(&mu_);
-    counters_->RecordResult(result_);
+    if (!recorded_) counters_->RecordResult(result_);
   }
   Unref();
 }

@@ -82,6 +82,7 @@ class GatherReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   // The message being written; replaced only when no write is in flight.
   grpc::ByteBuffer buffer_;
   absl::Status result_ ABSL_GUARDED_BY(mu_);
+  bool recorded_ ABSL_GUARDED_BY(mu_) = false;  // result_ already counted
 };
 
 }  // namespace zeroshard

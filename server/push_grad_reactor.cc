@@ -41,6 +41,9 @@ void PushGradReactor::OnReadDone(bool ok) {
 
 void PushGradReactor::End(const absl::Status& status) {
   result_ = status;
+  // Counted before the client can see the status (see RpcCounters).
+  counters_->RecordResult(result_);
+  recorded_ = true;
   if (status.ok()) {
     grpc::Slice slice(session_.response().SerializeAsString());
     *response_ = grpc::ByteBuffer(&slice, 1);
@@ -49,7 +52,7 @@ void PushGradReactor::End(const absl::Status& status) {
 }
 
 void PushGradReactor::OnDone() {
-  counters_->RecordResult(result_);
+  if (!recorded_) counters_->RecordResult(result_);
   delete this;
 }
 

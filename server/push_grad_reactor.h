@@ -41,6 +41,7 @@ class PushGradReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer message_;
   ReceivedPushGrad decoded_;
   absl::Status result_;
+  bool recorded_ = false;  // result_ already counted
   uint64_t counted_bytes_ = 0;
 };
 

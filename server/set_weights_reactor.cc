@@ -65,12 +65,15 @@ void SetWeightsReactor::OnReadDone(bool ok) {
 
 void SetWeightsReactor::End(const absl::Status& status) {
   result_ = status;
+  // Counted before the client can see the status (see RpcCounters).
+  counters_->RecordResult(result_);
+  recorded_ = true;
   response_->set_elems_written(written_);
   Finish(ToGrpcStatus(status));
 }
 
 void SetWeightsReactor::OnDone() {
-  counters_->RecordResult(result_);
+  if (!recorded_) counters_->RecordResult(result_);
   delete this;
 }
 

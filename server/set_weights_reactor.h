@@ -43,6 +43,7 @@ class SetWeightsReactor : public grpc::ServerReadReactor<v1::WeightPiece> {
   bool first_ = true;
   uint64_t written_ = 0;
   absl::Status result_;
+  bool recorded_ = false;  // result_ already counted
 };
 
 }  // namespace zeroshard

@@ -22,12 +22,12 @@ class FailedReactor : public Reactor {
  public:
   FailedReactor(const absl::Status& status, RpcCounters* counters)
       : status_(status), counters_(counters) {
+    // Counted before the client can see the status, so that an Inspect
+    // that follows the failed call already includes it.
+    counters_->RecordResult(status_);
     this->Finish(ToGrpcStatus(status));
   }
-  void OnDone() override {
-    counters_->RecordResult(status_);
-    delete this;
-  }
+  void OnDone() override { delete this; }
 
  private:
   absl::Status status_;

@@ -29,8 +29,11 @@ ShardClientOptions SmallMessages() {
   ShardClientOptions o;
   o.max_message_bytes = 4096;
   o.call_timeout = absl::Seconds(20);
-  o.retry.initial_backoff = absl::Milliseconds(5);
-  o.retry.max_backoff = absl::Milliseconds(20);
+  // Short enough to keep the tests fast, long enough (~1.5 s over 8 tries)
+  // to ride out a slow first connect on a loaded machine.
+  o.retry.max_attempts = 8;
+  o.retry.initial_backoff = absl::Milliseconds(10);
+  o.retry.max_backoff = absl::Milliseconds(500);
   return o;
 }
 
