@@ -31,9 +31,22 @@ void UnitCache::StartGather(int unit) {
   Slot& slot = slots_[unit];
   const size_t es = DTypeSize(dtype_);
   const uint64_t padded = layout_->units()[unit].padded;
-  slot.buffer.resize(padded * es);
+  // Reuse a released buffer that is large enough: no allocation, no zero
+  // fill, no page faults (every byte is overwritten by the gather).
+  for (size_t i = 0; i < spare_.size(); ++i) {
+    if (spare_[i].size() >= padded * es) {
+      slot.buffer = std::move(spare_[i]);
+      spare_.erase(spare_.begin() + i);
+      break;
+    }
+  }
+  if (slot.buffer.size() < padded * es) {
+    slot.buffer.resize(padded * es);
+  } else {
+    spare_bytes_ -= slot.buffer.size();
+  }
   live_bytes_ += slot.buffer.size();
-  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_ + spare_bytes_);
   slot.present = true;
   const size_t part_bytes =
       layout_->WorkerUnitRange(rank_, unit).size() * es;
@@ -78,6 +91,12 @@ void UnitCache::Release(int unit) {
   if (!slot.present) return;
   (void)slot.ticket.Wait();  // never free a buffer a gather still writes
   live_bytes_ -= slot.buffer.size();
+  if (spare_.size() < kMaxSpares) {
+    // Kept for the next gather; counted in the peak with the live buffers.
+    spare_bytes_ += slot.buffer.size();
+    spare_.push_back(std::move(slot.buffer));
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_ + spare_bytes_);
+  }
   std::vector<uint8_t>().swap(slot.buffer);
   slot.ticket = CommTicket();
   slot.present = false;

@@ -61,10 +61,11 @@ class UnitCache {
   // All-gathers every unit (resident mode, once per step after the fetch).
   absl::Status GatherAll();
 
-  // Bytes of full unit buffers alive now, and the peak since ResetPeak().
+  // Bytes of full unit buffers alive now (in use; released buffers kept for
+  // reuse count in the peak), and the peak since ResetPeak().
   uint64_t live_bytes() const { return live_bytes_; }
   uint64_t peak_bytes() const { return peak_bytes_; }
-  void ResetPeak() { peak_bytes_ = live_bytes_; }
+  void ResetPeak() { peak_bytes_ = live_bytes_ + spare_bytes_; }
 
  private:
   struct Slot {
@@ -83,6 +84,10 @@ class UnitCache {
   std::vector<uint8_t> partition_;
   std::vector<size_t> part_offset_;
   std::vector<Slot> slots_;
+  // Released buffers kept for reuse (at most kMaxSpares).
+  static constexpr size_t kMaxSpares = 2;
+  std::vector<std::vector<uint8_t>> spare_;
+  uint64_t spare_bytes_ = 0;
   uint64_t live_bytes_ = 0;
   uint64_t peak_bytes_ = 0;
 };
