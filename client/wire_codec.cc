@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/slice_cursor.h"
 
 namespace zeroshard {
 namespace {
@@ -45,63 +46,6 @@ void ReleaseData(void* user_data) {
 
 void NoRelease(void*) {}
 
-// Reads a protobuf message spread over several slices.
-class SliceCursor {
- public:
-  explicit SliceCursor(const std::vector<grpc::Slice>& slices)
-      : slices_(slices) {
-    Normalize();
-  }
-
-  bool AtEnd() const { return index_ >= slices_.size(); }
-
-  bool ReadByte(uint8_t* b) {
-    if (AtEnd()) return false;
-    *b = slices_[index_].begin()[pos_++];
-    Normalize();
-    return true;
-  }
-
-  bool ReadVarint(uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      uint8_t b;
-      if (!ReadByte(&b)) return false;
-      *v |= static_cast<uint64_t>(b & 0x7F) << shift;
-      if ((b & 0x80) == 0) return true;
-    }
-    return false;
-  }
-
-  // Consumes n bytes; when `segments` is given, records where they are.
-  bool Take(size_t n,
-            std::vector<std::pair<const uint8_t*, size_t>>* segments) {
-    while (n > 0) {
-      if (AtEnd()) return false;
-      const size_t avail = slices_[index_].size() - pos_;
-      const size_t take = std::min(avail, n);
-      if (segments != nullptr) {
-        segments->emplace_back(slices_[index_].begin() + pos_, take);
-      }
-      pos_ += take;
-      n -= take;
-      Normalize();
-    }
-    return true;
-  }
-
- private:
-  void Normalize() {
-    while (index_ < slices_.size() && pos_ >= slices_[index_].size()) {
-      ++index_;
-      pos_ = 0;
-    }
-  }
-
-  const std::vector<grpc::Slice>& slices_;
-  size_t index_ = 0;
-  size_t pos_ = 0;
-};
 
 }  // namespace
 

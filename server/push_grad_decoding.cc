@@ -8,63 +8,14 @@
 #include <utility>
 #include <vector>
 
+#include "common/slice_cursor.h"
+
 namespace zeroshard {
 namespace {
 
 constexpr int kVarint = 0;
 constexpr int kLengthDelimited = 2;
 
-// Reads the bytes of a message spread over several slices.
-class SliceCursor {
- public:
-  explicit SliceCursor(const std::vector<grpc::Slice>& slices)
-      : slices_(slices) {
-    Normalize();
-  }
-
-  size_t consumed() const { return consumed_; }
-  bool AtEnd() const { return index_ >= slices_.size(); }
-
-  bool ReadVarint(uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (AtEnd()) return false;
-      const uint8_t b = slices_[index_].begin()[pos_++];
-      ++consumed_;
-      Normalize();
-      *v |= static_cast<uint64_t>(b & 0x7F) << shift;
-      if ((b & 0x80) == 0) return true;
-    }
-    return false;
-  }
-
-  // Consumes n bytes, recording where they lie.
-  bool Take(size_t n, std::vector<std::pair<const uint8_t*, size_t>>* out) {
-    while (n > 0) {
-      if (AtEnd()) return false;
-      const size_t take = std::min(slices_[index_].size() - pos_, n);
-      out->emplace_back(slices_[index_].begin() + pos_, take);
-      pos_ += take;
-      consumed_ += take;
-      n -= take;
-      Normalize();
-    }
-    return true;
-  }
-
- private:
-  void Normalize() {
-    while (index_ < slices_.size() && pos_ >= slices_[index_].size()) {
-      ++index_;
-      pos_ = 0;
-    }
-  }
-
-  const std::vector<grpc::Slice>& slices_;
-  size_t index_ = 0;
-  size_t pos_ = 0;
-  size_t consumed_ = 0;
-};
 
 // The canonical piece encoding, data left in the slices; false when the
 // message is anything else (protobuf then decides).
