@@ -30,6 +30,7 @@
 #include "worker/comm/collectives.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/data/corpus.h"
+#include "worker/engine/server_init.h"
 #include "worker/engine/step_engine.h"
 
 ABSL_FLAG(int, rank, 0, "this worker's rank in [0, world_size)");
@@ -105,16 +106,7 @@ absl::Status Run() {
                                      kv.get(), group_options));
   RETURN_IF_ERROR(group->AgreeOn("config", ConfigFingerprint(cfg)));
 
-  if (rank == 0) {
-    InitOptions init;
-    init.optimizer = cfg.optimizer;
-    init.seed = cfg.cluster.seed;
-    init.init_std = cfg.cluster.init_std;
-    init.chunk_elems = cfg.cluster.chunk_elems;
-    init.admin_token = cfg.cluster.admin_token;
-    RETURN_IF_ERROR(client->Init(init).status());
-  }
-  RETURN_IF_ERROR(group->Barrier());
+  RETURN_IF_ERROR(InitializeServers(cfg, rank, client.get(), group.get()));
 
   ASSIGN_OR_RETURN(Corpus corpus, Corpus::Load(cfg.cluster.data));
   ASSIGN_OR_RETURN(BatchSampler sampler,

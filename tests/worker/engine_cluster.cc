@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "worker/comm/collectives.h"
 #include "worker/data/corpus.h"
+#include "worker/engine/server_init.h"
 
 namespace zeroshard::testing {
 namespace {
@@ -50,16 +51,7 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerGroup> group,
                    CreateWorkerGroup("gloo", rank, world, store, go));
   RETURN_IF_ERROR(group->AgreeOn("config", ConfigFingerprint(cfg)));
-  if (rank == 0) {
-    InitOptions init;
-    init.optimizer = cfg.optimizer;
-    init.seed = cfg.cluster.seed;
-    init.init_std = cfg.cluster.init_std;
-    init.chunk_elems = cfg.cluster.chunk_elems;
-    init.admin_token = cfg.cluster.admin_token;
-    RETURN_IF_ERROR(client->Init(init).status());
-  }
-  RETURN_IF_ERROR(group->Barrier());
+  RETURN_IF_ERROR(InitializeServers(cfg, rank, client.get(), group.get()));
   ASSIGN_OR_RETURN(BatchSampler sampler, TestSampler(cfg));
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client.get(),

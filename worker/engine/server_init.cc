@@ -1,0 +1,25 @@
+#include "worker/engine/server_init.h"
+
+#include "common/status_macros.h"
+
+namespace zeroshard {
+
+InitOptions InitOptionsFor(const TrainingConfig& config) {
+  InitOptions init;
+  init.optimizer = config.optimizer;
+  init.seed = config.cluster.seed;
+  init.init_std = config.cluster.init_std;
+  init.chunk_elems = config.cluster.chunk_elems;
+  init.admin_token = config.cluster.admin_token;
+  return init;
+}
+
+absl::Status InitializeServers(const TrainingConfig& config, int rank,
+                               ShardClient* client, WorkerGroup* group) {
+  if (rank == 0) {
+    RETURN_IF_ERROR(client->Init(InitOptionsFor(config)).status());
+  }
+  return group->Barrier();
+}
+
+}  // namespace zeroshard
