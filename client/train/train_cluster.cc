@@ -104,16 +104,8 @@ absl::Status TrainCluster::StartServers() {
       o.argv.push_back("--admin_token=" + plan_.admin_token);
     }
     o.stdout_mode = SubprocessOptions::Output::kDiscard;
-    o.stderr_mode = SubprocessOptions::Output::kFile;
-    o.stderr_path = c.log_path;
     o.env = ThreadEnv("ZEROSHARD_OPTIMIZER_THREADS", plan_.servers);
-    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(o);
-    if (!p.ok()) {
-      return absl::Status(p.status().code(),
-                          absl::StrCat("cannot start ", c.name, ": ",
-                                       p.status().message()));
-    }
-    c.process = std::move(*p);
+    RETURN_IF_ERROR(StartChild(std::move(o), &c));
     servers_.push_back(std::move(c));
   }
   const absl::Time deadline = absl::Now() + plan_.startup_timeout;
@@ -163,18 +155,24 @@ absl::Status TrainCluster::StartWorkers() {
     }
     o.stdout_mode = r == 0 ? SubprocessOptions::Output::kPipe
                            : SubprocessOptions::Output::kDiscard;
-    o.stderr_mode = SubprocessOptions::Output::kFile;
-    o.stderr_path = c.log_path;
     o.env = ThreadEnv("OMP_NUM_THREADS", plan_.workers);
-    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(o);
-    if (!p.ok()) {
-      return absl::Status(p.status().code(),
-                          absl::StrCat("cannot start ", c.name, ": ",
-                                       p.status().message()));
-    }
-    c.process = std::move(*p);
+    RETURN_IF_ERROR(StartChild(std::move(o), &c));
     workers_.push_back(std::move(c));
   }
+  return absl::OkStatus();
+}
+
+absl::Status TrainCluster::StartChild(SubprocessOptions options,
+                                      Child* child) {
+  options.stderr_mode = SubprocessOptions::Output::kFile;
+  options.stderr_path = child->log_path;
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(options);
+  if (!p.ok()) {
+    return absl::Status(p.status().code(),
+                        absl::StrCat("cannot start ", child->name, ": ",
+                                     p.status().message()));
+  }
+  child->process = std::move(*p);
   return absl::OkStatus();
 }
 

@@ -112,6 +112,10 @@ class TrainCluster {
   TrainCluster(TrainClusterPlan plan, const std::atomic<bool>* interrupted)
       : plan_(std::move(plan)), interrupted_(interrupted) {}
 
+  // Starts `child`'s process with stdout as given, stderr to its log file;
+  // the error names the child.
+  static absl::Status StartChild(SubprocessOptions options, Child* child);
+
   absl::Status StartServers();
   absl::Status StartWorkers();
   bool Interrupted() const {
