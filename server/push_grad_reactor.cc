@@ -41,6 +41,8 @@ void PushGradReactor::OnReadDone(bool ok) {
 
 void PushGradReactor::End(const absl::Status& status) {
   result_ = status;
+  // A failed stream gives back its buffers before the status goes out.
+  if (!status.ok()) session_.Discard();
   // Counted before the client can see the status (see RpcCounters).
   counters_->RecordResult(result_);
   recorded_ = true;

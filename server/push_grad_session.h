@@ -53,6 +53,10 @@ class PushGradSession {
   absl::Status OnEndOfStream();
   // True once the commit has been applied.
   bool finished() const { return finished_; }
+  // Drops everything buffered and releases its pending-byte count. Called
+  // when the stream fails, before the client can see the status, so that a
+  // rejected push leaves no trace by the time its caller looks.
+  void Discard() { FreeBuffers(); }
 
   const v1::PushGradResponse& response() const { return response_; }
   uint64_t payload_bytes() const { return payload_bytes_; }

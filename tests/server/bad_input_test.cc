@@ -304,6 +304,24 @@ TEST_F(BadInputTest, DifferingCoefficientWithinAStep) {
       grpc::StatusCode::INVALID_ARGUMENT, "skip");
 }
 
+// A rejected commit gives its buffered bytes back before the client sees the
+// status: the very next Inspect finds none pending (a race once: the buffers
+// were freed when the stream object went away, after Finish).
+TEST_F(BadInputTest, RejectedCommitLeavesNothingPendingWhenItReturns) {
+  const uint64_t half = owned_.size() / 2;
+  ASSERT_TRUE(Push(*t_.stub, Header(0, 0),
+                   {Fp32Piece(owned_.begin, Grad(half))}, 0.5, false)
+                  .ok());
+  for (int i = 0; i < 40; ++i) {
+    const grpc::Status s =
+        Push(*t_.stub, Header(0, 1),
+             {Fp32Piece(owned_.begin + half, Grad(owned_.size() - half))},
+             0.25 + i, false);
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    ASSERT_EQ(Inspect(*t_.stub).pending_grad_bytes(), 0u) << "attempt " << i;
+  }
+}
+
 TEST_F(BadInputTest, PartialRetryAndRetriedDuplicates) {
   ASSERT_TRUE(Push(*t_.stub, Header(0), {Fp32Piece(owned_.begin, Grad(128))},
                    1.0, false)
