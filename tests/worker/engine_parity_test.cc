@@ -119,6 +119,15 @@ TEST(EngineParity, TwoServersTwoWorkersMatchOneByOne) {
   ASSERT_OK_AND_ASSIGN(ClusterResult b, RunCluster(four));
   ExpectTrained(a.weights, one);
   ExpectClose(a.weights, b.weights, one, "2x2 vs 1x1");
+  // One worker reads units straight from its partition and accumulates into
+  // its shard: no full-unit parameter or gradient buffers. Two workers
+  // gather units and reduce-scatter full-unit gradients.
+  EXPECT_EQ(a.ranks[0].memory.unit_params_peak, 0u);
+  EXPECT_EQ(a.ranks[0].memory.unit_grads_peak, 0u);
+  for (const RankRun& rank : b.ranks) {
+    EXPECT_GT(rank.memory.unit_params_peak, 0u);
+    EXPECT_GT(rank.memory.unit_grads_peak, 0u);
+  }
   for (size_t s = 0; s < a.ranks[0].steps.size(); ++s) {
     const StepResult& ra = a.ranks[0].steps[s];
     for (const RankRun& rank : b.ranks) {

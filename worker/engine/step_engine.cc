@@ -38,7 +38,8 @@ StepEngine::StepEngine(const TrainingConfig& config, const FlatLayout* layout,
       param_dtype_(ParamDTypeFor(config.precision)),
       wire_dtype_(config.precision == Precision::kBf16 ? DType::kBf16
                                                        : DType::kFp32),
-      stage_(config.zero.stage) {}
+      stage_(config.zero.stage),
+      direct_grads_(group->size() == 1 && config.zero.stage >= 2) {}
 
 StepEngine::~StepEngine() { (void)queue_.Drain(); }
 
@@ -146,8 +147,13 @@ absl::Status StepEngine::Fetch(uint64_t step) {
   return absl::OkStatus();
 }
 
-std::shared_ptr<std::vector<float>> StepEngine::UnitGradBuffer(int unit) {
+std::shared_ptr<std::vector<float>> StepEngine::UnitGradBuffer(int unit,
+                                                               bool accumulate) {
   if (stage_ == 1) return resident_grads_[unit];
+  // The shard itself (GradSpan) on the first micro-batch; later ones sum a
+  // whole micro-batch's gradient first and then add it, in the same order as
+  // N workers and the LocalTrainer do.
+  if (direct_grads_ && !accumulate) return nullptr;
   const uint64_t n = layout_->units()[unit].padded;
   // Atomic: the deleter below subtracts on the comm thread.
   const uint64_t live = __atomic_add_fetch(&live_grad_bytes_, n * sizeof(float),
@@ -164,11 +170,29 @@ std::shared_ptr<std::vector<float>> StepEngine::UnitGradBuffer(int unit) {
       });
 }
 
+absl::Span<float> StepEngine::GradSpan(
+    int unit, const std::shared_ptr<std::vector<float>>& buffer) {
+  if (buffer != nullptr) return absl::MakeSpan(*buffer);
+  // One worker under ZeRO-2/3: its part of the unit is the whole padded
+  // unit, and the model accumulates straight into the FP32 shard.
+  return absl::MakeSpan(grad_shard_.data() + shard_offset_[unit],
+                        layout_->units()[unit].padded);
+}
+
 void StepEngine::QueueReduceScatter(int unit,
                                     std::shared_ptr<std::vector<float>> grad,
                                     bool accumulate, PushSession* push) {
   const FlatRange part = layout_->WorkerUnitRange(rank_, unit);
   float* shard = grad_shard_.data() + shard_offset_[unit];
+  if (grad == nullptr) {
+    // Direct: the gradient already sits in the shard; only the push remains.
+    if (push != nullptr) {
+      queue_.Submit([push, part, shard] {
+        return push->Add(part, DType::kFp32, shard);
+      });
+    }
+    return;
+  }
   queue_.Submit([this, unit, grad = std::move(grad), accumulate, push, part,
                  shard]() mutable -> absl::Status {
     const size_t n = part.size();
@@ -232,8 +256,8 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
     cache_->Release(u);
   }
   // Final: ln_f + tied head + loss, then the start of backward.
-  auto grad_fin = UnitGradBuffer(fin);
-  auto grad_emb = UnitGradBuffer(emb);
+  auto grad_fin = UnitGradBuffer(fin, accumulate);
+  auto grad_emb = UnitGradBuffer(emb, accumulate);
   {
     cache_->Prefetch(emb);
     ASSIGN_OR_RETURN(model::UnitParams pf, cache_->Acquire(fin));
@@ -242,7 +266,7 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
     ASSIGN_OR_RETURN(
         double l, model_->FinalForwardBackward(
                       pf, pe, static_cast<float>(scaler_.scale()),
-                      absl::MakeSpan(*grad_fin), absl::MakeSpan(*grad_emb)));
+                      GradSpan(fin, grad_fin), GradSpan(emb, grad_emb)));
     *loss += l;
     cache_->Release(fin);
     cache_->Release(emb);
@@ -265,14 +289,14 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
     ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
     const int next = NextBackwardUnit(l);
     if (next >= 0) cache_->Prefetch(next);
-    auto grad = UnitGradBuffer(u);
-    RETURN_IF_ERROR(model_->BlockBackward(l, p, absl::MakeSpan(*grad)));
+    auto grad = UnitGradBuffer(u, accumulate);
+    RETURN_IF_ERROR(model_->BlockBackward(l, p, GradSpan(u, grad)));
     cache_->Release(u);
     if (per_unit_rs) {
       QueueReduceScatter(u, std::move(grad), accumulate, unit_push);
     }
   }
-  RETURN_IF_ERROR(model_->EmbeddingBackward(absl::MakeSpan(*grad_emb)));
+  RETURN_IF_ERROR(model_->EmbeddingBackward(GradSpan(emb, grad_emb)));
   if (per_unit_rs) QueueReduceScatter(emb, std::move(grad_emb), accumulate, unit_push);
   return absl::OkStatus();
 }

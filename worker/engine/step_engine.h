@@ -121,7 +121,13 @@ class StepEngine {
   void QueueReduceScatter(int unit, std::shared_ptr<std::vector<float>> grad,
                           bool accumulate, PushSession* push);
   absl::Status ReduceScatterResident(PushSession* push);
-  std::shared_ptr<std::vector<float>> UnitGradBuffer(int unit);
+  // A zeroed FP32 buffer for unit u's full gradient (ZeRO-2/3), the resident
+  // one (ZeRO-1), or null where the gradient goes straight into the shard
+  // (one worker, first micro-batch).
+  std::shared_ptr<std::vector<float>> UnitGradBuffer(int unit, bool accumulate);
+  // Where the model writes unit u's gradient: `buffer`, or the shard.
+  absl::Span<float> GradSpan(int unit,
+                             const std::shared_ptr<std::vector<float>>& buffer);
   int NextBackwardUnit(int l) const;
 
   const TrainingConfig config_;
@@ -135,6 +141,9 @@ class StepEngine {
   const DType param_dtype_;
   const DType wire_dtype_;
   const int stage_;
+  // One worker under ZeRO-2/3: the reduce-scatter is the identity, so the
+  // model accumulates into the shard and no full-unit buffer exists.
+  const bool direct_grads_;
   CommQueue queue_;
   std::unique_ptr<UnitCache> cache_;
   std::unique_ptr<model::GptModel> model_;

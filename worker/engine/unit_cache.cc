@@ -29,6 +29,10 @@ UnitCache::~UnitCache() { (void)ReleaseAll(); }
 
 void UnitCache::StartGather(int unit) {
   Slot& slot = slots_[unit];
+  if (direct()) {
+    slot.present = true;
+    return;
+  }
   const size_t es = DTypeSize(dtype_);
   const uint64_t padded = layout_->units()[unit].padded;
   // Reuse a released buffer that is large enough: no allocation, no zero
@@ -79,7 +83,8 @@ absl::StatusOr<model::UnitParams> UnitCache::Acquire(int unit) {
   absl::Status s = slot.ticket.Wait();
   if (!s.ok()) return s;
   model::UnitParams p;
-  p.data = slot.buffer.data();
+  p.data = direct() ? partition_.data() + part_offset_[unit]
+                    : slot.buffer.data();
   p.length = layout_->units()[unit].padded;
   p.dtype = dtype_;
   return p;
@@ -89,6 +94,10 @@ void UnitCache::Release(int unit) {
   if (resident_) return;
   Slot& slot = slots_[unit];
   if (!slot.present) return;
+  if (direct()) {
+    slot.present = false;
+    return;
+  }
   (void)slot.ticket.Wait();  // never free a buffer a gather still writes
   live_bytes_ -= slot.buffer.size();
   if (spare_.size() < kMaxSpares) {

@@ -16,6 +16,10 @@
 //   ... compute with p ...
 //   cache.Release(0);
 //
+// A group of one worker owns the whole model: its partition part of a unit
+// is the full (padded) unit, so Acquire hands out the partition itself, with
+// no buffer, copy or queue task.
+//
 // Not thread-safe: one compute thread calls it; gathers run on the queue.
 #ifndef ZEROSHARD_WORKER_ENGINE_UNIT_CACHE_H_
 #define ZEROSHARD_WORKER_ENGINE_UNIT_CACHE_H_
@@ -74,6 +78,8 @@ class UnitCache {
     bool present = false;         // gathered (or in flight)
   };
   void StartGather(int unit);
+  // One worker: units are read straight from the partition.
+  bool direct() const { return group_->size() == 1; }
 
   const FlatLayout* layout_;
   const int rank_;
