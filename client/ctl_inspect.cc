@@ -51,6 +51,7 @@ nlohmann::json ToJson(int k, const std::string& address,
   j["adam_step"] = r->adam_step();
   j["placement"] = r->placement();
   j["pending_grad_bytes"] = r->pending_grad_bytes();
+  j["pending_grad_limit_bytes"] = r->pending_grad_limit_bytes();
   j["bytes_by_kind"] = nlohmann::json::object();
   for (const auto& [kind, b] : r->bytes_by_kind()) j["bytes_by_kind"][kind] = b;
   j["norms"] = {{"master", r->norms().master()},

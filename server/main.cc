@@ -2,6 +2,7 @@
 //
 //   zeroshard-server --listen=127.0.0.1:0 --server_index=0 --num_servers=2
 //       [--placement=host|pinned|device] [--admin_token=T] [--port_file=F]
+//       [--max_pending_grad_mib=M]
 //
 // Prints "zeroshard-server listening on HOST:PORT" once serving, writes the
 // port to --port_file atomically (temporary file + rename), and shuts down
@@ -34,6 +35,10 @@ ABSL_FLAG(std::string, admin_token, "",
           "when set, Init/SetWeights/Checkpoint/Restore must carry it");
 ABSL_FLAG(std::string, port_file, "",
           "when set, the bound port is written here (atomically) once serving");
+ABSL_FLAG(uint64_t, max_pending_grad_mib, 0,
+          "cap on gradient MiB buffered awaiting commits, over all PushGrad "
+          "streams; 0: twice one step's FP32 gradients for the owned range "
+          "plus 64 MiB");
 ABSL_FLAG(bool, insecure, false,
           "allow a non-loopback --listen address without TLS");
 
@@ -91,6 +96,12 @@ int main(int argc, char** argv) {
   options.server_index = absl::GetFlag(FLAGS_server_index);
   options.num_servers = absl::GetFlag(FLAGS_num_servers);
   options.admin_token = absl::GetFlag(FLAGS_admin_token);
+  const uint64_t pending_mib = absl::GetFlag(FLAGS_max_pending_grad_mib);
+  if (pending_mib > (uint64_t{1} << 40)) {
+    return Fail(absl::StrCat("--max_pending_grad_mib=", pending_mib,
+                             " is out of range (at most 2^40)"));
+  }
+  options.max_pending_grad_bytes = pending_mib << 20;
   const std::string host = HostOf(options.listen_address);
   if (!IsLoopback(host) && !absl::GetFlag(FLAGS_insecure)) {
     return Fail(absl::StrCat(

@@ -122,10 +122,17 @@ absl::Status PushGradSession::OnPiece(PushGradPieceInput piece) {
     ranges_.emplace(range.begin, range.end);
     return absl::OkStatus();
   }
+  if (!state_->store().TryAddPendingGradBytes(bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "PushGrad: buffering piece [", range.begin, ", ", range.end, ") (",
+        bytes, " bytes) would bring the gradient bytes awaiting a commit on "
+        "this server over its limit of ", state_->store().pending_grad_limit(),
+        " (", state_->store().pending_grad_bytes(),
+        " pending; --max_pending_grad_mib); nothing of this stream is applied"));
+  }
   ranges_.emplace(range.begin, range.end);
   buffered_.push_back(std::move(parts));
   buffered_bytes_ += bytes;
-  state_->store().AddPendingGradBytes(bytes);
   return absl::OkStatus();
 }
 

@@ -26,7 +26,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   server->service_ = std::make_unique<ShardRpcService>(ShardRpcService::Config{
       .identity = {options.server_index, options.num_servers},
       .placement = options.placement,
-      .admin_token = options.admin_token});
+      .admin_token = options.admin_token,
+      .max_pending_grad_bytes = options.max_pending_grad_bytes});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ApplyServerTuning(builder);

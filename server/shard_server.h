@@ -41,6 +41,9 @@ class ShardServer {
     Placement placement = Placement::kHost;
     // When non-empty, Init / SetWeights / Checkpoint / Restore must carry it.
     std::string admin_token;
+    // Cap on gradient bytes buffered awaiting commits (all streams); 0: twice
+    // one step's FP32 gradients for the owned range plus 64 MiB.
+    uint64_t max_pending_grad_bytes = 0;
   };
 
   static absl::StatusOr<std::unique_ptr<ShardServer>> Start(Options options);

@@ -108,6 +108,7 @@ absl::Status ShardRpcService::DoInit(const v1::InitRequest& request,
   ASSIGN_OR_RETURN(std::shared_ptr<ShardState> state,
                    ShardState::Create(request, config_.identity,
                                       config_.placement));
+  state->store().set_pending_grad_limit(config_.max_pending_grad_bytes);
   FillInitResponse(*state, /*already=*/false, response);
   absl::MutexLock lock(&mu_);
   state_ = std::move(state);
@@ -179,6 +180,7 @@ absl::Status ShardRpcService::DoInspect(v1::InspectResponse* response) {
   response->mutable_norms()->set_exp_avg(norms.exp_avg);
   response->mutable_norms()->set_exp_avg_sq(norms.exp_avg_sq);
   response->set_pending_grad_bytes(store.pending_grad_bytes());
+  response->set_pending_grad_limit_bytes(store.pending_grad_limit());
   *response->mutable_manifest() = state.request().manifest();
   return absl::OkStatus();
 }

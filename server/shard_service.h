@@ -40,6 +40,9 @@ class ShardRpcService final : public ShardServiceBase {
     ServerIdentity identity;
     Placement placement = Placement::kHost;
     std::string admin_token;  // empty: admin methods are open
+    // Cap on gradient bytes buffered awaiting commits; 0: the store's
+    // default (ShardStore::DefaultPendingGradLimit).
+    uint64_t max_pending_grad_bytes = 0;
   };
   explicit ShardRpcService(Config config);
 

@@ -159,6 +159,19 @@ void ShardStore::WriteWeights(FlatRange range, DType dtype, const void* data) {
   }
 }
 
+bool ShardStore::TryAddPendingGradBytes(uint64_t bytes) {
+  const int64_t limit = static_cast<int64_t>(pending_grad_limit());
+  int64_t now = pending_grad_bytes_.load();
+  do {
+    if (bytes > static_cast<uint64_t>(limit) ||
+        now > limit - static_cast<int64_t>(bytes)) {
+      return false;
+    }
+  } while (!pending_grad_bytes_.compare_exchange_weak(
+      now, now + static_cast<int64_t>(bytes)));
+  return true;
+}
+
 StateNorms ShardStore::Norms() const {
   double sm = 0, sa = 0, sq = 0;
   for (size_t c = 0; c < num_chunks_; ++c) {

@@ -98,6 +98,21 @@ class ShardStore {
   // Gradient bytes buffered by PushGrad streams awaiting their commit.
   void AddPendingGradBytes(int64_t delta) { pending_grad_bytes_ += delta; }
   uint64_t pending_grad_bytes() const { return pending_grad_bytes_.load(); }
+  // Adds `bytes` unless the total would exceed pending_grad_limit(); false
+  // (and nothing added) otherwise.
+  bool TryAddPendingGradBytes(uint64_t bytes);
+  // The cap on pending_grad_bytes(); 0 (unset) means
+  // DefaultPendingGradLimit().
+  void set_pending_grad_limit(uint64_t bytes) { pending_grad_limit_ = bytes; }
+  uint64_t pending_grad_limit() const {
+    return pending_grad_limit_ != 0 ? pending_grad_limit_
+                                    : DefaultPendingGradLimit();
+  }
+  // Twice one step's FP32 gradients for the owned range (a step and a retry
+  // of it in flight), plus 64 MiB.
+  uint64_t DefaultPendingGradLimit() const {
+    return 2 * owned_.size() * sizeof(float) + (uint64_t{64} << 20);
+  }
 
  private:
   ShardStore() = default;
@@ -117,6 +132,7 @@ class ShardStore {
   // chunk_mu_[c] guards the elements of chunk c in all four arrays.
   std::unique_ptr<absl::Mutex[]> chunk_mu_;
   std::atomic<int64_t> pending_grad_bytes_{0};
+  uint64_t pending_grad_limit_ = 0;  // set before the store is shared
 };
 
 }  // namespace zeroshard

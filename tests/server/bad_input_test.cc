@@ -393,4 +393,108 @@ TEST_F(BadInputTest, NotInitialisedAndWrongServer) {
 }
 
 }  // namespace
+// Gradients buffered for a later commit are capped over all streams: a piece
+// that would go over the cap fails its stream with RESOURCE_EXHAUSTED, frees
+// what the stream held and applies nothing; other streams are unaffected.
+TEST(PendingGradLimitTest, BufferingOverTheCapIsRefusedAndChangesNothing) {
+  const v1::ModelManifest manifest = testing::SmallManifest(1);
+  // The default: twice one step's FP32 gradients plus 64 MiB.
+  uint64_t owned_elems = 0;
+  {
+    testing::TestServer d = testing::StartServer(0, 1);
+    ASSERT_NE(d.stub, nullptr);
+    grpc::ClientContext c;
+    testing::SetDeadline(c, 20000);
+    v1::InitResponse init;
+    ASSERT_TRUE(
+        d.stub->Init(&c, testing::MakeInit(manifest, 1, 0, 5, 1024), &init)
+            .ok());
+    owned_elems = init.owned_end() - init.owned_begin();
+    EXPECT_EQ(Inspect(*d.stub).pending_grad_limit_bytes(),
+              2 * owned_elems * 4 + (64u << 20));
+  }
+  ASSERT_GT(owned_elems, 4096u);
+  // Here: half of one step's FP32 gradients.
+  const uint64_t limit = owned_elems * 4 / 2;
+  testing::TestServer t = testing::StartServer(0, 1, "", limit);
+  ASSERT_NE(t.stub, nullptr);
+  FlatRange owned;
+  {
+    grpc::ClientContext c;
+    testing::SetDeadline(c, 20000);
+    v1::InitResponse init;
+    ASSERT_TRUE(
+        t.stub->Init(&c, testing::MakeInit(manifest, 1, 0, 5, 1024), &init)
+            .ok());
+    owned = {init.owned_begin(), init.owned_end()};
+  }
+  EXPECT_EQ(Inspect(*t.stub).pending_grad_limit_bytes(), limit);
+  auto master = [&] {
+    std::string out;
+    EXPECT_TRUE(testing::GatherBytes(*t.stub, {owned}, v1::DTYPE_FP32, -1,
+                                     20000, &out)
+                    .ok());
+    return out;
+  };
+  const std::string before = master();
+  const uint64_t quarter = owned.size() / 4;
+
+  // One stream holding a quarter of the range, not yet committed.
+  grpc::ClientContext held_ctx;
+  testing::SetDeadline(held_ctx, 20000);
+  v1::PushGradResponse held_resp;
+  auto held = t.stub->PushGrad(&held_ctx, &held_resp);
+  v1::PushGradMessage m;
+  *m.mutable_header() = Header(0, 0);
+  ASSERT_TRUE(held->Write(m));
+  m.Clear();
+  const std::vector<float> g(quarter, 0.5f);
+  m.mutable_piece()->set_offset(owned.begin);
+  m.mutable_piece()->set_dtype(v1::DTYPE_FP32);
+  m.mutable_piece()->set_data(g.data(), g.size() * 4);
+  ASSERT_TRUE(held->Write(m));
+  const absl::Time limit_time = absl::Now() + absl::Seconds(20);
+  while (Inspect(*t.stub).pending_grad_bytes() != quarter * 4 &&
+         absl::Now() < limit_time) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(Inspect(*t.stub).pending_grad_bytes(), quarter * 4);
+
+  // A second stream wanting the other three quarters goes over the cap.
+  const uint64_t rest = owned.size() - quarter;
+  const grpc::Status over =
+      Push(*t.stub, Header(0, 1),
+           {testing::Fp32Piece(owned.begin + quarter,
+                               std::vector<float>(rest, 0.5f))},
+           1.0, false);
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << over.error_message();
+  EXPECT_NE(over.error_message().find("--max_pending_grad_mib"),
+            std::string::npos)
+      << over.error_message();
+  EXPECT_EQ(Inspect(*t.stub).pending_grad_bytes(), quarter * 4);
+  EXPECT_EQ(master(), before);
+
+  // The held stream still commits; then the rest fits (applied as pieces
+  // arrive when the coefficient comes first: nothing is buffered).
+  m.Clear();
+  m.mutable_commit()->set_coefficient(1.0);
+  ASSERT_TRUE(held->Write(m));
+  ASSERT_TRUE(held->WritesDone());
+  ASSERT_TRUE(held->Finish().ok());
+  EXPECT_EQ(held_resp.applied_elems(), quarter);
+  v1::PushGradHeader known = Header(0, 1);
+  known.set_coefficient_known(true);
+  known.set_coefficient(1.0);
+  ASSERT_TRUE(Push(*t.stub, known,
+                   {testing::Fp32Piece(owned.begin + quarter,
+                                       std::vector<float>(rest, 0.5f))},
+                   1.0, false)
+                  .ok());
+  const v1::InspectResponse after = Inspect(*t.stub);
+  EXPECT_EQ(after.pending_grad_bytes(), 0u);
+  EXPECT_EQ(after.min_version(), 1u);
+  EXPECT_NE(master(), before);
+}
+
 }  // namespace zeroshard

@@ -187,6 +187,12 @@ TEST(ServerBinaryTest, StartUpErrorsAreClear) {
     EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
     EXPECT_NE(err.find("--server_index"), std::string::npos) << err;
   }
+  {
+    Child child({binary, "--max_pending_grad_mib=99999999999999"});
+    const std::string err = child.ReadStderr(absl::Seconds(30));
+    EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
+    EXPECT_NE(err.find("--max_pending_grad_mib"), std::string::npos) << err;
+  }
 }
 
 }  // namespace

@@ -69,8 +69,10 @@ std::unique_ptr<v1::ShardService::Stub> Connect(int port) {
 }
 
 TestServer StartServer(uint32_t server_index, uint32_t num_servers,
-                       const std::string& admin_token) {
+                       const std::string& admin_token,
+                       uint64_t max_pending_grad_bytes) {
   ShardServer::Options options;
+  options.max_pending_grad_bytes = max_pending_grad_bytes;
   options.server_index = server_index;
   options.num_servers = num_servers;
   options.admin_token = admin_token;

@@ -33,7 +33,8 @@ struct TestServer {
   std::unique_ptr<v1::ShardService::Stub> stub;
 };
 TestServer StartServer(uint32_t server_index, uint32_t num_servers,
-                       const std::string& admin_token = "");
+                       const std::string& admin_token = "",
+                       uint64_t max_pending_grad_bytes = 0);
 std::unique_ptr<v1::ShardService::Stub> Connect(int port);
 
 // A deadline `ms` milliseconds from now.
