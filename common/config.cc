@@ -13,6 +13,14 @@
 
 namespace zeroshard {
 
+const char* CommDataTypeName(CommDataType t) {
+  switch (t) {
+    case CommDataType::kFp32: return "fp32";
+    case CommDataType::kBf16: return "bf16";
+  }
+  return "unknown";
+}
+
 const char* PrecisionName(Precision p) {
   switch (p) {
     case Precision::kFp32: return "fp32";
@@ -180,6 +188,7 @@ std::string CanonicalJson(const TrainingConfig& c) {
   j["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
   j["gradient_clipping"] = c.gradient_clipping;
   j["precision"] = PrecisionName(c.precision);
+  j["communication_data_type"] = CommDataTypeName(c.communication_data_type);
   if (c.precision == Precision::kFp16) {
     j["fp16"] = {{"loss_scale", c.fp16.loss_scale},
                  {"initial_scale_power", c.fp16.initial_scale_power},

@@ -55,6 +55,14 @@ namespace zeroshard {
 
 enum class Precision { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
 
+// DeepSpeed's `communication_data_type`, applied to the gradients a worker
+// pushes to the shard servers: "fp32" (default) or "bf16" (half the bytes on
+// the wire and buffered on the servers; each element of the FP32-reduced,
+// FP32-accumulated shard is rounded to BF16 just before it is sent). The
+// reduce-scatter among workers stays FP32. "fp16" is refused: the servers
+// take FP32 or BF16 gradients.
+enum class CommDataType { kFp32 = 0, kBf16 = 1 };
+
 // DeepSpeed's `fp16` section (used when precision == kFp16).
 struct Fp16Config {
   // 0 = dynamic loss scaling; > 0 = this static scale.
@@ -150,6 +158,7 @@ struct TrainingConfig {
   int gradient_accumulation_steps = 0;  // micro-steps per optimizer step
   double gradient_clipping = 0;         // max global L2 norm; 0 = off
   Precision precision = Precision::kFp32;
+  CommDataType communication_data_type = CommDataType::kFp32;
   Fp16Config fp16;
   OptimizerConfig optimizer;            // includes the LR schedule
   ZeroConfig zero;
@@ -207,6 +216,7 @@ uint64_t ConfigFingerprint(const TrainingConfig& config);
 
 // Lower-case names used in the JSON and in messages.
 const char* PrecisionName(Precision p);
+const char* CommDataTypeName(CommDataType t);
 const char* CheckpointPolicyName(CheckpointPolicy p);
 const char* PlacementName(Placement p);
 

@@ -205,6 +205,14 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
         "(neither means fp32)");
   }
   c->precision = bf16 ? Precision::kBf16 : fp16 ? Precision::kFp16 : Precision::kFp32;
+  ASSIGN_OR_RETURN(const int comm,
+                   root.Choice("communication_data_type", {"fp32", "bf16", "fp16"}));
+  if (comm == 2) {
+    return absl::InvalidArgumentError(
+        "config key \"communication_data_type\" is \"fp16\": the shard servers take "
+        "gradients as \"fp32\" or \"bf16\"");
+  }
+  c->communication_data_type = comm == 1 ? CommDataType::kBf16 : CommDataType::kFp32;
   return absl::OkStatus();
 }
 

@@ -1,6 +1,6 @@
 // zeroshard-worker: one training worker (one per GPU, or a CPU process).
 //
-//   zeroshard-worker --rank=0 --world_size=2 --servers=h:p,h:p \
+//   zeroshard-worker --rank=0 --world_size=2 --servers=h:p,h:p
 //       --config=examples/gpt-small.json [--steps=K] [--run_id=ID]
 //
 // Rank 0 initialises the servers (idempotent), every rank joins the Gloo

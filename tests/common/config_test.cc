@@ -186,6 +186,28 @@ TEST(ConfigTest, PrecisionChoice) {
   EXPECT_EQ(f.config.fp16.min_loss_scale, 0.25);
 }
 
+TEST(ConfigTest, CommunicationDataType) {
+  const ParsedConfig absent = MustParse(kMinimal);
+  EXPECT_EQ(absent.config.communication_data_type, CommDataType::kFp32);
+  EXPECT_TRUE(absent.warnings.empty());
+  const ParsedConfig bf16 = MustParse(
+      R"({"train_micro_batch_size_per_gpu": 4, "communication_data_type": "BF16"})");
+  EXPECT_EQ(bf16.config.communication_data_type, CommDataType::kBf16);
+  EXPECT_TRUE(bf16.warnings.empty());
+  EXPECT_EQ(MustParse(R"({"train_micro_batch_size_per_gpu": 4,
+                          "communication_data_type": "fp32"})")
+                .config.communication_data_type,
+            CommDataType::kFp32);
+  // Workers must agree on it: it is part of the canonical form.
+  EXPECT_NE(CanonicalJson(absent.config), CanonicalJson(bf16.config));
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 4, "communication_data_type": "fp16"})",
+              {"communication_data_type", "fp16", "bf16"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 4, "communication_data_type": 16})",
+              {"communication_data_type"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 4, "communication_data_type": "int8"})",
+              {"communication_data_type", "int8"});
+}
+
 struct BatchCase {
   std::string tbs, mbs, gas;  // JSON literal or "" for absent
   int workers;

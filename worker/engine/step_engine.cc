@@ -86,6 +86,10 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
   e->grad_shard_.assign(off, 0.0f);
   e->memory_.partition_bytes = e->cache_->partition_bytes();
   e->memory_.grad_shard_bytes = off * sizeof(float);
+  if (config.communication_data_type == CommDataType::kBf16) {
+    e->push_bf16_.assign(off, 0);
+    e->memory_.push_buffer_bytes = off * sizeof(uint16_t);
+  }
   if (config.zero.stage == 1) {
     for (const UnitInfo& u : layout->units()) {
       e->resident_grads_.push_back(
@@ -187,9 +191,8 @@ void StepEngine::QueueReduceScatter(int unit,
   if (grad == nullptr) {
     // Direct: the gradient already sits in the shard; only the push remains.
     if (push != nullptr) {
-      queue_.Submit([push, part, shard] {
-        return push->Add(part, DType::kFp32, shard);
-      });
+      queue_.Submit(
+          [this, push, unit, part] { return PushPart(push, unit, part); });
     }
     return;
   }
@@ -211,9 +214,18 @@ void StepEngine::QueueReduceScatter(int unit,
     if (accumulate) {
       for (size_t i = 0; i < n; ++i) shard[i] += out[i];
     }
-    if (push != nullptr) return push->Add(part, DType::kFp32, shard);
+    if (push != nullptr) return PushPart(push, unit, part);
     return absl::OkStatus();
   });
+}
+
+absl::Status StepEngine::PushPart(PushSession* push, int unit,
+                                  FlatRange part) {
+  const float* shard = grad_shard_.data() + shard_offset_[unit];
+  if (push_bf16_.empty()) return push->Add(part, DType::kFp32, shard);
+  uint16_t* wire = push_bf16_.data() + shard_offset_[unit];
+  FloatToBf16Array(shard, wire, part.size());
+  return push->Add(part, DType::kBf16, wire);
 }
 
 int StepEngine::NextBackwardUnit(int l) const {

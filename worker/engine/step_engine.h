@@ -15,7 +15,10 @@
 //      last micro-batch, then one reduce-scatter per unit).
 //   4. During the last micro-batch's backward each unit's finished gradient
 //      part is streamed to the servers that own it (one PushGrad stream per
-//      server, opened at the start of that backward).
+//      server, opened at the start of that backward), in FP32 or, with
+//      communication_data_type bf16, rounded to BF16. One worker skips the
+//      identity all-gather and reduce-scatter: units are read from its
+//      partition and gradients accumulate in its shard.
 //   5. One all-reduce of (sum of squares, loss) gives the global norm and the
 //      overflow flag; the coefficient 1/(loss_scale*N*gas) * clip factor
 //      and the skip flag commit the push. The loss scaler (fp16) updates.
@@ -75,9 +78,10 @@ struct EngineMemory {
   uint64_t grad_shard_bytes = 0;      // its 1/N of the FP32 grads
   uint64_t unit_params_peak = 0;      // full units gathered at once (peak)
   uint64_t unit_grads_peak = 0;       // full-unit FP32 grad buffers (peak)
+  uint64_t push_buffer_bytes = 0;     // BF16 wire copy of the grad shard
   uint64_t total_peak() const {
     return partition_bytes + grad_shard_bytes + unit_params_peak +
-           unit_grads_peak;
+           unit_grads_peak + push_buffer_bytes;
   }
 };
 
@@ -121,6 +125,9 @@ class StepEngine {
   void QueueReduceScatter(int unit, std::shared_ptr<std::vector<float>> grad,
                           bool accumulate, PushSession* push);
   absl::Status ReduceScatterResident(PushSession* push);
+  // Adds unit u's finished part of the grad shard to `push`, as FP32 or, for
+  // communication_data_type bf16, rounded into push_bf16_. Comm thread.
+  absl::Status PushPart(PushSession* push, int unit, FlatRange part);
   // A zeroed FP32 buffer for unit u's full gradient (ZeRO-2/3), the resident
   // one (ZeRO-1), or null where the gradient goes straight into the shard
   // (one worker, first micro-batch).
@@ -150,6 +157,9 @@ class StepEngine {
   std::vector<float> grad_shard_;            // this worker's partition, FP32
   std::vector<size_t> shard_offset_;         // element offset of unit u's part
   std::vector<float> rs_scratch_;            // reduce-scatter output
+  // communication_data_type bf16: the shard's BF16 wire form, indexed like
+  // grad_shard_; valid until the push commits.
+  std::vector<uint16_t> push_bf16_;
   // ZeRO-1: full FP32 grads of every unit, kept across micro-batches.
   std::vector<std::shared_ptr<std::vector<float>>> resident_grads_;
   uint64_t live_grad_bytes_ = 0;
