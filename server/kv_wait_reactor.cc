@@ -55,6 +55,9 @@ void KvWaitReactor::OnCancel() {
     status = expired ? absl::DeadlineExceededError(text)
                      : absl::CancelledError(text);
     result_ = status;
+    // Counted before the status goes out, as every other method does.
+    counters_->RecordResult(result_);
+    recorded_ = true;
   }
   if (finish) {
     Finish(ToGrpcStatus(status));
@@ -65,7 +68,7 @@ void KvWaitReactor::OnCancel() {
 void KvWaitReactor::OnDone() {
   {
     absl::MutexLock lock(&mu_);
-    counters_->RecordResult(result_);
+    if (!recorded_) counters_->RecordResult(result_);
   }
   Unref();
 }

@@ -42,6 +42,7 @@ class KvWaitReactor : public grpc::ServerUnaryReactor {
   uint64_t waiter_id_ ABSL_GUARDED_BY(mu_) = 0;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status result_ ABSL_GUARDED_BY(mu_);
+  bool recorded_ ABSL_GUARDED_BY(mu_) = false;  // result_ already counted
 };
 
 }  // namespace zeroshard

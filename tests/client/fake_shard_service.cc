@@ -245,7 +245,9 @@ int UnusedPort() {
   bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
+  // Kept bound (never listening) for the life of the process: a connect gets
+  // ECONNREFUSED, and no other process (tests run in parallel) can take the
+  // port meanwhile, as it could once the socket were closed.
   return ntohs(addr.sin_port);
 }
 

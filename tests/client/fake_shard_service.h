@@ -97,7 +97,8 @@ class FakeShardCluster {
   std::vector<std::string> addresses_;
 };
 
-// A 127.0.0.1 port that nothing listens on (bound, then closed).
+// A 127.0.0.1 port that nothing listens on: bound and left bound, never
+// listening, for the rest of the process.
 int UnusedPort();
 
 }  // namespace zeroshard::testing

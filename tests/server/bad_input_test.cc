@@ -231,6 +231,15 @@ TEST_F(BadInputTest, StreamCutOffBeforeCommitAppliesNothing) {
     const std::vector<float> g = Grad(owned_.size());
     m.mutable_piece()->set_data(g.data(), g.size() * 4);
     ASSERT_TRUE(w->Write(m));
+    // Write returning does not mean the server has buffered the piece. Wait
+    // (bounded) until it has: otherwise the wait below could see 0 pending
+    // before the piece is buffered, and Take() then catch it buffered.
+    const absl::Time buffered_limit = absl::Now() + absl::Seconds(20);
+    while (Inspect(*t_.stub).pending_grad_bytes() != g.size() * 4 &&
+           absl::Now() < buffered_limit) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    ASSERT_EQ(Inspect(*t_.stub).pending_grad_bytes(), g.size() * 4);
     c.TryCancel();
     EXPECT_EQ(w->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
