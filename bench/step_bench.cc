@@ -13,8 +13,9 @@
 // each side (medians printed too). Last line:
 //   netstep ratio=<networked / in-process> target=1.15      (lower is better)
 //
-// Args: [timed steps, default 3] [layers] [width] — one warm-up step runs
-// first; the fastest timed step is the figure (medians printed too).
+// Args: [timed steps, default 3] [layers] [width] [fp32|bf16: netstep's
+// communication_data_type] — one warm-up step runs first; the fastest timed
+// step is the figure (medians printed too).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -118,6 +119,14 @@ int RunNetStep(const std::vector<std::string>& args) {
   const Shape s = ParseArgs(args);
   PrintShape(s, "netstep");
   auto cfg = BenchConfig(s.gpt, "bf16", 3, 2, 1, s.batch, s.steps + 1);
+  // Optional 4th argument: the push's communication_data_type (fp32|bf16).
+  if (cfg.ok() && args.size() > 3 && args[3] == "bf16") {
+    cfg->communication_data_type = CommDataType::kBf16;
+  }
+  if (cfg.ok()) {
+    std::printf("gradients pushed as %s (communication_data_type)\n",
+                CommDataTypeName(cfg->communication_data_type));
+  }
   auto sampler = cfg.ok() ? BenchSampler(*cfg)
                           : absl::StatusOr<BatchSampler>(cfg.status());
   if (!sampler.ok()) {
