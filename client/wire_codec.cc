@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/slice_cursor.h"
+#include "common/varint.h"
 
 namespace zeroshard {
 namespace {
@@ -13,25 +14,6 @@ constexpr int kVarint = 0;
 constexpr int kFixed64 = 1;
 constexpr int kLengthDelimited = 2;
 constexpr int kFixed32 = 5;
-
-size_t PutVarint(uint64_t v, uint8_t* out) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    out[n++] = static_cast<uint8_t>(v | 0x80);
-    v >>= 7;
-  }
-  out[n++] = static_cast<uint8_t>(v);
-  return n;
-}
-
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
 
 struct ReleaseContext {
   std::shared_ptr<InFlightBytes> in_flight;
@@ -82,13 +64,13 @@ grpc::ByteBuffer EncodePushPiece(
   uint8_t prefix[64];
   size_t n = 0;
   prefix[n++] = (2 << 3) | kLengthDelimited;  // PushGradMessage.piece
-  n += PutVarint(inner, prefix + n);
+  n = PutVarint(inner, prefix + n) - prefix;
   prefix[n++] = (1 << 3) | kVarint;
-  n += PutVarint(offset, prefix + n);
+  n = PutVarint(offset, prefix + n) - prefix;
   prefix[n++] = (2 << 3) | kVarint;
-  n += PutVarint(dtype_value, prefix + n);
+  n = PutVarint(dtype_value, prefix + n) - prefix;
   prefix[n++] = (3 << 3) | kLengthDelimited;
-  n += PutVarint(bytes, prefix + n);
+  n = PutVarint(bytes, prefix + n) - prefix;
 
   grpc::Slice slices[2] = {grpc::Slice(prefix, n), grpc::Slice()};
   void* ptr = const_cast<void*>(data);

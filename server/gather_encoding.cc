@@ -3,6 +3,8 @@
 #include <grpc/slice.h>
 #include <grpcpp/support/slice.h>
 
+#include "common/varint.h"
+
 namespace zeroshard {
 namespace {
 
@@ -11,24 +13,6 @@ constexpr uint8_t kOffsetTag = (1 << 3) | 0;
 constexpr uint8_t kDtypeTag = (2 << 3) | 0;
 constexpr uint8_t kVersionTag = (3 << 3) | 0;
 constexpr uint8_t kDataTag = (4 << 3) | 2;
-
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-uint8_t* PutVarint(uint64_t v, uint8_t* p) {
-  while (v >= 0x80) {
-    *p++ = static_cast<uint8_t>(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = static_cast<uint8_t>(v);
-  return p;
-}
 
 }  // namespace
 
