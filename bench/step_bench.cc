@@ -9,7 +9,7 @@
 //
 // netstep: the same model and data, networked step time (2 in-process
 // servers, 1 worker) against the in-process LocalTrainer (local FP32 Adam,
-// no servers, no collectives), two alternating rounds, fastest step of
+// no servers, no collectives), three alternating rounds, fastest step of
 // each side (medians printed too). Last line:
 //   netstep ratio=<networked / in-process> target=1.15      (lower is better)
 //
@@ -134,7 +134,7 @@ int RunNetStep(const std::vector<std::string>& args) {
     return 1;
   }
   // In-process (LocalTrainer, on its own thread as the engine's compute
-  // is) and networked runs alternate for two rounds; each side reports its
+  // is) and networked runs alternate for three rounds; each side reports its
   // fastest step, which is the most robust figure on a shared machine.
   auto local = LocalTrainer::Create(*cfg, &*sampler);
   if (!local.ok()) {
@@ -143,7 +143,7 @@ int RunNetStep(const std::vector<std::string>& args) {
   }
   std::vector<StepResult> local_steps, net_steps;
   uint64_t next = 0;
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < 3; ++round) {
     absl::Status local_status;
     std::thread([&] {
       for (int i = 0; i <= s.steps; ++i) {

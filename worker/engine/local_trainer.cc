@@ -170,9 +170,15 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
   }
   const auto t1 = Clock::now();
   const double denom = static_cast<double>(world_) * gas;
+  // Summed per unit, in unit order, as the StepEngine does (one worker:
+  // bit-identical norms).
+  double sumsq = 0;
+  for (const UnitInfo& u : layout_.units()) {
+    sumsq += GradSumOfSquares(
+        absl::MakeConstSpan(grads_.data() + u.offset, u.padded));
+  }
   const GradCoefficient c = ComputeGradCoefficient(
-      GradSumOfSquares(grads_), scaler_.scale() * denom,
-      config_.gradient_clipping);
+      sumsq, scaler_.scale() * denom, config_.gradient_clipping);
   ASSIGN_OR_RETURN(bool apply, scaler_.Update(c.overflow));
   if (apply) {
     ++adam_steps_;

@@ -84,6 +84,7 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     off += layout->WorkerUnitRange(rank, static_cast<int>(u)).size();
   }
   e->grad_shard_.assign(off, 0.0f);
+  e->unit_sumsq_.assign(layout->units().size(), 0.0);
   e->memory_.partition_bytes = e->cache_->partition_bytes();
   e->memory_.grad_shard_bytes = off * sizeof(float);
   if (config.communication_data_type == CommDataType::kBf16) {
@@ -192,7 +193,7 @@ void StepEngine::QueueReduceScatter(int unit,
     // Direct: the gradient already sits in the shard; only the push remains.
     if (push != nullptr) {
       queue_.Submit(
-          [this, push, unit, part] { return PushPart(push, unit, part); });
+          [this, push, unit, part] { return FinishPart(push, unit, part); });
     }
     return;
   }
@@ -214,14 +215,19 @@ void StepEngine::QueueReduceScatter(int unit,
     if (accumulate) {
       for (size_t i = 0; i < n; ++i) shard[i] += out[i];
     }
-    if (push != nullptr) return PushPart(push, unit, part);
+    if (push != nullptr) return FinishPart(push, unit, part);
     return absl::OkStatus();
   });
 }
 
-absl::Status StepEngine::PushPart(PushSession* push, int unit,
-                                  FlatRange part) {
+absl::Status StepEngine::FinishPart(PushSession* push, int unit,
+                                    FlatRange part) {
   const float* shard = grad_shard_.data() + shard_offset_[unit];
+  // While the part is hot in cache and backward still runs: its share of
+  // the global norm (summed over units in unit order after the drain, as
+  // the LocalTrainer does).
+  unit_sumsq_[unit] = GradSumOfSquares(absl::MakeConstSpan(shard, part.size()));
+  ++units_finished_;
   if (push_bf16_.empty()) return push->Add(part, DType::kFp32, shard);
   uint16_t* wire = push_bf16_.data() + shard_offset_[unit];
   FloatToBf16Array(shard, wire, part.size());
@@ -333,6 +339,7 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   r.fetch_seconds = Since(t0);
 
   std::fill(grad_shard_.begin(), grad_shard_.end(), 0.0f);
+  units_finished_ = 0;
   for (auto& g : resident_grads_) std::fill(g->begin(), g->end(), 0.0f);
 
   const int gas = config_.gradient_accumulation_steps;
@@ -365,10 +372,20 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
 
   if (step == inject_overflow_step_ && !grad_shard_.empty()) {
     grad_shard_[0] = std::numeric_limits<float>::infinity();
+    unit_sumsq_[0] = GradSumOfSquares(absl::MakeConstSpan(
+        grad_shard_.data(), layout_->WorkerUnitRange(rank_, 0).size()));
   }
+  if (units_finished_ != unit_sumsq_.size()) {
+    push->Abort();
+    return absl::InternalError(absl::StrCat(
+        "step ", step, ": ", units_finished_, " of ", unit_sumsq_.size(),
+        " units finished their gradient"));
+  }
+  double sumsq = 0;
+  for (double s : unit_sumsq_) sumsq += s;
   // Global norm, overflow and loss in one all-reduce.
   const auto t3 = Clock::now();
-  double sums[2] = {GradSumOfSquares(grad_shard_), loss_sum};
+  double sums[2] = {sumsq, loss_sum};
   absl::Status ar = group_->AllReduce(absl::MakeSpan(sums, 2), ReduceOp::kSum);
   if (!ar.ok()) {
     push->Abort();

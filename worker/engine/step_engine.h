@@ -125,9 +125,10 @@ class StepEngine {
   void QueueReduceScatter(int unit, std::shared_ptr<std::vector<float>> grad,
                           bool accumulate, PushSession* push);
   absl::Status ReduceScatterResident(PushSession* push);
-  // Adds unit u's finished part of the grad shard to `push`, as FP32 or, for
+  // Unit u's part of the grad shard is final for this step: records its sum
+  // of squares and adds it to `push`, as FP32 or, for
   // communication_data_type bf16, rounded into push_bf16_. Comm thread.
-  absl::Status PushPart(PushSession* push, int unit, FlatRange part);
+  absl::Status FinishPart(PushSession* push, int unit, FlatRange part);
   // A zeroed FP32 buffer for unit u's full gradient (ZeRO-2/3), the resident
   // one (ZeRO-1), or null where the gradient goes straight into the shard
   // (one worker, first micro-batch).
@@ -156,6 +157,10 @@ class StepEngine {
   std::unique_ptr<model::GptModel> model_;
   std::vector<float> grad_shard_;            // this worker's partition, FP32
   std::vector<size_t> shard_offset_;         // element offset of unit u's part
+  // Per unit: the sum of squares of its final part (comm thread; read after
+  // the queue drained), and how many units finished this step.
+  std::vector<double> unit_sumsq_;
+  size_t units_finished_ = 0;
   std::vector<float> rs_scratch_;            // reduce-scatter output
   // communication_data_type bf16: the shard's BF16 wire form, indexed like
   // grad_shard_; valid until the push commits.
