@@ -16,7 +16,8 @@ constexpr char kGatherMethod[] = "/zeroshard.v1.ShardService/Gather";
 
 absl::Status OneAttempt(const ShardChannels& channels, int server,
                         const std::vector<GatherTarget>& targets, DType dtype,
-                        int64_t min_version, GatherResult* result) {
+                        int64_t min_version, CallCanceller* cancel,
+                        GatherResult* result) {
   const ShardClientOptions& opt = channels.options();
   const std::string& address = channels.address(server);
   const std::string what = absl::StrCat("Gather(version ", min_version, ")");
@@ -34,6 +35,18 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
 
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.call_timeout));
+  if (cancel != nullptr && !cancel->Register(&ctx)) {
+    return absl::CancelledError(
+        absl::StrCat(what, " from ", address, ": cancelled by the caller"));
+  }
+  // Unregistered on every return below, before ctx goes away.
+  struct Unregister {
+    CallCanceller* cancel;
+    grpc::ClientContext* ctx;
+    ~Unregister() {
+      if (cancel != nullptr) cancel->Unregister(ctx);
+    }
+  } unregister{cancel, &ctx};
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
       grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
           channels.channel(server).get(),
@@ -117,14 +130,16 @@ absl::StatusOr<GatherResult> GatherFromServer(const ShardChannels& channels,
                                               int server,
                                               std::vector<GatherTarget> targets,
                                               DType dtype,
-                                              int64_t min_version) {
+                                              int64_t min_version,
+                                              CallCanceller* cancel) {
   std::sort(targets.begin(), targets.end(),
             [](const GatherTarget& a, const GatherTarget& b) {
               return a.range.begin < b.range.begin;
             });
   GatherResult result;
   absl::Status s = RunWithRetry(channels.options().retry, [&] {
-    return OneAttempt(channels, server, targets, dtype, min_version, &result);
+    return OneAttempt(channels, server, targets, dtype, min_version, cancel,
+                      &result);
   });
   if (!s.ok()) return s;
   return result;

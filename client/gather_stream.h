@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/call_canceller.h"
 #include "client/shard_channels.h"
 #include "common/dtype.h"
 #include "common/layout.h"
@@ -33,11 +34,14 @@ void MergeGatherResult(const GatherResult& b, bool first, GatherResult* a);
 
 // Streams `targets` (disjoint, inside server k's range) from server k, with
 // retries. Every piece is checked: dtype as asked, inside a requested range;
-// and every requested element must arrive (DATA_LOSS otherwise).
+// and every requested element must arrive (DATA_LOSS otherwise). With
+// `cancel`, the call can be cancelled from another thread (CANCELLED, not
+// retried).
 absl::StatusOr<GatherResult> GatherFromServer(const ShardChannels& channels,
                                               int server,
                                               std::vector<GatherTarget> targets,
-                                              DType dtype, int64_t min_version);
+                                              DType dtype, int64_t min_version,
+                                              CallCanceller* cancel = nullptr);
 
 }  // namespace zeroshard
 

@@ -7,6 +7,7 @@
 #include "client/piece_plan.h"
 #include "client/server_push_stream.h"
 #include "client/shard_channels.h"
+#include "common/status_macros.h"
 
 namespace zeroshard {
 namespace {
@@ -33,7 +34,12 @@ PushSession::PushSession(const ShardChannels* channels,
 }
 
 PushSession::~PushSession() {
-  if (!finished_) Abort();
+  if (!finished_) {
+    Abort();
+  } else if (commit_sent_) {
+    // A sent commit cannot be taken back: its replies are awaited.
+    Wait().IgnoreError();
+  }
 }
 
 absl::Status PushSession::FirstStreamError() const {
@@ -90,6 +96,11 @@ absl::Status PushSession::Add(const FlatRange& range, DType dtype,
 }
 
 absl::StatusOr<PushResult> PushSession::Commit(const StepCommit& commit) {
+  RETURN_IF_ERROR(SendCommit(commit));
+  return Wait();
+}
+
+absl::Status PushSession::SendCommit(const StepCommit& commit) {
   if (finished_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "push session for step ", step_, " is already committed or aborted"));
@@ -103,9 +114,19 @@ absl::StatusOr<PushResult> PushSession::Commit(const StepCommit& commit) {
         ", skip=", known_->skip, ") for step ", step_));
   }
   finished_ = true;
+  commit_sent_ = true;
   for (auto& s : streams_) {
     if (s != nullptr) s->Close(commit);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PushResult> PushSession::Wait() {
+  if (!commit_sent_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "push session for step ", step_, ": Wait without a sent commit"));
+  }
+  commit_sent_ = false;
   PushResult result;
   absl::Status first_error;
   for (auto& s : streams_) {

@@ -75,7 +75,14 @@ class PushSession {
 
   // Finishes every stream with `commit` and waits for the servers' replies.
   // For a session opened with a known coefficient, `commit` must equal it.
+  // The same as SendCommit followed by Wait.
   absl::StatusOr<PushResult> Commit(const StepCommit& commit);
+  // Sends `commit` as every stream's last message without waiting: the
+  // caller may start other work (e.g. fetching the next version, which the
+  // servers serve chunk by chunk as they apply this commit) and then Wait.
+  absl::Status SendCommit(const StepCommit& commit);
+  // Waits for the servers' replies to a sent commit.
+  absl::StatusOr<PushResult> Wait();
 
   // Cancels every stream; nothing uncommitted is applied. Idempotent.
   void Abort();
@@ -93,6 +100,7 @@ class PushSession {
   const uint32_t worker_;
   const std::optional<StepCommit> known_;
   bool finished_ = false;
+  bool commit_sent_ = false;
   std::vector<FlatRange> added_;  // sorted by begin
   // One per server, opened on first use.
   std::vector<std::unique_ptr<ServerPushStream>> streams_;

@@ -81,7 +81,7 @@ absl::StatusOr<std::vector<v1::InitResponse>> ShardClient::Init(
 
 absl::StatusOr<GatherResult> ShardClient::Gather(
     absl::Span<const FlatRange> ranges, DType dtype, int64_t min_version,
-    void* out, size_t out_bytes) {
+    void* out, size_t out_bytes, CallCanceller* cancel) {
   if (dtype != DType::kFp32 && dtype != DType::kBf16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Gather dtype ", DTypeName(dtype), " is not fp32 or bf16"));
@@ -112,7 +112,7 @@ absl::StatusOr<GatherResult> ShardClient::Gather(
       num_servers(), absl::UnknownError("not run"));
   auto run = [&](int k) {
     results[k] = GatherFromServer(*channels_, k, std::move(by_server[k]),
-                                  dtype, min_version);
+                                  dtype, min_version, cancel);
   };
   std::vector<std::thread> threads;
   for (size_t i = 1; i < active.size(); ++i) threads.emplace_back(run, active[i]);

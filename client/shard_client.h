@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "client/call_canceller.h"
 #include "client/gather_stream.h"
 #include "client/push_session.h"
 #include "client/shard_channels.h"
@@ -82,9 +83,11 @@ class ShardClient {
   // at chunk version >= min_version (negative: current) into `out`: the
   // ranges' elements concatenated in the order given; out_bytes must equal
   // their total size. Servers wait for the version under the call deadline.
+  // With `cancel`, another thread can end the call early (CANCELLED).
   absl::StatusOr<GatherResult> Gather(absl::Span<const FlatRange> ranges,
                                       DType dtype, int64_t min_version,
-                                      void* out, size_t out_bytes);
+                                      void* out, size_t out_bytes,
+                                      CallCanceller* cancel = nullptr);
 
   // Opens a streaming push for (step, worker); see client/push_session.h.
   // With `known`, the coefficient and skip flag go in each stream's header

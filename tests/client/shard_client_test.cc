@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -162,6 +163,83 @@ TEST(ShardClientTest, SessionSendsAddsAsTheyComeWithKnownCoefficient) {
     EXPECT_TRUE(pushes[0].header.skip());
     EXPECT_FALSE(pushes[0].committed);
   }
+}
+
+// SendCommit + Wait is Commit in two halves; Wait needs a sent commit.
+TEST(ShardClientTest, SendCommitThenWaitEqualsCommit) {
+  FlatLayout layout = TestLayout(2);
+  FakeShardCluster cluster(layout);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  const uint64_t T = layout.total_elems();
+  std::vector<float> g(T, 0.25f);
+  auto session = *client->OpenPush(4, 1);
+  ASSERT_TRUE(session->Add({0, T}, DType::kFp32, g.data()).ok());
+  EXPECT_EQ(session->Wait().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(session->SendCommit({0.5, false}).ok());
+  EXPECT_EQ(session->SendCommit({0.5, false}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto res = session->Wait();
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->applied_elems, T);
+  EXPECT_EQ(res->streams, 2);
+  EXPECT_EQ(session->Wait().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  for (int k = 0; k < 2; ++k) {
+    auto pushes = cluster.server(k).pushes();
+    ASSERT_EQ(pushes.size(), 1u);
+    EXPECT_TRUE(pushes[0].committed);
+    EXPECT_EQ(pushes[0].header.step(), 4u);
+  }
+}
+
+// A CallCanceller ends a Gather that is waiting on the server with
+// CANCELLED (not retried), and refuses to start one once cancelled until it
+// is Reset.
+TEST(ShardClientTest, CancelledGatherEndsPromptlyAndIsNotRetried) {
+  FlatLayout layout = TestLayout(2);
+  FakeShardCluster cluster(layout);
+  ShardClientOptions opt = SmallMessages();
+  opt.call_timeout = absl::Seconds(120);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, opt);
+  const uint64_t T = layout.total_elems();
+  std::vector<float> out(T);
+  cluster.server(0).gather_delay_ms = 60000;
+  CallCanceller cancel;
+  absl::Status result;
+  std::thread caller([&] {
+    result = client->Gather({{FlatRange{0, T}}}, DType::kFp32, 0, out.data(),
+                            out.size() * 4, &cancel)
+                 .status();
+  });
+  // Wait (bounded) until server 0 is inside the call, then cancel.
+  const absl::Time limit = absl::Now() + absl::Seconds(20);
+  while (cluster.server(0).gather_calls < 1 && absl::Now() < limit) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(cluster.server(0).gather_calls, 1);
+  const absl::Time t0 = absl::Now();
+  cancel.Cancel();
+  caller.join();
+  EXPECT_EQ(result.code(), absl::StatusCode::kCancelled) << result;
+  // Well inside the 60 s the server would have held it (not a timing
+  // assertion on speed: the alternative is a minute).
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(30));
+  EXPECT_EQ(cluster.server(0).gather_calls, 1);
+  // Once cancelled, a call does not start at all.
+  cluster.server(0).gather_delay_ms = 0;
+  EXPECT_EQ(client
+                ->Gather({{FlatRange{0, T}}}, DType::kFp32, 0, out.data(),
+                         out.size() * 4, &cancel)
+                .status()
+                .code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(cluster.server(0).gather_calls, 1);
+  cancel.Reset();
+  EXPECT_TRUE(client
+                  ->Gather({{FlatRange{0, T}}}, DType::kFp32, 0, out.data(),
+                           out.size() * 4, &cancel)
+                  .ok());
 }
 
 TEST(ShardClientTest, UnavailableIsRetriedAndTheStreamResent) {

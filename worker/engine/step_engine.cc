@@ -41,7 +41,17 @@ StepEngine::StepEngine(const TrainingConfig& config, const FlatLayout* layout,
       stage_(config.zero.stage),
       direct_grads_(group->size() == 1 && config.zero.stage >= 2) {}
 
-StepEngine::~StepEngine() { (void)queue_.Drain(); }
+StepEngine::~StepEngine() {
+  CancelPrefetch();
+  (void)queue_.Drain();
+}
+
+void StepEngine::CancelPrefetch() {
+  if (prefetched_step_ < 0) return;
+  prefetch_cancel_.Cancel();
+  (void)prefetch_.Wait();
+  prefetched_step_ = -1;
+}
 
 absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     const TrainingConfig& config, const FlatLayout* layout, int rank,
@@ -138,14 +148,16 @@ absl::Status StepEngine::Fetch(uint64_t step) {
   if (param_dtype_ == wire_dtype_) {
     return client_
         ->Gather(ranges, wire_dtype_, static_cast<int64_t>(step),
-                 cache_->partition(), cache_->partition_bytes())
+                 cache_->partition(), cache_->partition_bytes(),
+                 &prefetch_cancel_)
         .status();
   }
   // fp16: FP32 on the wire, rounded to FP16 here.
   std::vector<float> tmp(grad_shard_.size());
   RETURN_IF_ERROR(client_
                       ->Gather(ranges, DType::kFp32, static_cast<int64_t>(step),
-                               tmp.data(), tmp.size() * sizeof(float))
+                               tmp.data(), tmp.size() * sizeof(float),
+                               &prefetch_cancel_)
                       .status());
   FloatToFp16Array(tmp.data(), reinterpret_cast<uint16_t*>(cache_->partition()),
                    tmp.size());
@@ -334,7 +346,15 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   const auto t0 = Clock::now();
   RETURN_IF_ERROR(cache_->ReleaseAll());
   cache_->ResetPeak();
-  RETURN_IF_ERROR(Fetch(step));
+  if (prefetched_step_ == static_cast<int64_t>(step)) {
+    // Fetched while the previous step's commit was being applied.
+    prefetched_step_ = -1;
+    RETURN_IF_ERROR(prefetch_.Wait());
+  } else {
+    CancelPrefetch();
+    prefetch_cancel_.Reset();
+    RETURN_IF_ERROR(Fetch(step));
+  }
   if (stage_ < 3) RETURN_IF_ERROR(cache_->GatherAll());
   r.fetch_seconds = Since(t0);
 
@@ -402,8 +422,20 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   StepCommit commit;
   commit.skip = !*apply;
   commit.coefficient = commit.skip ? 0.0 : c.coefficient;
-  absl::StatusOr<PushResult> pushed = push->Commit(commit);
-  if (!pushed.ok()) return pushed.status();
+  RETURN_IF_ERROR(push->SendCommit(commit));
+  // The servers serve version step+1 chunk by chunk as they apply the
+  // commit: the next step's fetch starts now, on the comm queue (idle after
+  // the drain), and overlaps the update (DESIGN.md, step 6).
+  if (step + 1 < config_.cluster.steps) {
+    prefetch_cancel_.Reset();
+    prefetched_step_ = static_cast<int64_t>(step + 1);
+    prefetch_ = queue_.Submit([this, next = step + 1] { return Fetch(next); });
+  }
+  absl::StatusOr<PushResult> pushed = push->Wait();
+  if (!pushed.ok()) {
+    CancelPrefetch();
+    return pushed.status();
+  }
   r.commit_seconds = Since(t3);
 
   r.loss = sums[1] / denom;

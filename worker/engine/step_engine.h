@@ -22,6 +22,9 @@
 //   5. One all-reduce of (sum of squares, loss) gives the global norm and the
 //      overflow flag; the coefficient 1/(loss_scale*N*gas) * clip factor
 //      and the skip flag commit the push. The loss scaler (fp16) updates.
+//   6. Unless this was the config's last step, the next step's fetch starts
+//      on the comm queue as soon as the commit is sent, so it overlaps the
+//      servers' update; a failed commit cancels it.
 //
 // Every rank runs the same schedule, so collectives line up. Errors from the
 // servers, the group or the model end the step with a status naming the
@@ -116,7 +119,11 @@ class StepEngine {
              ShardClient* client, WorkerGroup* group,
              const BatchSampler* sampler, LossScaler scaler);
 
+  // Fetches this worker's partition at version `step` into the cache
+  // (cancellable through prefetch_cancel_).
   absl::Status Fetch(uint64_t step);
+  // Cancels a fetch started ahead for the next step and waits for it.
+  void CancelPrefetch();
   absl::Status MicroBatch(uint64_t step, int micro, bool last,
                           PushSession* push, double* loss);
   // Queues the reduce-scatter of unit u's full gradient `grad` into this
@@ -153,6 +160,11 @@ class StepEngine {
   // model accumulates into the shard and no full-unit buffer exists.
   const bool direct_grads_;
   CommQueue queue_;
+  // The next step's fetch, started when this step's commit was sent:
+  // its step (-1: none), its ticket on queue_, and its canceller.
+  int64_t prefetched_step_ = -1;
+  CommTicket prefetch_;
+  CallCanceller prefetch_cancel_;
   std::unique_ptr<UnitCache> cache_;
   std::unique_ptr<model::GptModel> model_;
   std::vector<float> grad_shard_;            // this worker's partition, FP32

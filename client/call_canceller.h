@@ -1,0 +1,60 @@
+// CallCanceller: cancels client calls from another thread.
+//
+// A call registers its grpc::ClientContext while it runs; Cancel() cancels
+// every registered call and makes later Register() calls fail, so that a
+// retry loop stops instead of starting a new attempt. Reset() re-arms it.
+//
+//   CallCanceller cancel;
+//   // thread A: client->Gather(ranges, dtype, v, out, n, &cancel);
+//   // thread B: cancel.Cancel();   // A returns CANCELLED promptly
+//
+// Thread-safe. A context must be unregistered before it is destroyed.
+#ifndef ZEROSHARD_CLIENT_CALL_CANCELLER_H_
+#define ZEROSHARD_CLIENT_CALL_CANCELLER_H_
+
+#include <grpcpp/client_context.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+
+namespace zeroshard {
+
+class CallCanceller {
+ public:
+  // False (and nothing registered) once cancelled: the call must not start.
+  bool Register(grpc::ClientContext* context) {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return false;
+    active_.insert(context);
+    return true;
+  }
+  void Unregister(grpc::ClientContext* context) {
+    absl::MutexLock lock(&mu_);
+    active_.erase(context);
+  }
+  // Cancels the registered calls (they end with CANCELLED) and refuses new
+  // ones until Reset().
+  void Cancel() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* c : active_) c->TryCancel();
+  }
+  void Reset() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = false;
+  }
+  bool cancelled() const {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_CALL_CANCELLER_H_
