@@ -16,7 +16,7 @@ grpc::ChannelArguments TunedChannelArguments() {
 }
 
 void ApplyServerTuning(grpc::ServerBuilder& builder) {
-  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxReceiveMessageSize(kMaxServerReceiveBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,

@@ -11,9 +11,13 @@
 
 namespace zeroshard {
 
-// Largest message either side accepts (payload limit 1 MiB + framing, with
-// room for Init manifests).
+// Largest message a client accepts (Gather replies carry at most 1 MiB of
+// payload; room for large Inspect replies).
 inline constexpr int kMaxGrpcMessageBytes = 64 << 20;
+// Largest message a server accepts: a 4 MiB piece (PushGrad, SetWeights)
+// plus framing, with room for Init manifests. Anything larger is refused by
+// gRPC (RESOURCE_EXHAUSTED) before it is buffered or parsed.
+inline constexpr int kMaxServerReceiveBytes = 8 << 20;
 // HTTP/2 stream lookahead, write buffer and frame size.
 inline constexpr int kGrpcWindowBytes = 64 << 20;
 

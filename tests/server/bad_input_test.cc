@@ -213,6 +213,15 @@ TEST_F(BadInputTest, OversizedMessage) {
                     1.0, false);
       },
       grpc::StatusCode::INVALID_ARGUMENT, "more than the limit");
+  // Far over it: gRPC refuses the message (server limit 8 MiB) before it is
+  // buffered or parsed.
+  const size_t huge = (size_t{9} << 20) / 4;
+  ExpectRejected(
+      [&] {
+        return Push(*t_.stub, Header(0), {Fp32Piece(owned_.begin, Grad(huge))},
+                    1.0, false);
+      },
+      grpc::StatusCode::RESOURCE_EXHAUSTED, "larger than max");
 }
 
 TEST_F(BadInputTest, StreamCutOffBeforeCommitAppliesNothing) {
