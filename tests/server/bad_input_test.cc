@@ -230,25 +230,12 @@ TEST_F(BadInputTest, StreamCutOffBeforeCommitAppliesNothing) {
     grpc::ClientContext c;
     testing::SetDeadline(c, 20000);
     v1::PushGradResponse resp;
-    auto w = t_.stub->PushGrad(&c, &resp);
-    v1::PushGradMessage m;
-    *m.mutable_header() = Header(0);
-    ASSERT_TRUE(w->Write(m));
-    m.Clear();
-    m.mutable_piece()->set_offset(owned_.begin);
-    m.mutable_piece()->set_dtype(v1::DTYPE_FP32);
     const std::vector<float> g = Grad(owned_.size());
-    m.mutable_piece()->set_data(g.data(), g.size() * 4);
-    ASSERT_TRUE(w->Write(m));
-    // Write returning does not mean the server has buffered the piece. Wait
-    // (bounded) until it has: otherwise the wait below could see 0 pending
-    // before the piece is buffered, and Take() then catch it buffered.
-    const absl::Time buffered_limit = absl::Now() + absl::Seconds(20);
-    while (Inspect(*t_.stub).pending_grad_bytes() != g.size() * 4 &&
-           absl::Now() < buffered_limit) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    ASSERT_EQ(Inspect(*t_.stub).pending_grad_bytes(), g.size() * 4);
+    // Held until the server has buffered the piece: otherwise the wait below
+    // could see 0 pending before it is buffered, and Take() catch it.
+    auto w = testing::OpenHeldPush(*t_.stub, &c, &resp, Header(0),
+                                   owned_.begin, g, g.size() * 4);
+    ASSERT_NE(w, nullptr);
     c.TryCancel();
     EXPECT_EQ(w->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
@@ -410,42 +397,40 @@ TEST_F(BadInputTest, NotInitialisedAndWrongServer) {
   EXPECT_EQ(info.counters().errors().at("FAILED_PRECONDITION"), 2u);
 }
 
-}  // namespace
 // Gradients buffered for a later commit are capped over all streams: a piece
 // that would go over the cap fails its stream with RESOURCE_EXHAUSTED, frees
 // what the stream held and applies nothing; other streams are unaffected.
 TEST(PendingGradLimitTest, BufferingOverTheCapIsRefusedAndChangesNothing) {
   const v1::ModelManifest manifest = testing::SmallManifest(1);
+  // Starts a 1-server cluster with the given cap and initialises it; an
+  // empty range on failure.
+  auto start = [&](uint64_t cap, testing::TestServer* server) -> FlatRange {
+    *server = testing::StartServer(0, 1, "", cap);
+    if (server->stub == nullptr) return {};
+    grpc::ClientContext c;
+    testing::SetDeadline(c, 20000);
+    v1::InitResponse init;
+    if (!server->stub
+             ->Init(&c, testing::MakeInit(manifest, 1, 0, 5, 1024), &init)
+             .ok()) {
+      return {};
+    }
+    return {init.owned_begin(), init.owned_end()};
+  };
   // The default: twice one step's FP32 gradients plus 64 MiB.
   uint64_t owned_elems = 0;
   {
-    testing::TestServer d = testing::StartServer(0, 1);
-    ASSERT_NE(d.stub, nullptr);
-    grpc::ClientContext c;
-    testing::SetDeadline(c, 20000);
-    v1::InitResponse init;
-    ASSERT_TRUE(
-        d.stub->Init(&c, testing::MakeInit(manifest, 1, 0, 5, 1024), &init)
-            .ok());
-    owned_elems = init.owned_end() - init.owned_begin();
+    testing::TestServer d;
+    owned_elems = start(0, &d).size();
+    ASSERT_GT(owned_elems, 4096u);
     EXPECT_EQ(Inspect(*d.stub).pending_grad_limit_bytes(),
               2 * owned_elems * 4 + (64u << 20));
   }
-  ASSERT_GT(owned_elems, 4096u);
   // Here: half of one step's FP32 gradients.
   const uint64_t limit = owned_elems * 4 / 2;
-  testing::TestServer t = testing::StartServer(0, 1, "", limit);
-  ASSERT_NE(t.stub, nullptr);
-  FlatRange owned;
-  {
-    grpc::ClientContext c;
-    testing::SetDeadline(c, 20000);
-    v1::InitResponse init;
-    ASSERT_TRUE(
-        t.stub->Init(&c, testing::MakeInit(manifest, 1, 0, 5, 1024), &init)
-            .ok());
-    owned = {init.owned_begin(), init.owned_end()};
-  }
+  testing::TestServer t;
+  const FlatRange owned = start(limit, &t);
+  ASSERT_EQ(owned.size(), owned_elems);
   EXPECT_EQ(Inspect(*t.stub).pending_grad_limit_bytes(), limit);
   auto master = [&] {
     std::string out;
@@ -461,22 +446,11 @@ TEST(PendingGradLimitTest, BufferingOverTheCapIsRefusedAndChangesNothing) {
   grpc::ClientContext held_ctx;
   testing::SetDeadline(held_ctx, 20000);
   v1::PushGradResponse held_resp;
-  auto held = t.stub->PushGrad(&held_ctx, &held_resp);
-  v1::PushGradMessage m;
-  *m.mutable_header() = Header(0, 0);
-  ASSERT_TRUE(held->Write(m));
-  m.Clear();
-  const std::vector<float> g(quarter, 0.5f);
-  m.mutable_piece()->set_offset(owned.begin);
-  m.mutable_piece()->set_dtype(v1::DTYPE_FP32);
-  m.mutable_piece()->set_data(g.data(), g.size() * 4);
-  ASSERT_TRUE(held->Write(m));
-  const absl::Time limit_time = absl::Now() + absl::Seconds(20);
-  while (Inspect(*t.stub).pending_grad_bytes() != quarter * 4 &&
-         absl::Now() < limit_time) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  ASSERT_EQ(Inspect(*t.stub).pending_grad_bytes(), quarter * 4);
+  auto held = testing::OpenHeldPush(*t.stub, &held_ctx, &held_resp,
+                                    Header(0, 0), owned.begin,
+                                    std::vector<float>(quarter, 0.5f),
+                                    quarter * 4);
+  ASSERT_NE(held, nullptr);
 
   // A second stream wanting the other three quarters goes over the cap.
   const uint64_t rest = owned.size() - quarter;
@@ -495,7 +469,7 @@ TEST(PendingGradLimitTest, BufferingOverTheCapIsRefusedAndChangesNothing) {
 
   // The held stream still commits; then the rest fits (applied as pieces
   // arrive when the coefficient comes first: nothing is buffered).
-  m.Clear();
+  v1::PushGradMessage m;
   m.mutable_commit()->set_coefficient(1.0);
   ASSERT_TRUE(held->Write(m));
   ASSERT_TRUE(held->WritesDone());
@@ -515,4 +489,5 @@ TEST(PendingGradLimitTest, BufferingOverTheCapIsRefusedAndChangesNothing) {
   EXPECT_NE(master(), before);
 }
 
+}  // namespace
 }  // namespace zeroshard

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/grpc_tuning.h"
 #include "gtest/gtest.h"
 
@@ -182,6 +183,30 @@ v1::InspectResponse Inspect(v1::ShardService::Stub& stub) {
   grpc::Status s = stub.Inspect(&context, v1::InspectRequest(), &r);
   EXPECT_TRUE(s.ok()) << s.error_message();
   return r;
+}
+
+std::unique_ptr<grpc::ClientWriter<v1::PushGradMessage>> OpenHeldPush(
+    v1::ShardService::Stub& stub, grpc::ClientContext* context,
+    v1::PushGradResponse* response, const v1::PushGradHeader& header,
+    uint64_t offset, const std::vector<float>& values,
+    uint64_t pending_after) {
+  auto writer = stub.PushGrad(context, response);
+  v1::PushGradMessage m;
+  *m.mutable_header() = header;
+  if (!writer->Write(m)) return nullptr;
+  m.Clear();
+  m.mutable_piece()->set_offset(offset);
+  m.mutable_piece()->set_dtype(v1::DTYPE_FP32);
+  m.mutable_piece()->set_data(values.data(), values.size() * sizeof(float));
+  if (!writer->Write(m)) return nullptr;
+  // Write returning does not mean the server has buffered the piece.
+  const absl::Time limit = absl::Now() + absl::Seconds(20);
+  while (Inspect(stub).pending_grad_bytes() != pending_after &&
+         absl::Now() < limit) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  if (Inspect(stub).pending_grad_bytes() != pending_after) return nullptr;
+  return writer;
 }
 
 }  // namespace zeroshard::testing

@@ -65,6 +65,17 @@ grpc::Status Push(v1::ShardService::Stub& stub,
                   bool skip, v1::PushGradResponse* response = nullptr);
 v1::PushGradHeader Header(uint64_t step, uint32_t worker = 0);
 
+// Opens a PushGrad stream on `context`, writes `header` and one FP32 piece
+// of `values` at `offset`, and waits (bounded, 20 s) until the server's
+// pending gradient bytes reach `pending_after`, i.e. until it has buffered
+// the piece. The caller then commits, cancels or half-closes the stream.
+// Null if a write failed or the bytes never showed.
+std::unique_ptr<grpc::ClientWriter<v1::PushGradMessage>> OpenHeldPush(
+    v1::ShardService::Stub& stub, grpc::ClientContext* context,
+    v1::PushGradResponse* response, const v1::PushGradHeader& header,
+    uint64_t offset, const std::vector<float>& values,
+    uint64_t pending_after);
+
 v1::InspectResponse Inspect(v1::ShardService::Stub& stub);
 
 }  // namespace zeroshard::testing
