@@ -12,6 +12,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -26,10 +27,20 @@ constexpr uint64_t kMaxBroadcastBytes = uint64_t{64} << 20;
 constexpr uint64_t kBroadcastTooLong = ~uint64_t{0};
 
 std::chrono::milliseconds Remaining(absl::Time deadline) {
-  absl::Duration left = deadline - absl::Now();
-  // Gloo treats 0 as "no timeout": never pass less than 1 ms.
+  // Rounded up, so that Gloo's timer cannot fire before `deadline` (it did,
+  // by under a millisecond, when this truncated). Gloo treats 0 as "no
+  // timeout": never pass less than 1 ms.
+  const absl::Duration left =
+      absl::Ceil(deadline - absl::Now(), absl::Milliseconds(1));
   return std::max(std::chrono::milliseconds(1),
                   absl::ToChronoMilliseconds(left));
+}
+
+// Whether a Gloo exception is its wait timing out (rather than a broken
+// connection): our deadline has passed, or Gloo says so.
+bool TimedOut(const std::exception& e, absl::Time deadline) {
+  return absl::Now() >= deadline ||
+         absl::StrContains(e.what(), "Timed out waiting");
 }
 
 template <typename T, typename U>
@@ -187,7 +198,7 @@ absl::Status GlooWorkerGroup::WaitRecv(gloo::transport::UnboundBuffer& buf,
   try {
     if (buf.waitRecv(nullptr, Remaining(deadline))) return absl::OkStatus();
   } catch (const std::exception& e) {
-    if (absl::Now() >= deadline) {
+    if (TimedOut(e, deadline)) {
       return absl::DeadlineExceededError(absl::StrCat(
           op, " in worker group '", group_, "' (rank ", rank_,
           "): no data from rank ", peer, " within ",
@@ -208,7 +219,7 @@ absl::Status GlooWorkerGroup::WaitSend(gloo::transport::UnboundBuffer& buf,
   try {
     if (buf.waitSend(nullptr, Remaining(deadline))) return absl::OkStatus();
   } catch (const std::exception& e) {
-    if (absl::Now() >= deadline) {
+    if (TimedOut(e, deadline)) {
       return absl::DeadlineExceededError(absl::StrCat(
           op, " in worker group '", group_, "' (rank ", rank_, "): rank ",
           peer, " did not take our data within ",
