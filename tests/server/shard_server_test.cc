@@ -349,24 +349,23 @@ TEST(ShardServerTest, KvSetGetWaitAndTimeout) {
     v1::KvWaitResponse resp;
     return t.stub->KvWait(&c, req, &resp);
   };
-  ASSERT_TRUE(set("gloo/0", "addr0").ok());
-  {
+  auto get = [&](const std::string& key, v1::KvGetResponse* resp) {
     grpc::ClientContext c;
     testing::SetDeadline(c, 20000);
     v1::KvGetRequest req;
-    req.set_key("gloo/0");
+    req.set_key(key);
+    return t.stub->KvGet(&c, req, resp);
+  };
+  ASSERT_TRUE(set("gloo/0", "addr0").ok());
+  {
     v1::KvGetResponse resp;
-    ASSERT_TRUE(t.stub->KvGet(&c, req, &resp).ok());
+    ASSERT_TRUE(get("gloo/0", &resp).ok());
     EXPECT_TRUE(resp.found());
     EXPECT_EQ(resp.value(), "addr0");
   }
   {
-    grpc::ClientContext c;
-    testing::SetDeadline(c, 20000);
-    v1::KvGetRequest req;
-    req.set_key("nope");
     v1::KvGetResponse resp;
-    ASSERT_TRUE(t.stub->KvGet(&c, req, &resp).ok());
+    ASSERT_TRUE(get("nope", &resp).ok());
     EXPECT_FALSE(resp.found());
   }
   EXPECT_TRUE(wait({"gloo/0"}, 20000).ok());

@@ -15,6 +15,17 @@
 namespace zeroshard::testing {
 namespace {
 
+// ||a - b|| / ||a||.
+double RelativeL2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff2 = 0, a2 = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = static_cast<double>(a[i]) - b[i];
+    diff2 += e * e;
+    a2 += static_cast<double>(a[i]) * a[i];
+  }
+  return std::sqrt(diff2 / a2);
+}
+
 TEST(EngineStep, InjectedFp16OverflowSkipsAndBacksOff) {
   TinyKnobs k;
   k.precision = "fp16";
@@ -50,13 +61,7 @@ TEST(EngineStep, InjectedFp16OverflowSkipsAndBacksOff) {
     ASSERT_OK_AND_ASSIGN(StepResult lr, local->Step(s));
     EXPECT_EQ(lr.skipped, s == 2);
   }
-  double diff2 = 0, w2 = 0;
-  for (size_t i = 0; i < r.weights.size(); ++i) {
-    const double e = r.weights[i] - local->master()[i];
-    diff2 += e * e;
-    w2 += static_cast<double>(r.weights[i]) * r.weights[i];
-  }
-  EXPECT_LE(std::sqrt(diff2 / w2), 1e-5);
+  EXPECT_LE(RelativeL2(r.weights, local->master()), 1e-5);
 }
 
 TEST(EngineStep, ClippingFollowsTorchClipGradNorm) {
@@ -105,13 +110,7 @@ TEST(EngineStep, ClippingFollowsTorchClipGradNorm) {
     EXPECT_NEAR(lr.grad_norm, r.ranks[0].steps[s].grad_norm,
                 1e-4 * lr.grad_norm);
   }
-  double diff2 = 0, w2 = 0;
-  for (size_t i = 0; i < r.weights.size(); ++i) {
-    const double e = r.weights[i] - local->master()[i];
-    diff2 += e * e;
-    w2 += static_cast<double>(r.weights[i]) * r.weights[i];
-  }
-  EXPECT_LE(std::sqrt(diff2 / w2), 1e-5);
+  EXPECT_LE(RelativeL2(r.weights, local->master()), 1e-5);
 }
 
 TEST(EngineBadInput, WorkersWithDifferentConfigsFailOnEveryRank) {
