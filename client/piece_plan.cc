@@ -50,10 +50,10 @@ absl::StatusOr<std::vector<PlannedPiece>> PlanPieces(const FlatLayout& layout,
     return absl::InvalidArgumentError(absl::StrCat(
         "dtype ", DTypeName(dtype), " is not allowed here (fp32 or bf16)"));
   }
-  if (max_message_bytes == 0 || max_message_bytes > kMaxPiecePayloadBytes) {
+  if (max_message_bytes == 0 || max_message_bytes > kMaxClientPieceBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes ", max_message_bytes,
-                     " must be in [1, ", kMaxPiecePayloadBytes, "]"));
+                     " must be in [1, ", kMaxClientPieceBytes, "]"));
   }
   if (absl::Status s = ValidateRange(layout, range); !s.ok()) return s;
   const uint64_t step = PieceElems(dtype, max_message_bytes);

@@ -22,8 +22,10 @@
 
 namespace zeroshard {
 
-// Largest payload of one message, the server's limit.
-inline constexpr size_t kMaxPiecePayloadBytes = 1 << 20;
+// Largest payload of one message the client sends or asks for (1 MiB, the
+// chunk size of the wire contract; the server accepts pieces up to 4 MiB,
+// server/shard_state.h kMaxPiecePayloadBytes).
+inline constexpr size_t kMaxClientPieceBytes = 1 << 20;
 
 struct PlannedPiece {
   int server = 0;
@@ -45,7 +47,7 @@ absl::Status ValidateDisjoint(const FlatLayout& layout,
                               absl::Span<const FlatRange> ranges);
 
 // Pieces of `range` in order. INVALID_ARGUMENT for a bad range, a dtype other
-// than FP32/BF16, or max_message_bytes of 0 or above kMaxPiecePayloadBytes.
+// than FP32/BF16, or max_message_bytes of 0 or above kMaxClientPieceBytes.
 absl::StatusOr<std::vector<PlannedPiece>> PlanPieces(const FlatLayout& layout,
                                                      const FlatRange& range,
                                                      DType dtype,

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/piece_plan.h"
 #include "common/grpc_tuning.h"
 
 namespace zeroshard {
@@ -56,7 +57,8 @@ absl::StatusOr<std::unique_ptr<ShardChannels>> ShardChannels::Connect(
     auto parsed = ParseServerList(s);
     if (!parsed.ok()) return parsed.status();
   }
-  if (options.max_message_bytes == 0 || options.max_message_bytes > (1 << 20)) {
+  if (options.max_message_bytes == 0 ||
+      options.max_message_bytes > kMaxClientPieceBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_message_bytes ", options.max_message_bytes, " not in [1, 1 MiB]"));
   }

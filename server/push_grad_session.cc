@@ -203,7 +203,7 @@ absl::Status PushGradSession::OnCommit(const v1::PushGradCommit& commit) {
 
 absl::Status PushGradSession::Apply(const StepParams& params,
                                     absl::Span<const GradPiece> pieces) {
-  ASSIGN_OR_RETURN(PushResult r,
+  ASSIGN_OR_RETURN(ApplyResult r,
                    state_->ApplyPush(header_.step(), params, pieces));
   response_.set_applied_elems(response_.applied_elems() + r.applied_elems);
   response_.set_duplicate_elems(response_.duplicate_elems() +

@@ -150,14 +150,14 @@ absl::Status ShardState::CheckOwned(uint64_t offset, uint64_t length,
   return absl::OkStatus();
 }
 
-absl::StatusOr<PushResult> ShardState::ApplyPush(
+absl::StatusOr<ApplyResult> ShardState::ApplyPush(
     uint64_t step, const StepParams& params,
     absl::Span<const GradPiece> pieces) {
   std::vector<FlatRange> ranges;
   ranges.reserve(pieces.size());
   for (const GradPiece& p : pieces) ranges.push_back(p.range);
   ASSIGN_OR_RETURN(StepClaim claim, tracker_->Claim(step, params, ranges));
-  PushResult result;
+  ApplyResult result;
   result.duplicate_elems = claim.duplicate_elems;
   for (const ClaimedSegment& seg : claim.segments) {
     result.applied_elems += seg.range.size();

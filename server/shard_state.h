@@ -4,7 +4,7 @@
 //
 //   ASSIGN_OR_RETURN(auto state, ShardState::Create(request, {0, 2}, kHost));
 //   RETURN_IF_ERROR(state->CheckOwned(range, "piece"));
-//   ASSIGN_OR_RETURN(PushResult r, state->ApplyPush(step, params, pieces));
+//   ASSIGN_OR_RETURN(ApplyResult r, state->ApplyPush(step, params, pieces));
 //
 // Thread-safe: the members are fixed after Create; the store and tracker
 // are thread-safe.
@@ -51,7 +51,9 @@ struct GradPiece {
   const void* data = nullptr;
 };
 
-struct PushResult {
+// What one ApplyPush did (the server's side; the client sums these into its
+// PushResult).
+struct ApplyResult {
   uint64_t applied_elems = 0;
   uint64_t duplicate_elems = 0;
   uint64_t chunks_completed = 0;
@@ -87,7 +89,7 @@ class ShardState {
 
   // Claims, applies and completes one push of `pieces` (pairwise disjoint,
   // inside the owned range) for `step` (see StepTracker for the rules).
-  absl::StatusOr<PushResult> ApplyPush(uint64_t step, const StepParams& params,
+  absl::StatusOr<ApplyResult> ApplyPush(uint64_t step, const StepParams& params,
                                        absl::Span<const GradPiece> pieces);
 
  private:

@@ -59,7 +59,7 @@ TEST(PiecePlanTest, FullMessagesAreWholeAlignmentUnits) {
   for (size_t i = 0; i + 1 < pieces.size(); ++i) {
     EXPECT_EQ(pieces[i].range.size() % kFlatAlignment, 0u);
   }
-  EXPECT_EQ(PieceElems(DType::kFp32, kMaxPiecePayloadBytes), 262144u);
+  EXPECT_EQ(PieceElems(DType::kFp32, kMaxClientPieceBytes), 262144u);
   EXPECT_EQ(PieceElems(DType::kFp32, 3), 1u);
 }
 
@@ -72,7 +72,7 @@ TEST(PiecePlanTest, RejectsBadInput) {
   EXPECT_FALSE(PlanPieces(layout, {0, 1}, DType::kFp16, 1024).ok());
   EXPECT_FALSE(PlanPieces(layout, {0, 1}, DType::kFp32, 0).ok());
   EXPECT_FALSE(
-      PlanPieces(layout, {0, 1}, DType::kFp32, kMaxPiecePayloadBytes + 1).ok());
+      PlanPieces(layout, {0, 1}, DType::kFp32, kMaxClientPieceBytes + 1).ok());
   EXPECT_TRUE(ValidateDisjoint(layout, {{FlatRange{10, 20}, FlatRange{0, 10}}}).ok());
   EXPECT_FALSE(ValidateDisjoint(layout, {{FlatRange{10, 20}, FlatRange{0, 11}}}).ok());
 }
