@@ -12,6 +12,7 @@
 #include "server/shard_server.h"
 #include "worker/comm/collectives.h"
 #include "worker/data/corpus.h"
+#include "worker/engine/server_init.h"
 
 namespace zeroshard::bench {
 namespace {
@@ -38,14 +39,7 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
                    CreateWorkerGroup("gloo", rank, cfg.cluster.workers, store,
                                      go));
   RETURN_IF_ERROR(group->AgreeOn("config", ConfigFingerprint(cfg)));
-  if (rank == 0) {
-    InitOptions init;
-    init.optimizer = cfg.optimizer;
-    init.seed = cfg.cluster.seed;
-    init.init_std = cfg.cluster.init_std;
-    RETURN_IF_ERROR(client->Init(init).status());
-  }
-  RETURN_IF_ERROR(group->Barrier());
+  RETURN_IF_ERROR(InitializeServers(cfg, rank, client.get(), group.get()));
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client.get(),
                                       group.get(), &sampler));

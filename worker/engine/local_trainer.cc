@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "server/optimizer.h"
 #include "worker/engine/precision.h"
+#include "worker/model/gpt_forward_backward.h"
 
 namespace zeroshard {
 namespace {
@@ -54,7 +55,6 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
                    LossScaler::Create(LossScalerOptionsFor(config)));
   const model::CheckpointPolicy policy =
       ModelCheckpointPolicy(config.activation_checkpointing);
-  RETURN_IF_ERROR(policy.Validate());
   ASSIGN_OR_RETURN(model::GptModel m,
                    model::GptModel::Create(layout, config.cluster.model,
                                            ParamDTypeFor(config.precision),
@@ -63,11 +63,9 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
       config, std::move(layout), sampler, std::move(scaler), std::move(m)));
   const uint64_t total = t->layout_.total_elems();
   t->master_.resize(total);
-  // The servers' init: std 0 means their default.
-  const double std = config.cluster.init_std > 0 ? config.cluster.init_std
-                                                 : 0.02;
-  FillInitialValues(t->layout_, config.cluster.seed, std, FlatRange{0, total},
-                    t->master_.data());
+  // ValidateTrainingConfig (above) guarantees init_std > 0.
+  FillInitialValues(t->layout_, config.cluster.seed, config.cluster.init_std,
+                    FlatRange{0, total}, t->master_.data());
   t->exp_avg_.assign(total, 0.0f);
   t->exp_avg_sq_.assign(total, 0.0f);
   t->grads_.assign(total, 0.0f);
@@ -100,42 +98,14 @@ absl::StatusOr<double> LocalTrainer::MicroBatch(uint64_t step, int micro,
   const void* params = param_dtype_ == DType::kFp32
                            ? static_cast<const void*>(master_.data())
                            : static_cast<const void*>(mirror_.data());
-  const size_t esize = DTypeSize(param_dtype_);
-  auto unit = [&](int u) {
-    const UnitInfo& info = layout_.units()[u];
-    return model::UnitParams{
-        static_cast<const char*>(params) + info.offset * esize, info.padded,
-        param_dtype_};
-  };
-  auto grad = [&](int u) {
-    const UnitInfo& info = layout_.units()[u];
-    return absl::MakeSpan(micro_grads_).subspan(info.offset, info.padded);
-  };
-  using model::GptModel;
-  const int L = model_.num_blocks();
   std::fill(micro_grads_.begin(), micro_grads_.end(), 0.0f);
-  RETURN_IF_ERROR(model_.Begin(b, T, inputs_, targets_));
-  RETURN_IF_ERROR(model_.EmbeddingForward(unit(GptModel::embedding_unit())));
-  for (int l = 0; l < L; ++l) {
-    RETURN_IF_ERROR(model_.BlockForward(l, unit(GptModel::block_unit(l))));
-  }
   ASSIGN_OR_RETURN(
-      double loss,
-      model_.FinalForwardBackward(
-          unit(model_.final_unit()), unit(GptModel::embedding_unit()),
-          static_cast<float>(scaler_.scale()), grad(model_.final_unit()),
-          grad(GptModel::embedding_unit())));
-  for (int l = L - 1; l >= 0; --l) {
-    if (model_.NeedsRecompute(l)) {
-      for (int j = model_.RecomputeStart(l); j <= l; ++j) {
-        RETURN_IF_ERROR(model_.RecomputeBlock(j, unit(GptModel::block_unit(j))));
-      }
-    }
-    RETURN_IF_ERROR(model_.BlockBackward(l, unit(GptModel::block_unit(l)),
-                                         grad(GptModel::block_unit(l))));
-  }
-  RETURN_IF_ERROR(model_.EmbeddingBackward(grad(GptModel::embedding_unit())));
-  return loss;
+      model::GptStepResult r,
+      model::GptForwardBackward(
+          model_, layout_, params,
+          {.batch = b, .seq = T, .tokens = inputs_, .targets = targets_},
+          static_cast<float>(scaler_.scale()), absl::MakeSpan(micro_grads_)));
+  return r.loss;
 }
 
 absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {

@@ -80,7 +80,6 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
                                                std::move(scaler)));
   model::CheckpointPolicy policy =
       ModelCheckpointPolicy(config.activation_checkpointing);
-  RETURN_IF_ERROR(policy.Validate());
   ASSIGN_OR_RETURN(model::GptModel m,
                    model::GptModel::Create(*layout, config.cluster.model,
                                            e->param_dtype_, policy));

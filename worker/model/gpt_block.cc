@@ -79,7 +79,7 @@ absl::Status BlockForward(const BlockDims& d, const UnitWeights& w,
   a->atty.FromFloat(t);
   RETURN_IF_ERROR(k::LinearForward(View(a->atty), w.Matrix(kProjW), w.Vector(kProjB),
                                    M, C, C, t));
-  for (int64_t i = 0; i < M * C; ++i) x[i] += t[i];  // x now holds x2
+  k::ResidualForward(x, t, x, M * C);  // x now holds x2
   StoreRounded(x, a->x2);
   // MLP half.
   RETURN_IF_ERROR(k::LayerNormForward(x, w.Vector(kLn2W), w.Vector(kLn2B),
@@ -93,7 +93,7 @@ absl::Status BlockForward(const BlockDims& d, const UnitWeights& w,
   g.FromFloat(wide);
   RETURN_IF_ERROR(k::LinearForward(View(g), w.Matrix(kFc2W), w.Vector(kFc2B),
                                    M, 4 * C, C, t));
-  for (int64_t i = 0; i < M * C; ++i) x[i] += t[i];
+  k::ResidualForward(x, t, x, M * C);
   *x_out = ActBuffer(mem, dt, M * C);
   x_out->FromFloat(x);
   return absl::OkStatus();

@@ -10,13 +10,20 @@ absl::StatusOr<GptStepResult> GptForwardBackward(
     const FlatLayout& layout, const GptShape& shape, const void* params,
     DType dtype, const GptBatch& batch, const CheckpointPolicy& policy,
     float loss_scale, absl::Span<float> grads) {
+  ASSIGN_OR_RETURN(GptModel model, GptModel::Create(layout, shape, dtype, policy));
+  return GptForwardBackward(model, layout, params, batch, loss_scale, grads);
+}
+
+absl::StatusOr<GptStepResult> GptForwardBackward(
+    GptModel& model, const FlatLayout& layout, const void* params,
+    const GptBatch& batch, float loss_scale, absl::Span<float> grads) {
   if (params == nullptr) return absl::InvalidArgumentError("params are null");
   if (grads.size() != layout.total_elems()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grads has ", grads.size(), " elements, the flat space has ",
         layout.total_elems()));
   }
-  ASSIGN_OR_RETURN(GptModel model, GptModel::Create(layout, shape, dtype, policy));
+  const DType dtype = model.param_dtype();
   const size_t esize = DTypeSize(dtype);
   auto unit = [&](int u) {
     const UnitInfo& info = layout.units()[u];
@@ -27,7 +34,7 @@ absl::StatusOr<GptStepResult> GptForwardBackward(
     const UnitInfo& info = layout.units()[u];
     return grads.subspan(info.offset, info.padded);
   };
-  const int L = shape.layers;
+  const int L = model.num_blocks();
   RETURN_IF_ERROR(model.Begin(batch.batch, batch.seq, batch.tokens, batch.targets));
   RETURN_IF_ERROR(model.EmbeddingForward(unit(GptModel::embedding_unit())));
   for (int l = 0; l < L; ++l) {

@@ -23,6 +23,7 @@
 #include "common/gpt_manifest.h"
 #include "common/layout.h"
 #include "worker/model/checkpoint_policy.h"
+#include "worker/model/gpt.h"
 
 namespace zeroshard::model {
 
@@ -40,6 +41,12 @@ absl::StatusOr<GptStepResult> GptForwardBackward(
     const FlatLayout& layout, const GptShape& shape, const void* params,
     DType dtype, const GptBatch& batch, const CheckpointPolicy& policy,
     float loss_scale, absl::Span<float> grads);
+
+// The same on an existing model (its shape, dtype and checkpointing policy),
+// e.g. one kept across micro-batches so that its buffers are reused.
+absl::StatusOr<GptStepResult> GptForwardBackward(
+    GptModel& model, const FlatLayout& layout, const void* params,
+    const GptBatch& batch, float loss_scale, absl::Span<float> grads);
 
 }  // namespace zeroshard::model
 
