@@ -93,18 +93,6 @@ void ShardStore::FinishFill() {
   }
 }
 
-void ShardStore::ApplyUpdate(const AdamStep& step, GradView grad,
-                             FlatRange range) {
-  const size_t i = range.begin - owned_.begin;
-  AdamSlice slice{.master = master_ + i,
-                  .exp_avg = exp_avg_ + i,
-                  .exp_avg_sq = exp_avg_sq_ + i,
-                  .mirror = mirror_ + i,
-                  .n = range.size()};
-  absl::MutexLock lock(&chunk_mu_[ChunkOf(range.begin)]);
-  AdamUpdate(step, grad, slice);
-}
-
 void ShardStore::ApplyUpdatesInChunk(size_t c,
                                      absl::Span<const ChunkUpdate> updates,
                                      OptimizerPool* pool) {

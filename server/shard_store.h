@@ -10,8 +10,9 @@
 //
 //   ASSIGN_OR_RETURN(auto store, ShardStore::Create(owned, 262144, kHost));
 //   store->FillSeeded(layout, seed, 0.02);
-//   store->ApplyUpdate(MakeAdamStep(cfg, 1, 1.0f), GradView::Fp32(g),
-//                      store->ChunkRange(0));
+//   ShardStore::ChunkUpdate u{MakeAdamStep(cfg, 1, 1.0f), GradView::Fp32(g),
+//                             store->ChunkRange(0)};
+//   store->ApplyUpdatesInChunk(0, {&u, 1}, /*pool=*/nullptr);
 //   store->Read(store->ChunkRange(0), DType::kBf16, out);
 //
 // Contracts: every range passed in must lie inside owned() (and, where noted,
@@ -67,10 +68,6 @@ class ShardStore {
   // zeros, m = v = 0, mirror = BF16(master). Touches every page first.
   void FillSeeded(const FlatLayout& layout, uint64_t seed, double std);
   void FillZeros();
-
-  // One optimizer update of `range` (inside one chunk) with `grad` holding
-  // range.size() elements.
-  void ApplyUpdate(const AdamStep& step, GradView grad, FlatRange range);
 
   // Several updates inside chunk c, under one hold of its lock, spread over
   // `pool`'s threads (the caller's only when pool is null).

@@ -8,8 +8,8 @@
 // once the caller has applied the claimed segments to the store:
 //
 //   ASSIGN_OR_RETURN(StepClaim claim, tracker.Claim(s, params, ranges));
-//   for (const ClaimedSegment& seg : claim.segments)
-//     store.ApplyUpdate(MakeAdamStep(cfg, seg.adam_t, coef), grad, seg.range);
+//   ... apply each claimed segment (per chunk: ShardStore::ApplyUpdatesInChunk
+//       with MakeAdamStep(cfg, seg.adam_t, coef)) ...
 //   uint64_t completed = tracker.Complete(claim);
 //
 // Rules, per chunk at version v, for a segment of step s:

@@ -50,8 +50,6 @@ class UnitCache {
   // order (layout.WorkerRanges(rank)), in dtype().
   uint8_t* partition() { return partition_.data(); }
   size_t partition_bytes() const { return partition_.size(); }
-  // Byte offset of unit u's part inside the partition.
-  size_t PartOffsetBytes(int unit) const { return part_offset_[unit]; }
 
   // Starts the all-gather of unit u on the queue unless it is present or in
   // flight.

@@ -28,7 +28,6 @@
 #include "worker/kernels/cpu/elementwise.h"
 #include "worker/kernels/cpu/embedding.h"
 #include "worker/kernels/cpu/gemm.h"
-#include "worker/kernels/cpu/grad_check.h"
 #include "worker/kernels/cpu/layernorm.h"
 #include "worker/kernels/cpu/linear.h"
 
