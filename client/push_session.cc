@@ -10,17 +10,13 @@
 #include "common/status_macros.h"
 
 namespace zeroshard {
-namespace {
-
-absl::Status ValidateCommit(const StepCommit& c) {
+absl::Status ValidateStepCommit(const StepCommit& c) {
   if (!std::isfinite(c.coefficient) || c.coefficient < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push coefficient ", c.coefficient, " must be finite and >= 0"));
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 PushSession::PushSession(const ShardChannels* channels,
                          const FlatLayout* layout, uint64_t step,
@@ -105,7 +101,7 @@ absl::Status PushSession::SendCommit(const StepCommit& commit) {
     return absl::FailedPreconditionError(absl::StrCat(
         "push session for step ", step_, " is already committed or aborted"));
   }
-  if (absl::Status s = ValidateCommit(commit); !s.ok()) return s;
+  if (absl::Status s = ValidateStepCommit(commit); !s.ok()) return s;
   if (known_.has_value() && (known_->coefficient != commit.coefficient ||
                              known_->skip != commit.skip)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -50,6 +50,9 @@ struct StepCommit {
   bool skip = false;
 };
 
+// INVALID_ARGUMENT unless the coefficient is finite and >= 0.
+absl::Status ValidateStepCommit(const StepCommit& commit);
+
 // Summed over the servers of one push.
 struct PushResult {
   uint64_t applied_elems = 0;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/piece_plan.h"
 #include "common/proto_convert.h"
+#include "common/status_macros.h"
 
 namespace zeroshard {
 
@@ -130,10 +131,8 @@ absl::StatusOr<GatherResult> ShardClient::Gather(
 
 absl::StatusOr<std::unique_ptr<PushSession>> ShardClient::OpenPush(
     uint64_t step, uint32_t worker, std::optional<StepCommit> known) {
-  if (known.has_value() &&
-      (!std::isfinite(known->coefficient) || known->coefficient < 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push coefficient ", known->coefficient, " must be finite and >= 0"));
+  if (known.has_value()) {
+    RETURN_IF_ERROR(ValidateStepCommit(*known));
   }
   return std::unique_ptr<PushSession>(
       new PushSession(channels_.get(), &layout_, step, worker, known));

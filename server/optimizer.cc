@@ -39,7 +39,15 @@ bool CpuHasAvx2() {
 #endif
 }
 
-int PoolThreads() {
+OptimizerPool& Pool() {
+  // Never destroyed: helper threads may still be parked at process exit.
+  static OptimizerPool* pool = new OptimizerPool(OptimizerThreads());
+  return *pool;
+}
+
+}  // namespace
+
+int OptimizerThreads() {
   const char* env = std::getenv("ZEROSHARD_OPTIMIZER_THREADS");
   if (env != nullptr && *env != '\0') {
     int threads = 0;
@@ -53,13 +61,6 @@ int PoolThreads() {
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
 
-OptimizerPool& Pool() {
-  // Never destroyed: helper threads may still be parked at process exit.
-  static OptimizerPool* pool = new OptimizerPool(PoolThreads());
-  return *pool;
-}
-
-}  // namespace
 
 std::vector<AdamKernel> AvailableAdamKernels() {
   std::vector<AdamKernel> kernels;

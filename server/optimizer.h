@@ -87,6 +87,11 @@ void AdamUpdateReference(const AdamStep& step, GradView grad,
 // Which kernel AdamUpdate uses on this CPU: "avx512", "avx2" or "scalar".
 absl::string_view AdamKernelName();
 
+// Threads for the optimizer's pools: ZEROSHARD_OPTIMIZER_THREADS when it is an
+// integer in [1, 1024] (anything else is logged and ignored), else the
+// hardware concurrency.
+int OptimizerThreads();
+
 // The fast path. Slices above a threshold are split over worker threads
 // (ZEROSHARD_OPTIMIZER_THREADS, default: the hardware concurrency); when the
 // pool is busy with another call, this call runs on the caller's thread.

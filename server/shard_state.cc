@@ -2,14 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_convert.h"
 #include "common/status_macros.h"
@@ -24,12 +21,7 @@ constexpr double kDefaultInitStd = 0.02;
 
 OptimizerPool& ApplyPool() {
   // Never destroyed: helper threads may still be parked at process exit.
-  static OptimizerPool* pool = [] {
-    int threads = static_cast<int>(std::thread::hardware_concurrency());
-    const char* env = std::getenv("ZEROSHARD_OPTIMIZER_THREADS");
-    if (env != nullptr && !absl::SimpleAtoi(env, &threads)) threads = 0;
-    return new OptimizerPool(std::clamp(threads, 1, 1024));
-  }();
+  static OptimizerPool* pool = new OptimizerPool(OptimizerThreads());
   return *pool;
 }
 
