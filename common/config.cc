@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -231,12 +232,7 @@ std::string CanonicalJson(const TrainingConfig& c) {
 }
 
 uint64_t ConfigFingerprint(const TrainingConfig& config) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
-  for (unsigned char ch : CanonicalJson(config)) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
+  return Fnv1a64(CanonicalJson(config));
 }
 
 absl::StatusOr<ParsedConfig> LoadTrainingConfig(const std::string& path,

@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
@@ -36,12 +37,7 @@ absl::Status CheckFraction(double f) {
 
 Corpus::Corpus(std::string bytes, uint64_t split_point, std::vector<std::string> sources)
     : bytes_(std::make_shared<const std::string>(std::move(bytes))), split_point_(split_point), sources_(std::move(sources)) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : *bytes_) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  fingerprint_ = h;
+  fingerprint_ = Fnv1a64(*bytes_);
 }
 
 absl::StatusOr<Corpus> Corpus::FromBytes(std::string bytes, double validation_fraction) {
