@@ -13,8 +13,6 @@
 #include "absl/strings/str_join.h"
 
 namespace zeroshard::testing {
-namespace {
-
 std::string MakeTempDir(const std::string& prefix) {
   std::string tmpl = (std::filesystem::temp_directory_path() /
                       (prefix + "XXXXXX")).string();
@@ -24,11 +22,9 @@ std::string MakeTempDir(const std::string& prefix) {
 
 std::string ReadFile(const std::string& path) {
   std::stringstream ss;
-  ss << std::ifstream(path).rdbuf();
+  ss << std::ifstream(path, std::ios::binary).rdbuf();
   return ss.str();
 }
-
-}  // namespace
 
 std::string BinDir() { return ZS_BIN_DIR; }
 

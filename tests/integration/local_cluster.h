@@ -21,6 +21,13 @@ namespace zeroshard::testing {
 // <build>/bin, where zeroshard-server and zeroshard-ctl are.
 std::string BinDir();
 
+// A fresh directory under the system temp dir named prefix + 6 random
+// characters; "" when it cannot be made.
+std::string MakeTempDir(const std::string& prefix);
+
+// The whole file as bytes ("" when it cannot be read).
+std::string ReadFile(const std::string& path);
+
 class LocalCluster {
  public:
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(

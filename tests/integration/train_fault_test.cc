@@ -20,12 +20,6 @@
 namespace zeroshard::testing {
 namespace {
 
-std::string Slurp(const std::string& path) {
-  std::stringstream ss;
-  ss << std::ifstream(path).rdbuf();
-  return ss.str();
-}
-
 bool Contains(const std::string& text, const std::string& what) {
   return text.find(what) != std::string::npos;
 }
@@ -111,7 +105,7 @@ TEST(TrainFaultTest, WorkersThatDisagreeOnTheConfigFail) {
     auto st = workers[r]->Wait(absl::Seconds(90));
     ASSERT_TRUE(st.ok()) << "worker " << r << " hung: " << st.status();
     EXPECT_FALSE(st->success()) << "worker " << r;
-    logs += Slurp(dir.path(absl::StrCat("worker", r, ".log")));
+    logs += ReadFile(dir.path(absl::StrCat("worker", r, ".log")));
   }
   EXPECT_TRUE(Contains(logs, "FAILED_PRECONDITION")) << logs;
   EXPECT_TRUE(Contains(logs, "config")) << logs;
@@ -148,14 +142,14 @@ class BackgroundTrain {
 
   // The pid of a child from out/cluster.json ("servers" / "workers").
   int ChildPid(const std::string& group, int index) const {
-    auto j = nlohmann::json::parse(Slurp(dir_.path("out/cluster.json")),
+    auto j = nlohmann::json::parse(ReadFile(dir_.path("out/cluster.json")),
                                    nullptr, false);
     if (j.is_discarded()) return -1;
     return j[group][index]["pid"].get<int>();
   }
   std::vector<int> AllChildPids() const {
     std::vector<int> pids;
-    auto j = nlohmann::json::parse(Slurp(dir_.path("out/cluster.json")),
+    auto j = nlohmann::json::parse(ReadFile(dir_.path("out/cluster.json")),
                                    nullptr, false);
     if (j.is_discarded()) return pids;
     for (const char* g : {"servers", "workers"}) {
@@ -165,7 +159,7 @@ class BackgroundTrain {
   }
 
   Subprocess* process() { return process_.get(); }
-  std::string err() const { return Slurp(dir_.path("train.err")); }
+  std::string err() const { return ReadFile(dir_.path("train.err")); }
 
  private:
   const TrainDir& dir_;

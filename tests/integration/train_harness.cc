@@ -18,21 +18,9 @@
 #include "tests/integration/local_cluster.h"
 
 namespace zeroshard::testing {
-namespace {
 
-std::string Slurp(const std::string& path) {
-  std::stringstream ss;
-  ss << std::ifstream(path, std::ios::binary).rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
-TrainDir::TrainDir(const std::string& prefix) {
-  std::string tmpl = (std::filesystem::temp_directory_path() /
-                      ("zs_train_" + prefix + "_XXXXXX")).string();
-  if (mkdtemp(tmpl.data()) != nullptr) dir_ = tmpl;
-}
+TrainDir::TrainDir(const std::string& prefix)
+    : dir_(MakeTempDir("zs_train_" + prefix + "_")) {}
 
 TrainDir::~TrainDir() {
   const char* keep = std::getenv("ZS_KEEP_TEST_DIRS");
@@ -98,7 +86,7 @@ std::vector<std::map<std::string, std::string>> ReadMetricsCsv(
     const std::string& path) {
   std::vector<std::map<std::string, std::string>> rows;
   std::vector<std::string> header;
-  for (absl::string_view line : absl::StrSplit(Slurp(path), '\n')) {
+  for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n')) {
     if (line.empty()) continue;
     std::vector<std::string> cells = absl::StrSplit(line, ',');
     if (header.empty()) {
@@ -116,8 +104,8 @@ std::vector<std::map<std::string, std::string>> ReadMetricsCsv(
 
 std::map<std::string, std::vector<float>> ReadWeights(const std::string& dir) {
   std::map<std::string, std::vector<float>> out;
-  const std::string index = Slurp(dir + "/weights.json");
-  const std::string raw = Slurp(dir + "/weights.f32");
+  const std::string index = ReadFile(dir + "/weights.json");
+  const std::string raw = ReadFile(dir + "/weights.f32");
   nlohmann::json j = nlohmann::json::parse(index, nullptr, false);
   if (j.is_discarded() || !j.contains("tensors")) return out;
   const uint64_t total = j["total_elems"].get<uint64_t>();

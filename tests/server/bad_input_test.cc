@@ -35,12 +35,9 @@ class BadInputTest : public ::testing::Test {
     // Server 0 of 2: the upper half of the flat space belongs to server 1.
     t_ = testing::StartServer(0, 2);
     ASSERT_NE(t_.stub, nullptr);
-    grpc::ClientContext c;
-    testing::SetDeadline(c, 20000);
     v1::InitResponse init;
-    ASSERT_TRUE(t_.stub
-                    ->Init(&c, testing::MakeInit(manifest_, 2, 0, 5, 1024),
-                           &init)
+    ASSERT_TRUE(testing::InitServer(
+                    *t_.stub, testing::MakeInit(manifest_, 2, 0, 5, 1024), &init)
                     .ok());
     owned_ = {init.owned_begin(), init.owned_end()};
     total_ = init.total_elems();
@@ -267,21 +264,15 @@ TEST_F(BadInputTest, StreamCutOffBeforeCommitAppliesNothing) {
 TEST_F(BadInputTest, InitConflictingWithExistingState) {
   ExpectRejected(
       [&] {
-        grpc::ClientContext c;
-        testing::SetDeadline(c, 20000);
-        v1::InitResponse r;
-        return t_.stub->Init(&c, testing::MakeInit(manifest_, 2, 0, 6, 1024),
-                             &r);
+        return testing::InitServer(*t_.stub,
+                                   testing::MakeInit(manifest_, 2, 0, 6, 1024));
       },
       grpc::StatusCode::FAILED_PRECONDITION, "init differs");
   ExpectRejected(
       [&] {
-        grpc::ClientContext c;
-        testing::SetDeadline(c, 20000);
-        v1::InitResponse r;
         v1::InitRequest req = testing::MakeInit(manifest_, 2, 0, 5, 1024);
         req.mutable_optimizer()->set_lr(0.5);
-        return t_.stub->Init(&c, req, &r);
+        return testing::InitServer(*t_.stub, req);
       },
       grpc::StatusCode::FAILED_PRECONDITION, "optimizer differs");
 }
@@ -384,12 +375,9 @@ TEST_F(BadInputTest, NotInitialisedAndWrongServer) {
                               {Fp32Piece(0, Grad(8))}, 1.0, false);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("Init"), std::string::npos);
-  grpc::ClientContext c;
-  testing::SetDeadline(c, 20000);
-  v1::InitResponse r;
   // An Init meant for server 0 reaching server 1.
-  const grpc::Status wrong =
-      fresh.stub->Init(&c, testing::MakeInit(manifest_, 2, 0, 5, 1024), &r);
+  const grpc::Status wrong = testing::InitServer(
+      *fresh.stub, testing::MakeInit(manifest_, 2, 0, 5, 1024));
   EXPECT_EQ(wrong.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(wrong.error_message().find("--server_index"), std::string::npos);
   EXPECT_FALSE(Inspect(*fresh.stub).initialized());
@@ -407,11 +395,9 @@ TEST(PendingGradLimitTest, BufferingOverTheCapIsRefusedAndChangesNothing) {
   auto start = [&](uint64_t cap, testing::TestServer* server) -> FlatRange {
     *server = testing::StartServer(0, 1, "", cap);
     if (server->stub == nullptr) return {};
-    grpc::ClientContext c;
-    testing::SetDeadline(c, 20000);
     v1::InitResponse init;
-    if (!server->stub
-             ->Init(&c, testing::MakeInit(manifest, 1, 0, 5, 1024), &init)
+    if (!testing::InitServer(*server->stub,
+                             testing::MakeInit(manifest, 1, 0, 5, 1024), &init)
              .ok()) {
       return {};
     }

@@ -135,13 +135,11 @@ TEST(ServerBinaryTest, ServesAndExitsOnSigterm) {
   std::remove(port_file.c_str());
 
   auto stub = testing::Connect(port);
-  grpc::ClientContext c;
-  testing::SetDeadline(c, 20000);
   v1::InitResponse init;
-  ASSERT_TRUE(
-      stub->Init(&c, testing::MakeInit(testing::SmallManifest(1), 2, 1, 9, 0),
-                 &init)
-          .ok());
+  ASSERT_TRUE(testing::InitServer(
+                  *stub, testing::MakeInit(testing::SmallManifest(1), 2, 1, 9, 0),
+                  &init)
+                  .ok());
   const v1::InspectResponse info = testing::Inspect(*stub);
   EXPECT_TRUE(info.initialized());
   EXPECT_EQ(info.server_index(), 1u);

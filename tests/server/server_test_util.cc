@@ -69,6 +69,15 @@ std::unique_ptr<v1::ShardService::Stub> Connect(int port) {
   return v1::ShardService::NewStub(channel);
 }
 
+grpc::Status InitServer(v1::ShardService::Stub& stub,
+                        const v1::InitRequest& request,
+                        v1::InitResponse* response) {
+  grpc::ClientContext context;
+  SetDeadline(context, 20000);
+  v1::InitResponse local;
+  return stub.Init(&context, request, response ? response : &local);
+}
+
 TestServer StartServer(uint32_t server_index, uint32_t num_servers,
                        const std::string& admin_token,
                        uint64_t max_pending_grad_bytes) {
@@ -83,10 +92,7 @@ TestServer StartServer(uint32_t server_index, uint32_t num_servers,
   TestServer t;
   if (!server.ok()) return t;
   t.server = *std::move(server);
-  t.channel = grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", t.server->port()),
-      grpc::InsecureChannelCredentials(), TunedChannelArguments());
-  t.stub = v1::ShardService::NewStub(t.channel);
+  t.stub = Connect(t.server->port());
   return t;
 }
 

@@ -29,9 +29,13 @@ v1::InitRequest MakeInit(const v1::ModelManifest& manifest,
 // An in-process server on 127.0.0.1:0 and a stub to it.
 struct TestServer {
   std::unique_ptr<ShardServer> server;
-  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::ShardService::Stub> stub;
 };
+// Init with a 20 s deadline; the reply goes to `response` when given.
+grpc::Status InitServer(v1::ShardService::Stub& stub,
+                        const v1::InitRequest& request,
+                        v1::InitResponse* response = nullptr);
+
 TestServer StartServer(uint32_t server_index, uint32_t num_servers,
                        const std::string& admin_token = "",
                        uint64_t max_pending_grad_bytes = 0);

@@ -22,21 +22,13 @@ using testing::GatherBytes;
 using testing::GatherFp32;
 using testing::Header;
 using testing::Inspect;
+using testing::InitServer;
 using testing::MakeInit;
 using testing::Piece;
 using testing::Push;
 using testing::SmallManifest;
 using testing::StartServer;
 using testing::TestServer;
-
-grpc::Status InitServer(v1::ShardService::Stub& stub,
-                        const v1::InitRequest& request,
-                        v1::InitResponse* response = nullptr) {
-  grpc::ClientContext context;
-  testing::SetDeadline(context, 20000);
-  v1::InitResponse local;
-  return stub.Init(&context, request, response ? response : &local);
-}
 
 FlatLayout Layout(const v1::ModelManifest& manifest, uint32_t servers) {
   absl::StatusOr<FlatLayout> layout =
