@@ -52,7 +52,8 @@ struct AdamStep {
 AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
                       float coefficient);
 
-// A read-only gradient: FP32 or BF16 elements.
+// A read-only gradient: FP32 or BF16 elements, at any address (the kernels
+// load it unaligned).
 struct GradView {
   const void* data = nullptr;
   bool bf16 = false;

@@ -3,6 +3,7 @@
 // multiply-add here is an explicit std::fma, where torch's kernels fuse.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/dtype.h"
 #include "server/optimizer.h"
@@ -41,10 +42,18 @@ void AdamUpdateReference(const AdamStep& step, GradView grad,
   // torch's Adam skips the L2 term entirely when weight_decay == 0 (adding
   // 0 * p would turn a -0 gradient into +0 and an infinite p into NaN).
   const bool l2 = !adamw && step.weight_decay != 0.0f;
-  const float* g32 = static_cast<const float*>(grad.data);
-  const uint16_t* g16 = static_cast<const uint16_t*>(grad.data);
+  // Gradients may sit at any address (received bytes, or a SIMD kernel's
+  // tail): each element is loaded with memcpy, a plain unaligned load.
+  const char* gbytes = static_cast<const char*>(grad.data);
   for (size_t i = 0; i < slice.n; ++i) {
-    float g = grad.bf16 ? Bf16ToFloat(g16[i]) : g32[i];
+    float g;
+    if (grad.bf16) {
+      uint16_t h;
+      std::memcpy(&h, gbytes + i * sizeof(h), sizeof(h));
+      g = Bf16ToFloat(h);
+    } else {
+      std::memcpy(&g, gbytes + i * sizeof(g), sizeof(g));
+    }
     g = g * step.coefficient;
     float p = slice.master[i];
     if (l2) g = std::fma(p, step.weight_decay, g);   // grad.add(param, alpha)

@@ -162,7 +162,6 @@ absl::StatusOr<ApplyResult> ShardState::ApplyPush(
 void ShardState::ApplyClaimed(const StepClaim& claim, const StepParams& params,
                               absl::Span<const GradPiece> pieces,
                               uint64_t elems) {
-  const bool scalar_kernel = AdamKernelName() == "scalar";
   // Segments grouped by chunk, in chunk order.
   std::vector<size_t> order(claim.segments.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
@@ -181,7 +180,6 @@ void ShardState::ApplyClaimed(const StepClaim& claim, const StepParams& params,
   // its chunk's lock, its segments spread over `pool` when given.
   auto apply_runs = [&](size_t lo, size_t hi, OptimizerPool* pool) {
     std::vector<ShardStore::ChunkUpdate> updates;
-    std::vector<std::vector<float>> aligned;
     for (size_t g = lo; g < hi; ++g) {
       updates.clear();
       for (size_t k = starts[g]; k < starts[g + 1]; ++k) {
@@ -190,13 +188,8 @@ void ShardState::ApplyClaimed(const StepClaim& claim, const StepParams& params,
         const size_t esize = DTypeSize(piece.dtype);
         const char* data = static_cast<const char*>(piece.data) +
                            (seg.range.begin - piece.range.begin) * esize;
-        // Received bytes may sit at any address; the SIMD kernels load
-        // unaligned, the scalar reference reads whole elements.
-        if (reinterpret_cast<uintptr_t>(data) % esize != 0 && scalar_kernel) {
-          aligned.emplace_back(seg.range.size() * esize / sizeof(float) + 1);
-          std::memcpy(aligned.back().data(), data, seg.range.size() * esize);
-          data = reinterpret_cast<const char*>(aligned.back().data());
-        }
+        // Received bytes may sit at any address: every kernel loads the
+        // gradient unaligned.
         const GradView grad =
             piece.dtype == DType::kBf16
                 ? GradView::Bf16(reinterpret_cast<const uint16_t*>(data))

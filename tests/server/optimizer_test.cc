@@ -183,6 +183,32 @@ TEST(AdamKernelTest, LongSlicesWithAlignedAndUnalignedMirror) {
   }
 }
 
+// Received gradients may sit at any byte address: every kernel, the
+// reference included, reads them there and gives the bits it gives for an
+// aligned copy.
+TEST(AdamKernelTest, GradientAtAnOddAddress) {
+  std::mt19937_64 rng(std::random_device{}());
+  const size_t n = 1037;
+  for (bool bf16 : {false, true}) {
+    State want = RandomState(n, rng);
+    const AdamStep step = MakeAdamStep(Config(OptimizerKind::kAdamW, 0.01), 4, 0.5f);
+    const size_t bytes = n * (bf16 ? 2 : 4);
+    const void* aligned = want.Grad(bf16).data;
+    std::vector<char> buffer(bytes + 1);
+    std::memcpy(buffer.data() + 1, aligned, bytes);
+    const GradView odd{buffer.data() + 1, bf16};
+    State got_ref = want;
+    AdamUpdateReference(step, odd, got_ref.Slice());
+    for (const AdamKernel& kernel : AvailableAdamKernels()) {
+      State got = want;
+      kernel.fn(step, odd, got.Slice());
+      ExpectSameBits(got_ref, got, std::string(kernel.name) + (bf16 ? " bf16" : " fp32"));
+    }
+    AdamUpdateReference(step, want.Grad(bf16), want.Slice());
+    ExpectSameBits(want, got_ref, bf16 ? "reference bf16" : "reference fp32");
+  }
+}
+
 TEST(AdamKernelTest, NullMirrorIsNotWritten) {
   std::mt19937_64 rng(std::random_device{}());
   for (const AdamKernel& kernel : AvailableAdamKernels()) {
