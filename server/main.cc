@@ -9,13 +9,12 @@
 // gracefully on SIGTERM or SIGINT. Plain TCP only for now (TLS arrives in a
 // later issue): a non-loopback --listen address needs --insecure.
 #include <signal.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <string>
 
+#include "common/atomic_file.h"
 #include "common/malloc_tuning.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -57,17 +56,6 @@ std::string HostOf(const std::string& address) {
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || host == "::1" ||
          absl::StartsWith(host, "127.");
-}
-
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    out.close();
-    if (!out) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
 int Fail(const std::string& message) {
@@ -119,8 +107,13 @@ int main(int argc, char** argv) {
   if (!server.ok()) return Fail(server.status().ToString());
   const int port = (*server)->port();
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
-  if (!port_file.empty() && !WritePortFile(port_file, port)) {
-    return Fail(absl::StrCat("cannot write --port_file=", port_file));
+  if (!port_file.empty()) {
+    const absl::Status written =
+        zeroshard::WriteFileAtomically(port_file, absl::StrCat(port, "\n"));
+    if (!written.ok()) {
+      return Fail(absl::StrCat("cannot write --port_file=", port_file, ": ",
+                               written.message()));
+    }
   }
   std::cout << "zeroshard-server listening on "
             << (host.find(':') != std::string::npos ? absl::StrCat("[", host, "]")

@@ -8,29 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/shard_client.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
-namespace {
-
-absl::Status WriteAtomically(const std::string& path, const void* data,
-                             size_t bytes) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return absl::PermissionDeniedError("cannot create " + tmp);
-  const bool ok = std::fwrite(data, 1, bytes, f) == bytes;
-  if (std::fclose(f) != 0 || !ok) {
-    std::remove(tmp.c_str());
-    return absl::DataLossError("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::DataLossError("cannot rename " + tmp + " to " + path);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 std::string WeightsIndexJson(const FlatLayout& layout, int64_t version) {
   nlohmann::json j;
   j["format"] = "zeroshard-weights-v1";
@@ -72,10 +53,12 @@ absl::Status ExportWeights(const std::vector<std::string>& servers,
                         absl::StrCat("gathering the final weights: ",
                                      g.status().message()));
   }
-  RETURN_IF_ERROR(WriteAtomically(dir + "/weights.f32", weights.data(),
-                                  weights.size() * sizeof(float)));
-  const std::string index = WeightsIndexJson(layout, version);
-  return WriteAtomically(dir + "/weights.json", index.data(), index.size());
+  RETURN_IF_ERROR(WriteFileAtomically(
+      dir + "/weights.f32",
+      absl::string_view(reinterpret_cast<const char*>(weights.data()),
+                        weights.size() * sizeof(float))));
+  return WriteFileAtomically(dir + "/weights.json",
+                             WeightsIndexJson(layout, version));
 }
 
 }  // namespace zeroshard
