@@ -24,20 +24,11 @@ absl::Status ValidateRange(const FlatLayout& layout, const FlatRange& range) {
 
 absl::Status ValidateDisjoint(const FlatLayout& layout,
                               absl::Span<const FlatRange> ranges) {
-  std::vector<FlatRange> sorted(ranges.begin(), ranges.end());
-  for (const FlatRange& r : sorted) {
+  for (const FlatRange& r : ranges) {
     if (absl::Status s = ValidateRange(layout, r); !s.ok()) return s;
   }
-  std::sort(sorted.begin(), sorted.end(),
-            [](const FlatRange& a, const FlatRange& b) {
-              return a.begin < b.begin;
-            });
-  for (size_t i = 1; i < sorted.size(); ++i) {
-    if (sorted[i].begin < sorted[i - 1].end) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "flat ranges [", sorted[i - 1].begin, ", ", sorted[i - 1].end,
-          ") and [", sorted[i].begin, ", ", sorted[i].end, ") overlap"));
-    }
+  if (absl::Status s = CheckDisjoint(ranges); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("flat ", s.message()));
   }
   return absl::OkStatus();
 }

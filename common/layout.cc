@@ -23,6 +23,26 @@ FlatRange Intersect(const FlatRange& a, const FlatRange& b) {
   return {begin, end};
 }
 
+absl::Status CheckDisjoint(absl::Span<const FlatRange> ranges) {
+  std::vector<FlatRange> sorted;
+  sorted.reserve(ranges.size());
+  for (const FlatRange& r : ranges) {
+    if (!r.empty()) sorted.push_back(r);
+  }
+  std::sort(sorted.begin(), sorted.end(),
+            [](const FlatRange& a, const FlatRange& b) {
+              return a.begin < b.begin;
+            });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i].begin < sorted[i - 1].end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ranges [", sorted[i - 1].begin, ", ", sorted[i - 1].end, ") and [",
+          sorted[i].begin, ", ", sorted[i].end, ") overlap"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 FlatRange ServerRangeFor(uint64_t total, uint32_t num_servers,
                          uint32_t server) {
   // total < 2^48 and S < 2^32 keep the products inside 64 bits only through

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace zeroshard {
 
@@ -61,6 +62,10 @@ struct FlatRange {
 
 // Intersection of two ranges (empty when disjoint: begin == end).
 FlatRange Intersect(const FlatRange& a, const FlatRange& b);
+
+// OK when no two of `ranges` share an element (empty ranges share none);
+// otherwise INVALID_ARGUMENT "ranges [a, b) and [c, d) overlap".
+absl::Status CheckDisjoint(absl::Span<const FlatRange> ranges);
 
 // Placement of one tensor in the flat space.
 struct TensorInfo {

@@ -26,17 +26,8 @@ absl::StatusOr<GatherPlan> PlanGather(const ShardState& state,
                                      absl::StrCat("Gather: range ", i)));
     plan.ranges.push_back({r.offset(), r.offset() + r.length()});
   }
-  std::vector<FlatRange> sorted = plan.ranges;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const FlatRange& a, const FlatRange& b) {
-              return a.begin < b.begin;
-            });
-  for (size_t i = 1; i < sorted.size(); ++i) {
-    if (!sorted[i].empty() && sorted[i].begin < sorted[i - 1].end) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gather: ranges [", sorted[i - 1].begin, ", ", sorted[i - 1].end,
-          ") and [", sorted[i].begin, ", ", sorted[i].end, ") overlap"));
-    }
+  if (absl::Status s = CheckDisjoint(plan.ranges); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Gather: ", s.message()));
   }
   uint32_t max_bytes = request.max_message_bytes();
   if (max_bytes == 0 || max_bytes > kMaxGatherMessageBytes) {

@@ -65,7 +65,9 @@ TEST(InitValuesTest, RulesByTensor) {
     }
   }
   for (uint64_t i = 0; i < total; ++i) {
-    if (!covered[i]) ASSERT_EQ(w[i], 0.0f) << "padding at " << i;
+    if (!covered[i]) {
+      ASSERT_EQ(w[i], 0.0f) << "padding at " << i;
+    }
   }
   // Another seed gives other values; the same seed the same ones.
   std::vector<float> w2(total), w3(total);

@@ -27,6 +27,19 @@ TEST(IntersectTest, Cases) {
   EXPECT_FALSE((FlatRange{0, 10}).Contains({5, 11}));
 }
 
+TEST(CheckDisjointTest, Cases) {
+  EXPECT_TRUE(CheckDisjoint({}).ok());
+  EXPECT_TRUE(CheckDisjoint({{0, 10}, {10, 20}, {30, 31}}).ok());  // touching
+  EXPECT_TRUE(CheckDisjoint({{20, 30}, {0, 10}}).ok());            // any order
+  const absl::Status s = CheckDisjoint({{20, 30}, {0, 10}, {25, 26}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("[20, 30) and [25, 26) overlap"), std::string::npos)
+      << s;
+  // Empty ranges hold no element, and do not hide an overlap of others.
+  EXPECT_TRUE(CheckDisjoint({{5, 5}, {0, 10}}).ok());
+  EXPECT_FALSE(CheckDisjoint({{0, 10}, {5, 5}, {7, 9}}).ok());
+}
+
 ModelManifest RandomManifest(std::mt19937_64& rng, uint32_t partitions) {
   ModelManifest m;
   m.partition_count = partitions;
