@@ -28,7 +28,7 @@
 #include "bench/bench.h"
 #include "common/dtype.h"
 #include "common/optimizer_config.h"
-#include "server/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace zeroshard::bench {
 namespace {

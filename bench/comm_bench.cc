@@ -6,7 +6,6 @@
 // all-reduce would cost) and against raw TCP over loopback moving the same
 // bytes both ways at once (this machine's limit: every collective here moves
 // unit/2 bytes each way). Ratio: raw TCP time / reduce-scatter time at 64 MiB.
-#ifdef ZS_BENCH_HAVE_COMM
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -207,4 +206,3 @@ ZS_REGISTER_BENCH("comm",
                   RunCommBench);
 
 }  // namespace zeroshard::bench
-#endif  // ZS_BENCH_HAVE_COMM

@@ -10,7 +10,7 @@
 //     model, as it must; the working set (gathered units + unit grads)
 //     is what ZeRO-3 keeps flat;
 //   N = depth / 2 workers (weak scaling, params per worker about constant):
-//     DESIGN.md's 2Psi/N + 4Psi/N + ~2 units, the figure the target is about.
+//     docs/DESIGN.md's 2Psi/N + 4Psi/N + ~2 units, the figure the target is about.
 // Last line (lower is better):
 //   memory ratio=<ZeRO-3 total_peak at 16 blocks / at 4 blocks, N = depth/2>
 //   target=1.10

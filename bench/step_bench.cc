@@ -25,7 +25,7 @@
 #include "bench/bench.h"
 #include "bench/engine_rig.h"
 #include "bench/gemm_rate.h"
-#include "worker/engine/local_trainer.h"
+#include "tests/support/local_trainer.h"
 
 namespace zeroshard::bench {
 namespace {

@@ -6,8 +6,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/wire_codec.h"
-#include "common/proto_convert.h"
+#include "client/generic_call.h"
+#include "wire/gather_codec.h"
+#include "wire/grpc_status.h"
+#include "wire/proto_convert.h"
 
 namespace zeroshard {
 namespace {
@@ -47,12 +49,15 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
       if (cancel != nullptr) cancel->Unregister(ctx);
     }
   } unregister{cancel, &ctx};
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-          channels.channel(server).get(),
-          grpc::internal::RpcMethod(kGatherMethod,
-                                    grpc::internal::RpcMethod::SERVER_STREAMING),
-          &ctx, request));
+  GenericStreamCall call(channels.channel(server), kGatherMethod, &ctx);
+  grpc::ByteBuffer request_bytes;
+  bool own_buffer = false;
+  if (!grpc::SerializationTraits<v1::GatherRequest>::Serialize(
+           request, &request_bytes, &own_buffer)
+           .ok()) {
+    return absl::InternalError(absl::StrCat(what, ": cannot encode the request"));
+  }
+  const bool sent = call.Write(request_bytes) && call.WritesDone();
   const size_t esize = DTypeSize(dtype);
   *result = GatherResult();
   uint64_t received = 0;
@@ -60,7 +65,7 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
   absl::Status local;
   grpc::ByteBuffer buffer;
   GatherChunkView chunk;
-  while (reader->Read(&buffer)) {
+  while (sent && call.Read(&buffer)) {
     local = DecodeGatherChunk(buffer, &chunk);
     if (local.ok() && chunk.dtype != static_cast<int>(ToProto(dtype))) {
       local = absl::DataLossError(absl::StrCat("piece at ", chunk.offset,
@@ -100,7 +105,7 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
     }
     first = false;
   }
-  grpc::Status st = reader->Finish();
+  grpc::Status st = call.Finish();
   if (!local.ok()) {
     return absl::Status(local.code(), absl::StrCat(what, " from ", address,
                                                    ": ", local.message()));

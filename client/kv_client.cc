@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "client/retry_policy.h"
 #include "client/shard_channels.h"
+#include "wire/grpc_status.h"
 
 namespace zeroshard {
 

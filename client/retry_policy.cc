@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
 
 namespace zeroshard {
 
@@ -30,15 +29,6 @@ absl::Duration BackoffDelay(const RetryPolicy& policy, int attempt,
   const absl::Duration lo =
       std::min(policy.initial_backoff / 2, policy.max_backoff);
   return std::clamp(absl::Seconds(jittered), lo, policy.max_backoff);
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& status,
-                            const std::string& what,
-                            const std::string& address) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, " to ", address, ": ",
-                                   status.error_message()));
 }
 
 }  // namespace zeroshard

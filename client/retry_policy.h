@@ -1,7 +1,7 @@
-// The client's retry rule and backoff (DESIGN.md "Errors"): UNAVAILABLE is
-// retried with exponential backoff, bounded in attempts and in total time;
-// every other code is returned to the caller (ABORTED means "retry the step",
-// which is the engine's decision, not the transport's).
+// The client's retry rule and backoff (docs/DESIGN.md, "Errors"):
+// UNAVAILABLE is retried with exponential backoff, bounded in attempts and in
+// total time; every other code is returned to the caller (ABORTED means
+// "retry the step", which is the engine's decision, not the transport's).
 //
 //   RetryPolicy policy;                       // 5 attempts, 50 ms .. 2 s
 //   for (int attempt = 0;; ++attempt) {
@@ -13,9 +13,6 @@
 #define ZEROSHARD_CLIENT_RETRY_POLICY_H_
 
 #include <cstdint>
-#include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -47,12 +44,6 @@ bool ShouldRetry(const RetryPolicy& policy, const absl::Status& status,
 // `random_bits`. Always in [initial/2, max_backoff].
 absl::Duration BackoffDelay(const RetryPolicy& policy, int attempt,
                             uint64_t random_bits);
-
-// A grpc::Status as an absl::Status with the same code, its message prefixed
-// by "<what> to <address>: ".
-absl::Status FromGrpcStatus(const grpc::Status& status,
-                            const std::string& what,
-                            const std::string& address);
 
 }  // namespace zeroshard
 

@@ -1,9 +1,13 @@
 #include "client/server_push_stream.h"
 
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "client/wire_codec.h"
+#include "client/generic_call.h"
+#include "wire/grpc_status.h"
+#include "wire/push_grad_codec.h"
 
 namespace zeroshard {
 namespace {
@@ -13,6 +17,11 @@ constexpr char kPushGradMethod[] = "/zeroshard.v1.ShardService/PushGrad";
 grpc::ByteBuffer Serialize(const v1::PushGradMessage& msg) {
   grpc::Slice slice(msg.SerializeAsString());
   return grpc::ByteBuffer(&slice, 1);
+}
+
+bool ParseResponse(grpc::ByteBuffer& buffer, v1::PushGradResponse* out) {
+  grpc::ProtoBufferReader reader(&buffer);
+  return out->ParseFromZeroCopyStream(&reader);
 }
 
 }  // namespace
@@ -92,15 +101,10 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     context_ = &ctx;
   }
   // gRPC may hold the last data slices until the call object goes away, so
-  // the writer is destroyed before the tracker (declared first).
+  // the call is destroyed before the tracker (declared first).
   auto in_flight = std::make_shared<InFlightBytes>();
   *response = v1::PushGradResponse();
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-          channels_->channel(server_).get(),
-          grpc::internal::RpcMethod(kPushGradMethod,
-                                    grpc::internal::RpcMethod::CLIENT_STREAMING),
-          &ctx, response));
+  GenericStreamCall call(channels_->channel(server_), kPushGradMethod, &ctx);
 
   v1::PushGradMessage header;
   header.mutable_header()->set_step(step_);
@@ -111,7 +115,8 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     header.mutable_header()->set_skip(known_->skip);
   }
   absl::Status local;  // an error found on this side
-  bool ok = writer->Write(Serialize(header));
+  bool ok = call.Write(Serialize(header));
+  bool closed = false;  // the commit went out and the stream is half-closed
   size_t next = 0;
   while (ok) {
     QueuedPiece piece;
@@ -140,9 +145,9 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
         v1::PushGradMessage msg;
         msg.mutable_commit()->set_coefficient(commit->coefficient);
         msg.mutable_commit()->set_skip(commit->skip);
-        ok = writer->Write(Serialize(msg));
+        ok = call.Write(Serialize(msg));
       }
-      if (ok) writer->WritesDone();
+      closed = ok && call.WritesDone();
       break;
     }
     if (!in_flight->WaitForRoom(piece.bytes, opt.max_bytes_in_flight,
@@ -153,11 +158,17 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
       ctx.TryCancel();
       break;
     }
-    ok = writer->Write(EncodePushPiece(piece.offset, piece.dtype, piece.data,
-                                       piece.bytes, in_flight));
+    ok = call.Write(EncodePushPiece(piece.offset, piece.dtype, piece.data,
+                                    piece.bytes, in_flight));
   }
-  grpc::Status st = writer->Finish();
-  writer.reset();
+  // The reply, unless the stream broke (Finish then has the status).
+  grpc::ByteBuffer reply;
+  const bool replied = closed && call.Read(&reply);
+  grpc::Status st = call.Finish();
+  if (st.ok() && (!replied || !ParseResponse(reply, response))) {
+    st = grpc::Status(grpc::StatusCode::INTERNAL,
+                      "the reply does not parse as a PushGradResponse");
+  }
   {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;

@@ -7,7 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/piece_plan.h"
-#include "common/grpc_tuning.h"
+#include "wire/grpc_status.h"
+#include "wire/grpc_tuning.h"
 
 namespace zeroshard {
 

@@ -5,8 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/piece_plan.h"
-#include "common/proto_convert.h"
 #include "common/status_macros.h"
+#include "wire/grpc_status.h"
+#include "wire/proto_convert.h"
 
 namespace zeroshard {
 

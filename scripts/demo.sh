@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, for now: a 2-server zeroshard cluster on this machine.
+# A hand-driven look at the shard servers: a 2-server cluster on this machine.
 # Starts two zeroshard-server processes on 127.0.0.1 (free ports), initialises
 # a small GPT manifest on them, pushes and gathers a few steps as two
 # simulated workers, prints the servers' Inspect table, and stops them.

@@ -4,14 +4,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/proto_convert.h"
+#include "wire/proto_convert.h"
 #include "common/status_macros.h"
-#include "server/gather_encoding.h"
-#include "server/grpc_status.h"
+#include "wire/gather_codec.h"
+#include "wire/grpc_status.h"
 
 namespace zeroshard {
 
-absl::StatusOr<GatherPlan> PlanGather(const ShardState& state,
+absl::StatusOr<GatherPlan> PlanGather(const ModelShard& state,
                                       const v1::GatherRequest& request) {
   GatherPlan plan;
   if (request.dtype() != v1::DTYPE_FP32 && request.dtype() != v1::DTYPE_BF16) {
@@ -39,7 +39,7 @@ absl::StatusOr<GatherPlan> PlanGather(const ShardState& state,
   return plan;
 }
 
-GatherReactor::GatherReactor(std::shared_ptr<ShardState> state,
+GatherReactor::GatherReactor(std::shared_ptr<ModelShard> state,
                              GatherPlan plan, RpcCounters* counters)
     : state_(std::move(state)), plan_(std::move(plan)), counters_(counters) {
   {

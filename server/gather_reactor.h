@@ -1,5 +1,5 @@
 // The server-streaming Gather call, on the raw callback API: each reply is a
-// GatherChunk hand-encoded into one slice (server/gather_encoding.h), so each
+// GatherChunk hand-encoded into one slice (wire/gather_codec.h), so each
 // payload byte is copied once, from the store into the message.
 //
 // The request is validated first (ranges inside the owned range and
@@ -29,7 +29,7 @@
 #include "common/layout.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/rpc_counters.h"
-#include "server/shard_state.h"
+#include "server/model_shard.h"
 
 namespace zeroshard {
 
@@ -44,13 +44,13 @@ struct GatherPlan {
   uint64_t elems_per_message = 0;
 };
 
-absl::StatusOr<GatherPlan> PlanGather(const ShardState& state,
+absl::StatusOr<GatherPlan> PlanGather(const ModelShard& state,
                                       const v1::GatherRequest& request);
 
 class GatherReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // Starts streaming at once; `state` must be non-null.
-  GatherReactor(std::shared_ptr<ShardState> state, GatherPlan plan,
+  GatherReactor(std::shared_ptr<ModelShard> state, GatherPlan plan,
                 RpcCounters* counters);
 
   void OnWriteDone(bool ok) override;
@@ -67,7 +67,7 @@ class GatherReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   // Constant after construction.
-  const std::shared_ptr<ShardState> state_;
+  const std::shared_ptr<ModelShard> state_;
   const GatherPlan plan_;
   RpcCounters* const counters_;
   std::atomic<int> refs_{1};  // gRPC's reference, dropped in OnDone

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/grpc_status.h"
+#include "wire/grpc_status.h"
 
 namespace zeroshard {
 

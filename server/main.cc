@@ -6,8 +6,8 @@
 //
 // Prints "zeroshard-server listening on HOST:PORT" once serving, writes the
 // port to --port_file atomically (temporary file + rename), and shuts down
-// gracefully on SIGTERM or SIGINT. Plain TCP only for now (TLS arrives in a
-// later issue): a non-loopback --listen address needs --insecure.
+// gracefully on SIGTERM or SIGINT. The transport is plain TCP: a
+// non-loopback --listen address needs --insecure.
 #include <signal.h>
 
 #include <cstdio>

@@ -3,11 +3,11 @@
 #include <string>
 #include <utility>
 
-#include "server/grpc_status.h"
+#include "wire/grpc_status.h"
 
 namespace zeroshard {
 
-PushGradReactor::PushGradReactor(std::shared_ptr<ShardState> state,
+PushGradReactor::PushGradReactor(std::shared_ptr<ModelShard> state,
                                  grpc::ByteBuffer* response,
                                  RpcCounters* counters)
     : session_(std::move(state)), response_(response), counters_(counters) {

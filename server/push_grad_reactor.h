@@ -1,7 +1,7 @@
 // The client-streaming PushGrad call on the raw (ByteBuffer) callback API:
 // reads messages one at a time, decodes each with DecodePushGradMessage (a
 // piece's gradient bytes stay in the received slices: no copy) into a
-// PushGradSession, and finishes with its response once the commit is
+// PushReceiver, and finishes with its response once the commit is
 // applied, or with the first error. A stream cut off before its commit
 // (client cancel, disconnect, half-close without commit) applies nothing:
 // the session and its buffers are destroyed with the reactor.
@@ -13,10 +13,10 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "server/push_grad_decoding.h"
-#include "server/push_grad_session.h"
+#include "wire/push_grad_codec.h"
+#include "server/push_receiver.h"
 #include "server/rpc_counters.h"
-#include "server/shard_state.h"
+#include "server/model_shard.h"
 
 namespace zeroshard {
 
@@ -24,7 +24,7 @@ class PushGradReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   // `response` belongs to gRPC and outlives the reactor's Finish; it is
   // filled with a serialized PushGradResponse.
-  PushGradReactor(std::shared_ptr<ShardState> state,
+  PushGradReactor(std::shared_ptr<ModelShard> state,
                   grpc::ByteBuffer* response, RpcCounters* counters);
 
   void OnReadDone(bool ok) override;
@@ -35,7 +35,7 @@ class PushGradReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
   // Reads and OnDone never overlap: gRPC serialises the reactions of a
   // stream, and there is one read at a time, so no lock is needed.
-  PushGradSession session_;
+  PushReceiver session_;
   grpc::ByteBuffer* const response_;
   RpcCounters* const counters_;
   grpc::ByteBuffer message_;

@@ -3,14 +3,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/proto_convert.h"
+#include "wire/proto_convert.h"
 #include "common/status_macros.h"
-#include "server/grpc_status.h"
+#include "wire/grpc_status.h"
 
 namespace zeroshard {
 
 SetWeightsReactor::SetWeightsReactor(
-    AdminCheck check_admin, absl::StatusOr<std::shared_ptr<ShardState>> state,
+    AdminCheck check_admin, absl::StatusOr<std::shared_ptr<ModelShard>> state,
     v1::SetWeightsResponse* response, RpcCounters* counters)
     : check_admin_(std::move(check_admin)),
       state_(std::move(state)),
@@ -25,7 +25,7 @@ absl::Status SetWeightsReactor::Write(const v1::WeightPiece& piece) {
     first_ = false;
   }
   if (!state_.ok()) return state_.status();
-  const ShardState& state = **state_;
+  const ModelShard& state = **state_;
   if (piece.dtype() != v1::DTYPE_FP32 && piece.dtype() != v1::DTYPE_BF16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SetWeights: piece at offset ", piece.offset(), " has dtype ",

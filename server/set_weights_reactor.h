@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/rpc_counters.h"
-#include "server/shard_state.h"
+#include "server/model_shard.h"
 
 namespace zeroshard {
 
@@ -25,7 +25,7 @@ class SetWeightsReactor : public grpc::ServerReadReactor<v1::WeightPiece> {
  public:
   using AdminCheck = std::function<absl::Status(const std::string& token)>;
   SetWeightsReactor(AdminCheck check_admin,
-                    absl::StatusOr<std::shared_ptr<ShardState>> state,
+                    absl::StatusOr<std::shared_ptr<ModelShard>> state,
                     v1::SetWeightsResponse* response, RpcCounters* counters);
 
   void OnReadDone(bool ok) override;
@@ -36,7 +36,7 @@ class SetWeightsReactor : public grpc::ServerReadReactor<v1::WeightPiece> {
   void End(const absl::Status& status);
 
   AdminCheck check_admin_;
-  absl::StatusOr<std::shared_ptr<ShardState>> state_;
+  absl::StatusOr<std::shared_ptr<ModelShard>> state_;
   v1::SetWeightsResponse* const response_;
   RpcCounters* const counters_;
   v1::WeightPiece message_;

@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_tuning.h"
+#include "wire/grpc_tuning.h"
 #include "common/status_macros.h"
-#include "server/shard_service.h"
+#include "server/shard_service_impl.h"
 
 namespace zeroshard {
 
@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   RETURN_IF_ERROR(CheckPlacementAvailable(options.placement));
   std::unique_ptr<ShardServer> server(new ShardServer());
   server->options_ = options;
-  server->service_ = std::make_unique<ShardRpcService>(ShardRpcService::Config{
+  server->service_ = std::make_unique<ShardServiceImpl>(ShardServiceImpl::Config{
       .identity = {options.server_index, options.num_servers},
       .placement = options.placement,
       .admin_token = options.admin_token,

@@ -11,9 +11,8 @@
 //
 // Start fails (nothing left listening) for a bad identity, a placement this
 // machine cannot provide (FAILED_PRECONDITION naming --placement) or an
-// address that cannot be bound (UNAVAILABLE). Transport security is plain
-// TCP for now (TLS arrives in a later issue); main refuses non-loopback
-// addresses unless told --insecure.
+// address that cannot be bound (UNAVAILABLE). The transport is plain TCP;
+// main refuses non-loopback addresses unless told --insecure.
 #ifndef ZEROSHARD_SERVER_SHARD_SERVER_H_
 #define ZEROSHARD_SERVER_SHARD_SERVER_H_
 
@@ -29,7 +28,7 @@
 
 namespace zeroshard {
 
-class ShardRpcService;
+class ShardServiceImpl;
 
 class ShardServer {
  public:
@@ -65,7 +64,7 @@ class ShardServer {
 
   Options options_;
   int port_ = 0;
-  std::unique_ptr<ShardRpcService> service_;
+  std::unique_ptr<ShardServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
 };
 

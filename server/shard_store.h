@@ -32,8 +32,8 @@
 #include "common/dtype.h"
 #include "common/layout.h"
 #include "absl/types/span.h"
-#include "server/optimizer.h"
-#include "server/optimizer_pool.h"
+#include "optim/optimizer.h"
+#include "optim/optimizer_pool.h"
 #include "server/placement.h"
 
 namespace zeroshard {

@@ -1,5 +1,5 @@
 // Versions and exactly-once bookkeeping for the chunks of a shard
-// (DESIGN.md, "Versions and exactly-once").
+// (docs/DESIGN.md, "Versions and exactly-once").
 //
 // Each chunk has a version (global steps applied to all of it) and its own
 // Adam step count t (non-skipped steps applied). A push of gradient ranges

@@ -1,7 +1,11 @@
 // zeroshard-worker: one training worker (one per GPU, or a CPU process).
 //
 //   zeroshard-worker --rank=0 --world_size=2 --servers=h:p,h:p
-//       --config=examples/gpt-small.json [--steps=K] [--run_id=ID]
+//       --config=out/main/config.resolved.json [--run_id=ID]
+//
+// The config is the resolved configuration (common/resolved_config.h) that
+// zeroshard-train or `zeroshard-ctl config` wrote; its worker and server
+// counts must match --world_size and --servers.
 //
 // Rank 0 initialises the servers (idempotent), every rank joins the Gloo
 // group through server 0's key-value store, checks that all workers hold the
@@ -10,22 +14,21 @@
 // errors go to stderr and the exit code is non-zero.
 #include <omp.h>
 
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "common/malloc_tuning.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/kv_client.h"
 #include "client/shard_client.h"
 #include "common/config.h"
 #include "common/gpt_manifest.h"
-#include "common/logging.h"
+#include "common/malloc_tuning.h"
+#include "common/progress_event.h"
+#include "common/resolved_config.h"
 #include "common/status_macros.h"
 #include "worker/comm/collectives.h"
 #include "worker/data/batch_sampler.h"
@@ -36,8 +39,9 @@
 ABSL_FLAG(int, rank, 0, "this worker's rank in [0, world_size)");
 ABSL_FLAG(int, world_size, 1, "number of workers N");
 ABSL_FLAG(std::string, servers, "", "shard servers HOST:PORT,... in index order");
-ABSL_FLAG(std::string, config, "", "DeepSpeed-style JSON config file");
-ABSL_FLAG(int64_t, steps, -1, "train until this step (overrides the config)");
+ABSL_FLAG(std::string, config, "",
+          "the resolved configuration (written by zeroshard-train or "
+          "zeroshard-ctl config)");
 ABSL_FLAG(std::string, run_id, "run", "names this run's worker group in the KV store");
 ABSL_FLAG(std::string, hostname, "127.0.0.1", "address this worker listens on for Gloo");
 ABSL_FLAG(std::string, comm, "gloo", "collectives backend: gloo or nccl");
@@ -50,11 +54,10 @@ ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
 namespace zeroshard {
 namespace {
 
-// A JSON number, or null where the value is not finite (an overflow step's
-// gradient norm).
-std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
-  return absl::StrFormat("%.6f", v);
+// One line of the launcher's progress feed (common/progress_event.h).
+void PrintEvent(const WorkerEvent& event) {
+  std::printf("%s\n", FormatWorkerEvent(event).c_str());
+  std::fflush(stdout);
 }
 
 absl::Status Run() {
@@ -72,18 +75,15 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_config).empty()) {
     return absl::InvalidArgumentError("--config is required");
   }
-  ConfigOverrides overrides;
-  overrides.workers = world;
-  overrides.servers = static_cast<int>(servers.size());
-  if (absl::GetFlag(FLAGS_steps) >= 0) {
-    overrides.steps = static_cast<uint64_t>(absl::GetFlag(FLAGS_steps));
+  ASSIGN_OR_RETURN(const TrainingConfig cfg,
+                   LoadResolvedConfig(absl::GetFlag(FLAGS_config)));
+  if (cfg.cluster.workers != world ||
+      cfg.cluster.servers != static_cast<int>(servers.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::GetFlag(FLAGS_config), " was resolved for ", cfg.cluster.workers,
+        " workers and ", cfg.cluster.servers, " servers; this worker has "
+        "--world_size=", world, " and ", servers.size(), " in --servers"));
   }
-  ASSIGN_OR_RETURN(ParsedConfig parsed,
-                   LoadTrainingConfig(absl::GetFlag(FLAGS_config), overrides));
-  if (rank == 0) {
-    for (const std::string& w : parsed.warnings) ZS_LOG(WARNING) << w;
-  }
-  const TrainingConfig& cfg = parsed.config;
   ASSIGN_OR_RETURN(ModelManifest manifest,
                    MakeGptManifest(cfg.cluster.model, world));
   ASSIGN_OR_RETURN(FlatLayout layout,
@@ -122,39 +122,45 @@ absl::Status Run() {
   }
   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
   if (rank == 0) {
-    std::printf(
-        "{\"event\":\"start\",\"step\":%llu,\"steps\":%llu,\"params\":%llu,"
-        "\"workers\":%d,\"servers\":%zu}\n",
-        static_cast<unsigned long long>(step),
-        static_cast<unsigned long long>(cfg.cluster.steps),
-        static_cast<unsigned long long>(layout.param_elems()), world,
-        servers.size());
-    std::fflush(stdout);
+    WorkerEvent start;
+    start.kind = WorkerEvent::Kind::kStart;
+    start.step = step;
+    start.total_steps = cfg.cluster.steps;
+    start.params = layout.param_elems();
+    start.workers = static_cast<uint64_t>(world);
+    start.servers = servers.size();
+    PrintEvent(start);
   }
   for (; step < cfg.cluster.steps; ++step) {
     ASSIGN_OR_RETURN(StepResult r, engine->Step(step));
     if (rank == 0) {
-      const EngineMemory& m = engine->memory();
-      std::printf(
-          "{\"event\":\"step\",\"step\":%llu,\"loss\":%s,"
-          "\"tokens_per_s\":%.1f,\"loss_scale\":%g,\"grad_norm\":%s,"
-          "\"lr\":%.6g,\"skipped\":%s,\"seconds\":%.4f,\"fetch_s\":%.4f,"
-          "\"compute_s\":%.4f,\"comm_wait_s\":%.4f,\"commit_s\":%.4f,"
-          "\"model_state_bytes\":%llu,\"activation_peak_bytes\":%llu}\n",
-          static_cast<unsigned long long>(r.step), JsonNumber(r.loss).c_str(),
-          r.seconds > 0 ? r.tokens / r.seconds : 0.0, r.loss_scale,
-          JsonNumber(r.grad_norm).c_str(), r.lr, r.skipped ? "true" : "false", r.seconds,
-          r.fetch_seconds, r.compute_seconds, r.comm_wait_seconds,
-          r.commit_seconds, static_cast<unsigned long long>(m.total_peak()),
-          static_cast<unsigned long long>(engine->model().memory().peak()));
-      std::fflush(stdout);
+      WorkerEvent e;
+      e.kind = WorkerEvent::Kind::kStep;
+      e.step = r.step;
+      StepRecord& rec = e.record;
+      rec.step = r.step;
+      rec.loss = r.loss;
+      rec.tokens_per_s = r.seconds > 0 ? r.tokens / r.seconds : 0.0;
+      rec.loss_scale = r.loss_scale;
+      rec.grad_norm = r.grad_norm;
+      rec.lr = r.lr;
+      rec.skipped = r.skipped;
+      rec.seconds = r.seconds;
+      rec.fetch_s = r.fetch_seconds;
+      rec.compute_s = r.compute_seconds;
+      rec.comm_wait_s = r.comm_wait_seconds;
+      rec.commit_s = r.commit_seconds;
+      rec.model_state_bytes = engine->memory().total_peak();
+      rec.activation_peak_bytes = engine->model().memory().peak();
+      PrintEvent(e);
     }
   }
   RETURN_IF_ERROR(group->Barrier());
   if (rank == 0) {
-    std::printf("{\"event\":\"done\",\"step\":%llu}\n",
-                static_cast<unsigned long long>(step));
-    std::fflush(stdout);
+    WorkerEvent done;
+    done.kind = WorkerEvent::Kind::kDone;
+    done.step = step;
+    PrintEvent(done);
   }
   return absl::OkStatus();
 }

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/train/step_record.h"
+#include "common/progress_event.h"
 
 namespace zeroshard {
 

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "client/train/step_record.h"
+#include "common/progress_event.h"
 #include "common/config.h"
 
 namespace zeroshard {

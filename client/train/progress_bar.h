@@ -18,7 +18,7 @@
 #include <deque>
 #include <string>
 
-#include "client/train/step_record.h"
+#include "common/progress_event.h"
 
 namespace zeroshard {
 

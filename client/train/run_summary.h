@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "client/train/step_record.h"
+#include "common/progress_event.h"
 
 namespace zeroshard {
 

@@ -146,9 +146,6 @@ absl::Status TrainCluster::StartWorkers() {
               absl::StrCat("--world_size=", plan_.workers),
               "--servers=" + server_list, "--config=" + plan_.config_path,
               "--run_id=" + plan_.run_id};
-    if (plan_.steps.has_value()) {
-      o.argv.push_back(absl::StrCat("--steps=", *plan_.steps));
-    }
     if (plan_.inject_overflow_at_step >= 0) {
       o.argv.push_back(absl::StrCat("--inject_overflow_at_step=",
                                     plan_.inject_overflow_at_step));

@@ -46,7 +46,7 @@ namespace zeroshard {
 
 struct TrainClusterPlan {
   std::string bin_dir;       // holds zeroshard-server and zeroshard-worker
-  std::string config_path;   // passed to every worker
+  std::string config_path;   // the resolved configuration every worker reads
   std::string out_dir;       // logs/ and ports/ are created inside
   int servers = 1;
   int workers = 1;
@@ -54,7 +54,6 @@ struct TrainClusterPlan {
   std::vector<std::string> server_addresses;
   Placement placement = Placement::kHost;
   std::string admin_token;
-  std::optional<uint64_t> steps;          // --steps for the workers
   int64_t inject_overflow_at_step = -1;   // passed on when >= 0
   std::string run_id;                     // names the worker group
   absl::Duration startup_timeout = absl::Seconds(60);

@@ -11,13 +11,15 @@
 #include "client/train/loss_plot.h"
 #include "client/train/metrics_writer.h"
 #include "client/train/progress_bar.h"
-#include "client/train/step_record.h"
 #include "client/train/train_cluster.h"
 #include "client/train/weights_export.h"
+#include "common/atomic_file.h"
 #include "common/config.h"
 #include "common/gpt_manifest.h"
 #include "common/layout.h"
 #include "common/logging.h"
+#include "common/progress_event.h"
+#include "common/resolved_config.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
@@ -145,13 +147,16 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
     RETURN_IF_ERROR(CheckBinary(plan.bin_dir + "/zeroshard-server"));
   }
   RETURN_IF_ERROR(CheckBinary(plan.bin_dir + "/zeroshard-worker"));
-  plan.config_path = fs::absolute(o.config_path).string();
+  // The one resolved configuration every worker reads
+  // (common/resolved_config.h).
+  plan.config_path = fs::absolute(o.out_dir + "/config.resolved.json").string();
+  RETURN_IF_ERROR(
+      WriteFileAtomically(plan.config_path, ResolvedConfigJson(cfg)));
   plan.out_dir = o.out_dir;
   plan.servers = servers;
   plan.workers = workers;
   plan.placement = cfg.cluster.placement;
   plan.admin_token = cfg.cluster.admin_token;
-  plan.steps = o.steps;
   plan.inject_overflow_at_step = o.inject_overflow_at_step;
   plan.run_id = absl::StrCat("train-", getpid(), "-", absl::ToUnixMicros(t0));
   plan.startup_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/dtype.h"
-#include "common/grpc_tuning.h"
+#include "wire/grpc_tuning.h"
 
 namespace zeroshard::testing {
 

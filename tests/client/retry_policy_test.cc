@@ -50,15 +50,5 @@ TEST(RetryPolicyTest, BackoffGrowsWithinBounds) {
   EXPECT_LE(BackoffDelay(p, 100, ~uint64_t{0}), absl::Milliseconds(500));
 }
 
-TEST(RetryPolicyTest, GrpcStatusKeepsCodeAndNamesTheServer) {
-  absl::Status s = FromGrpcStatus(
-      grpc::Status(grpc::StatusCode::ABORTED, "stale step"), "PushGrad",
-      "10.0.0.1:7000");
-  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
-  EXPECT_NE(s.message().find("10.0.0.1:7000"), absl::string_view::npos);
-  EXPECT_NE(s.message().find("stale step"), absl::string_view::npos);
-  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK, "x", "y").ok());
-}
-
 }  // namespace
 }  // namespace zeroshard

@@ -10,7 +10,7 @@
 #include "common/gpt_manifest.h"
 #include "common/init_values.h"
 #include "gtest/gtest.h"
-#include "server/optimizer.h"
+#include "optim/optimizer.h"
 #include "tests/integration/local_cluster.h"
 
 namespace zeroshard {

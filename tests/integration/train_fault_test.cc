@@ -13,6 +13,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+#include "common/config.h"
+#include "common/resolved_config.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/train_harness.h"
@@ -83,8 +86,19 @@ TEST(TrainFaultTest, WorkersThatDisagreeOnTheConfigFail) {
   b["optimizer"]["params"]["lr"] = 2e-3;
   a["zeroshard"]["timeouts"]["step_seconds"] = 20;
   b["zeroshard"]["timeouts"]["step_seconds"] = 20;
-  const std::string configs[2] = {dir.WriteConfig("a.json", a),
-                                  dir.WriteConfig("b.json", b)};
+  // Each worker gets its own resolved configuration, as a deployment that
+  // resolved two different files would give them.
+  std::string configs[2];
+  for (int r = 0; r < 2; ++r) {
+    auto parsed = LoadTrainingConfig(
+        dir.WriteConfig(r == 0 ? "a.json" : "b.json", r == 0 ? a : b),
+        {.servers = 1, .workers = 2});
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    configs[r] = dir.path(absl::StrCat("resolved", r, ".json"));
+    ASSERT_TRUE(
+        WriteFileAtomically(configs[r], ResolvedConfigJson(parsed->config))
+            .ok());
+  }
   auto cluster = LocalCluster::Start(1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::unique_ptr<Subprocess> workers[2];

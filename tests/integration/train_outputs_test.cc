@@ -11,84 +11,11 @@
 #include "client/train/metrics_writer.h"
 #include "client/train/progress_bar.h"
 #include "client/train/run_summary.h"
-#include "client/train/step_record.h"
+#include "common/progress_event.h"
 #include "gtest/gtest.h"
 
 namespace zeroshard {
 namespace {
-
-TEST(StepRecordTest, ParsesTheWorkersStepLine) {
-  auto e = ParseWorkerEvent(
-      R"({"event":"step","step":4,"loss":3.25,"tokens_per_s":1234.5,)"
-      R"("loss_scale":65536,"grad_norm":0.5,"lr":0.001,"skipped":true,)"
-      R"("seconds":0.25,"fetch_s":0.01,"model_state_bytes":4096})");
-  ASSERT_TRUE(e.ok()) << e.status();
-  EXPECT_EQ(e->kind, WorkerEvent::Kind::kStep);
-  EXPECT_EQ(e->record.step, 4u);
-  EXPECT_DOUBLE_EQ(e->record.loss, 3.25);
-  EXPECT_DOUBLE_EQ(e->record.loss_scale, 65536);
-  EXPECT_TRUE(e->record.skipped);
-  EXPECT_DOUBLE_EQ(e->record.fetch_s, 0.01);
-  EXPECT_EQ(e->record.model_state_bytes, 4096u);
-  EXPECT_DOUBLE_EQ(e->record.compute_s, 0);  // optional, absent
-}
-
-TEST(StepRecordTest, AcceptsPrintfsNonFiniteNumbers) {
-  auto e = ParseWorkerEvent(
-      R"({"event":"step","step":2,"loss":nan,"tokens_per_s":1,)"
-      R"("loss_scale":256,"grad_norm":inf,"lr":0.001,"skipped":true,)"
-      R"("seconds":-inf,"note":"inf stays a string"})");
-  ASSERT_TRUE(e.ok()) << e.status();
-  EXPECT_TRUE(std::isnan(e->record.loss));
-  EXPECT_TRUE(std::isinf(e->record.grad_norm) && e->record.grad_norm > 0);
-  EXPECT_TRUE(std::isinf(e->record.seconds) && e->record.seconds < 0);
-  // Quoted non-finite spellings are not numbers where a count is expected.
-  EXPECT_FALSE(ParseWorkerEvent(R"({"event":"done","step":inf})").ok());
-}
-
-TEST(StepRecordTest, NullMeansNotFinite) {
-  // What zeroshard-worker prints for an overflow step's gradient norm.
-  auto e = ParseWorkerEvent(
-      R"({"event":"step","step":2,"loss":5.1,"tokens_per_s":1,)"
-      R"("loss_scale":256,"grad_norm":null,"lr":0.001,"skipped":true,)"
-      R"("seconds":0.5})");
-  ASSERT_TRUE(e.ok()) << e.status();
-  EXPECT_TRUE(std::isnan(e->record.grad_norm));
-  EXPECT_DOUBLE_EQ(e->record.loss, 5.1);
-  EXPECT_TRUE(e->record.skipped);
-}
-
-TEST(StepRecordTest, StartDoneAndUnknownEvents) {
-  auto s = ParseWorkerEvent(R"({"event":"start","step":2,"steps":9})");
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->kind, WorkerEvent::Kind::kStart);
-  EXPECT_EQ(s->step, 2u);
-  EXPECT_EQ(s->total_steps, 9u);
-  auto d = ParseWorkerEvent(R"({"event":"done","step":9})");
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->kind, WorkerEvent::Kind::kDone);
-  auto o = ParseWorkerEvent(R"({"event":"checkpoint"})");
-  ASSERT_TRUE(o.ok());
-  EXPECT_EQ(o->kind, WorkerEvent::Kind::kOther);
-}
-
-TEST(StepRecordTest, RejectsBadLinesNamingTheProblem) {
-  EXPECT_FALSE(ParseWorkerEvent("loss went down").ok());
-  EXPECT_FALSE(ParseWorkerEvent("[1,2]").ok());
-  auto missing = ParseWorkerEvent(
-      R"({"event":"step","step":1,"tokens_per_s":1,"loss_scale":1,)"
-      R"("grad_norm":1,"lr":1,"skipped":false,"seconds":1})");
-  ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("\"loss\""), std::string::npos);
-  auto wrong = ParseWorkerEvent(
-      R"({"event":"step","step":1,"loss":"low","tokens_per_s":1,)"
-      R"("loss_scale":1,"grad_norm":1,"lr":1,"skipped":false,"seconds":1})");
-  ASSERT_FALSE(wrong.ok());
-  EXPECT_NE(wrong.status().message().find("\"loss\" is not a number"),
-            std::string::npos);
-  EXPECT_FALSE(ParseWorkerEvent(R"({"event":"start","step":-1,"steps":3})")
-                   .ok());
-}
 
 TEST(MetricsWriterTest, CsvRowHasOneCellPerHeaderColumn) {
   StepRecord r;

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "absl/time/clock.h"
-#include "common/proto_convert.h"
+#include "wire/proto_convert.h"
 #include "gtest/gtest.h"
 #include "tests/server/server_test_util.h"
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_tuning.h"
+#include "wire/grpc_tuning.h"
 #include "gtest/gtest.h"
 
 namespace zeroshard::testing {

@@ -9,9 +9,9 @@
 #include "common/dtype.h"
 #include "common/init_values.h"
 #include "common/optimizer_config.h"
-#include "common/proto_convert.h"
+#include "wire/proto_convert.h"
 #include "gtest/gtest.h"
-#include "server/optimizer.h"
+#include "optim/optimizer.h"
 #include "server/placement.h"
 #include "tests/server/server_test_util.h"
 
@@ -125,7 +125,8 @@ StepPlan MakeStep(const FlatLayout& layout, uint32_t workers,
   int counter = 0;
   for (uint32_t r = 0; r < workers; ++r) {
     // The layout was made for one worker; a worker's partition of each unit
-    // is computed here the way DESIGN.md defines it.
+    // is computed here the way docs/DESIGN.md ("The flat layout") defines
+    // it.
     for (const UnitInfo& unit : layout.units()) {
       const FlatRange part{unit.offset + r * unit.padded / workers,
                            unit.offset + (r + 1) * unit.padded / workers};
@@ -421,7 +422,7 @@ TEST(ShardServerTest, AdminTokenGuardsAdminCalls) {
   v1::CheckpointResponse resp;
   const grpc::Status ck = t.stub->Checkpoint(&c, req, &resp);
   EXPECT_EQ(ck.error_code(), grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_NE(ck.error_message().find("later issue"), std::string::npos);
+  EXPECT_NE(ck.error_message().find("not implemented"), std::string::npos);
 }
 
 TEST(ShardServerTest, PinnedPlacementWithoutAGpuIsAClearError) {

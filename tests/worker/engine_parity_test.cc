@@ -26,7 +26,7 @@
 #include "common/init_values.h"
 #include "gtest/gtest.h"
 #include "tests/worker/engine_cluster.h"
-#include "worker/engine/local_trainer.h"
+#include "tests/support/local_trainer.h"
 
 namespace zeroshard::testing {
 namespace {

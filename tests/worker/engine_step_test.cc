@@ -10,7 +10,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/engine_cluster.h"
-#include "worker/engine/local_trainer.h"
+#include "tests/support/local_trainer.h"
 
 namespace zeroshard::testing {
 namespace {

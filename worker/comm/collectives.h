@@ -2,10 +2,10 @@
 //
 // A WorkerGroup is the set of N worker processes (ranks 0..N-1) that split
 // every unit of the flat parameter space into N equal, contiguous partitions
-// (DESIGN.md "One training step"). It offers what the step needs: all-gather
-// of a unit's partitions, reduce-scatter of a unit's FP32 gradient, small
-// all-reduces (global grad norm, overflow flag, config agreement), broadcast
-// of a small byte string, and a barrier.
+// (docs/DESIGN.md, "One training step"). It offers what the step needs:
+// all-gather of a unit's partitions, reduce-scatter of a unit's FP32
+// gradient, small all-reduces (global grad norm, overflow flag, config
+// agreement), broadcast of a small byte string, and a barrier.
 //
 // Backends: "gloo" (CPU, TCP; gloo_collectives.h) and "nccl" (GPU;
 // nccl_collectives.h, built only with CUDA). Both rendezvous through a

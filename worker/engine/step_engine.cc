@@ -424,7 +424,8 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   RETURN_IF_ERROR(push->SendCommit(commit));
   // The servers serve version step+1 chunk by chunk as they apply the
   // commit: the next step's fetch starts now, on the comm queue (idle after
-  // the drain), and overlaps the update (DESIGN.md, step 6).
+  // the drain), and overlaps the update (docs/DESIGN.md, "One training
+  // step", item 6).
   if (step + 1 < config_.cluster.steps) {
     prefetch_cancel_.Reset();
     prefetched_step_ = static_cast<int64_t>(step + 1);

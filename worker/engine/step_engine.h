@@ -1,4 +1,5 @@
-// StepEngine: one worker's ZeRO training step (DESIGN.md "One training step").
+// StepEngine: one worker's ZeRO training step (docs/DESIGN.md, "One
+// training step").
 //
 //   1. Fetch: the worker's 1/N partition of every unit from the shard servers
 //      at version `step` (BF16 on the wire for bf16 training, FP32 for fp32

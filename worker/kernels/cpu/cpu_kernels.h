@@ -1,6 +1,6 @@
 // The CPU kernel set of the GPT worker, forward and backward, in one include.
 //
-// Backend contract (how the CUDA kernels of a later issue slot in): every op
+// Backend contract (how a CUDA backend slots in): every op
 // is a free function in namespace zeroshard::kernels::cpu over raw pointers;
 // a CUDA backend provides the same functions, with the same signatures and
 // semantics, in namespace zeroshard::kernels::cuda (device pointers, plus an

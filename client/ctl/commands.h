@@ -1,0 +1,57 @@
+// The subcommands of zeroshard-ctl. Each takes the parsed flags, prints to
+// stdout (errors to stderr) and returns the process exit code: 0 success,
+// 1 a failed operation (unreachable server, not SERVING, bad state), 2 a usage
+// error.
+#ifndef ZEROSHARD_CLIENT_CTL_COMMANDS_H_
+#define ZEROSHARD_CLIENT_CTL_COMMANDS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/shard_client.h"
+#include "common/gpt_manifest.h"
+#include "common/optimizer_config.h"
+
+namespace zeroshard::ctl {
+
+struct CtlFlags {
+  std::vector<std::string> servers;
+  absl::Duration timeout = absl::Seconds(30);
+  std::string admin_token;
+  bool json = false;
+  GptShape shape;
+  int workers = 1;
+  int num_servers = 0;  // layout: 0 means len(servers), else 1
+  uint64_t seed = 1;
+  double init_std = 0;
+  uint64_t chunk_elems = 0;
+  OptimizerConfig optimizer;
+  int steps = 5;
+  // config: the DeepSpeed-style file, steps override (-1: the file's) and
+  // output path (empty or "-": stdout).
+  std::string config_path;
+  int64_t train_steps = -1;
+  std::string out;
+};
+
+// Client options derived from the flags (deadlines from --timeout).
+ShardClientOptions ClientOptions(const CtlFlags& flags);
+
+int RunInspect(const CtlFlags& flags);
+int RunHealth(const CtlFlags& flags);
+int RunLayout(const CtlFlags& flags);
+int RunInit(const CtlFlags& flags);
+int RunSmoke(const CtlFlags& flags);
+int RunConfig(const CtlFlags& flags);
+
+// "1.5 MiB".
+std::string HumanBytes(double bytes);
+
+// Prints rows as columns padded to their widest cell, two spaces apart.
+void PrintTable(const std::vector<std::vector<std::string>>& rows);
+
+}  // namespace zeroshard::ctl
+
+#endif  // ZEROSHARD_CLIENT_CTL_COMMANDS_H_

@@ -1,0 +1,127 @@
+// zeroshard-ctl: inspect, health, layout, init and smoke-test a zeroshard
+// cluster, and resolve a config for hand-started workers. See client/ctl/commands.h for the subcommands.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "client/ctl/commands.h"
+#include "client/shard_channels.h"
+
+ABSL_FLAG(std::string, servers, "", "Shard servers, HOST:PORT,... in index order");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "Deadline of each call");
+ABSL_FLAG(std::string, admin_token, "", "Bearer token for admin RPCs (init)");
+ABSL_FLAG(bool, json, false, "inspect/layout: print JSON");
+ABSL_FLAG(int, layers, 4, "GPT layers");
+ABSL_FLAG(int, heads, 4, "GPT attention heads");
+ABSL_FLAG(int, width, 128, "GPT width (channels)");
+ABSL_FLAG(int, vocab, 256, "GPT vocabulary size");
+ABSL_FLAG(int, context, 128, "GPT context length");
+ABSL_FLAG(int, workers, 0, "Workers (layout/init: partition count, default 1; "
+                           "smoke: simulated workers, default the manifest's)");
+ABSL_FLAG(int, num_servers, 0, "layout: servers (default: len(--servers) or 1)");
+ABSL_FLAG(uint64_t, seed, 1, "init: weight seed; smoke: gradient seed");
+ABSL_FLAG(double, init_std, 0, "init: std of the normal init (0: 0.02)");
+ABSL_FLAG(uint64_t, chunk_elems, 0, "init: elements per version chunk (0: server default)");
+ABSL_FLAG(std::string, optimizer, "adamw", "init: adamw or adam");
+ABSL_FLAG(double, lr, 1e-3, "init: learning rate");
+ABSL_FLAG(double, beta1, 0.9, "init: Adam beta1");
+ABSL_FLAG(double, beta2, 0.999, "init: Adam beta2");
+ABSL_FLAG(double, eps, 1e-8, "init: Adam eps");
+ABSL_FLAG(double, weight_decay, 0.01, "init: weight decay");
+ABSL_FLAG(int, steps, 5, "smoke: steps to push");
+ABSL_FLAG(std::string, config, "", "config: the DeepSpeed-style file to resolve");
+ABSL_FLAG(int64_t, train_steps, -1, "config: optimizer steps (-1: the file's)");
+ABSL_FLAG(std::string, out, "-", "config: where to write (-: stdout)");
+
+namespace {
+
+constexpr char kUsage[] =
+    "zeroshard-ctl COMMAND [flags]\n"
+    "  inspect  --servers=...  [--json]   state of every server, as a table\n"
+    "  health   --servers=...             grpc.health.v1 check; exit 1 unless "
+    "all SERVING\n"
+    "  layout   [--num_servers=S] [--workers=N] [shape flags] [--json]\n"
+    "  init     --servers=... [shape flags] [--workers=N] [--seed] [--lr] ...\n"
+    "  smoke    --servers=... [--steps=K] [--workers=N]\n"
+    "  config   --config=FILE [--workers=N] [--num_servers=S | --servers=...]\n"
+    "           [--train_steps=K] [--out=FILE]   the resolved configuration\n"
+    "           that zeroshard-worker reads\n"
+    "shape flags: --layers --heads --width --vocab --context";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace zeroshard;
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() != 2) {
+    std::fprintf(stderr, "%s\n", kUsage);
+    return 2;
+  }
+  const std::string command = positional[1];
+  ctl::CtlFlags f;
+  const std::string servers = absl::GetFlag(FLAGS_servers);
+  if (!servers.empty()) {
+    auto list = ParseServerList(servers);
+    if (!list.ok()) {
+      std::fprintf(stderr, "--servers: %s\n", list.status().ToString().c_str());
+      return 2;
+    }
+    f.servers = *list;
+  }
+  f.timeout = absl::GetFlag(FLAGS_timeout);
+  f.admin_token = absl::GetFlag(FLAGS_admin_token);
+  f.json = absl::GetFlag(FLAGS_json);
+  f.shape = {absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_heads),
+             absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_vocab),
+             absl::GetFlag(FLAGS_context)};
+  f.workers = absl::GetFlag(FLAGS_workers);
+  f.num_servers = absl::GetFlag(FLAGS_num_servers);
+  f.seed = absl::GetFlag(FLAGS_seed);
+  f.init_std = absl::GetFlag(FLAGS_init_std);
+  f.chunk_elems = absl::GetFlag(FLAGS_chunk_elems);
+  f.steps = absl::GetFlag(FLAGS_steps);
+  f.config_path = absl::GetFlag(FLAGS_config);
+  f.train_steps = absl::GetFlag(FLAGS_train_steps);
+  f.out = absl::GetFlag(FLAGS_out);
+  const std::string opt = absl::GetFlag(FLAGS_optimizer);
+  if (opt == "adamw") {
+    f.optimizer.kind = OptimizerKind::kAdamW;
+  } else if (opt == "adam") {
+    f.optimizer.kind = OptimizerKind::kAdam;
+  } else {
+    std::fprintf(stderr, "--optimizer must be adamw or adam, not '%s'\n",
+                 opt.c_str());
+    return 2;
+  }
+  f.optimizer.lr = absl::GetFlag(FLAGS_lr);
+  f.optimizer.beta1 = absl::GetFlag(FLAGS_beta1);
+  f.optimizer.beta2 = absl::GetFlag(FLAGS_beta2);
+  f.optimizer.eps = absl::GetFlag(FLAGS_eps);
+  f.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  if (f.timeout <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "--timeout must be positive\n");
+    return 2;
+  }
+  if (f.workers < 0 || f.num_servers < 0 || f.steps < 0) {
+    std::fprintf(stderr, "--workers, --num_servers and --steps must be >= 0\n");
+    return 2;
+  }
+  const bool needs_servers = command != "layout" && command != "config";
+  if (needs_servers && f.servers.empty()) {
+    std::fprintf(stderr, "%s needs --servers=HOST:PORT,...\n", command.c_str());
+    return 2;
+  }
+  if (command == "inspect") return ctl::RunInspect(f);
+  if (command == "health") return ctl::RunHealth(f);
+  if (command == "layout") return ctl::RunLayout(f);
+  if (command == "init") return ctl::RunInit(f);
+  if (command == "smoke") return ctl::RunSmoke(f);
+  if (command == "config") return ctl::RunConfig(f);
+  std::fprintf(stderr, "unknown command '%s'\n%s\n", command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,356 @@
+// Writer and reader of the resolved configuration share one list of fields
+// (VisitConfig), so that a field cannot be written and forgotten on reading.
+#include "common/resolved_config.h"
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace zeroshard {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kMarker[] = "zeroshard_resolved_config";
+
+template <typename E>
+using EnumNames = std::initializer_list<std::pair<E, const char*>>;
+
+const EnumNames<Precision> kPrecisions = {{Precision::kFp32, "fp32"},
+                                          {Precision::kBf16, "bf16"},
+                                          {Precision::kFp16, "fp16"}};
+const EnumNames<CommDataType> kCommDataTypes = {{CommDataType::kFp32, "fp32"},
+                                                {CommDataType::kBf16, "bf16"}};
+const EnumNames<OptimizerKind> kOptimizerKinds = {
+    {OptimizerKind::kAdamW, "adamw"}, {OptimizerKind::kAdam, "adam"}};
+const EnumNames<LrScheduleKind> kSchedules = {
+    {LrScheduleKind::kConstant, "constant"},
+    {LrScheduleKind::kWarmupCosine, "warmup_cosine"}};
+const EnumNames<OffloadDevice> kOffloadDevices = {{OffloadDevice::kNone, "none"},
+                                                  {OffloadDevice::kCpu, "cpu"}};
+const EnumNames<CheckpointPolicy> kCheckpointPolicies = {
+    {CheckpointPolicy::kNone, "none"},
+    {CheckpointPolicy::kEveryBlock, "every_block"},
+    {CheckpointPolicy::kEveryK, "every_k"}};
+const EnumNames<Placement> kPlacements = {{Placement::kHost, "host"},
+                                          {Placement::kPinned, "pinned"},
+                                          {Placement::kDevice, "device"}};
+const EnumNames<MetricsFormat> kMetricsFormats = {
+    {MetricsFormat::kCsv, "csv"}, {MetricsFormat::kJsonl, "jsonl"}};
+
+// Every field of a TrainingConfig, in file order. V provides
+//   Object(name, fn)        a nested object whose fields fn visits
+//   Field(name, T& value)   a number, bool, string or list of strings
+//   Enum(name, E& value, names)
+template <typename V>
+void VisitConfig(V& v, TrainingConfig& c) {
+  v.Field("train_batch_size", c.train_batch_size);
+  v.Field("micro_batch_size", c.micro_batch_size);
+  v.Field("gradient_accumulation_steps", c.gradient_accumulation_steps);
+  v.Field("gradient_clipping", c.gradient_clipping);
+  v.Enum("precision", c.precision, kPrecisions);
+  v.Enum("communication_data_type", c.communication_data_type, kCommDataTypes);
+  v.Object("fp16", [&] {
+    Fp16Config& f = c.fp16;
+    v.Field("loss_scale", f.loss_scale);
+    v.Field("initial_scale_power", f.initial_scale_power);
+    v.Field("loss_scale_window", f.loss_scale_window);
+    v.Field("hysteresis", f.hysteresis);
+    v.Field("min_loss_scale", f.min_loss_scale);
+    v.Field("consecutive_hysteresis", f.consecutive_hysteresis);
+  });
+  v.Object("optimizer", [&] {
+    OptimizerConfig& o = c.optimizer;
+    v.Enum("kind", o.kind, kOptimizerKinds);
+    v.Field("lr", o.lr);
+    v.Field("beta1", o.beta1);
+    v.Field("beta2", o.beta2);
+    v.Field("eps", o.eps);
+    v.Field("weight_decay", o.weight_decay);
+    v.Enum("schedule", o.schedule, kSchedules);
+    v.Field("warmup_steps", o.warmup_steps);
+    v.Field("total_steps", o.total_steps);
+    v.Field("min_lr", o.min_lr);
+  });
+  v.Object("zero", [&] {
+    ZeroConfig& z = c.zero;
+    v.Field("stage", z.stage);
+    v.Enum("offload_optimizer", z.offload_optimizer, kOffloadDevices);
+    v.Field("offload_pin_memory", z.offload_pin_memory);
+    v.Field("overlap_comm", z.overlap_comm);
+    v.Field("contiguous_gradients", z.contiguous_gradients);
+    v.Field("allgather_bucket_size", z.allgather_bucket_size);
+    v.Field("reduce_bucket_size", z.reduce_bucket_size);
+    v.Field("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size);
+    v.Field("stage3_param_persistence_threshold",
+            z.stage3_param_persistence_threshold);
+    v.Field("stage3_max_live_parameters", z.stage3_max_live_parameters);
+    v.Field("stage3_max_reuse_distance", z.stage3_max_reuse_distance);
+  });
+  v.Object("activation_checkpointing", [&] {
+    ActivationCheckpointingConfig& a = c.activation_checkpointing;
+    v.Field("partition_activations", a.partition_activations);
+    v.Field("cpu_checkpointing", a.cpu_checkpointing);
+    v.Field("contiguous_memory_optimization",
+            a.contiguous_memory_optimization);
+    v.Field("number_checkpoints", a.number_checkpoints);
+    v.Field("synchronize_checkpoint_boundary",
+            a.synchronize_checkpoint_boundary);
+    v.Field("profile", a.profile);
+    v.Enum("policy", a.policy, kCheckpointPolicies);
+    v.Field("k", a.k);
+  });
+  v.Field("steps_per_print", c.steps_per_print);
+  v.Field("wall_clock_breakdown", c.wall_clock_breakdown);
+  v.Object("cluster", [&] {
+    ClusterConfig& z = c.cluster;
+    v.Field("servers", z.servers);
+    v.Field("server_addresses", z.server_addresses);
+    v.Field("workers", z.workers);
+    v.Enum("placement", z.placement, kPlacements);
+    v.Object("model", [&] {
+      v.Field("layers", z.model.layers);
+      v.Field("heads", z.model.heads);
+      v.Field("width", z.model.width);
+      v.Field("vocab", z.model.vocab);
+      v.Field("context", z.model.context);
+    });
+    v.Object("data", [&] {
+      v.Field("paths", z.data.paths);
+      v.Field("seed", z.data.seed);
+      v.Field("validation_fraction", z.data.validation_fraction);
+    });
+    v.Field("steps", z.steps);
+    v.Field("seed", z.seed);
+    v.Field("init_std", z.init_std);
+    v.Field("chunk_elems", z.chunk_elems);
+    v.Field("metrics_path", z.metrics_path);
+    v.Enum("metrics_format", z.metrics_format, kMetricsFormats);
+    v.Field("plot_path", z.plot_path);
+    v.Field("checkpoint_dir", z.checkpoint_dir);
+    v.Field("admin_token", z.admin_token);
+    v.Object("tls", [&] {
+      v.Field("cert", z.tls.cert);
+      v.Field("key", z.tls.key);
+      v.Field("ca", z.tls.ca);
+    });
+    v.Field("step_timeout_s", z.step_timeout_s);
+    v.Field("startup_timeout_s", z.startup_timeout_s);
+    v.Field("max_overflows_at_min_scale", z.max_overflows_at_min_scale);
+  });
+}
+
+class Writer {
+ public:
+  explicit Writer(json* root) : stack_{root} {}
+
+  void Object(const char* name, const std::function<void()>& fields) {
+    json* obj = &(*stack_.back())[name];
+    *obj = json::object();
+    stack_.push_back(obj);
+    fields();
+    stack_.pop_back();
+  }
+  template <typename T>
+  void Field(const char* name, const T& value) {
+    (*stack_.back())[name] = value;
+  }
+  template <typename E>
+  void Enum(const char* name, const E& value, EnumNames<E> names) {
+    for (const auto& [e, text] : names) {
+      if (e == value) (*stack_.back())[name] = text;
+    }
+  }
+
+ private:
+  std::vector<json*> stack_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const json* root) : stack_{{root, "config"}} {}
+
+  const absl::Status& status() const { return status_; }
+
+  void Object(const char* name, const std::function<void()>& fields) {
+    const json* j = Find(name);
+    if (j == nullptr) return;
+    if (!j->is_object()) return Fail(name, "is not an object");
+    stack_.push_back({j, Path(name)});
+    fields();
+    CheckNoUnknownKeys();
+    stack_.pop_back();
+  }
+  template <typename T>
+  void Field(const char* name, T& value) {
+    const json* j = Find(name);
+    if (j == nullptr) return;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!j->is_boolean()) return Fail(name, "is not a boolean");
+      value = j->get<bool>();
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!j->is_string()) return Fail(name, "is not a string");
+      value = j->get<std::string>();
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      if (!j->is_array()) return Fail(name, "is not a list of strings");
+      value.clear();
+      for (const json& e : *j) {
+        if (!e.is_string()) return Fail(name, "is not a list of strings");
+        value.push_back(e.get<std::string>());
+      }
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!j->is_number()) return Fail(name, "is not a number");
+      value = j->get<T>();
+    } else {
+      static_assert(std::is_integral_v<T>);
+      if (!j->is_number_integer()) return Fail(name, "is not an integer");
+      if (std::is_unsigned_v<T> && !j->is_number_unsigned()) {
+        return Fail(name, "is negative");
+      }
+      value = j->get<T>();
+      if (json(value) != *j) return Fail(name, "is out of range");
+    }
+  }
+  template <typename E>
+  void Enum(const char* name, E& value, EnumNames<E> names) {
+    const json* j = Find(name);
+    if (j == nullptr) return;
+    std::vector<std::string> known;
+    for (const auto& [e, text] : names) {
+      if (j->is_string() && j->get<std::string>() == text) {
+        value = e;
+        return;
+      }
+      known.push_back(absl::StrCat("\"", text, "\""));
+    }
+    Fail(name, absl::StrCat("is not one of ", absl::StrJoin(known, ", ")));
+  }
+
+  void CheckNoUnknownKeys() {
+    const Level& level = stack_.back();
+    for (const auto& [key, unused] : level.object->items()) {
+      if (level.seen.count(key) == 0) {
+        Fail(key.c_str(), "is not a field of the resolved configuration");
+      }
+    }
+  }
+
+ private:
+  struct Level {
+    const json* object;
+    std::string path;
+    std::set<std::string> seen;
+  };
+
+  std::string Path(const char* name) const {
+    return absl::StrCat(stack_.back().path, ".", name);
+  }
+  // The member `name` of the current object; records the first error.
+  const json* Find(const char* name) {
+    if (!status_.ok()) return nullptr;
+    Level& level = stack_.back();
+    level.seen.insert(name);
+    auto it = level.object->find(name);
+    if (it == level.object->end()) {
+      Fail(name, "is missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+  void Fail(const char* name, absl::string_view why) {
+    if (status_.ok()) {
+      status_ = absl::InvalidArgumentError(
+          absl::StrCat("resolved configuration: \"", Path(name), "\" ", why));
+    }
+  }
+
+  std::vector<Level> stack_;
+  absl::Status status_;
+};
+
+}  // namespace
+
+std::string ResolvedConfigJson(const TrainingConfig& config) {
+  json inner = json::object();
+  Writer writer(&inner);
+  VisitConfig(writer, const_cast<TrainingConfig&>(config));
+  json root = json::object();
+  root[kMarker] = kResolvedConfigVersion;
+  root["config"] = std::move(inner);
+  return root.dump(2) + "\n";
+}
+
+absl::StatusOr<TrainingConfig> ParseResolvedConfig(std::string_view text) {
+  const json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError(
+        "resolved configuration: not a JSON object");
+  }
+  auto marker = root.find(kMarker);
+  if (marker == root.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a resolved configuration (no \"", kMarker,
+        "\" key): resolve a DeepSpeed-style file first with `zeroshard-ctl "
+        "config --config=FILE --workers=N --servers=S --out=RESOLVED` "
+        "(zeroshard-train does this itself)"));
+  }
+  if (!marker->is_number_integer() ||
+      marker->get<int64_t>() != kResolvedConfigVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resolved configuration: \"", kMarker, "\" is ", marker->dump(),
+        "; this build reads version ", kResolvedConfigVersion));
+  }
+  for (const auto& [key, unused] : root.items()) {
+    if (key != kMarker && key != "config") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resolved configuration: unknown top-level key \"", key, "\""));
+    }
+  }
+  auto inner = root.find("config");
+  if (inner == root.end() || !inner->is_object()) {
+    return absl::InvalidArgumentError(
+        "resolved configuration: \"config\" is missing or not an object");
+  }
+  TrainingConfig config;
+  Reader reader(&*inner);
+  VisitConfig(reader, config);
+  reader.CheckNoUnknownKeys();
+  if (!reader.status().ok()) return reader.status();
+  absl::Status valid = ValidateTrainingConfig(config);
+  if (!valid.ok()) {
+    return absl::Status(valid.code(), absl::StrCat("resolved configuration: ",
+                                                   valid.message()));
+  }
+  return config;
+}
+
+absl::StatusOr<TrainingConfig> LoadResolvedConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat("error reading config file ", path));
+  }
+  absl::StatusOr<TrainingConfig> config = ParseResolvedConfig(text.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+}  // namespace zeroshard

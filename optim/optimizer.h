@@ -1,0 +1,108 @@
+// The optimizer step on a slice of the flat space: AdamW / Adam with
+// torch.optim semantics, reading the gradient once (FP32 or BF16), scaling it
+// by a coefficient, and writing master, m, v and the BF16 mirror in one pass.
+//
+// AdamUpdateReference is the specification; AdamUpdate dispatches at run time
+// to an AVX-512 or AVX2 kernel (or the reference) and splits large slices over
+// a thread pool in cache-sized tiles. Both give bit-identical results; tests
+// compare them, and the reference against golden values from torch.
+//
+//   AdamStep step = MakeAdamStep(config, /*t=*/1, /*coefficient=*/0.5f);
+//   AdamSlice s{.master = w, .exp_avg = m, .exp_avg_sq = v, .mirror = bf16,
+//               .n = n};
+//   AdamUpdate(step, GradView::Bf16(g), s);
+#ifndef ZEROSHARD_OPTIM_OPTIMIZER_H_
+#define ZEROSHARD_OPTIM_OPTIMIZER_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/optimizer_config.h"
+
+namespace zeroshard {
+
+// Everything one update needs, precomputed once per step in double precision
+// and rounded to float the way torch does for fp32 parameters.
+struct AdamStep {
+  OptimizerKind kind = OptimizerKind::kAdamW;
+  float lr = 0;
+  float beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  // 1 - beta1^t and sqrt(1 - beta2^t), as torch computes them.
+  double bias_correction1 = 1;
+  double bias_correction2_sqrt = 1;
+  // Multiplier for every gradient element (1/loss_scale * clip factor).
+  float coefficient = 1;
+
+  // The float constants the update applies, in torch's order; MakeAdamStep
+  // derives them from the double-precision values above exactly as torch 1.13
+  // converts Python scalars for fp32 tensors. Build an AdamStep with
+  // MakeAdamStep (or set these too) before calling an update.
+  float decay = 1;                    // AdamW: float(1 - lr * weight_decay)
+  float one_minus_beta1 = 0;          // float(1 - beta1)
+  float one_minus_beta2 = 0;          // float(1 - beta2)
+  float bias_correction2_sqrt_f = 1;  // float(sqrt(1 - beta2^t))
+  float neg_step_size = 0;            // float(-(lr / (1 - beta1^t)))
+};
+
+// Builds the per-step constants for Adam step t >= 1 (t == 0 is treated as
+// t == 1), with lr = LearningRateAt(config, t). The config should have passed
+// ValidateOptimizerConfig.
+AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
+                      float coefficient);
+
+// A read-only gradient: FP32 or BF16 elements, at any address (the kernels
+// load it unaligned).
+struct GradView {
+  const void* data = nullptr;
+  bool bf16 = false;
+  static GradView Fp32(const float* p) { return {p, false}; }
+  static GradView Bf16(const uint16_t* p) { return {p, true}; }
+};
+
+// The state being updated; all arrays hold n elements. mirror may be null.
+struct AdamSlice {
+  float* master = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  uint16_t* mirror = nullptr;  // BF16 copy of master, rounded to nearest even
+  size_t n = 0;
+};
+
+// The scalar reference: the specification. Per element, with g the gradient
+// (BF16 widened exactly to FP32) and fma a fused multiply-add, as torch 1.13's
+// single-tensor AdamW / Adam compute it for fp32 parameters on this CPU:
+//   g = g * coefficient
+//   Adam with weight_decay != 0:  g = fma(p, weight_decay, g)
+//   AdamW:                        p = p * decay
+//   m = fma(g, 1 - beta1, m * beta1)
+//   v = fma((1 - beta2) * g, g, v * beta2)
+//   p = p + (neg_step_size * m) / (sqrt(v) / bias_correction2_sqrt + eps)
+//   mirror = FloatToBf16(p)
+// Preconditions (callers validate): every non-null array holds slice.n
+// elements and the arrays do not overlap.
+void AdamUpdateReference(const AdamStep& step, GradView grad,
+                         const AdamSlice& slice);
+
+// Which kernel AdamUpdate uses on this CPU: "avx512", "avx2" or "scalar".
+absl::string_view AdamKernelName();
+
+// Threads for the optimizer's pools: ZEROSHARD_OPTIMIZER_THREADS when it is an
+// integer in [1, 1024] (anything else is logged and ignored), else the
+// hardware concurrency.
+int OptimizerThreads();
+
+// The fast path. Slices above a threshold are split over worker threads
+// (ZEROSHARD_OPTIMIZER_THREADS, default: the hardware concurrency); when the
+// pool is busy with another call, this call runs on the caller's thread.
+// ZEROSHARD_OPTIMIZER_KERNEL=scalar|avx2|avx512 forces a kernel (ignored when
+// the CPU lacks it). The SIMD kernels apply the reference's operations in the
+// same order with the same fused multiply-adds: results are bit-identical to
+// AdamUpdateReference, and the mirror to FloatToBf16 (tests check both).
+// Same preconditions as AdamUpdateReference; thread-safe.
+void AdamUpdate(const AdamStep& step, GradView grad, const AdamSlice& slice);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_OPTIM_OPTIMIZER_H_

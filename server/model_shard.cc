@@ -1,0 +1,220 @@
+#include "server/model_shard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "wire/proto_convert.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "optim/optimizer.h"
+#include "optim/optimizer_pool.h"
+
+namespace zeroshard {
+namespace {
+
+constexpr double kDefaultInitStd = 0.02;
+
+OptimizerPool& ApplyPool() {
+  // Never destroyed: helper threads may still be parked at process exit.
+  static OptimizerPool* pool = new OptimizerPool(OptimizerThreads());
+  return *pool;
+}
+
+absl::Status Prefixed(absl::string_view prefix, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+}
+
+}  // namespace
+
+absl::Status ValidateCoefficient(double coefficient) {
+  if (!std::isfinite(coefficient) || coefficient < 0 ||
+      coefficient > std::numeric_limits<float>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coefficient ", coefficient,
+        " is not valid: it must be finite, >= 0 and representable as float"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::InitRequest> ModelShard::Normalize(
+    const v1::InitRequest& request) {
+  v1::InitRequest out = request;
+  out.clear_admin_token();
+  if (out.chunk_elems() == 0) out.set_chunk_elems(kDefaultChunkElems);
+  if (out.chunk_elems() % kFlatAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Init: chunk_elems (", out.chunk_elems(), ") must be a multiple of ",
+        kFlatAlignment));
+  }
+  const double std = out.init().init_std();
+  if (!std::isfinite(std) || std < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Init: init.init_std (", std, ") must be finite and >= 0"));
+  }
+  if (std == 0) out.mutable_init()->set_init_std(kDefaultInitStd);
+  if (out.init().source_case() == v1::InitValues::SOURCE_NOT_SET) {
+    return absl::InvalidArgumentError(
+        "Init: init.source must be set (seed or zeros)");
+  }
+  if (out.init().source_case() == v1::InitValues::kZeros &&
+      !out.init().zeros()) {
+    return absl::InvalidArgumentError(
+        "Init: init.zeros must be true when it is the source");
+  }
+  return out;
+}
+
+std::string ModelShard::DescribeConflict(const v1::InitRequest& a,
+                                         const v1::InitRequest& b) {
+  using google::protobuf::util::MessageDifferencer;
+  if (a.num_servers() != b.num_servers() ||
+      a.server_index() != b.server_index()) {
+    return "server_index / num_servers";
+  }
+  if (!MessageDifferencer::Equals(a.manifest(), b.manifest())) {
+    return "manifest";
+  }
+  if (!MessageDifferencer::Equals(a.optimizer(), b.optimizer())) {
+    return "optimizer";
+  }
+  if (!MessageDifferencer::Equals(a.init(), b.init())) return "init";
+  if (a.chunk_elems() != b.chunk_elems()) return "chunk_elems";
+  if (!MessageDifferencer::Equals(a, b)) return "request";
+  return "";
+}
+
+absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
+    const v1::InitRequest& raw, ServerIdentity identity, Placement placement) {
+  ASSIGN_OR_RETURN(v1::InitRequest request, Normalize(raw));
+  if (request.num_servers() == 0 ||
+      request.server_index() >= request.num_servers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Init: server_index (", request.server_index(),
+        ") must be < num_servers (", request.num_servers(), ")"));
+  }
+  if (request.server_index() != identity.server_index ||
+      request.num_servers() != identity.num_servers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Init for server ", request.server_index(), " of ",
+        request.num_servers(), " reached server ", identity.server_index,
+        " of ", identity.num_servers, " (--server_index / --num_servers)"));
+  }
+  const ModelManifest manifest = FromProto(request.manifest());
+  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(
+      manifest, request.num_servers(), manifest.partition_count);
+  if (!layout.ok()) return Prefixed("Init: manifest: ", layout.status());
+  absl::StatusOr<OptimizerConfig> config = FromProto(request.optimizer());
+  if (!config.ok()) return Prefixed("Init: ", config.status());
+  if (absl::Status s = ValidateOptimizerConfig(*config); !s.ok()) {
+    return Prefixed("Init: optimizer: ", s);
+  }
+  std::unique_ptr<ModelShard> state(new ModelShard(*std::move(layout)));
+  state->optimizer_ = *config;
+  const FlatRange owned = state->layout_.ServerRange(identity.server_index);
+  ASSIGN_OR_RETURN(state->store_, ShardStore::Create(
+                                      owned, request.chunk_elems(), placement));
+  state->tracker_ =
+      std::make_unique<StepTracker>(owned, request.chunk_elems());
+  if (request.init().source_case() == v1::InitValues::kSeed) {
+    state->store_->FillSeeded(state->layout_, request.init().seed(),
+                              request.init().init_std());
+  } else {
+    state->store_->FillZeros();
+  }
+  state->request_ = std::move(request);
+  return state;
+}
+
+absl::Status ModelShard::CheckOwned(uint64_t offset, uint64_t length,
+                                    absl::string_view what) const {
+  const FlatRange own = owned();
+  if (offset < own.begin || offset > own.end || length > own.end - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " [", offset, ", ", offset + length,
+        ") is outside this server's owned range [", own.begin, ", ", own.end,
+        ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ApplyResult> ModelShard::ApplyPush(
+    uint64_t step, const StepParams& params,
+    absl::Span<const GradPiece> pieces) {
+  std::vector<FlatRange> ranges;
+  ranges.reserve(pieces.size());
+  for (const GradPiece& p : pieces) ranges.push_back(p.range);
+  ASSIGN_OR_RETURN(StepClaim claim, tracker_->Claim(step, params, ranges));
+  ApplyResult result;
+  result.duplicate_elems = claim.duplicate_elems;
+  for (const ClaimedSegment& seg : claim.segments) {
+    result.applied_elems += seg.range.size();
+  }
+  if (!params.skip) ApplyClaimed(claim, params, pieces, result.applied_elems);
+  result.chunks_completed = tracker_->Complete(claim);
+  return result;
+}
+
+void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,
+                              absl::Span<const GradPiece> pieces,
+                              uint64_t elems) {
+  // Segments grouped by chunk, in chunk order.
+  std::vector<size_t> order(claim.segments.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return claim.segments[a].chunk < claim.segments[b].chunk;
+  });
+  std::vector<size_t> starts;  // where each chunk's run begins in `order`
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (k == 0 || claim.segments[order[k]].chunk !=
+                      claim.segments[order[k - 1]].chunk) {
+      starts.push_back(k);
+    }
+  }
+  starts.push_back(order.size());
+  // Applies the segments of chunk runs [lo, hi); each run under one hold of
+  // its chunk's lock, its segments spread over `pool` when given.
+  auto apply_runs = [&](size_t lo, size_t hi, OptimizerPool* pool) {
+    std::vector<ShardStore::ChunkUpdate> updates;
+    for (size_t g = lo; g < hi; ++g) {
+      updates.clear();
+      for (size_t k = starts[g]; k < starts[g + 1]; ++k) {
+        const ClaimedSegment& seg = claim.segments[order[k]];
+        const GradPiece& piece = pieces[seg.piece];
+        const size_t esize = DTypeSize(piece.dtype);
+        const char* data = static_cast<const char*>(piece.data) +
+                           (seg.range.begin - piece.range.begin) * esize;
+        // Received bytes may sit at any address: every kernel loads the
+        // gradient unaligned.
+        const GradView grad =
+            piece.dtype == DType::kBf16
+                ? GradView::Bf16(reinterpret_cast<const uint16_t*>(data))
+                : GradView::Fp32(reinterpret_cast<const float*>(data));
+        updates.push_back({MakeAdamStep(optimizer_, seg.adam_t,
+                                        static_cast<float>(params.coefficient)),
+                           grad, seg.range});
+      }
+      store_->ApplyUpdatesInChunk(claim.segments[order[starts[g]]].chunk,
+                                  updates, pool);
+    }
+  };
+  OptimizerPool& pool = ApplyPool();
+  const size_t runs = starts.size() - 1;
+  if (elems >= kParallelApplyElems && runs >= 2 && pool.threads() >= 2) {
+    // A large push (a commit of many buffered pieces): whole chunks are
+    // handed to the threads, so that none waits on another's chunk lock.
+    pool.ParallelFor(runs, 1, [&](size_t lo, size_t hi) {
+      apply_runs(lo, hi, nullptr);
+    });
+  } else {
+    // A piece or two as they arrive: the segments of each chunk are spread
+    // over the threads.
+    apply_runs(0, runs, &pool);
+  }
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,115 @@
+// An initialised shard: the layout, the optimizer config, the ShardStore and
+// its StepTracker, built from one InitRequest. Everything the RPC handlers
+// do to the model state goes through here, after validation.
+//
+//   ASSIGN_OR_RETURN(auto state, ModelShard::Create(request, {0, 2}, kHost));
+//   RETURN_IF_ERROR(state->CheckOwned(range, "piece"));
+//   ASSIGN_OR_RETURN(ApplyResult r, state->ApplyPush(step, params, pieces));
+//
+// Thread-safe: the members are fixed after Create; the store and tracker
+// are thread-safe.
+#ifndef ZEROSHARD_SERVER_MODEL_SHARD_H_
+#define ZEROSHARD_SERVER_MODEL_SHARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/dtype.h"
+#include "common/layout.h"
+#include "common/optimizer_config.h"
+#include "proto/zeroshard/v1/shard.pb.h"
+#include "server/placement.h"
+#include "server/shard_store.h"
+#include "server/step_tracker.h"
+
+namespace zeroshard {
+
+// Largest payload of one PushGrad piece or WeightPiece.
+inline constexpr size_t kMaxPiecePayloadBytes = size_t{4} << 20;
+// Pushes of at least this many elements (a commit of many buffered pieces)
+// are applied chunk by chunk on several threads; smaller ones spread the
+// segments of each chunk over the threads.
+inline constexpr uint64_t kParallelApplyElems = uint64_t{1} << 20;
+// Default elements per version chunk.
+inline constexpr uint64_t kDefaultChunkElems = 262144;
+
+// Which server this process is, fixed at start-up.
+struct ServerIdentity {
+  uint32_t server_index = 0;
+  uint32_t num_servers = 1;
+};
+
+// A validated slice of gradient for one push; `data` holds range.size()
+// elements of dtype (FP32 or BF16) and outlives the call.
+struct GradPiece {
+  FlatRange range;
+  DType dtype = DType::kFp32;
+  const void* data = nullptr;
+};
+
+// What one ApplyPush did (the server's side; the client sums these into its
+// PushResult).
+struct ApplyResult {
+  uint64_t applied_elems = 0;
+  uint64_t duplicate_elems = 0;
+  uint64_t chunks_completed = 0;
+};
+
+class ModelShard {
+ public:
+  // Validates the request (for this server, manifest, optimizer, chunk size,
+  // init values), allocates the store in `placement` and fills it.
+  static absl::StatusOr<std::unique_ptr<ModelShard>> Create(
+      const v1::InitRequest& request, ServerIdentity identity,
+      Placement placement);
+
+  // The request with admin_token cleared and defaults resolved (chunk_elems,
+  // init_std): what an identical Init must match.
+  static absl::StatusOr<v1::InitRequest> Normalize(
+      const v1::InitRequest& request);
+  // Empty when equal; otherwise names the first field that differs.
+  static std::string DescribeConflict(const v1::InitRequest& a,
+                                      const v1::InitRequest& b);
+
+  const v1::InitRequest& request() const { return request_; }
+  const FlatLayout& layout() const { return layout_; }
+  const OptimizerConfig& optimizer() const { return optimizer_; }
+  ShardStore& store() const { return *store_; }
+  StepTracker& tracker() const { return *tracker_; }
+  FlatRange owned() const { return store_->owned(); }
+
+  // INVALID_ARGUMENT unless [offset, offset + length) lies inside the owned
+  // range; `what` names the thing checked in the message.
+  absl::Status CheckOwned(uint64_t offset, uint64_t length,
+                          absl::string_view what) const;
+
+  // Claims, applies and completes one push of `pieces` (pairwise disjoint,
+  // inside the owned range) for `step` (see StepTracker for the rules).
+  absl::StatusOr<ApplyResult> ApplyPush(uint64_t step, const StepParams& params,
+                                       absl::Span<const GradPiece> pieces);
+
+ private:
+  ModelShard(FlatLayout layout) : layout_(std::move(layout)) {}
+  // Applies the claimed segments (`elems` elements in all) on the apply
+  // thread pool.
+  void ApplyClaimed(const StepClaim& claim, const StepParams& params,
+                    absl::Span<const GradPiece> pieces, uint64_t elems);
+
+  v1::InitRequest request_;
+  FlatLayout layout_;
+  OptimizerConfig optimizer_;
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<StepTracker> tracker_;
+};
+
+// INVALID_ARGUMENT unless the coefficient is finite, >= 0 and finite as a
+// float.
+absl::Status ValidateCoefficient(double coefficient);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_SERVER_MODEL_SHARD_H_

@@ -1,0 +1,232 @@
+#include "server/push_receiver.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "wire/proto_convert.h"
+#include "common/status_macros.h"
+
+namespace zeroshard {
+
+PushReceiver::PushReceiver(std::shared_ptr<ModelShard> state)
+    : state_(std::move(state)) {}
+
+PushReceiver::~PushReceiver() { FreeBuffers(); }
+
+void PushReceiver::FreeBuffers() {
+  if (buffered_bytes_ != 0) state_->store().AddPendingGradBytes(-buffered_bytes_);
+  buffered_bytes_ = 0;
+  buffered_.clear();
+}
+
+absl::Status PushReceiver::OnMessage(v1::PushGradMessage& message) {
+  if (finished_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a message arrived after the commit; the commit must be last");
+  }
+  switch (message.kind_case()) {
+    case v1::PushGradMessage::kHeader:
+      return OnHeader(message.header());
+    case v1::PushGradMessage::kPiece:
+      return OnProtoPiece(*message.mutable_piece());
+    case v1::PushGradMessage::kCommit:
+      return OnCommit(message.commit());
+    default:
+      return absl::InvalidArgumentError(
+          "PushGrad: message has no header, piece or commit");
+  }
+}
+
+absl::Status PushReceiver::OnHeader(const v1::PushGradHeader& header) {
+  if (have_header_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a second header; a stream carries exactly one, first");
+  }
+  if (header.coefficient_known()) {
+    RETURN_IF_ERROR(ValidateCoefficient(header.coefficient()));
+    RETURN_IF_ERROR(state_->tracker().CheckParams(
+        header.step(), {header.coefficient(), header.skip()}));
+  }
+  header_ = header;
+  have_header_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PushReceiver::OnProtoPiece(v1::PushGradPiece& piece) {
+  auto bytes =
+      std::make_shared<std::string>(std::move(*piece.mutable_data()));
+  PushGradPieceInput in;
+  in.offset = piece.offset();
+  in.dtype = piece.dtype();
+  in.bytes = bytes->size();
+  in.segments.emplace_back(reinterpret_cast<const uint8_t*>(bytes->data()),
+                           bytes->size());
+  in.owner = std::move(bytes);
+  return OnPiece(std::move(in));
+}
+
+absl::Status PushReceiver::OnPiece(PushGradPieceInput piece) {
+  if (finished_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a message arrived after the commit; the commit must be last");
+  }
+  if (!have_header_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a piece arrived before the header");
+  }
+  const v1::DType wire = static_cast<v1::DType>(piece.dtype);
+  if (wire != v1::DTYPE_FP32 && wire != v1::DTYPE_BF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: piece at offset ", piece.offset, " has dtype ",
+        v1::DType_IsValid(piece.dtype) ? v1::DType_Name(wire)
+                                       : absl::StrCat(piece.dtype),
+        "; want DTYPE_FP32 or DTYPE_BF16"));
+  }
+  ASSIGN_OR_RETURN(const DType dtype, FromProto(wire));
+  const size_t esize = DTypeSize(dtype);
+  const size_t bytes = piece.bytes;
+  if (bytes > kMaxPiecePayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: piece at offset ", piece.offset, " carries ", bytes,
+        " bytes, more than the limit of ", kMaxPiecePayloadBytes,
+        " per message; split it"));
+  }
+  if (bytes == 0 || bytes % esize != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: piece at offset ", piece.offset, " carries ", bytes,
+        " bytes, not a positive multiple of ", esize, " (", DTypeName(dtype),
+        ")"));
+  }
+  const uint64_t n = bytes / esize;
+  RETURN_IF_ERROR(state_->CheckOwned(piece.offset, n, "PushGrad: piece"));
+  const FlatRange range{piece.offset, piece.offset + n};
+  // Overlap with another piece of this stream: the neighbour before and the
+  // one at or after range.begin.
+  auto next = ranges_.lower_bound(range.begin);
+  bool overlap = next != ranges_.end() && next->first < range.end;
+  if (next != ranges_.begin() && std::prev(next)->second > range.begin) {
+    overlap = true;
+  }
+  if (overlap) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: piece [", range.begin, ", ", range.end,
+        ") overlaps another piece of the same stream"));
+  }
+  payload_bytes_ += bytes;
+  Buffered parts = SplitIntoParts(range, dtype, piece);
+  if (header_.coefficient_known()) {
+    RETURN_IF_ERROR(
+        Apply({header_.coefficient(), header_.skip()}, parts.parts));
+    ranges_.emplace(range.begin, range.end);
+    return absl::OkStatus();
+  }
+  if (!state_->store().TryAddPendingGradBytes(bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "PushGrad: buffering piece [", range.begin, ", ", range.end, ") (",
+        bytes, " bytes) would bring the gradient bytes awaiting a commit on "
+        "this server over its limit of ", state_->store().pending_grad_limit(),
+        " (", state_->store().pending_grad_bytes(),
+        " pending; --max_pending_grad_mib); nothing of this stream is applied"));
+  }
+  ranges_.emplace(range.begin, range.end);
+  buffered_.push_back(std::move(parts));
+  buffered_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+PushReceiver::Buffered PushReceiver::SplitIntoParts(
+    FlatRange range, DType dtype, PushGradPieceInput& piece) {
+  const size_t esize = DTypeSize(dtype);
+  Buffered out;
+  // At most one stitched element per boundary between segments; reserved up
+  // front so that pointers into `stitched` stay put.
+  out.stitched.reserve(piece.segments.size());
+  uint64_t elem = range.begin;  // the next element to emit
+  size_t carried = 0;           // bytes of a split element gathered so far
+  uint32_t partial = 0;
+  for (const auto& [p, n] : piece.segments) {
+    const uint8_t* at = p;
+    size_t left = n;
+    if (carried > 0) {
+      const size_t take = std::min(esize - carried, left);
+      std::memcpy(reinterpret_cast<uint8_t*>(&partial) + carried, at, take);
+      carried += take;
+      at += take;
+      left -= take;
+      if (carried < esize) continue;
+      out.stitched.push_back(partial);
+      out.parts.push_back(
+          {{elem, elem + 1}, dtype, &out.stitched.back()});
+      ++elem;
+      carried = 0;
+    }
+    const size_t whole = left / esize;
+    if (whole > 0) {
+      out.parts.push_back({{elem, elem + whole}, dtype, at});
+      elem += whole;
+      at += whole * esize;
+      left -= whole * esize;
+    }
+    if (left > 0) {
+      partial = 0;
+      std::memcpy(&partial, at, left);
+      carried = left;
+    }
+  }
+  out.owner = std::move(piece.owner);
+  return out;
+}
+
+absl::Status PushReceiver::OnCommit(const v1::PushGradCommit& commit) {
+  if (!have_header_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a commit arrived before the header");
+  }
+  if (header_.coefficient_known()) {
+    return absl::InvalidArgumentError(
+        "PushGrad: a commit arrived although the header carried the "
+        "coefficient (coefficient_known); no commit may follow");
+  }
+  RETURN_IF_ERROR(ValidateCoefficient(commit.coefficient()));
+  std::vector<GradPiece> pieces;
+  pieces.reserve(buffered_.size());
+  for (const Buffered& b : buffered_) {
+    pieces.insert(pieces.end(), b.parts.begin(), b.parts.end());
+  }
+  RETURN_IF_ERROR(Apply({commit.coefficient(), commit.skip()}, pieces));
+  FreeBuffers();
+  finished_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PushReceiver::Apply(const StepParams& params,
+                                    absl::Span<const GradPiece> pieces) {
+  ASSIGN_OR_RETURN(ApplyResult r,
+                   state_->ApplyPush(header_.step(), params, pieces));
+  response_.set_applied_elems(response_.applied_elems() + r.applied_elems);
+  response_.set_duplicate_elems(response_.duplicate_elems() +
+                                r.duplicate_elems);
+  response_.set_chunks_completed(response_.chunks_completed() +
+                                 r.chunks_completed);
+  return absl::OkStatus();
+}
+
+absl::Status PushReceiver::OnEndOfStream() {
+  if (finished_) return absl::OkStatus();
+  if (!have_header_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: the stream ended without a header");
+  }
+  if (header_.coefficient_known()) {
+    finished_ = true;
+    return absl::OkStatus();
+  }
+  FreeBuffers();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "PushGrad: the stream for step ", header_.step(), " from worker ",
+      header_.worker(), " ended before its commit; nothing was applied"));
+}
+
+}  // namespace zeroshard

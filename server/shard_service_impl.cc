@@ -1,0 +1,261 @@
+#include "server/shard_service_impl.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "wire/proto_convert.h"
+#include "common/status_macros.h"
+#include "server/gather_reactor.h"
+#include "wire/grpc_status.h"
+#include "server/kv_wait_reactor.h"
+#include "server/push_grad_reactor.h"
+#include "server/set_weights_reactor.h"
+
+namespace zeroshard {
+namespace {
+
+// A reactor that finishes at once with an error.
+template <class Reactor>
+class FailedReactor : public Reactor {
+ public:
+  FailedReactor(const absl::Status& status, RpcCounters* counters)
+      : status_(status), counters_(counters) {
+    // Counted before the client can see the status, so that an Inspect
+    // that follows the failed call already includes it.
+    counters_->RecordResult(status_);
+    this->Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status status_;
+  RpcCounters* counters_;
+};
+
+bool TokensEqual(absl::string_view a, absl::string_view b) {
+  // Compare every byte so the time does not reveal a matching prefix.
+  unsigned diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^
+            static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+  }
+  return diff == 0;
+}
+
+void FillInitResponse(const ModelShard& state, bool already,
+                      v1::InitResponse* response) {
+  response->set_owned_begin(state.owned().begin);
+  response->set_owned_end(state.owned().end);
+  response->set_total_elems(state.layout().total_elems());
+  response->set_already_initialized(already);
+}
+
+}  // namespace
+
+ShardServiceImpl::ShardServiceImpl(Config config) : config_(std::move(config)) {}
+
+absl::Status ShardServiceImpl::CheckAdmin(const std::string& token,
+                                         absl::string_view method) const {
+  if (config_.admin_token.empty() || TokensEqual(token, config_.admin_token)) {
+    return absl::OkStatus();
+  }
+  return absl::UnauthenticatedError(absl::StrCat(
+      method, " is an admin call and needs the server's admin token (",
+      token.empty() ? "none was given" : "the one given does not match", ")"));
+}
+
+absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::state() const {
+  absl::MutexLock lock(&mu_);
+  if (state_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the shard server is not initialised; call Init first");
+  }
+  return state_;
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::FinishUnary(
+    grpc::CallbackServerContext* context, const absl::Status& status) {
+  counters_.RecordResult(status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
+                                     v1::InitResponse* response) {
+  RETURN_IF_ERROR(CheckAdmin(request.admin_token(), "Init"));
+  absl::MutexLock init_lock(&init_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != nullptr) {
+      ASSIGN_OR_RETURN(v1::InitRequest normal, ModelShard::Normalize(request));
+      const std::string conflict =
+          ModelShard::DescribeConflict(state_->request(), normal);
+      if (!conflict.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "Init conflicts with the existing state: its ", conflict,
+            " differs from the request the server was initialised with; "
+            "nothing changed (restart the server to change it)"));
+      }
+      FillInitResponse(*state_, /*already=*/true, response);
+      return absl::OkStatus();
+    }
+  }
+  // Allocating and filling may take a while: done outside mu_ so that
+  // Inspect and KV calls keep being served.
+  ASSIGN_OR_RETURN(std::shared_ptr<ModelShard> state,
+                   ModelShard::Create(request, config_.identity,
+                                      config_.placement));
+  state->store().set_pending_grad_limit(config_.max_pending_grad_bytes);
+  FillInitResponse(*state, /*already=*/false, response);
+  absl::MutexLock lock(&mu_);
+  state_ = std::move(state);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Init(
+    grpc::CallbackServerContext* context, const v1::InitRequest* request,
+    v1::InitResponse* response) {
+  counters_.RecordCall("Init");
+  return FinishUnary(context, DoInit(*request, response));
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::Gather(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  counters_.RecordCall("Gather");
+  using Failed = FailedReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>>;
+  grpc::ByteBuffer copy(*request);  // shares the slices
+  v1::GatherRequest parsed;
+  grpc::ProtoBufferReader reader(&copy);
+  if (!parsed.ParseFromZeroCopyStream(&reader)) {
+    return new Failed(
+        absl::InvalidArgumentError("Gather: request does not parse"),
+        &counters_);
+  }
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  if (!state.ok()) return new Failed(state.status(), &counters_);
+  absl::StatusOr<GatherPlan> plan = PlanGather(**state, parsed);
+  if (!plan.ok()) return new Failed(plan.status(), &counters_);
+  return new GatherReactor(*std::move(state), *std::move(plan), &counters_);
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::PushGrad(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  counters_.RecordCall("PushGrad");
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  if (!state.ok()) {
+    return new FailedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(
+        state.status(), &counters_);
+  }
+  return new PushGradReactor(*std::move(state), response, &counters_);
+}
+
+absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
+  response->set_server_index(config_.identity.server_index);
+  response->set_num_servers(config_.identity.num_servers);
+  response->set_placement(std::string(PlacementName(config_.placement)));
+  counters_.Fill(response->mutable_counters());
+  absl::StatusOr<std::shared_ptr<ModelShard>> maybe = state();
+  if (!maybe.ok()) return absl::OkStatus();  // initialized = false
+  const ModelShard& state = **maybe;
+  const ShardStore& store = state.store();
+  response->set_initialized(true);
+  response->set_owned_begin(state.owned().begin);
+  response->set_owned_end(state.owned().end);
+  response->set_total_elems(state.layout().total_elems());
+  response->set_chunk_elems(store.chunk_elems());
+  response->set_num_chunks(store.num_chunks());
+  const StepTracker::Summary summary = state.tracker().Summarize();
+  response->set_min_version(summary.min_version);
+  response->set_max_version(summary.max_version);
+  response->set_adam_step(summary.min_adam_step);
+  *response->mutable_optimizer() = ToProto(state.optimizer());
+  for (const auto& [kind, bytes] : store.BytesByKind()) {
+    (*response->mutable_bytes_by_kind())[kind] = bytes;
+  }
+  const StateNorms norms = store.Norms();
+  response->mutable_norms()->set_master(norms.master);
+  response->mutable_norms()->set_exp_avg(norms.exp_avg);
+  response->mutable_norms()->set_exp_avg_sq(norms.exp_avg_sq);
+  response->set_pending_grad_bytes(store.pending_grad_bytes());
+  response->set_pending_grad_limit_bytes(store.pending_grad_limit());
+  *response->mutable_manifest() = state.request().manifest();
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Inspect(
+    grpc::CallbackServerContext* context, const v1::InspectRequest* request,
+    v1::InspectResponse* response) {
+  counters_.RecordCall("Inspect");
+  return FinishUnary(context, DoInspect(response));
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Checkpoint(
+    grpc::CallbackServerContext* context,
+    const v1::CheckpointRequest* request, v1::CheckpointResponse* response) {
+  counters_.RecordCall("Checkpoint");
+  absl::Status s = CheckAdmin(request->admin_token(), "Checkpoint");
+  if (s.ok()) {
+    s = absl::UnimplementedError(
+        "Checkpoint is not implemented by this server");
+  }
+  return FinishUnary(context, s);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Restore(
+    grpc::CallbackServerContext* context, const v1::RestoreRequest* request,
+    v1::RestoreResponse* response) {
+  counters_.RecordCall("Restore");
+  absl::Status s = CheckAdmin(request->admin_token(), "Restore");
+  if (s.ok()) {
+    s = absl::UnimplementedError(
+        "Restore is not implemented by this server");
+  }
+  return FinishUnary(context, s);
+}
+
+grpc::ServerReadReactor<v1::WeightPiece>* ShardServiceImpl::SetWeights(
+    grpc::CallbackServerContext* context, v1::SetWeightsResponse* response) {
+  counters_.RecordCall("SetWeights");
+  return new SetWeightsReactor(
+      [this](const std::string& token) {
+        return CheckAdmin(token, "SetWeights");
+      },
+      state(), response, &counters_);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::KvSet(
+    grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
+    v1::KvSetResponse* response) {
+  counters_.RecordCall("KvSet");
+  counters_.AddBytesIn(request->value().size());
+  return FinishUnary(context, kv_.Set(request->key(), request->value()));
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::KvGet(
+    grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
+    v1::KvGetResponse* response) {
+  counters_.RecordCall("KvGet");
+  absl::StatusOr<std::optional<std::string>> value = kv_.Get(request->key());
+  if (value.ok() && value->has_value()) {
+    response->set_found(true);
+    response->set_value(**std::move(value));
+  }
+  return FinishUnary(context, value.status());
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::KvWait(
+    grpc::CallbackServerContext* context, const v1::KvWaitRequest* request,
+    v1::KvWaitResponse* response) {
+  counters_.RecordCall("KvWait");
+  const std::vector<std::string> keys(request->keys().begin(),
+                                      request->keys().end());
+  if (absl::Status s = KvStore::ValidateKeys(keys); !s.ok()) {
+    return FinishUnary(context, s);
+  }
+  return new KvWaitReactor(context, &kv_, keys, &counters_);
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,179 @@
+#include "tests/support/local_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/gpt_manifest.h"
+#include "common/grad_clip.h"
+#include "common/init_values.h"
+#include "common/optimizer_config.h"
+#include "common/status_macros.h"
+#include "optim/optimizer.h"
+#include "worker/engine/precision.h"
+#include "worker/model/gpt_forward_backward.h"
+
+namespace zeroshard {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+LocalTrainer::LocalTrainer(const TrainingConfig& config, FlatLayout layout,
+                           const BatchSampler* sampler, LossScaler scaler,
+                           model::GptModel model)
+    : config_(config),
+      layout_(std::move(layout)),
+      sampler_(sampler),
+      scaler_(std::move(scaler)),
+      model_(std::move(model)),
+      param_dtype_(ParamDTypeFor(config.precision)),
+      world_(config.cluster.workers) {}
+
+absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
+    const TrainingConfig& config, const BatchSampler* sampler) {
+  if (sampler == nullptr) return absl::InvalidArgumentError("sampler is null");
+  RETURN_IF_ERROR(ValidateTrainingConfig(config));
+  if (sampler->context() > config.cluster.model.context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampler context ", sampler->context(), " exceeds the model's ",
+        config.cluster.model.context));
+  }
+  const int n = config.cluster.workers;
+  ASSIGN_OR_RETURN(ModelManifest manifest,
+                   MakeGptManifest(config.cluster.model, n));
+  ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(manifest, 1, n));
+  ASSIGN_OR_RETURN(LossScaler scaler,
+                   LossScaler::Create(LossScalerOptionsFor(config)));
+  const model::CheckpointPolicy policy =
+      ModelCheckpointPolicy(config.activation_checkpointing);
+  ASSIGN_OR_RETURN(model::GptModel m,
+                   model::GptModel::Create(layout, config.cluster.model,
+                                           ParamDTypeFor(config.precision),
+                                           policy));
+  std::unique_ptr<LocalTrainer> t(new LocalTrainer(
+      config, std::move(layout), sampler, std::move(scaler), std::move(m)));
+  const uint64_t total = t->layout_.total_elems();
+  t->master_.resize(total);
+  // ValidateTrainingConfig (above) guarantees init_std > 0.
+  FillInitialValues(t->layout_, config.cluster.seed, config.cluster.init_std,
+                    FlatRange{0, total}, t->master_.data());
+  t->exp_avg_.assign(total, 0.0f);
+  t->exp_avg_sq_.assign(total, 0.0f);
+  t->grads_.assign(total, 0.0f);
+  t->micro_grads_.assign(total, 0.0f);
+  if (t->param_dtype_ != DType::kFp32) t->mirror_.resize(total);
+  t->RefreshParams();
+  const size_t tokens =
+      static_cast<size_t>(config.micro_batch_size) * sampler->context();
+  t->inputs_.resize(tokens);
+  t->targets_.resize(tokens);
+  return t;
+}
+
+void LocalTrainer::RefreshParams() {
+  // bf16: AdamUpdate writes the mirror; refresh only at init and for fp16.
+  if (param_dtype_ == DType::kBf16) {
+    FloatToBf16Array(master_.data(), mirror_.data(), master_.size());
+  } else if (param_dtype_ == DType::kFp16) {
+    FloatToFp16Array(master_.data(), mirror_.data(), master_.size());
+  }
+}
+
+absl::StatusOr<double> LocalTrainer::MicroBatch(uint64_t step, int micro,
+                                                int rank) {
+  const int b = config_.micro_batch_size;
+  const int T = sampler_->context();
+  RETURN_IF_ERROR(sampler_->FillMicroBatch(step, rank, world_, micro, b,
+                                           absl::MakeSpan(inputs_),
+                                           absl::MakeSpan(targets_)));
+  const void* params = param_dtype_ == DType::kFp32
+                           ? static_cast<const void*>(master_.data())
+                           : static_cast<const void*>(mirror_.data());
+  std::fill(micro_grads_.begin(), micro_grads_.end(), 0.0f);
+  ASSIGN_OR_RETURN(
+      model::GptStepResult r,
+      model::GptForwardBackward(
+          model_, layout_, params,
+          {.batch = b, .seq = T, .tokens = inputs_, .targets = targets_},
+          static_cast<float>(scaler_.scale()), absl::MakeSpan(micro_grads_)));
+  return r.loss;
+}
+
+absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
+  if (step != next_step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "LocalTrainer runs steps in order: expected step ", next_step_,
+        ", got ", step));
+  }
+  StepResult r;
+  r.step = step;
+  r.loss_scale = scaler_.scale();
+  const auto t0 = Clock::now();
+  const int gas = config_.gradient_accumulation_steps;
+  double loss_sum = 0;
+  // Each micro-batch's gradient is computed into a zeroed buffer and then
+  // added, as the engine's shard accumulates reduce-scattered parts; with
+  // N = 1 the additions are the engine's, in the same order.
+  for (int m = 0; m < gas; ++m) {
+    for (int rank = 0; rank < world_; ++rank) {
+      ASSIGN_OR_RETURN(double loss, MicroBatch(step, m, rank));
+      loss_sum += loss;
+      if (m == 0 && rank == 0) {
+        grads_.swap(micro_grads_);
+      } else {
+        for (size_t i = 0; i < grads_.size(); ++i) grads_[i] += micro_grads_[i];
+      }
+    }
+  }
+  r.compute_seconds = Since(t0);
+  if (step == inject_overflow_step_ && !grads_.empty()) {
+    grads_[0] = std::numeric_limits<float>::infinity();
+  }
+  const auto t1 = Clock::now();
+  const double denom = static_cast<double>(world_) * gas;
+  // Summed per unit, in unit order, as the StepEngine does (one worker:
+  // bit-identical norms).
+  double sumsq = 0;
+  for (const UnitInfo& u : layout_.units()) {
+    sumsq += GradSumOfSquares(
+        absl::MakeConstSpan(grads_.data() + u.offset, u.padded));
+  }
+  const GradCoefficient c = ComputeGradCoefficient(
+      sumsq, scaler_.scale() * denom, config_.gradient_clipping);
+  ASSIGN_OR_RETURN(bool apply, scaler_.Update(c.overflow));
+  if (apply) {
+    ++adam_steps_;
+    const AdamStep s = MakeAdamStep(config_.optimizer, adam_steps_,
+                                    static_cast<float>(c.coefficient));
+    AdamSlice slice;
+    slice.master = master_.data();
+    slice.exp_avg = exp_avg_.data();
+    slice.exp_avg_sq = exp_avg_sq_.data();
+    slice.mirror = param_dtype_ == DType::kBf16 ? mirror_.data() : nullptr;
+    slice.n = master_.size();
+    AdamUpdate(s, GradView::Fp32(grads_.data()), slice);
+    if (param_dtype_ == DType::kFp16) RefreshParams();
+  }
+  r.commit_seconds = Since(t1);
+  r.loss = loss_sum / denom;
+  r.grad_norm = c.norm;
+  r.clip_factor = c.clip_factor;
+  r.skipped = !apply;
+  r.lr = LearningRateAt(config_.optimizer, std::max<uint64_t>(adam_steps_, 1));
+  r.tokens = static_cast<uint64_t>(config_.train_batch_size) *
+             sampler_->context();
+  r.seconds = Since(t0);
+  ++next_step_;
+  return r;
+}
+
+}  // namespace zeroshard

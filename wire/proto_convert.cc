@@ -1,0 +1,109 @@
+#include "wire/proto_convert.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace zeroshard {
+
+v1::ModelManifest ToProto(const ModelManifest& manifest) {
+  v1::ModelManifest out;
+  out.set_partition_count(manifest.partition_count);
+  for (const UnitSpec& u : manifest.units) {
+    v1::UnitSpec* pu = out.add_units();
+    pu->set_name(u.name);
+    for (const TensorSpec& t : u.tensors) {
+      v1::TensorSpec* pt = pu->add_tensors();
+      pt->set_name(t.name);
+      for (int64_t d : t.shape) pt->add_shape(d);
+    }
+  }
+  return out;
+}
+
+ModelManifest FromProto(const v1::ModelManifest& manifest) {
+  ModelManifest out;
+  out.partition_count = manifest.partition_count();
+  for (const v1::UnitSpec& pu : manifest.units()) {
+    UnitSpec u;
+    u.name = pu.name();
+    for (const v1::TensorSpec& pt : pu.tensors()) {
+      u.tensors.push_back({pt.name(), {pt.shape().begin(), pt.shape().end()}});
+    }
+    out.units.push_back(std::move(u));
+  }
+  return out;
+}
+
+v1::OptimizerConfig ToProto(const OptimizerConfig& c) {
+  v1::OptimizerConfig out;
+  out.set_kind(c.kind == OptimizerKind::kAdam ? v1::OptimizerConfig::ADAM
+                                              : v1::OptimizerConfig::ADAMW);
+  out.set_lr(c.lr);
+  out.set_beta1(c.beta1);
+  out.set_beta2(c.beta2);
+  out.set_eps(c.eps);
+  out.set_weight_decay(c.weight_decay);
+  v1::LrSchedule* s = out.mutable_schedule();
+  s->set_kind(c.schedule == LrScheduleKind::kWarmupCosine
+                  ? v1::LrSchedule::WARMUP_COSINE
+                  : v1::LrSchedule::CONSTANT);
+  s->set_warmup_steps(c.warmup_steps);
+  s->set_total_steps(c.total_steps);
+  s->set_min_lr(c.min_lr);
+  return out;
+}
+
+absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& p) {
+  OptimizerConfig c;
+  switch (p.kind()) {
+    case v1::OptimizerConfig::ADAMW:
+      c.kind = OptimizerKind::kAdamW;
+      break;
+    case v1::OptimizerConfig::ADAM:
+      c.kind = OptimizerKind::kAdam;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer.kind: unknown value ", p.kind()));
+  }
+  c.lr = p.lr();
+  c.beta1 = p.beta1();
+  c.beta2 = p.beta2();
+  c.eps = p.eps();
+  c.weight_decay = p.weight_decay();
+  switch (p.schedule().kind()) {
+    case v1::LrSchedule::CONSTANT:
+      c.schedule = LrScheduleKind::kConstant;
+      break;
+    case v1::LrSchedule::WARMUP_COSINE:
+      c.schedule = LrScheduleKind::kWarmupCosine;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer.schedule.kind: unknown value ",
+                       p.schedule().kind()));
+  }
+  c.warmup_steps = p.schedule().warmup_steps();
+  c.total_steps = p.schedule().total_steps();
+  c.min_lr = p.schedule().min_lr();
+  return c;
+}
+
+v1::DType ToProto(DType dtype) { return static_cast<v1::DType>(dtype); }
+
+absl::StatusOr<DType> FromProto(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FP32:
+      return DType::kFp32;
+    case v1::DTYPE_BF16:
+      return DType::kBf16;
+    case v1::DTYPE_FP16:
+      return DType::kFp16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype ", static_cast<int>(dtype),
+                       " is not valid here (want DTYPE_FP32 or DTYPE_BF16)"));
+  }
+}
+
+}  // namespace zeroshard

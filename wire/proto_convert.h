@@ -1,0 +1,28 @@
+// Conversions between the domain types of common/ and the wire messages of
+// proto/zeroshard/v1/shard.proto. The only file that knows both.
+#ifndef ZEROSHARD_WIRE_PROTO_CONVERT_H_
+#define ZEROSHARD_WIRE_PROTO_CONVERT_H_
+
+#include "absl/status/statusor.h"
+#include "common/dtype.h"
+#include "common/layout.h"
+#include "common/optimizer_config.h"
+#include "proto/zeroshard/v1/shard.pb.h"
+
+namespace zeroshard {
+
+v1::ModelManifest ToProto(const ModelManifest& manifest);
+ModelManifest FromProto(const v1::ModelManifest& manifest);
+
+v1::OptimizerConfig ToProto(const OptimizerConfig& config);
+// INVALID_ARGUMENT for an unknown enum value; ranges are checked separately
+// by ValidateOptimizerConfig.
+absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& config);
+
+v1::DType ToProto(DType dtype);
+// INVALID_ARGUMENT for DTYPE_UNSPECIFIED or an unknown value.
+absl::StatusOr<DType> FromProto(v1::DType dtype);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_WIRE_PROTO_CONVERT_H_
