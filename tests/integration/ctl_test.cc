@@ -126,5 +126,51 @@ TEST(CtlTest, BadUsageIsAClearError) {
   EXPECT_NE(r->err.find("no_such_flag"), std::string::npos) << r->err;
 }
 
+// `zeroshard-ctl config` resolves a DeepSpeed-style file into the file a
+// worker reads; the worker refuses an unresolved file and one resolved for
+// other counts, each with a message saying what to do.
+TEST(CtlTest, ConfigWritesWhatAWorkerReadsAndWorkersCheckIt) {
+  const std::string dir = testing::MakeTempDir("ctl-config");
+  const std::string resolved = dir + "/resolved.json";
+  auto r = RunBinary("zeroshard-ctl",
+                     {"config", "--config=examples/gpt-small.json",
+                      "--workers=2", "--num_servers=3", "--train_steps=70",
+                      "--out=" + resolved},
+                     kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  nlohmann::json j = nlohmann::json::parse(testing::ReadFile(resolved));
+  EXPECT_EQ(j["zeroshard_resolved_config"].get<int>(), 1);
+  EXPECT_EQ(j["config"]["cluster"]["workers"].get<int>(), 2);
+  EXPECT_EQ(j["config"]["cluster"]["servers"].get<int>(), 3);
+  EXPECT_EQ(j["config"]["cluster"]["steps"].get<int>(), 70);
+  // The schedule's "auto" total follows the steps, resolved once here.
+  EXPECT_EQ(j["config"]["optimizer"]["total_steps"].get<int>(), 70);
+
+  // Resolved for 2 workers and 3 servers; this worker says 1 and 1.
+  r = RunBinary("zeroshard-worker",
+                {"--rank=0", "--world_size=1", "--servers=127.0.0.1:1",
+                 "--config=" + resolved},
+                kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.code, 1);
+  EXPECT_NE(r->err.find("was resolved for 2 workers and 3 servers"),
+            std::string::npos)
+      << r->err;
+  // A DeepSpeed-style file is not what a worker reads.
+  r = RunBinary("zeroshard-worker",
+                {"--rank=0", "--world_size=1", "--servers=127.0.0.1:1",
+                 "--config=examples/gpt-small.json"},
+                kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.code, 1);
+  EXPECT_NE(r->err.find("zeroshard-ctl config"), std::string::npos) << r->err;
+
+  r = RunBinary("zeroshard-ctl", {"config"}, kTimeout);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status.code, 2);
+  EXPECT_NE(r->err.find("--config=FILE"), std::string::npos) << r->err;
+}
+
 }  // namespace
 }  // namespace zeroshard
