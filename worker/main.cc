@@ -13,6 +13,7 @@
 // prints one JSON line per step on stdout (the launcher's progress feed);
 // errors go to stderr and the exit code is non-zero.
 #include <omp.h>
+#include <signal.h>
 
 #include <cstdio>
 #include <string>
@@ -169,6 +170,10 @@ absl::Status Run() {
 }  // namespace zeroshard
 
 int main(int argc, char** argv) {
+  // Gloo writes to its peers' sockets with writev, which raises SIGPIPE when
+  // a peer has died; ignored, the write fails with EPIPE and the collective
+  // returns an error naming the peer instead of the process being killed.
+  signal(SIGPIPE, SIG_IGN);
   absl::ParseCommandLine(argc, argv);
   zeroshard::TuneMallocForLargeBuffers();
   absl::Status s = zeroshard::Run();

@@ -148,4 +148,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace zeroshard
 
-int main(int argc, char** argv) { return zeroshard::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // As zeroshard-worker: a write to a vanished peer is an error, not a kill.
+  signal(SIGPIPE, SIG_IGN);
+  return zeroshard::Main(argc, argv);
+}

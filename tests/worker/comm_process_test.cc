@@ -94,7 +94,8 @@ TEST(CommProcessTest, KilledPeerGivesErrorNotHang) {
   ASSERT_EQ(outcomes.size(), 3u);
   EXPECT_EQ(outcomes[2].signal, SIGKILL);
   for (int r : {0, 1}) {
-    EXPECT_TRUE(outcomes[r].exited) << "rank " << r;
+    EXPECT_TRUE(outcomes[r].exited) << "rank " << r << " killed by signal "
+                                    << outcomes[r].signal;
     EXPECT_EQ(outcomes[r].code, 0) << "rank " << r
                                    << " (12: wrong error, 13: no error)";
   }
