@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages zeroshard builds and runs with. Idempotent:
 # does nothing (and needs no network) when everything is already there.
+# Installs without recommends, so the list names everything a minimal root
+# (mmdebstrap --variant=apt; see scripts/fresh-root.sh) lacks: e.g.
+# ocl-icd-opencl-dev, only recommended by libdnnl-dev, though Debian's
+# dnnl-config.cmake needs OpenCL (CMake's configure fails without it);
+# python3 runs the build-parity check (tests/build/build_parity.py).
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libgloo-dev libopenblas-dev libdnnl-dev zlib1g-dev
+  nlohmann-json3-dev libgloo-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
+  zlib1g-dev
   bazel-bootstrap gnuplot-nox
+  python3
 )
 missing=()
 for p in "${PKGS[@]}"; do
