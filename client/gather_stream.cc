@@ -57,15 +57,16 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
            .ok()) {
     return absl::InternalError(absl::StrCat(what, ": cannot encode the request"));
   }
-  const bool sent = call.Write(request_bytes) && call.WritesDone();
+  call.WriteLast(request_bytes);  // a failure shows in Read and Finish
   const size_t esize = DTypeSize(dtype);
   *result = GatherResult();
   uint64_t received = 0;
+  std::vector<FlatRange> pieces;  // to find a piece sent twice
   bool first = true;
   absl::Status local;
   grpc::ByteBuffer buffer;
   GatherChunkView chunk;
-  while (sent && call.Read(&buffer)) {
+  while (call.Read(&buffer)) {
     local = DecodeGatherChunk(buffer, &chunk);
     if (local.ok() && chunk.dtype != static_cast<int>(ToProto(dtype))) {
       local = absl::DataLossError(absl::StrCat("piece at ", chunk.offset,
@@ -82,12 +83,14 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
                                [](uint64_t off, const GatherTarget& t) {
                                  return off < t.range.begin;
                                });
+    // Inside one requested range, computed without overflow (a reply's
+    // offset is not trusted).
     if (local.ok() &&
-        (it == targets.begin() ||
-         !(it - 1)->range.Contains({chunk.offset, chunk.offset + n}))) {
+        (it == targets.begin() || chunk.offset >= (it - 1)->range.end ||
+         n > (it - 1)->range.end - chunk.offset)) {
       local = absl::DataLossError(
-          absl::StrCat("piece [", chunk.offset, ", ", chunk.offset + n,
-                       ") is outside the requested ranges"));
+          absl::StrCat("piece of ", n, " elements at ", chunk.offset,
+                       " is outside the requested ranges"));
     }
     if (!local.ok()) {
       ctx.TryCancel();
@@ -95,6 +98,7 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
     }
     const GatherTarget& t = *(it - 1);
     chunk.CopyDataTo(t.dst + (chunk.offset - t.range.begin) * esize);
+    pieces.push_back({chunk.offset, chunk.offset + n});
     received += n;
     result->bytes += chunk.data_bytes;
     if (first || chunk.version < result->min_version) {
@@ -111,6 +115,13 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
                                                    ": ", local.message()));
   }
   if (!st.ok()) return FromGrpcStatus(st, what, address);
+  // Disjoint pieces inside the requested ranges that add up to what was asked
+  // cover it exactly; a piece sent twice could hide a hole.
+  absl::Status disjoint = CheckDisjoint(pieces);
+  if (!disjoint.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(what, " from ", address, ": ", disjoint.message()));
+  }
   if (received != wanted) {
     return absl::DataLossError(absl::StrCat(what, " from ", address,
                                             ": received ", received, " of ",

@@ -44,6 +44,12 @@ bool GenericStreamCall::Write(const grpc::ByteBuffer& message) {
   return Await();
 }
 
+bool GenericStreamCall::WriteLast(const grpc::ByteBuffer& message) {
+  if (!started_ || finished_) return false;
+  call_->WriteLast(message, grpc::WriteOptions(), kTag);
+  return Await();
+}
+
 bool GenericStreamCall::WritesDone() {
   if (!started_ || finished_) return false;
   call_->WritesDone(kTag);

@@ -9,17 +9,19 @@
 //
 //   grpc::ClientContext ctx;
 //   GenericStreamCall call(channel, "/zeroshard.v1.ShardService/Gather", &ctx);
-//   if (call.Write(request) && call.WritesDone()) {
-//     grpc::ByteBuffer reply;
-//     while (call.Read(&reply)) { ... }
-//   }
+//   call.WriteLast(request);
+//   grpc::ByteBuffer reply;
+//   while (call.Read(&reply)) { ... }
 //   grpc::Status status = call.Finish();
 //
 // Contracts: one thread drives a call; ctx.TryCancel() may come from any
-// thread and makes the pending operation fail. Write, WritesDone and Read
-// return false once the stream is broken or (for Read) at its end; Finish
-// then gives the status. The destructor cancels and finishes a call that
-// was not finished, so returning early leaks nothing.
+// thread and makes the pending operation fail. Write, WriteLast, WritesDone
+// and Read return false once the stream is broken or (for Read) at its end;
+// Finish then gives the status. Read every reply before Finish, also after a
+// failed write: a server may reply and end the call before it has read all
+// the client sent, and gRPC holds the status back until the reply is read.
+// The destructor cancels and finishes a call that was not finished, so
+// returning early leaks nothing. Initial metadata must not be corked.
 #ifndef ZEROSHARD_CLIENT_GENERIC_CALL_H_
 #define ZEROSHARD_CLIENT_GENERIC_CALL_H_
 
@@ -42,6 +44,8 @@ class GenericStreamCall {
   GenericStreamCall& operator=(const GenericStreamCall&) = delete;
 
   bool Write(const grpc::ByteBuffer& message);
+  // The last message and the half-close in one operation.
+  bool WriteLast(const grpc::ByteBuffer& message);
   bool WritesDone();
   bool Read(grpc::ByteBuffer* message);
   // The call's final status; call once, after the last operation.

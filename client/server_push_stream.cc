@@ -100,8 +100,8 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     }
     context_ = &ctx;
   }
-  // gRPC may hold the last data slices until the call object goes away, so
-  // the call is destroyed before the tracker (declared first).
+  // The tracker is shared with every slice still referencing caller data
+  // (wire/push_grad_codec.h), so it outlives whatever gRPC still holds.
   auto in_flight = std::make_shared<InFlightBytes>();
   *response = v1::PushGradResponse();
   GenericStreamCall call(channels_->channel(server_), kPushGradMethod, &ctx);
@@ -116,7 +116,6 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   }
   absl::Status local;  // an error found on this side
   bool ok = call.Write(Serialize(header));
-  bool closed = false;  // the commit went out and the stream is half-closed
   size_t next = 0;
   while (ok) {
     QueuedPiece piece;
@@ -145,9 +144,10 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
         v1::PushGradMessage msg;
         msg.mutable_commit()->set_coefficient(commit->coefficient);
         msg.mutable_commit()->set_skip(commit->skip);
-        ok = call.Write(Serialize(msg));
+        ok = call.WriteLast(Serialize(msg));
+      } else {
+        ok = call.WritesDone();
       }
-      closed = ok && call.WritesDone();
       break;
     }
     if (!in_flight->WaitForRoom(piece.bytes, opt.max_bytes_in_flight,
@@ -161,9 +161,11 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     ok = call.Write(EncodePushPiece(piece.offset, piece.dtype, piece.data,
                                     piece.bytes, in_flight));
   }
-  // The reply, unless the stream broke (Finish then has the status).
+  // The reply: read whenever this side found no error, also after a failed
+  // write (the server may have replied and ended the call first); a broken
+  // or cancelled stream returns at once, and Finish then has the status.
   grpc::ByteBuffer reply;
-  const bool replied = closed && call.Read(&reply);
+  const bool replied = local.ok() && call.Read(&reply);
   grpc::Status st = call.Finish();
   if (st.ok() && (!replied || !ParseResponse(reply, response))) {
     st = grpc::Status(grpc::StatusCode::INTERNAL,

@@ -171,6 +171,24 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c) {
     return absl::InvalidArgumentError(
         "config key \"zeroshard.data.validation_fraction\" must be in [0, 0.5]");
   }
+  // Ranges the JSON walk also enforces per key (config_json.cc), checked
+  // here too for configs that did not come through it (resolved files).
+  for (const auto& [value, key] :
+       {std::pair{c.cluster.step_timeout_s, "zeroshard.timeouts.step_seconds"},
+        std::pair{c.cluster.startup_timeout_s,
+                  "zeroshard.timeouts.startup_seconds"}}) {
+    if (!(value >= 1e-3 && value <= 1e7)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", key, "\" must be in [0.001, 1e7] seconds, got ",
+          value));
+    }
+  }
+  if (c.steps_per_print < 1 || c.activation_checkpointing.number_checkpoints < 0 ||
+      c.activation_checkpointing.k < 1) {
+    return absl::InvalidArgumentError(
+        "config: steps_per_print and zeroshard.activation_checkpointing.k must be >= 1, "
+        "activation_checkpointing.number_checkpoints >= 0");
+  }
   const TlsConfig& tls = c.cluster.tls;
   if ((tls.cert.empty() != tls.key.empty())) {
     return absl::InvalidArgumentError(

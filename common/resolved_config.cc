@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -218,8 +219,19 @@ class Reader {
       if (std::is_unsigned_v<T> && !j->is_number_unsigned()) {
         return Fail(name, "is negative");
       }
-      value = j->get<T>();
-      if (json(value) != *j) return Fail(name, "is out of range");
+      // Compared in the JSON value's own signedness, so that no cast can
+      // turn an out-of-range number into an in-range one.
+      const bool in_range =
+          j->is_number_unsigned()
+              ? j->get<uint64_t>() <=
+                    static_cast<uint64_t>(std::numeric_limits<T>::max())
+              : j->get<int64_t>() >=
+                        static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                    j->get<int64_t>() <=
+                        static_cast<int64_t>(std::numeric_limits<T>::max());
+      if (!in_range) return Fail(name, "is out of range");
+      value = j->is_number_unsigned() ? static_cast<T>(j->get<uint64_t>())
+                                      : static_cast<T>(j->get<int64_t>());
     }
   }
   template <typename E>

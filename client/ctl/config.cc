@@ -17,6 +17,13 @@ int RunConfig(const CtlFlags& f) {
     std::fprintf(stderr, "config needs --config=FILE\n");
     return 2;
   }
+  if (f.num_servers > 0 && !f.servers.empty() &&
+      f.num_servers != static_cast<int>(f.servers.size())) {
+    std::fprintf(stderr,
+                 "config: --num_servers=%d but --servers lists %zu servers\n",
+                 f.num_servers, f.servers.size());
+    return 2;
+  }
   ConfigOverrides overrides;
   if (f.workers > 0) overrides.workers = f.workers;
   if (f.num_servers > 0) {
@@ -40,6 +47,12 @@ int RunConfig(const CtlFlags& f) {
     parsed->config.cluster.server_addresses = f.servers;
   }
   const std::string text = ResolvedConfigJson(parsed->config);
+  // What a worker will read must parse: checked before anything is written.
+  if (absl::StatusOr<TrainingConfig> back = ParseResolvedConfig(text);
+      !back.ok()) {
+    std::fprintf(stderr, "%s\n", back.status().ToString().c_str());
+    return 1;
+  }
   if (f.out.empty() || f.out == "-") {
     std::fputs(text.c_str(), stdout);
     return 0;

@@ -205,6 +205,12 @@ def main():
         for srcs in cmake_targets.values():
             srcs.discard(drop)
     rules = read_bazel(root)
+    # Nothing to compare is a broken check, not agreement.
+    if not cmake_targets or not cmake_tests or not rules:
+        print("build parity: nothing to compare (%d CMake targets, %d CMake "
+              "tests, %d Bazel rules under %s)" %
+              (len(cmake_targets), len(cmake_tests), len(rules), root))
+        return 1
     errors = compare(cmake_targets, cmake_tests, rules,
                      repository_sources(root))
     n_sources = sum(len(s) for s in cmake_targets.values())

@@ -75,6 +75,8 @@ grpc::Status FakeShardService::Gather(
   const uint64_t per_msg =
       std::max<uint64_t>(1, (req->max_message_bytes() ? req->max_message_bytes()
                                                        : 1 << 20) / esize);
+  bool first_chunk = true;
+  v1::GatherChunk first_sent;
   for (const v1::FlatRange& r : req->ranges()) {
     const FlatRange fr{r.offset(), r.offset() + r.length()};
     if (!owned_.Contains(fr)) {
@@ -98,6 +100,15 @@ grpc::Status FakeShardService::Gather(
         }
       }
       chunk.set_data(std::move(data));
+      if (first_chunk) {
+        first_sent = chunk;
+        if (gather_wrapping_offset) chunk.set_offset(~uint64_t{0});
+      } else if (gather_duplicate && at + per_msg >= fr.end &&
+                 &r == &req->ranges(req->ranges_size() - 1) &&
+                 first_sent.data().size() == chunk.data().size()) {
+        chunk = first_sent;  // the last piece replaced by the first again
+      }
+      first_chunk = false;
       if (!writer->Write(chunk)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "write failed");
       }

@@ -45,6 +45,10 @@ class FakeShardService final : public v1::ShardService::Service {
   std::atomic<int> gather_delay_ms{0};        // before the first reply
   std::atomic<uint64_t> version{0};           // reported by Gather
   std::atomic<bool> misreport_range{false};   // Init answers a wrong range
+  // Gather: the first piece sent twice in place of the last (right count,
+  // a hole); or the first piece at an offset near 2^64 whose end wraps.
+  std::atomic<bool> gather_duplicate{false};
+  std::atomic<bool> gather_wrapping_offset{false};
 
   std::atomic<int> gather_calls{0};
   std::atomic<int> push_calls{0};

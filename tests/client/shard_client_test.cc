@@ -72,6 +72,30 @@ TEST(ShardClientTest, GatherConcatenatesRangesAcrossServers) {
   }
 }
 
+// A reply is not trusted: a piece whose end wraps past 2^64, or a piece
+// sent twice in place of another (the element count still adds up), is
+// DATA_LOSS, not a write out of bounds or a silent hole.
+TEST(ShardClientTest, GatherRejectsWrappingAndDuplicatePieces) {
+  FlatLayout layout = TestLayout(1);
+  FakeShardCluster cluster(layout);
+  ShardClientOptions o = SmallMessages();  // 4096-byte pieces: 1024 FP32
+  auto client = *ShardClient::Create(cluster.addresses(), layout, o);
+  const std::vector<FlatRange> ranges = {{0, 4096}};
+  std::vector<uint8_t> out(4096 * 4);
+  for (int fault = 0; fault < 2; ++fault) {
+    SCOPED_TRACE(fault == 0 ? "wrapping offset" : "duplicate piece");
+    cluster.server(0).gather_wrapping_offset = fault == 0;
+    cluster.server(0).gather_duplicate = fault == 1;
+    auto res = client->Gather(ranges, DType::kFp32, 0, out.data(), out.size());
+    ASSERT_FALSE(res.ok());
+    EXPECT_EQ(res.status().code(), absl::StatusCode::kDataLoss) << res.status();
+  }
+  cluster.server(0).gather_wrapping_offset = false;
+  cluster.server(0).gather_duplicate = false;
+  auto res = client->Gather(ranges, DType::kFp32, 0, out.data(), out.size());
+  ASSERT_TRUE(res.ok()) << res.status();
+}
+
 TEST(ShardClientTest, GatherRejectsBadRequests) {
   FlatLayout layout = TestLayout(2);
   FakeShardCluster cluster(layout);

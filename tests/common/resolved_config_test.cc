@@ -102,6 +102,17 @@ TEST(ResolvedConfigTest, BrokenFilesAreErrorsNamingTheKey) {
               "\"config.cluster.workers\" is not an integer");
   ExpectError([](json& j) { j["config"]["cluster"]["steps"] = -5; },
               "\"config.cluster.steps\" is negative");
+  ExpectError(
+      [](json& j) {
+        j["config"]["cluster"]["workers"] = 18446744073709551615ull;
+      },
+      "\"config.cluster.workers\" is out of range");
+  ExpectError([](json& j) { j["config"]["cluster"]["servers"] = 4294967297ll; },
+              "\"config.cluster.servers\" is out of range");
+  ExpectError([](json& j) { j["config"]["cluster"]["step_timeout_s"] = 0; },
+              "step_seconds");
+  ExpectError([](json& j) { j["config"]["steps_per_print"] = 0; },
+              "steps_per_print");
   ExpectError([](json& j) { j["config"]["precision"] = "fp8"; },
               "\"config.precision\" is not one of");
   ExpectError([](json& j) { j["config"]["cluster"]["model"]["heads"] = 3; },

@@ -166,6 +166,16 @@ TEST(CtlTest, ConfigWritesWhatAWorkerReadsAndWorkersCheckIt) {
   EXPECT_EQ(r->status.code, 1);
   EXPECT_NE(r->err.find("zeroshard-ctl config"), std::string::npos) << r->err;
 
+  r = RunBinary("zeroshard-ctl",
+                {"config", "--config=examples/gpt-small.json",
+                 "--num_servers=2", "--servers=127.0.0.1:1,127.0.0.1:2,"
+                                    "127.0.0.1:3"},
+                kTimeout);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status.code, 2);
+  EXPECT_NE(r->err.find("--num_servers=2 but --servers lists 3"),
+            std::string::npos)
+      << r->err;
   r = RunBinary("zeroshard-ctl", {"config"}, kTimeout);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status.code, 2);
