@@ -1,34 +1,125 @@
 #include "common/atomic_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace zeroshard {
+namespace {
+
+std::string Errno() { return std::strerror(errno); }
+
+// fsync of the directory holding `path`, so that a rename into it survives
+// a crash.
+absl::Status SyncDirectoryOf(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::DataLossError(
+        absl::StrCat("cannot open directory ", dir, ": ", Errno()));
+  }
+  const bool ok = ::fsync(fd) == 0;
+  const std::string why = ok ? "" : Errno();
+  ::close(fd);
+  if (!ok) {
+    return absl::DataLossError(
+        absl::StrCat("cannot sync directory ", dir, ": ", why));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(
+    const std::string& path) {
+  // The pid keeps two processes writing the same path from sharing a
+  // temporary file.
+  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", tmp, ": ", Errno()));
+  }
+  return AtomicFileWriter(path, std::move(tmp), fd);
+}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)),
+      tmp_(std::move(other.tmp_)),
+      fd_(std::exchange(other.fd_, -1)),
+      written_(other.written_) {}
+
+AtomicFileWriter::~AtomicFileWriter() { Abandon(); }
+
+void AtomicFileWriter::Abandon() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+}
+
+absl::Status AtomicFileWriter::Append(const void* data, size_t bytes) {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": written after Commit or a failure"));
+  }
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? Errno() : "no progress";
+      Abandon();
+      return absl::DataLossError(
+          absl::StrCat("cannot write ", tmp_, ": ", why));
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    written_ += static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": committed twice or after a failure"));
+  }
+  if (::fsync(fd_) != 0) {
+    const std::string why = Errno();
+    Abandon();
+    return absl::DataLossError(absl::StrCat("cannot sync ", tmp_, ": ", why));
+  }
+  if (::close(std::exchange(fd_, -1)) != 0) {
+    const std::string why = Errno();
+    ::unlink(tmp_.c_str());
+    return absl::DataLossError(absl::StrCat("cannot close ", tmp_, ": ", why));
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = Errno();
+    ::unlink(tmp_.c_str());
+    return absl::DataLossError(
+        absl::StrCat("cannot rename ", tmp_, " to ", path_, ": ", why));
+  }
+  return SyncDirectoryOf(path_);
+}
 
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view bytes) {
-  // The pid keeps two processes writing the same path from sharing a
-  // temporary file.
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create ", tmp));
-  }
-  const bool written =
-      std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  if (std::fclose(f) != 0 || !written) {
-    std::remove(tmp.c_str());
-    return absl::DataLossError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::DataLossError(
-        absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Open(path);
+  if (!w.ok()) return w.status();
+  absl::Status s = w->Append(bytes.data(), bytes.size());
+  if (!s.ok()) return s;
+  return w->Commit();
 }
 
 }  // namespace zeroshard

@@ -1,23 +1,59 @@
 // Writing a file so that readers see either the old contents or the whole
-// new contents, never a part: the bytes go to a temporary file next to it,
-// which is then renamed over `path` (atomic on one file system).
+// new contents, never a part, and so that a crash right after the call
+// returns loses nothing: the bytes go to a temporary file next to `path`,
+// which is fsynced, renamed over `path` (atomic on one file system), and the
+// directory is fsynced so the rename itself is durable.
 //
 //   RETURN_IF_ERROR(WriteFileAtomically(dir + "/weights.json", json_text));
+//
+//   ASSIGN_OR_RETURN(AtomicFileWriter w, AtomicFileWriter::Open(path));
+//   RETURN_IF_ERROR(w.Append(p, n));   // as many times as needed
+//   RETURN_IF_ERROR(w.Commit());       // nothing is visible at `path` before
+//
+// Errors: PERMISSION_DENIED when the temporary file cannot be created,
+// DATA_LOSS when writing, syncing or renaming fails. On any failure, and
+// when a writer is destroyed without Commit, the temporary file is removed
+// and `path` is left as it was.
 #ifndef ZEROSHARD_COMMON_ATOMIC_FILE_H_
 #define ZEROSHARD_COMMON_ATOMIC_FILE_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace zeroshard {
 
-// PERMISSION_DENIED when the temporary file cannot be created, DATA_LOSS when
-// writing or renaming fails; the temporary file is removed on failure and
-// `path` is left as it was.
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view bytes);
+
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<AtomicFileWriter> Open(const std::string& path);
+  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&& other) = delete;
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+
+  absl::Status Append(const void* data, size_t bytes);
+  // Syncs, renames over the path, syncs the directory. Once.
+  absl::Status Commit();
+
+  uint64_t bytes_written() const { return written_; }
+
+ private:
+  AtomicFileWriter(std::string path, std::string tmp, int fd)
+      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+  void Abandon();
+
+  std::string path_;
+  std::string tmp_;
+  int fd_ = -1;
+  uint64_t written_ = 0;
+};
 
 }  // namespace zeroshard
 

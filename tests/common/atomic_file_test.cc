@@ -1,6 +1,8 @@
 // WriteFileAtomically: whole contents or nothing, no temporary left behind.
 #include "common/atomic_file.h"
 
+#include <stdlib.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +17,13 @@ std::string Read(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << std::ifstream(p, std::ios::binary).rdbuf();
   return ss.str();
+}
+
+// A new empty directory under the temporary directory.
+std::string MakeDir() {
+  std::string templ =
+      (std::filesystem::temp_directory_path() / "zs_atomic_XXXXXX").string();
+  return mkdtemp(templ.data());
 }
 
 TEST(AtomicFileTest, WritesReplacesAndLeavesNoTemporary) {
@@ -45,6 +54,41 @@ TEST(AtomicFileTest, MissingDirectoryIsAClearError) {
   EXPECT_NE(s.message().find("/nonexistent-zeroshard-dir/x/f.bin"),
             std::string::npos)
       << s;
+}
+
+TEST(AtomicFileTest, StreamedWriterShowsNothingBeforeCommit) {
+  const std::string dir = MakeDir();
+  const std::string path = dir + "/big.bin";
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  std::string want;
+  {
+    auto w = AtomicFileWriter::Open(path);
+    ASSERT_TRUE(w.ok()) << w.status();
+    for (int i = 0; i < 100; ++i) {
+      const std::string piece(1000 + i, static_cast<char>('a' + i % 26));
+      want += piece;
+      ASSERT_TRUE(w->Append(piece.data(), piece.size()).ok());
+      EXPECT_EQ(Read(path), "old");  // the old contents until Commit
+    }
+    EXPECT_EQ(w->bytes_written(), want.size());
+    ASSERT_TRUE(w->Commit().ok());
+    EXPECT_EQ(w->Append("x", 1).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(Read(path), want);
+  {
+    auto w = AtomicFileWriter::Open(path);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->Append("partial", 7).ok());
+    // Dropped without Commit: nothing changes, nothing is left behind.
+  }
+  EXPECT_EQ(Read(path), want);
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);
 }
 
 }  // namespace
