@@ -12,7 +12,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libgloo-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
-  zlib1g-dev
+  zlib1g-dev libxxhash-dev
   bazel-bootstrap gnuplot-nox
   python3
 )

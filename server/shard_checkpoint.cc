@@ -1,0 +1,244 @@
+#include "server/shard_checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/atomic_file.h"
+
+namespace zeroshard {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "shard checkpoints are written little-endian, as in memory");
+
+constexpr size_t kMagicBytes = 8;
+constexpr size_t kPrefixBytes = kMagicBytes + 4;  // magic + u32 header size
+// Headers are small (two u64 per chunk); anything larger is corruption.
+constexpr uint32_t kMaxHeaderBytes = 256u << 20;
+
+struct HashState {
+  HashState() : state(XXH3_createState()) { XXH3_64bits_reset(state); }
+  ~HashState() { XXH3_freeState(state); }
+  void Update(const void* p, size_t n) { XXH3_64bits_update(state, p, n); }
+  uint64_t Digest() const { return XXH3_64bits_digest(state); }
+  XXH3_state_t* state;
+};
+
+uint64_t NumChunks(const v1::ShardCheckpointHeader& h) {
+  if (h.chunk_elems() == 0) return 0;
+  return (h.owned().length() + h.chunk_elems() - 1) / h.chunk_elems();
+}
+
+// The header describes itself consistently.
+absl::Status CheckHeader(const v1::ShardCheckpointHeader& h) {
+  if (h.num_servers() == 0 || h.server_index() >= h.num_servers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "server ", h.server_index(), " of ", h.num_servers()));
+  }
+  if (h.chunk_elems() == 0 || h.chunk_elems() % 64 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_elems ", h.chunk_elems()));
+  }
+  if (h.owned().offset() + h.owned().length() < h.owned().offset()) {
+    return absl::InvalidArgumentError("owned range wraps around");
+  }
+  if (h.owned().length() > (uint64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("owned length ", h.owned().length()));
+  }
+  const uint64_t chunks = NumChunks(h);
+  if (static_cast<uint64_t>(h.chunk_versions_size()) != chunks ||
+      static_cast<uint64_t>(h.chunk_adam_steps_size()) != chunks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        chunks, " chunks but ", h.chunk_versions_size(), " versions and ",
+        h.chunk_adam_steps_size(), " Adam step counts"));
+  }
+  return absl::OkStatus();
+}
+
+// Closes a file descriptor on scope exit.
+struct Fd {
+  explicit Fd(int f) : fd(f) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  int fd;
+};
+
+// Reads exactly n bytes at `offset`; false on error or end of file.
+bool PreadAll(int fd, void* out, size_t n, uint64_t offset) {
+  char* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> WriteShardCheckpoint(
+    const std::string& path, const ShardCheckpointContents& c) {
+  if (absl::Status s = CheckHeader(c.header); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard checkpoint ", path, ": ", s.message()));
+  }
+  const uint64_t n = c.header.owned().length();
+  if (n > 0 && (c.master == nullptr || c.exp_avg == nullptr ||
+                c.exp_avg_sq == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard checkpoint ", path, ": an array is missing"));
+  }
+  const std::string header = c.header.SerializeAsString();
+  if (header.size() > kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard checkpoint ", path, ": header of ", header.size(), " bytes"));
+  }
+  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Open(path);
+  if (!w.ok()) return w.status();
+  HashState hash;
+  auto append = [&](const void* p, size_t bytes) {
+    hash.Update(p, bytes);
+    return w->Append(p, bytes);
+  };
+  const uint32_t header_bytes = static_cast<uint32_t>(header.size());
+  absl::Status s = append(kShardCheckpointMagic, kMagicBytes);
+  if (s.ok()) s = append(&header_bytes, sizeof(header_bytes));
+  if (s.ok()) s = append(header.data(), header.size());
+  for (const float* array : {c.master, c.exp_avg, c.exp_avg_sq}) {
+    if (s.ok() && n > 0) s = append(array, n * sizeof(float));
+  }
+  const uint64_t checksum = hash.Digest();
+  if (s.ok()) s = w->Append(&checksum, sizeof(checksum));
+  if (s.ok()) s = w->Commit();
+  if (!s.ok()) return s;
+  return checksum;
+}
+
+absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
+    const std::string& path) {
+  auto loss = [&path](absl::string_view why) {
+    return absl::DataLossError(
+        absl::StrCat("shard checkpoint ", path, ": ", why));
+  };
+  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (f.fd < 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat("shard checkpoint ", path, " is missing"));
+    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        "shard checkpoint ", path, ": cannot open: ", std::strerror(errno)));
+  }
+  const off_t end = ::lseek(f.fd, 0, SEEK_END);
+  if (end < 0) return loss("cannot find its size");
+  const uint64_t size = static_cast<uint64_t>(end);
+  char prefix[kPrefixBytes];
+  if (size < kPrefixBytes + sizeof(uint64_t) ||
+      !PreadAll(f.fd, prefix, kPrefixBytes, 0)) {
+    return loss(absl::StrCat("truncated: ", size, " bytes"));
+  }
+  if (std::memcmp(prefix, kShardCheckpointMagic, kMagicBytes) != 0) {
+    return loss("not a zeroshard shard checkpoint (wrong magic)");
+  }
+  uint32_t header_bytes;
+  std::memcpy(&header_bytes, prefix + kMagicBytes, sizeof(header_bytes));
+  if (header_bytes > kMaxHeaderBytes ||
+      kPrefixBytes + header_bytes + sizeof(uint64_t) > size) {
+    return loss(absl::StrCat("header of ", header_bytes,
+                             " bytes does not fit a file of ", size));
+  }
+  std::string header(header_bytes, '\0');
+  if (!PreadAll(f.fd, header.data(), header_bytes, kPrefixBytes)) {
+    return loss("cannot read the header");
+  }
+  ShardCheckpointInfo info;
+  if (!info.header.ParseFromString(header)) {
+    return loss("the header does not parse");
+  }
+  if (absl::Status s = CheckHeader(info.header); !s.ok()) {
+    return loss(absl::StrCat("the header is inconsistent: ", s.message()));
+  }
+  info.arrays_offset = kPrefixBytes + header_bytes;
+  const uint64_t want = info.arrays_offset +
+                        3 * info.header.owned().length() * sizeof(float) +
+                        sizeof(uint64_t);
+  if (size != want) {
+    return loss(absl::StrCat(size < want ? "truncated" : "too long", ": ",
+                             size, " bytes where the header implies ", want));
+  }
+  // One pass over everything before the checksum.
+  HashState hash;
+  hash.Update(prefix, kPrefixBytes);
+  hash.Update(header.data(), header.size());
+  std::vector<char> buf(size_t{8} << 20);
+  uint64_t at = info.arrays_offset;
+  const uint64_t body_end = size - sizeof(uint64_t);
+  while (at < body_end) {
+    const size_t n = static_cast<size_t>(
+        std::min<uint64_t>(buf.size(), body_end - at));
+    if (!PreadAll(f.fd, buf.data(), n, at)) return loss("read failed");
+    hash.Update(buf.data(), n);
+    at += n;
+  }
+  uint64_t stored;
+  if (!PreadAll(f.fd, &stored, sizeof(stored), body_end)) {
+    return loss("cannot read the checksum");
+  }
+  const uint64_t computed = hash.Digest();
+  if (stored != computed) {
+    return loss(absl::StrCat("checksum mismatch (stored ", stored,
+                             ", contents hash to ", computed,
+                             "): the file is corrupt"));
+  }
+  info.checksum = stored;
+  info.file_bytes = size;
+  return info;
+}
+
+absl::Status ReadShardCheckpointRange(const std::string& path,
+                                      const ShardCheckpointInfo& info,
+                                      ShardArray which, FlatRange range,
+                                      float* out) {
+  const FlatRange owned{info.header.owned().offset(),
+                        info.header.owned().offset() +
+                            info.header.owned().length()};
+  if (range.begin > range.end || !owned.Contains(range)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard checkpoint ", path, ": range [", range.begin, ", ", range.end,
+        ") is not inside its owned range [", owned.begin, ", ", owned.end,
+        ")"));
+  }
+  if (range.size() == 0) return absl::OkStatus();
+  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (f.fd < 0) {
+    return absl::NotFoundError(absl::StrCat("shard checkpoint ", path,
+                                            ": cannot open: ",
+                                            std::strerror(errno)));
+  }
+  const uint64_t array_bytes = owned.size() * sizeof(float);
+  const uint64_t offset = info.arrays_offset +
+                          static_cast<uint64_t>(which) * array_bytes +
+                          (range.begin - owned.begin) * sizeof(float);
+  if (!PreadAll(f.fd, out, range.size() * sizeof(float), offset)) {
+    return absl::DataLossError(absl::StrCat(
+        "shard checkpoint ", path, ": cannot read ", range.size(),
+        " elements at byte ", offset, " (changed since it was verified?)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zeroshard

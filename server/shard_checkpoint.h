@@ -1,0 +1,83 @@
+// One server's shard on disk: the FP32 master weights and Adam's m and v of
+// its owned range, with the per-chunk versions and Adam step counts, in one
+// file that is either whole and verified or refused.
+//
+// Layout (little-endian):
+//   "ZSSHARD1"                  8 bytes, the magic and format version
+//   u32 header_bytes            the size of the header that follows
+//   header                      v1::ShardCheckpointHeader (protobuf)
+//   f32 master[n]               n = header.owned.length
+//   f32 exp_avg[n]
+//   f32 exp_avg_sq[n]
+//   u64 checksum                XXH3-64 of every byte before it
+// The BF16 mirror is not stored: it is BF16(master), rebuilt on restore.
+//
+//   ShardCheckpointContents c{header, master, exp_avg, exp_avg_sq};
+//   ASSIGN_OR_RETURN(uint64_t sum, WriteShardCheckpoint(path, c));
+//   ...
+//   ASSIGN_OR_RETURN(ShardCheckpointInfo info, VerifyShardCheckpoint(path));
+//   RETURN_IF_ERROR(ReadShardCheckpointRange(path, info,
+//       ShardArray::kMaster, range, out));
+//
+// Contracts:
+// - Writing goes through AtomicFileWriter (common/atomic_file.h): the file
+//   appears under `path` whole and fsynced, or not at all.
+// - VerifyShardCheckpoint reads the whole file once: a missing file is
+//   NOT_FOUND; a wrong magic, a header that does not parse or contradicts
+//   itself (chunk lists of the wrong length), a size other than the header
+//   implies (truncated or extended) or a checksum that does not match (a bit
+//   flipped anywhere) is DATA_LOSS naming the file and what is wrong. No
+//   array is handed out from a file that has not been verified.
+// - ReadShardCheckpointRange copies elements of one array for a range
+//   inside header.owned (INVALID_ARGUMENT otherwise), e.g. the part of an
+//   old shard that a new server owns after resharding.
+#ifndef ZEROSHARD_SERVER_SHARD_CHECKPOINT_H_
+#define ZEROSHARD_SERVER_SHARD_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/layout.h"
+#include "proto/zeroshard/v1/checkpoint.pb.h"
+
+namespace zeroshard {
+
+inline constexpr char kShardCheckpointMagic[] = "ZSSHARD1";  // 8 bytes
+
+enum class ShardArray { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
+
+// What one file holds; the arrays have header.owned().length() elements.
+struct ShardCheckpointContents {
+  v1::ShardCheckpointHeader header;
+  const float* master = nullptr;
+  const float* exp_avg = nullptr;
+  const float* exp_avg_sq = nullptr;
+};
+
+// Writes `contents` to `path`; returns the file's checksum.
+absl::StatusOr<uint64_t> WriteShardCheckpoint(
+    const std::string& path, const ShardCheckpointContents& contents);
+
+// A verified file's header, checksum and where its arrays start.
+struct ShardCheckpointInfo {
+  v1::ShardCheckpointHeader header;
+  uint64_t checksum = 0;
+  uint64_t file_bytes = 0;
+  uint64_t arrays_offset = 0;  // byte offset of master[0]
+};
+
+absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
+    const std::string& path);
+
+// Copies array `which` over `range` (inside the header's owned range) into
+// `out` (range.size() floats).
+absl::Status ReadShardCheckpointRange(const std::string& path,
+                                      const ShardCheckpointInfo& info,
+                                      ShardArray which, FlatRange range,
+                                      float* out);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_SERVER_SHARD_CHECKPOINT_H_

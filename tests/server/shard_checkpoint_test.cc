@@ -1,0 +1,165 @@
+// Shard checkpoint files: what is written reads back bit for bit, by range;
+// a file cut short anywhere, a bit flipped anywhere, a wrong magic or a
+// missing file is refused with an error naming the file.
+#include "server/shard_checkpoint.h"
+
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace zeroshard {
+namespace {
+
+std::string MakeDir() {
+  std::string templ =
+      (std::filesystem::temp_directory_path() / "zs_ckpt_XXXXXX").string();
+  return mkdtemp(templ.data());
+}
+
+struct Shard {
+  v1::ShardCheckpointHeader header;
+  std::vector<float> master, exp_avg, exp_avg_sq;
+  ShardCheckpointContents contents() const {
+    return {header, master.data(), exp_avg.data(), exp_avg_sq.data()};
+  }
+};
+
+Shard RandomShard(std::mt19937_64& rng, uint64_t offset, uint64_t n) {
+  Shard s;
+  s.header.set_server_index(1);
+  s.header.set_num_servers(3);
+  s.header.mutable_owned()->set_offset(offset);
+  s.header.mutable_owned()->set_length(n);
+  s.header.set_chunk_elems(256);
+  s.header.set_step(41);
+  const uint64_t chunks = (n + 255) / 256;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    s.header.add_chunk_versions(41);
+    s.header.add_chunk_adam_steps(40);
+  }
+  s.header.set_layout_fingerprint(rng());
+  s.header.mutable_optimizer()->set_lr(1e-3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto* a : {&s.master, &s.exp_avg, &s.exp_avg_sq}) {
+    a->resize(n);
+    for (float& x : *a) x = u(rng);
+  }
+  return s;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST(ShardCheckpointTest, WrittenShardReadsBackBitForBitByRange) {
+  std::mt19937_64 rng(std::random_device{}());
+  const std::string dir = MakeDir();
+  for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{1000},
+                     uint64_t{300000}}) {
+    SCOPED_TRACE(n);
+    const Shard s = RandomShard(rng, 5000, n);
+    const std::string path = dir + "/shard.bin";
+    auto sum = WriteShardCheckpoint(path, s.contents());
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    auto info = VerifyShardCheckpoint(path);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->checksum, *sum);
+    EXPECT_EQ(info->header.SerializeAsString(), s.header.SerializeAsString());
+    const std::vector<float>* arrays[] = {&s.master, &s.exp_avg,
+                                          &s.exp_avg_sq};
+    for (int a = 0; a < 3; ++a) {
+      // The whole array, then a random sub-range (what resharding reads).
+      std::vector<FlatRange> ranges = {{5000, 5000 + n}};
+      if (n > 0) {
+        const uint64_t b = rng() % n, e = b + rng() % (n - b + 1);
+        ranges.push_back({5000 + b, 5000 + e});
+      }
+      for (const FlatRange& r : ranges) {
+        std::vector<float> out(r.size(), -7.0f);
+        ASSERT_TRUE(ReadShardCheckpointRange(path, *info,
+                                             static_cast<ShardArray>(a), r,
+                                             out.data())
+                        .ok());
+        EXPECT_EQ(std::memcmp(out.data(),
+                              arrays[a]->data() + (r.begin - 5000),
+                              r.size() * sizeof(float)),
+                  0);
+      }
+    }
+    std::vector<float> one(1);
+    EXPECT_EQ(ReadShardCheckpointRange(path, *info, ShardArray::kMaster,
+                                       {4999, 5000}, one.data())
+                  .code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // Only the file itself is left: no temporary.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            1);
+}
+
+TEST(ShardCheckpointTest, TruncatedFlippedOrForeignFilesAreRefused) {
+  std::mt19937_64 rng(std::random_device{}());
+  const std::string dir = MakeDir();
+  const std::string path = dir + "/shard.bin";
+  const Shard s = RandomShard(rng, 0, 20000);
+  ASSERT_TRUE(WriteShardCheckpoint(path, s.contents()).ok());
+  const std::string good = ReadAll(path);
+  const std::string bad = dir + "/bad.bin";
+  for (int trial = 0; trial < 40; ++trial) {
+    // Cut at a random place.
+    WriteAll(bad, good.substr(0, rng() % good.size()));
+    auto cut = VerifyShardCheckpoint(bad);
+    ASSERT_FALSE(cut.ok());
+    EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(cut.status().message().find(bad), std::string::npos);
+    // One bit flipped anywhere: header, arrays or the checksum itself.
+    std::string flipped = good;
+    flipped[rng() % flipped.size()] ^= static_cast<char>(1 << (rng() % 8));
+    WriteAll(bad, flipped);
+    auto flip = VerifyShardCheckpoint(bad);
+    ASSERT_FALSE(flip.ok()) << "a flipped bit went unnoticed";
+    EXPECT_EQ(flip.status().code(), absl::StatusCode::kDataLoss)
+        << flip.status();
+  }
+  WriteAll(bad, good + "x");
+  EXPECT_NE(VerifyShardCheckpoint(bad).status().message().find("too long"),
+            std::string::npos);
+  std::string foreign = good;
+  foreign[0] = 'X';
+  WriteAll(bad, foreign);
+  EXPECT_NE(VerifyShardCheckpoint(bad).status().message().find("magic"),
+            std::string::npos);
+  auto missing = VerifyShardCheckpoint(dir + "/nope.bin");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("nope.bin"), std::string::npos);
+}
+
+TEST(ShardCheckpointTest, InconsistentHeadersAreNotWritten) {
+  std::mt19937_64 rng(1);
+  const std::string path = MakeDir() + "/shard.bin";
+  Shard s = RandomShard(rng, 0, 1000);
+  s.header.add_chunk_versions(41);  // one version too many
+  EXPECT_EQ(WriteShardCheckpoint(path, s.contents()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  s = RandomShard(rng, 0, 1000);
+  s.header.set_server_index(3);  // of 3
+  EXPECT_EQ(WriteShardCheckpoint(path, s.contents()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+}  // namespace
+}  // namespace zeroshard
