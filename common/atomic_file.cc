@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -40,11 +41,14 @@ absl::Status SyncDirectoryOf(const std::string& path) {
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(
     const std::string& path) {
-  // The pid keeps two processes writing the same path from sharing a
-  // temporary file.
-  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd =
-      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The pid and a per-process counter keep two writers of the same path,
+  // in any processes, from sharing a temporary file; O_EXCL | O_NOFOLLOW
+  // refuses anything already at that name (a symlink planted there too).
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp =
+      absl::StrCat(path, ".tmp.", getpid(), ".", counter.fetch_add(1));
+  const int fd = ::open(
+      tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create ", tmp, ": ", Errno()));

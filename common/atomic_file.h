@@ -11,9 +11,11 @@
 //   RETURN_IF_ERROR(w.Commit());       // nothing is visible at `path` before
 //
 // Errors: PERMISSION_DENIED when the temporary file cannot be created,
-// DATA_LOSS when writing, syncing or renaming fails. On any failure, and
+// DATA_LOSS when writing, syncing or renaming fails. On any of those, and
 // when a writer is destroyed without Commit, the temporary file is removed
-// and `path` is left as it was.
+// and `path` is left as it was. One exception: when only the final fsync of
+// the directory fails, the new file is already at `path` (DATA_LOSS says
+// the rename may not survive a crash).
 #ifndef ZEROSHARD_COMMON_ATOMIC_FILE_H_
 #define ZEROSHARD_COMMON_ATOMIC_FILE_H_
 

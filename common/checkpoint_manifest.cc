@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 #include <system_error>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,7 +23,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr char kFolderPrefix[] = "step-";
-constexpr int kStepDigits = 12;
+constexpr int kStepDigits = 20;  // any uint64_t
 
 // The step a folder name stands for, if it is one of ours.
 bool ParseFolderName(const std::string& name, uint64_t* step) {
@@ -62,6 +64,19 @@ bool Get(const json& j, const char* key, T* out, std::string* error) {
       *error = absl::StrCat("\"", key, "\" is not a count");
       return false;
     }
+    // Checked in the value's own signedness: no narrowing on the way in.
+    const bool in_range =
+        it->is_number_unsigned()
+            ? std::in_range<T>(it->template get<uint64_t>())
+            : std::in_range<T>(it->template get<int64_t>());
+    if (!in_range) {
+      *error = absl::StrCat("\"", key, "\" is out of range");
+      return false;
+    }
+    *out = it->is_number_unsigned()
+               ? static_cast<T>(it->template get<uint64_t>())
+               : static_cast<T>(it->template get<int64_t>());
+    return true;
   }
   *out = it->get<T>();
   return true;
@@ -250,7 +265,12 @@ absl::StatusOr<std::vector<uint64_t>> ListCheckpoints(const std::string& dir) {
                                             dir, ": ", ec.message()));
   }
   std::vector<uint64_t> steps;
-  for (const fs::directory_entry& e : it) {
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) {
+      return absl::DataLossError(absl::StrCat(
+          "cannot list checkpoint directory ", dir, ": ", ec.message()));
+    }
+    const fs::directory_entry& e = *it;
     uint64_t step;
     if (!e.is_directory(ec) ||
         !ParseFolderName(e.path().filename().string(), &step)) {
@@ -277,7 +297,9 @@ absl::Status PruneCheckpoints(const std::string& dir, int keep_last) {
       n <= static_cast<size_t>(keep_last) ? (*complete)[0]
                                           : (*complete)[n - keep_last];
   std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const fs::directory_entry& e = *it;
     uint64_t step;
     if (!e.is_directory(ec) ||
         !ParseFolderName(e.path().filename().string(), &step) ||
@@ -290,6 +312,10 @@ absl::Status PruneCheckpoints(const std::string& dir, int keep_last) {
           "cannot remove old checkpoint ", e.path().string(), ": ",
           ec.message()));
     }
+  }
+  if (ec) {
+    return absl::DataLossError(absl::StrCat(
+        "cannot list checkpoint directory ", dir, ": ", ec.message()));
   }
   return absl::OkStatus();
 }

@@ -3,9 +3,9 @@
 // either has a complete manifest or does not exist.
 //
 // A checkpoint directory holds one folder per step:
-//   <dir>/step-000000000030/shard-0-of-2.bin    (server/shard_checkpoint.h)
-//   <dir>/step-000000000030/shard-1-of-2.bin
-//   <dir>/step-000000000030/MANIFEST.json       (this file, written last)
+//   <dir>/step-00000000000000000030/shard-0-of-2.bin  (shard_checkpoint.h)
+//   <dir>/step-00000000000000000030/shard-1-of-2.bin
+//   <dir>/step-00000000000000000030/MANIFEST.json     (written last)
 //
 //   CheckpointManifest m{.step = 30, .num_servers = 2, ...};
 //   m.shards.push_back({0, {0, n0}, "shard-0-of-2.bin", sum0, bytes0});
@@ -26,7 +26,9 @@
 //   (VerifyShardCheckpoint) before loading any of them.
 // - PruneCheckpoints keeps the newest `keep_last` complete checkpoints and
 //   removes older folders, complete or not; folders newer than the newest
-//   complete one (possibly being written now) are left alone.
+//   complete one (possibly being written now) are left alone. It trusts the
+//   manifests: call it after the newest checkpoint's shard files have been
+//   verified, or the only good checkpoint may be the one it removes.
 #ifndef ZEROSHARD_COMMON_CHECKPOINT_MANIFEST_H_
 #define ZEROSHARD_COMMON_CHECKPOINT_MANIFEST_H_
 
@@ -66,7 +68,8 @@ struct CheckpointManifest {
   std::vector<CheckpointShardEntry> shards;
 };
 
-// "step-000000000030": fixed width, so names sort by step.
+// "step-00000000000000000030": fixed width (any uint64_t), so names sort by
+// step.
 std::string CheckpointFolderName(uint64_t step);
 
 absl::Status ValidateCheckpointManifest(const CheckpointManifest& manifest);

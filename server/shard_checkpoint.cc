@@ -1,6 +1,7 @@
 #include "server/shard_checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -26,7 +28,10 @@ constexpr size_t kPrefixBytes = kMagicBytes + 4;  // magic + u32 header size
 constexpr uint32_t kMaxHeaderBytes = 256u << 20;
 
 struct HashState {
-  HashState() : state(XXH3_createState()) { XXH3_64bits_reset(state); }
+  HashState() : state(XXH3_createState()) {
+    if (state == nullptr) throw std::bad_alloc();
+    XXH3_64bits_reset(state);
+  }
   ~HashState() { XXH3_freeState(state); }
   void Update(const void* p, size_t n) { XXH3_64bits_update(state, p, n); }
   uint64_t Digest() const { return XXH3_64bits_digest(state); }
@@ -35,7 +40,9 @@ struct HashState {
 
 uint64_t NumChunks(const v1::ShardCheckpointHeader& h) {
   if (h.chunk_elems() == 0) return 0;
-  return (h.owned().length() + h.chunk_elems() - 1) / h.chunk_elems();
+  // Without the `length + chunk - 1` that wraps for a huge chunk size.
+  const uint64_t n = h.owned().length(), c = h.chunk_elems();
+  return n / c + (n % c != 0);
 }
 
 // The header describes itself consistently.
@@ -134,7 +141,7 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
     return absl::DataLossError(
         absl::StrCat("shard checkpoint ", path, ": ", why));
   };
-  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (f.fd < 0) {
     if (errno == ENOENT) {
       return absl::NotFoundError(
@@ -143,9 +150,11 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
     return absl::PermissionDeniedError(absl::StrCat(
         "shard checkpoint ", path, ": cannot open: ", std::strerror(errno)));
   }
-  const off_t end = ::lseek(f.fd, 0, SEEK_END);
-  if (end < 0) return loss("cannot find its size");
-  const uint64_t size = static_cast<uint64_t>(end);
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return loss("not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
   char prefix[kPrefixBytes];
   if (size < kPrefixBytes + sizeof(uint64_t) ||
       !PreadAll(f.fd, prefix, kPrefixBytes, 0)) {
@@ -165,22 +174,10 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
   if (!PreadAll(f.fd, header.data(), header_bytes, kPrefixBytes)) {
     return loss("cannot read the header");
   }
+  // One pass over everything before the checksum, before anything in the
+  // header is believed.
   ShardCheckpointInfo info;
-  if (!info.header.ParseFromString(header)) {
-    return loss("the header does not parse");
-  }
-  if (absl::Status s = CheckHeader(info.header); !s.ok()) {
-    return loss(absl::StrCat("the header is inconsistent: ", s.message()));
-  }
   info.arrays_offset = kPrefixBytes + header_bytes;
-  const uint64_t want = info.arrays_offset +
-                        3 * info.header.owned().length() * sizeof(float) +
-                        sizeof(uint64_t);
-  if (size != want) {
-    return loss(absl::StrCat(size < want ? "truncated" : "too long", ": ",
-                             size, " bytes where the header implies ", want));
-  }
-  // One pass over everything before the checksum.
   HashState hash;
   hash.Update(prefix, kPrefixBytes);
   hash.Update(header.data(), header.size());
@@ -204,8 +201,23 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
                              ", contents hash to ", computed,
                              "): the file is corrupt"));
   }
+  if (!info.header.ParseFromString(header)) {
+    return loss("the header does not parse");
+  }
+  if (absl::Status s = CheckHeader(info.header); !s.ok()) {
+    return loss(absl::StrCat("the header is inconsistent: ", s.message()));
+  }
+  const uint64_t want = info.arrays_offset +
+                        3 * info.header.owned().length() * sizeof(float) +
+                        sizeof(uint64_t);
+  if (size != want) {
+    return loss(absl::StrCat(size < want ? "truncated" : "too long", ": ",
+                             size, " bytes where the header implies ", want));
+  }
   info.checksum = stored;
   info.file_bytes = size;
+  info.device = static_cast<uint64_t>(st.st_dev);
+  info.inode = static_cast<uint64_t>(st.st_ino);
   return info;
 }
 
@@ -222,12 +234,25 @@ absl::Status ReadShardCheckpointRange(const std::string& path,
         ") is not inside its owned range [", owned.begin, ", ", owned.end,
         ")"));
   }
+  if (which != ShardArray::kMaster && which != ShardArray::kExpAvg &&
+      which != ShardArray::kExpAvgSq) {
+    return absl::InvalidArgumentError("unknown shard array");
+  }
   if (range.size() == 0) return absl::OkStatus();
-  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (f.fd < 0) {
     return absl::NotFoundError(absl::StrCat("shard checkpoint ", path,
                                             ": cannot open: ",
                                             std::strerror(errno)));
+  }
+  // The file that was verified, not one renamed over it since.
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0 ||
+      static_cast<uint64_t>(st.st_dev) != info.device ||
+      static_cast<uint64_t>(st.st_ino) != info.inode ||
+      static_cast<uint64_t>(st.st_size) != info.file_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        "shard checkpoint ", path, " was replaced since it was verified"));
   }
   const uint64_t array_bytes = owned.size() * sizeof(float);
   const uint64_t offset = info.arrays_offset +

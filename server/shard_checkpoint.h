@@ -22,12 +22,13 @@
 // Contracts:
 // - Writing goes through AtomicFileWriter (common/atomic_file.h): the file
 //   appears under `path` whole and fsynced, or not at all.
-// - VerifyShardCheckpoint reads the whole file once: a missing file is
-//   NOT_FOUND; a wrong magic, a header that does not parse or contradicts
-//   itself (chunk lists of the wrong length), a size other than the header
-//   implies (truncated or extended) or a checksum that does not match (a bit
-//   flipped anywhere) is DATA_LOSS naming the file and what is wrong. No
-//   array is handed out from a file that has not been verified.
+// - VerifyShardCheckpoint reads the whole file once and checks the sum
+//   before it believes anything in the header: a missing file is NOT_FOUND;
+//   a non-regular file, a wrong magic, a checksum that does not match (a
+//   bit flipped anywhere, bytes cut off or added), a header that does not
+//   parse or contradicts itself (chunk lists of the wrong length) or a size
+//   other than the header implies is DATA_LOSS naming the file and what is
+//   wrong. No array is handed out from a file that has not been verified.
 // - ReadShardCheckpointRange copies elements of one array for a range
 //   inside header.owned (INVALID_ARGUMENT otherwise), e.g. the part of an
 //   old shard that a new server owns after resharding.
@@ -66,6 +67,10 @@ struct ShardCheckpointInfo {
   uint64_t checksum = 0;
   uint64_t file_bytes = 0;
   uint64_t arrays_offset = 0;  // byte offset of master[0]
+  // The verified file's identity: a range read from any other file (one
+  // renamed over it since) is refused.
+  uint64_t device = 0;
+  uint64_t inode = 0;
 };
 
 absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(

@@ -48,7 +48,7 @@ TEST(CheckpointManifestTest, RoundTripsEveryField) {
   EXPECT_EQ(back->shards[0].checksum, 0xFFFFFFFFFFFFFFFFull);
   EXPECT_EQ(back->loss_scaler, m.loss_scaler);
   EXPECT_EQ(back->layout_fingerprint, m.layout_fingerprint);
-  EXPECT_EQ(CheckpointFolderName(30), "step-000000000030");
+  EXPECT_EQ(CheckpointFolderName(30), "step-00000000000000000030");
 }
 
 TEST(CheckpointManifestTest, ShardListsThatDoNotTileTheSpaceAreRefused) {
@@ -75,6 +75,19 @@ TEST(CheckpointManifestTest, ShardListsThatDoNotTileTheSpaceAreRefused) {
   EXPECT_EQ(ParseCheckpointManifest(text).status().code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseCheckpointManifest("{}").status().code(),
+            absl::StatusCode::kDataLoss);
+  // Numbers too large for their field are refused, not cut down.
+  text = CheckpointManifestJson(TwoShards(1));
+  text.replace(text.find("\"num_servers\": 2"), 16,
+               "\"num_servers\": 4294967298");
+  auto wide = ParseCheckpointManifest(text);
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.status().message().find("out of range"), std::string::npos)
+      << wide.status();
+  text = CheckpointManifestJson(TwoShards(1));
+  text.replace(text.find("\"hysteresis_left\": 2"), 20,
+               "\"hysteresis_left\": \"2\"");
+  EXPECT_EQ(ParseCheckpointManifest(text).status().code(),
             absl::StatusCode::kDataLoss);
 }
 
