@@ -9,6 +9,7 @@
 #include "client/generic_call.h"
 #include "wire/gather_codec.h"
 #include "wire/grpc_status.h"
+#include "wire/proto_buffer.h"
 #include "wire/proto_convert.h"
 
 namespace zeroshard {
@@ -50,14 +51,8 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
     }
   } unregister{cancel, &ctx};
   GenericStreamCall call(channels.channel(server), kGatherMethod, &ctx);
-  grpc::ByteBuffer request_bytes;
-  bool own_buffer = false;
-  if (!grpc::SerializationTraits<v1::GatherRequest>::Serialize(
-           request, &request_bytes, &own_buffer)
-           .ok()) {
-    return absl::InternalError(absl::StrCat(what, ": cannot encode the request"));
-  }
-  call.WriteLast(request_bytes);  // a failure shows in Read and Finish
+  // A failure shows in Read and Finish.
+  call.WriteLast(ProtoToByteBuffer(request));
   const size_t esize = DTypeSize(dtype);
   *result = GatherResult();
   uint64_t received = 0;

@@ -1,28 +1,17 @@
 #include "client/server_push_stream.h"
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "client/generic_call.h"
 #include "wire/grpc_status.h"
+#include "wire/proto_buffer.h"
 #include "wire/push_grad_codec.h"
 
 namespace zeroshard {
 namespace {
 
 constexpr char kPushGradMethod[] = "/zeroshard.v1.ShardService/PushGrad";
-
-grpc::ByteBuffer Serialize(const v1::PushGradMessage& msg) {
-  grpc::Slice slice(msg.SerializeAsString());
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-bool ParseResponse(grpc::ByteBuffer& buffer, v1::PushGradResponse* out) {
-  grpc::ProtoBufferReader reader(&buffer);
-  return out->ParseFromZeroCopyStream(&reader);
-}
 
 }  // namespace
 
@@ -115,7 +104,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     header.mutable_header()->set_skip(known_->skip);
   }
   absl::Status local;  // an error found on this side
-  bool ok = call.Write(Serialize(header));
+  bool ok = call.Write(ProtoToByteBuffer(header));
   size_t next = 0;
   while (ok) {
     QueuedPiece piece;
@@ -144,7 +133,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
         v1::PushGradMessage msg;
         msg.mutable_commit()->set_coefficient(commit->coefficient);
         msg.mutable_commit()->set_skip(commit->skip);
-        ok = call.WriteLast(Serialize(msg));
+        ok = call.WriteLast(ProtoToByteBuffer(msg));
       } else {
         ok = call.WritesDone();
       }
@@ -167,7 +156,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   grpc::ByteBuffer reply;
   const bool replied = local.ok() && call.Read(&reply);
   grpc::Status st = call.Finish();
-  if (st.ok() && (!replied || !ParseResponse(reply, response))) {
+  if (st.ok() && (!replied || !ParseProtoFromByteBuffer(reply, response))) {
     st = grpc::Status(grpc::StatusCode::INTERNAL,
                       "the reply does not parse as a PushGradResponse");
   }

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "wire/grpc_status.h"
+#include "wire/proto_buffer.h"
 
 namespace zeroshard {
 
@@ -47,8 +48,7 @@ void PushGradReactor::End(const absl::Status& status) {
   counters_->RecordResult(result_);
   recorded_ = true;
   if (status.ok()) {
-    grpc::Slice slice(session_.response().SerializeAsString());
-    *response_ = grpc::ByteBuffer(&slice, 1);
+    *response_ = ProtoToByteBuffer(session_.response());
   }
   Finish(ToGrpcStatus(status));
 }

@@ -1,17 +1,16 @@
 #include "server/shard_service_impl.h"
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "wire/proto_convert.h"
 #include "common/status_macros.h"
 #include "server/gather_reactor.h"
-#include "wire/grpc_status.h"
 #include "server/kv_wait_reactor.h"
 #include "server/push_grad_reactor.h"
 #include "server/set_weights_reactor.h"
+#include "wire/grpc_status.h"
+#include "wire/proto_buffer.h"
+#include "wire/proto_convert.h"
 
 namespace zeroshard {
 namespace {
@@ -128,8 +127,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::Gather(
   using Failed = FailedReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>>;
   grpc::ByteBuffer copy(*request);  // shares the slices
   v1::GatherRequest parsed;
-  grpc::ProtoBufferReader reader(&copy);
-  if (!parsed.ParseFromZeroCopyStream(&reader)) {
+  if (!ParseProtoFromByteBuffer(copy, &parsed)) {
     return new Failed(
         absl::InvalidArgumentError("Gather: request does not parse"),
         &counters_);

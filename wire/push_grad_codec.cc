@@ -1,7 +1,5 @@
 #include "wire/push_grad_codec.h"
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "wire/proto_buffer.h"
 #include "wire/slice_cursor.h"
 #include "wire/varint.h"
 
@@ -136,8 +135,7 @@ absl::Status DecodePushGradMessage(grpc::ByteBuffer& buffer,
     return absl::OkStatus();
   }
   out->piece = PushGradPieceInput();
-  grpc::ProtoBufferReader reader(&buffer);
-  if (!out->message.ParseFromZeroCopyStream(&reader)) {
+  if (!ParseProtoFromByteBuffer(buffer, &out->message)) {
     return absl::InvalidArgumentError(
         "PushGrad: a message does not parse as a PushGradMessage");
   }
