@@ -1,30 +1,18 @@
 // WriteFileAtomically: whole contents or nothing, no temporary left behind.
 #include "common/atomic_file.h"
 
-#include <stdlib.h>
-
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_files.h"
 
 namespace zeroshard {
 namespace {
 
-std::string Read(const std::filesystem::path& p) {
-  std::stringstream ss;
-  ss << std::ifstream(p, std::ios::binary).rdbuf();
-  return ss.str();
-}
+using testing::ReadFile;
 
-// A new empty directory under the temporary directory.
-std::string MakeDir() {
-  std::string templ =
-      (std::filesystem::temp_directory_path() / "zs_atomic_XXXXXX").string();
-  return mkdtemp(templ.data());
-}
+std::string MakeDir() { return testing::MakeTempDir("zs_atomic_"); }
 
 TEST(AtomicFileTest, WritesReplacesAndLeavesNoTemporary) {
   const std::filesystem::path dir =
@@ -35,9 +23,9 @@ TEST(AtomicFileTest, WritesReplacesAndLeavesNoTemporary) {
   const std::string path = (dir / "f.bin").string();
   const std::string first("abc\0def", 7);
   ASSERT_TRUE(WriteFileAtomically(path, first).ok());
-  EXPECT_EQ(Read(path), first);
+  EXPECT_EQ(ReadFile(path), first);
   ASSERT_TRUE(WriteFileAtomically(path, "second").ok());
-  EXPECT_EQ(Read(path), "second");
+  EXPECT_EQ(ReadFile(path), "second");
   int entries = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     (void)e;
@@ -68,21 +56,21 @@ TEST(AtomicFileTest, StreamedWriterShowsNothingBeforeCommit) {
       const std::string piece(1000 + i, static_cast<char>('a' + i % 26));
       want += piece;
       ASSERT_TRUE(w->Append(piece.data(), piece.size()).ok());
-      EXPECT_EQ(Read(path), "old");  // the old contents until Commit
+      EXPECT_EQ(ReadFile(path), "old");  // the old contents until Commit
     }
     EXPECT_EQ(w->bytes_written(), want.size());
     ASSERT_TRUE(w->Commit().ok());
     EXPECT_EQ(w->Append("x", 1).code(),
               absl::StatusCode::kFailedPrecondition);
   }
-  EXPECT_EQ(Read(path), want);
+  EXPECT_EQ(ReadFile(path), want);
   {
     auto w = AtomicFileWriter::Open(path);
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE(w->Append("partial", 7).ok());
     // Dropped without Commit: nothing changes, nothing is left behind.
   }
-  EXPECT_EQ(Read(path), want);
+  EXPECT_EQ(ReadFile(path), want);
   int entries = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     (void)e;

@@ -2,24 +2,20 @@
 // which folders count as checkpoints, and pruning.
 #include "common/checkpoint_manifest.h"
 
-#include <stdlib.h>
-
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_files.h"
 
 namespace zeroshard {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string MakeDir() {
-  std::string templ = (fs::temp_directory_path() / "zs_manifest_XXXXXX").string();
-  return mkdtemp(templ.data());
-}
+std::string MakeDir() { return testing::MakeTempDir("zs_manifest_"); }
 
 CheckpointManifest TwoShards(uint64_t step) {
   CheckpointManifest m;

@@ -1,30 +1,15 @@
 #include "tests/integration/local_cluster.h"
 
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace zeroshard::testing {
-std::string MakeTempDir(const std::string& prefix) {
-  std::string tmpl = (std::filesystem::temp_directory_path() /
-                      (prefix + "XXXXXX")).string();
-  if (mkdtemp(tmpl.data()) == nullptr) return "";
-  return tmpl;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::stringstream ss;
-  ss << std::ifstream(path, std::ios::binary).rdbuf();
-  return ss.str();
-}
 
 std::string BinDir() { return ZS_BIN_DIR; }
 

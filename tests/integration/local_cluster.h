@@ -15,18 +15,12 @@
 
 #include "absl/status/statusor.h"
 #include "common/subprocess.h"
+#include "tests/support/test_files.h"  // MakeTempDir, ReadFile
 
 namespace zeroshard::testing {
 
 // <build>/bin, where zeroshard-server and zeroshard-ctl are.
 std::string BinDir();
-
-// A fresh directory under the system temp dir named prefix + 6 random
-// characters; "" when it cannot be made.
-std::string MakeTempDir(const std::string& prefix);
-
-// The whole file as bytes ("" when it cannot be read).
-std::string ReadFile(const std::string& path);
 
 class LocalCluster {
  public:

@@ -3,11 +3,8 @@
 // missing file is refused with an error naming the file.
 #include "server/shard_checkpoint.h"
 
-#include <stdlib.h>
-
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,15 +12,15 @@
 #include <xxhash.h>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_files.h"
 
 namespace zeroshard {
 namespace {
 
-std::string MakeDir() {
-  std::string templ =
-      (std::filesystem::temp_directory_path() / "zs_ckpt_XXXXXX").string();
-  return mkdtemp(templ.data());
-}
+using testing::ReadFile;
+using testing::WriteFile;
+
+std::string MakeDir() { return testing::MakeTempDir("zs_ckpt_"); }
 
 struct Shard {
   v1::ShardCheckpointHeader header;
@@ -54,15 +51,6 @@ Shard RandomShard(std::mt19937_64& rng, uint64_t offset, uint64_t n) {
     for (float& x : *a) x = u(rng);
   }
   return s;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
 TEST(ShardCheckpointTest, WrittenShardReadsBackBitForBitByRange) {
@@ -122,11 +110,11 @@ TEST(ShardCheckpointTest, TruncatedFlippedOrForeignFilesAreRefused) {
   const std::string path = dir + "/shard.bin";
   const Shard s = RandomShard(rng, 0, 20000);
   ASSERT_TRUE(WriteShardCheckpoint(path, s.contents()).ok());
-  const std::string good = ReadAll(path);
+  const std::string good = ReadFile(path);
   const std::string bad = dir + "/bad.bin";
   for (int trial = 0; trial < 40; ++trial) {
     // Cut at a random place.
-    WriteAll(bad, good.substr(0, rng() % good.size()));
+    WriteFile(bad, good.substr(0, rng() % good.size()));
     auto cut = VerifyShardCheckpoint(bad);
     ASSERT_FALSE(cut.ok());
     EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss);
@@ -134,18 +122,18 @@ TEST(ShardCheckpointTest, TruncatedFlippedOrForeignFilesAreRefused) {
     // One bit flipped anywhere: header, arrays or the checksum itself.
     std::string flipped = good;
     flipped[rng() % flipped.size()] ^= static_cast<char>(1 << (rng() % 8));
-    WriteAll(bad, flipped);
+    WriteFile(bad, flipped);
     auto flip = VerifyShardCheckpoint(bad);
     ASSERT_FALSE(flip.ok()) << "a flipped bit went unnoticed";
     EXPECT_EQ(flip.status().code(), absl::StatusCode::kDataLoss)
         << flip.status();
   }
-  WriteAll(bad, good + "x");  // extended: the trailer is no longer the sum
+  WriteFile(bad, good + "x");  // extended: the trailer is no longer the sum
   EXPECT_EQ(VerifyShardCheckpoint(bad).status().code(),
             absl::StatusCode::kDataLoss);
   std::string foreign = good;
   foreign[0] = 'X';
-  WriteAll(bad, foreign);
+  WriteFile(bad, foreign);
   EXPECT_NE(VerifyShardCheckpoint(bad).status().message().find("magic"),
             std::string::npos);
   auto missing = VerifyShardCheckpoint(dir + "/nope.bin");
@@ -176,7 +164,7 @@ TEST(ShardCheckpointTest, ForgedHeaderWithAValidChecksumIsRefused) {
   }
   const uint64_t sum = XXH3_64bits(bytes.data(), bytes.size());
   bytes.append(reinterpret_cast<const char*>(&sum), 8);
-  WriteAll(path, bytes);
+  WriteFile(path, bytes);
   auto info = VerifyShardCheckpoint(path);
   ASSERT_FALSE(info.ok());
   EXPECT_EQ(info.status().code(), absl::StatusCode::kDataLoss);
