@@ -42,6 +42,19 @@ class Target:
         self.tags = tags
 
 
+def project_dirs(root):
+    """(folder relative to root, its file names) for every project folder:
+    walked, not asked of git (a copied tree has no .git), skipping SKIP_DIRS
+    and hidden folders."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = os.path.relpath(dirpath, root)
+        rel = "" if rel == "." else rel
+        dirnames[:] = [d for d in dirnames
+                       if not (os.path.join(rel, d) + "/").startswith(SKIP_DIRS)
+                       and not d.startswith(".")]
+        yield rel, filenames
+
+
 def read_cmake_manifest(path):
     targets = {}  # name -> set of .cc paths
     tests = set()
@@ -66,12 +79,7 @@ def read_bazel(root):
     """Evaluates every BUILD.bazel under root; returns the cc_* rules."""
     rules = []
     build_files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel = os.path.relpath(dirpath, root)
-        rel = "" if rel == "." else rel
-        dirnames[:] = [d for d in dirnames
-                       if not (os.path.join(rel, d) + "/").startswith(SKIP_DIRS)
-                       and not d.startswith(".")]
+    for rel, filenames in project_dirs(root):
         if "BUILD.bazel" in filenames:
             build_files.append(rel)
     for package in sorted(build_files):
@@ -127,14 +135,9 @@ def read_bazel(root):
 
 
 def repository_sources(root):
-    """Every .cc file of the project (walked: a copied tree has no .git)."""
+    """Every .cc file of the project."""
     out = set()
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel = os.path.relpath(dirpath, root)
-        rel = "" if rel == "." else rel
-        dirnames[:] = [d for d in dirnames
-                       if not (os.path.join(rel, d) + "/").startswith(SKIP_DIRS)
-                       and not d.startswith(".")]
+    for rel, filenames in project_dirs(root):
         out.update(os.path.join(rel, f) for f in filenames if f.endswith(".cc"))
     return out
 
