@@ -1,5 +1,6 @@
 // zeroshard-ctl: inspect, health, layout, init and smoke-test a zeroshard
-// cluster, and resolve a config for hand-started workers. See client/ctl/commands.h for the subcommands.
+// cluster, and resolve a config for hand-started workers. See
+// client/ctl/commands.h for the subcommands.
 #include <cstdio>
 #include <string>
 #include <vector>
