@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/atomic_file.h"
+#include "common/json_integer.h"
 #include "nlohmann/json.hpp"
 
 namespace zeroshard {
@@ -59,24 +60,18 @@ bool Get(const json& j, const char* key, T* out, std::string* error) {
       return false;
     }
   } else {
-    if (!it->is_number_integer() ||
-        (std::is_unsigned_v<T> && !it->is_number_unsigned())) {
-      *error = absl::StrCat("\"", key, "\" is not a count");
-      return false;
+    switch (ReadJsonInteger(*it, out)) {
+      case JsonInteger::kOk:
+        return true;
+      case JsonInteger::kNotInteger:
+      case JsonInteger::kNegative:
+        *error = absl::StrCat("\"", key, "\" is not a count");
+        return false;
+      case JsonInteger::kOutOfRange:
+        *error = absl::StrCat("\"", key, "\" is out of range");
+        return false;
     }
-    // Checked in the value's own signedness: no narrowing on the way in.
-    const bool in_range =
-        it->is_number_unsigned()
-            ? std::in_range<T>(it->template get<uint64_t>())
-            : std::in_range<T>(it->template get<int64_t>());
-    if (!in_range) {
-      *error = absl::StrCat("\"", key, "\" is out of range");
-      return false;
-    }
-    *out = it->is_number_unsigned()
-               ? static_cast<T>(it->template get<uint64_t>())
-               : static_cast<T>(it->template get<int64_t>());
-    return true;
+    return false;
   }
   *out = it->get<T>();
   return true;

@@ -6,7 +6,6 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
-#include <limits>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/json_integer.h"
 #include "nlohmann/json.hpp"
 
 namespace zeroshard {
@@ -214,24 +214,16 @@ class Reader {
       if (!j->is_number()) return Fail(name, "is not a number");
       value = j->get<T>();
     } else {
-      static_assert(std::is_integral_v<T>);
-      if (!j->is_number_integer()) return Fail(name, "is not an integer");
-      if (std::is_unsigned_v<T> && !j->is_number_unsigned()) {
-        return Fail(name, "is negative");
+      switch (ReadJsonInteger(*j, &value)) {
+        case JsonInteger::kOk:
+          return;
+        case JsonInteger::kNotInteger:
+          return Fail(name, "is not an integer");
+        case JsonInteger::kNegative:
+          return Fail(name, "is negative");
+        case JsonInteger::kOutOfRange:
+          return Fail(name, "is out of range");
       }
-      // Compared in the JSON value's own signedness, so that no cast can
-      // turn an out-of-range number into an in-range one.
-      const bool in_range =
-          j->is_number_unsigned()
-              ? j->get<uint64_t>() <=
-                    static_cast<uint64_t>(std::numeric_limits<T>::max())
-              : j->get<int64_t>() >=
-                        static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                    j->get<int64_t>() <=
-                        static_cast<int64_t>(std::numeric_limits<T>::max());
-      if (!in_range) return Fail(name, "is out of range");
-      value = j->is_number_unsigned() ? static_cast<T>(j->get<uint64_t>())
-                                      : static_cast<T>(j->get<int64_t>());
     }
   }
   template <typename E>
