@@ -98,6 +98,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   v1::PushGradMessage header;
   header.mutable_header()->set_step(step_);
   header.mutable_header()->set_worker(worker_);
+  header.mutable_header()->set_attempt(channels_->options().attempt);
   if (known_.has_value()) {
     header.mutable_header()->set_coefficient_known(true);
     header.mutable_header()->set_coefficient(known_->coefficient);

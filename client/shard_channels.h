@@ -41,6 +41,9 @@ struct ShardClientOptions {
   // Cap on the bytes of caller data that one push stream has handed to gRPC
   // and gRPC has not yet released.
   size_t max_bytes_in_flight = 64 << 20;
+  // The worker group's incarnation, sent in every PushGrad header
+  // (proto: PushGradHeader.attempt); the launcher raises it on restarts.
+  uint64_t attempt = 0;
   // Null: insecure (loopback or explicitly trusted networks only).
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };

@@ -77,12 +77,63 @@ bool Get(const json& j, const char* key, T* out, std::string* error) {
   return true;
 }
 
+json ModelManifestToJson(const ModelManifest& model) {
+  json units = json::array();
+  for (const UnitSpec& u : model.units) {
+    json tensors = json::array();
+    for (const TensorSpec& t : u.tensors) {
+      tensors.push_back({{"name", t.name}, {"shape", t.shape}});
+    }
+    units.push_back({{"name", u.name}, {"tensors", std::move(tensors)}});
+  }
+  return {{"partition_count", model.partition_count},
+          {"units", std::move(units)}};
+}
+
+bool ModelManifestFromJson(const json& j, ModelManifest* out,
+                           std::string* error) {
+  *error = "\"model_manifest\" is not a manifest";
+  if (!j.is_object() ||
+      !Get(j, "partition_count", &out->partition_count, error)) {
+    return false;
+  }
+  auto units = j.find("units");
+  if (units == j.end() || !units->is_array()) return false;
+  for (const json& u : *units) {
+    UnitSpec unit;
+    if (!u.is_object() || !Get(u, "name", &unit.name, error)) return false;
+    auto tensors = u.find("tensors");
+    if (tensors == u.end() || !tensors->is_array()) return false;
+    for (const json& t : *tensors) {
+      TensorSpec tensor;
+      if (!t.is_object() || !Get(t, "name", &tensor.name, error)) return false;
+      auto shape = t.find("shape");
+      if (shape == t.end() || !shape->is_array()) return false;
+      for (const json& d : *shape) {
+        int64_t dim = 0;
+        if (ReadJsonInteger(d, &dim) != JsonInteger::kOk || dim <= 0) {
+          *error = absl::StrCat("tensor ", tensor.name, " has a bad shape");
+          return false;
+        }
+        tensor.shape.push_back(dim);
+      }
+      unit.tensors.push_back(std::move(tensor));
+    }
+    out->units.push_back(std::move(unit));
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string CheckpointFolderName(uint64_t step) {
   char digits[32];
   std::snprintf(digits, sizeof(digits), "%0*" PRIu64, kStepDigits, step);
   return absl::StrCat(kFolderPrefix, digits);
+}
+
+std::string ShardFileName(uint32_t server_index, uint32_t num_servers) {
+  return absl::StrCat("shard-", server_index, "-of-", num_servers, ".bin");
 }
 
 absl::Status ValidateCheckpointManifest(const CheckpointManifest& m) {
@@ -136,9 +187,9 @@ std::string CheckpointManifestJson(const CheckpointManifest& m) {
       {"step", m.step},
       {"num_servers", m.num_servers},
       {"total_elems", m.total_elems},
-      {"layout_fingerprint", m.layout_fingerprint},
+      {"model_fingerprint", m.model_fingerprint},
       {"config_fingerprint", m.config_fingerprint},
-      {"model_manifest", m.model_manifest_json},
+      {"model_manifest", ModelManifestToJson(m.model)},
       {"loss_scaler",
        {{"scale", l.scale},
         {"hysteresis_left", l.hysteresis_left},
@@ -172,10 +223,14 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(
   bool ok = Get(j, "step", &m.step, &error) &&
             Get(j, "num_servers", &m.num_servers, &error) &&
             Get(j, "total_elems", &m.total_elems, &error) &&
-            Get(j, "layout_fingerprint", &m.layout_fingerprint, &error) &&
+            Get(j, "model_fingerprint", &m.model_fingerprint, &error) &&
             Get(j, "config_fingerprint", &m.config_fingerprint, &error) &&
-            Get(j, "model_manifest", &m.model_manifest_json, &error) &&
             Get(j, "data_position", &m.data_position, &error);
+  if (ok) {
+    auto mm = j.find("model_manifest");
+    ok = mm != j.end() && ModelManifestFromJson(*mm, &m.model, &error);
+    if (mm == j.end()) error = "\"model_manifest\" is missing";
+  }
   if (ok) {
     auto s = j.find("loss_scaler");
     auto h = j.find("shards");

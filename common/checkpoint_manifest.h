@@ -59,9 +59,11 @@ struct CheckpointManifest {
   uint64_t step = 0;                // every shard is at this version
   uint32_t num_servers = 0;
   uint64_t total_elems = 0;         // the flat space the shards cover
-  uint64_t layout_fingerprint = 0;  // as in each shard's header
+  uint64_t model_fingerprint = 0;  // as in each shard's header
   uint64_t config_fingerprint = 0;  // ConfigFingerprint of the run
-  std::string model_manifest_json;  // the GPT shape the layout came from
+  // The model manifest the flat offsets refer to (partition_count is the
+  // writing run's worker count): with num_servers, the writing layout.
+  ModelManifest model;
   LossScalerState loss_scaler;
   uint64_t data_position = 0;       // batches consumed (the sampler is
                                     // deterministic in the step)
@@ -71,6 +73,9 @@ struct CheckpointManifest {
 // "step-00000000000000000030": fixed width (any uint64_t), so names sort by
 // step.
 std::string CheckpointFolderName(uint64_t step);
+
+// "shard-1-of-2.bin": server k of S's file in a step folder.
+std::string ShardFileName(uint32_t server_index, uint32_t num_servers);
 
 absl::Status ValidateCheckpointManifest(const CheckpointManifest& manifest);
 

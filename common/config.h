@@ -127,6 +127,15 @@ struct TlsConfig {  // all empty = insecure (loopback only)
 };
 
 // Everything under `zeroshard`.
+// zeroshard.checkpoint: coordinated checkpoints of the servers' state
+// (docs/DESIGN.md, "Checkpoints").
+struct CheckpointConfig {
+  std::string dir;          // every server (and worker 0) reaches it; empty:
+                            // no checkpoints
+  uint64_t every_steps = 0; // also every K steps; 0: only at the end
+  int keep_last = 2;        // complete checkpoints kept; 0: all
+};
+
 struct ClusterConfig {
   int servers = 1;                            // S, >= 1
   std::vector<std::string> server_addresses;  // "host:port"; empty = local
@@ -141,7 +150,7 @@ struct ClusterConfig {
   std::string metrics_path;                   // empty = no metrics file
   MetricsFormat metrics_format = MetricsFormat::kCsv;
   std::string plot_path;                      // empty = no picture
-  std::string checkpoint_dir;                 // empty = no checkpoints
+  CheckpointConfig checkpoint;                // zeroshard.checkpoint
   std::string admin_token;
   TlsConfig tls;
   double step_timeout_s = 300;                // timeouts.step_seconds, > 0

@@ -455,7 +455,13 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   if (format >= 0) z.metrics_format = static_cast<MetricsFormat>(format);
   met.Finish();
   RETURN_IF_ERROR(s.String("plot", &z.plot_path));
-  RETURN_IF_ERROR(s.String("checkpoint_dir", &z.checkpoint_dir));
+  // "checkpoint_dir" is the older spelling of checkpoint.dir.
+  RETURN_IF_ERROR(s.String("checkpoint_dir", &z.checkpoint.dir));
+  ASSIGN_OR_RETURN(Section ck, s.Child("checkpoint"));
+  RETURN_IF_ERROR(ck.String("dir", &z.checkpoint.dir));
+  RETURN_IF_ERROR(ck.Int("every_steps", 0, kMaxI64, &z.checkpoint.every_steps));
+  RETURN_IF_ERROR(ck.Int("keep_last", 0, kMaxInt, &z.checkpoint.keep_last));
+  ck.Finish();
   RETURN_IF_ERROR(s.String("admin_token", &z.admin_token));
   ASSIGN_OR_RETURN(Section tls, s.Child("tls"));
   RETURN_IF_ERROR(tls.String("cert", &z.tls.cert));

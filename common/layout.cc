@@ -204,4 +204,66 @@ std::vector<ServerSlice> FlatLayout::SplitByServer(
   return out;
 }
 
+uint64_t ModelFingerprint(const ModelManifest& manifest) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) {
+      h ^= b[i];
+      h *= 0x100000001b3ull;
+    }
+  };
+  auto mix_string = [&](const std::string& s) {
+    const uint64_t n = s.size();
+    mix(&n, sizeof(n));
+    mix(s.data(), s.size());
+  };
+  const uint64_t units = manifest.units.size();
+  mix(&units, sizeof(units));
+  for (const UnitSpec& u : manifest.units) {
+    mix_string(u.name);
+    const uint64_t tensors = u.tensors.size();
+    mix(&tensors, sizeof(tensors));
+    for (const TensorSpec& t : u.tensors) {
+      mix_string(t.name);
+      const uint64_t dims = t.shape.size();
+      mix(&dims, sizeof(dims));
+      for (int64_t d : t.shape) mix(&d, sizeof(d));
+    }
+  }
+  return h;
+}
+
+absl::StatusOr<std::vector<FlatMove>> MapBetweenLayouts(const FlatLayout& from,
+                                                        const FlatLayout& to,
+                                                        FlatRange to_range) {
+  if (ModelFingerprint(from.manifest()) != ModelFingerprint(to.manifest()) ||
+      from.tensors().size() != to.tensors().size()) {
+    return absl::InvalidArgumentError(
+        "the two layouts hold different models (tensor names or shapes "
+        "differ)");
+  }
+  if (to_range.end > to.total_elems() || to_range.begin > to_range.end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "range [", to_range.begin, ", ", to_range.end,
+        ") is outside the flat space of ", to.total_elems(), " elements"));
+  }
+  std::vector<FlatMove> moves;
+  // Tensors are in flat order in both layouts.
+  for (size_t t = 0; t < to.tensors().size(); ++t) {
+    const TensorInfo& dst = to.tensors()[t];
+    const FlatRange r = Intersect({dst.offset, dst.offset + dst.numel},
+                                  to_range);
+    if (r.empty()) continue;
+    const uint64_t src = from.tensors()[t].offset + (r.begin - dst.offset);
+    if (!moves.empty() && moves.back().to + moves.back().size == r.begin &&
+        moves.back().from + moves.back().size == src) {
+      moves.back().size += r.size();  // contiguous in both
+    } else {
+      moves.push_back({src, r.begin, r.size()});
+    }
+  }
+  return moves;
+}
+
 }  // namespace zeroshard

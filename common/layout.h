@@ -138,6 +138,27 @@ class FlatLayout {
   std::vector<uint64_t> server_begin_;  // S + 1 boundaries
 };
 
+// FNV-1a over the units' and tensors' names and shapes, in order: the model,
+// independent of the padding (partition_count) and of any server count.
+uint64_t ModelFingerprint(const ModelManifest& manifest);
+
+// A run of `size` elements at `from` in one layout that sits at `to` in
+// another.
+struct FlatMove {
+  uint64_t from = 0;
+  uint64_t to = 0;
+  uint64_t size = 0;
+};
+
+// Where the tensor elements of `to_range` (a range of layout `to`) live in
+// layout `from`, ordered by `to`; padding elements of `to` map nowhere. The
+// two layouts must hold the same model (equal ModelFingerprint; checked:
+// INVALID_ARGUMENT otherwise), padded for any worker counts and split over
+// any server counts.
+absl::StatusOr<std::vector<FlatMove>> MapBetweenLayouts(const FlatLayout& from,
+                                                        const FlatLayout& to,
+                                                        FlatRange to_range);
+
 // The range server k of S owns in a flat space of `total` elements, derived
 // from (total, S) alone.
 FlatRange ServerRangeFor(uint64_t total, uint32_t num_servers,

@@ -139,7 +139,11 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("metrics_path", z.metrics_path);
     v.Enum("metrics_format", z.metrics_format, kMetricsFormats);
     v.Field("plot_path", z.plot_path);
-    v.Field("checkpoint_dir", z.checkpoint_dir);
+    v.Object("checkpoint", [&] {
+      v.Field("dir", z.checkpoint.dir);
+      v.Field("every_steps", z.checkpoint.every_steps);
+      v.Field("keep_last", z.checkpoint.keep_last);
+    });
     v.Field("admin_token", z.admin_token);
     v.Object("tls", [&] {
       v.Field("cert", z.tls.cert);

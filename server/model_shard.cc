@@ -144,11 +144,15 @@ absl::Status ModelShard::CheckOwned(uint64_t offset, uint64_t length,
 
 absl::StatusOr<ApplyResult> ModelShard::ApplyPush(
     uint64_t step, const StepParams& params,
-    absl::Span<const GradPiece> pieces) {
+    absl::Span<const GradPiece> pieces, uint64_t attempt) {
   std::vector<FlatRange> ranges;
   ranges.reserve(pieces.size());
   for (const GradPiece& p : pieces) ranges.push_back(p.range);
-  ASSIGN_OR_RETURN(StepClaim claim, tracker_->Claim(step, params, ranges));
+  ASSIGN_OR_RETURN(StepClaim claim,
+                   tracker_->Claim(step, params, ranges, attempt));
+  // Before anything of this step touches a chunk (skipped steps included:
+  // the next step would change the chunk before a later copy).
+  if (claim.capture) CaptureClaimed(claim);
   ApplyResult result;
   result.duplicate_elems = claim.duplicate_elems;
   for (const ClaimedSegment& seg : claim.segments) {
@@ -157,6 +161,94 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPush(
   if (!params.skip) ApplyClaimed(claim, params, pieces, result.applied_elems);
   result.chunks_completed = tracker_->Complete(claim);
   return result;
+}
+
+v1::ShardCheckpointHeader ModelShard::CheckpointHeader() const {
+  v1::ShardCheckpointHeader h;
+  h.set_server_index(request_.server_index());
+  h.set_num_servers(request_.num_servers());
+  h.mutable_owned()->set_offset(owned().begin);
+  h.mutable_owned()->set_length(owned().size());
+  h.set_chunk_elems(store_->chunk_elems());
+  h.set_model_fingerprint(ModelFingerprint(layout_.manifest()));
+  *h.mutable_optimizer() = request_.optimizer();
+  *h.mutable_manifest() = request_.manifest();
+  return h;
+}
+
+absl::StatusOr<std::shared_ptr<ShardSnapshot>> ModelShard::ArmSnapshot(
+    uint64_t step, const std::string& directory) {
+  std::shared_ptr<ShardSnapshot> snap;
+  std::vector<size_t> at_step;
+  {
+    absl::MutexLock lock(&snap_mu_);
+    for (const auto& s : snapshots_) {
+      if (s->step() == step && s->directory() == directory) return s;
+    }
+    ASSIGN_OR_RETURN(at_step, tracker_->ArmCapture(step));
+    snap = std::make_shared<ShardSnapshot>(step, directory, CheckpointHeader(),
+                                           store_->num_chunks());
+    // Keep the armed ones and the two newest finished ones.
+    std::vector<std::shared_ptr<ShardSnapshot>> kept;
+    int finished = 0;
+    for (auto it = snapshots_.rbegin(); it != snapshots_.rend(); ++it) {
+      if ((*it)->result().has_value() && ++finished > 2) continue;
+      kept.insert(kept.begin(), *it);
+    }
+    snapshots_ = std::move(kept);
+    snapshots_.push_back(snap);
+  }
+  // Chunks at `step` with nothing claimed: no claim of `step` has reached
+  // them, and any that does copies first, so the copy here is clean too.
+  for (size_t c : at_step) {
+    FinishIfLast(snap, snap->Capture(*store_, c, tracker_->adam_t(c)));
+  }
+  return snap;
+}
+
+std::shared_ptr<ShardSnapshot> ModelShard::FindSnapshot(
+    uint64_t step, const std::string& directory) const {
+  absl::MutexLock lock(&snap_mu_);
+  for (const auto& s : snapshots_) {
+    if (s->step() == step && s->directory() == directory) return s;
+  }
+  return nullptr;
+}
+
+bool ModelShard::SnapshotInProgress() const {
+  absl::MutexLock lock(&snap_mu_);
+  for (const auto& s : snapshots_) {
+    if (!s->result().has_value()) return true;
+  }
+  return false;
+}
+
+void ModelShard::FinishIfLast(const std::shared_ptr<ShardSnapshot>& snap,
+                              bool last) {
+  if (!last) return;
+  tracker_->DisarmCapture(snap->step());
+  snap->Finish();
+}
+
+void ModelShard::CaptureClaimed(const StepClaim& claim) {
+  std::vector<std::shared_ptr<ShardSnapshot>> armed;
+  {
+    absl::MutexLock lock(&snap_mu_);
+    for (const auto& s : snapshots_) {
+      if (s->step() == claim.step && !s->result().has_value()) {
+        armed.push_back(s);
+      }
+    }
+  }
+  size_t prev = SIZE_MAX;
+  for (const ClaimedSegment& seg : claim.segments) {
+    if (seg.chunk == prev) continue;  // segments of a chunk are often adjacent
+    prev = seg.chunk;
+    for (const auto& snap : armed) {
+      // seg.adam_t is the count this update will use: t at version s, + 1.
+      FinishIfLast(snap, snap->Capture(*store_, seg.chunk, seg.adam_t - 1));
+    }
+  }
 }
 
 void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,

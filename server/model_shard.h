@@ -14,8 +14,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
@@ -23,6 +26,7 @@
 #include "common/optimizer_config.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/placement.h"
+#include "server/shard_snapshot.h"
 #include "server/shard_store.h"
 #include "server/step_tracker.h"
 
@@ -89,8 +93,25 @@ class ModelShard {
 
   // Claims, applies and completes one push of `pieces` (pairwise disjoint,
   // inside the owned range) for `step` (see StepTracker for the rules).
+  // `attempt` is the pushing workers' incarnation (StepTracker::Claim).
   absl::StatusOr<ApplyResult> ApplyPush(uint64_t step, const StepParams& params,
-                                       absl::Span<const GradPiece> pieces);
+                                       absl::Span<const GradPiece> pieces,
+                                       uint64_t attempt = 0);
+
+  // Arms a snapshot of version `step` written under `directory` ("" keeps
+  // it in memory), or returns the one armed (or finished) for the same
+  // (step, directory) before. FAILED_PRECONDITION when a chunk is past
+  // `step` (StepTracker::ArmCapture). Chunks already at `step` are copied
+  // before this returns.
+  absl::StatusOr<std::shared_ptr<ShardSnapshot>> ArmSnapshot(
+      uint64_t step, const std::string& directory);
+  // The armed or recently finished snapshot of (step, directory), or null.
+  std::shared_ptr<ShardSnapshot> FindSnapshot(
+      uint64_t step, const std::string& directory) const;
+  // A snapshot is armed and not yet complete.
+  bool SnapshotInProgress() const;
+  // The header a snapshot of this shard starts from.
+  v1::ShardCheckpointHeader CheckpointHeader() const;
 
  private:
   ModelShard(FlatLayout layout) : layout_(std::move(layout)) {}
@@ -104,6 +125,18 @@ class ModelShard {
   OptimizerConfig optimizer_;
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<StepTracker> tracker_;
+
+  // Copies the claim's chunks into every snapshot armed at its step.
+  void CaptureClaimed(const StepClaim& claim);
+  // Finishes `snap` when `last` (its last chunk was just copied).
+  void FinishIfLast(const std::shared_ptr<ShardSnapshot>& snap, bool last);
+
+  // Armed snapshots and the few newest finished ones, oldest first. Held
+  // from arming a capture in the tracker until the snapshot is listed, so
+  // that a claim marked capture always finds it.
+  mutable absl::Mutex snap_mu_;
+  std::vector<std::shared_ptr<ShardSnapshot>> snapshots_
+      ABSL_GUARDED_BY(snap_mu_);
 };
 
 // INVALID_ARGUMENT unless the coefficient is finite, >= 0 and finite as a

@@ -49,6 +49,7 @@ absl::Status PushReceiver::OnHeader(const v1::PushGradHeader& header) {
     RETURN_IF_ERROR(state_->tracker().CheckParams(
         header.step(), {header.coefficient(), header.skip()}));
   }
+  RETURN_IF_ERROR(state_->tracker().NoteAttempt(header.attempt()));
   header_ = header;
   have_header_ = true;
   return absl::OkStatus();
@@ -204,7 +205,8 @@ absl::Status PushReceiver::OnCommit(const v1::PushGradCommit& commit) {
 absl::Status PushReceiver::Apply(const StepParams& params,
                                     absl::Span<const GradPiece> pieces) {
   ASSIGN_OR_RETURN(ApplyResult r,
-                   state_->ApplyPush(header_.step(), params, pieces));
+                   state_->ApplyPush(header_.step(), params, pieces,
+                                     header_.attempt()));
   response_.set_applied_elems(response_.applied_elems() + r.applied_elems);
   response_.set_duplicate_elems(response_.duplicate_elems() +
                                 r.duplicate_elems);

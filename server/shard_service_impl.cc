@@ -5,9 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/gather_reactor.h"
+#include "server/checkpoint_wait_reactor.h"
 #include "server/kv_wait_reactor.h"
 #include "server/push_grad_reactor.h"
 #include "server/set_weights_reactor.h"
+#include "server/shard_restore.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_buffer.h"
 #include "wire/proto_convert.h"
@@ -52,6 +54,14 @@ void FillInitResponse(const ModelShard& state, bool already,
 }
 
 }  // namespace
+
+// Finishes the unary call with `expr`'s status unless it is OK.
+#define RETURN_UNARY_IF_ERROR(expr)                              \
+  do {                                                           \
+    if (absl::Status _s = (expr); !_s.ok()) {                    \
+      return FinishUnary(context, _s);                           \
+    }                                                            \
+  } while (0)
 
 ShardServiceImpl::ShardServiceImpl(Config config) : config_(std::move(config)) {}
 
@@ -177,6 +187,8 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   response->mutable_norms()->set_master(norms.master);
   response->mutable_norms()->set_exp_avg(norms.exp_avg);
   response->mutable_norms()->set_exp_avg_sq(norms.exp_avg_sq);
+  response->set_partial_chunks(summary.partial_chunks);
+  response->set_attempt(state.tracker().attempt());
   response->set_pending_grad_bytes(store.pending_grad_bytes());
   response->set_pending_grad_limit_bytes(store.pending_grad_limit());
   *response->mutable_manifest() = state.request().manifest();
@@ -194,24 +206,46 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Checkpoint(
     grpc::CallbackServerContext* context,
     const v1::CheckpointRequest* request, v1::CheckpointResponse* response) {
   counters_.RecordCall("Checkpoint");
-  absl::Status s = CheckAdmin(request->admin_token(), "Checkpoint");
-  if (s.ok()) {
-    s = absl::UnimplementedError(
-        "Checkpoint is not implemented by this server");
+  RETURN_UNARY_IF_ERROR(CheckAdmin(request->admin_token(), "Checkpoint"));
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  RETURN_UNARY_IF_ERROR(state.status());
+  absl::StatusOr<std::shared_ptr<ShardSnapshot>> snap =
+      (*state)->ArmSnapshot(request->step(), request->directory());
+  RETURN_UNARY_IF_ERROR(snap.status());
+  if (request->wait()) {
+    return new CheckpointWaitReactor(context, *std::move(snap), response,
+                                     &counters_);
   }
-  return FinishUnary(context, s);
+  const auto result = (*snap)->result();
+  if (result.has_value() && !result->ok()) {
+    return FinishUnary(context, result->status());
+  }
+  FillCheckpointResponse(**snap, result.has_value() ? &**result : nullptr,
+                         response);
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::Restore(
     grpc::CallbackServerContext* context, const v1::RestoreRequest* request,
     v1::RestoreResponse* response) {
   counters_.RecordCall("Restore");
-  absl::Status s = CheckAdmin(request->admin_token(), "Restore");
-  if (s.ok()) {
-    s = absl::UnimplementedError(
-        "Restore is not implemented by this server");
-  }
-  return FinishUnary(context, s);
+  RETURN_UNARY_IF_ERROR(CheckAdmin(request->admin_token(), "Restore"));
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  RETURN_UNARY_IF_ERROR(state.status());
+  // Reads and verifies whole files: run off the callback threads' budget
+  // only in the sense that no other call waits on it (restores happen
+  // before training resumes).
+  absl::StatusOr<RestoreStats> stats = RestoreShard(
+      **state, request->directory(),
+      request->has_step() ? std::optional<uint64_t>(request->step())
+                          : std::nullopt);
+  RETURN_UNARY_IF_ERROR(stats.status());
+  response->set_version(stats->step);
+  response->set_adam_step(stats->adam_step);
+  response->set_files_verified(stats->files_verified);
+  response->set_bytes_read(stats->bytes_read);
+  response->set_seconds(stats->seconds);
+  return FinishUnary(context, absl::OkStatus());
 }
 
 grpc::ServerReadReactor<v1::WeightPiece>* ShardServiceImpl::SetWeights(

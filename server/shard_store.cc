@@ -147,6 +147,32 @@ void ShardStore::WriteWeights(FlatRange range, DType dtype, const void* data) {
   }
 }
 
+void ShardStore::WriteState(FlatRange range, const float* master,
+                            const float* exp_avg, const float* exp_avg_sq) {
+  uint64_t pos = range.begin;
+  while (pos < range.end) {
+    const size_t c = ChunkOf(pos);
+    const uint64_t end = std::min(range.end, ChunkRange(c).end);
+    const size_t i = pos - owned_.begin;
+    const size_t n = end - pos;
+    const size_t src = pos - range.begin;
+    absl::MutexLock lock(&chunk_mu_[c]);
+    std::memcpy(master_ + i, master + src, n * sizeof(float));
+    std::memcpy(exp_avg_ + i, exp_avg + src, n * sizeof(float));
+    std::memcpy(exp_avg_sq_ + i, exp_avg_sq + src, n * sizeof(float));
+    FloatToBf16Array(master_ + i, mirror_ + i, n);
+    pos = end;
+  }
+}
+
+void ShardStore::WithChunkLocked(
+    size_t c, absl::FunctionRef<void(const ChunkArrays&)> f) const {
+  const FlatRange r = ChunkRange(c);
+  const size_t i = r.begin - owned_.begin;
+  absl::MutexLock lock(&chunk_mu_[c]);
+  f({r, master_ + i, exp_avg_ + i, exp_avg_sq_ + i});
+}
+
 bool ShardStore::TryAddPendingGradBytes(uint64_t bytes) {
   const int64_t limit = static_cast<int64_t>(pending_grad_limit());
   int64_t now = pending_grad_bytes_.load();

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -86,6 +87,23 @@ class ShardStore {
   // Overwrites master and mirror for `range` (inside owned(), any chunks)
   // from FP32 or BF16 `data`; m and v are unchanged.
   void WriteWeights(FlatRange range, DType dtype, const void* data);
+
+  // Overwrites master, m, v (and the mirror, BF16(master)) for `range`
+  // (inside owned(), any chunks) from FP32 arrays of range.size() elements:
+  // a restore.
+  void WriteState(FlatRange range, const float* master, const float* exp_avg,
+                  const float* exp_avg_sq);
+
+  // Calls `f` with chunk c's arrays while holding its lock: nothing updates
+  // the chunk meanwhile (a snapshot's copy).
+  struct ChunkArrays {
+    FlatRange range;
+    const float* master;
+    const float* exp_avg;
+    const float* exp_avg_sq;
+  };
+  void WithChunkLocked(size_t c,
+                       absl::FunctionRef<void(const ChunkArrays&)> f) const;
 
   StateNorms Norms() const;
 

@@ -81,14 +81,107 @@ absl::Status StepTracker::CheckParamsLocked(uint64_t step,
   return absl::OkStatus();
 }
 
+absl::Status StepTracker::NoteAttempt(uint64_t attempt) {
+  absl::MutexLock lock(&mu_);
+  return NoteAttemptLocked(attempt);
+}
+
+absl::Status StepTracker::NoteAttemptLocked(uint64_t attempt) {
+  if (attempt < attempt_) {
+    return absl::AbortedError(absl::StrCat(
+        "push of attempt ", attempt, " refused: the workers were restarted "
+        "(attempt ", attempt_, " has pushed since); a replaced worker's "
+        "pieces are never applied"));
+  }
+  attempt_ = attempt;
+  return absl::OkStatus();
+}
+
+uint64_t StepTracker::attempt() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return attempt_;
+}
+
+absl::StatusOr<std::vector<size_t>> StepTracker::ArmCapture(uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  std::vector<size_t> at_step;
+  for (size_t c = 0; c < num_chunks_; ++c) {
+    const uint64_t v = versions_[c].load(std::memory_order_relaxed);
+    if (v > step || (v == step && !chunks_[c].claimed.empty())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot snapshot version ", step, ": chunk ",
+          RangeText(ChunkRange(c)), " is at version ", v,
+          v == step ? " with part of that step applied" : "",
+          "; choose a later step"));
+    }
+    if (v == step) at_step.push_back(c);
+  }
+  ++capture_steps_[step];
+  return at_step;
+}
+
+void StepTracker::DisarmCapture(uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  auto it = capture_steps_.find(step);
+  if (it != capture_steps_.end() && --it->second == 0) capture_steps_.erase(it);
+}
+
+uint64_t StepTracker::adam_t(size_t chunk) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return chunks_[chunk].adam_t;
+}
+
+absl::Status StepTracker::Reset(uint64_t version,
+                                absl::Span<const uint64_t> adam_t) {
+  std::vector<std::function<void()>> wake;
+  {
+    absl::MutexLock lock(&mu_);
+    if (adam_t.size() != num_chunks_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Reset: ", adam_t.size(), " Adam step counts for ", num_chunks_,
+          " chunks"));
+    }
+    if (!capture_steps_.empty()) {
+      return absl::FailedPreconditionError(
+          "a checkpoint snapshot is in progress; restore after it is written");
+    }
+    for (size_t c = 0; c < num_chunks_; ++c) {
+      if (!chunks_[c].claimed.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "chunk ", RangeText(ChunkRange(c)), " has part of step ",
+            versions_[c].load(), " applied; stop the workers and let the "
+            "step finish (or restart the server) before restoring"));
+      }
+    }
+    params_.clear();
+    for (size_t c = 0; c < num_chunks_; ++c) {
+      chunks_[c].adam_t = adam_t[c];
+      chunks_[c].applied = 0;
+      versions_[c].store(version, std::memory_order_release);
+    }
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->second.version <= version) {
+        wake.push_back(std::move(it->second.wake));
+        waiters_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& f : wake) f();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepClaim> StepTracker::Claim(
     uint64_t step, const StepParams& params,
-    absl::Span<const FlatRange> ranges) {
+    absl::Span<const FlatRange> ranges, uint64_t attempt) {
   StepClaim claim;
   claim.step = step;
   claim.skip = params.skip;
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = NoteAttemptLocked(attempt); !s.ok()) return s;
   if (absl::Status s = CheckParamsLocked(step, params); !s.ok()) return s;
+  claim.capture = capture_steps_.contains(step);
   // Pass 1: classify every segment; nothing changes until all pass.
   for (size_t p = 0; p < ranges.size(); ++p) {
     uint64_t pos = ranges[p].begin;
@@ -184,6 +277,7 @@ StepTracker::Summary StepTracker::Summarize() const {
     if (c == 0 || chunks_[c].adam_t < s.min_adam_step) {
       s.min_adam_step = chunks_[c].adam_t;
     }
+    if (!chunks_[c].claimed.empty()) ++s.partial_chunks;
   }
   return s;
 }

@@ -24,6 +24,16 @@
 // for s its version becomes s+1, t grows unless s was skipped, and waiters
 // registered with WaitForVersion are called (outside the lock).
 //
+// Snapshots (server/shard_snapshot.h): ArmCapture(s) marks step s; every
+// later claim of step s carries capture = true, and its caller copies the
+// claimed chunks before applying anything to them. Arming is refused when a
+// chunk is past s or at s with part of step s claimed, so a snapshot never
+// misses an update.
+//
+// Attempts: a claim carries the attempt (incarnation) of the workers that
+// sent it; the tracker remembers the highest seen and refuses lower ones, so
+// pieces of a replaced worker group never apply once its successor spoke.
+//
 // Thread-safe. version() may be read without any lock: it is published only
 // after the data of the completed step was written (release / acquire).
 #ifndef ZEROSHARD_SERVER_STEP_TRACKER_H_
@@ -62,6 +72,9 @@ struct ClaimedSegment {
 struct StepClaim {
   uint64_t step = 0;
   bool skip = false;
+  // A snapshot is armed at this step: copy each claimed chunk before
+  // applying to it.
+  bool capture = false;
   std::vector<ClaimedSegment> segments;  // to apply, then Complete()
   uint64_t duplicate_elems = 0;          // acknowledged, not applied
 };
@@ -78,7 +91,29 @@ class StepTracker {
   // Validates and claims `ranges` (each inside the owned range; pairwise
   // disjoint — the caller checks both) for `step`. See the rules above.
   absl::StatusOr<StepClaim> Claim(uint64_t step, const StepParams& params,
-                                  absl::Span<const FlatRange> ranges);
+                                  absl::Span<const FlatRange> ranges,
+                                  uint64_t attempt = 0);
+
+  // Records `attempt` as seen; ABORTED when a higher one was seen before.
+  absl::Status NoteAttempt(uint64_t attempt);
+  uint64_t attempt() const;
+
+  // Arms (counted: each ArmCapture needs one DisarmCapture) a capture of
+  // version `step`; FAILED_PRECONDITION naming the chunk when one is past it
+  // or has part of it claimed. Returns the chunks already at `step` (with
+  // nothing claimed), which no claim may ever reach: the caller copies
+  // those itself.
+  absl::StatusOr<std::vector<size_t>> ArmCapture(uint64_t step);
+  void DisarmCapture(uint64_t step);
+
+  // Chunk c's Adam step count t.
+  uint64_t adam_t(size_t chunk) const;
+
+  // Sets every chunk to `version` with Adam step counts `adam_t` (one per
+  // chunk), forgetting step parameters; waiters whose version is reached
+  // are woken. FAILED_PRECONDITION while any chunk has part of a step
+  // claimed or a capture is armed.
+  absl::Status Reset(uint64_t version, absl::Span<const uint64_t> adam_t);
 
   // Checks params against those remembered for `step` (if any) without
   // recording anything.
@@ -95,6 +130,7 @@ class StepTracker {
   struct Summary {
     uint64_t min_version = 0, max_version = 0;
     uint64_t min_adam_step = 0;
+    uint64_t partial_chunks = 0;  // part of the step at their version claimed
   };
   Summary Summarize() const;
 
@@ -126,6 +162,8 @@ class StepTracker {
   static void AddClaimed(ChunkState& chunk, FlatRange r);
   absl::Status CheckParamsLocked(uint64_t step, const StepParams& params) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status NoteAttemptLocked(uint64_t attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const FlatRange owned_;
@@ -139,6 +177,8 @@ class StepTracker {
   std::map<uint64_t, StepParams> params_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   uint64_t next_waiter_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, int> capture_steps_ ABSL_GUARDED_BY(mu_);  // step -> arms
+  uint64_t attempt_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace zeroshard

@@ -34,6 +34,8 @@
 #include "worker/comm/collectives.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/data/corpus.h"
+#include "worker/engine/checkpoint_coordinator.h"
+#include "worker/engine/resume.h"
 #include "worker/engine/server_init.h"
 #include "worker/engine/step_engine.h"
 
@@ -49,6 +51,12 @@ ABSL_FLAG(std::string, comm, "gloo", "collectives backend: gloo or nccl");
 ABSL_FLAG(int, threads, 0,
           "compute threads (OpenMP / oneDNN); 0: OMP_NUM_THREADS or all cores. "
           "Several workers on one host should split the cores between them");
+ABSL_FLAG(std::string, resume, "",
+          "a checkpoint directory: when the servers are fresh (version 0), "
+          "rank 0 restores them from its newest complete checkpoint");
+ABSL_FLAG(uint64_t, attempt, 0,
+          "this worker group's incarnation (the launcher's restart count); "
+          "servers refuse pushes of an older one");
 ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
           "testing: make this worker's gradient non-finite at this step");
 
@@ -93,6 +101,7 @@ absl::Status Run() {
   ShardClientOptions client_options;
   client_options.call_timeout = step_timeout;
   client_options.control_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
+  client_options.attempt = absl::GetFlag(FLAGS_attempt);
   ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
                    ShardClient::Create(servers, layout, client_options));
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
@@ -108,6 +117,9 @@ absl::Status Run() {
   RETURN_IF_ERROR(group->AgreeOn("config", ConfigFingerprint(cfg)));
 
   RETURN_IF_ERROR(InitializeServers(cfg, rank, client.get(), group.get()));
+  const std::string resume_dir = absl::GetFlag(FLAGS_resume);
+  RETURN_IF_ERROR(
+      ResumeServers(cfg, rank, resume_dir, client.get(), group.get()));
 
   ASSIGN_OR_RETURN(Corpus corpus, Corpus::Load(cfg.cluster.data));
   ASSIGN_OR_RETURN(BatchSampler sampler,
@@ -122,6 +134,13 @@ absl::Status Run() {
         static_cast<uint64_t>(absl::GetFlag(FLAGS_inject_overflow_at_step)));
   }
   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
+  ASSIGN_OR_RETURN(std::optional<LossScalerState> scaler,
+                   FindLossScalerState(step, resume_dir, kv.get()));
+  if (scaler.has_value()) RETURN_IF_ERROR(engine->RestoreLossScaler(*scaler));
+  // Rank 0 coordinates checkpoints and leaves the scaler's state for a
+  // successor (FP16's dynamic scale is the only worker-side state).
+  const bool keep_scaler = rank == 0 && cfg.precision == Precision::kFp16;
+  CheckpointCoordinator checkpoints(cfg, &layout, &client->channels(), step);
   if (rank == 0) {
     WorkerEvent start;
     start.kind = WorkerEvent::Kind::kStart;
@@ -133,7 +152,16 @@ absl::Status Run() {
     PrintEvent(start);
   }
   for (; step < cfg.cluster.steps; ++step) {
+    if (rank == 0) {
+      RETURN_IF_ERROR(
+          checkpoints.BeforeStep(step, engine->loss_scaler().state()));
+    }
     ASSIGN_OR_RETURN(StepResult r, engine->Step(step));
+    if (keep_scaler) {
+      RETURN_IF_ERROR(kv->Set(kLossScalerKey,
+                              LossScalerRecord(step + 1,
+                                               engine->loss_scaler().state())));
+    }
     if (rank == 0) {
       WorkerEvent e;
       e.kind = WorkerEvent::Kind::kStep;
@@ -155,6 +183,9 @@ absl::Status Run() {
       rec.activation_peak_bytes = engine->model().memory().peak();
       PrintEvent(e);
     }
+  }
+  if (rank == 0) {
+    RETURN_IF_ERROR(checkpoints.Final(step, engine->loss_scaler().state()));
   }
   RETURN_IF_ERROR(group->Barrier());
   if (rank == 0) {

@@ -22,9 +22,10 @@ CheckpointManifest TwoShards(uint64_t step) {
   m.step = step;
   m.num_servers = 2;
   m.total_elems = 1000;
-  m.layout_fingerprint = 0xFEEDFACECAFEBEEFull;
+  m.model_fingerprint = 0xFEEDFACECAFEBEEFull;
   m.config_fingerprint = 0x0123456789ABCDEFull;
-  m.model_manifest_json = R"({"layers":4})";
+  m.model.partition_count = 2;
+  m.model.units.push_back({"embedding", {{"wte.weight", {16, 8}}, {"wpe.weight", {4, 8}}}});
   m.loss_scaler.scale = 65536;
   m.loss_scaler.hysteresis_left = 2;
   m.loss_scaler.iteration = step;
@@ -43,7 +44,7 @@ TEST(CheckpointManifestTest, RoundTripsEveryField) {
   EXPECT_EQ(CheckpointManifestJson(*back), CheckpointManifestJson(m));
   EXPECT_EQ(back->shards[0].checksum, 0xFFFFFFFFFFFFFFFFull);
   EXPECT_EQ(back->loss_scaler, m.loss_scaler);
-  EXPECT_EQ(back->layout_fingerprint, m.layout_fingerprint);
+  EXPECT_EQ(back->model_fingerprint, m.model_fingerprint);
   EXPECT_EQ(CheckpointFolderName(30), "step-00000000000000000030");
 }
 

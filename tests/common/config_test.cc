@@ -350,7 +350,8 @@ TEST(ConfigTest, ZeroshardSection) {
       "placement": "Pinned", "data": {"paths": ["a.txt", "b.txt"], "seed": 9,
       "validation_fraction": 0.1}, "seed": 3, "chunk_elems": 4096,
       "metrics": {"path": "m.jsonl", "format": "JSONL"}, "plot": "loss.svg",
-      "checkpoint_dir": "/tmp/ck", "admin_token": "t",
+      "checkpoint": {"dir": "/tmp/ck", "every_steps": 25, "keep_last": 4},
+      "admin_token": "t",
       "tls": {"cert": "c.pem", "key": "k.pem", "ca": "ca.pem"},
       "timeouts": {"step_seconds": 30},
       "activation_checkpointing": {"policy": "every_k", "k": 2},
@@ -363,6 +364,9 @@ TEST(ConfigTest, ZeroshardSection) {
   EXPECT_EQ(c.zero.reduce_bucket_size, 2000000u);
   EXPECT_EQ(c.cluster.servers, 2);
   EXPECT_EQ(c.cluster.server_addresses[1], "10.0.0.2:7000");
+  EXPECT_EQ(c.cluster.checkpoint.dir, "/tmp/ck");
+  EXPECT_EQ(c.cluster.checkpoint.every_steps, 25u);
+  EXPECT_EQ(c.cluster.checkpoint.keep_last, 4);
   EXPECT_EQ(c.cluster.placement, Placement::kPinned);
   EXPECT_EQ(c.cluster.data.paths.size(), 2u);
   EXPECT_EQ(c.cluster.data.seed, 9u);

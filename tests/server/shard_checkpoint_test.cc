@@ -43,7 +43,7 @@ Shard RandomShard(std::mt19937_64& rng, uint64_t offset, uint64_t n) {
     s.header.add_chunk_versions(41);
     s.header.add_chunk_adam_steps(40);
   }
-  s.header.set_layout_fingerprint(rng());
+  s.header.set_model_fingerprint(rng());
   s.header.mutable_optimizer()->set_lr(1e-3);
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto* a : {&s.master, &s.exp_avg, &s.exp_avg_sq}) {

@@ -112,6 +112,12 @@ class StepEngine {
   const EngineMemory& memory() const { return memory_; }
   const model::GptModel& model() const { return *model_; }
   const LossScaler& loss_scaler() const { return scaler_; }
+  // Resumes the loss scaler (from a checkpoint, or the state the previous
+  // incarnation of rank 0 left in the key-value store); every rank must
+  // restore the same state.
+  absl::Status RestoreLossScaler(const LossScalerState& state) {
+    return scaler_.Restore(state);
+  }
   // This worker's FP32 gradient partition from the last step (tests).
   const std::vector<float>& grad_shard() const { return grad_shard_; }
 

@@ -1,0 +1,197 @@
+#include "server/shard_restore.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/checkpoint_manifest.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "server/shard_checkpoint.h"
+#include "wire/proto_convert.h"
+
+namespace zeroshard {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One old shard file this server reads from.
+struct Source {
+  std::string path;
+  const CheckpointShardEntry* entry = nullptr;
+  ShardCheckpointInfo info;
+};
+
+// Verifies `entry`'s file and checks it against the manifest.
+absl::StatusOr<ShardCheckpointInfo> VerifyAgainstManifest(
+    const std::string& path, const CheckpointShardEntry& entry,
+    const CheckpointManifest& m) {
+  ASSIGN_OR_RETURN(ShardCheckpointInfo info, VerifyShardCheckpoint(path));
+  const v1::ShardCheckpointHeader& h = info.header;
+  std::string wrong;
+  if (info.checksum != entry.checksum) {
+    wrong = absl::StrCat("its checksum ", info.checksum,
+                         " is not the manifest's ", entry.checksum);
+  } else if (info.file_bytes != entry.bytes) {
+    wrong = absl::StrCat("it holds ", info.file_bytes,
+                         " bytes, the manifest says ", entry.bytes);
+  } else if (h.step() != m.step || h.server_index() != entry.server_index ||
+             h.num_servers() != m.num_servers ||
+             h.owned().offset() != entry.owned.begin ||
+             h.owned().length() != entry.owned.size()) {
+    wrong = "its header (step, server or owned range) disagrees with the "
+            "manifest";
+  } else if (h.model_fingerprint() != m.model_fingerprint) {
+    wrong = "it holds another model than the manifest";
+  } else if (std::any_of(h.chunk_versions().begin(), h.chunk_versions().end(),
+                         [&](uint64_t v) { return v != m.step; })) {
+    wrong = absl::StrCat("not every chunk is at version ", m.step);
+  }
+  if (!wrong.empty()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", path, " is not usable: ", wrong));
+  }
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
+                                          const std::string& directory,
+                                          std::optional<uint64_t> step) {
+  const absl::Time t0 = absl::Now();
+  if (shard.SnapshotInProgress()) {
+    return absl::FailedPreconditionError(
+        "Restore: a checkpoint snapshot is being taken; retry once it is "
+        "written");
+  }
+  if (shard.tracker().Summarize().partial_chunks != 0) {
+    return absl::FailedPreconditionError(
+        "Restore: a step is partly applied on this server; stop the workers "
+        "(or restart the server) before restoring");
+  }
+  ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCheckpoints(directory));
+  if (steps.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "Restore: no complete checkpoint (a step folder with its ",
+        kCheckpointManifestName, ") in ", directory));
+  }
+  if (!step.has_value()) {
+    step = steps.back();
+  } else if (!std::binary_search(steps.begin(), steps.end(), *step)) {
+    return absl::NotFoundError(absl::StrCat(
+        "Restore: no complete checkpoint of step ", *step, " in ", directory,
+        "; complete ones: ", absl::StrJoin(steps, ", ")));
+  }
+  ASSIGN_OR_RETURN(CheckpointManifest m,
+                   ReadCheckpointManifest(directory, *step));
+  const uint64_t model = ModelFingerprint(shard.layout().manifest());
+  if (ModelFingerprint(m.model) != m.model_fingerprint) {
+    return absl::DataLossError(absl::StrCat(
+        "Restore: the manifest of step ", *step, " in ", directory,
+        " contradicts itself (model fingerprint)"));
+  }
+  if (m.model_fingerprint != model) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Restore: the checkpoint of step ", *step, " in ", directory,
+        " holds another model (tensor names or shapes differ from this "
+        "server's Init)"));
+  }
+  absl::StatusOr<FlatLayout> old = FlatLayout::Create(
+      m.model, m.num_servers, m.model.partition_count);
+  if (!old.ok() || old->total_elems() != m.total_elems) {
+    return absl::DataLossError(absl::StrCat(
+        "Restore: the manifest of step ", *step, " in ", directory,
+        " does not describe a layout of ", m.total_elems, " elements"));
+  }
+  const FlatRange owned = shard.owned();
+  ASSIGN_OR_RETURN(std::vector<FlatMove> moves,
+                   MapBetweenLayouts(*old, shard.layout(), owned));
+
+  // Which old files hold the elements; each is verified once.
+  const fs::path folder = fs::path(directory) / CheckpointFolderName(*step);
+  std::map<uint32_t, Source> sources;
+  auto source_for = [&](uint32_t k) -> absl::StatusOr<Source*> {
+    auto it = sources.find(k);
+    if (it != sources.end()) return &it->second;
+    Source src;
+    src.entry = &m.shards[k];
+    src.path = (folder / src.entry->file).string();
+    ASSIGN_OR_RETURN(src.info, VerifyAgainstManifest(src.path, *src.entry, m));
+    return &sources.emplace(k, std::move(src)).first->second;
+  };
+  struct Read {
+    Source* source;
+    FlatRange from;
+    uint64_t to;
+  };
+  std::vector<Read> reads;
+  for (const FlatMove& mv : moves) {
+    uint64_t pos = mv.from;
+    while (pos < mv.from + mv.size) {
+      const uint32_t k = old->ServerOf(pos);
+      const FlatRange piece =
+          Intersect({pos, mv.from + mv.size}, old->ServerRange(k));
+      ASSIGN_OR_RETURN(Source * src, source_for(k));
+      reads.push_back({src, piece, mv.to + (piece.begin - mv.from)});
+      pos = piece.end;
+    }
+  }
+  if (sources.empty()) {
+    // Only padding here: one file still tells the Adam step count.
+    RETURN_IF_ERROR(source_for(0).status());
+  }
+  // The optimizer state goes on only under the same hyperparameters, and
+  // every chunk of every file must agree on t (skipped steps skip all
+  // chunks alike).
+  uint64_t adam_t = 0;
+  bool have_t = false;
+  for (const auto& [k, src] : sources) {
+    const v1::ShardCheckpointHeader& h = src.info.header;
+    if (!google::protobuf::util::MessageDifferencer::Equals(
+            h.optimizer(), shard.request().optimizer())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Restore: ", src.path, " was trained with another optimizer "
+          "configuration (", h.optimizer().ShortDebugString(), ") than this "
+          "server's Init (", shard.request().optimizer().ShortDebugString(),
+          "); resume with the same configuration"));
+    }
+    for (uint64_t t : h.chunk_adam_steps()) {
+      if (have_t && t != adam_t) {
+        return absl::DataLossError(absl::StrCat(
+            "Restore: the checkpoint's chunks disagree on the Adam step "
+            "count (", adam_t, " and ", t, " in ", src.path, ")"));
+      }
+      adam_t = t;
+      have_t = true;
+    }
+  }
+
+  RestoreStats stats;
+  std::vector<float> arrays[3];
+  for (auto& a : arrays) a.assign(owned.size(), 0.0f);
+  for (const auto& [k, src] : sources) stats.bytes_read += src.info.file_bytes;
+  for (const Read& r : reads) {
+    for (int a = 0; a < 3; ++a) {
+      RETURN_IF_ERROR(ReadShardCheckpointRange(
+          r.source->path, r.source->info, static_cast<ShardArray>(a), r.from,
+          arrays[a].data() + (r.to - owned.begin)));
+      stats.bytes_read += r.from.size() * sizeof(float);
+    }
+  }
+  shard.store().WriteState(owned, arrays[0].data(), arrays[1].data(),
+                           arrays[2].data());
+  RETURN_IF_ERROR(shard.tracker().Reset(
+      *step, std::vector<uint64_t>(shard.store().num_chunks(), adam_t)));
+  stats.step = *step;
+  stats.adam_step = adam_t;
+  stats.files_verified = static_cast<uint32_t>(sources.size());
+  stats.seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  return stats;
+}
+
+}  // namespace zeroshard

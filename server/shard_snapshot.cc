@@ -1,0 +1,151 @@
+#include "server/shard_snapshot.h"
+
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_manifest.h"
+#include "server/shard_checkpoint.h"
+
+namespace zeroshard {
+
+ShardSnapshot::ShardSnapshot(uint64_t step, std::string directory,
+                             v1::ShardCheckpointHeader header,
+                             size_t num_chunks)
+    : step_(step),
+      directory_(std::move(directory)),
+      num_chunks_(num_chunks),
+      header_(std::move(header)),
+      adam_t_(num_chunks, 0),
+      copied_(std::make_unique<std::atomic<bool>[]>(num_chunks)),
+      remaining_(num_chunks) {
+  const uint64_t n = header_.owned().length();
+  for (auto& a : arrays_) a.reset(new float[n]);  // filled by Capture
+  for (size_t c = 0; c < num_chunks; ++c) copied_[c].store(false);
+  header_.set_step(step);
+}
+
+ShardSnapshot::~ShardSnapshot() {
+  if (writer_ != nullptr && writer_->joinable()) {
+    if (writer_->get_id() == std::this_thread::get_id()) {
+      writer_->detach();  // the last reference dropped by the writer itself
+    } else {
+      writer_->join();
+    }
+  }
+}
+
+std::string ShardSnapshot::FilePath() const {
+  return (std::filesystem::path(directory_) / CheckpointFolderName(step_) /
+          ShardFileName(header_.server_index(), header_.num_servers()))
+      .string();
+}
+
+bool ShardSnapshot::Capture(const ShardStore& store, size_t c,
+                            uint64_t adam_t) {
+  if (copied_[c].load(std::memory_order_acquire)) return false;
+  bool copied_now = false;
+  const absl::Time t0 = absl::Now();
+  store.WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
+    // Checked again under the lock: only the first thread copies, and it
+    // does so before any update of this step can take the lock.
+    if (copied_[c].load(std::memory_order_relaxed)) return;
+    const size_t i = a.range.begin - header_.owned().offset();
+    const size_t bytes = a.range.size() * sizeof(float);
+    std::memcpy(arrays_[0].get() + i, a.master, bytes);
+    std::memcpy(arrays_[1].get() + i, a.exp_avg, bytes);
+    std::memcpy(arrays_[2].get() + i, a.exp_avg_sq, bytes);
+    adam_t_[c] = adam_t;
+    copied_[c].store(true, std::memory_order_release);
+    copied_now = true;
+  });
+  if (!copied_now) return false;
+  copy_nanos_ += absl::ToInt64Nanoseconds(absl::Now() - t0);
+  return remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+void ShardSnapshot::Finish() {
+  header_.clear_chunk_versions();
+  header_.clear_chunk_adam_steps();
+  for (size_t c = 0; c < num_chunks_; ++c) {
+    header_.add_chunk_versions(step_);
+    header_.add_chunk_adam_steps(adam_t_[c]);
+  }
+  if (directory_.empty()) {
+    SnapshotResult r;
+    r.copy_seconds = copy_nanos_.load() * 1e-9;
+    Complete(r);
+    return;
+  }
+  writer_ = std::make_unique<std::thread>([this] { Write(); });
+}
+
+void ShardSnapshot::Write() {
+  const absl::Time t0 = absl::Now();
+  const std::string path = FilePath();
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(),
+                                      ec);
+  if (ec) {
+    Complete(absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint: cannot create ",
+        std::filesystem::path(path).parent_path().string(), ": ",
+        ec.message())));
+    return;
+  }
+  ShardCheckpointContents contents{header_, arrays_[0].get(),
+                                   arrays_[1].get(), arrays_[2].get()};
+  absl::StatusOr<uint64_t> sum = WriteShardCheckpoint(path, contents);
+  if (!sum.ok()) {
+    Complete(sum.status());
+    return;
+  }
+  SnapshotResult r;
+  r.path = path;
+  r.checksum = *sum;
+  r.bytes = std::filesystem::file_size(path, ec);
+  r.copy_seconds = copy_nanos_.load() * 1e-9;
+  r.write_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  Complete(r);
+}
+
+void ShardSnapshot::Complete(absl::StatusOr<SnapshotResult> result) {
+  absl::flat_hash_map<
+      uint64_t, std::function<void(const absl::StatusOr<SnapshotResult>&)>>
+      waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    result_ = result;
+    waiters.swap(waiters_);
+  }
+  for (auto& [id, done] : waiters) done(result);
+}
+
+uint64_t ShardSnapshot::AddWaiter(
+    std::function<void(const absl::StatusOr<SnapshotResult>&)> done) {
+  std::optional<absl::StatusOr<SnapshotResult>> now;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!result_.has_value()) {
+      const uint64_t id = next_waiter_++;
+      waiters_.emplace(id, std::move(done));
+      return id;
+    }
+    now = result_;
+  }
+  done(*now);
+  return 0;
+}
+
+bool ShardSnapshot::CancelWaiter(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  return waiters_.erase(id) > 0;
+}
+
+std::optional<absl::StatusOr<SnapshotResult>> ShardSnapshot::result() const {
+  absl::MutexLock lock(&mu_);
+  return result_;
+}
+
+}  // namespace zeroshard

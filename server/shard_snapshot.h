@@ -1,0 +1,117 @@
+// A copy of one shard at a step boundary, taken while training goes on
+// (docs/DESIGN.md, "Checkpoints").
+//
+// Armed at version s (ModelShard::ArmSnapshot), a snapshot receives each
+// chunk's master, exp_avg and exp_avg_sq exactly once: from the thread about
+// to apply the chunk's first piece of step s (StepTracker marks those claims
+// with capture = true), or at arming for chunks already at s and untouched.
+// The copy is taken under the chunk's lock, so no update of step s is in it
+// and every update of step s-1 is. When the last chunk is in, the snapshot
+// is written (when it has a directory) on its own thread to
+//   <directory>/step-<20 digits>/shard-<k>-of-<S>.bin
+// and then reports done to its waiters.
+//
+//   auto snap = std::make_shared<ShardSnapshot>(spec);
+//   if (snap->Capture(store, c, adam_t)) ... last chunk: Finish(...)
+//   snap->AddWaiter([](const absl::StatusOr<SnapshotResult>& r) {...});
+//
+// Thread-safe.
+#ifndef ZEROSHARD_SERVER_SHARD_SNAPSHOT_H_
+#define ZEROSHARD_SERVER_SHARD_SNAPSHOT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/layout.h"
+#include "proto/zeroshard/v1/checkpoint.pb.h"
+#include "server/shard_store.h"
+
+namespace zeroshard {
+
+// What a finished snapshot wrote.
+struct SnapshotResult {
+  std::string path;          // "" for an in-memory snapshot
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;     // XXH3-64 of the file
+  double copy_seconds = 0;   // summed over chunks: the updates' pause
+  double write_seconds = 0;
+};
+
+class ShardSnapshot {
+ public:
+  // `header` names the shard (server, owned, chunk size, model, optimizer);
+  // its step, versions and Adam steps are filled in here.
+  ShardSnapshot(uint64_t step, std::string directory,
+                v1::ShardCheckpointHeader header, size_t num_chunks);
+  ~ShardSnapshot();
+  ShardSnapshot(const ShardSnapshot&) = delete;
+  ShardSnapshot& operator=(const ShardSnapshot&) = delete;
+
+  uint64_t step() const { return step_; }
+  const std::string& directory() const { return directory_; }
+  // The shard file's path under directory().
+  std::string FilePath() const;
+
+  // Copies chunk c from `store` unless it was copied already; `adam_t` is
+  // the chunk's Adam step count at version step(). Returns true when this
+  // call copied the last missing chunk (the caller then calls Finish).
+  bool Capture(const ShardStore& store, size_t c, uint64_t adam_t);
+
+  // After the last Capture: writes the file on a thread of its own (or, in
+  // memory, finishes at once) and then wakes the waiters.
+  void Finish();
+
+  // Calls `done` once, when the snapshot is written (or failed), on the
+  // writer's thread; at once on this thread when it already is. Returns an
+  // id for CancelWaiter (0 when called at once).
+  uint64_t AddWaiter(
+      std::function<void(const absl::StatusOr<SnapshotResult>&)> done);
+  // False when the waiter has been called (or is being called).
+  bool CancelWaiter(uint64_t id);
+
+  // The result once done; nullopt before.
+  std::optional<absl::StatusOr<SnapshotResult>> result() const;
+
+  // The copied arrays (valid once every chunk is in): master, exp_avg,
+  // exp_avg_sq of the owned range.
+  const float* array(int which) const { return arrays_[which].get(); }
+  const v1::ShardCheckpointHeader& header() const { return header_; }
+
+ private:
+  void Write();
+  void Complete(absl::StatusOr<SnapshotResult> result);
+
+  const uint64_t step_;
+  const std::string directory_;
+  const size_t num_chunks_;
+  v1::ShardCheckpointHeader header_;  // chunk lists filled by Finish
+  std::vector<uint64_t> adam_t_;      // per chunk, written by its Capture
+  std::unique_ptr<float[]> arrays_[3];
+  // Per chunk, set under the chunk's store lock.
+  std::unique_ptr<std::atomic<bool>[]> copied_;
+  std::atomic<size_t> remaining_;
+  std::atomic<int64_t> copy_nanos_{0};
+
+  mutable absl::Mutex mu_;
+  std::optional<absl::StatusOr<SnapshotResult>> result_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t,
+                      std::function<void(const absl::StatusOr<SnapshotResult>&)>>
+      waiters_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
+  std::unique_ptr<std::thread> writer_;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_SERVER_SHARD_SNAPSHOT_H_

@@ -1,0 +1,112 @@
+#include "worker/engine/checkpoint_coordinator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/checkpoint_client.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace zeroshard {
+
+CheckpointCoordinator::CheckpointCoordinator(const TrainingConfig& config,
+                                             const FlatLayout* layout,
+                                             const ShardChannels* channels,
+                                             uint64_t resumed_at)
+    : config_(config),
+      layout_(layout),
+      channels_(channels),
+      dir_(config.cluster.checkpoint.dir.empty()
+               ? ""
+               : std::filesystem::absolute(config.cluster.checkpoint.dir)
+                     .string()),
+      resumed_at_(resumed_at) {}
+
+CheckpointCoordinator::~CheckpointCoordinator() { WaitPrevious().IgnoreError(); }
+
+absl::Status CheckpointCoordinator::WaitPrevious() {
+  if (commit_ != nullptr) {
+    commit_->join();
+    commit_.reset();
+  }
+  absl::MutexLock lock(&mu_);
+  return commit_status_;
+}
+
+absl::Status CheckpointCoordinator::BeforeStep(uint64_t step,
+                                               const LossScalerState& scaler) {
+  if (!enabled()) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(commit_status_);
+  }
+  const uint64_t every = config_.cluster.checkpoint.every_steps;
+  if (every == 0 || step % every != 0 || step == resumed_at_) {
+    return absl::OkStatus();
+  }
+  return Start(step, scaler);
+}
+
+absl::Status CheckpointCoordinator::Final(uint64_t step,
+                                          const LossScalerState& scaler) {
+  if (!enabled()) return absl::OkStatus();
+  if (static_cast<int64_t>(step) != last_armed_ && step != resumed_at_) {
+    RETURN_IF_ERROR(Start(step, scaler));
+  }
+  return WaitPrevious();
+}
+
+uint64_t CheckpointCoordinator::committed() const {
+  absl::MutexLock lock(&mu_);
+  return committed_;
+}
+
+absl::Status CheckpointCoordinator::Start(uint64_t step,
+                                          const LossScalerState& scaler) {
+  RETURN_IF_ERROR(WaitPrevious());
+  const std::string& token = config_.cluster.admin_token;
+  RETURN_IF_ERROR(ArmCheckpoint(*channels_, step, dir_, token));
+  last_armed_ = static_cast<int64_t>(step);
+  CheckpointInfo info;
+  info.step = step;
+  info.layout = layout_;
+  info.loss_scaler = scaler;
+  info.config_fingerprint = ConfigFingerprint(config_);
+  info.data_position = step;
+  const absl::Duration timeout =
+      absl::Seconds(config_.cluster.step_timeout_s) * 4;
+  commit_ = std::make_unique<std::thread>([this, info, token, timeout] {
+    const absl::Time t0 = absl::Now();
+    absl::Status s = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(auto files, WaitCheckpoint(*channels_, info.step, dir_,
+                                                  token, timeout));
+      RETURN_IF_ERROR(CommitCheckpoint(dir_, files, info,
+                                       config_.cluster.checkpoint.keep_last));
+      uint64_t bytes = 0;
+      double copy = 0;
+      for (const auto& f : files) {
+        bytes += f.bytes();
+        copy = std::max(copy, f.copy_seconds());
+      }
+      ZS_LOG(INFO) << "checkpoint of step " << info.step << " committed in "
+                   << dir_ << ": " << bytes << " bytes, "
+                   << absl::ToDoubleSeconds(absl::Now() - t0)
+                   << " s after arming (copy " << copy << " s per server)";
+      return absl::OkStatus();
+    }();
+    absl::MutexLock lock(&mu_);
+    if (s.ok()) {
+      ++committed_;
+    } else {
+      commit_status_ = absl::Status(
+          s.code(), absl::StrCat("checkpoint of step ", info.step,
+                                 " failed: ", s.message()));
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace zeroshard

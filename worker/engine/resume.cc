@@ -1,0 +1,92 @@
+#include "worker/engine/resume.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/checkpoint_client.h"
+#include "common/checkpoint_manifest.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace zeroshard {
+
+absl::Status ResumeServers(const TrainingConfig& config, int rank,
+                           const std::string& dir, ShardClient* client,
+                           WorkerGroup* group) {
+  if (rank == 0 && !dir.empty()) {
+    bool fresh = true;
+    for (const auto& r : client->channels().InspectAll()) {
+      RETURN_IF_ERROR(r.status());
+      fresh = fresh && r->max_version() == 0 && r->partial_chunks() == 0;
+    }
+    if (fresh) {
+      ASSIGN_OR_RETURN(
+          auto restored,
+          RestoreAll(client->channels(), dir, std::nullopt,
+                     config.cluster.admin_token,
+                     absl::Seconds(config.cluster.startup_timeout_s)));
+      uint64_t bytes = 0;
+      double seconds = 0;
+      for (const auto& r : restored) {
+        bytes += r.bytes_read();
+        seconds = std::max(seconds, r.seconds());
+      }
+      ZS_LOG(INFO) << "restored " << restored.size() << " servers from "
+                   << dir << " at step " << restored[0].version() << " ("
+                   << bytes << " bytes read, " << seconds << " s)";
+    } else {
+      ZS_LOG(INFO) << "servers already hold a run; not restoring from "
+                   << dir;
+    }
+  }
+  return group->Barrier();
+}
+
+std::string LossScalerRecord(uint64_t step, const LossScalerState& s) {
+  // %.17g: the scale reads back bit for bit.
+  return absl::StrFormat("%d %.17g %d %d %d %d %d", step, s.scale,
+                         s.hysteresis_left, s.iteration,
+                         s.last_overflow_iteration, s.overflows_at_min,
+                         s.skipped_steps);
+}
+
+absl::StatusOr<std::pair<uint64_t, LossScalerState>> ParseLossScalerRecord(
+    const std::string& text) {
+  std::vector<std::string> f = absl::StrSplit(text, ' ', absl::SkipEmpty());
+  std::pair<uint64_t, LossScalerState> out;
+  LossScalerState& s = out.second;
+  if (f.size() != 7 || !absl::SimpleAtoi(f[0], &out.first) ||
+      !absl::SimpleAtod(f[1], &s.scale) ||
+      !absl::SimpleAtoi(f[2], &s.hysteresis_left) ||
+      !absl::SimpleAtoi(f[3], &s.iteration) ||
+      !absl::SimpleAtoi(f[4], &s.last_overflow_iteration) ||
+      !absl::SimpleAtoi(f[5], &s.overflows_at_min) ||
+      !absl::SimpleAtoi(f[6], &s.skipped_steps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss scaler record \"", text, "\" does not parse"));
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<LossScalerState>> FindLossScalerState(
+    uint64_t step, const std::string& dir, KvClient* kv) {
+  absl::StatusOr<std::string> rec = kv->TryGet(kLossScalerKey);
+  if (rec.ok()) {
+    ASSIGN_OR_RETURN(auto parsed, ParseLossScalerRecord(*rec));
+    if (parsed.first == step) return parsed.second;
+  } else if (!absl::IsNotFound(rec.status())) {
+    return rec.status();
+  }
+  if (!dir.empty()) {
+    absl::StatusOr<CheckpointManifest> m = ReadCheckpointManifest(dir, step);
+    if (m.ok()) return m->loss_scaler;
+    if (!absl::IsNotFound(m.status())) return m.status();
+  }
+  return std::nullopt;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,57 @@
+// Continuing a run (docs/DESIGN.md, "Checkpoints" and "Crash recovery").
+//
+// The servers hold the run's state; a worker that starts finds them either
+// fresh (version 0: a new run, or servers restarted after a crash) or
+// holding some step s (workers restarted while the servers lived on).
+// ResumeServers restores fresh servers from the newest checkpoint of the
+// resume directory; the loss scaler then resumes from the state rank 0
+// left in the key-value store for the start step, or from that checkpoint's
+// manifest.
+//
+//   RETURN_IF_ERROR(ResumeServers(cfg, rank, resume_dir, client, group));
+//   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
+//   ASSIGN_OR_RETURN(auto scaler, FindLossScalerState(step, resume_dir, kv));
+//   if (scaler) RETURN_IF_ERROR(engine->RestoreLossScaler(*scaler));
+#ifndef ZEROSHARD_WORKER_ENGINE_RESUME_H_
+#define ZEROSHARD_WORKER_ENGINE_RESUME_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/kv_client.h"
+#include "client/shard_client.h"
+#include "common/config.h"
+#include "common/loss_scaler.h"
+#include "worker/comm/collectives.h"
+
+namespace zeroshard {
+
+// The key rank 0 keeps the loss scaler's state under, for its successor.
+inline constexpr char kLossScalerKey[] = "zeroshard/loss_scaler";
+
+// Rank 0, when `dir` is non-empty and every server is at version 0 with
+// nothing applied: restores all of them from the newest complete
+// checkpoint in `dir` (logged; NOT_FOUND when there is none). Then all
+// ranks meet at a barrier.
+absl::Status ResumeServers(const TrainingConfig& config, int rank,
+                           const std::string& dir, ShardClient* client,
+                           WorkerGroup* group);
+
+// "step scale hysteresis_left iteration last_overflow_iteration
+// overflows_at_min skipped_steps": the state at the start of `step`.
+std::string LossScalerRecord(uint64_t step, const LossScalerState& state);
+absl::StatusOr<std::pair<uint64_t, LossScalerState>> ParseLossScalerRecord(
+    const std::string& text);
+
+// The loss scaler's state at the start of `step`: the key-value record when
+// it is for `step`, else the manifest of a checkpoint of `step` in `dir`
+// (when set), else nullopt (a fresh scaler).
+absl::StatusOr<std::optional<LossScalerState>> FindLossScalerState(
+    uint64_t step, const std::string& dir, KvClient* kv);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_WORKER_ENGINE_RESUME_H_
