@@ -160,6 +160,11 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPush(
   }
   if (!params.skip) ApplyClaimed(claim, params, pieces, result.applied_elems);
   result.chunks_completed = tracker_->Complete(claim);
+  // A chunk that just reached a snapshot's version is copied now: no claim
+  // of that step may ever come (the run's last step).
+  if (result.chunks_completed > 0 && armed_.load() > 0) {
+    CaptureCompleted(claim);
+  }
   return result;
 }
 
@@ -185,7 +190,15 @@ absl::StatusOr<std::shared_ptr<ShardSnapshot>> ModelShard::ArmSnapshot(
     for (const auto& s : snapshots_) {
       if (s->step() == step && s->directory() == directory) return s;
     }
-    ASSIGN_OR_RETURN(at_step, tracker_->ArmCapture(step));
+    // Counted before the tracker arms, so that a chunk completing to `step`
+    // meanwhile looks for the snapshot (and waits for snap_mu_).
+    ++armed_;
+    absl::StatusOr<std::vector<size_t>> armed = tracker_->ArmCapture(step);
+    if (!armed.ok()) {
+      --armed_;
+      return armed.status();
+    }
+    at_step = *std::move(armed);
     snap = std::make_shared<ShardSnapshot>(step, directory, CheckpointHeader(),
                                            store_->num_chunks());
     // Keep the armed ones and the two newest finished ones.
@@ -227,7 +240,29 @@ void ModelShard::FinishIfLast(const std::shared_ptr<ShardSnapshot>& snap,
                               bool last) {
   if (!last) return;
   tracker_->DisarmCapture(snap->step());
+  --armed_;
   snap->Finish();
+}
+
+void ModelShard::CaptureCompleted(const StepClaim& claim) {
+  const uint64_t v = claim.step + 1;
+  std::vector<std::shared_ptr<ShardSnapshot>> armed;
+  {
+    absl::MutexLock lock(&snap_mu_);
+    for (const auto& s : snapshots_) {
+      if (s->step() == v && !s->result().has_value()) armed.push_back(s);
+    }
+  }
+  if (armed.empty()) return;
+  size_t prev = SIZE_MAX;
+  for (const ClaimedSegment& seg : claim.segments) {
+    if (seg.chunk == prev || tracker_->version(seg.chunk) != v) continue;
+    prev = seg.chunk;
+    for (const auto& snap : armed) {
+      FinishIfLast(snap,
+                   snap->Capture(*store_, seg.chunk, tracker_->adam_t(seg.chunk)));
+    }
+  }
 }
 
 void ModelShard::CaptureClaimed(const StepClaim& claim) {

@@ -11,6 +11,7 @@
 #ifndef ZEROSHARD_SERVER_MODEL_SHARD_H_
 #define ZEROSHARD_SERVER_MODEL_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -128,6 +129,10 @@ class ModelShard {
 
   // Copies the claim's chunks into every snapshot armed at its step.
   void CaptureClaimed(const StepClaim& claim);
+  // Copies the claim's chunks that it completed into every snapshot armed
+  // at the version they reached.
+  void CaptureCompleted(const StepClaim& claim);
+  std::atomic<int> armed_{0};  // snapshots armed and not yet complete
   // Finishes `snap` when `last` (its last chunk was just copied).
   void FinishIfLast(const std::shared_ptr<ShardSnapshot>& snap, bool last);
 

@@ -51,6 +51,12 @@ std::string FormatSummary(const RunSummary& s, const RunOutputs& outputs) {
   auto line = [&](const char* what, const std::string& path) {
     if (!path.empty()) absl::StrAppendFormat(&out, "%-15s%s\n", what, path);
   };
+  if (!s.restarts.empty()) {
+    absl::StrAppendFormat(&out, "restarts       %d\n", s.restarts.size());
+    for (const std::string& r : s.restarts) {
+      absl::StrAppendFormat(&out, "  %s\n", r);
+    }
+  }
   line("metrics", outputs.metrics);
   line("loss curve", outputs.plot);
   line("weights", outputs.weights);

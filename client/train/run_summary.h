@@ -31,6 +31,8 @@ struct RunSummary {
   uint64_t total_tokens = 0;
   uint64_t skipped_steps = 0;
   double final_loss_scale = 1;
+  // Crash recovery: processes replaced, and why (one line each).
+  std::vector<std::string> restarts;
 };
 
 RunSummary Summarize(const std::vector<StepRecord>& records,

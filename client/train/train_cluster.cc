@@ -145,7 +145,14 @@ absl::Status TrainCluster::StartWorkers() {
     o.argv = {plan_.bin_dir + "/zeroshard-worker", absl::StrCat("--rank=", r),
               absl::StrCat("--world_size=", plan_.workers),
               "--servers=" + server_list, "--config=" + plan_.config_path,
-              "--run_id=" + plan_.run_id};
+              absl::StrCat("--run_id=", plan_.run_id, "/a", plan_.attempt),
+              absl::StrCat("--attempt=", plan_.attempt)};
+    if (!plan_.resume_dir.empty()) {
+      o.argv.push_back("--resume=" + plan_.resume_dir);
+    }
+    if (!plan_.init_from.empty()) {
+      o.argv.push_back("--init_from=" + plan_.init_from);
+    }
     if (plan_.inject_overflow_at_step >= 0) {
       o.argv.push_back(absl::StrCat("--inject_overflow_at_step=",
                                     plan_.inject_overflow_at_step));
@@ -308,6 +315,31 @@ absl::Status TrainCluster::WaitWorkers(absl::Duration timeout) {
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
+}
+
+bool TrainCluster::ServersAlive() {
+  PollAll();
+  for (const Child& c : servers_) {
+    if (c.exit.has_value()) return false;
+  }
+  return true;
+}
+
+void TrainCluster::StopWorkers() {
+  for (Child& c : workers_) {
+    if (c.process != nullptr) c.process->Stop(absl::ZeroDuration());
+    std::error_code ec;
+    std::filesystem::rename(c.log_path,
+                            absl::StrCat(c.log_path, ".", plan_.attempt), ec);
+  }
+  workers_.clear();
+}
+
+absl::Status TrainCluster::RestartWorkers(uint64_t attempt) {
+  StopWorkers();
+  plan_.attempt = attempt;
+  RETURN_IF_ERROR(StartWorkers());
+  return WriteClusterFile();
 }
 
 void TrainCluster::StopAll(absl::Duration grace) {

@@ -55,7 +55,11 @@ struct TrainClusterPlan {
   Placement placement = Placement::kHost;
   std::string admin_token;
   int64_t inject_overflow_at_step = -1;   // passed on when >= 0
+  std::string init_from;                  // workers' --init_from, when set
   std::string run_id;                     // names the worker group
+  std::string resume_dir;                 // workers' --resume (fresh servers
+                                          // restore from its newest checkpoint)
+  uint64_t attempt = 0;                   // workers' --attempt
   absl::Duration startup_timeout = absl::Seconds(60);
 };
 
@@ -85,6 +89,17 @@ class TrainCluster {
   // After rank 0's "done": waits up to `timeout` for every worker to exit,
   // each with code 0.
   absl::Status WaitWorkers(absl::Duration timeout);
+
+  // True while every server this cluster started is running (always true
+  // for given servers).
+  bool ServersAlive();
+
+  // Crash recovery: StopWorkers kills every worker still running and keeps
+  // each old log as <log>.<attempt>; RestartWorkers then starts N new
+  // workers with --attempt=`attempt` (a new worker group: the old one's
+  // rendezvous keys are not reused).
+  void StopWorkers();
+  absl::Status RestartWorkers(uint64_t attempt);
 
   // SIGTERM to every child still running, up to `grace` for all of them
   // together, then SIGKILL. Idempotent.
@@ -129,7 +144,7 @@ class TrainCluster {
   // "; worker rank 1 is stopped" for children in state T/t/D, or "".
   std::string StuckChildren() const;
 
-  const TrainClusterPlan plan_;
+  TrainClusterPlan plan_;  // attempt changes on RestartWorkers
   const std::atomic<bool>* const interrupted_;
   std::vector<std::string> addresses_;
   std::vector<Child> servers_;

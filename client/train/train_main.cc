@@ -2,7 +2,8 @@
 // servers and N workers as processes on 127.0.0.1), or on given servers.
 //
 //   zeroshard-train --config=examples/gpt-small.json [--servers=S]
-//       [--workers=N] [--steps=K] [--out=DIR] [--save_weights]
+//       [--workers=N] [--steps=K] [--out=DIR] [--save_weights [--format=F]]
+//       [--init_from=MODEL.safetensors]
 //       [--server_addresses=h:p,...] [--inject_overflow_at_step=K] [--quiet]
 //
 // Exit codes: 0 trained; 1 failed (the message names the process); 2 bad
@@ -27,11 +28,25 @@ ABSL_FLAG(std::string, out, "zeroshard-out",
           "output directory: metrics, loss curve, logs, weights");
 ABSL_FLAG(bool, save_weights, false,
           "write the final FP32 weights to OUT/weights.f32 + weights.json");
+ABSL_FLAG(std::string, format, "f32",
+          "--save_weights format: f32 (weights.f32 + weights.json) or "
+          "safetensors (also OUT/weights.safetensors, Hugging Face GPT-2 "
+          "names)");
+ABSL_FLAG(std::string, init_from, "",
+          "start from the weights of a Hugging Face GPT-2 .safetensors file "
+          "(servers at step 0 only)");
 ABSL_FLAG(std::string, server_addresses, "",
           "HOST:PORT,... of running servers: start none, train on these");
 ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
           "testing: make the gradient non-finite at this step");
 ABSL_FLAG(bool, quiet, false, "no progress bar (the summary still prints)");
+ABSL_FLAG(std::string, resume, "",
+          "continue from the newest complete checkpoint in this directory "
+          "(any --servers / --workers)");
+ABSL_FLAG(int, max_restarts, 0,
+          "replace failed processes up to this many times (a dead worker: "
+          "new workers redo the step; a dead server: all restart from the "
+          "newest checkpoint)");
 
 namespace {
 
@@ -44,7 +59,8 @@ void OnSignal(int) { g_interrupted.store(true); }
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "zeroshard-train --config=FILE [--servers=S] [--workers=N] [--steps=K] "
-      "[--out=DIR] [--save_weights] [--server_addresses=H:P,...] [--quiet]");
+      "[--out=DIR] [--save_weights [--format=f32|safetensors]] "
+      "[--init_from=MODEL.safetensors] [--server_addresses=H:P,...] [--quiet]");
   absl::ParseCommandLine(argc, argv);
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;
@@ -70,8 +86,19 @@ int main(int argc, char** argv) {
   }
   o.out_dir = absl::GetFlag(FLAGS_out);
   o.save_weights = absl::GetFlag(FLAGS_save_weights);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "f32" && format != "safetensors") {
+    std::fprintf(stderr,
+                 "zeroshard-train: --format=%s: want f32 or safetensors\n",
+                 format.c_str());
+    return 2;
+  }
+  o.save_safetensors = format == "safetensors";
+  o.init_from = absl::GetFlag(FLAGS_init_from);
   o.inject_overflow_at_step = absl::GetFlag(FLAGS_inject_overflow_at_step);
   o.quiet = absl::GetFlag(FLAGS_quiet);
+  o.resume_dir = absl::GetFlag(FLAGS_resume);
+  o.max_restarts = absl::GetFlag(FLAGS_max_restarts);
 
   absl::StatusOr<zeroshard::RunSummary> s =
       zeroshard::RunTraining(o, &g_interrupted);

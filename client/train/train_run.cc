@@ -13,9 +13,12 @@
 #include "client/train/progress_bar.h"
 #include "client/train/train_cluster.h"
 #include "client/train/weights_export.h"
+#include "client/shard_channels.h"
 #include "common/atomic_file.h"
+#include "common/checkpoint_manifest.h"
 #include "common/config.h"
 #include "common/gpt_manifest.h"
+#include "common/hf_gpt2.h"
 #include "common/layout.h"
 #include "common/logging.h"
 #include "common/progress_event.h"
@@ -79,8 +82,13 @@ absl::StatusOr<uint64_t> FollowProgress(
         }
         break;
       case WorkerEvent::Kind::kStep:
-        records->push_back(ev->record);
         waiting_for = absl::StrCat("step ", ev->record.step + 1);
+        // After a restore, steps since the checkpoint are run again: the
+        // first run's record stands.
+        if (!records->empty() && ev->record.step <= records->back().step) {
+          break;
+        }
+        records->push_back(ev->record);
         if (metrics != nullptr) RETURN_IF_ERROR(metrics->Append(ev->record));
         if (*bar != nullptr) (*bar)->Update(ev->record);
         break;
@@ -90,6 +98,62 @@ absl::StatusOr<uint64_t> FollowProgress(
         break;
     }
   }
+}
+
+// Whether the servers stand at a clean step boundary (every chunk at one
+// version, nothing of the next step applied): then new workers can redo
+// the step without anything rolled back.
+bool ServersClean(const std::vector<std::string>& addresses) {
+  absl::StatusOr<std::unique_ptr<ShardChannels>> channels =
+      ShardChannels::Connect(addresses, ShardClientOptions());
+  if (!channels.ok()) return false;
+  int64_t version = -1;
+  for (const auto& r : (*channels)->InspectAll()) {
+    if (!r.ok() || !r->initialized() || r->partial_chunks() != 0 ||
+        r->min_version() != r->max_version() ||
+        (version >= 0 && static_cast<int64_t>(r->min_version()) != version)) {
+      return false;
+    }
+    version = static_cast<int64_t>(r->min_version());
+  }
+  return true;
+}
+
+// Replaces what failed: the workers alone when the servers are alive and
+// clean, otherwise every process, restoring the newest checkpoint. Returns
+// what it did.
+absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
+                                    const TrainOptions& o, uint64_t attempt,
+                                    const std::atomic<bool>* interrupted,
+                                    TrainClusterPlan* plan,
+                                    std::unique_ptr<TrainCluster>* cluster) {
+  plan->attempt = attempt;
+  if ((*cluster)->ServersAlive()) {
+    (*cluster)->StopWorkers();
+    // Let the servers finish what the dead workers had already delivered.
+    absl::SleepFor(absl::Milliseconds(300));
+    if (ServersClean((*cluster)->server_addresses())) {
+      RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
+      return std::string("new workers redo the step on the same servers");
+    }
+  }
+  if (!plan->server_addresses.empty()) {
+    return absl::FailedPreconditionError(
+        "the given servers are not at a clean step; restore them "
+        "(zeroshard-ctl restore) and resume");
+  }
+  (*cluster)->StopAll(absl::Seconds(5));
+  cluster->reset();
+  plan->resume_dir = cfg.cluster.checkpoint.dir.empty()
+                         ? o.resume_dir
+                         : cfg.cluster.checkpoint.dir;
+  ASSIGN_OR_RETURN(*cluster, TrainCluster::Start(*plan, interrupted));
+  if (plan->resume_dir.empty()) {
+    return std::string("all processes restarted from step 0 (no checkpoint "
+                       "directory is configured)");
+  }
+  return absl::StrCat("all processes restarted from the newest checkpoint in ",
+                      plan->resume_dir);
 }
 
 }  // namespace
@@ -147,6 +211,14 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
     RETURN_IF_ERROR(CheckBinary(plan.bin_dir + "/zeroshard-server"));
   }
   RETURN_IF_ERROR(CheckBinary(plan.bin_dir + "/zeroshard-worker"));
+  if (!o.init_from.empty()) {
+    // The header alone, so a wrong file fails before any process starts;
+    // rank 0 reads the data (worker/engine/init_from.h).
+    if (absl::Status s = CheckHfSafetensors(o.init_from, layout); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--init_from: ", s.message()));
+    }
+    plan.init_from = fs::absolute(o.init_from).string();
+  }
   // The one resolved configuration every worker reads
   // (common/resolved_config.h).
   plan.config_path = fs::absolute(o.out_dir + "/config.resolved.json").string();
@@ -170,12 +242,24 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
                                                   cfg.cluster.metrics_format));
   }
 
+  plan.resume_dir = o.resume_dir;
+  if (!o.resume_dir.empty()) {
+    ASSIGN_OR_RETURN(std::vector<uint64_t> steps,
+                     ListCheckpoints(o.resume_dir));
+    if (steps.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "--resume=", o.resume_dir, ": no complete checkpoint there"));
+    }
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<TrainCluster> cluster,
                    TrainCluster::Start(plan, interrupted));
   outputs.logs = cluster->logs_dir();
   std::vector<StepRecord> records;
   std::unique_ptr<ProgressBar> bar;
-  absl::Status run = [&]() -> absl::Status {
+  std::vector<std::string> restarts;
+  absl::Status run;
+  for (;;) {
+  run = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(uint64_t done_step,
                      FollowProgress(*cluster, cfg, o, metrics.get(), &records,
                                     &bar));
@@ -185,11 +269,31 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
     if (o.save_weights) {
       RETURN_IF_ERROR(ExportWeights(cluster->server_addresses(), layout,
                                     static_cast<int64_t>(done_step),
-                                    o.out_dir, step_timeout));
+                                    o.out_dir, step_timeout,
+                                    o.save_safetensors
+                                        ? WeightsFileFormat::kSafetensors
+                                        : WeightsFileFormat::kF32));
       outputs.weights = o.out_dir + "/weights.f32";
     }
     return absl::OkStatus();
   }();
+  if (run.ok() || (interrupted != nullptr && interrupted->load()) ||
+      static_cast<int>(restarts.size()) >= o.max_restarts) {
+    break;
+  }
+  // Crash recovery (docs/DESIGN.md, "Crash recovery").
+  const uint64_t attempt = restarts.size() + 1;
+  absl::StatusOr<std::string> how =
+      Recover(cfg, o, attempt, interrupted, &plan, &cluster);
+  restarts.push_back(absl::StrCat(
+      "restart ", attempt, ": ", run.message(), " -> ",
+      how.ok() ? *how : std::string(how.status().message())));
+  ZS_LOG(WARNING) << restarts.back();
+  if (!how.ok()) {
+    run = how.status();
+    break;
+  }
+  }
   if (bar != nullptr) bar->Finish();
   cluster->StopAll(absl::Seconds(5));
   if (!run.ok()) return run;
@@ -205,6 +309,7 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   const uint64_t tokens_per_step =
       static_cast<uint64_t>(cfg.train_batch_size) * cfg.cluster.model.context;
   RunSummary summary = Summarize(records, tokens_per_step, wall);
+  summary.restarts = restarts;
   std::fputs(FormatSummary(summary, outputs).c_str(), o.progress);
   std::fflush(o.progress);
   return summary;

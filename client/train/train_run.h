@@ -45,6 +45,19 @@ struct TrainOptions {
   std::string bin_dir;                        // zeroshard-server/-worker
   bool save_weights = false;
   int64_t inject_overflow_at_step = -1;
+  // A Hugging Face GPT-2 .safetensors file of starting weights (workers'
+  // --init_from), checked against the layout before anything starts.
+  std::string init_from;
+  // --save_weights also writes weights.safetensors (HF GPT-2 tensors).
+  bool save_safetensors = false;
+  // A checkpoint directory to continue from (its newest complete
+  // checkpoint), with any --servers / --workers.
+  std::string resume_dir;
+  // Crash recovery: how many times a failed process may be replaced. A
+  // dead worker (servers alive at a clean step) restarts the workers only,
+  // redoing the step; a dead server restarts everything from the newest
+  // checkpoint of zeroshard.checkpoint.dir.
+  int max_restarts = 0;
   bool quiet = false;                         // no progress bar
   std::FILE* progress = stderr;               // bar and summary
 };

@@ -23,7 +23,12 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
       RETURN_IF_ERROR(r.status());
       fresh = fresh && r->max_version() == 0 && r->partial_chunks() == 0;
     }
-    if (fresh) {
+    ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCheckpoints(dir));
+    if (fresh && steps.empty()) {
+      // Crash recovery before the first checkpoint: the run starts over.
+      ZS_LOG(WARNING) << "no complete checkpoint in " << dir
+                      << " yet; training starts from step 0";
+    } else if (fresh) {
       ASSIGN_OR_RETURN(
           auto restored,
           RestoreAll(client->channels(), dir, std::nullopt,
