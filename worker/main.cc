@@ -2,6 +2,7 @@
 //
 //   zeroshard-worker --rank=0 --world_size=2 --servers=h:p,h:p
 //       --config=out/main/config.resolved.json [--run_id=ID]
+//       [--init_from=MODEL.safetensors]
 //
 // The config is the resolved configuration (common/resolved_config.h) that
 // zeroshard-train or `zeroshard-ctl config` wrote; its worker and server
@@ -35,6 +36,7 @@
 #include "worker/data/batch_sampler.h"
 #include "worker/data/corpus.h"
 #include "worker/engine/checkpoint_coordinator.h"
+#include "worker/engine/init_from.h"
 #include "worker/engine/resume.h"
 #include "worker/engine/server_init.h"
 #include "worker/engine/step_engine.h"
@@ -46,6 +48,9 @@ ABSL_FLAG(std::string, config, "",
           "the resolved configuration (written by zeroshard-train or "
           "zeroshard-ctl config)");
 ABSL_FLAG(std::string, run_id, "run", "names this run's worker group in the KV store");
+ABSL_FLAG(std::string, init_from, "",
+          "a Hugging Face GPT-2 .safetensors file: rank 0 sets the servers' "
+          "starting weights from it while they are at version 0");
 ABSL_FLAG(std::string, hostname, "127.0.0.1", "address this worker listens on for Gloo");
 ABSL_FLAG(std::string, comm, "gloo", "collectives backend: gloo or nccl");
 ABSL_FLAG(int, threads, 0,
@@ -117,6 +122,10 @@ absl::Status Run() {
   RETURN_IF_ERROR(group->AgreeOn("config", ConfigFingerprint(cfg)));
 
   RETURN_IF_ERROR(InitializeServers(cfg, rank, client.get(), group.get()));
+  if (!absl::GetFlag(FLAGS_init_from).empty()) {
+    RETURN_IF_ERROR(InitWeightsFromFile(absl::GetFlag(FLAGS_init_from), cfg,
+                                        rank, client.get(), group.get()));
+  }
   const std::string resume_dir = absl::GetFlag(FLAGS_resume);
   RETURN_IF_ERROR(
       ResumeServers(cfg, rank, resume_dir, client.get(), group.get()));

@@ -1,0 +1,37 @@
+// The client side of SetWeights (admin): overwrites the FP32 master weights
+// (and the BF16 mirror) of the whole flat space, every server's range as one
+// client stream of pieces of at most max_message_bytes, all servers in
+// parallel. m, v, versions and Adam step counts stay as they are
+// (proto/zeroshard/v1/shard.proto), so on freshly initialised servers this
+// sets the starting weights of training.
+//
+//   ASSIGN_OR_RETURN(std::vector<float> flat, ReadHfSafetensors(path, layout));
+//   RETURN_IF_ERROR(SetMasterWeights(client->channels(), layout, flat,
+//                                    config.cluster.admin_token));
+//
+// Errors: INVALID_ARGUMENT when flat.size() != layout.total_elems(); a
+// server's error with its address (the first failing server's, by index);
+// DATA_LOSS when a server reports another element count than it was sent.
+// Overwriting is idempotent, so a stream that fails with UNAVAILABLE is
+// retried whole under the channels' retry policy; each attempt is bounded
+// by the call timeout.
+#ifndef ZEROSHARD_CLIENT_SET_WEIGHTS_H_
+#define ZEROSHARD_CLIENT_SET_WEIGHTS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "client/shard_channels.h"
+#include "common/layout.h"
+
+namespace zeroshard {
+
+absl::Status SetMasterWeights(const ShardChannels& channels,
+                              const FlatLayout& layout,
+                              absl::Span<const float> flat,
+                              const std::string& admin_token);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_SET_WEIGHTS_H_
