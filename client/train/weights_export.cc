@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/shard_client.h"
 #include "common/atomic_file.h"
+#include "common/hf_gpt2.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
@@ -35,7 +36,8 @@ std::string WeightsIndexJson(const FlatLayout& layout, int64_t version) {
 
 absl::Status ExportWeights(const std::vector<std::string>& servers,
                            const FlatLayout& layout, int64_t version,
-                           const std::string& dir, absl::Duration timeout) {
+                           const std::string& dir, absl::Duration timeout,
+                           WeightsFileFormat format) {
   static_assert(std::endian::native == std::endian::little,
                 "weights.f32 is little-endian; add a byte swap here");
   ShardClientOptions options;
@@ -52,6 +54,11 @@ absl::Status ExportWeights(const std::vector<std::string>& servers,
     return absl::Status(g.status().code(),
                         absl::StrCat("gathering the final weights: ",
                                      g.status().message()));
+  }
+  if (format == WeightsFileFormat::kSafetensors) {
+    RETURN_IF_ERROR(WriteHfSafetensors(
+        dir + "/weights.safetensors", layout, weights,
+        {{"zeroshard_step", absl::StrCat(version)}}));
   }
   RETURN_IF_ERROR(WriteFileAtomically(
       dir + "/weights.f32",

@@ -15,6 +15,10 @@
 // last step's commits under `timeout`); both files are written to temporary
 // names and renamed, so a reader never sees half a file. Needs 4 bytes of
 // memory per flat element.
+//
+// With WeightsFileFormat::kSafetensors, <dir>/weights.safetensors is written
+// too: the parameters as Hugging Face GPT-2 tensors (common/hf_gpt2.h), with
+// metadata {"format": "pt", "zeroshard_step": "<version>"}.
 #ifndef ZEROSHARD_CLIENT_TRAIN_WEIGHTS_EXPORT_H_
 #define ZEROSHARD_CLIENT_TRAIN_WEIGHTS_EXPORT_H_
 
@@ -28,9 +32,12 @@
 
 namespace zeroshard {
 
+enum class WeightsFileFormat { kF32, kSafetensors };
+
 absl::Status ExportWeights(const std::vector<std::string>& servers,
                            const FlatLayout& layout, int64_t version,
-                           const std::string& dir, absl::Duration timeout);
+                           const std::string& dir, absl::Duration timeout,
+                           WeightsFileFormat format = WeightsFileFormat::kF32);
 
 // The weights.json document for `layout` (exposed for tests).
 std::string WeightsIndexJson(const FlatLayout& layout, int64_t version);
