@@ -1,0 +1,132 @@
+// Crash recovery under random faults, with real processes (docs/DESIGN.md,
+// "Crash recovery"): zeroshard-train --max_restarts runs a 2 x 2 cluster
+// while the test kills (SIGKILL) a random server or worker at a random
+// moment — mid-step, mid-push, mid-checkpoint-write, wherever it falls — for
+// kTrials trials. Every trial must finish, and finish with the weights of
+// the uninterrupted run, bit for bit. The seed is printed; ZS_FAULT_SEED
+// repeats a sequence.
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/integration/local_cluster.h"
+#include "tests/integration/train_harness.h"
+
+namespace zeroshard::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kTrials = 10;
+const absl::Duration kRunTimeout = absl::Seconds(240);
+
+nlohmann::json Config(const std::string& ckpt) {
+  nlohmann::json cfg = SmallConfig();
+  cfg["zeroshard"]["servers"] = 2;
+  cfg["zeroshard"]["workers"] = 2;
+  cfg["zeroshard"]["steps"] = 24;
+  cfg["zeroshard"]["checkpoint"] = {
+      {"dir", ckpt}, {"every_steps", 4}, {"keep_last", 2}};
+  // A killed peer shows as a broken connection at once; the step timeout
+  // only bounds a hang.
+  cfg["zeroshard"]["timeouts"] = {{"step_seconds", 30},
+                                  {"startup_seconds", 30}};
+  return cfg;
+}
+
+// The pids of cluster.json, "server 0" ... "worker rank 1" -> pid; empty
+// until the launcher wrote it.
+std::vector<std::pair<std::string, int>> ClusterPids(const std::string& out) {
+  std::ifstream in(out + "/cluster.json");
+  std::vector<std::pair<std::string, int>> pids;
+  if (!in) return pids;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return pids;
+  for (const auto& s : j["servers"]) {
+    if (s.contains("pid")) {
+      pids.push_back({absl::StrCat("server ", s["index"].get<int>()),
+                      s["pid"].get<int>()});
+    }
+  }
+  for (const auto& w : j["workers"]) {
+    pids.push_back({absl::StrCat("worker rank ", w["rank"].get<int>()),
+                    w["pid"].get<int>()});
+  }
+  return pids;
+}
+
+TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
+  TrainDir dir("faults");
+  const std::string ref_cfg =
+      dir.WriteConfig("ref.json", Config(dir.path("ref-ckpt")));
+  TrainRun ref = RunTrain({"--config=" + ref_cfg, "--out=" + dir.path("ref"),
+                           "--save_weights", "--quiet"},
+                          kRunTimeout);
+  ASSERT_TRUE(ref.status.success()) << ref.err;
+  const auto want = ReadWeights(dir.path("ref"));
+
+  uint64_t seed = std::random_device()();
+  if (const char* s = std::getenv("ZS_FAULT_SEED")) seed = std::stoull(s);
+  std::printf("ZS_FAULT_SEED=%llu (reference run %.1f s)\n",
+              static_cast<unsigned long long>(seed), ref.seconds);
+  std::mt19937_64 rng(seed);
+  int killed = 0;
+  for (int t = 0; t < kTrials; ++t) {
+    const std::string out = dir.path(absl::StrCat("t", t));
+    const std::string cfg = dir.WriteConfig(
+        absl::StrCat("t", t, ".json"), Config(dir.path(absl::StrCat("t", t, "-ckpt"))));
+    SubprocessOptions o;
+    o.argv = {BinDir() + "/zeroshard-train", "--config=" + cfg, "--out=" + out,
+              "--save_weights", "--quiet", "--max_restarts=3"};
+    o.stdout_mode = SubprocessOptions::Output::kDiscard;
+    o.stderr_mode = SubprocessOptions::Output::kFile;
+    o.stderr_path = dir.path(absl::StrCat("t", t, ".err"));
+    absl::StatusOr<std::unique_ptr<Subprocess>> train = Subprocess::Start(o);
+    ASSERT_TRUE(train.ok()) << train.status();
+    // Wait for the processes, then kill one at a random moment of the run.
+    std::vector<std::pair<std::string, int>> pids;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while ((pids = ClusterPids(out)).size() < 4 && absl::Now() < deadline &&
+           !(*train)->Poll().has_value()) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(pids.size(), 4u) << "trial " << t << ": no cluster.json";
+    const double at = std::uniform_real_distribution<double>(
+        0.05, 0.9 * ref.seconds)(rng);
+    const auto& victim = pids[rng() % pids.size()];
+    absl::SleepFor(absl::Seconds(at));
+    const bool hit = kill(victim.second, SIGKILL) == 0;
+    killed += hit;
+    std::printf("trial %d: SIGKILL %s (pid %d) after %.2f s%s\n", t,
+                victim.first.c_str(), victim.second, at,
+                hit ? "" : " (already gone)");
+    absl::StatusOr<ExitStatus> st = (*train)->Wait(kRunTimeout);
+    ASSERT_TRUE(st.ok()) << "trial " << t << " did not end within "
+                         << absl::FormatDuration(kRunTimeout);
+    std::ifstream err_in(o.stderr_path);
+    const std::string err((std::istreambuf_iterator<char>(err_in)),
+                          std::istreambuf_iterator<char>());
+    ASSERT_TRUE(st->success()) << "trial " << t << ": " << st->ToString()
+                               << "\n" << err;
+    WeightDiff d = CompareWeights(ReadWeights(out), want);
+    EXPECT_TRUE(d.bit_identical) << "trial " << t << " (" << victim.first
+                                 << " at " << at << " s): max_abs "
+                                 << d.max_abs << " in " << d.worst_tensor;
+  }
+  std::printf("%d of %d trials killed a live process; all survived\n", killed,
+              kTrials);
+  EXPECT_GT(killed, kTrials / 2);
+}
+
+}  // namespace
+}  // namespace zeroshard::testing
