@@ -8,6 +8,7 @@
 #include "server/checkpoint_wait_reactor.h"
 #include "server/kv_wait_reactor.h"
 #include "server/push_grad_reactor.h"
+#include "server/read_snapshot_reactor.h"
 #include "server/set_weights_reactor.h"
 #include "server/shard_restore.h"
 #include "wire/grpc_status.h"
@@ -223,6 +224,20 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Checkpoint(
   FillCheckpointResponse(**snap, result.has_value() ? &**result : nullptr,
                          response);
   return FinishUnary(context, absl::OkStatus());
+}
+
+grpc::ServerWriteReactor<v1::GatherChunk>* ShardServiceImpl::ReadSnapshot(
+    grpc::CallbackServerContext* context,
+    const v1::ReadSnapshotRequest* request) {
+  counters_.RecordCall("ReadSnapshot");
+  using Failed = FailedReactor<grpc::ServerWriteReactor<v1::GatherChunk>>;
+  absl::Status admin = CheckAdmin(request->admin_token(), "ReadSnapshot");
+  if (!admin.ok()) return new Failed(admin, &counters_);
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  if (!state.ok()) return new Failed(state.status(), &counters_);
+  absl::StatusOr<ReadSnapshotPlan> plan = PlanReadSnapshot(**state, *request);
+  if (!plan.ok()) return new Failed(plan.status(), &counters_);
+  return new ReadSnapshotReactor(*std::move(plan), &counters_);
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::Restore(

@@ -6,8 +6,8 @@
 // generated message types. Handlers validate, act on the ModelShard (absent
 // until Init: FAILED_PRECONDITION), count calls, bytes and errors, and
 // convert absl::Status to grpc::Status once, at the edge. Admin methods
-// (Init, SetWeights, Checkpoint, Restore) need the configured admin token
-// when there is one (UNAUTHENTICATED otherwise).
+// (Init, SetWeights, Checkpoint, Restore, ReadSnapshot) need the configured
+// admin token when there is one (UNAUTHENTICATED otherwise).
 //
 //   ShardServiceImpl service({.identity = {0, 2}, .placement = kHost});
 //   builder.RegisterService(&service);
@@ -65,6 +65,9 @@ class ShardServiceImpl final : public ShardServiceBase {
   grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context,
                                     const v1::RestoreRequest* request,
                                     v1::RestoreResponse* response) override;
+  grpc::ServerWriteReactor<v1::GatherChunk>* ReadSnapshot(
+      grpc::CallbackServerContext* context,
+      const v1::ReadSnapshotRequest* request) override;
   grpc::ServerReadReactor<v1::WeightPiece>* SetWeights(
       grpc::CallbackServerContext* context,
       v1::SetWeightsResponse* response) override;

@@ -1,0 +1,97 @@
+#include "server/read_snapshot_reactor.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "wire/grpc_status.h"
+
+namespace zeroshard {
+
+absl::StatusOr<ReadSnapshotPlan> PlanReadSnapshot(
+    const ModelShard& shard, const v1::ReadSnapshotRequest& request) {
+  ReadSnapshotPlan plan;
+  switch (request.array()) {
+    case v1::ReadSnapshotRequest::MASTER: plan.array = 0; break;
+    case v1::ReadSnapshotRequest::EXP_AVG: plan.array = 1; break;
+    case v1::ReadSnapshotRequest::EXP_AVG_SQ: plan.array = 2; break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ReadSnapshot: unknown array ", static_cast<int>(request.array())));
+  }
+  plan.owned = shard.owned();
+  for (const v1::FlatRange& r : request.ranges()) {
+    // Overflow-safe: offset + length may not wrap.
+    if (r.length() > UINT64_MAX - r.offset()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ReadSnapshot: range offset ", r.offset(), " length ",
+                       r.length(), " overflows"));
+    }
+    if (r.offset() < plan.owned.begin ||
+        r.offset() + r.length() > plan.owned.end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ReadSnapshot: range [", r.offset(), ", ", r.offset() + r.length(),
+          ") is outside the owned range [", plan.owned.begin, ", ",
+          plan.owned.end, ")"));
+    }
+    if (r.length() > 0) plan.ranges.push_back({r.offset(), r.offset() + r.length()});
+  }
+  plan.snapshot = shard.FindSnapshot(request.step(), "");
+  const auto result =
+      plan.snapshot ? plan.snapshot->result() : std::nullopt;
+  if (!result.has_value()) {
+    return absl::NotFoundError(absl::StrCat(
+        "ReadSnapshot: no complete in-memory snapshot of step ",
+        request.step(), plan.snapshot ? " (armed, not complete yet)" : "",
+        "; arm one with Checkpoint(directory=\"\", step=", request.step(),
+        ")"));
+  }
+  if (!result->ok()) return result->status();
+  return plan;
+}
+
+ReadSnapshotReactor::ReadSnapshotReactor(ReadSnapshotPlan plan,
+                                         RpcCounters* counters)
+    : plan_(std::move(plan)), counters_(counters) {
+  if (!plan_.ranges.empty()) pos_ = plan_.ranges[0].begin;
+  Next();
+}
+
+void ReadSnapshotReactor::Next() {
+  while (range_index_ < plan_.ranges.size() &&
+         pos_ >= plan_.ranges[range_index_].end) {
+    ++range_index_;
+    if (range_index_ < plan_.ranges.size()) {
+      pos_ = plan_.ranges[range_index_].begin;
+    }
+  }
+  if (range_index_ >= plan_.ranges.size()) {
+    counters_->RecordResult(absl::OkStatus());
+    Finish(grpc::Status::OK);
+    return;
+  }
+  const FlatRange& r = plan_.ranges[range_index_];
+  const uint64_t n = std::min(r.end - pos_, kReadSnapshotMessageElems);
+  const float* src =
+      plan_.snapshot->array(plan_.array) + (pos_ - plan_.owned.begin);
+  message_.Clear();
+  message_.set_offset(pos_);
+  message_.set_dtype(v1::DTYPE_FP32);
+  message_.set_version(plan_.snapshot->step());
+  message_.set_data(reinterpret_cast<const char*>(src), n * sizeof(float));
+  counters_->AddBytesOut(n * sizeof(float));
+  pos_ += n;
+  StartWrite(&message_);
+}
+
+void ReadSnapshotReactor::OnWriteDone(bool ok) {
+  if (!ok) {
+    const absl::Status s = absl::CancelledError("ReadSnapshot: write failed");
+    counters_->RecordResult(s);
+    Finish(ToGrpcStatus(s));
+    return;
+  }
+  Next();
+}
+
+}  // namespace zeroshard
