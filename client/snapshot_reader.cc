@@ -1,0 +1,248 @@
+#include "client/snapshot_reader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "wire/grpc_status.h"
+#include "wire/proto_convert.h"
+
+namespace zeroshard {
+namespace {
+
+// Runs call(i) for i < n in parallel; the first error in index order.
+absl::Status ForEach(int n, const std::function<absl::Status(int)>& call) {
+  std::vector<absl::Status> out(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] { out[i] = call(i); });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : out) RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    absl::ToChronoMilliseconds(timeout));
+}
+
+absl::Status Checkpoint(const ShardChannels& channels, int k, uint64_t step,
+                        const std::string& directory, bool wait,
+                        const SnapshotReadOptions& options,
+                        v1::CheckpointResponse* response) {
+  v1::CheckpointRequest req;
+  req.set_step(step);
+  req.set_directory(directory);
+  req.set_admin_token(options.admin_token);
+  req.set_wait(wait);
+  return RunWithRetry(channels.options().retry, [&] {
+    grpc::ClientContext ctx;
+    if (wait) {
+      SetDeadline(&ctx, options.timeout);
+    } else {
+      channels.PrepareControlContext(&ctx);
+    }
+    return FromGrpcStatus(channels.stub(k).Checkpoint(&ctx, req, response),
+                          "Checkpoint", channels.address(k));
+  });
+}
+
+absl::StatusOr<uint64_t> MaxVersion(const ShardChannels& channels,
+                                    const std::vector<int>& servers) {
+  uint64_t v = 0;
+  for (int k : servers) {
+    ASSIGN_OR_RETURN(v1::InspectResponse r, channels.Inspect(k));
+    v = std::max<uint64_t>(v, r.max_version());
+  }
+  return v;
+}
+
+}  // namespace
+
+const char* SnapshotArrayName(SnapshotArray a) {
+  switch (a) {
+    case SnapshotArray::kMaster: return "master";
+    case SnapshotArray::kExpAvg: return "exp_avg";
+    case SnapshotArray::kExpAvgSq: return "exp_avg_sq";
+  }
+  return "?";
+}
+
+absl::StatusOr<SnapshotArray> ParseSnapshotArray(const std::string& name) {
+  for (SnapshotArray a : {SnapshotArray::kMaster, SnapshotArray::kExpAvg,
+                          SnapshotArray::kExpAvgSq}) {
+    if (name == SnapshotArrayName(a)) return a;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "state '", name, "' is not one of master, exp_avg, exp_avg_sq"));
+}
+
+absl::StatusOr<ClusterView> InspectCluster(const ShardChannels& channels) {
+  std::vector<absl::StatusOr<v1::InspectResponse>> all = channels.InspectAll();
+  std::vector<v1::InspectResponse> servers;
+  uint64_t max_version = 0;
+  uint64_t min_adam_step = UINT64_MAX;
+  for (int k = 0; k < channels.size(); ++k) {
+    if (!all[k].ok()) return all[k].status();
+    const v1::InspectResponse& r = *all[k];
+    if (!r.initialized()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", k, " at ", channels.address(k), " is not initialized"));
+    }
+    if (r.num_servers() != static_cast<uint32_t>(channels.size()) ||
+        r.server_index() != static_cast<uint32_t>(k)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server at ", channels.address(k), " is server ", r.server_index(),
+          " of ", r.num_servers(), ", listed as ", k, " of ",
+          channels.size()));
+    }
+    if (k > 0 && r.manifest().SerializeAsString() !=
+                     all[0]->manifest().SerializeAsString()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", k, " at ", channels.address(k),
+          " holds another model than server 0"));
+    }
+    max_version = std::max<uint64_t>(max_version, r.max_version());
+    min_adam_step = std::min<uint64_t>(min_adam_step, r.adam_step());
+    servers.push_back(r);
+  }
+  if (servers.empty()) return absl::InvalidArgumentError("no servers");
+  const ModelManifest m = FromProto(servers[0].manifest());
+  ASSIGN_OR_RETURN(FlatLayout layout,
+                   FlatLayout::Create(m, channels.size(), m.partition_count));
+  for (int k = 0; k < channels.size(); ++k) {
+    const FlatRange want = layout.ServerRange(k);
+    const v1::InspectResponse& r = servers[k];
+    if (r.owned_begin() != want.begin || r.owned_end() != want.end) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", k, " owns [", r.owned_begin(), ", ", r.owned_end(),
+          "), the layout says [", want.begin, ", ", want.end, ")"));
+    }
+  }
+  return ClusterView{std::move(layout), std::move(servers), max_version,
+                     min_adam_step};
+}
+
+absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
+    const ShardChannels& channels, const std::vector<int>& servers,
+    const std::string& directory, std::optional<uint64_t> step,
+    const SnapshotReadOptions& options) {
+  ArmedSnapshot out;
+  uint64_t v = 0;
+  if (step.has_value()) {
+    v = *step;
+  } else {
+    ASSIGN_OR_RETURN(v, MaxVersion(channels, servers));
+  }
+  const int tries = step.has_value() ? 1 : std::max(options.max_tries, 1);
+  absl::Status armed;
+  for (int t = 0; t < tries; ++t) {
+    std::vector<v1::CheckpointResponse> ignored(servers.size());
+    armed = ForEach(static_cast<int>(servers.size()), [&](int i) {
+      return Checkpoint(channels, servers[i], v, directory, /*wait=*/false,
+                        options, &ignored[i]);
+    });
+    if (armed.ok() || !absl::IsFailedPrecondition(armed)) break;
+    // Training moved past v on some server: the next step that none has
+    // reached yet.
+    ASSIGN_OR_RETURN(uint64_t now, MaxVersion(channels, servers));
+    v = std::max(v, now) + 1;
+  }
+  if (!armed.ok()) {
+    return absl::Status(armed.code(),
+                        absl::StrCat("arming a snapshot (", tries,
+                                     " tries, last at step ", v,
+                                     "): ", armed.message()));
+  }
+  out.step = v;
+  out.responses.resize(servers.size());
+  RETURN_IF_ERROR(ForEach(static_cast<int>(servers.size()), [&](int i) {
+    return Checkpoint(channels, servers[i], v, directory, /*wait=*/true,
+                      options, &out.responses[i]);
+  }));
+  return out;
+}
+
+absl::Status ReadSnapshotRange(const ShardChannels& channels, int k,
+                               uint64_t step, FlatRange range,
+                               SnapshotArray array,
+                               const SnapshotReadOptions& options,
+                               float* dst) {
+  v1::ReadSnapshotRequest req;
+  req.set_step(step);
+  req.set_admin_token(options.admin_token);
+  req.set_array(static_cast<v1::ReadSnapshotRequest::Array>(array));
+  v1::FlatRange* r = req.add_ranges();
+  r->set_offset(range.begin);
+  r->set_length(range.size());
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options.timeout);
+  auto reader = channels.stub(k).ReadSnapshot(&ctx, req);
+  v1::GatherChunk chunk;
+  uint64_t pos = range.begin;
+  absl::Status bad;
+  while (reader->Read(&chunk)) {
+    if (!bad.ok()) continue;  // drain
+    const uint64_t n = chunk.data().size() / sizeof(float);
+    if (chunk.dtype() != v1::DTYPE_FP32 || chunk.version() != step ||
+        chunk.data().size() % sizeof(float) != 0 || chunk.offset() != pos ||
+        n > range.end - pos) {
+      bad = absl::DataLossError(absl::StrCat(
+          "ReadSnapshot from ", channels.address(k), ": piece at offset ",
+          chunk.offset(), " (", chunk.data().size(), " bytes, version ",
+          chunk.version(), ") does not continue [", pos, ", ", range.end,
+          ") of step ", step));
+      ctx.TryCancel();
+      continue;
+    }
+    std::memcpy(dst + (pos - range.begin), chunk.data().data(),
+                chunk.data().size());
+    pos += n;
+  }
+  const absl::Status s =
+      FromGrpcStatus(reader->Finish(), "ReadSnapshot", channels.address(k));
+  RETURN_IF_ERROR(bad);
+  RETURN_IF_ERROR(s);
+  if (pos != range.end) {
+    return absl::DataLossError(absl::StrCat(
+        "ReadSnapshot from ", channels.address(k), " ended at ", pos,
+        " of [", range.begin, ", ", range.end, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConsistentSnapshot> ReadConsistentSnapshot(
+    const ShardChannels& channels, const FlatLayout& layout, FlatRange range,
+    const std::vector<SnapshotArray>& arrays,
+    const SnapshotReadOptions& options) {
+  if (range.begin > range.end || range.end > layout.total_elems()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "range [", range.begin, ", ", range.end, ") is outside [0, ",
+        layout.total_elems(), ")"));
+  }
+  const std::vector<ServerSlice> slices = layout.SplitByServer(range);
+  std::vector<int> servers;
+  for (const ServerSlice& s : slices) servers.push_back(s.server);
+  ConsistentSnapshot out;
+  out.range = range;
+  if (servers.empty()) return out;
+  ASSIGN_OR_RETURN(ArmedSnapshot armed,
+                   SnapshotAtOneStep(channels, servers, "", std::nullopt,
+                                     options));
+  out.step = armed.step;
+  out.arrays.assign(arrays.size(), std::vector<float>(range.size()));
+  RETURN_IF_ERROR(ForEach(static_cast<int>(slices.size()), [&](int i) {
+    for (size_t a = 0; a < arrays.size(); ++a) {
+      RETURN_IF_ERROR(ReadSnapshotRange(
+          channels, slices[i].server, out.step, slices[i].range, arrays[a],
+          options, out.arrays[a].data() + (slices[i].range.begin - range.begin)));
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+}  // namespace zeroshard
