@@ -6,6 +6,7 @@
 #define ZEROSHARD_CLIENT_CTL_COMMANDS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ struct CtlFlags {
   std::string config_path;
   int64_t train_steps = -1;
   std::string out;
+  // checkpoint / restore / list: the checkpoint directory and step (unset:
+  // the servers' current one / the newest).
+  std::string dir;
+  std::optional<uint64_t> step;
+  // export: safetensors or f32. inspect: --tensor and --state.
+  std::string format = "safetensors";
+  std::string tensor;
+  std::string state;
 };
 
 // Client options derived from the flags (deadlines from --timeout).
@@ -45,6 +54,13 @@ int RunLayout(const CtlFlags& flags);
 int RunInit(const CtlFlags& flags);
 int RunSmoke(const CtlFlags& flags);
 int RunConfig(const CtlFlags& flags);
+// checkpoint_commands.cc
+int RunCheckpoint(const CtlFlags& flags);
+int RunRestore(const CtlFlags& flags);
+int RunList(const CtlFlags& flags);
+// snapshot_commands.cc: a consistent copy read while training runs.
+int RunExport(const CtlFlags& flags);
+int RunInspectTensor(const CtlFlags& flags);
 
 // "1.5 MiB".
 std::string HumanBytes(double bytes);

@@ -36,7 +36,14 @@ ABSL_FLAG(double, weight_decay, 0.01, "init: weight decay");
 ABSL_FLAG(int, steps, 5, "smoke: steps to push");
 ABSL_FLAG(std::string, config, "", "config: the DeepSpeed-style file to resolve");
 ABSL_FLAG(int64_t, train_steps, -1, "config: optimizer steps (-1: the file's)");
-ABSL_FLAG(std::string, out, "-", "config: where to write (-: stdout)");
+ABSL_FLAG(std::string, out, "-", "config: where to write (-: stdout); "
+          "export: the file; inspect --tensor: a .npy of --state");
+ABSL_FLAG(std::string, dir, "", "checkpoint/restore/list: checkpoint directory");
+ABSL_FLAG(int64_t, step, -1, "checkpoint/restore: the step (-1: current / newest)");
+ABSL_FLAG(std::string, format, "safetensors", "export: safetensors or f32");
+ABSL_FLAG(std::string, tensor, "", "inspect: one tensor, e.g. h.0.attn.c_attn.weight");
+ABSL_FLAG(std::string, state, "", "inspect --tensor: master, exp_avg or "
+          "exp_avg_sq (default: all three)");
 
 namespace {
 
@@ -51,6 +58,13 @@ constexpr char kUsage[] =
     "  config   --config=FILE [--workers=N] [--num_servers=S | --servers=...]\n"
     "           [--train_steps=K] [--out=FILE]   the resolved configuration\n"
     "           that zeroshard-worker reads\n"
+    "  inspect  --servers=... --tensor=NAME [--state=S] [--out=FILE.npy]\n"
+    "           one tensor of a consistent snapshot: shape, norm, min, max\n"
+    "  export   --servers=... --out=FILE [--format=safetensors|f32]\n"
+    "           the master weights at one step, without pausing training\n"
+    "  checkpoint --servers=... --dir=DIR [--step=S]   coordinated checkpoint\n"
+    "  restore  --servers=... --dir=DIR [--step=S]\n"
+    "  list     --dir=DIR                 checkpoints in DIR (offline)\n"
     "shape flags: --layers --heads --width --vocab --context";
 
 }  // namespace
@@ -89,6 +103,11 @@ int main(int argc, char** argv) {
   f.config_path = absl::GetFlag(FLAGS_config);
   f.train_steps = absl::GetFlag(FLAGS_train_steps);
   f.out = absl::GetFlag(FLAGS_out);
+  f.dir = absl::GetFlag(FLAGS_dir);
+  if (absl::GetFlag(FLAGS_step) >= 0) f.step = absl::GetFlag(FLAGS_step);
+  f.format = absl::GetFlag(FLAGS_format);
+  f.tensor = absl::GetFlag(FLAGS_tensor);
+  f.state = absl::GetFlag(FLAGS_state);
   const std::string opt = absl::GetFlag(FLAGS_optimizer);
   if (opt == "adamw") {
     f.optimizer.kind = OptimizerKind::kAdamW;
@@ -112,12 +131,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--workers, --num_servers and --steps must be >= 0\n");
     return 2;
   }
-  const bool needs_servers = command != "layout" && command != "config";
+  const bool needs_servers =
+      command != "layout" && command != "config" && command != "list";
   if (needs_servers && f.servers.empty()) {
     std::fprintf(stderr, "%s needs --servers=HOST:PORT,...\n", command.c_str());
     return 2;
   }
+  if (command == "inspect" && !f.tensor.empty()) {
+    return ctl::RunInspectTensor(f);
+  }
   if (command == "inspect") return ctl::RunInspect(f);
+  if (command == "export") return ctl::RunExport(f);
+  if (command == "checkpoint") return ctl::RunCheckpoint(f);
+  if (command == "restore") return ctl::RunRestore(f);
+  if (command == "list") return ctl::RunList(f);
   if (command == "health") return ctl::RunHealth(f);
   if (command == "layout") return ctl::RunLayout(f);
   if (command == "init") return ctl::RunInit(f);
