@@ -21,7 +21,7 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
                      const std::vector<std::string>& servers,
                      RendezvousStore* store, const std::string& group_name,
                      const BatchSampler& sampler, RigRun* out,
-                     EngineMemory* memory) {
+                     EngineMemory* memory, const RigStepHook& before_step) {
   ASSIGN_OR_RETURN(ModelManifest manifest,
                    MakeGptManifest(cfg.cluster.model, cfg.cluster.workers));
   ASSIGN_OR_RETURN(FlatLayout layout,
@@ -45,6 +45,9 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
                                       group.get(), &sampler));
   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
   for (; step < cfg.cluster.steps; ++step) {
+    if (rank == 0 && before_step) {
+      RETURN_IF_ERROR(before_step(step, client->channels()));
+    }
     ASSIGN_OR_RETURN(StepResult r, engine->Step(step));
     if (rank == 0) out->steps.push_back(r);
   }
@@ -98,7 +101,8 @@ absl::StatusOr<BatchSampler> BenchSampler(const TrainingConfig& config) {
 }
 
 absl::StatusOr<RigRun> RunEngineRig(const TrainingConfig& config,
-                                    const BatchSampler& sampler) {
+                                    const BatchSampler& sampler,
+                                    const RigStepHook& before_step) {
   static std::atomic<int> counter{0};
   std::vector<std::unique_ptr<ShardServer>> servers;
   std::vector<std::string> addresses;
@@ -120,7 +124,7 @@ absl::StatusOr<RigRun> RunEngineRig(const TrainingConfig& config,
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       status[r] = RunRank(r, config, addresses, &store, group, sampler, &run,
-                          &memory[r]);
+                          &memory[r], before_step);
     });
   }
   for (auto& t : threads) t.join();

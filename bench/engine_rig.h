@@ -13,10 +13,12 @@
 #ifndef ZEROSHARD_BENCH_ENGINE_RIG_H_
 #define ZEROSHARD_BENCH_ENGINE_RIG_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/shard_channels.h"
 #include "common/config.h"
 #include "common/gpt_manifest.h"
 #include "worker/data/batch_sampler.h"
@@ -40,8 +42,14 @@ struct RigRun {
   EngineMemory max_memory;         // the largest total_peak() over ranks
 };
 
+// Called by rank 0 before each step (e.g. to arm a checkpoint), with the
+// servers' channels; an error ends the run.
+using RigStepHook =
+    std::function<absl::Status(uint64_t step, const ShardChannels& channels)>;
+
 absl::StatusOr<RigRun> RunEngineRig(const TrainingConfig& config,
-                                    const BatchSampler& sampler);
+                                    const BatchSampler& sampler,
+                                    const RigStepHook& before_step = nullptr);
 
 // Matrix-product FLOPs of one optimizer step (forward + backward = 3x
 // forward) for `tokens` tokens of sequence length T: the linear layers

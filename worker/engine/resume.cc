@@ -23,7 +23,14 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
       RETURN_IF_ERROR(r.status());
       fresh = fresh && r->max_version() == 0 && r->partial_chunks() == 0;
     }
-    ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCheckpoints(dir));
+    // A directory not made yet holds no checkpoint (a crash before the
+    // first one).
+    absl::StatusOr<std::vector<uint64_t>> listed = ListCheckpoints(dir);
+    if (!listed.ok() && !absl::IsNotFound(listed.status())) {
+      return listed.status();
+    }
+    const std::vector<uint64_t> steps =
+        listed.ok() ? *std::move(listed) : std::vector<uint64_t>();
     if (fresh && steps.empty()) {
       // Crash recovery before the first checkpoint: the run starts over.
       ZS_LOG(WARNING) << "no complete checkpoint in " << dir
