@@ -1,0 +1,417 @@
+// RestoreShard: a checkpoint written by 2 in-process shards (shard files
+// from directory snapshots, then MANIFEST.json) restores into shards of
+// other layouts — 1 or 3 servers, another worker count (padding), another
+// chunk size — with every tensor element's master, exp_avg and exp_avg_sq
+// equal by tensor name, padding zero, versions at the step and the Adam
+// step count right. A flipped byte, a cut-short or a missing file, another
+// model, another optimizer, a missing step, a partial step or an armed
+// snapshot are refused and leave the target shard as it was.
+#include "server/shard_restore.h"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/checkpoint_manifest.h"
+#include "common/dtype.h"
+#include "gtest/gtest.h"
+#include "server/model_shard.h"
+#include "tests/server/server_test_util.h"
+#include "tests/support/test_files.h"
+#include "wire/proto_convert.h"
+
+namespace zeroshard {
+namespace {
+
+constexpr uint32_t kSourceServers = 2;
+constexpr uint32_t kSourceWorkers = 2;
+
+std::unique_ptr<ModelShard> MakeShard(const v1::ModelManifest& manifest,
+                                      uint32_t servers, uint32_t k,
+                                      uint64_t seed, uint64_t chunk_elems) {
+  const v1::InitRequest init =
+      testing::MakeInit(manifest, servers, k, seed, chunk_elems);
+  auto shard = ModelShard::Create(init, {k, servers}, Placement::kHost);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return shard.ok() ? *std::move(shard) : nullptr;
+}
+
+FlatLayout LayoutOf(const v1::ModelManifest& manifest, uint32_t servers) {
+  auto layout = FlatLayout::Create(FromProto(manifest), servers,
+                                   manifest.partition_count());
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  return *std::move(layout);
+}
+
+// A shard's master, exp_avg, exp_avg_sq over its owned range, and its
+// chunks' versions and Adam steps.
+struct State {
+  std::vector<float> arrays[3];
+  std::vector<uint64_t> versions, adam_t;
+  friend bool operator==(const State& a, const State& b) {
+    for (int i = 0; i < 3; ++i) {
+      if (a.arrays[i].size() != b.arrays[i].size() ||
+          std::memcmp(a.arrays[i].data(), b.arrays[i].data(),
+                      a.arrays[i].size() * sizeof(float)) != 0) {
+        return false;
+      }
+    }
+    return a.versions == b.versions && a.adam_t == b.adam_t;
+  }
+};
+
+State ReadState(const ModelShard& shard) {
+  State s;
+  const FlatRange owned = shard.owned();
+  for (auto& a : s.arrays) a.resize(owned.size());
+  for (size_t c = 0; c < shard.store().num_chunks(); ++c) {
+    shard.store().WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
+      const size_t i = a.range.begin - owned.begin;
+      const size_t bytes = a.range.size() * sizeof(float);
+      std::memcpy(s.arrays[0].data() + i, a.master, bytes);
+      std::memcpy(s.arrays[1].data() + i, a.exp_avg, bytes);
+      std::memcpy(s.arrays[2].data() + i, a.exp_avg_sq, bytes);
+    });
+    s.versions.push_back(shard.tracker().version(c));
+    s.adam_t.push_back(shard.tracker().adam_t(c));
+  }
+  return s;
+}
+
+// Pushes one step of random gradient over the whole owned range.
+void PushRandomStep(ModelShard& shard, std::mt19937_64& rng, uint64_t step,
+                    bool skip) {
+  std::vector<float> grad(shard.owned().size());
+  std::normal_distribution<float> g(0, 1);
+  for (float& x : grad) x = g(rng);
+  const GradPiece piece{shard.owned(), DType::kFp32, grad.data()};
+  auto r = shard.ApplyPush(step, {0.5, skip}, {&piece, 1});
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+// What a checkpoint holds: the source layout's whole flat space.
+struct Flat {
+  std::vector<float> arrays[3];
+  uint64_t adam_t = 0;
+};
+
+// The source run: 2 servers x 2 workers trained with random gradients
+// (a skipped step among them), checkpointed at `checkpoints` into `dir`.
+class SourceRun {
+ public:
+  SourceRun()
+      : manifest_(testing::SmallManifest(kSourceWorkers)),
+        layout_(LayoutOf(manifest_, kSourceServers)) {}
+
+  // Trains and writes the checkpoints (fatal failures end the test).
+  void Write(const std::string& dir, std::mt19937_64& rng,
+             const std::vector<uint64_t>& checkpoints) {
+    std::vector<std::unique_ptr<ModelShard>> shards;
+    for (uint32_t k = 0; k < kSourceServers; ++k) {
+      shards.push_back(MakeShard(manifest_, kSourceServers, k, 11, 256));
+      ASSERT_NE(shards.back(), nullptr);
+    }
+    std::vector<std::vector<std::shared_ptr<ShardSnapshot>>> snaps;
+    for (uint64_t step : checkpoints) {
+      snaps.emplace_back();
+      for (auto& shard : shards) {
+        auto snap = shard->ArmSnapshot(step, dir);
+        ASSERT_TRUE(snap.ok()) << snap.status();
+        snaps.back().push_back(*snap);
+      }
+    }
+    const uint64_t last = checkpoints.back();
+    uint64_t t = 0;
+    for (uint64_t step = 0; step <= last; ++step) {
+      for (size_t i = 0; i < checkpoints.size(); ++i) {
+        if (checkpoints[i] != step) continue;
+        // Every shard is at `step` now: what the checkpoint must hold.
+        Flat f;
+        f.adam_t = t;
+        for (auto& a : f.arrays) a.resize(layout_.total_elems());
+        for (auto& shard : shards) {
+          const State s = ReadState(*shard);
+          for (int a = 0; a < 3; ++a) {
+            std::memcpy(f.arrays[a].data() + shard->owned().begin,
+                        s.arrays[a].data(), s.arrays[a].size() * 4);
+          }
+        }
+        flats_[step] = std::move(f);
+      }
+      if (step == last) break;
+      const bool skip = step == 1;
+      if (!skip) ++t;
+      for (auto& shard : shards) PushRandomStep(*shard, rng, step, skip);
+    }
+    for (size_t i = 0; i < checkpoints.size(); ++i) {
+      ASSERT_NO_FATAL_FAILURE(Commit(dir, checkpoints[i], snaps[i]));
+    }
+  }
+
+  const FlatLayout& layout() const { return layout_; }
+  const Flat& at(uint64_t step) const { return flats_.at(step); }
+
+  // What server k of `manifest` over `servers` must hold after restoring
+  // step `step`: each tensor element found by name, padding zero.
+  std::vector<float> Expected(const FlatLayout& target, FlatRange owned,
+                              uint64_t step, int array) const {
+    std::vector<float> out(owned.size(), 0.0f);
+    const Flat& f = at(step);
+    for (const TensorInfo& t : target.tensors()) {
+      auto src = layout_.FindTensor(t.name);
+      EXPECT_TRUE(src.ok()) << t.name;
+      const uint64_t from = layout_.tensors()[*src].offset;
+      for (uint64_t i = 0; i < t.numel; ++i) {
+        const uint64_t o = t.offset + i;
+        if (o >= owned.begin && o < owned.end) {
+          out[o - owned.begin] = f.arrays[array][from + i];
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  void Commit(const std::string& dir, uint64_t step,
+              const std::vector<std::shared_ptr<ShardSnapshot>>& snaps) {
+    CheckpointManifest m;
+    m.step = step;
+    m.num_servers = kSourceServers;
+    m.total_elems = layout_.total_elems();
+    m.model_fingerprint = ModelFingerprint(layout_.manifest());
+    m.model = layout_.manifest();
+    for (uint32_t k = 0; k < kSourceServers; ++k) {
+      absl::Notification done;
+      snaps[k]->AddWaiter(
+          [&](const absl::StatusOr<SnapshotResult>&) { done.Notify(); });
+      ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+      const absl::StatusOr<SnapshotResult> r = *snaps[k]->result();
+      ASSERT_TRUE(r.ok()) << r.status();
+      CheckpointShardEntry e;
+      e.server_index = k;
+      e.owned = layout_.ServerRange(k);
+      e.file = std::filesystem::path(r->path).filename().string();
+      EXPECT_EQ(e.file, ShardFileName(k, kSourceServers));
+      e.checksum = r->checksum;
+      e.bytes = r->bytes;
+      m.shards.push_back(e);
+    }
+    ASSERT_TRUE(WriteCheckpointManifest(dir, m).ok());
+  }
+
+  v1::ModelManifest manifest_;
+  FlatLayout layout_;
+  std::map<uint64_t, Flat> flats_;
+};
+
+size_t FirstDifference(const std::vector<float>& a,
+                       const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
+  }
+  return SIZE_MAX;
+}
+
+TEST(ShardRestoreTest, RestoresIntoOtherServerAndWorkerCountsByTensor) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  const std::string dir = testing::MakeTempDir("zs_restore_");
+  ASSERT_FALSE(dir.empty());
+  SourceRun run;
+  ASSERT_NO_FATAL_FAILURE(run.Write(dir, rng, {3, 5}));
+
+  struct Target {
+    uint32_t servers, workers;
+    uint64_t chunk_elems;
+  };
+  for (const Target& target : {Target{1, 3, 1024}, Target{3, 1, 256},
+                               Target{3, 4, 512}, Target{2, 2, 256}}) {
+    const v1::ModelManifest manifest = testing::SmallManifest(target.workers);
+    const FlatLayout layout = LayoutOf(manifest, target.servers);
+    for (const std::optional<uint64_t> step :
+         {std::optional<uint64_t>(), std::optional<uint64_t>(3)}) {
+      const uint64_t want_step = step.value_or(5);
+      for (uint32_t k = 0; k < target.servers; ++k) {
+        SCOPED_TRACE(absl::StrCat(target.servers, " servers x ",
+                                  target.workers, " workers, server ", k,
+                                  ", step ", want_step));
+        auto shard = MakeShard(manifest, target.servers, k, rng(),
+                               target.chunk_elems);
+        ASSERT_NE(shard, nullptr);
+        // The target has trained a step of its own first.
+        PushRandomStep(*shard, rng, 0, false);
+        auto stats = RestoreShard(*shard, dir, step);
+        ASSERT_TRUE(stats.ok()) << stats.status();
+        EXPECT_EQ(stats->step, want_step);
+        EXPECT_EQ(stats->adam_step, run.at(want_step).adam_t);
+        EXPECT_GE(stats->files_verified, 1u);
+        const State s = ReadState(*shard);
+        const char* names[] = {"master", "exp_avg", "exp_avg_sq"};
+        for (int a = 0; a < 3; ++a) {
+          EXPECT_EQ(FirstDifference(
+                        s.arrays[a],
+                        run.Expected(layout, shard->owned(), want_step, a)),
+                    SIZE_MAX)
+              << names[a] << " differs at this element of the owned range";
+        }
+        for (size_t c = 0; c < s.versions.size(); ++c) {
+          EXPECT_EQ(s.versions[c], want_step) << c;
+          EXPECT_EQ(s.adam_t[c], run.at(want_step).adam_t) << c;
+        }
+        // The BF16 mirror follows the restored master.
+        const FlatRange owned = shard->owned();
+        std::vector<uint16_t> mirror(owned.size());
+        for (size_t c = 0; c < shard->store().num_chunks(); ++c) {
+          const FlatRange r = shard->store().ChunkRange(c);
+          shard->store().Read(r, DType::kBf16,
+                              mirror.data() + (r.begin - owned.begin));
+        }
+        for (size_t i = 0; i < owned.size(); ++i) {
+          if (mirror[i] != FloatToBf16(s.arrays[0][i])) {
+            ADD_FAILURE() << "mirror differs at " << owned.begin + i;
+            break;
+          }
+        }
+        // Training goes on from the restored step.
+        PushRandomStep(*shard, rng, want_step, false);
+        EXPECT_EQ(shard->tracker().Summarize().min_version, want_step + 1);
+      }
+    }
+  }
+}
+
+TEST(ShardRestoreTest, DamagedFilesAreNamedAndChangeNothing) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  const std::string dir = testing::MakeTempDir("zs_restore_");
+  ASSERT_FALSE(dir.empty());
+  SourceRun run;
+  ASSERT_NO_FATAL_FAILURE(run.Write(dir, rng, {2}));
+  // One target server over the whole flat space reads both files.
+  const v1::ModelManifest manifest = testing::SmallManifest(3);
+  auto shard = MakeShard(manifest, 1, 0, 5, 1024);
+  ASSERT_NE(shard, nullptr);
+  PushRandomStep(*shard, rng, 0, false);
+  const State before = ReadState(*shard);
+
+  const uint32_t k = rng() % kSourceServers;
+  const std::string name = ShardFileName(k, kSourceServers);
+  const std::string path =
+      absl::StrCat(dir, "/", CheckpointFolderName(2), "/", name);
+  const std::string good = testing::ReadFile(path);
+  ASSERT_FALSE(good.empty());
+  enum Damage { kFlip, kTruncate, kMissing };
+  for (Damage d : {kFlip, kTruncate, kMissing}) {
+    SCOPED_TRACE(absl::StrCat("damage ", d, " to ", name));
+    if (d == kMissing) {
+      ASSERT_TRUE(std::filesystem::remove(path));
+    } else {
+      std::string bad = good;
+      if (d == kFlip) {
+        bad[rng() % bad.size()] ^= static_cast<char>(1 + rng() % 255);
+      } else {
+        bad.resize(rng() % bad.size());
+      }
+      ASSERT_TRUE(testing::WriteFile(path, bad));
+    }
+    auto stats = RestoreShard(*shard, dir, std::nullopt);
+    ASSERT_FALSE(stats.ok());
+    if (d == kMissing) {
+      EXPECT_TRUE(absl::IsNotFound(stats.status()) ||
+                  absl::IsDataLoss(stats.status()))
+          << stats.status();
+    } else {
+      EXPECT_TRUE(absl::IsDataLoss(stats.status())) << stats.status();
+    }
+    EXPECT_NE(stats.status().message().find(name), std::string::npos)
+        << stats.status();
+    EXPECT_TRUE(ReadState(*shard) == before) << "the target shard changed";
+    ASSERT_TRUE(testing::WriteFile(path, good));
+  }
+  // Repaired: it restores.
+  auto stats = RestoreShard(*shard, dir, std::nullopt);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->files_verified, 2u);
+  EXPECT_EQ(shard->tracker().Summarize().max_version, 2u);
+}
+
+TEST(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  const std::string dir = testing::MakeTempDir("zs_restore_");
+  ASSERT_FALSE(dir.empty());
+  SourceRun run;
+  ASSERT_NO_FATAL_FAILURE(run.Write(dir, rng, {2, 4}));
+
+  auto expect_refused = [&](ModelShard& shard, std::optional<uint64_t> step,
+                            absl::StatusCode code, const std::string& text) {
+    const State before = ReadState(shard);
+    auto stats = RestoreShard(shard, dir, step);
+    EXPECT_EQ(stats.status().code(), code) << stats.status();
+    EXPECT_NE(stats.status().message().find(text), std::string::npos)
+        << stats.status();
+    EXPECT_TRUE(ReadState(shard) == before) << "the target shard changed";
+  };
+
+  // Another model: one tensor of another shape.
+  {
+    v1::ModelManifest other = testing::SmallManifest(2);
+    other.mutable_units(0)->mutable_tensors(1)->set_shape(0, 17);
+    auto shard = MakeShard(other, 2, 1, 3, 256);
+    ASSERT_NE(shard, nullptr);
+    expect_refused(*shard, std::nullopt, absl::StatusCode::kFailedPrecondition,
+                   "another model");
+  }
+  // Another optimizer configuration.
+  {
+    v1::InitRequest init =
+        testing::MakeInit(testing::SmallManifest(2), 2, 0, 3, 256);
+    init.mutable_optimizer()->set_lr(init.optimizer().lr() * 2);
+    auto shard = ModelShard::Create(init, {0, 2}, Placement::kHost);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    expect_refused(**shard, std::nullopt,
+                   absl::StatusCode::kFailedPrecondition, "optimizer");
+  }
+  auto shard = MakeShard(testing::SmallManifest(1), 3, 1, 3, 256);
+  ASSERT_NE(shard, nullptr);
+  // A step that is not there: the complete ones are listed.
+  const uint64_t missing = 5 + rng() % 1000;
+  expect_refused(*shard, missing, absl::StatusCode::kNotFound,
+                 "complete ones: 2, 4");
+  // A folder without a manifest is not a checkpoint.
+  std::filesystem::create_directories(dir + "/" + CheckpointFolderName(9));
+  expect_refused(*shard, 9, absl::StatusCode::kNotFound, "complete ones: 2, 4");
+  // Part of a step applied.
+  const FlatRange part{shard->owned().begin, shard->owned().begin + 10};
+  std::vector<float> grad(10, 1.0f);
+  const GradPiece piece{part, DType::kFp32, grad.data()};
+  ASSERT_TRUE(shard->ApplyPush(0, {1.0, false}, {&piece, 1}).ok());
+  expect_refused(*shard, std::nullopt, absl::StatusCode::kFailedPrecondition,
+                 "partly applied");
+  // A snapshot armed.
+  auto other = MakeShard(testing::SmallManifest(1), 3, 2, 3, 256);
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(other->ArmSnapshot(3, "").ok());
+  expect_refused(*other, std::nullopt, absl::StatusCode::kFailedPrecondition,
+                 "snapshot");
+  // An empty directory.
+  const std::string empty = testing::MakeTempDir("zs_restore_empty_");
+  auto fresh = MakeShard(testing::SmallManifest(1), 3, 0, 3, 256);
+  ASSERT_NE(fresh, nullptr);
+  auto none = RestoreShard(*fresh, empty, std::nullopt);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
+}
+
+}  // namespace
+}  // namespace zeroshard
