@@ -2,9 +2,11 @@
 // server counts S and worker counts N.
 #include "common/layout.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -254,6 +256,158 @@ TEST(FlatLayoutTest, RejectsBadInput) {
   m = SmallManifest();
   m.units[0].tensors[0].shape = {int64_t{1} << 30, int64_t{1} << 30};
   ExpectInvalid(m, 1, 1, "too large");
+}
+
+// The tensor element at flat offset `o` of `layout`: (tensor, index), or
+// (-1, 0) for padding. Found by search, independently of MapBetweenLayouts.
+std::pair<int, uint64_t> TensorElementAt(const FlatLayout& layout,
+                                         uint64_t o) {
+  const auto& ts = layout.tensors();
+  auto it = std::upper_bound(
+      ts.begin(), ts.end(), o,
+      [](uint64_t x, const TensorInfo& t) { return x < t.offset; });
+  if (it == ts.begin()) return {-1, 0};
+  --it;
+  if (o >= it->offset + it->numel) return {-1, 0};
+  return {static_cast<int>(it - ts.begin()), o - it->offset};
+}
+
+// Smaller tensors than RandomManifest, so that every element can be checked.
+ModelManifest SmallRandomManifest(std::mt19937_64& rng) {
+  ModelManifest m;
+  const int units = 1 + rng() % 5;
+  for (int u = 0; u < units; ++u) {
+    UnitSpec unit{absl::StrCat("unit_", u), {}};
+    const int tensors = 1 + rng() % 4;
+    for (int t = 0; t < tensors; ++t) {
+      std::vector<int64_t> shape;
+      const int dims = 1 + rng() % 3;
+      for (int d = 0; d < dims; ++d) {
+        shape.push_back(1 + rng() % (d == 0 ? 300 : 9));
+      }
+      unit.tensors.push_back({absl::StrCat(unit.name, ".t", t), shape});
+    }
+    m.units.push_back(unit);
+  }
+  return m;
+}
+
+TEST(MapBetweenLayoutsTest, EveryTensorElementMapsToItselfInTheOtherLayout) {
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng(seed);
+  const uint32_t partition_counts[] = {1, 2, 3, 4, 6, 8};
+  for (int iter = 0; iter < 60; ++iter) {
+    ModelManifest a = SmallRandomManifest(rng), b = a;
+    a.partition_count = partition_counts[rng() % 6];
+    b.partition_count = partition_counts[rng() % 6];
+    const uint32_t sa = 1 + rng() % 5, sb = 1 + rng() % 5;
+    // Any worker count dividing the partition count.
+    const uint32_t na = a.partition_count % 2 == 0 ? 2 : 1;
+    auto from = FlatLayout::Create(a, sa, na);
+    auto to = FlatLayout::Create(b, sb, b.partition_count);
+    ASSERT_TRUE(from.ok() && to.ok());
+    const uint64_t total = to->total_elems();
+    std::vector<FlatRange> ranges = {{0, total}};
+    for (uint32_t k = 0; k < sb; ++k) ranges.push_back(to->ServerRange(k));
+    const uint64_t x = rng() % (total + 1), y = rng() % (total + 1);
+    ranges.push_back({std::min(x, y), std::max(x, y)});
+    for (const FlatRange& range : ranges) {
+      SCOPED_TRACE(absl::StrCat("seed=", seed, " iter=", iter, " from S=", sa,
+                                " pc=", a.partition_count, " to S=", sb,
+                                " pc=", b.partition_count, " range [",
+                                range.begin, ", ", range.end, ")"));
+      auto moves = MapBetweenLayouts(*from, *to, range);
+      ASSERT_TRUE(moves.ok()) << moves.status();
+      // Where each element of the range comes from; -1: nowhere.
+      std::vector<int64_t> src(range.size(), -1);
+      for (size_t i = 0; i < moves->size(); ++i) {
+        const FlatMove& mv = (*moves)[i];
+        ASSERT_GT(mv.size, 0u);
+        ASSERT_GE(mv.to, range.begin);
+        ASSERT_LE(mv.to + mv.size, range.end);
+        ASSERT_LE(mv.from + mv.size, from->total_elems());
+        if (i > 0) {
+          const FlatMove& prev = (*moves)[i - 1];
+          ASSERT_LE(prev.to + prev.size, mv.to) << "moves not sorted by to";
+          ASSERT_FALSE(prev.to + prev.size == mv.to &&
+                       prev.from + prev.size == mv.from)
+              << "moves " << i - 1 << " and " << i << " are not merged";
+        }
+        for (uint64_t j = 0; j < mv.size; ++j) {
+          src[mv.to - range.begin + j] = static_cast<int64_t>(mv.from + j);
+        }
+      }
+      uint64_t mapped = 0;
+      for (uint64_t o = range.begin; o < range.end; ++o) {
+        const auto [t, i] = TensorElementAt(*to, o);
+        const int64_t s = src[o - range.begin];
+        if (t < 0) {
+          ASSERT_EQ(s, -1) << "padding at " << o << " maps to " << s;
+          continue;
+        }
+        ++mapped;
+        ASSERT_NE(s, -1) << "element " << i << " of "
+                         << to->tensors()[t].name << " maps nowhere";
+        const auto [ft, fi] = TensorElementAt(*from, s);
+        ASSERT_GE(ft, 0) << o << " maps to padding " << s;
+        ASSERT_EQ(from->tensors()[ft].name, to->tensors()[t].name) << o;
+        ASSERT_EQ(fi, i) << o;
+      }
+      uint64_t moved = 0;
+      for (const FlatMove& mv : *moves) moved += mv.size;
+      ASSERT_EQ(moved, mapped);
+      // The identity: a layout onto itself is one move per unit at most
+      // (tensors of a unit are contiguous, units are split by padding).
+      auto self = MapBetweenLayouts(*to, *to, range);
+      ASSERT_TRUE(self.ok());
+      ASSERT_LE(self->size(), to->units().size());
+      for (const FlatMove& mv : *self) ASSERT_EQ(mv.from, mv.to);
+    }
+  }
+}
+
+TEST(MapBetweenLayoutsTest, RefusesOtherModelsAndRangesOutside) {
+  std::mt19937_64 rng(std::random_device{}());
+  ModelManifest a = SmallRandomManifest(rng);
+  a.partition_count = 2;
+  auto from = FlatLayout::Create(a, 2, 2);
+  ASSERT_TRUE(from.ok());
+  auto expect_refused = [&](const ModelManifest& m) {
+    auto to = FlatLayout::Create(m, 3, 1);
+    ASSERT_TRUE(to.ok()) << to.status();
+    EXPECT_NE(ModelFingerprint(m), ModelFingerprint(a));
+    auto moves = MapBetweenLayouts(*from, *to, {0, to->total_elems()});
+    EXPECT_EQ(moves.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(moves.status().message().find("different models"),
+              std::string::npos)
+        << moves.status();
+  };
+  ModelManifest b = a;  // another shape of the same size
+  b.partition_count = 1;
+  std::vector<int64_t>& shape = b.units.back().tensors.back().shape;
+  shape.insert(shape.begin(), 1);
+  expect_refused(b);
+  b = a;  // a renamed tensor
+  b.units[0].tensors[0].name += "_x";
+  expect_refused(b);
+  b = a;  // one tensor more
+  b.units[0].tensors.push_back({"extra", {64}});
+  expect_refused(b);
+  // The padding is not the model: another partition count is the same one.
+  b = a;
+  b.partition_count = 6;
+  EXPECT_EQ(ModelFingerprint(b), ModelFingerprint(a));
+  auto to = FlatLayout::Create(b, 1, 3);
+  ASSERT_TRUE(to.ok());
+  const uint64_t total = to->total_elems();
+  EXPECT_TRUE(MapBetweenLayouts(*from, *to, {0, total}).ok());
+  EXPECT_EQ(MapBetweenLayouts(*from, *to, {0, total + 1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MapBetweenLayouts(*from, *to, {5, 4}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto empty = MapBetweenLayouts(*from, *to, {7, 7});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
 }
 
 }  // namespace
