@@ -216,6 +216,9 @@ absl::StatusOr<std::shared_ptr<ShardSnapshot>> ModelShard::ArmSnapshot(
   for (size_t c : at_step) {
     FinishIfLast(snap, snap->Capture(*store_, c, tracker_->adam_t(c)));
   }
+  // A server that owns nothing (more servers than 64-element blocks) has no
+  // chunk whose copy would finish the snapshot: it is complete at once.
+  if (store_->num_chunks() == 0) FinishIfLast(snap, true);
   return snap;
 }
 

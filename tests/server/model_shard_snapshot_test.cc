@@ -23,6 +23,7 @@
 #include "server/shard_checkpoint.h"
 #include "tests/server/server_test_util.h"
 #include "tests/support/test_files.h"
+#include "wire/proto_convert.h"
 
 namespace zeroshard {
 namespace {
@@ -385,6 +386,34 @@ TEST(ModelShardSnapshotTest, ArmedWhileChunksAreAtDifferentVersions) {
   }
   ExpectSnapshotIs(**snap, ref[kArm]);
   ExpectSnapshotIs(**ahead, ref[kArm + 2]);
+}
+
+TEST(ModelShardSnapshotTest, AShardThatOwnsNothingFinishesAtOnce) {
+  // Over more servers than the flat space has 64-element blocks, server 0
+  // owns an empty range: its snapshot has no chunk to wait for.
+  const v1::ModelManifest manifest = testing::SmallManifest(1);
+  constexpr uint32_t kMany = 1000;
+  auto layout = FlatLayout::Create(FromProto(manifest), kMany, 1);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_TRUE(layout->ServerRange(0).empty());
+  auto shard = ModelShard::Create(
+      testing::MakeInit(manifest, kMany, 0, 1, kChunkElems), {0, kMany},
+      Placement::kHost);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  ASSERT_EQ((*shard)->store().num_chunks(), 0u);
+  const std::string dir = testing::MakeTempDir("zs_snap_empty_");
+  for (const std::string& d : {std::string(), dir}) {
+    auto snap = (*shard)->ArmSnapshot(3, d);
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    absl::StatusOr<SnapshotResult> r = WaitFor(**snap);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (!d.empty()) {
+      auto info = VerifyShardCheckpoint(r->path);
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->header.step(), 3u);
+    }
+  }
+  EXPECT_FALSE((*shard)->SnapshotInProgress());
 }
 
 }  // namespace
