@@ -413,5 +413,25 @@ TEST(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
 }
 
+TEST(ShardRestoreTest, ATargetThatOwnsNothingTakesTheStepAndAdamCount) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  const std::string dir = testing::MakeTempDir("zs_restore_");
+  ASSERT_FALSE(dir.empty());
+  SourceRun run;
+  ASSERT_NO_FATAL_FAILURE(run.Write(dir, rng, {3}));
+  // Server 0 of 1000 owns an empty range: nothing to read, but one file
+  // still tells the Adam step count.
+  auto shard = MakeShard(testing::SmallManifest(1), 1000, 0, 1, 256);
+  ASSERT_NE(shard, nullptr);
+  ASSERT_TRUE(shard->owned().empty());
+  auto stats = RestoreShard(*shard, dir, std::nullopt);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->step, 3u);
+  EXPECT_EQ(stats->adam_step, run.at(3).adam_t);
+  EXPECT_EQ(stats->files_verified, 1u);
+}
+
 }  // namespace
 }  // namespace zeroshard
