@@ -192,6 +192,16 @@ TEST(CheckpointRpcTest, WaitDeadlinePassedStepsAndRestoreRoundTrip) {
   s = Restore(*t.stub, dir, 2, &restored);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << s.error_message();
+  // A file that cannot be written: wait = true returns the write's error,
+  // naming the folder, and so does asking again.
+  ASSERT_TRUE(testing::WriteFile(dir + "/a-file", "x"));
+  const std::string unwritable = dir + "/a-file/below";
+  for (bool wait : {true, false}) {
+    s = Checkpoint(*t.stub, 3, unwritable, wait, 20000, &resp);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.error_message().find(unwritable), std::string::npos)
+        << s.error_message();
+  }
 }
 
 }  // namespace
