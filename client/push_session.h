@@ -48,6 +48,9 @@ class ServerPushStream;
 struct StepCommit {
   double coefficient = 1.0;
   bool skip = false;
+  // Two-phase commit: the servers hold the pieces until ApplyStep
+  // (client/apply_step.h); the push's result then counts nothing applied.
+  bool prepare = false;
 };
 
 // INVALID_ARGUMENT unless the coefficient is finite and >= 0.

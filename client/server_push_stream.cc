@@ -134,6 +134,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
         v1::PushGradMessage msg;
         msg.mutable_commit()->set_coefficient(commit->coefficient);
         msg.mutable_commit()->set_skip(commit->skip);
+        msg.mutable_commit()->set_prepare(commit->prepare);
         ok = call.WriteLast(ProtoToByteBuffer(msg));
       } else {
         ok = call.WritesDone();

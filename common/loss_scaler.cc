@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace zeroshard {
 
@@ -127,6 +132,35 @@ absl::Status LossScaler::Restore(const LossScalerState& s) {
   }
   state_ = s;
   return absl::OkStatus();
+}
+
+std::string LossScalerKvKey(uint64_t step) {
+  return absl::StrCat("zeroshard/loss_scaler/", step % 2);
+}
+
+std::string LossScalerRecord(uint64_t step, const LossScalerState& s) {
+  return absl::StrFormat("%d %.17g %d %d %d %d %d", step, s.scale,
+                         s.hysteresis_left, s.iteration,
+                         s.last_overflow_iteration, s.overflows_at_min,
+                         s.skipped_steps);
+}
+
+absl::StatusOr<std::pair<uint64_t, LossScalerState>> ParseLossScalerRecord(
+    const std::string& text) {
+  std::vector<std::string> f = absl::StrSplit(text, ' ', absl::SkipEmpty());
+  std::pair<uint64_t, LossScalerState> out;
+  LossScalerState& s = out.second;
+  if (f.size() != 7 || !absl::SimpleAtoi(f[0], &out.first) ||
+      !absl::SimpleAtod(f[1], &s.scale) ||
+      !absl::SimpleAtoi(f[2], &s.hysteresis_left) ||
+      !absl::SimpleAtoi(f[3], &s.iteration) ||
+      !absl::SimpleAtoi(f[4], &s.last_overflow_iteration) ||
+      !absl::SimpleAtoi(f[5], &s.overflows_at_min) ||
+      !absl::SimpleAtoi(f[6], &s.skipped_steps)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss scaler record \"", text, "\" does not parse"));
+  }
+  return out;
 }
 
 }  // namespace zeroshard

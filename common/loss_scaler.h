@@ -45,6 +45,8 @@
 #define ZEROSHARD_COMMON_LOSS_SCALER_H_
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "common/config.h"
@@ -109,6 +111,18 @@ class LossScaler {
   LossScalerOptions options_;
   LossScalerState state_;
 };
+
+// The record worker rank 0 leaves in server 0's key-value store for a
+// successor (docs/DESIGN.md, "Crash recovery"): the scaler's state at the
+// start of `step`, written before the step before it is applied. Two slots
+// (step % 2) hold the last two steps, so the record of either step the
+// servers may stand at is there.
+//   "step scale hysteresis_left iteration last_overflow_iteration
+//    overflows_at_min skipped_steps" (the scale with %.17g: bit for bit)
+std::string LossScalerKvKey(uint64_t step);
+std::string LossScalerRecord(uint64_t step, const LossScalerState& state);
+absl::StatusOr<std::pair<uint64_t, LossScalerState>> ParseLossScalerRecord(
+    const std::string& text);
 
 }  // namespace zeroshard
 

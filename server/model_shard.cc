@@ -168,6 +168,113 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPush(
   return result;
 }
 
+void ModelShard::DropPreparedBefore(uint64_t step, uint64_t attempt) {
+  auto old = [&](const PreparedPush& p) {
+    return p.attempt < attempt || (p.attempt == attempt && p.step < step);
+  };
+  for (const PreparedPush& p : prepared_) {
+    if (old(p)) store_->AddPendingGradBytes(-p.pending_bytes);
+  }
+  prepared_.erase(std::remove_if(prepared_.begin(), prepared_.end(), old),
+                  prepared_.end());
+}
+
+absl::Status ModelShard::Prepare(PreparedPush push) {
+  if (absl::Status s = tracker_->NoteAttempt(push.attempt); !s.ok()) {
+    store_->AddPendingGradBytes(-push.pending_bytes);
+    return s;
+  }
+  absl::MutexLock lock(&prepared_mu_);
+  DropPreparedBefore(push.step, push.attempt);
+  for (PreparedPush& p : prepared_) {
+    if (p.step == push.step && p.attempt == push.attempt &&
+        p.worker == push.worker) {
+      // A retried stream of the same worker: the newer copy stands.
+      store_->AddPendingGradBytes(-p.pending_bytes);
+      p = std::move(push);
+      return absl::OkStatus();
+    }
+  }
+  prepared_.push_back(std::move(push));
+  return absl::OkStatus();
+}
+
+ModelShard::PreparedSummary ModelShard::prepared() const {
+  absl::MutexLock lock(&prepared_mu_);
+  PreparedSummary s;
+  for (const PreparedPush& p : prepared_) {
+    s.step = p.step;
+    s.attempt = p.attempt;
+    for (const GradPiece& g : p.pieces) s.elems += g.range.size();
+  }
+  return s;
+}
+
+absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
+                                                      uint64_t attempt) {
+  RETURN_IF_ERROR(tracker_->NoteAttempt(attempt));
+  std::vector<PreparedPush> mine;
+  {
+    absl::MutexLock lock(&prepared_mu_);
+    DropPreparedBefore(step, attempt);
+    // Elements of chunks still at `step`, and how many of them the
+    // prepared pushes hold (workers' partitions are disjoint, and one push
+    // per worker is kept).
+    uint64_t needed = 0, covered = 0;
+    for (size_t c = 0; c < store_->num_chunks(); ++c) {
+      if (tracker_->version(c) == step) needed += store_->ChunkRange(c).size();
+    }
+    for (const PreparedPush& p : prepared_) {
+      if (p.step != step || p.attempt != attempt) continue;
+      for (const GradPiece& g : p.pieces) {
+        uint64_t pos = g.range.begin;
+        while (pos < g.range.end) {
+          const size_t c = store_->ChunkOf(pos);
+          const uint64_t end = std::min(g.range.end, store_->ChunkRange(c).end);
+          if (tracker_->version(c) == step) covered += end - pos;
+          pos = end;
+        }
+      }
+    }
+    if (needed == 0) return ApplyResult();  // applied already
+    if (covered < needed) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ApplyStep ", step, " (attempt ", attempt, "): the prepared pushes "
+          "hold ", covered, " of the ", needed, " elements still at version ",
+          step, "; a worker has not prepared here"));
+    }
+    for (auto it = prepared_.begin(); it != prepared_.end();) {
+      if (it->step == step && it->attempt == attempt) {
+        mine.push_back(std::move(*it));
+        it = prepared_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::vector<GradPiece> pieces;
+  int64_t bytes = 0;
+  for (const PreparedPush& p : mine) {
+    if (p.params.coefficient != mine.front().params.coefficient ||
+        p.params.skip != mine.front().params.skip) {
+      for (const PreparedPush& q : mine) {
+        store_->AddPendingGradBytes(-q.pending_bytes);
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ApplyStep ", step, ": workers ", mine.front().worker, " and ",
+          p.worker, " prepared different coefficients or skip flags; "
+          "nothing applied"));
+    }
+    pieces.insert(pieces.end(), p.pieces.begin(), p.pieces.end());
+    bytes += p.pending_bytes;
+  }
+  absl::StatusOr<ApplyResult> r =
+      ApplyPush(step, mine.front().params, pieces, attempt);
+  store_->AddPendingGradBytes(-bytes);
+  if (r.ok()) r->pushes = static_cast<uint32_t>(mine.size());
+  return r;
+}
+
 v1::ShardCheckpointHeader ModelShard::CheckpointHeader() const {
   v1::ShardCheckpointHeader h;
   h.set_server_index(request_.server_index());

@@ -62,6 +62,19 @@ struct ApplyResult {
   uint64_t applied_elems = 0;
   uint64_t duplicate_elems = 0;
   uint64_t chunks_completed = 0;
+  uint32_t pushes = 0;  // prepared pushes applied (ApplyPrepared)
+};
+
+// One worker's push committed with prepare (two-phase commit): validated,
+// whole, and held until ApplyPrepared.
+struct PreparedPush {
+  uint64_t step = 0;
+  uint64_t attempt = 0;
+  uint32_t worker = 0;
+  StepParams params;
+  std::vector<GradPiece> pieces;       // views into what `holder` keeps
+  std::shared_ptr<const void> holder;
+  int64_t pending_bytes = 0;           // counted in the store's pending bytes
 };
 
 class ModelShard {
@@ -99,6 +112,21 @@ class ModelShard {
                                        absl::Span<const GradPiece> pieces,
                                        uint64_t attempt = 0);
 
+  // Two-phase commit (docs/DESIGN.md, "Crash recovery"). Prepare holds
+  // `push` (replacing an earlier one of the same step, attempt and worker);
+  // ABORTED when a newer attempt was seen. Holding a push of a newer
+  // attempt or step drops the older ones.
+  absl::Status Prepare(PreparedPush push);
+  // Applies every push prepared for (step, attempt) as one commit.
+  // FAILED_PRECONDITION (nothing changes) unless they cover every element
+  // of the chunks still at version `step`; OK with nothing applied when no
+  // chunk is at `step` any more.
+  absl::StatusOr<ApplyResult> ApplyPrepared(uint64_t step, uint64_t attempt);
+  struct PreparedSummary {
+    uint64_t elems = 0, step = 0, attempt = 0;
+  };
+  PreparedSummary prepared() const;
+
   // Arms a snapshot of version `step` written under `directory` ("" keeps
   // it in memory), or returns the one armed (or finished) for the same
   // (step, directory) before. FAILED_PRECONDITION when a chunk is past
@@ -135,6 +163,12 @@ class ModelShard {
   std::atomic<int> armed_{0};  // snapshots armed and not yet complete
   // Finishes `snap` when `last` (its last chunk was just copied).
   void FinishIfLast(const std::shared_ptr<ShardSnapshot>& snap, bool last);
+
+  // Drops prepared pushes older than (step, attempt), releasing their bytes.
+  void DropPreparedBefore(uint64_t step, uint64_t attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(prepared_mu_);
+  mutable absl::Mutex prepared_mu_;
+  std::vector<PreparedPush> prepared_ ABSL_GUARDED_BY(prepared_mu_);
 
   // Armed snapshots and the few newest finished ones, oldest first. Held
   // from arming a capture in the tracker until the snapshot is listed, so

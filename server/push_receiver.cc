@@ -196,6 +196,24 @@ absl::Status PushReceiver::OnCommit(const v1::PushGradCommit& commit) {
   for (const Buffered& b : buffered_) {
     pieces.insert(pieces.end(), b.parts.begin(), b.parts.end());
   }
+  if (commit.prepare()) {
+    // Held whole until ApplyStep: the pieces' data moves with the buffers
+    // (a vector's move keeps its elements where they are).
+    const StepParams params{commit.coefficient(), commit.skip()};
+    RETURN_IF_ERROR(state_->tracker().CheckParams(header_.step(), params));
+    PreparedPush push;
+    push.step = header_.step();
+    push.attempt = header_.attempt();
+    push.worker = header_.worker();
+    push.params = params;
+    push.pieces = std::move(pieces);
+    push.holder = std::make_shared<std::vector<Buffered>>(std::move(buffered_));
+    push.pending_bytes = buffered_bytes_;
+    buffered_.clear();
+    buffered_bytes_ = 0;  // the prepared push releases them
+    finished_ = true;
+    return state_->Prepare(std::move(push));
+  }
   RETURN_IF_ERROR(Apply({commit.coefficient(), commit.skip()}, pieces));
   FreeBuffers();
   finished_ = true;

@@ -161,6 +161,22 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::PushGrad(
   return new PushGradReactor(*std::move(state), response, &counters_);
 }
 
+grpc::ServerUnaryReactor* ShardServiceImpl::ApplyStep(
+    grpc::CallbackServerContext* context, const v1::ApplyStepRequest* request,
+    v1::ApplyStepResponse* response) {
+  counters_.RecordCall("ApplyStep");
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  RETURN_UNARY_IF_ERROR(state.status());
+  absl::StatusOr<ApplyResult> r =
+      (*state)->ApplyPrepared(request->step(), request->attempt());
+  RETURN_UNARY_IF_ERROR(r.status());
+  response->set_applied_elems(r->applied_elems);
+  response->set_duplicate_elems(r->duplicate_elems);
+  response->set_chunks_completed(r->chunks_completed);
+  response->set_pushes(r->pushes);
+  return FinishUnary(context, absl::OkStatus());
+}
+
 absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   response->set_server_index(config_.identity.server_index);
   response->set_num_servers(config_.identity.num_servers);
@@ -190,6 +206,10 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   response->mutable_norms()->set_exp_avg_sq(norms.exp_avg_sq);
   response->set_partial_chunks(summary.partial_chunks);
   response->set_attempt(state.tracker().attempt());
+  const ModelShard::PreparedSummary prepared = state.prepared();
+  response->set_prepared_elems(prepared.elems);
+  response->set_prepared_step(prepared.step);
+  response->set_prepared_attempt(prepared.attempt);
   response->set_pending_grad_bytes(store.pending_grad_bytes());
   response->set_pending_grad_limit_bytes(store.pending_grad_limit());
   *response->mutable_manifest() = state.request().manifest();

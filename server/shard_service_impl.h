@@ -55,6 +55,9 @@ class ShardServiceImpl final : public ShardServiceBase {
   grpc::ServerReadReactor<grpc::ByteBuffer>* PushGrad(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ApplyStep(grpc::CallbackServerContext* context,
+                                      const v1::ApplyStepRequest* request,
+                                      v1::ApplyStepResponse* response) override;
   grpc::ServerUnaryReactor* Inspect(grpc::CallbackServerContext* context,
                                     const v1::InspectRequest* request,
                                     v1::InspectResponse* response) override;

@@ -148,7 +148,14 @@ absl::Status Run() {
   if (scaler.has_value()) RETURN_IF_ERROR(engine->RestoreLossScaler(*scaler));
   // Rank 0 coordinates checkpoints and leaves the scaler's state for a
   // successor (FP16's dynamic scale is the only worker-side state).
-  const bool keep_scaler = rank == 0 && cfg.precision == Precision::kFp16;
+  if (rank == 0 && cfg.precision == Precision::kFp16) {
+    // Written before each step is applied, so that whichever step the
+    // servers stand at after a crash, its record is there.
+    engine->SetBeforeApply(
+        [kv = kv.get()](uint64_t next, const LossScalerState& state) {
+          return kv->Set(LossScalerKvKey(next), LossScalerRecord(next, state));
+        });
+  }
   CheckpointCoordinator checkpoints(cfg, &layout, &client->channels(), step);
   if (rank == 0) {
     WorkerEvent start;
@@ -166,11 +173,6 @@ absl::Status Run() {
           checkpoints.BeforeStep(step, engine->loss_scaler().state()));
     }
     ASSIGN_OR_RETURN(StepResult r, engine->Step(step));
-    if (keep_scaler) {
-      RETURN_IF_ERROR(kv->Set(kLossScalerKey,
-                              LossScalerRecord(step + 1,
-                                               engine->loss_scaler().state())));
-    }
     if (rank == 0) {
       WorkerEvent e;
       e.kind = WorkerEvent::Kind::kStep;

@@ -17,40 +17,26 @@
 namespace zeroshard::ctl {
 namespace {
 
-// The KV key and record zeroshard-worker rank 0 writes after every step
-// (worker/engine/resume.cc, LossScalerRecord): "step scale hysteresis_left
-// iteration last_overflow_iteration overflows_at_min skipped_steps".
-constexpr char kLossScalerKey[] = "zeroshard/loss_scaler";
-
-bool ParseLossScalerRecord(const std::string& text, uint64_t* step,
-                           LossScalerState* s) {
-  std::vector<std::string> f = absl::StrSplit(text, ' ', absl::SkipEmpty());
-  return f.size() == 7 && absl::SimpleAtoi(f[0], step) &&
-         absl::SimpleAtod(f[1], &s->scale) &&
-         absl::SimpleAtoi(f[2], &s->hysteresis_left) &&
-         absl::SimpleAtoi(f[3], &s->iteration) &&
-         absl::SimpleAtoi(f[4], &s->last_overflow_iteration) &&
-         absl::SimpleAtoi(f[5], &s->overflows_at_min) &&
-         absl::SimpleAtoi(f[6], &s->skipped_steps);
-}
-
 // Server 0's loss-scaler record, or the default state (with a note).
-LossScalerState LossScalerFromKv(const ShardChannels& channels) {
+LossScalerState LossScalerFromKv(const ShardChannels& channels,
+                                 uint64_t step) {
   v1::KvGetRequest req;
-  req.set_key(kLossScalerKey);
+  req.set_key(LossScalerKvKey(step));
   v1::KvGetResponse resp;
   grpc::ClientContext ctx;
   channels.PrepareControlContext(&ctx);
   const grpc::Status s = channels.stub(0).KvGet(&ctx, req, &resp);
-  LossScalerState state;
-  uint64_t step = 0;
-  if (s.ok() && resp.found() &&
-      ParseLossScalerRecord(resp.value(), &step, &state)) {
-    std::printf("loss scaler: scale %g from server 0's record of step %llu\n",
-                state.scale, static_cast<unsigned long long>(step));
-    return state;
+  if (s.ok() && resp.found()) {
+    auto record = ParseLossScalerRecord(resp.value());
+    if (record.ok() && record->first == step) {
+      std::printf("loss scaler: scale %g from server 0's record of step %llu\n",
+                  record->second.scale, static_cast<unsigned long long>(step));
+      return record->second;
+    }
   }
-  std::printf("loss scaler: no record on server 0; the default state\n");
+  std::printf("loss scaler: no record of step %llu on server 0 (not FP16, or "
+              "not written by zeroshard-worker); the default state\n",
+              static_cast<unsigned long long>(step));
   return LossScalerState();
 }
 
@@ -72,7 +58,6 @@ int RunCheckpoint(const CtlFlags& flags) {
     std::fprintf(stderr, "checkpoint: %s\n", view.status().ToString().c_str());
     return 1;
   }
-  const LossScalerState scaler = LossScalerFromKv(**channels);
   SnapshotReadOptions options;
   options.admin_token = flags.admin_token;
   options.timeout = flags.timeout;
@@ -87,7 +72,9 @@ int RunCheckpoint(const CtlFlags& flags) {
   CheckpointInfo info;
   info.step = armed->step;
   info.layout = &view->layout;
-  info.loss_scaler = scaler;
+  // Rank 0 records the scaler's state for a step before the step before it
+  // is applied, so the record of the armed step exists once it is reached.
+  info.loss_scaler = LossScalerFromKv(**channels, armed->step);
   if (absl::Status s = CommitCheckpoint(flags.dir, armed->responses, info,
                                         /*keep_last=*/0);
       !s.ok()) {

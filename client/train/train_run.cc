@@ -13,6 +13,7 @@
 #include "client/train/progress_bar.h"
 #include "client/train/train_cluster.h"
 #include "client/train/weights_export.h"
+#include "client/apply_step.h"
 #include "client/shard_channels.h"
 #include "common/atomic_file.h"
 #include "common/checkpoint_manifest.h"
@@ -100,23 +101,42 @@ absl::StatusOr<uint64_t> FollowProgress(
   }
 }
 
-// Whether the servers stand at a clean step boundary (every chunk at one
-// version, nothing of the next step applied): then new workers can redo
-// the step without anything rolled back.
-bool ServersClean(const std::vector<std::string>& addresses) {
+// Where the servers stand once nothing is being applied any more: every
+// chunk at `version`, or some (a step whose ApplyStep was under way when
+// its sender died) at version + 1. Waits (bounded) for a server that is
+// still applying.
+struct ServerStand {
+  bool ok = false;
+  uint64_t min_version = 0, max_version = 0;
+};
+ServerStand InspectStand(const std::vector<std::string>& addresses) {
+  ServerStand stand;
   absl::StatusOr<std::unique_ptr<ShardChannels>> channels =
       ShardChannels::Connect(addresses, ShardClientOptions());
-  if (!channels.ok()) return false;
-  int64_t version = -1;
-  for (const auto& r : (*channels)->InspectAll()) {
-    if (!r.ok() || !r->initialized() || r->partial_chunks() != 0 ||
-        r->min_version() != r->max_version() ||
-        (version >= 0 && static_cast<int64_t>(r->min_version()) != version)) {
-      return false;
+  if (!channels.ok()) return stand;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    bool busy = false, first = true;
+    stand.ok = true;
+    for (const auto& r : (*channels)->InspectAll()) {
+      if (!r.ok() || !r->initialized()) {
+        stand.ok = false;
+        break;
+      }
+      busy = busy || r->partial_chunks() != 0;
+      stand.min_version = first ? r->min_version()
+                                : std::min<uint64_t>(stand.min_version,
+                                                     r->min_version());
+      stand.max_version = first ? r->max_version()
+                                : std::max<uint64_t>(stand.max_version,
+                                                     r->max_version());
+      first = false;
     }
-    version = static_cast<int64_t>(r->min_version());
+    if (!stand.ok || !busy) return stand;
+    absl::SleepFor(absl::Milliseconds(50));
   }
-  return true;
+  stand.ok = false;
+  return stand;
 }
 
 // Replaces what failed: the workers alone when the servers are alive and
@@ -130,11 +150,35 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
   plan->attempt = attempt;
   if ((*cluster)->ServersAlive()) {
     (*cluster)->StopWorkers();
-    // Let the servers finish what the dead workers had already delivered.
-    absl::SleepFor(absl::Milliseconds(300));
-    if (ServersClean((*cluster)->server_addresses())) {
+    const ServerStand stand = InspectStand((*cluster)->server_addresses());
+    if (stand.ok && stand.max_version == stand.min_version) {
+      // Nothing of the step is applied anywhere: new workers redo it; the
+      // old attempt's prepared pushes are dropped when the new one speaks.
       RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
-      return std::string("new workers redo the step on the same servers");
+      return absl::StrCat("new workers redo step ", stand.min_version,
+                          " on the same servers");
+    }
+    if (stand.ok && stand.max_version == stand.min_version + 1) {
+      // ApplyStep had reached some servers: every worker had prepared
+      // everywhere, so the step is finished from what the servers hold.
+      absl::StatusOr<std::unique_ptr<ShardChannels>> channels =
+          ShardChannels::Connect((*cluster)->server_addresses(),
+                                 ShardClientOptions());
+      absl::Status applied = channels.status();
+      if (applied.ok()) {
+        applied = ApplyStepAll(**channels, stand.min_version, attempt - 1,
+                               absl::Seconds(cfg.cluster.step_timeout_s))
+                      .status();
+      }
+      if (applied.ok()) {
+        RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
+        return absl::StrCat("step ", stand.min_version,
+                            " finished from the servers' prepared pushes; "
+                            "new workers go on from step ",
+                            stand.min_version + 1);
+      }
+      ZS_LOG(WARNING) << "finishing step " << stand.min_version
+                      << " failed: " << applied.message();
     }
   }
   if (!plan->server_addresses.empty()) {

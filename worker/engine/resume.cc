@@ -58,35 +58,9 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
   return group->Barrier();
 }
 
-std::string LossScalerRecord(uint64_t step, const LossScalerState& s) {
-  // %.17g: the scale reads back bit for bit.
-  return absl::StrFormat("%d %.17g %d %d %d %d %d", step, s.scale,
-                         s.hysteresis_left, s.iteration,
-                         s.last_overflow_iteration, s.overflows_at_min,
-                         s.skipped_steps);
-}
-
-absl::StatusOr<std::pair<uint64_t, LossScalerState>> ParseLossScalerRecord(
-    const std::string& text) {
-  std::vector<std::string> f = absl::StrSplit(text, ' ', absl::SkipEmpty());
-  std::pair<uint64_t, LossScalerState> out;
-  LossScalerState& s = out.second;
-  if (f.size() != 7 || !absl::SimpleAtoi(f[0], &out.first) ||
-      !absl::SimpleAtod(f[1], &s.scale) ||
-      !absl::SimpleAtoi(f[2], &s.hysteresis_left) ||
-      !absl::SimpleAtoi(f[3], &s.iteration) ||
-      !absl::SimpleAtoi(f[4], &s.last_overflow_iteration) ||
-      !absl::SimpleAtoi(f[5], &s.overflows_at_min) ||
-      !absl::SimpleAtoi(f[6], &s.skipped_steps)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("loss scaler record \"", text, "\" does not parse"));
-  }
-  return out;
-}
-
 absl::StatusOr<std::optional<LossScalerState>> FindLossScalerState(
     uint64_t step, const std::string& dir, KvClient* kv) {
-  absl::StatusOr<std::string> rec = kv->TryGet(kLossScalerKey);
+  absl::StatusOr<std::string> rec = kv->TryGet(LossScalerKvKey(step));
   if (rec.ok()) {
     ASSIGN_OR_RETURN(auto parsed, ParseLossScalerRecord(*rec));
     if (parsed.first == step) return parsed.second;

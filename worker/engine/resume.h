@@ -29,9 +29,6 @@
 
 namespace zeroshard {
 
-// The key rank 0 keeps the loss scaler's state under, for its successor.
-inline constexpr char kLossScalerKey[] = "zeroshard/loss_scaler";
-
 // Rank 0, when `dir` is non-empty and every server is at version 0 with
 // nothing applied: restores all of them from the newest complete
 // checkpoint in `dir` (logged; NOT_FOUND when there is none). Then all
@@ -40,11 +37,8 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
                            const std::string& dir, ShardClient* client,
                            WorkerGroup* group);
 
-// "step scale hysteresis_left iteration last_overflow_iteration
-// overflows_at_min skipped_steps": the state at the start of `step`.
-std::string LossScalerRecord(uint64_t step, const LossScalerState& state);
-absl::StatusOr<std::pair<uint64_t, LossScalerState>> ParseLossScalerRecord(
-    const std::string& text);
+// (The record format, LossScalerKvKey / LossScalerRecord /
+// ParseLossScalerRecord, is common/loss_scaler.h's.)
 
 // The loss scaler's state at the start of `step`: the key-value record when
 // it is for `step`, else the manifest of a checkpoint of `step` in `dir`

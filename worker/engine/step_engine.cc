@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "client/apply_step.h"
 #include "common/grad_clip.h"
 #include "common/logging.h"
 #include "common/optimizer_config.h"
@@ -421,6 +422,9 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   StepCommit commit;
   commit.skip = !*apply;
   commit.coefficient = commit.skip ? 0.0 : c.coefficient;
+  // Two-phase: the servers hold the pushes until rank 0's ApplyStep below
+  // (docs/DESIGN.md, "Crash recovery").
+  commit.prepare = true;
   RETURN_IF_ERROR(push->SendCommit(commit));
   // The servers serve version step+1 chunk by chunk as they apply the
   // commit: the next step's fetch starts now, on the comm queue (idle after
@@ -435,6 +439,27 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   if (!pushed.ok()) {
     CancelPrefetch();
     return pushed.status();
+  }
+  // Every worker's pushes are prepared on every server once all have
+  // passed this barrier: from here the step is decided, and whoever applies
+  // it (rank 0 now, or the launcher if rank 0 dies) applies all of it.
+  if (absl::Status s = group_->Barrier(); !s.ok()) {
+    CancelPrefetch();
+    return s;
+  }
+  if (rank_ == 0) {
+    absl::Status s = before_apply_ ? before_apply_(step + 1, scaler_.state())
+                                   : absl::OkStatus();
+    if (s.ok()) {
+      s = ApplyStepAll(client_->channels(), step,
+                       client_->channels().options().attempt,
+                       absl::Seconds(config_.cluster.step_timeout_s))
+              .status();
+    }
+    if (!s.ok()) {
+      CancelPrefetch();
+      return s;
+    }
   }
   r.commit_seconds = Since(t3);
 

@@ -43,6 +43,7 @@
 #define ZEROSHARD_WORKER_ENGINE_STEP_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -104,6 +105,14 @@ class StepEngine {
 
   // Runs optimizer step `step` (all micro-batches, push, commit).
   absl::StatusOr<StepResult> Step(uint64_t step);
+
+  // Rank 0 calls `hook(step + 1, loss-scaler state for step + 1)` after
+  // every worker prepared step `step` and before applying it: the state a
+  // successor starting at step + 1 needs (worker/engine/resume.h).
+  void SetBeforeApply(
+      std::function<absl::Status(uint64_t, const LossScalerState&)> hook) {
+    before_apply_ = std::move(hook);
+  }
 
   // Test hook: makes this worker's gradient non-finite at `step`, as an FP16
   // overflow would (the step must then be skipped and the scale back off).
@@ -189,6 +198,7 @@ class StepEngine {
   uint64_t live_grad_bytes_ = 0;
   uint64_t adam_steps_ = 0;                  // non-skipped steps so far
   uint64_t inject_overflow_step_ = UINT64_MAX;
+  std::function<absl::Status(uint64_t, const LossScalerState&)> before_apply_;
   EngineMemory memory_;
   std::vector<int32_t> inputs_, targets_;
 };
