@@ -9,6 +9,21 @@
 
 namespace zeroshard {
 
+absl::Status ApplyStepOn(const ShardChannels& channels, int k, uint64_t step,
+                         uint64_t attempt, absl::Duration timeout) {
+  v1::ApplyStepRequest req;
+  req.set_step(step);
+  req.set_attempt(attempt);
+  v1::ApplyStepResponse resp;
+  return RunWithRetry(channels.options().retry, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     absl::ToChronoMilliseconds(timeout));
+    return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, &resp),
+                          "ApplyStep", channels.address(k));
+  });
+}
+
 absl::StatusOr<PushResult> ApplyStepAll(const ShardChannels& channels,
                                         uint64_t step, uint64_t attempt,
                                         absl::Duration timeout) {

@@ -24,6 +24,9 @@ namespace zeroshard {
 absl::StatusOr<PushResult> ApplyStepAll(const ShardChannels& channels,
                                         uint64_t step, uint64_t attempt,
                                         absl::Duration timeout);
+// The same on server k alone (fault tests: a sender that dies half way).
+absl::Status ApplyStepOn(const ShardChannels& channels, int k, uint64_t step,
+                         uint64_t attempt, absl::Duration timeout);
 
 }  // namespace zeroshard
 

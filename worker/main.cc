@@ -62,6 +62,8 @@ ABSL_FLAG(std::string, resume, "",
 ABSL_FLAG(uint64_t, attempt, 0,
           "this worker group's incarnation (the launcher's restart count); "
           "servers refuse pushes of an older one");
+ABSL_FLAG(int64_t, inject_partial_apply_at_step, -1,
+          "testing (rank 0): apply this step on server 0 only, then fail");
 ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
           "testing: make this worker's gradient non-finite at this step");
 
@@ -138,6 +140,10 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client.get(),
                                       group.get(), &sampler));
+  if (absl::GetFlag(FLAGS_inject_partial_apply_at_step) >= 0) {
+    engine->InjectPartialApplyAt(static_cast<uint64_t>(
+        absl::GetFlag(FLAGS_inject_partial_apply_at_step)));
+  }
   if (absl::GetFlag(FLAGS_inject_overflow_at_step) >= 0) {
     engine->InjectOverflowAt(
         static_cast<uint64_t>(absl::GetFlag(FLAGS_inject_overflow_at_step)));

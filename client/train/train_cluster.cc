@@ -153,6 +153,11 @@ absl::Status TrainCluster::StartWorkers() {
     if (!plan_.init_from.empty()) {
       o.argv.push_back("--init_from=" + plan_.init_from);
     }
+    if (r == 0 && plan_.attempt == 0 &&
+        plan_.inject_partial_apply_at_step >= 0) {
+      o.argv.push_back(absl::StrCat("--inject_partial_apply_at_step=",
+                                    plan_.inject_partial_apply_at_step));
+    }
     if (plan_.inject_overflow_at_step >= 0) {
       o.argv.push_back(absl::StrCat("--inject_overflow_at_step=",
                                     plan_.inject_overflow_at_step));

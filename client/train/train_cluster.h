@@ -55,6 +55,8 @@ struct TrainClusterPlan {
   Placement placement = Placement::kHost;
   std::string admin_token;
   int64_t inject_overflow_at_step = -1;   // passed on when >= 0
+  // Passed on to rank 0 of the first attempt only, when >= 0.
+  int64_t inject_partial_apply_at_step = -1;
   std::string init_from;                  // workers' --init_from, when set
   std::string run_id;                     // names the worker group
   std::string resume_dir;                 // workers' --resume (fresh servers

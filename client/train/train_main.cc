@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, server_addresses, "",
           "HOST:PORT,... of running servers: start none, train on these");
 ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
           "testing: make the gradient non-finite at this step");
+ABSL_FLAG(int64_t, inject_partial_apply_at_step, -1,
+          "testing: worker rank 0 applies this step on server 0 only, then "
+          "fails (first attempt only)");
 ABSL_FLAG(bool, quiet, false, "no progress bar (the summary still prints)");
 ABSL_FLAG(std::string, resume, "",
           "continue from the newest complete checkpoint in this directory "
@@ -97,6 +100,8 @@ int main(int argc, char** argv) {
   o.init_from = absl::GetFlag(FLAGS_init_from);
   o.inject_overflow_at_step = absl::GetFlag(FLAGS_inject_overflow_at_step);
   o.quiet = absl::GetFlag(FLAGS_quiet);
+  o.inject_partial_apply_at_step =
+      absl::GetFlag(FLAGS_inject_partial_apply_at_step);
   o.resume_dir = absl::GetFlag(FLAGS_resume);
   o.max_restarts = absl::GetFlag(FLAGS_max_restarts);
 

@@ -274,6 +274,7 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   plan.placement = cfg.cluster.placement;
   plan.admin_token = cfg.cluster.admin_token;
   plan.inject_overflow_at_step = o.inject_overflow_at_step;
+  plan.inject_partial_apply_at_step = o.inject_partial_apply_at_step;
   plan.run_id = absl::StrCat("train-", getpid(), "-", absl::ToUnixMicros(t0));
   plan.startup_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
 

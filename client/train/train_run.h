@@ -45,6 +45,7 @@ struct TrainOptions {
   std::string bin_dir;                        // zeroshard-server/-worker
   bool save_weights = false;
   int64_t inject_overflow_at_step = -1;
+  int64_t inject_partial_apply_at_step = -1;  // testing
   // A Hugging Face GPT-2 .safetensors file of starting weights (workers'
   // --init_from), checked against the layout before anything starts.
   std::string init_from;

@@ -132,5 +132,35 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
   EXPECT_EQ(killed, kKills);
 }
 
+// The narrowest window: every worker prepared step 5 everywhere and rank 0
+// died after ApplyStep reached server 0 only. The launcher finishes the
+// step from server 1's prepared pushes; nothing is redone, nothing lost.
+TEST(FaultInjectionTest, RankZeroDyingHalfWayThroughApplyLosesNoStep) {
+  TrainDir dir("partial");
+  nlohmann::json cfg = Config(dir.path("ckpt"));
+  cfg["zeroshard"]["steps"] = 12;
+  const std::string path = dir.WriteConfig("c.json", cfg);
+  TrainRun ref = RunTrain({"--config=" + path, "--out=" + dir.path("ref"),
+                           "--save_weights", "--quiet"},
+                          kRunTimeout);
+  ASSERT_TRUE(ref.status.success()) << ref.err;
+  TrainRun run = RunTrain({"--config=" + path, "--out=" + dir.path("run"),
+                           "--save_weights", "--quiet", "--max_restarts=1",
+                           "--inject_partial_apply_at_step=5"},
+                          kRunTimeout);
+  ASSERT_TRUE(run.status.success()) << run.err;
+  EXPECT_NE(run.err.find("step 5 finished from the servers' prepared pushes"),
+            std::string::npos)
+      << run.err;
+  WeightDiff d = CompareWeights(ReadWeights(dir.path("run")),
+                                ReadWeights(dir.path("ref")));
+  EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
+                               << d.worst_tensor;
+  // Steps 6.. ran once, on the new workers, from version 6.
+  auto rows = ReadMetricsCsv(dir.path("run") + "/metrics.csv");
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.back().at("step"), "11");
+}
+
 }  // namespace
 }  // namespace zeroshard::testing

@@ -450,6 +450,15 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   if (rank_ == 0) {
     absl::Status s = before_apply_ ? before_apply_(step + 1, scaler_.state())
                                    : absl::OkStatus();
+    if (s.ok() && step == inject_partial_apply_step_) {
+      s = ApplyStepOn(client_->channels(), 0, step,
+                      client_->channels().options().attempt,
+                      absl::Seconds(config_.cluster.step_timeout_s));
+      if (s.ok()) {
+        s = absl::AbortedError(absl::StrCat(
+            "injected fault: step ", step, " applied on server 0 only"));
+      }
+    }
     if (s.ok()) {
       s = ApplyStepAll(client_->channels(), step,
                        client_->channels().options().attempt,

@@ -114,6 +114,11 @@ class StepEngine {
     before_apply_ = std::move(hook);
   }
 
+  // Test hook (rank 0): at `step`, ApplyStep reaches server 0 only and the
+  // step fails with ABORTED, as if rank 0 died half way through the second
+  // phase; the launcher must finish the step.
+  void InjectPartialApplyAt(uint64_t step) { inject_partial_apply_step_ = step; }
+
   // Test hook: makes this worker's gradient non-finite at `step`, as an FP16
   // overflow would (the step must then be skipped and the scale back off).
   void InjectOverflowAt(uint64_t step) { inject_overflow_step_ = step; }
@@ -198,6 +203,7 @@ class StepEngine {
   uint64_t live_grad_bytes_ = 0;
   uint64_t adam_steps_ = 0;                  // non-skipped steps so far
   uint64_t inject_overflow_step_ = UINT64_MAX;
+  uint64_t inject_partial_apply_step_ = UINT64_MAX;
   std::function<absl::Status(uint64_t, const LossScalerState&)> before_apply_;
   EngineMemory memory_;
   std::vector<int32_t> inputs_, targets_;
