@@ -2,16 +2,20 @@
 // (docs/DESIGN.md, "Checkpoints").
 //
 // One worker and 2 in-process shard servers train the step benchmark's shape
-// (T=256, 8 blocks, width 512, BF16, ZeRO-3); every 3rd step a checkpoint is
-// armed before the step, so its pushes make each chunk copy itself first,
-// and the servers write their shard files in the background while the next
-// steps run. Printed: the median time of steps that take a checkpoint, of
-// the steps right after (the files are being written), and of clean steps;
-// the servers' copy time; and the files' write bandwidth against a plain
-// sequential write + fsync of the same bytes in the same directory, in the
-// same run. Last lines:
-//   checkpoint ratio=<checkpoint step / clean step> target=1.2   (lower is better)
+// (T=256, 8 blocks, width 512, BF16, ZeRO-3) twice in the same run: once
+// without checkpoints, once with a checkpoint armed before every 4th step.
+// A checkpoint's cost is not only its own step: the copies and the file
+// writes run in the background (at idle priority) while the next steps
+// train, and on this machine servers and worker share the cores. So the
+// cost of one checkpoint is the second run's total step time minus the
+// first's, per checkpoint, and the figure is
+//   (clean step + that cost) / clean step,
+// the time of "a step that takes a checkpoint" against one that does not.
+// Then the shard files' write path (XXH3 + write + fsync + rename, both
+// servers' files at once) against a plain sequential write + fsync of the
+// same bytes in the same directory, on an idle machine. Last lines:
 //   checkpoint_write ratio=<checkpoint MB/s / plain MB/s> target=0.8 (higher)
+//   checkpoint ratio=<step with a checkpoint / clean step> target=1.2 (lower)
 //
 // Args: [checkpoints, default 4] [directory, default a new one in /tmp].
 #include <fcntl.h>
@@ -32,13 +36,14 @@
 #include "bench/bench.h"
 #include "bench/engine_rig.h"
 #include "client/checkpoint_client.h"
+#include "server/shard_checkpoint.h"
 
 namespace zeroshard::bench {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kEvery = 3;
+constexpr uint64_t kEvery = 4;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -88,10 +93,17 @@ int RunCheckpoint(const std::vector<std::string>& args) {
     return 1;
   }
   std::printf("checkpoint: GPT T=256 layers=8 heads=8 width=512 vocab=256 "
-              "batch=4, bf16, ZeRO-3, 2 servers x 1 worker, a checkpoint "
-              "every %llu steps, %d of them, in %s\n",
+              "batch=4, bf16, ZeRO-3, 2 servers x 1 worker, %llu steps "
+              "without checkpoints, then with one every %llu steps (%d), in "
+              "%s\n",
+              static_cast<unsigned long long>(steps),
               static_cast<unsigned long long>(kEvery), checkpoints,
               dir.c_str());
+  auto base = RunEngineRig(*cfg, *sampler);
+  if (!base.ok()) {
+    std::fprintf(stderr, "checkpoint: %s\n", base.status().ToString().c_str());
+    return 1;
+  }
 
   absl::Mutex mu;
   std::vector<v1::CheckpointResponse> files;
@@ -103,7 +115,7 @@ int RunCheckpoint(const std::vector<std::string>& args) {
   };
   RigStepHook hook = [&](uint64_t step,
                          const ShardChannels& channels) -> absl::Status {
-    if (step == 0 || step % kEvery != 0 || step >= steps - 2) {
+    if (step == 0 || step % kEvery != 0 || step >= steps - 1) {
       return absl::OkStatus();
     }
     join();
@@ -128,57 +140,83 @@ int RunCheckpoint(const std::vector<std::string>& args) {
                  commit_status.ToString().c_str());
     return 1;
   }
-  std::vector<double> with, after, clean;
-  for (const StepResult& r : run->steps) {
-    if (r.step == 0 || r.step >= steps - 1) continue;  // warm-up, last
-    const uint64_t phase = r.step % kEvery;
-    (phase == 0 ? with : phase == 1 ? after : clean).push_back(r.seconds);
-    std::printf("  step %2llu %-8s %.3f s (fetch %.3f, compute %.3f, comm "
-                "wait %.3f, commit %.3f)\n",
-                static_cast<unsigned long long>(r.step),
-                phase == 0 ? "ckpt" : phase == 1 ? "writing" : "clean",
-                r.seconds, r.fetch_seconds, r.compute_seconds,
-                r.comm_wait_seconds, r.commit_seconds);
+  // Step 0 (warm-up) and the last step (no prefetch) are left out of both.
+  std::vector<double> clean, with;
+  double base_total = 0, run_total = 0;
+  for (size_t i = 1; i + 1 < base->steps.size(); ++i) {
+    clean.push_back(base->steps[i].seconds);
+    base_total += base->steps[i].seconds;
   }
-  double copy = 0, write = 0;
+  for (size_t i = 1; i + 1 < run->steps.size(); ++i) {
+    const StepResult& r = run->steps[i];
+    run_total += r.seconds;
+    if (r.step % kEvery == 0) with.push_back(r.seconds);
+    std::printf("  step %2llu %-10s %.3f s (fetch %.3f, compute %.3f, commit "
+                "%.3f); without checkpoints %.3f s\n",
+                static_cast<unsigned long long>(r.step),
+                r.step % kEvery == 0 ? "checkpoint" : "", r.seconds,
+                r.fetch_seconds, r.compute_seconds, r.commit_seconds,
+                base->steps[i].seconds);
+  }
+  const size_t taken = files.size() / 2;
+  double copy = 0;
   uint64_t bytes = 0;
   for (const auto& f : files) {
     copy = std::max(copy, f.copy_seconds());
-    write = std::max(write, f.write_seconds());
     bytes += f.bytes();
   }
-  const uint64_t per_checkpoint = bytes / checkpoints;
-  const double plain = PlainWriteSeconds(dir, per_checkpoint);
-  std::vector<double> writes;
-  for (const auto& f : files) writes.push_back(f.write_seconds());
-  // Both servers write at once: one checkpoint's bytes over the slower
-  // server's time.
-  std::vector<double> per_ckpt_write;
-  for (size_t i = 0; i + 1 < files.size(); i += 2) {
-    per_ckpt_write.push_back(
-        std::max(files[i].write_seconds(), files[i + 1].write_seconds()));
+  const double cost = taken > 0 ? (run_total - base_total) / taken : 0;
+  const double clean_step = Median(clean);
+
+  // The write path alone, both servers' files at once, on an idle machine.
+  const uint64_t per_server = taken > 0 ? bytes / files.size() : 0;
+  const uint64_t n = (per_server > 64 ? per_server - 64 : 0) / 12;
+  std::vector<float> zeros(n, 0.5f);
+  double write_s = 0;
+  {
+    const absl::Time t0 = absl::Now();
+    std::vector<std::thread> writers;
+    for (int k = 0; k < 2; ++k) {
+      writers.emplace_back([&, k] {
+        v1::ShardCheckpointHeader h;
+        h.set_server_index(k);
+        h.set_num_servers(2);
+        h.mutable_owned()->set_length(n);
+        h.set_chunk_elems(std::max<uint64_t>(64, (n + 63) / 64 * 64));
+        h.add_chunk_versions(0);
+        h.add_chunk_adam_steps(0);
+        ShardCheckpointContents c{h, zeros.data(), zeros.data(), zeros.data()};
+        WriteShardCheckpoint(absl::StrCat(dir, "/write-", k, ".bin"), c)
+            .IgnoreError();
+      });
+    }
+    for (auto& t : writers) t.join();
+    write_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    for (int k = 0; k < 2; ++k) fs::remove(absl::StrCat(dir, "/write-", k, ".bin"));
   }
-  const double ckpt_write = Median(per_ckpt_write);
-  const double mbps = per_checkpoint / ckpt_write / 1e6;
+  const uint64_t per_checkpoint = taken > 0 ? bytes / taken : 0;
+  const double plain = PlainWriteSeconds(dir, per_checkpoint);
+  const double mbps = write_s > 0 ? per_checkpoint / write_s / 1e6 : 0;
   const double plain_mbps = plain > 0 ? per_checkpoint / plain / 1e6 : 0;
-  std::printf("step with a checkpoint %8.3f s (median of %zu)\n", Median(with),
-              with.size());
-  std::printf("step while writing     %8.3f s (median of %zu)\n", Median(after),
-              after.size());
-  std::printf("clean step             %8.3f s (median of %zu)\n", Median(clean),
-              clean.size());
-  std::printf("chunk copies           %8.3f s per server (slowest, summed "
-              "over its chunks)\n", copy);
-  std::printf("checkpoint size        %8.1f MB (2 shard files: FP32 master, "
-              "m, v)\n", per_checkpoint / 1e6);
-  std::printf("checkpoint write       %8.1f MB/s (median; both servers at "
-              "once)\n", mbps);
+
+  std::printf("clean step             %8.3f s (median of %zu, run without "
+              "checkpoints)\n", clean_step, clean.size());
+  std::printf("checkpoint steps       %8.3f s (median of %zu; the copies and "
+              "writes spill into later steps)\n", Median(with), with.size());
+  std::printf("cost per checkpoint    %8.3f s (all steps with checkpoints - "
+              "all without, / %zu)\n", cost, taken);
+  std::printf("chunk copies           %8.3f s per server (slowest, summed over "
+              "its chunks, at idle priority)\n", copy);
+  std::printf("checkpoint size        %8.1f MB (2 shard files: FP32 master, m, "
+              "v)\n", per_checkpoint / 1e6);
+  std::printf("shard file write       %8.1f MB/s (XXH3 + write + fsync + "
+              "rename, 2 files at once, idle machine)\n", mbps);
   std::printf("plain write + fsync    %8.1f MB/s (same bytes, same "
               "directory)\n", plain_mbps);
   std::printf("checkpoint_write ratio=%.3f target=0.8\n",
               plain_mbps > 0 ? mbps / plain_mbps : 0.0);
   std::printf("checkpoint ratio=%.3f target=1.2\n",
-              Median(clean) > 0 ? Median(with) / Median(clean) : 0.0);
+              clean_step > 0 ? (clean_step + cost) / clean_step : 0.0);
   if (own_dir) fs::remove_all(dir);
   return 0;
 }

@@ -306,8 +306,20 @@ absl::StatusOr<std::shared_ptr<ShardSnapshot>> ModelShard::ArmSnapshot(
       return armed.status();
     }
     at_step = *std::move(armed);
+    // The arrays of a written checkpoint nobody holds any more are reused:
+    // their pages are faulted in already.
+    std::unique_ptr<SnapshotArrays> reuse;
+    for (auto it = snapshots_.begin(); it != snapshots_.end(); ++it) {
+      const auto done = (*it)->result();
+      if (!(*it)->directory().empty() && done.has_value() && it->use_count() == 1) {
+        reuse = (*it)->TakeArrays();
+        snapshots_.erase(it);
+        break;
+      }
+    }
     snap = std::make_shared<ShardSnapshot>(step, directory, CheckpointHeader(),
-                                           store_->num_chunks());
+                                           store_->num_chunks(),
+                                           std::move(reuse));
     // Keep the armed ones and the two newest finished ones.
     std::vector<std::shared_ptr<ShardSnapshot>> kept;
     int finished = 0;
@@ -318,14 +330,23 @@ absl::StatusOr<std::shared_ptr<ShardSnapshot>> ModelShard::ArmSnapshot(
     snapshots_ = std::move(kept);
     snapshots_.push_back(snap);
   }
-  // Chunks at `step` with nothing claimed: no claim of `step` has reached
-  // them, and any that does copies first, so the copy here is clean too.
-  for (size_t c : at_step) {
-    FinishIfLast(snap, snap->Capture(*store_, c, tracker_->adam_t(c)));
-  }
   // A server that owns nothing (more servers than 64-element blocks) has no
   // chunk whose copy would finish the snapshot: it is complete at once.
-  if (store_->num_chunks() == 0) FinishIfLast(snap, true);
+  if (store_->num_chunks() == 0) FinishIfLast(*snap, true);
+  // Chunks at `step` with nothing claimed: no claim of `step` has reached
+  // them, and any that does copies first, so a copy made meanwhile is clean
+  // too. They are copied on the snapshot's own thread, so that arming
+  // returns at once (the usual case: the servers applied step-1 before the
+  // coordinator arms step, so every chunk is here).
+  if (!at_step.empty()) {
+    ShardSnapshot* raw = snap.get();
+    raw->RunInBackground([this, raw, chunks = std::move(at_step)] {
+      for (size_t c : chunks) {
+        if (raw->stopping()) return;
+        FinishIfLast(*raw, raw->Capture(*store_, c, tracker_->adam_t(c)));
+      }
+    });
+  }
   return snap;
 }
 
@@ -346,12 +367,11 @@ bool ModelShard::SnapshotInProgress() const {
   return false;
 }
 
-void ModelShard::FinishIfLast(const std::shared_ptr<ShardSnapshot>& snap,
-                              bool last) {
+void ModelShard::FinishIfLast(ShardSnapshot& snap, bool last) {
   if (!last) return;
-  tracker_->DisarmCapture(snap->step());
+  tracker_->DisarmCapture(snap.step());
   --armed_;
-  snap->Finish();
+  snap.Finish();
 }
 
 void ModelShard::CaptureCompleted(const StepClaim& claim) {
@@ -369,7 +389,7 @@ void ModelShard::CaptureCompleted(const StepClaim& claim) {
     if (seg.chunk == prev || tracker_->version(seg.chunk) != v) continue;
     prev = seg.chunk;
     for (const auto& snap : armed) {
-      FinishIfLast(snap,
+      FinishIfLast(*snap,
                    snap->Capture(*store_, seg.chunk, tracker_->adam_t(seg.chunk)));
     }
   }
@@ -391,7 +411,7 @@ void ModelShard::CaptureClaimed(const StepClaim& claim) {
     prev = seg.chunk;
     for (const auto& snap : armed) {
       // seg.adam_t is the count this update will use: t at version s, + 1.
-      FinishIfLast(snap, snap->Capture(*store_, seg.chunk, seg.adam_t - 1));
+      FinishIfLast(*snap, snap->Capture(*store_, seg.chunk, seg.adam_t - 1));
     }
   }
 }

@@ -131,7 +131,7 @@ class ModelShard {
   // it in memory), or returns the one armed (or finished) for the same
   // (step, directory) before. FAILED_PRECONDITION when a chunk is past
   // `step` (StepTracker::ArmCapture). Chunks already at `step` are copied
-  // before this returns.
+  // on the snapshot's own thread after this returns.
   absl::StatusOr<std::shared_ptr<ShardSnapshot>> ArmSnapshot(
       uint64_t step, const std::string& directory);
   // The armed or recently finished snapshot of (step, directory), or null.
@@ -162,7 +162,7 @@ class ModelShard {
   void CaptureCompleted(const StepClaim& claim);
   std::atomic<int> armed_{0};  // snapshots armed and not yet complete
   // Finishes `snap` when `last` (its last chunk was just copied).
-  void FinishIfLast(const std::shared_ptr<ShardSnapshot>& snap, bool last);
+  void FinishIfLast(ShardSnapshot& snap, bool last);
 
   // Drops prepared pushes older than (step, attempt), releasing their bytes.
   void DropPreparedBefore(uint64_t step, uint64_t attempt)

@@ -1,5 +1,8 @@
 #include "server/shard_snapshot.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -9,24 +12,59 @@
 #include "server/shard_checkpoint.h"
 
 namespace zeroshard {
+namespace {
+
+// Background copies and the file write run under SCHED_IDLE: on a host
+// whose cores also train (a local cluster), they take only the cycles
+// training leaves. (A copy holds its chunk's lock for one chunk, ~0.5 ms at
+// the default size; an update or Gather of that chunk may wait that long.)
+// Where it is refused, the thread keeps its priority.
+void RunAtIdlePriority() {
+  sched_param p{};
+  p.sched_priority = 0;
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &p);
+}
+
+}  // namespace
 
 ShardSnapshot::ShardSnapshot(uint64_t step, std::string directory,
                              v1::ShardCheckpointHeader header,
-                             size_t num_chunks)
+                             size_t num_chunks,
+                             std::unique_ptr<SnapshotArrays> arrays)
     : step_(step),
       directory_(std::move(directory)),
       num_chunks_(num_chunks),
       header_(std::move(header)),
       adam_t_(num_chunks, 0),
       copied_(std::make_unique<std::atomic<bool>[]>(num_chunks)),
-      remaining_(num_chunks) {
+      remaining_(num_chunks),
+      arrays_(std::move(arrays)) {
   const uint64_t n = header_.owned().length();
-  for (auto& a : arrays_) a.reset(new float[n]);  // filled by Capture
+  if (arrays_ == nullptr || arrays_->n != n) {
+    arrays_ = std::make_unique<SnapshotArrays>();
+    arrays_->n = n;
+    for (auto& a : arrays_->a) a.reset(new float[n]);  // filled by Capture
+  }
   for (size_t c = 0; c < num_chunks; ++c) copied_[c].store(false);
   header_.set_step(step);
 }
 
+void ShardSnapshot::RunInBackground(std::function<void()> work) {
+  background_ = std::make_unique<std::thread>([work = std::move(work)] {
+    RunAtIdlePriority();
+    work();
+  });
+}
+
 ShardSnapshot::~ShardSnapshot() {
+  stopping_ = true;
+  if (background_ != nullptr && background_->joinable()) {
+    if (background_->get_id() == std::this_thread::get_id()) {
+      background_->detach();
+    } else {
+      background_->join();
+    }
+  }
   if (writer_ != nullptr && writer_->joinable()) {
     if (writer_->get_id() == std::this_thread::get_id()) {
       writer_->detach();  // the last reference dropped by the writer itself
@@ -53,9 +91,9 @@ bool ShardSnapshot::Capture(const ShardStore& store, size_t c,
     if (copied_[c].load(std::memory_order_relaxed)) return;
     const size_t i = a.range.begin - header_.owned().offset();
     const size_t bytes = a.range.size() * sizeof(float);
-    std::memcpy(arrays_[0].get() + i, a.master, bytes);
-    std::memcpy(arrays_[1].get() + i, a.exp_avg, bytes);
-    std::memcpy(arrays_[2].get() + i, a.exp_avg_sq, bytes);
+    std::memcpy(arrays_->a[0].get() + i, a.master, bytes);
+    std::memcpy(arrays_->a[1].get() + i, a.exp_avg, bytes);
+    std::memcpy(arrays_->a[2].get() + i, a.exp_avg_sq, bytes);
     adam_t_[c] = adam_t;
     copied_[c].store(true, std::memory_order_release);
     copied_now = true;
@@ -82,6 +120,7 @@ void ShardSnapshot::Finish() {
 }
 
 void ShardSnapshot::Write() {
+  RunAtIdlePriority();
   const absl::Time t0 = absl::Now();
   const std::string path = FilePath();
   std::error_code ec;
@@ -94,8 +133,8 @@ void ShardSnapshot::Write() {
         ec.message())));
     return;
   }
-  ShardCheckpointContents contents{header_, arrays_[0].get(),
-                                   arrays_[1].get(), arrays_[2].get()};
+  ShardCheckpointContents contents{header_, arrays_->a[0].get(),
+                                   arrays_->a[1].get(), arrays_->a[2].get()};
   absl::StatusOr<uint64_t> sum = WriteShardCheckpoint(path, contents);
   if (!sum.ok()) {
     Complete(sum.status());

@@ -48,12 +48,22 @@ struct SnapshotResult {
   double write_seconds = 0;
 };
 
+// The three copied arrays (master, exp_avg, exp_avg_sq) of `n` elements;
+// handed from a finished snapshot to the next one, so that a checkpoint's
+// copies touch memory already faulted in.
+struct SnapshotArrays {
+  uint64_t n = 0;
+  std::unique_ptr<float[]> a[3];
+};
+
 class ShardSnapshot {
  public:
   // `header` names the shard (server, owned, chunk size, model, optimizer);
-  // its step, versions and Adam steps are filled in here.
+  // its step, versions and Adam steps are filled in here. `arrays` (may be
+  // null) are reused when they have the owned range's size.
   ShardSnapshot(uint64_t step, std::string directory,
-                v1::ShardCheckpointHeader header, size_t num_chunks);
+                v1::ShardCheckpointHeader header, size_t num_chunks,
+                std::unique_ptr<SnapshotArrays> arrays = nullptr);
   ~ShardSnapshot();
   ShardSnapshot(const ShardSnapshot&) = delete;
   ShardSnapshot& operator=(const ShardSnapshot&) = delete;
@@ -85,7 +95,15 @@ class ShardSnapshot {
 
   // The copied arrays (valid once every chunk is in): master, exp_avg,
   // exp_avg_sq of the owned range.
-  const float* array(int which) const { return arrays_[which].get(); }
+  const float* array(int which) const { return arrays_->a[which].get(); }
+  // Gives the arrays up (a finished snapshot nobody reads any more);
+  // array() is null afterwards.
+  std::unique_ptr<SnapshotArrays> TakeArrays() { return std::move(arrays_); }
+
+  // Runs `work` on a thread of its own, joined by the destructor; `work`
+  // should return early once stopping() is true.
+  void RunInBackground(std::function<void()> work);
+  bool stopping() const { return stopping_.load(); }
   const v1::ShardCheckpointHeader& header() const { return header_; }
 
  private:
@@ -97,7 +115,9 @@ class ShardSnapshot {
   const size_t num_chunks_;
   v1::ShardCheckpointHeader header_;  // chunk lists filled by Finish
   std::vector<uint64_t> adam_t_;      // per chunk, written by its Capture
-  std::unique_ptr<float[]> arrays_[3];
+  std::unique_ptr<SnapshotArrays> arrays_;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<std::thread> background_;
   // Per chunk, set under the chunk's store lock.
   std::unique_ptr<std::atomic<bool>[]> copied_;
   std::atomic<size_t> remaining_;

@@ -415,13 +415,14 @@ TEST(ShardServerTest, AdminTokenGuardsAdminCalls) {
     w->WritesDone();
     EXPECT_EQ(w->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
-  // Checkpoint (an in-memory snapshot of version 0: done at once) needs the
+  // Checkpoint (an in-memory snapshot of version 0, waited for) needs the
   // token too (tests/server/checkpoint_rpc_test.cc tests the call itself).
   for (const std::string token : {"", "s3cret"}) {
     grpc::ClientContext c;
     testing::SetDeadline(c, 20000);
     v1::CheckpointRequest req;
     req.set_admin_token(token);
+    req.set_wait(true);
     v1::CheckpointResponse resp;
     const grpc::Status ck = t.stub->Checkpoint(&c, req, &resp);
     if (token.empty()) {
