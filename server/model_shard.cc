@@ -212,6 +212,11 @@ ModelShard::PreparedSummary ModelShard::prepared() const {
 
 absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
                                                       uint64_t attempt) {
+  // Bug fix: without this, a second ApplyPrepared of the same step that ran
+  // while the first was applying found the prepared pushes taken and the
+  // chunks still at `step`, and answered FAILED_PRECONDITION (a retried
+  // ApplyStep told "don't retry" although the step was being applied).
+  absl::MutexLock one_at_a_time(&apply_step_mu_);
   RETURN_IF_ERROR(tracker_->NoteAttempt(attempt));
   std::vector<PreparedPush> mine;
   {

@@ -164,6 +164,12 @@ class ModelShard {
   // Finishes `snap` when `last` (its last chunk was just copied).
   void FinishIfLast(ShardSnapshot& snap, bool last);
 
+  // Serialises ApplyPrepared calls: a second call for the same step (a
+  // retried ApplyStep, or the launcher's next to rank 0's) waits for the
+  // first and then finds the step applied, instead of finding the prepared
+  // pushes taken and the chunks not yet complete.
+  absl::Mutex apply_step_mu_;
+
   // Drops prepared pushes older than (step, attempt), releasing their bytes.
   void DropPreparedBefore(uint64_t step, uint64_t attempt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(prepared_mu_);
