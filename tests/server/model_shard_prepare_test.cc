@@ -1,0 +1,589 @@
+// ModelShard's two-phase step commit (Prepare, ApplyPrepared): several
+// workers prepare random disjoint FP32 / BF16 pieces that cover the owned
+// range, nothing changes until ApplyPrepared, which then leaves exactly the
+// state of a reference shard that got the same pieces in one plain
+// ApplyPush, bit for bit. Missing coverage, a repeated or late ApplyPrepared,
+// newer attempts and steps, a re-prepare by the same worker, disagreeing
+// coefficients and a snapshot armed over two-phase steps are checked, with
+// the pending gradient bytes after each.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/dtype.h"
+#include "gtest/gtest.h"
+#include "server/model_shard.h"
+#include "tests/server/server_test_util.h"
+
+namespace zeroshard {
+namespace {
+
+constexpr uint32_t kServers = 2;
+constexpr uint32_t kServer = 1;  // owned range does not start at 0
+constexpr uint64_t kChunkElems = 256;
+
+std::unique_ptr<ModelShard> MakeShard(uint64_t seed) {
+  const v1::InitRequest init = testing::MakeInit(
+      testing::SmallManifest(2), kServers, kServer, seed, kChunkElems);
+  auto shard = ModelShard::Create(init, {kServer, kServers}, Placement::kHost);
+  EXPECT_TRUE(shard.ok()) << shard.status();
+  return shard.ok() ? *std::move(shard) : nullptr;
+}
+
+// master, exp_avg, exp_avg_sq of the owned range, the chunks' versions and
+// Adam steps.
+struct State {
+  std::vector<float> arrays[3];
+  std::vector<uint64_t> versions, adam_t;
+};
+
+State ReadState(const ModelShard& shard) {
+  State s;
+  const FlatRange owned = shard.owned();
+  for (auto& a : s.arrays) a.resize(owned.size());
+  for (size_t c = 0; c < shard.store().num_chunks(); ++c) {
+    shard.store().WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
+      const size_t i = a.range.begin - owned.begin;
+      const size_t bytes = a.range.size() * sizeof(float);
+      std::memcpy(s.arrays[0].data() + i, a.master, bytes);
+      std::memcpy(s.arrays[1].data() + i, a.exp_avg, bytes);
+      std::memcpy(s.arrays[2].data() + i, a.exp_avg_sq, bytes);
+    });
+    s.versions.push_back(shard.tracker().version(c));
+    s.adam_t.push_back(shard.tracker().adam_t(c));
+  }
+  return s;
+}
+
+// "" when equal bit for bit; otherwise what differs first.
+std::string Diff(const State& got, const State& want) {
+  const char* names[] = {"master", "exp_avg", "exp_avg_sq"};
+  for (int a = 0; a < 3; ++a) {
+    if (got.arrays[a].size() != want.arrays[a].size()) {
+      return absl::StrCat(names[a], " size");
+    }
+    for (size_t i = 0; i < got.arrays[a].size(); ++i) {
+      if (std::memcmp(&got.arrays[a][i], &want.arrays[a][i], 4) != 0) {
+        return absl::StrCat(names[a], " differs at owned element ", i, ": ",
+                            got.arrays[a][i], " vs ", want.arrays[a][i]);
+      }
+    }
+  }
+  if (got.versions != want.versions) return "versions differ";
+  if (got.adam_t != want.adam_t) return "Adam steps differ";
+  return "";
+}
+
+// One worker's gradient for a step: disjoint pieces, each FP32 or BF16,
+// with their bytes.
+struct WorkerGrad {
+  std::vector<FlatRange> ranges;
+  std::vector<DType> dtypes;
+  std::vector<std::shared_ptr<std::vector<char>>> bytes;
+
+  std::vector<GradPiece> Pieces() const {
+    std::vector<GradPiece> out;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      out.push_back({ranges[i], dtypes[i], bytes[i]->data()});
+    }
+    return out;
+  }
+  int64_t Bytes() const {
+    int64_t n = 0;
+    for (const auto& b : bytes) n += static_cast<int64_t>(b->size());
+    return n;
+  }
+  uint64_t Elems() const {
+    uint64_t n = 0;
+    for (const FlatRange& r : ranges) n += r.size();
+    return n;
+  }
+};
+
+// Random values for `r`, FP32 or BF16.
+std::shared_ptr<std::vector<char>> RandomBytes(std::mt19937_64& rng,
+                                               FlatRange r, DType dtype) {
+  std::normal_distribution<float> g(0, 1);
+  auto out = std::make_shared<std::vector<char>>(r.size() * DTypeSize(dtype));
+  for (uint64_t i = 0; i < r.size(); ++i) {
+    const float x = g(rng);
+    if (dtype == DType::kBf16) {
+      const uint16_t h = FloatToBf16(x);
+      std::memcpy(out->data() + 2 * i, &h, 2);
+    } else {
+      std::memcpy(out->data() + 4 * i, &x, 4);
+    }
+  }
+  return out;
+}
+
+// `workers` gradients whose pieces tile `owned` exactly once, cut anywhere
+// (across chunk boundaries too); every worker gets at least one piece.
+std::vector<WorkerGrad> MakeStepGrads(std::mt19937_64& rng, FlatRange owned,
+                                      int workers) {
+  std::vector<uint64_t> cuts = {owned.begin, owned.end};
+  const int n = workers + 10 + static_cast<int>(rng() % 30);
+  for (int i = 0; i < n; ++i) cuts.push_back(owned.begin + rng() % owned.size());
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<FlatRange> pieces;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    pieces.push_back({cuts[i], cuts[i + 1]});
+  }
+  std::shuffle(pieces.begin(), pieces.end(), rng);
+  std::vector<WorkerGrad> out(workers);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    WorkerGrad& w = out[i < static_cast<size_t>(workers) ? i : rng() % workers];
+    const DType dtype = rng() % 2 ? DType::kBf16 : DType::kFp32;
+    w.ranges.push_back(pieces[i]);
+    w.dtypes.push_back(dtype);
+    w.bytes.push_back(RandomBytes(rng, pieces[i], dtype));
+  }
+  return out;
+}
+
+// What PushReceiver hands over for a prepare: the pieces, their owner and
+// their bytes counted as pending in the store.
+PreparedPush MakePrepared(ModelShard& shard, const WorkerGrad& g,
+                          uint64_t step, uint64_t attempt, uint32_t worker,
+                          StepParams params) {
+  PreparedPush p;
+  p.step = step;
+  p.attempt = attempt;
+  p.worker = worker;
+  p.params = params;
+  p.pieces = g.Pieces();
+  p.holder = std::make_shared<WorkerGrad>(g);
+  p.pending_bytes = g.Bytes();
+  shard.store().AddPendingGradBytes(p.pending_bytes);
+  return p;
+}
+
+// Every worker's pieces in one plain ApplyPush.
+void ApplyPlain(ModelShard& ref, const std::vector<WorkerGrad>& grads,
+                uint64_t step, StepParams params) {
+  std::vector<GradPiece> all;
+  for (const WorkerGrad& g : grads) {
+    const auto p = g.Pieces();
+    all.insert(all.end(), p.begin(), p.end());
+  }
+  auto r = ref.ApplyPush(step, params, all);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->applied_elems, ref.owned().size());
+}
+
+// Each worker prepares on a thread of its own; "" or the first error.
+std::string PrepareConcurrently(ModelShard& shard,
+                                const std::vector<WorkerGrad>& grads,
+                                uint64_t step, uint64_t attempt,
+                                StepParams params,
+                                const std::vector<uint32_t>& workers) {
+  std::vector<std::string> errors(workers.size());
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    threads.emplace_back([&, i] {
+      while (!go.load()) std::this_thread::yield();
+      const uint32_t w = workers[i];
+      absl::Status s = shard.Prepare(
+          MakePrepared(shard, grads[w], step, attempt, w, params));
+      if (!s.ok()) errors[i] = absl::StrCat("worker ", w, ": ", s.ToString());
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  for (const std::string& e : errors) {
+    if (!e.empty()) return e;
+  }
+  return "";
+}
+
+std::vector<uint32_t> AllWorkers(size_t n) {
+  std::vector<uint32_t> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(i);
+  return out;
+}
+
+StepParams RandomParams(std::mt19937_64& rng) {
+  return {std::uniform_real_distribution<double>(0.05, 2)(rng), false};
+}
+
+class PrepareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+    shard_ = MakeShard(seed_ % 1000);
+    ref_ = MakeShard(seed_ % 1000);
+    ASSERT_NE(shard_, nullptr);
+    ASSERT_NE(ref_, nullptr);
+    ASSERT_GT(shard_->store().num_chunks(), 8u);
+    workers_ = 2 + static_cast<int>(rng_() % 4);
+  }
+  // Records the seed on failure.
+  std::string Trace() const {
+    return absl::StrCat("seed ", seed_, ", ", workers_, " workers");
+  }
+
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  std::unique_ptr<ModelShard> shard_, ref_;
+  int workers_ = 0;
+};
+
+TEST_F(PrepareTest, NothingAppliesUntilApplyPreparedThenEqualsPlainPush) {
+  SCOPED_TRACE(Trace());
+  constexpr uint64_t kSteps = 3;
+  for (uint64_t step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    const StepParams params = RandomParams(rng_);
+    const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+    int64_t bytes = 0;
+    for (const auto& g : grads) bytes += g.Bytes();
+    const State before = ReadState(*shard_);
+    ASSERT_EQ(PrepareConcurrently(*shard_, grads, step, 0, params,
+                                  AllWorkers(grads.size())),
+              "");
+    // Prepared, nothing applied.
+    EXPECT_EQ(Diff(ReadState(*shard_), before), "");
+    EXPECT_EQ(shard_->store().pending_grad_bytes(),
+              static_cast<uint64_t>(bytes));
+    const ModelShard::PreparedSummary prepared = shard_->prepared();
+    EXPECT_EQ(prepared.elems, shard_->owned().size());
+    EXPECT_EQ(prepared.step, step);
+    EXPECT_EQ(prepared.attempt, 0u);
+    EXPECT_EQ(shard_->tracker().Summarize().partial_chunks, 0u);
+
+    auto r = shard_->ApplyPrepared(step, 0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->applied_elems, shard_->owned().size());
+    EXPECT_EQ(r->duplicate_elems, 0u);
+    EXPECT_EQ(r->chunks_completed, shard_->store().num_chunks());
+    EXPECT_EQ(r->pushes, static_cast<uint32_t>(workers_));
+    ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, step, params));
+    EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
+    EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+    EXPECT_EQ(shard_->prepared().elems, 0u);
+    EXPECT_EQ(shard_->tracker().Summarize().min_version, step + 1);
+  }
+}
+
+TEST_F(PrepareTest, MissingWorkerIsFailedPreconditionAndChangesNothing) {
+  SCOPED_TRACE(Trace());
+  const StepParams params = RandomParams(rng_);
+  const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+  const uint32_t missing = rng_() % workers_;
+  std::vector<uint32_t> present;
+  uint64_t covered = 0;
+  int64_t bytes = 0;
+  for (uint32_t w = 0; w < static_cast<uint32_t>(workers_); ++w) {
+    if (w == missing) continue;
+    present.push_back(w);
+    covered += grads[w].Elems();
+    bytes += grads[w].Bytes();
+  }
+  ASSERT_EQ(PrepareConcurrently(*shard_, grads, 0, 0, params, present), "");
+  const State before = ReadState(*shard_);
+  for (int round = 0; round < 2; ++round) {
+    auto r = shard_->ApplyPrepared(0, 0);
+    ASSERT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
+        << r.status();
+    EXPECT_NE(r.status().message().find(absl::StrCat(
+                  "hold ", covered, " of the ", shard_->owned().size(),
+                  " elements")),
+              std::string::npos)
+        << r.status();
+    EXPECT_EQ(Diff(ReadState(*shard_), before), "");
+    // The prepared pushes are still there, still counted.
+    EXPECT_EQ(shard_->prepared().elems, covered);
+    EXPECT_EQ(shard_->store().pending_grad_bytes(),
+              static_cast<uint64_t>(bytes));
+  }
+  // The missing worker prepares late: the step applies whole.
+  ASSERT_TRUE(shard_->Prepare(MakePrepared(*shard_, grads[missing], 0, 0,
+                                           missing, params))
+                  .ok());
+  auto r = shard_->ApplyPrepared(0, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->applied_elems, shard_->owned().size());
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, 0, params));
+  EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+}
+
+TEST_F(PrepareTest, RepeatedOrLateApplyPreparedIsOkWithNothingApplied) {
+  SCOPED_TRACE(Trace());
+  const StepParams params = RandomParams(rng_);
+  const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+  ASSERT_EQ(PrepareConcurrently(*shard_, grads, 0, 0, params,
+                                AllWorkers(grads.size())),
+            "");
+  ASSERT_TRUE(shard_->ApplyPrepared(0, 0).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, 0, params));
+  const State applied = ReadState(*shard_);
+  ASSERT_EQ(Diff(applied, ReadState(*ref_)), "");
+  // Again (the launcher finishing a step rank 0 applied already).
+  auto again = shard_->ApplyPrepared(0, 0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->applied_elems, 0u);
+  EXPECT_EQ(again->pushes, 0u);
+  EXPECT_EQ(Diff(ReadState(*shard_), applied), "");
+  // Step 1 by plain pushes: step 0's chunks are two steps past.
+  const StepParams p1 = RandomParams(rng_);
+  const auto g1 = MakeStepGrads(rng_, shard_->owned(), workers_);
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*shard_, g1, 1, p1));
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, g1, 1, p1));
+  for (uint64_t old : {uint64_t{0}, uint64_t{1}}) {
+    auto late = shard_->ApplyPrepared(old, 0);
+    ASSERT_TRUE(late.ok()) << old << ": " << late.status();
+    EXPECT_EQ(late->applied_elems, 0u);
+  }
+  EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+}
+
+// Two callers (a retried ApplyStep, or rank 0 and the launcher) at once:
+// both are answered OK and the step applies exactly once.
+TEST_F(PrepareTest, ConcurrentApplyPreparedAppliesOnceAndBothAreOk) {
+  SCOPED_TRACE(Trace());
+  constexpr uint64_t kSteps = 20;
+  for (uint64_t step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    const StepParams params = RandomParams(rng_);
+    const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+    ASSERT_EQ(PrepareConcurrently(*shard_, grads, step, 0, params,
+                                  AllWorkers(grads.size())),
+              "");
+    absl::StatusOr<ApplyResult> results[2];
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        ++ready;
+        while (ready.load() < 2) {
+        }
+        results[i] = shard_->ApplyPrepared(step, 0);
+      });
+    }
+    for (auto& t : threads) t.join();
+    uint64_t applied = 0;
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.status();
+      applied += r->applied_elems;
+    }
+    EXPECT_EQ(applied, shard_->owned().size());
+    ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, step, params));
+    ASSERT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
+  }
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+}
+
+TEST_F(PrepareTest, NewerAttemptDropsOlderAndOlderIsAborted) {
+  SCOPED_TRACE(Trace());
+  const uint64_t a = rng_() % 5;
+  const StepParams params = RandomParams(rng_);
+  const auto old_grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+  ASSERT_EQ(PrepareConcurrently(*shard_, old_grads, 0, a, params,
+                                AllWorkers(old_grads.size())),
+            "");
+  const State before = ReadState(*shard_);
+  // Attempt a+1 (new workers, new gradients) prepares one worker's push:
+  // every push of attempt a goes, with its bytes.
+  const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+  const uint32_t first = rng_() % workers_;
+  ASSERT_TRUE(shard_->Prepare(MakePrepared(*shard_, grads[first], 0, a + 1,
+                                           first, params))
+                  .ok());
+  EXPECT_EQ(shard_->store().pending_grad_bytes(),
+            static_cast<uint64_t>(grads[first].Bytes()));
+  EXPECT_EQ(shard_->prepared().elems, grads[first].Elems());
+  EXPECT_EQ(shard_->prepared().attempt, a + 1);
+  // The old attempt can neither apply nor prepare any more.
+  auto old_apply = shard_->ApplyPrepared(0, a);
+  EXPECT_EQ(old_apply.status().code(), absl::StatusCode::kAborted)
+      << old_apply.status();
+  const uint32_t late = (first + 1) % workers_;
+  absl::Status old_prepare = shard_->Prepare(
+      MakePrepared(*shard_, old_grads[late], 0, a, late, params));
+  EXPECT_EQ(old_prepare.code(), absl::StatusCode::kAborted) << old_prepare;
+  EXPECT_EQ(shard_->store().pending_grad_bytes(),
+            static_cast<uint64_t>(grads[first].Bytes()))
+      << "a refused prepare keeps its bytes counted";
+  EXPECT_EQ(Diff(ReadState(*shard_), before), "");
+  // The rest of attempt a+1 prepares; the step is its gradients alone.
+  std::vector<uint32_t> rest;
+  for (uint32_t w = 0; w < static_cast<uint32_t>(workers_); ++w) {
+    if (w != first) rest.push_back(w);
+  }
+  ASSERT_EQ(PrepareConcurrently(*shard_, grads, 0, a + 1, params, rest), "");
+  auto r = shard_->ApplyPrepared(0, a + 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->applied_elems, shard_->owned().size());
+  EXPECT_EQ(r->pushes, static_cast<uint32_t>(workers_));
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, 0, params));
+  EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+
+  // A newer step of the same attempt drops an older step's leftovers (a
+  // prepare that arrived after its step was applied).
+  const StepParams p1 = RandomParams(rng_);
+  const auto g1 = MakeStepGrads(rng_, shard_->owned(), workers_);
+  ASSERT_TRUE(
+      shard_->Prepare(MakePrepared(*shard_, grads[0], 0, a + 1, 0, params))
+          .ok());
+  ASSERT_EQ(shard_->store().pending_grad_bytes(),
+            static_cast<uint64_t>(grads[0].Bytes()));
+  ASSERT_EQ(PrepareConcurrently(*shard_, g1, 1, a + 1, p1,
+                                AllWorkers(g1.size())),
+            "");
+  int64_t b1 = 0;
+  for (const auto& g : g1) b1 += g.Bytes();
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), static_cast<uint64_t>(b1));
+  EXPECT_EQ(shard_->prepared().elems, shard_->owned().size());
+  ASSERT_TRUE(shard_->ApplyPrepared(1, a + 1).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, g1, 1, p1));
+  EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+}
+
+TEST_F(PrepareTest, RePrepareBySameWorkerReplaces) {
+  SCOPED_TRACE(Trace());
+  const StepParams params = RandomParams(rng_);
+  const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+  ASSERT_EQ(PrepareConcurrently(*shard_, grads, 0, 0, params,
+                                AllWorkers(grads.size())),
+            "");
+  int64_t bytes = 0;
+  for (const auto& g : grads) bytes += g.Bytes();
+  // Worker w's stream is retried: the same ranges, twice, the second time
+  // with other values (and dtypes): the last copy stands.
+  auto final_grads = grads;
+  const uint32_t w = rng_() % workers_;
+  for (int retry = 0; retry < 2; ++retry) {
+    WorkerGrad& g = final_grads[w];
+    bytes -= g.Bytes();
+    for (size_t i = 0; i < g.ranges.size(); ++i) {
+      g.dtypes[i] = rng_() % 2 ? DType::kBf16 : DType::kFp32;
+      g.bytes[i] = RandomBytes(rng_, g.ranges[i], g.dtypes[i]);
+    }
+    bytes += g.Bytes();
+    ASSERT_TRUE(
+        shard_->Prepare(MakePrepared(*shard_, g, 0, 0, w, params)).ok());
+    EXPECT_EQ(shard_->store().pending_grad_bytes(),
+              static_cast<uint64_t>(bytes));
+    EXPECT_EQ(shard_->prepared().elems, shard_->owned().size());
+  }
+  auto r = shard_->ApplyPrepared(0, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->applied_elems, shard_->owned().size());
+  EXPECT_EQ(r->duplicate_elems, 0u);
+  EXPECT_EQ(r->pushes, static_cast<uint32_t>(workers_));
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, final_grads, 0, params));
+  EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+}
+
+TEST_F(PrepareTest, DifferentCoefficientsAreInvalidArgumentNothingApplied) {
+  SCOPED_TRACE(Trace());
+  const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+  const StepParams params = RandomParams(rng_);
+  const uint32_t odd = rng_() % workers_;
+  StepParams other = params;
+  other.coefficient *= 1.5;
+  const State before = ReadState(*shard_);
+  for (uint32_t w = 0; w < static_cast<uint32_t>(workers_); ++w) {
+    ASSERT_TRUE(shard_
+                    ->Prepare(MakePrepared(*shard_, grads[w], 0, 0, w,
+                                           w == odd ? other : params))
+                    .ok());
+  }
+  auto r = shard_->ApplyPrepared(0, 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+      << r.status();
+  EXPECT_NE(r.status().message().find("nothing applied"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(Diff(ReadState(*shard_), before), "");
+  EXPECT_EQ(shard_->tracker().Summarize().partial_chunks, 0u);
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+  // The step can still be done (redone by the workers) with one coefficient.
+  ASSERT_EQ(PrepareConcurrently(*shard_, grads, 0, 0, params,
+                                AllWorkers(grads.size())),
+            "");
+  ASSERT_TRUE(shard_->ApplyPrepared(0, 0).ok());
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, 0, params));
+  EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
+}
+
+absl::StatusOr<SnapshotResult> WaitFor(ShardSnapshot& snap) {
+  absl::Notification done;
+  snap.AddWaiter([&](const absl::StatusOr<SnapshotResult>&) { done.Notify(); });
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(60))) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("snapshot of step ", snap.step(), " never finished"));
+  }
+  return *snap.result();
+}
+
+// A snapshot's copy as a State (versions and Adam steps from its header).
+std::string SnapshotDiff(ShardSnapshot& snap, const State& want) {
+  absl::StatusOr<SnapshotResult> r = WaitFor(snap);
+  if (!r.ok()) return r.status().ToString();
+  State got;
+  for (int a = 0; a < 3; ++a) {
+    got.arrays[a].assign(snap.array(a), snap.array(a) + want.arrays[a].size());
+  }
+  for (int c = 0; c < snap.header().chunk_versions_size(); ++c) {
+    got.versions.push_back(snap.header().chunk_versions(c));
+    got.adam_t.push_back(snap.header().chunk_adam_steps(c));
+  }
+  return Diff(got, want);
+}
+
+TEST_F(PrepareTest, SnapshotOverTwoPhaseStepsIsExactlyItsVersion) {
+  SCOPED_TRACE(Trace());
+  constexpr uint64_t kSteps = 5;
+  // Armed before the run (copied on ApplyPrepared's apply path), and armed
+  // at a step whose pushes are prepared but not yet applied (chunks at the
+  // step, untouched: copied on the snapshot's thread, racing the apply).
+  const uint64_t s_early = 1 + rng_() % (kSteps - 1);
+  uint64_t s_prepared = 1 + rng_() % (kSteps - 1);
+  auto early = shard_->ArmSnapshot(s_early, "");
+  ASSERT_TRUE(early.ok()) << early.status();
+  std::shared_ptr<ShardSnapshot> prepared;
+  std::vector<State> ref_states = {ReadState(*ref_)};
+  for (uint64_t step = 0; step < kSteps; ++step) {
+    const StepParams params = RandomParams(rng_);
+    const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+    ASSERT_EQ(PrepareConcurrently(*shard_, grads, step, 0, params,
+                                  AllWorkers(grads.size())),
+              "");
+    if (step == s_prepared && step != s_early) {
+      auto snap = shard_->ArmSnapshot(step, "");
+      ASSERT_TRUE(snap.ok()) << snap.status();
+      prepared = *snap;
+    }
+    auto r = shard_->ApplyPrepared(step, 0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, step, params));
+    ref_states.push_back(ReadState(*ref_));
+  }
+  EXPECT_EQ(SnapshotDiff(**early, ref_states[s_early]), "")
+      << "armed before the run at " << s_early;
+  if (prepared != nullptr) {
+    EXPECT_EQ(SnapshotDiff(*prepared, ref_states[s_prepared]), "")
+        << "armed with step " << s_prepared << " prepared";
+  }
+  EXPECT_EQ(Diff(ReadState(*shard_), ref_states.back()), "");
+  EXPECT_FALSE(shard_->SnapshotInProgress());
+}
+
+}  // namespace
+}  // namespace zeroshard
