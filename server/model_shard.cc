@@ -145,6 +145,13 @@ absl::Status ModelShard::CheckOwned(uint64_t offset, uint64_t length,
 absl::StatusOr<ApplyResult> ModelShard::ApplyPush(
     uint64_t step, const StepParams& params,
     absl::Span<const GradPiece> pieces, uint64_t attempt) {
+  absl::ReaderMutexLock restore(&restore_mu_);
+  return ApplyPushLocked(step, params, pieces, attempt);
+}
+
+absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
+    uint64_t step, const StepParams& params,
+    absl::Span<const GradPiece> pieces, uint64_t attempt) {
   std::vector<FlatRange> ranges;
   ranges.reserve(pieces.size());
   for (const GradPiece& p : pieces) ranges.push_back(p.range);
@@ -180,6 +187,7 @@ void ModelShard::DropPreparedBefore(uint64_t step, uint64_t attempt) {
 }
 
 absl::Status ModelShard::Prepare(PreparedPush push) {
+  absl::ReaderMutexLock restore(&restore_mu_);
   if (absl::Status s = tracker_->NoteAttempt(push.attempt); !s.ok()) {
     store_->AddPendingGradBytes(-push.pending_bytes);
     return s;
@@ -217,6 +225,7 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
   // chunks still at `step`, and answered FAILED_PRECONDITION (a retried
   // ApplyStep told "don't retry" although the step was being applied).
   absl::MutexLock one_at_a_time(&apply_step_mu_);
+  absl::ReaderMutexLock restore(&restore_mu_);
   RETURN_IF_ERROR(tracker_->NoteAttempt(attempt));
   std::vector<PreparedPush> mine;
   {
@@ -274,7 +283,7 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
     bytes += p.pending_bytes;
   }
   absl::StatusOr<ApplyResult> r =
-      ApplyPush(step, mine.front().params, pieces, attempt);
+      ApplyPushLocked(step, mine.front().params, pieces, attempt);
   store_->AddPendingGradBytes(-bytes);
   if (r.ok()) r->pushes = static_cast<uint32_t>(mine.size());
   return r;
@@ -293,8 +302,43 @@ v1::ShardCheckpointHeader ModelShard::CheckpointHeader() const {
   return h;
 }
 
+absl::Status ModelShard::CheckRestorable() const {
+  if (SnapshotInProgress()) {
+    return absl::FailedPreconditionError(
+        "Restore: a checkpoint snapshot is being taken; retry once it is "
+        "written");
+  }
+  if (tracker_->Summarize().partial_chunks != 0) {
+    return absl::FailedPreconditionError(
+        "Restore: a step is partly applied on this server; stop the workers "
+        "(or restart the server) before restoring");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::RestoreState(uint64_t step, uint64_t adam_t,
+                                      const float* master,
+                                      const float* exp_avg,
+                                      const float* exp_avg_sq) {
+  absl::MutexLock restore(&restore_mu_);
+  // With no push or arming in flight, nothing can claim or arm between
+  // these checks and Reset, so Reset cannot fail after the write.
+  RETURN_IF_ERROR(CheckRestorable());
+  store_->WriteState(owned(), master, exp_avg, exp_avg_sq);
+  RETURN_IF_ERROR(tracker_->Reset(
+      step, std::vector<uint64_t>(store_->num_chunks(), adam_t)));
+  // Pushes prepared against the replaced state never apply.
+  absl::MutexLock lock(&prepared_mu_);
+  for (const PreparedPush& p : prepared_) {
+    store_->AddPendingGradBytes(-p.pending_bytes);
+  }
+  prepared_.clear();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<ShardSnapshot>> ModelShard::ArmSnapshot(
     uint64_t step, const std::string& directory) {
+  absl::ReaderMutexLock restore(&restore_mu_);
   std::shared_ptr<ShardSnapshot> snap;
   std::vector<size_t> at_step;
   {

@@ -7,7 +7,9 @@
 //   ASSIGN_OR_RETURN(ApplyResult r, state->ApplyPush(step, params, pieces));
 //
 // Thread-safe: the members are fixed after Create; the store and tracker
-// are thread-safe.
+// are thread-safe. RestoreState is exclusive against everything that
+// changes the state (pushes, prepares, ApplyPrepared, arming a snapshot):
+// each of those holds one shared lock for its whole call.
 #ifndef ZEROSHARD_SERVER_MODEL_SHARD_H_
 #define ZEROSHARD_SERVER_MODEL_SHARD_H_
 
@@ -127,6 +129,19 @@ class ModelShard {
   };
   PreparedSummary prepared() const;
 
+  // Replaces the whole state with a restored one: master, m and v over the
+  // owned range (owned().size() elements each), every chunk at version
+  // `step` with Adam step count `adam_t`; prepared pushes are dropped. Holds
+  // out pushes and arming for the call, so it succeeds whole or changes
+  // nothing: FAILED_PRECONDITION (CheckRestorable) before any byte is
+  // written.
+  absl::Status RestoreState(uint64_t step, uint64_t adam_t,
+                            const float* master, const float* exp_avg,
+                            const float* exp_avg_sq);
+  // FAILED_PRECONDITION while a snapshot is in progress or a step is partly
+  // applied: a restore would be refused.
+  absl::Status CheckRestorable() const;
+
   // Arms a snapshot of version `step` written under `directory` ("" keeps
   // it in memory), or returns the one armed (or finished) for the same
   // (step, directory) before. FAILED_PRECONDITION when a chunk is past
@@ -144,6 +159,11 @@ class ModelShard {
 
  private:
   ModelShard(FlatLayout layout) : layout_(std::move(layout)) {}
+  // ApplyPush with restore_mu_ held (shared).
+  absl::StatusOr<ApplyResult> ApplyPushLocked(
+      uint64_t step, const StepParams& params,
+      absl::Span<const GradPiece> pieces, uint64_t attempt)
+      ABSL_SHARED_LOCKS_REQUIRED(restore_mu_);
   // Applies the claimed segments (`elems` elements in all) on the apply
   // thread pool.
   void ApplyClaimed(const StepClaim& claim, const StepParams& params,
@@ -164,10 +184,13 @@ class ModelShard {
   // Finishes `snap` when `last` (its last chunk was just copied).
   void FinishIfLast(ShardSnapshot& snap, bool last);
 
+  // Held shared by every call that changes the state, exclusively by
+  // RestoreState. Taken before any other lock of this class.
+  mutable absl::Mutex restore_mu_;
   // Serialises ApplyPrepared calls: a second call for the same step (a
   // retried ApplyStep, or the launcher's next to rank 0's) waits for the
   // first and then finds the step applied, instead of finding the prepared
-  // pushes taken and the chunks not yet complete.
+  // pushes taken and the chunks not yet complete. Taken before restore_mu_.
   absl::Mutex apply_step_mu_;
 
   // Drops prepared pushes older than (step, attempt), releasing their bytes.

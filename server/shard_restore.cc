@@ -64,16 +64,9 @@ absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
                                           const std::string& directory,
                                           std::optional<uint64_t> step) {
   const absl::Time t0 = absl::Now();
-  if (shard.SnapshotInProgress()) {
-    return absl::FailedPreconditionError(
-        "Restore: a checkpoint snapshot is being taken; retry once it is "
-        "written");
-  }
-  if (shard.tracker().Summarize().partial_chunks != 0) {
-    return absl::FailedPreconditionError(
-        "Restore: a step is partly applied on this server; stop the workers "
-        "(or restart the server) before restoring");
-  }
+  // Checked again by RestoreState, exclusively; here so that a busy shard
+  // is refused before any file is read.
+  RETURN_IF_ERROR(shard.CheckRestorable());
   ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCheckpoints(directory));
   if (steps.empty()) {
     return absl::NotFoundError(absl::StrCat(
@@ -183,10 +176,11 @@ absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
       stats.bytes_read += r.from.size() * sizeof(float);
     }
   }
-  shard.store().WriteState(owned, arrays[0].data(), arrays[1].data(),
-                           arrays[2].data());
-  RETURN_IF_ERROR(shard.tracker().Reset(
-      *step, std::vector<uint64_t>(shard.store().num_chunks(), adam_t)));
+  // Everything is read and verified: the state is replaced whole, with
+  // pushes and arming held out (a claim or an arm between the write and the
+  // tracker's reset would leave the weights overwritten and the step not).
+  RETURN_IF_ERROR(shard.RestoreState(*step, adam_t, arrays[0].data(),
+                                     arrays[1].data(), arrays[2].data()));
   stats.step = *step;
   stats.adam_step = adam_t;
   stats.files_verified = static_cast<uint32_t>(sources.size());
