@@ -250,7 +250,16 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
         }
       }
     }
-    if (needed == 0) return ApplyResult();  // applied already
+    if (needed == 0) {
+      // No chunk at `step`: every one is past it (applied already), or
+      // none has reached it (a step ahead of the servers).
+      if (store_->num_chunks() > 0 && tracker_->version(0) < step) {
+        return absl::AbortedError(absl::StrCat(
+            "ApplyStep ", step, " is ahead: the chunks are at version ",
+            tracker_->version(0)));
+      }
+      return ApplyResult();  // applied already
+    }
     if (covered < needed) {
       return absl::FailedPreconditionError(absl::StrCat(
           "ApplyStep ", step, " (attempt ", attempt, "): the prepared pushes "

@@ -115,12 +115,12 @@ class ShardSnapshot {
   const size_t num_chunks_;
   v1::ShardCheckpointHeader header_;  // chunk lists filled by Finish
   std::vector<uint64_t> adam_t_;      // per chunk, written by its Capture
-  std::unique_ptr<SnapshotArrays> arrays_;
-  std::atomic<bool> stopping_{false};
-  std::unique_ptr<std::thread> background_;
   // Per chunk, set under the chunk's store lock.
   std::unique_ptr<std::atomic<bool>[]> copied_;
   std::atomic<size_t> remaining_;
+  std::unique_ptr<SnapshotArrays> arrays_;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<std::thread> background_;
   std::atomic<int64_t> copy_nanos_{0};
 
   mutable absl::Mutex mu_;

@@ -346,6 +346,9 @@ TEST_F(PrepareTest, RepeatedOrLateApplyPreparedIsOkWithNothingApplied) {
     ASSERT_TRUE(late.ok()) << old << ": " << late.status();
     EXPECT_EQ(late->applied_elems, 0u);
   }
+  // A step no chunk has reached yet is not "applied already".
+  auto ahead = shard_->ApplyPrepared(5, 0);
+  EXPECT_EQ(ahead.status().code(), absl::StatusCode::kAborted) << ahead.status();
   EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
   EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
 }
