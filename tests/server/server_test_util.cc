@@ -66,6 +66,12 @@ std::unique_ptr<v1::ShardService::Stub> Connect(int port) {
   auto channel = grpc::CreateCustomChannel(
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
       TunedChannelArguments());
+  // Connected before the first call (bounded): on a loaded CI machine a
+  // first connect attempt has failed transiently, and a fail-fast call on a
+  // channel in TRANSIENT_FAILURE then fails at once. A server that is not
+  // there still fails the calls, after this wait.
+  channel->WaitForConnected(std::chrono::system_clock::now() +
+                            std::chrono::seconds(10));
   return v1::ShardService::NewStub(channel);
 }
 
