@@ -364,20 +364,15 @@ absl::StatusOr<std::shared_ptr<ShardSnapshot>> ModelShard::ArmSnapshot(
       return armed.status();
     }
     at_step = *std::move(armed);
-    // The arrays of a written checkpoint nobody holds any more are reused:
-    // their pages are faulted in already.
-    std::unique_ptr<SnapshotArrays> reuse;
-    for (auto it = snapshots_.begin(); it != snapshots_.end(); ++it) {
-      const auto done = (*it)->result();
-      if (!(*it)->directory().empty() && done.has_value() && it->use_count() == 1) {
-        reuse = (*it)->TakeArrays();
-        snapshots_.erase(it);
-        break;
-      }
-    }
     snap = std::make_shared<ShardSnapshot>(step, directory, CheckpointHeader(),
-                                           store_->num_chunks(),
-                                           std::move(reuse));
+                                           store_->num_chunks());
+    if (!snap->allocated()) {
+      tracker_->DisarmCapture(step);
+      --armed_;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot allocate the ", 12 * owned().size(),
+          " bytes a snapshot of this shard needs (master, m and v)"));
+    }
     // Keep the armed ones and the two newest finished ones.
     std::vector<std::shared_ptr<ShardSnapshot>> kept;
     int finished = 0;

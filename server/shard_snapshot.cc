@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -43,7 +44,16 @@ ShardSnapshot::ShardSnapshot(uint64_t step, std::string directory,
   if (arrays_ == nullptr || arrays_->n != n) {
     arrays_ = std::make_unique<SnapshotArrays>();
     arrays_->n = n;
-    for (auto& a : arrays_->a) a.reset(new float[n]);  // filled by Capture
+    constexpr size_t kAlign = 64;
+    const size_t bytes = std::max<size_t>(
+        kAlign, (n * sizeof(float) + kAlign - 1) / kAlign * kAlign);
+    for (auto& a : arrays_->a) {  // filled by Capture
+      a.reset(static_cast<float*>(std::aligned_alloc(kAlign, bytes)));
+      if (a == nullptr) {
+        arrays_.reset();
+        break;
+      }
+    }
   }
   for (size_t c = 0; c < num_chunks; ++c) copied_[c].store(false);
   header_.set_step(step);
@@ -140,6 +150,8 @@ void ShardSnapshot::Write() {
     Complete(sum.status());
     return;
   }
+  // The copy has served its purpose: 12 bytes per owned element go back.
+  arrays_.reset();
   SnapshotResult r;
   r.path = path;
   r.checksum = *sum;

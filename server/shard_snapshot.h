@@ -20,6 +20,7 @@
 #define ZEROSHARD_SERVER_SHARD_SNAPSHOT_H_
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -48,19 +49,22 @@ struct SnapshotResult {
   double write_seconds = 0;
 };
 
-// The three copied arrays (master, exp_avg, exp_avg_sq) of `n` elements;
-// handed from a finished snapshot to the next one, so that a checkpoint's
-// copies touch memory already faulted in.
+// The three copied arrays (master, exp_avg, exp_avg_sq) of `n` elements.
+// (Transparent huge pages were tried for them: with this kernel's
+// defrag=madvise, direct compaction made a checkpoint cost 2-3x more.)
 struct SnapshotArrays {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
   uint64_t n = 0;
-  std::unique_ptr<float[]> a[3];
+  std::unique_ptr<float[], Free> a[3];
 };
 
 class ShardSnapshot {
  public:
   // `header` names the shard (server, owned, chunk size, model, optimizer);
   // its step, versions and Adam steps are filled in here. `arrays` (may be
-  // null) are reused when they have the owned range's size.
+  // null) are used when they have the owned range's size.
   ShardSnapshot(uint64_t step, std::string directory,
                 v1::ShardCheckpointHeader header, size_t num_chunks,
                 std::unique_ptr<SnapshotArrays> arrays = nullptr);
@@ -68,6 +72,9 @@ class ShardSnapshot {
   ShardSnapshot(const ShardSnapshot&) = delete;
   ShardSnapshot& operator=(const ShardSnapshot&) = delete;
 
+  // False when the copy's memory could not be allocated (the snapshot is
+  // then unusable; ArmSnapshot reports RESOURCE_EXHAUSTED).
+  bool allocated() const { return arrays_ != nullptr; }
   uint64_t step() const { return step_; }
   const std::string& directory() const { return directory_; }
   // The shard file's path under directory().
@@ -94,11 +101,12 @@ class ShardSnapshot {
   std::optional<absl::StatusOr<SnapshotResult>> result() const;
 
   // The copied arrays (valid once every chunk is in): master, exp_avg,
-  // exp_avg_sq of the owned range.
-  const float* array(int which) const { return arrays_->a[which].get(); }
-  // Gives the arrays up (a finished snapshot nobody reads any more);
-  // array() is null afterwards.
-  std::unique_ptr<SnapshotArrays> TakeArrays() { return std::move(arrays_); }
+  // exp_avg_sq of the owned range. A snapshot with a directory frees them
+  // once its file is written (the server's memory goes back to its state
+  // alone); null then.
+  const float* array(int which) const {
+    return arrays_ != nullptr ? arrays_->a[which].get() : nullptr;
+  }
 
   // Runs `work` on a thread of its own, joined by the destructor; `work`
   // should return early once stopping() is true.
