@@ -1,7 +1,6 @@
 #include "client/apply_step.h"
 
 #include <chrono>
-#include <thread>
 #include <vector>
 
 #include "common/status_macros.h"
@@ -28,26 +27,20 @@ absl::StatusOr<PushResult> ApplyStepAll(const ShardChannels& channels,
                                         uint64_t step, uint64_t attempt,
                                         absl::Duration timeout) {
   std::vector<v1::ApplyStepResponse> out(channels.size());
-  std::vector<absl::Status> status(channels.size());
-  std::vector<std::thread> threads;
-  for (int k = 0; k < channels.size(); ++k) {
-    threads.emplace_back([&, k] {
-      v1::ApplyStepRequest req;
-      req.set_step(step);
-      req.set_attempt(attempt);
-      status[k] = RunWithRetry(channels.options().retry, [&] {
-        grpc::ClientContext ctx;
-        ctx.set_deadline(std::chrono::system_clock::now() +
-                         absl::ToChronoMilliseconds(timeout));
-        return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, &out[k]),
-                              "ApplyStep", channels.address(k));
-      });
+  RETURN_IF_ERROR(RunInParallel(channels.size(), [&](int k) {
+    v1::ApplyStepRequest req;
+    req.set_step(step);
+    req.set_attempt(attempt);
+    return RunWithRetry(channels.options().retry, [&] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(timeout));
+      return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, &out[k]),
+                            "ApplyStep", channels.address(k));
     });
-  }
-  for (auto& t : threads) t.join();
+  }));
   PushResult sum;
   for (int k = 0; k < channels.size(); ++k) {
-    RETURN_IF_ERROR(status[k]);
     sum.applied_elems += out[k].applied_elems();
     sum.duplicate_elems += out[k].duplicate_elems();
     sum.chunks_completed += out[k].chunks_completed();

@@ -1,7 +1,6 @@
 #include "client/checkpoint_client.h"
 
 #include <filesystem>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -9,20 +8,6 @@
 
 namespace zeroshard {
 namespace {
-
-// Runs `call(k)` for every server in parallel; the first error in index
-// order, or OK.
-absl::Status ForEachServer(const ShardChannels& channels,
-                           const std::function<absl::Status(int)>& call) {
-  std::vector<absl::Status> out(channels.size());
-  std::vector<std::thread> threads;
-  for (int k = 0; k < channels.size(); ++k) {
-    threads.emplace_back([&, k] { out[k] = call(k); });
-  }
-  for (auto& t : threads) t.join();
-  for (const absl::Status& s : out) RETURN_IF_ERROR(s);
-  return absl::OkStatus();
-}
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
   ctx->set_deadline(std::chrono::system_clock::now() +
@@ -34,7 +19,7 @@ void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
 absl::Status ArmCheckpoint(const ShardChannels& channels, uint64_t step,
                            const std::string& directory,
                            const std::string& admin_token) {
-  return ForEachServer(channels, [&](int k) {
+  return RunInParallel(channels.size(), [&](int k) {
     v1::CheckpointRequest req;
     req.set_step(step);
     req.set_directory(directory);
@@ -53,7 +38,7 @@ absl::StatusOr<std::vector<v1::CheckpointResponse>> WaitCheckpoint(
     const ShardChannels& channels, uint64_t step, const std::string& directory,
     const std::string& admin_token, absl::Duration timeout) {
   std::vector<v1::CheckpointResponse> out(channels.size());
-  RETURN_IF_ERROR(ForEachServer(channels, [&](int k) {
+  RETURN_IF_ERROR(RunInParallel(channels.size(), [&](int k) {
     v1::CheckpointRequest req;
     req.set_step(step);
     req.set_directory(directory);
@@ -116,7 +101,7 @@ absl::StatusOr<std::vector<v1::RestoreResponse>> RestoreAll(
     std::optional<uint64_t> step, const std::string& admin_token,
     absl::Duration timeout) {
   std::vector<v1::RestoreResponse> out(channels.size());
-  RETURN_IF_ERROR(ForEachServer(channels, [&](int k) {
+  RETURN_IF_ERROR(RunInParallel(channels.size(), [&](int k) {
     v1::RestoreRequest req;
     req.set_directory(directory);
     if (step.has_value()) req.set_step(*step);

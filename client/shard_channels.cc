@@ -139,4 +139,18 @@ std::vector<absl::StatusOr<std::string>> ShardChannels::HealthAll() const {
   return out;
 }
 
+absl::Status RunInParallel(int n,
+                           const std::function<absl::Status(int)>& call) {
+  std::vector<absl::Status> out(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] { out[i] = call(i); });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : out) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace zeroshard

@@ -91,6 +91,10 @@ class ShardChannels {
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health_stubs_;
 };
 
+// Runs call(i) for i in [0, n) in parallel (a thread each), e.g. one call
+// per server; the first error in index order, or OK.
+absl::Status RunInParallel(int n, const std::function<absl::Status(int)>& call);
+
 // Splits "a:1,b:2" into addresses; INVALID_ARGUMENT for an empty list or an
 // entry without a port.
 absl::StatusOr<std::vector<std::string>> ParseServerList(

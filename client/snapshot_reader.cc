@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -11,18 +10,6 @@
 
 namespace zeroshard {
 namespace {
-
-// Runs call(i) for i < n in parallel; the first error in index order.
-absl::Status ForEach(int n, const std::function<absl::Status(int)>& call) {
-  std::vector<absl::Status> out(n);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] { out[i] = call(i); });
-  }
-  for (auto& t : threads) t.join();
-  for (const absl::Status& s : out) RETURN_IF_ERROR(s);
-  return absl::OkStatus();
-}
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
   ctx->set_deadline(std::chrono::system_clock::now() +
@@ -141,7 +128,7 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
   absl::Status armed;
   for (int t = 0; t < tries; ++t) {
     std::vector<v1::CheckpointResponse> ignored(servers.size());
-    armed = ForEach(static_cast<int>(servers.size()), [&](int i) {
+    armed = RunInParallel(static_cast<int>(servers.size()), [&](int i) {
       return Checkpoint(channels, servers[i], v, directory, /*wait=*/false,
                         options, &ignored[i]);
     });
@@ -159,7 +146,7 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
   }
   out.step = v;
   out.responses.resize(servers.size());
-  RETURN_IF_ERROR(ForEach(static_cast<int>(servers.size()), [&](int i) {
+  RETURN_IF_ERROR(RunInParallel(static_cast<int>(servers.size()), [&](int i) {
     return Checkpoint(channels, servers[i], v, directory, /*wait=*/true,
                       options, &out.responses[i]);
   }));
@@ -234,7 +221,7 @@ absl::StatusOr<ConsistentSnapshot> ReadConsistentSnapshot(
                                      options));
   out.step = armed.step;
   out.arrays.assign(arrays.size(), std::vector<float>(range.size()));
-  RETURN_IF_ERROR(ForEach(static_cast<int>(slices.size()), [&](int i) {
+  RETURN_IF_ERROR(RunInParallel(static_cast<int>(slices.size()), [&](int i) {
     for (size_t a = 0; a < arrays.size(); ++a) {
       RETURN_IF_ERROR(ReadSnapshotRange(
           channels, slices[i].server, out.step, slices[i].range, arrays[a],

@@ -126,15 +126,20 @@ void ShardStore::Read(FlatRange range, DType dtype, void* out) const {
   }
 }
 
-void ShardStore::WriteWeights(FlatRange range, DType dtype, const void* data) {
+void ShardStore::ForEachChunkRun(
+    FlatRange range, absl::FunctionRef<void(size_t, size_t, size_t)> f) {
   uint64_t pos = range.begin;
   while (pos < range.end) {
     const size_t c = ChunkOf(pos);
     const uint64_t end = std::min(range.end, ChunkRange(c).end);
-    const size_t i = pos - owned_.begin;
-    const size_t n = end - pos;
-    const size_t src = pos - range.begin;
     absl::MutexLock lock(&chunk_mu_[c]);
+    f(pos - owned_.begin, pos - range.begin, end - pos);
+    pos = end;
+  }
+}
+
+void ShardStore::WriteWeights(FlatRange range, DType dtype, const void* data) {
+  ForEachChunkRun(range, [&](size_t i, size_t src, size_t n) {
     if (dtype == DType::kBf16) {
       Bf16ToFloatArray(static_cast<const uint16_t*>(data) + src, master_ + i,
                        n);
@@ -143,26 +148,17 @@ void ShardStore::WriteWeights(FlatRange range, DType dtype, const void* data) {
                   n * sizeof(float));
     }
     FloatToBf16Array(master_ + i, mirror_ + i, n);
-    pos = end;
-  }
+  });
 }
 
 void ShardStore::WriteState(FlatRange range, const float* master,
                             const float* exp_avg, const float* exp_avg_sq) {
-  uint64_t pos = range.begin;
-  while (pos < range.end) {
-    const size_t c = ChunkOf(pos);
-    const uint64_t end = std::min(range.end, ChunkRange(c).end);
-    const size_t i = pos - owned_.begin;
-    const size_t n = end - pos;
-    const size_t src = pos - range.begin;
-    absl::MutexLock lock(&chunk_mu_[c]);
+  ForEachChunkRun(range, [&](size_t i, size_t src, size_t n) {
     std::memcpy(master_ + i, master + src, n * sizeof(float));
     std::memcpy(exp_avg_ + i, exp_avg + src, n * sizeof(float));
     std::memcpy(exp_avg_sq_ + i, exp_avg_sq + src, n * sizeof(float));
     FloatToBf16Array(master_ + i, mirror_ + i, n);
-    pos = end;
-  }
+  });
 }
 
 void ShardStore::WithChunkLocked(

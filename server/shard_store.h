@@ -132,6 +132,11 @@ class ShardStore {
  private:
   ShardStore() = default;
   void FinishFill();
+  // Calls f(i, src, n) for each run of `range` inside one chunk, under that
+  // chunk's lock: i is the run's index into the owned arrays, src its index
+  // into `range`, n its length.
+  void ForEachChunkRun(FlatRange range,
+                       absl::FunctionRef<void(size_t, size_t, size_t)> f);
 
   // Constant after construction.
   FlatRange owned_;
