@@ -23,35 +23,6 @@ namespace {
 
 using testing::Piece;
 
-// Header, pieces, then a commit with prepare.
-grpc::Status PushPrepared(v1::ShardService::Stub& stub,
-                          const v1::PushGradHeader& header,
-                          const std::vector<Piece>& pieces,
-                          double coefficient, v1::PushGradResponse* response) {
-  grpc::ClientContext context;
-  testing::SetDeadline(context, 20000);
-  auto writer = stub.PushGrad(&context, response);
-  v1::PushGradMessage m;
-  *m.mutable_header() = header;
-  bool ok = writer->Write(m);
-  for (const Piece& p : pieces) {
-    if (!ok) break;
-    m.Clear();
-    m.mutable_piece()->set_offset(p.offset);
-    m.mutable_piece()->set_dtype(p.dtype);
-    m.mutable_piece()->set_data(p.data);
-    ok = writer->Write(m);
-  }
-  if (ok) {
-    m.Clear();
-    m.mutable_commit()->set_coefficient(coefficient);
-    m.mutable_commit()->set_prepare(true);
-    writer->Write(m);
-  }
-  writer->WritesDone();
-  return writer->Finish();
-}
-
 grpc::Status ApplyStep(v1::ShardService::Stub& stub, uint64_t step,
                        uint64_t attempt, v1::ApplyStepResponse* response) {
   grpc::ClientContext context;
@@ -137,7 +108,8 @@ TEST(ApplyStepRpcTest, PreparedPushesApplyOnApplyStepBitForBit) {
       v1::PushGradHeader h = testing::Header(step, w);
       h.set_attempt(attempt);
       v1::PushGradResponse resp;
-      grpc::Status s = PushPrepared(*t.stub, h, pieces[w], coef, &resp);
+      grpc::Status s = testing::Push(*t.stub, h, pieces[w], coef,
+                                     /*skip=*/false, &resp, /*prepare=*/true);
       ASSERT_TRUE(s.ok()) << w << ": " << s.error_message();
       EXPECT_EQ(resp.applied_elems(), 0u);
       EXPECT_EQ(resp.duplicate_elems(), 0u);

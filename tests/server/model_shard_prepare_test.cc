@@ -21,66 +21,15 @@
 #include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "server/model_shard.h"
-#include "tests/server/server_test_util.h"
+#include "tests/server/shard_state_util.h"
 
 namespace zeroshard {
 namespace {
 
-constexpr uint32_t kServers = 2;
-constexpr uint32_t kServer = 1;  // owned range does not start at 0
-constexpr uint64_t kChunkElems = 256;
-
-std::unique_ptr<ModelShard> MakeShard(uint64_t seed) {
-  const v1::InitRequest init = testing::MakeInit(
-      testing::SmallManifest(2), kServers, kServer, seed, kChunkElems);
-  auto shard = ModelShard::Create(init, {kServer, kServers}, Placement::kHost);
-  EXPECT_TRUE(shard.ok()) << shard.status();
-  return shard.ok() ? *std::move(shard) : nullptr;
-}
-
-// master, exp_avg, exp_avg_sq of the owned range, the chunks' versions and
-// Adam steps.
-struct State {
-  std::vector<float> arrays[3];
-  std::vector<uint64_t> versions, adam_t;
-};
-
-State ReadState(const ModelShard& shard) {
-  State s;
-  const FlatRange owned = shard.owned();
-  for (auto& a : s.arrays) a.resize(owned.size());
-  for (size_t c = 0; c < shard.store().num_chunks(); ++c) {
-    shard.store().WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
-      const size_t i = a.range.begin - owned.begin;
-      const size_t bytes = a.range.size() * sizeof(float);
-      std::memcpy(s.arrays[0].data() + i, a.master, bytes);
-      std::memcpy(s.arrays[1].data() + i, a.exp_avg, bytes);
-      std::memcpy(s.arrays[2].data() + i, a.exp_avg_sq, bytes);
-    });
-    s.versions.push_back(shard.tracker().version(c));
-    s.adam_t.push_back(shard.tracker().adam_t(c));
-  }
-  return s;
-}
-
-// "" when equal bit for bit; otherwise what differs first.
-std::string Diff(const State& got, const State& want) {
-  const char* names[] = {"master", "exp_avg", "exp_avg_sq"};
-  for (int a = 0; a < 3; ++a) {
-    if (got.arrays[a].size() != want.arrays[a].size()) {
-      return absl::StrCat(names[a], " size");
-    }
-    for (size_t i = 0; i < got.arrays[a].size(); ++i) {
-      if (std::memcmp(&got.arrays[a][i], &want.arrays[a][i], 4) != 0) {
-        return absl::StrCat(names[a], " differs at owned element ", i, ": ",
-                            got.arrays[a][i], " vs ", want.arrays[a][i]);
-      }
-    }
-  }
-  if (got.versions != want.versions) return "versions differ";
-  if (got.adam_t != want.adam_t) return "Adam steps differ";
-  return "";
-}
+using testing::Diff;
+using testing::RandomBytes;
+using testing::ReadState;
+using State = testing::ShardState;
 
 // One worker's gradient for a step: disjoint pieces, each FP32 or BF16,
 // with their bytes.
@@ -108,36 +57,12 @@ struct WorkerGrad {
   }
 };
 
-// Random values for `r`, FP32 or BF16.
-std::shared_ptr<std::vector<char>> RandomBytes(std::mt19937_64& rng,
-                                               FlatRange r, DType dtype) {
-  std::normal_distribution<float> g(0, 1);
-  auto out = std::make_shared<std::vector<char>>(r.size() * DTypeSize(dtype));
-  for (uint64_t i = 0; i < r.size(); ++i) {
-    const float x = g(rng);
-    if (dtype == DType::kBf16) {
-      const uint16_t h = FloatToBf16(x);
-      std::memcpy(out->data() + 2 * i, &h, 2);
-    } else {
-      std::memcpy(out->data() + 4 * i, &x, 4);
-    }
-  }
-  return out;
-}
-
 // `workers` gradients whose pieces tile `owned` exactly once, cut anywhere
 // (across chunk boundaries too); every worker gets at least one piece.
 std::vector<WorkerGrad> MakeStepGrads(std::mt19937_64& rng, FlatRange owned,
                                       int workers) {
-  std::vector<uint64_t> cuts = {owned.begin, owned.end};
-  const int n = workers + 10 + static_cast<int>(rng() % 30);
-  for (int i = 0; i < n; ++i) cuts.push_back(owned.begin + rng() % owned.size());
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  std::vector<FlatRange> pieces;
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    pieces.push_back({cuts[i], cuts[i + 1]});
-  }
+  std::vector<FlatRange> pieces = testing::RandomTiling(
+      rng, owned, workers + 10 + static_cast<int>(rng() % 30));
   std::shuffle(pieces.begin(), pieces.end(), rng);
   std::vector<WorkerGrad> out(workers);
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -221,12 +146,19 @@ class PrepareTest : public ::testing::Test {
   void SetUp() override {
     seed_ = std::random_device{}();
     rng_.seed(seed_);
-    shard_ = MakeShard(seed_ % 1000);
-    ref_ = MakeShard(seed_ % 1000);
+    shard_ = testing::MakeTestShard(seed_ % 1000);
+    ref_ = testing::MakeTestShard(seed_ % 1000);
     ASSERT_NE(shard_, nullptr);
     ASSERT_NE(ref_, nullptr);
     ASSERT_GT(shard_->store().num_chunks(), 8u);
     workers_ = 2 + static_cast<int>(rng_() % 4);
+  }
+  // Every worker of `grads` prepares on a thread of its own; "" or the
+  // first error.
+  std::string PrepareAll(const std::vector<WorkerGrad>& grads, uint64_t step,
+                         uint64_t attempt, StepParams params) {
+    return PrepareConcurrently(*shard_, grads, step, attempt, params,
+                               AllWorkers(grads.size()));
   }
   // Records the seed on failure.
   std::string Trace() const {
@@ -249,9 +181,7 @@ TEST_F(PrepareTest, NothingAppliesUntilApplyPreparedThenEqualsPlainPush) {
     int64_t bytes = 0;
     for (const auto& g : grads) bytes += g.Bytes();
     const State before = ReadState(*shard_);
-    ASSERT_EQ(PrepareConcurrently(*shard_, grads, step, 0, params,
-                                  AllWorkers(grads.size())),
-              "");
+    ASSERT_EQ(PrepareAll(grads, step, 0, params), "");
     // Prepared, nothing applied.
     EXPECT_EQ(Diff(ReadState(*shard_), before), "");
     EXPECT_EQ(shard_->store().pending_grad_bytes(),
@@ -323,9 +253,7 @@ TEST_F(PrepareTest, RepeatedOrLateApplyPreparedIsOkWithNothingApplied) {
   SCOPED_TRACE(Trace());
   const StepParams params = RandomParams(rng_);
   const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
-  ASSERT_EQ(PrepareConcurrently(*shard_, grads, 0, 0, params,
-                                AllWorkers(grads.size())),
-            "");
+  ASSERT_EQ(PrepareAll(grads, 0, 0, params), "");
   ASSERT_TRUE(shard_->ApplyPrepared(0, 0).ok());
   ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, 0, params));
   const State applied = ReadState(*shard_);
@@ -362,9 +290,7 @@ TEST_F(PrepareTest, ConcurrentApplyPreparedAppliesOnceAndBothAreOk) {
     SCOPED_TRACE(absl::StrCat("step ", step));
     const StepParams params = RandomParams(rng_);
     const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
-    ASSERT_EQ(PrepareConcurrently(*shard_, grads, step, 0, params,
-                                  AllWorkers(grads.size())),
-              "");
+    ASSERT_EQ(PrepareAll(grads, step, 0, params), "");
     absl::StatusOr<ApplyResult> results[2];
     std::atomic<int> ready{0};
     std::vector<std::thread> threads;
@@ -394,9 +320,7 @@ TEST_F(PrepareTest, NewerAttemptDropsOlderAndOlderIsAborted) {
   const uint64_t a = rng_() % 5;
   const StepParams params = RandomParams(rng_);
   const auto old_grads = MakeStepGrads(rng_, shard_->owned(), workers_);
-  ASSERT_EQ(PrepareConcurrently(*shard_, old_grads, 0, a, params,
-                                AllWorkers(old_grads.size())),
-            "");
+  ASSERT_EQ(PrepareAll(old_grads, 0, a, params), "");
   const State before = ReadState(*shard_);
   // Attempt a+1 (new workers, new gradients) prepares one worker's push:
   // every push of attempt a goes, with its bytes.
@@ -444,9 +368,7 @@ TEST_F(PrepareTest, NewerAttemptDropsOlderAndOlderIsAborted) {
           .ok());
   ASSERT_EQ(shard_->store().pending_grad_bytes(),
             static_cast<uint64_t>(grads[0].Bytes()));
-  ASSERT_EQ(PrepareConcurrently(*shard_, g1, 1, a + 1, p1,
-                                AllWorkers(g1.size())),
-            "");
+  ASSERT_EQ(PrepareAll(g1, 1, a + 1, p1), "");
   int64_t b1 = 0;
   for (const auto& g : g1) b1 += g.Bytes();
   EXPECT_EQ(shard_->store().pending_grad_bytes(), static_cast<uint64_t>(b1));
@@ -461,9 +383,7 @@ TEST_F(PrepareTest, RePrepareBySameWorkerReplaces) {
   SCOPED_TRACE(Trace());
   const StepParams params = RandomParams(rng_);
   const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
-  ASSERT_EQ(PrepareConcurrently(*shard_, grads, 0, 0, params,
-                                AllWorkers(grads.size())),
-            "");
+  ASSERT_EQ(PrepareAll(grads, 0, 0, params), "");
   int64_t bytes = 0;
   for (const auto& g : grads) bytes += g.Bytes();
   // Worker w's stream is retried: the same ranges, twice, the second time
@@ -517,27 +437,15 @@ TEST_F(PrepareTest, DifferentCoefficientsAreInvalidArgumentNothingApplied) {
   EXPECT_EQ(shard_->tracker().Summarize().partial_chunks, 0u);
   EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
   // The step can still be done (redone by the workers) with one coefficient.
-  ASSERT_EQ(PrepareConcurrently(*shard_, grads, 0, 0, params,
-                                AllWorkers(grads.size())),
-            "");
+  ASSERT_EQ(PrepareAll(grads, 0, 0, params), "");
   ASSERT_TRUE(shard_->ApplyPrepared(0, 0).ok());
   ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, 0, params));
   EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
 }
 
-absl::StatusOr<SnapshotResult> WaitFor(ShardSnapshot& snap) {
-  absl::Notification done;
-  snap.AddWaiter([&](const absl::StatusOr<SnapshotResult>&) { done.Notify(); });
-  if (!done.WaitForNotificationWithTimeout(absl::Seconds(60))) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("snapshot of step ", snap.step(), " never finished"));
-  }
-  return *snap.result();
-}
-
 // A snapshot's copy as a State (versions and Adam steps from its header).
 std::string SnapshotDiff(ShardSnapshot& snap, const State& want) {
-  absl::StatusOr<SnapshotResult> r = WaitFor(snap);
+  absl::StatusOr<SnapshotResult> r = testing::WaitForSnapshot(snap);
   if (!r.ok()) return r.status().ToString();
   State got;
   for (int a = 0; a < 3; ++a) {
@@ -565,9 +473,7 @@ TEST_F(PrepareTest, SnapshotOverTwoPhaseStepsIsExactlyItsVersion) {
   for (uint64_t step = 0; step < kSteps; ++step) {
     const StepParams params = RandomParams(rng_);
     const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
-    ASSERT_EQ(PrepareConcurrently(*shard_, grads, step, 0, params,
-                                  AllWorkers(grads.size())),
-              "");
+    ASSERT_EQ(PrepareAll(grads, step, 0, params), "");
     if (step == s_prepared && step != s_early) {
       auto snap = shard_->ArmSnapshot(step, "");
       ASSERT_TRUE(snap.ok()) << snap.status();

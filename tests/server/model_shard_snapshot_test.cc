@@ -22,46 +22,21 @@
 #include "server/model_shard.h"
 #include "server/shard_checkpoint.h"
 #include "tests/server/server_test_util.h"
+#include "tests/server/shard_state_util.h"
 #include "tests/support/test_files.h"
 #include "wire/proto_convert.h"
 
 namespace zeroshard {
 namespace {
 
-constexpr uint32_t kServers = 2;
-constexpr uint32_t kServer = 1;  // owned range does not start at 0
-constexpr uint64_t kChunkElems = 256;
-
-std::unique_ptr<ModelShard> MakeShard(uint64_t seed) {
-  const v1::InitRequest init = testing::MakeInit(
-      testing::SmallManifest(2), kServers, kServer, seed, kChunkElems);
-  auto shard = ModelShard::Create(init, {kServer, kServers}, Placement::kHost);
-  EXPECT_TRUE(shard.ok()) << shard.status();
-  return shard.ok() ? *std::move(shard) : nullptr;
-}
-
-// master, exp_avg, exp_avg_sq of the owned range and the chunks' Adam steps.
-struct State {
-  std::vector<float> arrays[3];
-  std::vector<uint64_t> adam_t;
-};
-
-State ReadState(const ModelShard& shard) {
-  State s;
-  const FlatRange owned = shard.owned();
-  for (auto& a : s.arrays) a.resize(owned.size());
-  for (size_t c = 0; c < shard.store().num_chunks(); ++c) {
-    shard.store().WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
-      const size_t i = a.range.begin - owned.begin;
-      const size_t bytes = a.range.size() * sizeof(float);
-      std::memcpy(s.arrays[0].data() + i, a.master, bytes);
-      std::memcpy(s.arrays[1].data() + i, a.exp_avg, bytes);
-      std::memcpy(s.arrays[2].data() + i, a.exp_avg_sq, bytes);
-    });
-    s.adam_t.push_back(shard.tracker().adam_t(c));
-  }
-  return s;
-}
+using testing::FirstDifference;
+using testing::kArrayNames;
+using testing::kTestServer;
+using testing::kTestServers;
+using testing::MakeTestShard;
+using testing::ReadState;
+using testing::WaitForSnapshot;
+using State = testing::ShardState;
 
 // One step: its agreed parameters, a gradient over the owned range, and
 // pushes (each a few disjoint pieces) that cover the range exactly once.
@@ -75,19 +50,9 @@ StepPlan MakeStep(std::mt19937_64& rng, FlatRange owned, bool skip) {
   StepPlan p;
   p.params.coefficient = std::uniform_real_distribution<double>(0.05, 2)(rng);
   p.params.skip = skip;
-  std::normal_distribution<float> g(0, 1);
-  p.grad.resize(owned.size());
-  for (float& x : p.grad) x = g(rng);
-  // Random cuts anywhere (across chunk boundaries too).
-  std::vector<uint64_t> cuts = {owned.begin, owned.end};
-  const int n = 10 + rng() % 30;
-  for (int i = 0; i < n; ++i) cuts.push_back(owned.begin + rng() % owned.size());
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  std::vector<FlatRange> pieces;
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    pieces.push_back({cuts[i], cuts[i + 1]});
-  }
+  p.grad = testing::RandomGrad(rng, owned.size());
+  std::vector<FlatRange> pieces =
+      testing::RandomTiling(rng, owned, 10 + static_cast<int>(rng() % 30));
   std::shuffle(pieces.begin(), pieces.end(), rng);
   for (size_t i = 0; i < pieces.size();) {
     const size_t k = std::min<size_t>(1 + rng() % 3, pieces.size() - i);
@@ -140,7 +105,7 @@ std::string PushWhenReady(ModelShard& shard, uint64_t step,
 // push per step; states[v] is the state at version v.
 std::vector<State> RunReference(uint64_t seed,
                                 const std::vector<StepPlan>& steps) {
-  std::unique_ptr<ModelShard> ref = MakeShard(seed);
+  std::unique_ptr<ModelShard> ref = MakeTestShard(seed);
   std::vector<State> states = {ReadState(*ref)};
   for (size_t s = 0; s < steps.size(); ++s) {
     const auto pieces = Pieces(steps[s], ref->owned(), {ref->owned()});
@@ -151,34 +116,16 @@ std::vector<State> RunReference(uint64_t seed,
   return states;
 }
 
-absl::StatusOr<SnapshotResult> WaitFor(ShardSnapshot& snap) {
-  absl::Notification done;
-  snap.AddWaiter([&](const absl::StatusOr<SnapshotResult>&) { done.Notify(); });
-  if (!done.WaitForNotificationWithTimeout(absl::Seconds(60))) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("snapshot of step ", snap.step(), " never finished"));
-  }
-  return *snap.result();
-}
-
-size_t FirstDifference(const float* a, const std::vector<float>& b) {
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
-  }
-  return SIZE_MAX;
-}
-
 // Checks a finished snapshot against the reference state at its step.
 void ExpectSnapshotIs(ShardSnapshot& snap, const State& want) {
   SCOPED_TRACE(absl::StrCat("snapshot of step ", snap.step(), " in '",
                             snap.directory(), "'"));
-  absl::StatusOr<SnapshotResult> r = WaitFor(snap);
+  absl::StatusOr<SnapshotResult> r = WaitForSnapshot(snap);
   ASSERT_TRUE(r.ok()) << r.status();
-  const char* names[] = {"master", "exp_avg", "exp_avg_sq"};
   if (snap.directory().empty()) {
     for (int a = 0; a < 3; ++a) {
       EXPECT_EQ(FirstDifference(snap.array(a), want.arrays[a]), SIZE_MAX)
-          << names[a] << " differs from the reference at this element";
+          << kArrayNames[a] << " differs from the reference at this element";
     }
   } else {
     // Written: the copy is freed and the file (checked below) is what is
@@ -199,7 +146,7 @@ void ExpectSnapshotIs(ShardSnapshot& snap, const State& want) {
   EXPECT_EQ(r->path, snap.FilePath());
   EXPECT_EQ(r->path, absl::StrCat(snap.directory(), "/",
                                   CheckpointFolderName(snap.step()), "/",
-                                  ShardFileName(kServer, kServers)));
+                                  ShardFileName(kTestServer, kTestServers)));
   absl::StatusOr<ShardCheckpointInfo> info = VerifyShardCheckpoint(r->path);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->checksum, r->checksum);
@@ -215,7 +162,7 @@ void ExpectSnapshotIs(ShardSnapshot& snap, const State& want) {
                                          back.data())
                     .ok());
     EXPECT_EQ(FirstDifference(back.data(), want.arrays[a]), SIZE_MAX)
-        << names[a] << " in the file differs from the reference";
+        << kArrayNames[a] << " in the file differs from the reference";
   }
 }
 
@@ -225,7 +172,7 @@ TEST(ModelShardSnapshotTest, ConcurrentPushesSnapshotsEqualTheReference) {
   std::mt19937_64 rng(seed);
   constexpr uint64_t kSteps = 8;
   constexpr int kThreads = 4;
-  std::unique_ptr<ModelShard> shard = MakeShard(seed % 1000);
+  std::unique_ptr<ModelShard> shard = MakeTestShard(seed % 1000);
   ASSERT_NE(shard, nullptr);
   const FlatRange owned = shard->owned();
   ASSERT_GT(shard->store().num_chunks(), 20u);
@@ -323,7 +270,7 @@ TEST(ModelShardSnapshotTest, ConcurrentPushesSnapshotsEqualTheReference) {
   // own thread after arming (no claim will come).
   auto end = shard->ArmSnapshot(kSteps, "");
   ASSERT_TRUE(end.ok()) << end.status();
-  ASSERT_TRUE(WaitFor(**end).ok());
+  ASSERT_TRUE(WaitForSnapshot(**end).ok());
   snaps.push_back(*end);
   snaps.push_back(late);
 
@@ -350,7 +297,7 @@ TEST(ModelShardSnapshotTest, ArmedWhileChunksAreAtDifferentVersions) {
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   std::mt19937_64 rng(seed);
   constexpr uint64_t kSteps = 6;
-  std::unique_ptr<ModelShard> shard = MakeShard(seed % 977);
+  std::unique_ptr<ModelShard> shard = MakeTestShard(seed % 977);
   ASSERT_NE(shard, nullptr);
   const FlatRange owned = shard->owned();
   const size_t chunks = shard->store().num_chunks();
@@ -404,15 +351,15 @@ TEST(ModelShardSnapshotTest, AShardThatOwnsNothingFinishesAtOnce) {
   ASSERT_TRUE(layout.ok());
   ASSERT_TRUE(layout->ServerRange(0).empty());
   auto shard = ModelShard::Create(
-      testing::MakeInit(manifest, kMany, 0, 1, kChunkElems), {0, kMany},
-      Placement::kHost);
+      testing::MakeInit(manifest, kMany, 0, 1, testing::kTestChunkElems),
+      {0, kMany}, Placement::kHost);
   ASSERT_TRUE(shard.ok()) << shard.status();
   ASSERT_EQ((*shard)->store().num_chunks(), 0u);
   const std::string dir = testing::MakeTempDir("zs_snap_empty_");
   for (const std::string& d : {std::string(), dir}) {
     auto snap = (*shard)->ArmSnapshot(3, d);
     ASSERT_TRUE(snap.ok()) << snap.status();
-    absl::StatusOr<SnapshotResult> r = WaitFor(**snap);
+    absl::StatusOr<SnapshotResult> r = WaitForSnapshot(**snap);
     ASSERT_TRUE(r.ok()) << r.status();
     if (!d.empty()) {
       auto info = VerifyShardCheckpoint(r->path);

@@ -162,7 +162,8 @@ v1::PushGradHeader Header(uint64_t step, uint32_t worker) {
 grpc::Status Push(v1::ShardService::Stub& stub,
                   const v1::PushGradHeader& header,
                   const std::vector<Piece>& pieces, double coefficient,
-                  bool skip, v1::PushGradResponse* response) {
+                  bool skip, v1::PushGradResponse* response,
+                  bool prepare) {
   grpc::ClientContext context;
   SetDeadline(context, 20000);
   v1::PushGradResponse local;
@@ -182,6 +183,7 @@ grpc::Status Push(v1::ShardService::Stub& stub,
     m.Clear();
     m.mutable_commit()->set_coefficient(coefficient);
     m.mutable_commit()->set_skip(skip);
+    m.mutable_commit()->set_prepare(prepare);
     writer->Write(m);
   }
   writer->WritesDone();

@@ -25,6 +25,7 @@
 #include "server/shard_checkpoint.h"
 #include "server/shard_restore.h"
 #include "tests/server/server_test_util.h"
+#include "tests/server/shard_state_util.h"
 #include "tests/support/test_files.h"
 #include "wire/proto_convert.h"
 
@@ -34,59 +35,14 @@ namespace {
 constexpr uint64_t kChunkElems = 256;
 constexpr uint64_t kCheckpointStep = 3;
 
-v1::InitRequest Init(uint64_t seed) {
-  return testing::MakeInit(testing::SmallManifest(1), 1, 0, seed, kChunkElems);
-}
+using testing::Diff;
+using testing::RandomGrad;
+using testing::ReadState;
+using State = testing::ShardState;
 
 std::unique_ptr<ModelShard> MakeShard(uint64_t seed) {
-  auto shard = ModelShard::Create(Init(seed), {0, 1}, Placement::kHost);
-  EXPECT_TRUE(shard.ok()) << shard.status();
-  return shard.ok() ? *std::move(shard) : nullptr;
-}
-
-struct State {
-  std::vector<float> arrays[3];
-  std::vector<uint64_t> versions, adam_t;
-};
-
-State ReadState(const ModelShard& shard) {
-  State s;
-  const FlatRange owned = shard.owned();
-  for (auto& a : s.arrays) a.resize(owned.size());
-  for (size_t c = 0; c < shard.store().num_chunks(); ++c) {
-    shard.store().WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
-      const size_t i = a.range.begin - owned.begin;
-      const size_t bytes = a.range.size() * sizeof(float);
-      std::memcpy(s.arrays[0].data() + i, a.master, bytes);
-      std::memcpy(s.arrays[1].data() + i, a.exp_avg, bytes);
-      std::memcpy(s.arrays[2].data() + i, a.exp_avg_sq, bytes);
-    });
-    s.versions.push_back(shard.tracker().version(c));
-    s.adam_t.push_back(shard.tracker().adam_t(c));
-  }
-  return s;
-}
-
-std::string Diff(const State& got, const State& want) {
-  const char* names[] = {"master", "exp_avg", "exp_avg_sq"};
-  for (int a = 0; a < 3; ++a) {
-    if (got.arrays[a].size() != want.arrays[a].size()) return "sizes differ";
-    for (size_t i = 0; i < got.arrays[a].size(); ++i) {
-      if (std::memcmp(&got.arrays[a][i], &want.arrays[a][i], 4) != 0) {
-        return absl::StrCat(names[a], " differs at owned element ", i);
-      }
-    }
-  }
-  if (got.versions != want.versions) return "versions differ";
-  if (got.adam_t != want.adam_t) return "Adam steps differ";
-  return "";
-}
-
-std::vector<float> RandomGrad(std::mt19937_64& rng, size_t n) {
-  std::normal_distribution<float> g(0, 1);
-  std::vector<float> out(n);
-  for (float& x : out) x = g(rng);
-  return out;
+  return testing::MakeShard(testing::SmallManifest(1), 1, 0, seed,
+                            kChunkElems);
 }
 
 // Trains a shard of seed 7 to kCheckpointStep and checkpoints it in `dir`;
@@ -164,18 +120,15 @@ TEST(ShardRestoreRaceTest, RestoreRacingPushesIsWholeOrChangesNothing) {
     const GradPiece whole{owned, DType::kFp32, grad.data()};
     ASSERT_TRUE(ref->ApplyPush(0, params, {&whole, 1}).ok());
     // Step 0 in small pieces, cut anywhere, dealt to the pushers.
-    std::vector<uint64_t> cuts = {owned.begin, owned.end};
-    for (int i = 0; i < 150; ++i) cuts.push_back(owned.begin + rng() % owned.size());
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    const std::vector<FlatRange> pieces =
+        testing::RandomTiling(rng, owned, 150);
     std::vector<std::vector<GradPiece>> work(kPushers);
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    for (const FlatRange& r : pieces) {
       work[rng() % kPushers].push_back(
-          {{cuts[i], cuts[i + 1]}, DType::kFp32,
-           grad.data() + (cuts[i] - owned.begin)});
+          {r, DType::kFp32, grad.data() + (r.begin - owned.begin)});
     }
     for (auto& w : work) std::shuffle(w.begin(), w.end(), rng);
-    const size_t total = cuts.size() - 1;
+    const size_t total = pieces.size();
     // Either the pushes start a random moment after the restore (which
     // reads and verifies the file first), or the restore starts once
     // `start_after` pushes are done: some, or all of them.

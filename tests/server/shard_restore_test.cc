@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "server/model_shard.h"
 #include "tests/server/server_test_util.h"
+#include "tests/server/shard_state_util.h"
 #include "tests/support/test_files.h"
 #include "wire/proto_convert.h"
 
@@ -33,15 +34,11 @@ namespace {
 constexpr uint32_t kSourceServers = 2;
 constexpr uint32_t kSourceWorkers = 2;
 
-std::unique_ptr<ModelShard> MakeShard(const v1::ModelManifest& manifest,
-                                      uint32_t servers, uint32_t k,
-                                      uint64_t seed, uint64_t chunk_elems) {
-  const v1::InitRequest init =
-      testing::MakeInit(manifest, servers, k, seed, chunk_elems);
-  auto shard = ModelShard::Create(init, {k, servers}, Placement::kHost);
-  EXPECT_TRUE(shard.ok()) << shard.status();
-  return shard.ok() ? *std::move(shard) : nullptr;
-}
+using testing::FirstDifference;
+using testing::kArrayNames;
+using testing::MakeShard;
+using testing::ReadState;
+using State = testing::ShardState;
 
 FlatLayout LayoutOf(const v1::ModelManifest& manifest, uint32_t servers) {
   auto layout = FlatLayout::Create(FromProto(manifest), servers,
@@ -50,47 +47,11 @@ FlatLayout LayoutOf(const v1::ModelManifest& manifest, uint32_t servers) {
   return *std::move(layout);
 }
 
-// A shard's master, exp_avg, exp_avg_sq over its owned range, and its
-// chunks' versions and Adam steps.
-struct State {
-  std::vector<float> arrays[3];
-  std::vector<uint64_t> versions, adam_t;
-  friend bool operator==(const State& a, const State& b) {
-    for (int i = 0; i < 3; ++i) {
-      if (a.arrays[i].size() != b.arrays[i].size() ||
-          std::memcmp(a.arrays[i].data(), b.arrays[i].data(),
-                      a.arrays[i].size() * sizeof(float)) != 0) {
-        return false;
-      }
-    }
-    return a.versions == b.versions && a.adam_t == b.adam_t;
-  }
-};
-
-State ReadState(const ModelShard& shard) {
-  State s;
-  const FlatRange owned = shard.owned();
-  for (auto& a : s.arrays) a.resize(owned.size());
-  for (size_t c = 0; c < shard.store().num_chunks(); ++c) {
-    shard.store().WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
-      const size_t i = a.range.begin - owned.begin;
-      const size_t bytes = a.range.size() * sizeof(float);
-      std::memcpy(s.arrays[0].data() + i, a.master, bytes);
-      std::memcpy(s.arrays[1].data() + i, a.exp_avg, bytes);
-      std::memcpy(s.arrays[2].data() + i, a.exp_avg_sq, bytes);
-    });
-    s.versions.push_back(shard.tracker().version(c));
-    s.adam_t.push_back(shard.tracker().adam_t(c));
-  }
-  return s;
-}
-
 // Pushes one step of random gradient over the whole owned range.
 void PushRandomStep(ModelShard& shard, std::mt19937_64& rng, uint64_t step,
                     bool skip) {
-  std::vector<float> grad(shard.owned().size());
-  std::normal_distribution<float> g(0, 1);
-  for (float& x : grad) x = g(rng);
+  const std::vector<float> grad =
+      testing::RandomGrad(rng, shard.owned().size());
   const GradPiece piece{shard.owned(), DType::kFp32, grad.data()};
   auto r = shard.ApplyPush(step, {0.5, skip}, {&piece, 1});
   ASSERT_TRUE(r.ok()) << r.status();
@@ -211,23 +172,22 @@ class SourceRun {
   std::map<uint64_t, Flat> flats_;
 };
 
-size_t FirstDifference(const std::vector<float>& a,
-                       const std::vector<float>& b) {
-  if (a.size() != b.size()) return 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return i;
-  }
-  return SIZE_MAX;
-}
+// Each test: a random seed (traced on failure), its generator, and a fresh
+// directory for the source run's checkpoints.
+class ShardRestoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
 
-TEST(ShardRestoreTest, RestoresIntoOtherServerAndWorkerCountsByTensor) {
-  const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
-  std::mt19937_64 rng(seed);
-  const std::string dir = testing::MakeTempDir("zs_restore_");
-  ASSERT_FALSE(dir.empty());
-  SourceRun run;
-  ASSERT_NO_FATAL_FAILURE(run.Write(dir, rng, {3, 5}));
+  const uint64_t seed_ = std::random_device{}();
+  ::testing::ScopedTrace trace_{__FILE__, __LINE__,
+                                absl::StrCat("seed ", seed_)};
+  std::mt19937_64 rng_{seed_};
+  const std::string dir_ = testing::MakeTempDir("zs_restore_");
+  SourceRun run_;
+};
+
+TEST_F(ShardRestoreTest, RestoresIntoOtherServerAndWorkerCountsByTensor) {
+  ASSERT_NO_FATAL_FAILURE(run_.Write(dir_, rng_, {3, 5}));
 
   struct Target {
     uint32_t servers, workers;
@@ -244,28 +204,28 @@ TEST(ShardRestoreTest, RestoresIntoOtherServerAndWorkerCountsByTensor) {
         SCOPED_TRACE(absl::StrCat(target.servers, " servers x ",
                                   target.workers, " workers, server ", k,
                                   ", step ", want_step));
-        auto shard = MakeShard(manifest, target.servers, k, rng(),
+        auto shard = MakeShard(manifest, target.servers, k, rng_(),
                                target.chunk_elems);
         ASSERT_NE(shard, nullptr);
         // The target has trained a step of its own first.
-        PushRandomStep(*shard, rng, 0, false);
-        auto stats = RestoreShard(*shard, dir, step);
+        PushRandomStep(*shard, rng_, 0, false);
+        auto stats = RestoreShard(*shard, dir_, step);
         ASSERT_TRUE(stats.ok()) << stats.status();
         EXPECT_EQ(stats->step, want_step);
-        EXPECT_EQ(stats->adam_step, run.at(want_step).adam_t);
+        EXPECT_EQ(stats->adam_step, run_.at(want_step).adam_t);
         EXPECT_GE(stats->files_verified, 1u);
         const State s = ReadState(*shard);
-        const char* names[] = {"master", "exp_avg", "exp_avg_sq"};
         for (int a = 0; a < 3; ++a) {
           EXPECT_EQ(FirstDifference(
                         s.arrays[a],
-                        run.Expected(layout, shard->owned(), want_step, a)),
+                        run_.Expected(layout, shard->owned(), want_step, a)),
                     SIZE_MAX)
-              << names[a] << " differs at this element of the owned range";
+              << kArrayNames[a]
+              << " differs at this element of the owned range";
         }
         for (size_t c = 0; c < s.versions.size(); ++c) {
           EXPECT_EQ(s.versions[c], want_step) << c;
-          EXPECT_EQ(s.adam_t[c], run.at(want_step).adam_t) << c;
+          EXPECT_EQ(s.adam_t[c], run_.at(want_step).adam_t) << c;
         }
         // The BF16 mirror follows the restored master.
         const FlatRange owned = shard->owned();
@@ -282,32 +242,26 @@ TEST(ShardRestoreTest, RestoresIntoOtherServerAndWorkerCountsByTensor) {
           }
         }
         // Training goes on from the restored step.
-        PushRandomStep(*shard, rng, want_step, false);
+        PushRandomStep(*shard, rng_, want_step, false);
         EXPECT_EQ(shard->tracker().Summarize().min_version, want_step + 1);
       }
     }
   }
 }
 
-TEST(ShardRestoreTest, DamagedFilesAreNamedAndChangeNothing) {
-  const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
-  std::mt19937_64 rng(seed);
-  const std::string dir = testing::MakeTempDir("zs_restore_");
-  ASSERT_FALSE(dir.empty());
-  SourceRun run;
-  ASSERT_NO_FATAL_FAILURE(run.Write(dir, rng, {2}));
+TEST_F(ShardRestoreTest, DamagedFilesAreNamedAndChangeNothing) {
+  ASSERT_NO_FATAL_FAILURE(run_.Write(dir_, rng_, {2}));
   // One target server over the whole flat space reads both files.
   const v1::ModelManifest manifest = testing::SmallManifest(3);
   auto shard = MakeShard(manifest, 1, 0, 5, 1024);
   ASSERT_NE(shard, nullptr);
-  PushRandomStep(*shard, rng, 0, false);
+  PushRandomStep(*shard, rng_, 0, false);
   const State before = ReadState(*shard);
 
-  const uint32_t k = rng() % kSourceServers;
+  const uint32_t k = rng_() % kSourceServers;
   const std::string name = ShardFileName(k, kSourceServers);
   const std::string path =
-      absl::StrCat(dir, "/", CheckpointFolderName(2), "/", name);
+      absl::StrCat(dir_, "/", CheckpointFolderName(2), "/", name);
   const std::string good = testing::ReadFile(path);
   ASSERT_FALSE(good.empty());
   enum Damage { kFlip, kTruncate, kMissing };
@@ -318,13 +272,13 @@ TEST(ShardRestoreTest, DamagedFilesAreNamedAndChangeNothing) {
     } else {
       std::string bad = good;
       if (d == kFlip) {
-        bad[rng() % bad.size()] ^= static_cast<char>(1 + rng() % 255);
+        bad[rng_() % bad.size()] ^= static_cast<char>(1 + rng_() % 255);
       } else {
-        bad.resize(rng() % bad.size());
+        bad.resize(rng_() % bad.size());
       }
       ASSERT_TRUE(testing::WriteFile(path, bad));
     }
-    auto stats = RestoreShard(*shard, dir, std::nullopt);
+    auto stats = RestoreShard(*shard, dir_, std::nullopt);
     ASSERT_FALSE(stats.ok());
     if (d == kMissing) {
       EXPECT_TRUE(absl::IsNotFound(stats.status()) ||
@@ -339,25 +293,19 @@ TEST(ShardRestoreTest, DamagedFilesAreNamedAndChangeNothing) {
     ASSERT_TRUE(testing::WriteFile(path, good));
   }
   // Repaired: it restores.
-  auto stats = RestoreShard(*shard, dir, std::nullopt);
+  auto stats = RestoreShard(*shard, dir_, std::nullopt);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->files_verified, 2u);
   EXPECT_EQ(shard->tracker().Summarize().max_version, 2u);
 }
 
-TEST(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
-  const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
-  std::mt19937_64 rng(seed);
-  const std::string dir = testing::MakeTempDir("zs_restore_");
-  ASSERT_FALSE(dir.empty());
-  SourceRun run;
-  ASSERT_NO_FATAL_FAILURE(run.Write(dir, rng, {2, 4}));
+TEST_F(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
+  ASSERT_NO_FATAL_FAILURE(run_.Write(dir_, rng_, {2, 4}));
 
   auto expect_refused = [&](ModelShard& shard, std::optional<uint64_t> step,
                             absl::StatusCode code, const std::string& text) {
     const State before = ReadState(shard);
-    auto stats = RestoreShard(shard, dir, step);
+    auto stats = RestoreShard(shard, dir_, step);
     EXPECT_EQ(stats.status().code(), code) << stats.status();
     EXPECT_NE(stats.status().message().find(text), std::string::npos)
         << stats.status();
@@ -386,11 +334,11 @@ TEST(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
   auto shard = MakeShard(testing::SmallManifest(1), 3, 1, 3, 256);
   ASSERT_NE(shard, nullptr);
   // A step that is not there: the complete ones are listed.
-  const uint64_t missing = 5 + rng() % 1000;
+  const uint64_t missing = 5 + rng_() % 1000;
   expect_refused(*shard, missing, absl::StatusCode::kNotFound,
                  "complete ones: 2, 4");
   // A folder without a manifest is not a checkpoint.
-  std::filesystem::create_directories(dir + "/" + CheckpointFolderName(9));
+  std::filesystem::create_directories(dir_ + "/" + CheckpointFolderName(9));
   expect_refused(*shard, 9, absl::StatusCode::kNotFound, "complete ones: 2, 4");
   // Part of a step applied.
   const FlatRange part{shard->owned().begin, shard->owned().begin + 10};
@@ -413,23 +361,17 @@ TEST(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
 }
 
-TEST(ShardRestoreTest, ATargetThatOwnsNothingTakesTheStepAndAdamCount) {
-  const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE(absl::StrCat("seed ", seed));
-  std::mt19937_64 rng(seed);
-  const std::string dir = testing::MakeTempDir("zs_restore_");
-  ASSERT_FALSE(dir.empty());
-  SourceRun run;
-  ASSERT_NO_FATAL_FAILURE(run.Write(dir, rng, {3}));
+TEST_F(ShardRestoreTest, ATargetThatOwnsNothingTakesTheStepAndAdamCount) {
+  ASSERT_NO_FATAL_FAILURE(run_.Write(dir_, rng_, {3}));
   // Server 0 of 1000 owns an empty range: nothing to read, but one file
   // still tells the Adam step count.
   auto shard = MakeShard(testing::SmallManifest(1), 1000, 0, 1, 256);
   ASSERT_NE(shard, nullptr);
   ASSERT_TRUE(shard->owned().empty());
-  auto stats = RestoreShard(*shard, dir, std::nullopt);
+  auto stats = RestoreShard(*shard, dir_, std::nullopt);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->step, 3u);
-  EXPECT_EQ(stats->adam_step, run.at(3).adam_t);
+  EXPECT_EQ(stats->adam_step, run_.at(3).adam_t);
   EXPECT_EQ(stats->files_verified, 1u);
 }
 
