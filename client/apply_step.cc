@@ -1,26 +1,35 @@
 #include "client/apply_step.h"
 
-#include <chrono>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "wire/grpc_status.h"
 
 namespace zeroshard {
 
-absl::Status ApplyStepOn(const ShardChannels& channels, int k, uint64_t step,
-                         uint64_t attempt, absl::Duration timeout) {
+namespace {
+
+absl::Status ApplyStepCall(const ShardChannels& channels, int k, uint64_t step,
+                           uint64_t attempt, absl::Duration timeout,
+                           v1::ApplyStepResponse* response) {
   v1::ApplyStepRequest req;
   req.set_step(step);
   req.set_attempt(attempt);
-  v1::ApplyStepResponse resp;
   return RunWithRetry(channels.options().retry, [&] {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     absl::ToChronoMilliseconds(timeout));
-    return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, &resp),
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, response),
                           "ApplyStep", channels.address(k));
   });
+}
+
+}  // namespace
+
+absl::Status ApplyStepOn(const ShardChannels& channels, int k, uint64_t step,
+                         uint64_t attempt, absl::Duration timeout) {
+  v1::ApplyStepResponse resp;
+  return ApplyStepCall(channels, k, step, attempt, timeout, &resp);
 }
 
 absl::StatusOr<PushResult> ApplyStepAll(const ShardChannels& channels,
@@ -28,16 +37,7 @@ absl::StatusOr<PushResult> ApplyStepAll(const ShardChannels& channels,
                                         absl::Duration timeout) {
   std::vector<v1::ApplyStepResponse> out(channels.size());
   RETURN_IF_ERROR(RunInParallel(channels.size(), [&](int k) {
-    v1::ApplyStepRequest req;
-    req.set_step(step);
-    req.set_attempt(attempt);
-    return RunWithRetry(channels.options().retry, [&] {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(timeout));
-      return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, &out[k]),
-                            "ApplyStep", channels.address(k));
-    });
+    return ApplyStepCall(channels, k, step, attempt, timeout, &out[k]);
   }));
   PushResult sum;
   for (int k = 0; k < channels.size(); ++k) {

@@ -3,34 +3,40 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "wire/grpc_status.h"
 
 namespace zeroshard {
-namespace {
-
-void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    absl::ToChronoMilliseconds(timeout));
+absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
+                          const std::string& directory,
+                          const std::string& admin_token, bool wait,
+                          absl::Duration timeout,
+                          v1::CheckpointResponse* response) {
+  v1::CheckpointRequest req;
+  req.set_step(step);
+  req.set_directory(directory);
+  req.set_admin_token(admin_token);
+  req.set_wait(wait);
+  return RunWithRetry(channels.options().retry, [&] {
+    grpc::ClientContext ctx;
+    if (wait) {
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    } else {
+      channels.PrepareControlContext(&ctx);
+    }
+    return FromGrpcStatus(channels.stub(k).Checkpoint(&ctx, req, response),
+                          "Checkpoint", channels.address(k));
+  });
 }
-
-}  // namespace
 
 absl::Status ArmCheckpoint(const ShardChannels& channels, uint64_t step,
                            const std::string& directory,
                            const std::string& admin_token) {
   return RunInParallel(channels.size(), [&](int k) {
-    v1::CheckpointRequest req;
-    req.set_step(step);
-    req.set_directory(directory);
-    req.set_admin_token(admin_token);
     v1::CheckpointResponse resp;
-    return RunWithRetry(channels.options().retry, [&] {
-      grpc::ClientContext ctx;
-      channels.PrepareControlContext(&ctx);
-      return FromGrpcStatus(channels.stub(k).Checkpoint(&ctx, req, &resp),
-                            "Checkpoint", channels.address(k));
-    });
+    return CheckpointOn(channels, k, step, directory, admin_token,
+                        /*wait=*/false, absl::ZeroDuration(), &resp);
   });
 }
 
@@ -39,17 +45,8 @@ absl::StatusOr<std::vector<v1::CheckpointResponse>> WaitCheckpoint(
     const std::string& admin_token, absl::Duration timeout) {
   std::vector<v1::CheckpointResponse> out(channels.size());
   RETURN_IF_ERROR(RunInParallel(channels.size(), [&](int k) {
-    v1::CheckpointRequest req;
-    req.set_step(step);
-    req.set_directory(directory);
-    req.set_admin_token(admin_token);
-    req.set_wait(true);
-    return RunWithRetry(channels.options().retry, [&] {
-      grpc::ClientContext ctx;
-      SetDeadline(&ctx, timeout);
-      return FromGrpcStatus(channels.stub(k).Checkpoint(&ctx, req, &out[k]),
-                            "Checkpoint", channels.address(k));
-    });
+    return CheckpointOn(channels, k, step, directory, admin_token,
+                        /*wait=*/true, timeout, &out[k]);
   }));
   return out;
 }
@@ -107,7 +104,7 @@ absl::StatusOr<std::vector<v1::RestoreResponse>> RestoreAll(
     if (step.has_value()) req.set_step(*step);
     req.set_admin_token(admin_token);
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, timeout);
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     return FromGrpcStatus(channels.stub(k).Restore(&ctx, req, &out[k]),
                           "Restore", channels.address(k));
   }));

@@ -29,6 +29,14 @@
 
 namespace zeroshard {
 
+// One Checkpoint call to server k (UNAVAILABLE retried): arm (wait false,
+// under the control deadline) or wait for the file (under `timeout`).
+absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
+                          const std::string& directory,
+                          const std::string& admin_token, bool wait,
+                          absl::Duration timeout,
+                          v1::CheckpointResponse* response);
+
 // Arms a snapshot of version `step` on every server. FAILED_PRECONDITION
 // (from the server) when one is already past it.
 absl::Status ArmCheckpoint(const ShardChannels& channels, uint64_t step,

@@ -4,38 +4,14 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/checkpoint_client.h"
 #include "common/status_macros.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_convert.h"
 
 namespace zeroshard {
 namespace {
-
-void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    absl::ToChronoMilliseconds(timeout));
-}
-
-absl::Status Checkpoint(const ShardChannels& channels, int k, uint64_t step,
-                        const std::string& directory, bool wait,
-                        const SnapshotReadOptions& options,
-                        v1::CheckpointResponse* response) {
-  v1::CheckpointRequest req;
-  req.set_step(step);
-  req.set_directory(directory);
-  req.set_admin_token(options.admin_token);
-  req.set_wait(wait);
-  return RunWithRetry(channels.options().retry, [&] {
-    grpc::ClientContext ctx;
-    if (wait) {
-      SetDeadline(&ctx, options.timeout);
-    } else {
-      channels.PrepareControlContext(&ctx);
-    }
-    return FromGrpcStatus(channels.stub(k).Checkpoint(&ctx, req, response),
-                          "Checkpoint", channels.address(k));
-  });
-}
 
 absl::StatusOr<uint64_t> MaxVersion(const ShardChannels& channels,
                                     const std::vector<int>& servers) {
@@ -129,8 +105,9 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
   for (int t = 0; t < tries; ++t) {
     std::vector<v1::CheckpointResponse> ignored(servers.size());
     armed = RunInParallel(static_cast<int>(servers.size()), [&](int i) {
-      return Checkpoint(channels, servers[i], v, directory, /*wait=*/false,
-                        options, &ignored[i]);
+      return CheckpointOn(channels, servers[i], v, directory,
+                          options.admin_token, /*wait=*/false, options.timeout,
+                          &ignored[i]);
     });
     if (armed.ok() || !absl::IsFailedPrecondition(armed)) break;
     // Training moved past v on some server: the next step that none has
@@ -147,8 +124,9 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
   out.step = v;
   out.responses.resize(servers.size());
   RETURN_IF_ERROR(RunInParallel(static_cast<int>(servers.size()), [&](int i) {
-    return Checkpoint(channels, servers[i], v, directory, /*wait=*/true,
-                      options, &out.responses[i]);
+    return CheckpointOn(channels, servers[i], v, directory,
+                        options.admin_token, /*wait=*/true, options.timeout,
+                        &out.responses[i]);
   }));
   return out;
 }
@@ -166,7 +144,7 @@ absl::Status ReadSnapshotRange(const ShardChannels& channels, int k,
   r->set_offset(range.begin);
   r->set_length(range.size());
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, options.timeout);
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
   auto reader = channels.stub(k).ReadSnapshot(&ctx, req);
   v1::GatherChunk chunk;
   uint64_t pos = range.begin;

@@ -427,15 +427,19 @@ void ModelShard::FinishIfLast(ShardSnapshot& snap, bool last) {
   snap.Finish();
 }
 
+std::vector<std::shared_ptr<ShardSnapshot>> ModelShard::ArmedAt(
+    uint64_t step) const {
+  std::vector<std::shared_ptr<ShardSnapshot>> armed;
+  absl::MutexLock lock(&snap_mu_);
+  for (const auto& s : snapshots_) {
+    if (s->step() == step && !s->result().has_value()) armed.push_back(s);
+  }
+  return armed;
+}
+
 void ModelShard::CaptureCompleted(const StepClaim& claim) {
   const uint64_t v = claim.step + 1;
-  std::vector<std::shared_ptr<ShardSnapshot>> armed;
-  {
-    absl::MutexLock lock(&snap_mu_);
-    for (const auto& s : snapshots_) {
-      if (s->step() == v && !s->result().has_value()) armed.push_back(s);
-    }
-  }
+  const std::vector<std::shared_ptr<ShardSnapshot>> armed = ArmedAt(v);
   if (armed.empty()) return;
   size_t prev = SIZE_MAX;
   for (const ClaimedSegment& seg : claim.segments) {
@@ -449,15 +453,8 @@ void ModelShard::CaptureCompleted(const StepClaim& claim) {
 }
 
 void ModelShard::CaptureClaimed(const StepClaim& claim) {
-  std::vector<std::shared_ptr<ShardSnapshot>> armed;
-  {
-    absl::MutexLock lock(&snap_mu_);
-    for (const auto& s : snapshots_) {
-      if (s->step() == claim.step && !s->result().has_value()) {
-        armed.push_back(s);
-      }
-    }
-  }
+  const std::vector<std::shared_ptr<ShardSnapshot>> armed =
+      ArmedAt(claim.step);
   size_t prev = SIZE_MAX;
   for (const ClaimedSegment& seg : claim.segments) {
     if (seg.chunk == prev) continue;  // segments of a chunk are often adjacent

@@ -175,6 +175,8 @@ class ModelShard {
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<StepTracker> tracker_;
 
+  // The snapshots armed at `step` and not yet complete.
+  std::vector<std::shared_ptr<ShardSnapshot>> ArmedAt(uint64_t step) const;
   // Copies the claim's chunks into every snapshot armed at its step.
   void CaptureClaimed(const StepClaim& claim);
   // Copies the claim's chunks that it completed into every snapshot armed

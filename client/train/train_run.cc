@@ -109,34 +109,23 @@ struct ServerStand {
   bool ok = false;
   uint64_t min_version = 0, max_version = 0;
 };
-ServerStand InspectStand(const std::vector<std::string>& addresses) {
-  ServerStand stand;
-  absl::StatusOr<std::unique_ptr<ShardChannels>> channels =
-      ShardChannels::Connect(addresses, ShardClientOptions());
-  if (!channels.ok()) return stand;
+ServerStand InspectStand(const ShardChannels& channels) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (absl::Now() < deadline) {
-    bool busy = false, first = true;
-    stand.ok = true;
-    for (const auto& r : (*channels)->InspectAll()) {
-      if (!r.ok() || !r->initialized()) {
-        stand.ok = false;
-        break;
-      }
+    ServerStand stand{true, UINT64_MAX, 0};
+    bool busy = false;
+    for (const auto& r : channels.InspectAll()) {
+      if (!r.ok() || !r->initialized()) return ServerStand();
       busy = busy || r->partial_chunks() != 0;
-      stand.min_version = first ? r->min_version()
-                                : std::min<uint64_t>(stand.min_version,
-                                                     r->min_version());
-      stand.max_version = first ? r->max_version()
-                                : std::max<uint64_t>(stand.max_version,
-                                                     r->max_version());
-      first = false;
+      stand.min_version = std::min<uint64_t>(stand.min_version,
+                                             r->min_version());
+      stand.max_version = std::max<uint64_t>(stand.max_version,
+                                             r->max_version());
     }
-    if (!stand.ok || !busy) return stand;
+    if (!busy) return stand;
     absl::SleepFor(absl::Milliseconds(50));
   }
-  stand.ok = false;
-  return stand;
+  return ServerStand();
 }
 
 // Replaces what failed: the workers alone when the servers are alive and
@@ -148,9 +137,12 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
                                     TrainClusterPlan* plan,
                                     std::unique_ptr<TrainCluster>* cluster) {
   plan->attempt = attempt;
-  if ((*cluster)->ServersAlive()) {
+  absl::StatusOr<std::unique_ptr<ShardChannels>> channels =
+      ShardChannels::Connect((*cluster)->server_addresses(),
+                             ShardClientOptions());
+  if ((*cluster)->ServersAlive() && channels.ok()) {
     (*cluster)->StopWorkers();
-    const ServerStand stand = InspectStand((*cluster)->server_addresses());
+    const ServerStand stand = InspectStand(**channels);
     if (stand.ok && stand.max_version == stand.min_version) {
       // Nothing of the step is applied anywhere: new workers redo it; the
       // old attempt's prepared pushes are dropped when the new one speaks.
@@ -161,15 +153,10 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
     if (stand.ok && stand.max_version == stand.min_version + 1) {
       // ApplyStep had reached some servers: every worker had prepared
       // everywhere, so the step is finished from what the servers hold.
-      absl::StatusOr<std::unique_ptr<ShardChannels>> channels =
-          ShardChannels::Connect((*cluster)->server_addresses(),
-                                 ShardClientOptions());
-      absl::Status applied = channels.status();
-      if (applied.ok()) {
-        applied = ApplyStepAll(**channels, stand.min_version, attempt - 1,
-                               absl::Seconds(cfg.cluster.step_timeout_s))
-                      .status();
-      }
+      const absl::Status applied =
+          ApplyStepAll(**channels, stand.min_version, attempt - 1,
+                       absl::Seconds(cfg.cluster.step_timeout_s))
+              .status();
       if (applied.ok()) {
         RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
         return absl::StrCat("step ", stand.min_version,

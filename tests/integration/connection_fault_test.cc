@@ -76,6 +76,20 @@ Background StartTrain(const TrainDir& dir, const std::string& name,
   return b;
 }
 
+// One proxy in front of each server; the proxies' addresses in order.
+::testing::AssertionResult ProxyEach(
+    const std::vector<std::string>& servers,
+    std::vector<std::unique_ptr<TcpProxy>>* proxies,
+    std::vector<std::string>* addresses) {
+  for (const std::string& a : servers) {
+    auto p = TcpProxy::Start(a);
+    if (!p.ok()) return ::testing::AssertionFailure() << p.status();
+    addresses->push_back((*p)->address());
+    proxies->push_back(*std::move(p));
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // Waits (bounded) until the run has written `rows` metrics rows.
 bool WaitForRows(const std::string& out, size_t rows, Subprocess* p) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -93,12 +107,7 @@ TEST(ConnectionFaultTest, AStalledServerEndsTheRunWithinItsDeadline) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::unique_ptr<TcpProxy>> proxies;
   std::vector<std::string> addresses;
-  for (const std::string& a : (*cluster)->addresses()) {
-    auto p = TcpProxy::Start(a);
-    ASSERT_TRUE(p.ok()) << p.status();
-    addresses.push_back((*p)->address());
-    proxies.push_back(*std::move(p));
-  }
+  ASSERT_TRUE(ProxyEach((*cluster)->addresses(), &proxies, &addresses));
   Background run = StartTrain(dir, "out", Config(100000), addresses, {});
   ASSERT_NE(run.process, nullptr);
   ASSERT_TRUE(WaitForRows(dir.path("out"), 3, run.process.get()))
@@ -136,12 +145,7 @@ TEST(ConnectionFaultTest, DroppedConnectionsHealOrFailButNeverCorrupt) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::unique_ptr<TcpProxy>> proxies;
   std::vector<std::string> addresses;
-  for (const std::string& a : (*cluster)->addresses()) {
-    auto p = TcpProxy::Start(a);
-    ASSERT_TRUE(p.ok()) << p.status();
-    addresses.push_back((*p)->address());
-    proxies.push_back(*std::move(p));
-  }
+  ASSERT_TRUE(ProxyEach((*cluster)->addresses(), &proxies, &addresses));
   Background run = StartTrain(dir, "out", Config(kSteps), addresses,
                               {"--save_weights", "--max_restarts=5"});
   ASSERT_NE(run.process, nullptr);
