@@ -11,22 +11,22 @@
 namespace zeroshard {
 
 absl::StatusOr<std::unique_ptr<KvClient>> KvClient::Connect(
-    const std::string& address, absl::Duration control_timeout,
-    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    const std::string& address, Scope scope, absl::Duration control_timeout,
+    std::shared_ptr<const ClientSecurity> security) {
   auto parsed = ParseServerList(address);
   if (!parsed.ok()) return parsed.status();
   if (parsed->size() != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("KvClient needs one address, got '", address, "'"));
   }
-  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  auto channel = grpc::CreateCustomChannel(address, credentials, args);
+  auto channel = CreateClientChannel(address, args, std::move(security));
   return std::unique_ptr<KvClient>(new KvClient(
-      address, control_timeout, v1::ShardService::NewStub(channel)));
+      address, std::move(scope), control_timeout,
+      v1::ShardService::NewStub(channel)));
 }
 
 absl::Status KvClient::CallUntil(
@@ -49,6 +49,8 @@ absl::Status KvClient::Set(const std::string& key, const std::string& value) {
   v1::KvSetRequest req;
   req.set_key(key);
   req.set_value(value);
+  req.set_run_id(scope_.run_id);
+  req.set_attempt(scope_.attempt);
   v1::KvSetResponse resp;
   return CallUntil(absl::Now() + control_timeout_,
                    absl::StrCat("KvSet('", key, "')"),
@@ -60,6 +62,8 @@ absl::Status KvClient::Set(const std::string& key, const std::string& value) {
 absl::StatusOr<std::string> KvClient::TryGet(const std::string& key) {
   v1::KvGetRequest req;
   req.set_key(key);
+  req.set_run_id(scope_.run_id);
+  req.set_attempt(scope_.attempt);
   v1::KvGetResponse resp;
   absl::Status s = CallUntil(absl::Now() + control_timeout_,
                              absl::StrCat("KvGet('", key, "')"),
@@ -78,6 +82,8 @@ absl::Status KvClient::Wait(const std::vector<std::string>& keys,
                             absl::Duration timeout) {
   v1::KvWaitRequest req;
   for (const std::string& k : keys) req.add_keys(k);
+  req.set_run_id(scope_.run_id);
+  req.set_attempt(scope_.attempt);
   v1::KvWaitResponse resp;
   absl::Status s = CallUntil(
       absl::Now() + timeout,

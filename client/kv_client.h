@@ -1,7 +1,11 @@
 // RendezvousStore over the KvSet / KvGet / KvWait RPCs of one shard server
 // (server 0 of the cluster by convention), for Gloo / NCCL bootstrap.
+// Every call names the client's run and attempt (KvScope); the server drops
+// an older attempt's keys when a newer one calls, and answers an older
+// attempt's calls ABORTED (proto/zeroshard/v1/shard.proto, KvSetRequest).
 //
-//   ASSIGN_OR_RETURN(auto kv, KvClient::Connect("127.0.0.1:5000"));
+//   ASSIGN_OR_RETURN(auto kv, KvClient::Connect("127.0.0.1:5000",
+//                                                {"train-42", attempt}));
 //   RETURN_IF_ERROR(kv->Set("gloo/0", my_address));
 //   ASSIGN_OR_RETURN(std::string peer, kv->Get("gloo/1", absl::Seconds(30)));
 //
@@ -22,16 +26,22 @@
 #include "absl/time/time.h"
 #include "common/rendezvous.h"
 #include "proto/zeroshard/v1/shard.grpc.pb.h"
+#include "wire/credentials.h"
 
 namespace zeroshard {
 
 class KvClient : public RendezvousStore {
  public:
+  // The run and attempt every call names.
+  struct Scope {
+    std::string run_id;
+    uint64_t attempt = 0;
+  };
   // `control_timeout` bounds Set. Credentials null: insecure.
   static absl::StatusOr<std::unique_ptr<KvClient>> Connect(
-      const std::string& address,
+      const std::string& address, Scope scope,
       absl::Duration control_timeout = absl::Seconds(30),
-      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+      std::shared_ptr<const ClientSecurity> security = nullptr);
 
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
@@ -43,9 +53,10 @@ class KvClient : public RendezvousStore {
   absl::StatusOr<std::string> TryGet(const std::string& key);
 
  private:
-  KvClient(std::string address, absl::Duration control_timeout,
+  KvClient(std::string address, Scope scope, absl::Duration control_timeout,
            std::unique_ptr<v1::ShardService::Stub> stub)
       : address_(std::move(address)),
+        scope_(std::move(scope)),
         control_timeout_(control_timeout),
         stub_(std::move(stub)) {}
 
@@ -55,6 +66,7 @@ class KvClient : public RendezvousStore {
       const std::function<grpc::Status(grpc::ClientContext*)>& call);
 
   const std::string address_;
+  const Scope scope_;
   const absl::Duration control_timeout_;
   const std::unique_ptr<v1::ShardService::Stub> stub_;
 };

@@ -9,31 +9,47 @@
 namespace zeroshard {
 
 KvWaitReactor::KvWaitReactor(grpc::CallbackServerContext* context, KvStore* kv,
+                             const KvScope& scope,
                              const std::vector<std::string>& keys,
                              RpcCounters* counters)
     : context_(context), kv_(kv), counters_(counters) {
-  bool ready = false;
+  absl::Status done;  // how the call ends at once, if it does
+  bool now = false;
   {
     absl::MutexLock lock(&mu_);
     refs_.fetch_add(1);  // held by the waiter callback
-    waiter_id_ = kv_->WaitForKeys(keys, [this] { OnReady(); });
-    if (waiter_id_ == 0) {
+    absl::StatusOr<uint64_t> id = kv_->WaitForKeys(
+        scope, keys, [this](absl::Status s) { OnReady(s); });
+    if (!id.ok() || *id == 0) {
       refs_.fetch_sub(1);
-      finished_ = true;
-      ready = true;
+      now = true;
+      done = id.status();
+    } else {
+      waiter_id_ = *id;
     }
   }
-  if (ready) Finish(grpc::Status::OK);
+  if (now) FinishOnce(done);
 }
 
-void KvWaitReactor::OnReady() {
-  bool finish = false;
+void KvWaitReactor::FinishOnce(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    result_ = status;
+    // Counted before the status goes out, as every other method does.
+    counters_->RecordResult(result_);
+    recorded_ = true;
+  }
+  Finish(ToGrpcStatus(status));
+}
+
+void KvWaitReactor::OnReady(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     waiter_id_ = 0;
-    if (!finished_) finished_ = finish = true;
   }
-  if (finish) Finish(grpc::Status::OK);
+  FinishOnce(status);
   Unref();
 }
 

@@ -1,6 +1,8 @@
 // The unary KvWait call: finishes OK once every key exists, or
 // DEADLINE_EXCEEDED / CANCELLED naming the missing keys when the call is
-// cancelled or its deadline passes first. No thread blocks while waiting.
+// cancelled or its deadline passes first, or with the store's error when
+// the scope is refused or its keys are dropped (a newer attempt: ABORTED).
+// No thread blocks while waiting.
 #ifndef ZEROSHARD_SERVER_KV_WAIT_REACTOR_H_
 #define ZEROSHARD_SERVER_KV_WAIT_REACTOR_H_
 
@@ -22,13 +24,16 @@ class KvWaitReactor : public grpc::ServerUnaryReactor {
   // Keys must have passed KvStore::ValidateKeys; `kv` and `counters` outlive
   // the call. `context` is used to tell a deadline from a cancel.
   KvWaitReactor(grpc::CallbackServerContext* context, KvStore* kv,
-                const std::vector<std::string>& keys, RpcCounters* counters);
+                const KvScope& scope, const std::vector<std::string>& keys,
+                RpcCounters* counters);
 
   void OnCancel() override;
   void OnDone() override;
 
  private:
-  void OnReady();
+  // Finishes with `status` unless finished already.
+  void FinishOnce(const absl::Status& status);
+  void OnReady(const absl::Status& status);
   void Unref() {
     if (refs_.fetch_sub(1) == 1) delete this;
   }

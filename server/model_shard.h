@@ -96,6 +96,8 @@ class ModelShard {
                                       const v1::InitRequest& b);
 
   const v1::InitRequest& request() const { return request_; }
+  // The run this server serves (InitRequest.run_id).
+  const std::string& run_id() const { return request_.run_id(); }
   const FlatLayout& layout() const { return layout_; }
   const OptimizerConfig& optimizer() const { return optimizer_; }
   ShardStore& store() const { return *store_; }

@@ -120,8 +120,13 @@ absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
                                       config_.placement));
   state->store().set_pending_grad_limit(config_.max_pending_grad_bytes);
   FillInitResponse(*state, /*already=*/false, response);
-  absl::MutexLock lock(&mu_);
-  state_ = std::move(state);
+  const std::string run_id = state->run_id();
+  {
+    absl::MutexLock lock(&mu_);
+    state_ = std::move(state);
+  }
+  // Only the server's run may use the store from now on.
+  kv_.RetainOnlyRun(run_id);
   return absl::OkStatus();
 }
 
@@ -293,19 +298,39 @@ grpc::ServerReadReactor<v1::WeightPiece>* ShardServiceImpl::SetWeights(
       state(), response, &counters_);
 }
 
+absl::StatusOr<KvScope> ShardServiceImpl::KvScopeOf(
+    const std::string& run_id, uint64_t attempt) const {
+  RETURN_IF_ERROR(KvStore::ValidateRunId(run_id));
+  absl::MutexLock lock(&mu_);
+  if (state_ != nullptr && state_->run_id() != run_id) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this server serves run '", state_->run_id(),
+        "'; the key-value store refuses run '", run_id, "'"));
+  }
+  return KvScope{run_id, attempt};
+}
+
 grpc::ServerUnaryReactor* ShardServiceImpl::KvSet(
     grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
     v1::KvSetResponse* response) {
   counters_.RecordCall("KvSet");
   counters_.AddBytesIn(request->value().size());
-  return FinishUnary(context, kv_.Set(request->key(), request->value()));
+  absl::StatusOr<KvScope> scope =
+      KvScopeOf(request->run_id(), request->attempt());
+  RETURN_UNARY_IF_ERROR(scope.status());
+  return FinishUnary(context,
+                     kv_.Set(*scope, request->key(), request->value()));
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::KvGet(
     grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
     v1::KvGetResponse* response) {
   counters_.RecordCall("KvGet");
-  absl::StatusOr<std::optional<std::string>> value = kv_.Get(request->key());
+  absl::StatusOr<KvScope> scope =
+      KvScopeOf(request->run_id(), request->attempt());
+  RETURN_UNARY_IF_ERROR(scope.status());
+  absl::StatusOr<std::optional<std::string>> value =
+      kv_.Get(*scope, request->key());
   if (value.ok() && value->has_value()) {
     response->set_found(true);
     response->set_value(**std::move(value));
@@ -317,12 +342,13 @@ grpc::ServerUnaryReactor* ShardServiceImpl::KvWait(
     grpc::CallbackServerContext* context, const v1::KvWaitRequest* request,
     v1::KvWaitResponse* response) {
   counters_.RecordCall("KvWait");
+  absl::StatusOr<KvScope> scope =
+      KvScopeOf(request->run_id(), request->attempt());
+  RETURN_UNARY_IF_ERROR(scope.status());
   const std::vector<std::string> keys(request->keys().begin(),
                                       request->keys().end());
-  if (absl::Status s = KvStore::ValidateKeys(keys); !s.ok()) {
-    return FinishUnary(context, s);
-  }
-  return new KvWaitReactor(context, &kv_, keys, &counters_);
+  RETURN_UNARY_IF_ERROR(KvStore::ValidateKeys(keys));
+  return new KvWaitReactor(context, &kv_, *scope, keys, &counters_);
 }
 
 }  // namespace zeroshard

@@ -96,6 +96,10 @@ class ShardServiceImpl final : public ShardServiceBase {
   absl::Status DoInit(const v1::InitRequest& request,
                       v1::InitResponse* response);
   absl::Status DoInspect(v1::InspectResponse* response);
+  // The KV scope of a call: INVALID_ARGUMENT for a bad run id,
+  // PERMISSION_DENIED for another run than the initialised server's.
+  absl::StatusOr<KvScope> KvScopeOf(const std::string& run_id,
+                                    uint64_t attempt) const;
   // Finishes a unary call with `status`, counting an error.
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                         const absl::Status& status);

@@ -47,7 +47,10 @@ ABSL_FLAG(std::string, servers, "", "shard servers HOST:PORT,... in index order"
 ABSL_FLAG(std::string, config, "",
           "the resolved configuration (written by zeroshard-train or "
           "zeroshard-ctl config)");
-ABSL_FLAG(std::string, run_id, "run", "names this run's worker group in the KV store");
+ABSL_FLAG(std::string, run_id, "run",
+          "the run this worker belongs to (1 to 128 printable ASCII "
+          "characters): names its keys in server 0's KV store, with "
+          "--attempt");
 ABSL_FLAG(std::string, init_from, "",
           "a Hugging Face GPT-2 .safetensors file: rank 0 sets the servers' "
           "starting weights from it while they are at version 0");
@@ -112,7 +115,10 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
                    ShardClient::Create(servers, layout, client_options));
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
-                   KvClient::Connect(servers[0], client_options.control_timeout));
+                   KvClient::Connect(servers[0],
+                                     {absl::GetFlag(FLAGS_run_id),
+                                      absl::GetFlag(FLAGS_attempt)},
+                                     client_options.control_timeout));
 
   GroupOptions group_options;
   group_options.group = absl::GetFlag(FLAGS_run_id) + "/workers";

@@ -145,7 +145,7 @@ absl::Status TrainCluster::StartWorkers() {
     o.argv = {plan_.bin_dir + "/zeroshard-worker", absl::StrCat("--rank=", r),
               absl::StrCat("--world_size=", plan_.workers),
               "--servers=" + server_list, "--config=" + plan_.config_path,
-              absl::StrCat("--run_id=", plan_.run_id, "/a", plan_.attempt),
+              "--run_id=" + plan_.run_id,
               absl::StrCat("--attempt=", plan_.attempt)};
     if (!plan_.resume_dir.empty()) {
       o.argv.push_back("--resume=" + plan_.resume_dir);

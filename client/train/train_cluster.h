@@ -58,7 +58,7 @@ struct TrainClusterPlan {
   // Passed on to rank 0 of the first attempt only, when >= 0.
   int64_t inject_partial_apply_at_step = -1;
   std::string init_from;                  // workers' --init_from, when set
-  std::string run_id;                     // names the worker group
+  std::string run_id;                     // workers' --run_id (KV scope)
   std::string resume_dir;                 // workers' --resume (fresh servers
                                           // restore from its newest checkpoint)
   uint64_t attempt = 0;                   // workers' --attempt

@@ -14,6 +14,7 @@
 #include "client/train/train_cluster.h"
 #include "client/train/weights_export.h"
 #include "client/apply_step.h"
+#include "client/kv_client.h"
 #include "client/shard_channels.h"
 #include "common/atomic_file.h"
 #include "common/checkpoint_manifest.h"
@@ -21,6 +22,7 @@
 #include "common/gpt_manifest.h"
 #include "common/hf_gpt2.h"
 #include "common/layout.h"
+#include "common/loss_scaler.h"
 #include "common/logging.h"
 #include "common/progress_event.h"
 #include "common/resolved_config.h"
@@ -128,6 +130,37 @@ ServerStand InspectStand(const ShardChannels& channels) {
   return ServerStand();
 }
 
+// New workers on live servers speak a newer attempt, which drops the old
+// attempt's keys from server 0's store (the failed rendezvous must not
+// linger). The FP16 loss-scaler records a successor reads for `steps`
+// (worker/engine/resume.h) are copied to the new attempt first.
+absl::Status CarryLossScalerRecords(const std::string& address,
+                                    const std::string& run_id,
+                                    uint64_t attempt,
+                                    std::initializer_list<uint64_t> steps,
+                                    absl::Duration timeout) {
+  if (attempt == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::unique_ptr<KvClient> old_kv,
+                   KvClient::Connect(address, {run_id, attempt - 1}, timeout));
+  std::vector<std::pair<std::string, std::string>> records;
+  for (uint64_t step : steps) {
+    absl::StatusOr<std::string> rec = old_kv->TryGet(LossScalerKvKey(step));
+    if (rec.ok()) {
+      records.emplace_back(LossScalerKvKey(step), *std::move(rec));
+    } else if (!absl::IsNotFound(rec.status()) &&
+               !absl::IsAborted(rec.status())) {
+      return rec.status();
+    }
+  }
+  if (records.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
+                   KvClient::Connect(address, {run_id, attempt}, timeout));
+  for (const auto& [key, value] : records) {
+    RETURN_IF_ERROR(kv->Set(key, value));
+  }
+  return absl::OkStatus();
+}
+
 // Replaces what failed: the workers alone when the servers are alive and
 // clean, otherwise every process, restoring the newest checkpoint. Returns
 // what it did.
@@ -146,6 +179,9 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
     if (stand.ok && stand.max_version == stand.min_version) {
       // Nothing of the step is applied anywhere: new workers redo it; the
       // old attempt's prepared pushes are dropped when the new one speaks.
+      RETURN_IF_ERROR(CarryLossScalerRecords(
+          (*cluster)->server_addresses()[0], plan->run_id, attempt,
+          {stand.min_version}, absl::Seconds(cfg.cluster.startup_timeout_s)));
       RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
       return absl::StrCat("new workers redo step ", stand.min_version,
                           " on the same servers");
@@ -158,6 +194,10 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
                        absl::Seconds(cfg.cluster.step_timeout_s))
               .status();
       if (applied.ok()) {
+        RETURN_IF_ERROR(CarryLossScalerRecords(
+            (*cluster)->server_addresses()[0], plan->run_id, attempt,
+            {stand.min_version + 1},
+            absl::Seconds(cfg.cluster.startup_timeout_s)));
         RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
         return absl::StrCat("step ", stand.min_version,
                             " finished from the servers' prepared pushes; "

@@ -18,7 +18,7 @@ FlatLayout OneServer() {
 
 TEST(KvClientTest, SetGetWait) {
   testing::FakeShardCluster cluster(OneServer());
-  auto kv = *KvClient::Connect(cluster.addresses()[0]);
+  auto kv = *KvClient::Connect(cluster.addresses()[0], {"run", 0});
   EXPECT_EQ(kv->TryGet("a").status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(kv->Set("a", "1").ok());
   EXPECT_EQ(*kv->Get("a", absl::Seconds(10)), "1");
@@ -35,7 +35,7 @@ TEST(KvClientTest, SetGetWait) {
 
 TEST(KvClientTest, MissingKeyTimesOutNamingIt) {
   testing::FakeShardCluster cluster(OneServer());
-  auto kv = *KvClient::Connect(cluster.addresses()[0]);
+  auto kv = *KvClient::Connect(cluster.addresses()[0], {"run", 0});
   auto r = kv->Get("never", absl::Milliseconds(100));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(r.status().message().find("never"), std::string::npos);
@@ -43,11 +43,12 @@ TEST(KvClientTest, MissingKeyTimesOutNamingIt) {
 
 TEST(KvClientTest, UnreachableServerIsBounded) {
   auto kv = *KvClient::Connect(
-      absl::StrCat("127.0.0.1:", testing::UnusedPort()), absl::Milliseconds(300));
+      absl::StrCat("127.0.0.1:", testing::UnusedPort()), {"run", 0},
+      absl::Milliseconds(300));
   absl::Status s = kv->Set("a", "b");
   EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable ||
               s.code() == absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_EQ(KvClient::Connect("nope").status().code(),
+  EXPECT_EQ(KvClient::Connect("nope", {"run", 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -331,6 +331,7 @@ TEST(ShardServerTest, KvSetGetWaitAndTimeout) {
     v1::KvSetRequest req;
     req.set_key(k);
     req.set_value(v);
+    req.set_run_id("run");
     v1::KvSetResponse resp;
     return t.stub->KvSet(&c, req, &resp);
   };
@@ -339,6 +340,7 @@ TEST(ShardServerTest, KvSetGetWaitAndTimeout) {
     testing::SetDeadline(c, ms);
     v1::KvWaitRequest req;
     for (auto& k : keys) req.add_keys(k);
+    req.set_run_id("run");
     v1::KvWaitResponse resp;
     return t.stub->KvWait(&c, req, &resp);
   };
@@ -347,6 +349,7 @@ TEST(ShardServerTest, KvSetGetWaitAndTimeout) {
     testing::SetDeadline(c, 20000);
     v1::KvGetRequest req;
     req.set_key(key);
+    req.set_run_id("run");
     return t.stub->KvGet(&c, req, resp);
   };
   ASSERT_TRUE(set("gloo/0", "addr0").ok());
