@@ -146,5 +146,78 @@ TEST(StepTrackerTest, WaitersWakeOnceWhenTheirChunkArrives) {
   EXPECT_FALSE(t.CancelWait(id0));
 }
 
+// A waiter for a later version is not woken by an earlier completion of
+// its chunk, nor by another chunk reaching its version; it is woken once,
+// by the completion that reaches it. Reset wakes the waiters it satisfies.
+TEST(StepTrackerTest, WaiterForALaterVersionWakesOnlyWhenItArrives) {
+  StepTracker t(kOwned, 128);
+  std::atomic<int> at2{0}, other{0}, at4{0};
+  ASSERT_NE(t.WaitForVersion(0, 2, [&] { ++at2; }), 0u);
+  ASSERT_NE(t.WaitForVersion(2, 3, [&] { ++other; }), 0u);
+  ASSERT_NE(t.WaitForVersion(1, 4, [&] { ++at4; }), 0u);
+  FlatRange chunk0{1024, 1152}, all = kOwned;
+  auto c = t.Claim(0, {1, false}, {&all, 1});
+  ASSERT_TRUE(c.ok());
+  t.Complete(*c);  // every chunk at version 1
+  EXPECT_EQ(at2.load(), 0);
+  auto d = t.Claim(1, {1, false}, {&chunk0, 1});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(t.Complete(*d), 1u);  // chunk 0 at version 2
+  EXPECT_EQ(at2.load(), 1);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(at4.load(), 0);
+  // Reset to version 3: wakes chunk 2's waiter (3 <= 3), not chunk 1's (4).
+  const uint64_t adam[] = {2, 2, 2};
+  ASSERT_TRUE(t.Reset(3, adam).ok());
+  EXPECT_EQ(at2.load(), 1);
+  EXPECT_EQ(other.load(), 1);
+  EXPECT_EQ(at4.load(), 0);
+  auto e = t.Claim(3, {1, false}, {&all, 1});
+  ASSERT_TRUE(e.ok());
+  t.Complete(*e);
+  EXPECT_EQ(at4.load(), 1);
+  EXPECT_EQ(at2.load() + other.load(), 2);  // each woken once
+}
+
+// The parameters of step s are remembered while a retry of s can still be
+// claimed (a duplicate once every chunk is at s + 1), and forgotten when no
+// chunk can see s again; a stale push of s is then ABORTED, never applied
+// with other parameters.
+TEST(StepTrackerTest, ForgetsStepParametersNoChunkCanSeeAgain) {
+  StepTracker t(kOwned, 128);
+  FlatRange all = kOwned;
+  auto c = t.Claim(0, {0.5, false}, {&all, 1});
+  ASSERT_TRUE(c.ok());
+  t.Complete(*c);
+  // Every chunk at 1: a retry of step 0 is a duplicate, so its parameters
+  // still bind.
+  EXPECT_EQ(t.CheckParams(0, {0.25, false}).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto retry = t.Claim(0, {0.25, false}, {&all, 1});
+  EXPECT_EQ(retry.status().code(), absl::StatusCode::kInvalidArgument);
+  auto d = t.Claim(1, {0.75, true}, {&all, 1});
+  ASSERT_TRUE(d.ok());
+  t.Complete(*d);
+  // Every chunk at 2: step 0 is gone, step 1 is still remembered.
+  EXPECT_TRUE(t.CheckParams(0, {0.25, false}).ok());
+  EXPECT_EQ(t.CheckParams(1, {0.75, false}).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto stale = t.Claim(0, {0.25, false}, {&all, 1});
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted);
+  // Not forgotten while one chunk lags: chunk 2 stays at 2.
+  FlatRange first_two{1024, 1280};
+  auto e = t.Claim(2, {2.0, false}, {&first_two, 1});
+  ASSERT_TRUE(e.ok());
+  t.Complete(*e);
+  auto f = t.Claim(3, {3.0, false}, {&first_two, 1});
+  ASSERT_TRUE(f.ok());
+  t.Complete(*f);
+  EXPECT_EQ(t.Summarize().min_version, 2u);
+  EXPECT_EQ(t.CheckParams(1, {0.1, false}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.CheckParams(2, {0.1, false}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace zeroshard
