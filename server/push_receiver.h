@@ -59,6 +59,9 @@ class PushReceiver {
   void Discard() { FreeBuffers(); }
 
   const v1::PushGradResponse& response() const { return response_; }
+  // The header, once received (has_header()).
+  bool has_header() const { return have_header_; }
+  const v1::PushGradHeader& header() const { return header_; }
   uint64_t payload_bytes() const { return payload_bytes_; }
 
  private:

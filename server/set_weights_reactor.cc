@@ -1,35 +1,44 @@
 #include "server/set_weights_reactor.h"
 
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "wire/proto_convert.h"
 #include "common/status_macros.h"
 #include "wire/grpc_status.h"
+#include "wire/proto_buffer.h"
+#include "wire/proto_convert.h"
 
 namespace zeroshard {
 
 SetWeightsReactor::SetWeightsReactor(
-    AdminCheck check_admin, absl::StatusOr<std::shared_ptr<ModelShard>> state,
-    v1::SetWeightsResponse* response, RpcCounters* counters)
-    : check_admin_(std::move(check_admin)),
+    grpc::CallbackServerContext* context,
+    absl::StatusOr<std::shared_ptr<ModelShard>> state,
+    grpc::ByteBuffer* response, RpcCounters* counters)
+    : context_(context),
       state_(std::move(state)),
       response_(response),
       counters_(counters) {
   StartRead(&message_);
 }
 
-absl::Status SetWeightsReactor::Write(const v1::WeightPiece& piece) {
-  if (first_) {
-    RETURN_IF_ERROR(check_admin_(piece.admin_token()));
-    first_ = false;
+absl::Status SetWeightsReactor::Buffer() {
+  v1::WeightPiece piece;
+  const bool parsed = ParseProtoFromByteBuffer(message_, &piece);
+  message_.Clear();
+  if (!parsed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SetWeights: message ", pieces_.size() + 1,
+        " does not parse as a WeightPiece; nothing is written"));
   }
   if (!state_.ok()) return state_.status();
   const ModelShard& state = **state_;
   if (piece.dtype() != v1::DTYPE_FP32 && piece.dtype() != v1::DTYPE_BF16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SetWeights: piece at offset ", piece.offset(), " has dtype ",
-        v1::DType_Name(piece.dtype()), "; want DTYPE_FP32 or DTYPE_BF16"));
+        v1::DType_IsValid(piece.dtype()) ? v1::DType_Name(piece.dtype())
+                                         : absl::StrCat(piece.dtype()),
+        "; want DTYPE_FP32 or DTYPE_BF16; nothing is written"));
   }
   ASSIGN_OR_RETURN(const DType dtype, FromProto(piece.dtype()));
   const size_t esize = DTypeSize(dtype);
@@ -38,37 +47,79 @@ absl::Status SetWeightsReactor::Write(const v1::WeightPiece& piece) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SetWeights: piece at offset ", piece.offset(), " carries ", bytes,
         " bytes; want a multiple of ", esize, " (", DTypeName(dtype),
-        ") of at most ", kMaxPiecePayloadBytes));
+        ") of at most ", kMaxPiecePayloadBytes, "; nothing is written"));
   }
   const uint64_t n = bytes / esize;
   RETURN_IF_ERROR(state.CheckOwned(piece.offset(), n, "SetWeights: piece"));
+  const FlatRange range{piece.offset(), piece.offset() + n};
+  if (n == 0) return absl::OkStatus();
+  auto next = ranges_.lower_bound(range.begin);
+  if ((next != ranges_.end() && next->first < range.end) ||
+      (next != ranges_.begin() && std::prev(next)->second > range.begin)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SetWeights: piece [", range.begin, ", ", range.end,
+        ") overlaps another piece of the same stream; nothing is written"));
+  }
+  // Cannot trigger while pieces are disjoint and owned; kept as the
+  // stated bound.
+  const uint64_t cap = state.owned().size() * sizeof(float);
+  if (buffered_bytes_ + bytes > cap) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "SetWeights: the stream would buffer ", buffered_bytes_ + bytes,
+        " bytes, more than the owned range's ", cap, "; nothing is written"));
+  }
   counters_->AddBytesIn(bytes);
-  state.store().WriteWeights({piece.offset(), piece.offset() + n}, dtype,
-                             piece.data().data());
-  written_ += n;
+  ranges_.emplace(range.begin, range.end);
+  buffered_bytes_ += bytes;
+  pieces_.push_back({range, dtype, std::move(*piece.mutable_data())});
   return absl::OkStatus();
 }
 
+uint64_t SetWeightsReactor::Apply() {
+  const ModelShard& state = **state_;
+  uint64_t written = 0;
+  for (const Piece& p : pieces_) {
+    state.store().WriteWeights(p.range, p.dtype, p.data.data());
+    written += p.range.size();
+  }
+  return written;
+}
+
 void SetWeightsReactor::OnReadDone(bool ok) {
-  if (!ok) {
-    End(absl::OkStatus());
+  if (ok) {
+    absl::Status s = Buffer();
+    if (s.ok()) {
+      StartRead(&message_);
+    } else {
+      End(s);
+    }
     return;
   }
-  absl::Status s = Write(message_);
-  message_.Clear();
-  if (!s.ok()) {
-    End(s);
-  } else {
-    StartRead(&message_);
+  // The client half-closed, cancelled, or the connection broke: only the
+  // first applies the pieces.
+  if (cancelled_ || context_->IsCancelled()) {
+    End(absl::CancelledError(
+        "SetWeights: the stream was cancelled or broken before it ended; "
+        "nothing is written"));
+    return;
   }
+  if (!state_.ok()) {
+    End(state_.status());
+    return;
+  }
+  v1::SetWeightsResponse response;
+  response.set_elems_written(Apply());
+  *response_ = ProtoToByteBuffer(response);
+  End(absl::OkStatus());
 }
 
 void SetWeightsReactor::End(const absl::Status& status) {
   result_ = status;
+  pieces_.clear();
+  pieces_.shrink_to_fit();
   // Counted before the client can see the status (see RpcCounters).
   counters_->RecordResult(result_);
   recorded_ = true;
-  response_->set_elems_written(written_);
   Finish(ToGrpcStatus(status));
 }
 

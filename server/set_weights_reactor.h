@@ -1,47 +1,70 @@
-// The client-streaming SetWeights call (admin): the first WeightPiece
-// carries the admin token; every piece is validated (FP32 or BF16, a whole
-// number of elements, at most kMaxPiecePayloadBytes, inside the owned range)
-// and then written to master and mirror at once. m, v, versions and the
-// Adam step count are unchanged. An invalid piece ends the call; pieces
-// before it stay written.
+// The client-streaming SetWeights call (admin), all or nothing, on the raw
+// (ByteBuffer) callback API. Every message is parsed as a WeightPiece
+// (INVALID_ARGUMENT naming SetWeights when it does not parse) and validated
+// (FP32 or BF16, a whole number of elements, at most kMaxPiecePayloadBytes,
+// inside the owned range, overlapping no other piece of the stream) and
+// buffered; nothing is written until the client half-closes. Then every
+// piece is written to master and mirror and the call answers OK with the
+// elements written. An invalid piece, a cancelled or broken stream, or a
+// server that is not initialised ends the call with an error and writes
+// nothing. m, v, versions and the Adam step count are unchanged.
+//
+// The buffered bytes are bounded by the owned range: pieces do not overlap
+// and lie inside it, so at most owned elements × 4 bytes (FP32) are held.
 #ifndef ZEROSHARD_SERVER_SET_WEIGHTS_REACTOR_H_
 #define ZEROSHARD_SERVER_SET_WEIGHTS_REACTOR_H_
 
 #include <grpcpp/grpcpp.h>
 
-#include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
+#include "common/layout.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/rpc_counters.h"
 #include "server/model_shard.h"
 
 namespace zeroshard {
 
-class SetWeightsReactor : public grpc::ServerReadReactor<v1::WeightPiece> {
+class SetWeightsReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  using AdminCheck = std::function<absl::Status(const std::string& token)>;
-  SetWeightsReactor(AdminCheck check_admin,
+  // The caller is already authorized (server/authorizer.h). `response`
+  // belongs to gRPC; it is filled with a serialized SetWeightsResponse.
+  SetWeightsReactor(grpc::CallbackServerContext* context,
                     absl::StatusOr<std::shared_ptr<ModelShard>> state,
-                    v1::SetWeightsResponse* response, RpcCounters* counters);
+                    grpc::ByteBuffer* response, RpcCounters* counters);
 
   void OnReadDone(bool ok) override;
+  void OnCancel() override { cancelled_ = true; }
   void OnDone() override;
 
  private:
-  absl::Status Write(const v1::WeightPiece& piece);
+  struct Piece {
+    FlatRange range;
+    DType dtype;
+    std::string data;
+  };
+  // Parses, validates and buffers the message just read.
+  absl::Status Buffer();
+  // Writes every buffered piece; the elements written.
+  uint64_t Apply();
   void End(const absl::Status& status);
 
-  AdminCheck check_admin_;
+  grpc::CallbackServerContext* const context_;
   absl::StatusOr<std::shared_ptr<ModelShard>> state_;
-  v1::SetWeightsResponse* const response_;
+  grpc::ByteBuffer* const response_;
   RpcCounters* const counters_;
-  v1::WeightPiece message_;
-  bool first_ = true;
-  uint64_t written_ = 0;
+  // Reads, OnCancel and OnDone are serialised by gRPC for one stream.
+  std::atomic<bool> cancelled_{false};
+  grpc::ByteBuffer message_;
+  std::vector<Piece> pieces_;
+  std::map<uint64_t, uint64_t> ranges_;  // begin -> end of buffered pieces
+  uint64_t buffered_bytes_ = 0;
   absl::Status result_;
   bool recorded_ = false;  // result_ already counted
 };
