@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 
 namespace zeroshard {
 namespace {
@@ -108,7 +109,9 @@ TEST(Bf16Test, MatchesSlowReferenceOnEveryRoundingCase) {
       ASSERT_EQ(FloatToBf16(f), SlowToBf16(f)) << std::hex << u;
     }
   }
-  std::mt19937 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
   for (int i = 0; i < 1000000; ++i) {
     const uint32_t u = rng();
     if (IsNanBits(u)) continue;
@@ -209,7 +212,9 @@ TEST(Fp16Test, AllFp16ValuesRoundTrip) {
 }
 
 TEST(DTypeTest, ArrayConversionsMatchScalar) {
-  std::mt19937 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
   const size_t n = 1037;
   std::vector<float> f(n), back(n);
   std::vector<uint16_t> h(n);

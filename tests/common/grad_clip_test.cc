@@ -10,15 +10,16 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "nlohmann/json.hpp"
 
 namespace zeroshard {
 namespace {
 
 TEST(GradClipTest, SumOfSquaresMatchesReference) {
-  std::random_device rd;  // fresh inputs each run
-  const unsigned seed = rd();
-  std::mt19937 rng(seed);
+  const uint64_t seed = ::zeroshard::testing::TestSeed();  // fresh inputs each run
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
   std::normal_distribution<float> normal(0.f, 3.f);
   for (size_t n : {0, 1, 7, 8, 9, 63, 1000, 4097, 100003}) {
     std::vector<float> x(n);

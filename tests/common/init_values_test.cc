@@ -9,6 +9,7 @@
 #include "common/dtype.h"
 #include "common/gpt_manifest.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 
 namespace zeroshard {
 namespace {
@@ -26,7 +27,9 @@ TEST(InitValuesTest, SubRangesEqualSlicesOfTheWholeFill) {
   const uint64_t total = layout.total_elems();
   std::vector<float> whole(total);
   FillInitialValues(layout, 42, 0.02, {0, total}, whole.data());
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   std::vector<FlatRange> ranges;
   for (uint32_t k = 0; k < layout.num_servers(); ++k) ranges.push_back(layout.ServerRange(k));
   for (int i = 0; i < 50; ++i) {

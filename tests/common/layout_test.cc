@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 
 namespace zeroshard {
 namespace {
@@ -162,7 +163,8 @@ void CheckLayout(const FlatLayout& layout, std::mt19937_64& rng) {
 }
 
 TEST(FlatLayoutTest, PropertiesOverRandomShapesServersAndWorkers) {
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
   std::mt19937_64 rng(seed);
   const uint32_t partition_counts[] = {1, 2, 3, 4, 6, 8};
   for (int iter = 0; iter < 300; ++iter) {
@@ -184,7 +186,9 @@ TEST(FlatLayoutTest, PropertiesOverRandomShapesServersAndWorkers) {
 }
 
 TEST(FlatLayoutTest, ServerRangeForLargeTotals) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   for (int i = 0; i < 1000; ++i) {
     const uint64_t total = (rng() % (uint64_t{1} << 42)) * kFlatAlignment;
     const uint32_t S = 1 + rng() % 1000;
@@ -293,7 +297,8 @@ ModelManifest SmallRandomManifest(std::mt19937_64& rng) {
 }
 
 TEST(MapBetweenLayoutsTest, EveryTensorElementMapsToItselfInTheOtherLayout) {
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
   std::mt19937_64 rng(seed);
   const uint32_t partition_counts[] = {1, 2, 3, 4, 6, 8};
   for (int iter = 0; iter < 60; ++iter) {
@@ -367,7 +372,9 @@ TEST(MapBetweenLayoutsTest, EveryTensorElementMapsToItselfInTheOtherLayout) {
 }
 
 TEST(MapBetweenLayoutsTest, RefusesOtherModelsAndRangesOutside) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   ModelManifest a = SmallRandomManifest(rng);
   a.partition_count = 2;
   auto from = FlatLayout::Create(a, 2, 2);

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 
 namespace zeroshard {
 namespace {
@@ -88,7 +89,9 @@ TEST(ProgressEventTest, RejectsBadLinesNamingTheProblem) {
 // What FormatWorkerEvent writes, ParseWorkerEvent reads back: every field,
 // to the precision the line carries, for random values.
 TEST(ProgressEventTest, FormattedEventsParseBack) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
   for (int trial = 0; trial < 200; ++trial) {
     WorkerEvent step;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "nlohmann/json.hpp"
 
 namespace zeroshard {
@@ -51,7 +52,9 @@ TEST(ResolvedConfigTest, EveryExampleRoundTripsToTheSameBytes) {
 TEST(ResolvedConfigTest, DoublesAndCountsSurviveBitForBit) {
   auto parsed = LoadTrainingConfig("examples/gpt-small.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
   for (int trial = 0; trial < 100; ++trial) {
     TrainingConfig c = parsed->config;

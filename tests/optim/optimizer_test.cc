@@ -16,6 +16,7 @@
 #include "common/dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "nlohmann/json.hpp"
 #include "optim/optimizer.h"
 #include "optim/optimizer_kernels.h"
@@ -119,7 +120,9 @@ TEST(AdamKernelTest, ScalarIsAlwaysAvailable) {
 }
 
 TEST(AdamKernelTest, EveryKernelMatchesReferenceBitForBit) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   const size_t lengths[] = {0, 1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 47, 100, 257, 1023, 4099};
   struct Variant {
     OptimizerKind kind;
@@ -163,7 +166,9 @@ TEST(AdamKernelTest, EveryKernelMatchesReferenceBitForBit) {
 // Long slices take the prefetching, mirror-streaming path where the mirror is
 // 32-byte aligned, and the plain one where it is not.
 TEST(AdamKernelTest, LongSlicesWithAlignedAndUnalignedMirror) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   const size_t n = 50001;
   for (const AdamKernel& kernel : AvailableAdamKernels()) {
     for (size_t shift : {0, 1, 8}) {
@@ -187,7 +192,9 @@ TEST(AdamKernelTest, LongSlicesWithAlignedAndUnalignedMirror) {
 // reference included, reads them there and gives the bits it gives for an
 // aligned copy.
 TEST(AdamKernelTest, GradientAtAnOddAddress) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   const size_t n = 1037;
   for (bool bf16 : {false, true}) {
     State want = RandomState(n, rng);
@@ -210,7 +217,9 @@ TEST(AdamKernelTest, GradientAtAnOddAddress) {
 }
 
 TEST(AdamKernelTest, NullMirrorIsNotWritten) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   for (const AdamKernel& kernel : AvailableAdamKernels()) {
     State want = RandomState(37, rng), got = want;
     const AdamStep step = MakeAdamStep(Config(OptimizerKind::kAdamW, 0.01), 3, 1.0f);
@@ -228,7 +237,9 @@ TEST(AdamKernelTest, NullMirrorIsNotWritten) {
 // unchanged, so the mirror sees arbitrary bit patterns: ties, subnormals,
 // infinities, signalling and quiet NaNs.
 TEST(AdamKernelTest, MirrorRoundsLikeFloatToBf16OnEveryBitPattern) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   std::vector<uint32_t> patterns = {
       0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x00008000u,
       0x00018000u, 0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x7F7FFFFFu,
@@ -261,7 +272,9 @@ TEST(AdamKernelTest, MirrorRoundsLikeFloatToBf16OnEveryBitPattern) {
 // Arbitrary bits everywhere (NaN and Inf in state and gradient): kernels and
 // reference agree, NaN payloads aside.
 TEST(AdamKernelTest, RandomBitsAgreeWithReference) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   const size_t n = 2053;
   for (const AdamKernel& kernel : AvailableAdamKernels()) {
     for (bool bf16 : {false, true}) {
@@ -356,7 +369,9 @@ TEST(OptimizerPoolTest, ConcurrentCallersEachCompleteTheirLoop) {
 }
 
 TEST(OptimizerPoolTest, TiledKernelMatchesSingleCall) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   const size_t n = 200003;
   const AdamStep step = MakeAdamStep(Config(OptimizerKind::kAdamW, 0.01), 7, 0.5f);
   OptimizerPool pool(3);
@@ -378,7 +393,9 @@ TEST(OptimizerPoolTest, TiledKernelMatchesSingleCall) {
 }
 
 TEST(AdamUpdateTest, LargeSliceMatchesReference) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   for (size_t n : {size_t{1000}, size_t{300007}}) {
     for (bool bf16 : {false, true}) {
       State want = RandomState(n, rng), got = want;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "tests/server/server_test_util.h"
 
 namespace zeroshard {
@@ -122,7 +123,9 @@ void RunCase(const v1::ModelManifest& manifest, bool known, bool bf16,
 }
 
 TEST(PushGradSessionTest, SegmentedPiecesMatchWholePieces) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   const v1::ModelManifest small = OneTensor(50000 + rng() % 1000);
   for (bool known : {true, false}) {
     for (bool bf16 : {false, true}) {
@@ -133,7 +136,9 @@ TEST(PushGradSessionTest, SegmentedPiecesMatchWholePieces) {
 }
 
 TEST(PushGradSessionTest, LargeCommitOnSeveralThreadsMatchesWholePieces) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   // Above kParallelApplyElems: the commit is applied chunk by chunk on the
   // pool.
   const v1::ModelManifest large =

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 
 namespace zeroshard {
@@ -18,7 +19,9 @@ namespace {
 
 
 TEST(GatherCodecTest, ParsesAsGatherChunkForRandomValues) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 200; ++trial) {
     // Spread values over every varint length.
     const uint64_t offset = rng() >> (rng() % 64);
@@ -90,7 +93,9 @@ TEST(GatherCodecTest, TruncatedChunkIsDataLoss) {
 
 // Encoder to decoder, the way the bytes travel from a server to a worker.
 TEST(GatherCodecTest, EncodedChunkRoundTripsThroughTheDecoder) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 100; ++trial) {
     const uint64_t offset = rng() >> (rng() % 64);
     const uint64_t version = rng() >> (rng() % 64);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 
 namespace zeroshard {
@@ -64,7 +65,9 @@ TEST(PushGradCodecTest, PushPieceParsesAsPushGradMessage) {
 }
 
 TEST(PushGradCodecTest, PiecesMatchProtobufForRandomSplits) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 300; ++trial) {
     v1::PushGradMessage msg;
     v1::PushGradPiece* piece = msg.mutable_piece();
@@ -92,7 +95,9 @@ TEST(PushGradCodecTest, PiecesMatchProtobufForRandomSplits) {
 }
 
 TEST(PushGradCodecTest, OtherMessagesGoThroughProtobuf) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   v1::PushGradMessage header;
   header.mutable_header()->set_step(7);
   header.mutable_header()->set_coefficient_known(true);
@@ -117,7 +122,9 @@ TEST(PushGradCodecTest, OtherMessagesGoThroughProtobuf) {
 }
 
 TEST(PushGradCodecTest, TruncatedPieceIsRejected) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   v1::PushGradMessage msg;
   msg.mutable_piece()->set_offset(1);
   msg.mutable_piece()->set_data(std::string(100, 'x'));
@@ -132,7 +139,9 @@ TEST(PushGradCodecTest, TruncatedPieceIsRejected) {
 
 // Encoder to decoder, the way the bytes travel from a worker to a server.
 TEST(PushGradCodecTest, EncodedPieceRoundTripsThroughTheDecoder) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 100; ++trial) {
     const size_t bytes = rng() % 4 == 0 ? 0 : rng() % 300000;
     std::string data(bytes, '\0');
