@@ -3,6 +3,7 @@
 // and DEADLINE_EXCEEDED not).
 #include "client/shard_client.h"
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -217,6 +218,54 @@ TEST(ShardClientTest, SendCommitThenWaitEqualsCommit) {
   }
 }
 
+// The session's refusals that send nothing: null data, a coefficient that
+// is not finite or negative (the session stays usable), and everything
+// after Abort; an aborted or destroyed uncommitted session commits nothing
+// on any server.
+TEST(ShardClientTest, SessionRefusalsAndAbortCommitNothing) {
+  FlatLayout layout = TestLayout(2);
+  FakeShardCluster cluster(layout);
+  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  const uint64_t T = layout.total_elems();
+  std::vector<float> g(T, 0.5f);
+  {
+    auto session = *client->OpenPush(0, 0);
+    EXPECT_EQ(session->Add({0, T}, DType::kFp32, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(session->Add({0, T}, DType::kFp32, g.data()).ok());
+    for (double bad : {std::nan(""), HUGE_VAL, -0.5}) {
+      EXPECT_EQ(session->SendCommit({bad, false}).code(),
+                absl::StatusCode::kInvalidArgument)
+          << bad;
+    }
+    session->Abort();
+    session->Abort();  // idempotent
+    EXPECT_EQ(session->Add({0, 1}, DType::kFp32, g.data()).code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(session->Commit({1.0, false}).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(session->Wait().status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  {
+    auto session = *client->OpenPush(0, 1);
+    ASSERT_TRUE(session->Add({0, T}, DType::kFp32, g.data()).ok());
+  }  // destroyed uncommitted: aborted
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_TRUE(cluster.server(k).pushes().empty())
+        << "server " << k << " recorded a finished push";
+  }
+  // The invalid commits above did not spoil a session: a valid one goes
+  // through.
+  auto session = *client->OpenPush(0, 2);
+  ASSERT_TRUE(session->Add({0, T}, DType::kFp32, g.data()).ok());
+  EXPECT_EQ(session->Commit({-1.0, false}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto res = session->Commit({1.0, false});
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->applied_elems, T);
+}
+
 // A CallCanceller ends a Gather that is waiting on the server with
 // CANCELLED (not retried), and refuses to start one once cancelled until it
 // is Reset.
@@ -328,10 +377,17 @@ TEST(ShardClientTest, DeadlineIsHonouredAndNotRetried) {
   const int warm_calls = cluster.server(0).gather_calls;
   ASSERT_GE(warm_calls, 1);
   cluster.server(0).gather_delay_ms = 10000;
+  const absl::Time t0 = absl::Now();
   auto res = client->Gather({{FlatRange{0, 64}}}, DType::kFp32, 0, out.data(),
                             out.size() * 4);
+  const absl::Duration took = absl::Now() - t0;
   EXPECT_EQ(res.status().code(), absl::StatusCode::kDeadlineExceeded)
       << res.status();
+  // Honoured: not before the deadline, and long before the server's 10 s
+  // reply (a retry would take another 200 ms; the slack is for a loaded
+  // machine).
+  EXPECT_GE(took, absl::Milliseconds(190));
+  EXPECT_LT(took, absl::Seconds(3)) << absl::FormatDuration(took);
   // The server counts the call in its handler, which may run after the
   // client's deadline fired: wait (bounded) for it to show.
   const absl::Time limit = absl::Now() + absl::Seconds(20);
@@ -352,9 +408,14 @@ TEST(ShardClientTest, UnreachableServerGivesUnavailableAfterBoundedRetries) {
   auto client = *ShardClient::Create(addresses, layout, opt);
   const uint64_t T = layout.total_elems();
   std::vector<float> g(T, 1.0f);
+  const absl::Time t0 = absl::Now();
   auto res = client->PushGrad(0, 0, {{{0, T}, DType::kFp32, g.data()}},
                               {1.0, false}, false);
+  const absl::Duration took = absl::Now() - t0;
   ASSERT_EQ(res.status().code(), absl::StatusCode::kUnavailable);
+  // Bounded: 3 attempts with backoffs of at most 500 ms (a refused connect
+  // fails at once), far below the 20 s call timeout.
+  EXPECT_LT(took, absl::Seconds(5)) << absl::FormatDuration(took);
   EXPECT_NE(res.status().message().find(addresses[1]), std::string::npos);
   EXPECT_NE(res.status().message().find("3 attempts"), std::string::npos)
       << res.status();
