@@ -144,7 +144,9 @@ absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelManifest& manifest,
     layout.units_.push_back(std::move(unit));
   }
   layout.total_ = offset;
-  layout.server_begin_.resize(num_servers + 1);
+  // size_t: num_servers + 1 in uint32_t wraps to 0 for num_servers = 2^32 - 1
+  // (found by tests/fuzz/init_fuzzer.cc).
+  layout.server_begin_.resize(size_t{num_servers} + 1);
   for (uint32_t k = 0; k < num_servers; ++k) {
     layout.server_begin_[k] = ServerRangeFor(offset, num_servers, k).begin;
   }
