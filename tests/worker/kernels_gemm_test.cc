@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "worker/kernels/cpu/gemm.h"
 
 namespace zeroshard::kernels::cpu {
@@ -36,7 +37,9 @@ Operand MakeOperand(std::mt19937& rng, int64_t rows, int64_t cols, bool trans,
 }
 
 TEST(GemmTest, MatchesReferenceOnRandomShapes) {
-  std::mt19937 rng(std::random_device{}());
+  const uint64_t seed = zeroshard::testing::TestSeed();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int64_t> size(1, 67);
   const DType pairs[][2] = {{DType::kFp32, DType::kFp32},
                             {DType::kBf16, DType::kBf16},

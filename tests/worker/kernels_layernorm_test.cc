@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "worker/kernels/cpu/avx512.h"
 #include "worker/kernels/cpu/layernorm.h"
 
@@ -15,7 +16,8 @@ namespace zeroshard::kernels::cpu {
 namespace {
 
 std::vector<float> Random(size_t n, float scale, float offset = 0.0f) {
-  static std::mt19937 rng(std::random_device{}());
+  static std::mt19937 rng(
+      static_cast<uint32_t>(zeroshard::testing::TestSeed()));
   std::uniform_real_distribution<float> u(-scale, scale);
   std::vector<float> v(n);
   for (float& x : v) x = offset + u(rng);

@@ -1,6 +1,10 @@
 // Every CPU op's backward against central finite differences (FP32 inputs,
 // the scalar loss sum(out * r) accumulated in double; step 1e-2, tolerance
-// 5e-3 + 2e-2 * |numeric|), the attention fast path against its scalar
+// 5e-3 + 2e-2 * |numeric| per element, and over the whole gradient
+// ||analytic - numeric|| <= 2e-2 ||numeric|| with an RMS numeric gradient of
+// at least 1e-2, which a zero, halved or sign-flipped gradient cannot pass);
+// the BF16 linear and attention backward against the same differences
+// (inputs on a grid BF16 holds exactly); the attention fast path against its scalar
 // reference on fresh random inputs (FP32 and BF16), the GELU, BF16
 // conversion and AVX-512 softmax fast paths against their references, and
 // the gradient checks.
@@ -15,6 +19,7 @@
 
 #include "common/dtype.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "worker/kernels/cpu/avx512.h"
 #include "worker/kernels/cpu/bf16_convert.h"
 #include "worker/kernels/cpu/cpu_kernels.h"
@@ -23,7 +28,7 @@ namespace zeroshard::kernels::cpu {
 namespace {
 
 std::mt19937& Rng() {
-  static std::mt19937 rng(std::random_device{}());
+  static std::mt19937 rng(static_cast<uint32_t>(zeroshard::testing::TestSeed()));
   return rng;
 }
 
@@ -40,12 +45,12 @@ double Dot(const std::vector<float>& a, const std::vector<float>& b) {
   return s;
 }
 
-// Checks analytic[i] == d loss / d x[i] for every i, perturbing x in place.
-void ExpectGradient(const char* what, std::vector<float>& x,
-                    const std::vector<float>& analytic,
-                    const std::function<double()>& loss) {
-  ASSERT_EQ(x.size(), analytic.size());
-  const float eps = 1e-2f;
+// The central difference (loss(x + eps e_i) - loss(x - eps e_i)) / 2 eps
+// for every i, perturbing x in place.
+std::vector<double> NumericGradient(std::vector<float>& x,
+                                    const std::function<double()>& loss,
+                                    float eps) {
+  std::vector<double> numeric(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const float keep = x[i];
     x[i] = keep + eps;
@@ -53,10 +58,59 @@ void ExpectGradient(const char* what, std::vector<float>& x,
     x[i] = keep - eps;
     const double down = loss();
     x[i] = keep;
-    const double numeric = (up - down) / (2.0 * eps);
-    ASSERT_NEAR(analytic[i], numeric, 5e-3 + 2e-2 * std::fabs(numeric))
-        << what << "[" << i << "]";
+    numeric[i] = (up - down) / (2.0 * eps);
   }
+  return numeric;
+}
+
+// analytic against numeric: element by element (abs_tol + rel_tol *
+// |numeric|), and as a whole (||analytic - numeric|| <= l2_tol *
+// ||numeric||, with the numeric gradient's RMS at least 1e-2, so that a
+// zero, halved or sign-flipped gradient cannot pass).
+void ExpectMatchesNumeric(const char* what, const std::vector<float>& analytic,
+                          const std::vector<double>& numeric, double rel_tol,
+                          double abs_tol, double l2_tol) {
+  ASSERT_EQ(analytic.size(), numeric.size());
+  double diff2 = 0, numeric2 = 0;
+  for (size_t i = 0; i < numeric.size(); ++i) {
+    ASSERT_NEAR(analytic[i], numeric[i],
+                abs_tol + rel_tol * std::fabs(numeric[i]))
+        << what << "[" << i << "]";
+    diff2 += (analytic[i] - numeric[i]) * (analytic[i] - numeric[i]);
+    numeric2 += numeric[i] * numeric[i];
+  }
+  const double rms = std::sqrt(numeric2 / static_cast<double>(numeric.size()));
+  EXPECT_GE(rms, 1e-2) << what << ": the numeric gradient is ~0; the check "
+                       << "would pass a zero gradient";
+  EXPECT_LE(std::sqrt(diff2), l2_tol * std::sqrt(numeric2))
+      << what << ": relative L2 error";
+}
+
+// Checks analytic[i] == d loss / d x[i] for every i, perturbing x in place
+// by +-eps (FP32: 5e-3 + 2e-2 |numeric| per element, 2e-2 in L2).
+void ExpectGradient(const char* what, std::vector<float>& x,
+                    const std::vector<float>& analytic,
+                    const std::function<double()>& loss, float eps = 1e-2f,
+                    double rel_tol = 2e-2, double abs_tol = 5e-3,
+                    double l2_tol = 2e-2) {
+  ASSERT_EQ(x.size(), analytic.size());
+  ExpectMatchesNumeric(what, analytic, NumericGradient(x, loss, eps), rel_tol,
+                       abs_tol, l2_tol);
+}
+
+// Random values k / 64 with |k| <= 60: BF16 holds them, and them +- 1/16,
+// exactly (at most 7 significant bits).
+std::vector<float> GridRandom(size_t n) {
+  std::uniform_int_distribution<int> k(-60, 60);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(k(Rng())) / 64.0f;
+  return v;
+}
+
+std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBf16(v[i]);
+  return out;
 }
 
 TEST(OpsGradientTest, LayerNorm) {
@@ -115,6 +169,63 @@ TEST(OpsGradientTest, Linear) {
   ExpectGradient("dx", x, dx, loss);
   ExpectGradient("dw", w, dw, loss);
   ExpectGradient("db", b, db, loss);
+}
+
+// BF16 operands: x and W on the grid BF16 holds exactly, perturbed by 1/16
+// (still on it), so the forward is exact and the numeric gradient is the
+// true one. The backward rounds dy (= r) to BF16 (linear.h), which bounds
+// how far each element may be off (below).
+TEST(OpsGradientTest, LinearBf16) {
+  const int64_t M = 5, in = 6, out = 9;
+  auto x = GridRandom(M * in), w = GridRandom(in * out);
+  auto b = Random(out), r = Random(M * out);
+  std::vector<float> y(M * out);
+  auto loss = [&] {
+    const std::vector<uint16_t> xb = ToBf16(x), wb = ToBf16(w);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(Bf16ToFloat(xb[i]), x[i]);
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(Bf16ToFloat(wb[i]), w[i]);
+    EXPECT_TRUE(LinearForward({xb.data(), DType::kBf16}, {wb.data(), DType::kBf16},
+                              b.data(), M, in, out, y.data()).ok());
+    return Dot(y, r);
+  };
+  const std::vector<uint16_t> xb = ToBf16(x), wb = ToBf16(w);
+  std::vector<float> dx(M * in), dw(in * out, 0.0f), db(out, 0.0f);
+  ASSERT_TRUE(LinearBackward(r.data(), {xb.data(), DType::kBf16},
+                             {wb.data(), DType::kBf16}, M, in, out, dx.data(),
+                             dw.data(), db.data()).ok());
+  // |BF16(r) - r| <= 2^-9 |r|, so an element of dx (a sum of `out` terms
+  // r * w, |r| <= 1, |w| <= 60/64) is off by at most 2^-9 * 9 < 2e-2, one of
+  // dw (M = 5 terms) by less than 1e-2.
+  ExpectGradient("dx bf16", x, dx, loss, 1.0f / 16, 0, 2e-2, 2e-2);
+  ExpectGradient("dw bf16", w, dw, loss, 1.0f / 16, 0, 1e-2, 2e-2);
+  ExpectGradient("db bf16", b, db, loss);
+}
+
+// BF16 attention: the backward from BF16 q, k, v (on the grid, so they are
+// the FP32 inputs exactly) and the BF16-rounded saved probabilities, against
+// the FP32 forward's finite differences at the same point: the true
+// gradient, which the BF16 one must approximate to within the rounding of
+// the probabilities (2^-9 relative each).
+TEST(OpsGradientTest, AttentionBf16) {
+  AttentionShape s32{.batch = 2, .seq = 5, .width = 6, .heads = 2, .dtype = DType::kFp32};
+  AttentionShape s16 = s32;
+  s16.dtype = DType::kBf16;
+  auto qkv = GridRandom(s32.batch * s32.seq * 3 * s32.width);
+  auto r = Random(s32.batch * s32.seq * s32.width);
+  const size_t np = s32.batch * s32.heads * s32.seq * s32.seq;
+  std::vector<float> probs(np), y(r.size());
+  auto loss = [&] {
+    EXPECT_TRUE(AttentionForward(s32, qkv.data(), probs.data(), y.data()).ok());
+    return Dot(y, r);
+  };
+  const std::vector<uint16_t> qkv16 = ToBf16(qkv);
+  for (size_t i = 0; i < qkv.size(); ++i) ASSERT_EQ(Bf16ToFloat(qkv16[i]), qkv[i]);
+  std::vector<uint16_t> probs16(np);
+  ASSERT_TRUE(AttentionForward(s16, qkv16.data(), probs16.data(), y.data()).ok());
+  std::vector<float> dqkv(qkv.size());
+  ASSERT_TRUE(AttentionBackward(s16, qkv16.data(), probs16.data(), r.data(),
+                                dqkv.data()).ok());
+  ExpectGradient("dqkv bf16", qkv, dqkv, loss, 1e-2f, 2e-2, 1e-2, 2e-2);
 }
 
 TEST(OpsGradientTest, Attention) {

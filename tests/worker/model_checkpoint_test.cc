@@ -11,6 +11,7 @@
 #include "common/gpt_manifest.h"
 #include "common/init_values.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_seed.h"
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_forward_backward.h"
 
@@ -25,11 +26,13 @@ class CheckpointTest : public ::testing::Test {
     ASSERT_TRUE(layout.ok());
     layout_.emplace(*layout);
     params_.resize(layout_->total_elems());
-    FillInitialValues(*layout_, std::random_device{}(), 0.2,
+    seed_ = zeroshard::testing::TestSeed();
+    trace_.emplace(__FILE__, __LINE__, zeroshard::testing::SeedTrace(seed_));
+    FillInitialValues(*layout_, seed_, 0.2,
                       {0, layout_->total_elems()}, params_.data());
     bf16_.resize(params_.size());
     FloatToBf16Array(params_.data(), bf16_.data(), params_.size());
-    std::mt19937 rng(std::random_device{}());
+    std::mt19937 rng(static_cast<uint32_t>(seed_ >> 7));
     std::uniform_int_distribution<int32_t> tok(0, shape_.vocab - 1);
     for (int i = 0; i < kB * kT; ++i) {
       tokens_.push_back(tok(rng));
@@ -62,6 +65,8 @@ class CheckpointTest : public ::testing::Test {
   std::vector<float> params_;
   std::vector<uint16_t> bf16_;
   std::vector<int32_t> tokens_, targets_;
+  uint64_t seed_ = 0;
+  std::optional<::testing::ScopedTrace> trace_;  // the seed, on failures
 };
 
 TEST_F(CheckpointTest, PoliciesAreBitIdenticalToNone) {
