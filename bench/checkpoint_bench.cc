@@ -119,11 +119,11 @@ int RunCheckpoint(const std::vector<std::string>& args) {
       return absl::OkStatus();
     }
     join();
-    if (absl::Status s = ArmCheckpoint(channels, step, dir, ""); !s.ok()) {
+    if (absl::Status s = ArmCheckpoint(channels, step, dir); !s.ok()) {
       return s;
     }
     waiter = std::make_unique<std::thread>([&, step] {
-      auto r = WaitCheckpoint(channels, step, dir, "", absl::Seconds(600));
+      auto r = WaitCheckpoint(channels, step, dir, absl::Seconds(600));
       absl::MutexLock lock(&mu);
       if (!r.ok()) {
         commit_status = r.status();

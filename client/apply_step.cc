@@ -16,6 +16,7 @@ absl::Status ApplyStepCall(const ShardChannels& channels, int k, uint64_t step,
   v1::ApplyStepRequest req;
   req.set_step(step);
   req.set_attempt(attempt);
+  req.set_run_id(channels.options().run_id);
   return RunWithRetry(channels.options().retry, [&] {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

@@ -10,13 +10,12 @@
 namespace zeroshard {
 absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
                           const std::string& directory,
-                          const std::string& admin_token, bool wait,
+                          bool wait,
                           absl::Duration timeout,
                           v1::CheckpointResponse* response) {
   v1::CheckpointRequest req;
   req.set_step(step);
   req.set_directory(directory);
-  req.set_admin_token(admin_token);
   req.set_wait(wait);
   return RunWithRetry(channels.options().retry, [&] {
     grpc::ClientContext ctx;
@@ -31,22 +30,21 @@ absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
 }
 
 absl::Status ArmCheckpoint(const ShardChannels& channels, uint64_t step,
-                           const std::string& directory,
-                           const std::string& admin_token) {
+                           const std::string& directory) {
   return RunInParallel(channels.size(), [&](int k) {
     v1::CheckpointResponse resp;
-    return CheckpointOn(channels, k, step, directory, admin_token,
-                        /*wait=*/false, absl::ZeroDuration(), &resp);
+    return CheckpointOn(channels, k, step, directory, /*wait=*/false,
+                        absl::ZeroDuration(), &resp);
   });
 }
 
 absl::StatusOr<std::vector<v1::CheckpointResponse>> WaitCheckpoint(
     const ShardChannels& channels, uint64_t step, const std::string& directory,
-    const std::string& admin_token, absl::Duration timeout) {
+    absl::Duration timeout) {
   std::vector<v1::CheckpointResponse> out(channels.size());
   RETURN_IF_ERROR(RunInParallel(channels.size(), [&](int k) {
-    return CheckpointOn(channels, k, step, directory, admin_token,
-                        /*wait=*/true, timeout, &out[k]);
+    return CheckpointOn(channels, k, step, directory, /*wait=*/true, timeout,
+                        &out[k]);
   }));
   return out;
 }
@@ -95,14 +93,12 @@ absl::Status CommitCheckpoint(const std::string& directory,
 
 absl::StatusOr<std::vector<v1::RestoreResponse>> RestoreAll(
     const ShardChannels& channels, const std::string& directory,
-    std::optional<uint64_t> step, const std::string& admin_token,
-    absl::Duration timeout) {
+    std::optional<uint64_t> step, absl::Duration timeout) {
   std::vector<v1::RestoreResponse> out(channels.size());
   RETURN_IF_ERROR(RunInParallel(channels.size(), [&](int k) {
     v1::RestoreRequest req;
     req.set_directory(directory);
     if (step.has_value()) req.set_step(*step);
-    req.set_admin_token(admin_token);
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     return FromGrpcStatus(channels.stub(k).Restore(&ctx, req, &out[k]),

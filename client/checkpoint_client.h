@@ -32,22 +32,20 @@ namespace zeroshard {
 // One Checkpoint call to server k (UNAVAILABLE retried): arm (wait false,
 // under the control deadline) or wait for the file (under `timeout`).
 absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
-                          const std::string& directory,
-                          const std::string& admin_token, bool wait,
+                          const std::string& directory, bool wait,
                           absl::Duration timeout,
                           v1::CheckpointResponse* response);
 
 // Arms a snapshot of version `step` on every server. FAILED_PRECONDITION
 // (from the server) when one is already past it.
 absl::Status ArmCheckpoint(const ShardChannels& channels, uint64_t step,
-                           const std::string& directory,
-                           const std::string& admin_token);
+                           const std::string& directory);
 
 // Waits (each call under `timeout`) until every server's shard file of
 // `step` is written; one response per server, in index order.
 absl::StatusOr<std::vector<v1::CheckpointResponse>> WaitCheckpoint(
     const ShardChannels& channels, uint64_t step, const std::string& directory,
-    const std::string& admin_token, absl::Duration timeout);
+    absl::Duration timeout);
 
 // What the manifest records beyond the shard files.
 struct CheckpointInfo {
@@ -70,8 +68,7 @@ absl::Status CommitCheckpoint(const std::string& directory,
 // fails.
 absl::StatusOr<std::vector<v1::RestoreResponse>> RestoreAll(
     const ShardChannels& channels, const std::string& directory,
-    std::optional<uint64_t> step, const std::string& admin_token,
-    absl::Duration timeout);
+    std::optional<uint64_t> step, absl::Duration timeout);
 
 }  // namespace zeroshard
 

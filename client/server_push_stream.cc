@@ -99,6 +99,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   header.mutable_header()->set_step(step_);
   header.mutable_header()->set_worker(worker_);
   header.mutable_header()->set_attempt(channels_->options().attempt);
+  header.mutable_header()->set_run_id(channels_->options().run_id);
   if (known_.has_value()) {
     header.mutable_header()->set_coefficient_known(true);
     header.mutable_header()->set_coefficient(known_->coefficient);

@@ -19,8 +19,7 @@ static_assert(std::endian::native == std::endian::little,
 
 // One attempt: server k's whole range as one stream.
 absl::Status SendRange(const ShardChannels& channels, int k,
-                       const FlatRange& range, const float* data,
-                       const std::string& admin_token) {
+                       const FlatRange& range, const float* data) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() +
                                       channels.options().call_timeout));
@@ -30,7 +29,6 @@ absl::Status SendRange(const ShardChannels& channels, int k,
   const uint64_t per_piece =
       PieceElems(DType::kFp32, channels.options().max_message_bytes);
   v1::WeightPiece piece;
-  piece.set_admin_token(admin_token);
   for (uint64_t at = range.begin; at < range.end; at += per_piece) {
     const uint64_t n = std::min(per_piece, range.end - at);
     piece.set_offset(at);
@@ -39,7 +37,6 @@ absl::Status SendRange(const ShardChannels& channels, int k,
                    n * sizeof(float));
     // False: the stream is broken; Finish says why.
     if (!writer->Write(piece)) break;
-    piece.clear_admin_token();  // checked on the first piece only
   }
   writer->WritesDone();
   absl::Status s =
@@ -58,8 +55,7 @@ absl::Status SendRange(const ShardChannels& channels, int k,
 
 absl::Status SetMasterWeights(const ShardChannels& channels,
                               const FlatLayout& layout,
-                              absl::Span<const float> flat,
-                              const std::string& admin_token) {
+                              absl::Span<const float> flat) {
   if (flat.size() != layout.total_elems()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SetMasterWeights: ", flat.size(), " weights for a flat space of ",
@@ -77,8 +73,7 @@ absl::Status SetMasterWeights(const ShardChannels& channels,
     if (range.empty()) continue;
     threads.emplace_back([&, k, range] {
       results[k] = RunWithRetry(channels.options().retry, [&] {
-        return SendRange(channels, k, range, flat.data() + range.begin,
-                         admin_token);
+        return SendRange(channels, k, range, flat.data() + range.begin);
       });
     });
   }

@@ -6,8 +6,7 @@
 // sets the starting weights of training.
 //
 //   ASSIGN_OR_RETURN(std::vector<float> flat, ReadHfSafetensors(path, layout));
-//   RETURN_IF_ERROR(SetMasterWeights(client->channels(), layout, flat,
-//                                    config.cluster.admin_token));
+//   RETURN_IF_ERROR(SetMasterWeights(client->channels(), layout, flat));
 //
 // Errors: INVALID_ARGUMENT when flat.size() != layout.total_elems(); a
 // server's error with its address (the first failing server's, by index);
@@ -29,8 +28,7 @@ namespace zeroshard {
 
 absl::Status SetMasterWeights(const ShardChannels& channels,
                               const FlatLayout& layout,
-                              absl::Span<const float> flat,
-                              const std::string& admin_token);
+                              absl::Span<const float> flat);
 
 }  // namespace zeroshard
 

@@ -29,6 +29,14 @@ absl::Status RunWithRetry(const RetryPolicy& policy,
   }
 }
 
+absl::StatusOr<std::shared_ptr<const ClientSecurity>> LoadClientCredentials(
+    const std::string& dir, const std::string& role_name) {
+  if (dir.empty()) return nullptr;
+  absl::StatusOr<Role> role = ParseRole(role_name);
+  if (!role.ok()) return role.status();
+  return ClientSecurity::Load(dir, *role);
+}
+
 absl::StatusOr<std::vector<std::string>> ParseServerList(
     const std::string& list) {
   std::vector<std::string> out;
@@ -68,15 +76,13 @@ absl::StatusOr<std::unique_ptr<ShardChannels>> ShardChannels::Connect(
   }
   std::unique_ptr<ShardChannels> c(new ShardChannels());
   c->options_ = options;
-  auto creds = options.credentials ? options.credentials
-                                   : grpc::InsecureChannelCredentials();
   for (const std::string& s : servers) {
     grpc::ChannelArguments args = TunedChannelArguments();
     // A restarted server should be found again quickly.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    auto channel = grpc::CreateCustomChannel(s, creds, args);
+    auto channel = CreateClientChannel(s, args, options.security);
     c->addresses_.push_back(s);
     c->stubs_.push_back(v1::ShardService::NewStub(channel));
     c->health_stubs_.push_back(grpc::health::v1::Health::NewStub(channel));

@@ -25,6 +25,7 @@
 #include "client/retry_policy.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/zeroshard/v1/shard.grpc.pb.h"
+#include "wire/credentials.h"
 
 namespace zeroshard {
 
@@ -44,8 +45,11 @@ struct ShardClientOptions {
   // The worker group's incarnation, sent in every PushGrad header
   // (proto: PushGradHeader.attempt); the launcher raises it on restarts.
   uint64_t attempt = 0;
-  // Null: insecure (loopback or explicitly trusted networks only).
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Who this client is (wire/credentials.h): TLS and/or a bearer token.
+  // Null: plaintext without credentials (servers started open: tests).
+  std::shared_ptr<const ClientSecurity> security;
+  // The run (InitRequest.run_id) named by Init, every push and ApplyStep.
+  std::string run_id;
 };
 
 // Runs `call` (one attempt, returning its status) under `policy`: UNAVAILABLE
@@ -94,6 +98,11 @@ class ShardChannels {
 // Runs call(i) for i in [0, n) in parallel (a thread each), e.g. one call
 // per server; the first error in index order, or OK.
 absl::Status RunInParallel(int n, const std::function<absl::Status(int)>& call);
+
+// The credentials of role `role_name` ("worker", "ctl" or "admin") from a
+// credentials directory (wire/credentials.h); null for an empty `dir`.
+absl::StatusOr<std::shared_ptr<const ClientSecurity>> LoadClientCredentials(
+    const std::string& dir, const std::string& role_name);
 
 // Splits "a:1,b:2" into addresses; INVALID_ARGUMENT for an empty list or an
 // entry without a port.

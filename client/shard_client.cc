@@ -45,7 +45,8 @@ absl::StatusOr<std::vector<v1::InitResponse>> ShardClient::Init(
     base.mutable_init()->set_zeros(true);
   }
   base.mutable_init()->set_init_std(options.init_std);
-  base.set_admin_token(options.admin_token);
+  base.set_run_id(channels_->options().run_id);
+  base.set_num_workers(options.num_workers);
   base.set_chunk_elems(options.chunk_elems);
 
   std::vector<v1::InitResponse> responses(S);

@@ -53,7 +53,9 @@ struct InitOptions {
   double init_std = 0;
   // Elements per version chunk; 0: server default. Multiple of 64.
   uint64_t chunk_elems = 0;
-  std::string admin_token;
+  // The number of workers of the run (0: the manifest's partition_count);
+  // the run id comes from ShardClientOptions.run_id.
+  uint32_t num_workers = 0;
 };
 
 // A gradient slice in the caller's memory.

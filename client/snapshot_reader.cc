@@ -105,9 +105,8 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
   for (int t = 0; t < tries; ++t) {
     std::vector<v1::CheckpointResponse> ignored(servers.size());
     armed = RunInParallel(static_cast<int>(servers.size()), [&](int i) {
-      return CheckpointOn(channels, servers[i], v, directory,
-                          options.admin_token, /*wait=*/false, options.timeout,
-                          &ignored[i]);
+      return CheckpointOn(channels, servers[i], v, directory, /*wait=*/false,
+                          options.timeout, &ignored[i]);
     });
     if (armed.ok() || !absl::IsFailedPrecondition(armed)) break;
     // Training moved past v on some server: the next step that none has
@@ -124,9 +123,8 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
   out.step = v;
   out.responses.resize(servers.size());
   RETURN_IF_ERROR(RunInParallel(static_cast<int>(servers.size()), [&](int i) {
-    return CheckpointOn(channels, servers[i], v, directory,
-                        options.admin_token, /*wait=*/true, options.timeout,
-                        &out.responses[i]);
+    return CheckpointOn(channels, servers[i], v, directory, /*wait=*/true,
+                        options.timeout, &out.responses[i]);
   }));
   return out;
 }
@@ -138,7 +136,6 @@ absl::Status ReadSnapshotRange(const ShardChannels& channels, int k,
                                float* dst) {
   v1::ReadSnapshotRequest req;
   req.set_step(step);
-  req.set_admin_token(options.admin_token);
   req.set_array(static_cast<v1::ReadSnapshotRequest::Array>(array));
   v1::FlatRange* r = req.add_ranges();
   r->set_offset(range.begin);

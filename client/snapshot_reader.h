@@ -51,7 +51,6 @@ struct ClusterView {
 absl::StatusOr<ClusterView> InspectCluster(const ShardChannels& channels);
 
 struct SnapshotReadOptions {
-  std::string admin_token;
   // Deadline of waiting for the snapshot, and of each read.
   absl::Duration timeout = absl::Seconds(60);
   int max_tries = 5;

@@ -189,11 +189,6 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c) {
         "config: steps_per_print and zeroshard.activation_checkpointing.k must be >= 1, "
         "activation_checkpointing.number_checkpoints >= 0");
   }
-  const TlsConfig& tls = c.cluster.tls;
-  if ((tls.cert.empty() != tls.key.empty())) {
-    return absl::InvalidArgumentError(
-        "config keys \"zeroshard.tls.cert\" and \"zeroshard.tls.key\" must be given together");
-  }
   return absl::OkStatus();
 }
 

@@ -120,12 +120,6 @@ struct DataConfig {
   double validation_fraction = 0.05; // last fraction of bytes, [0, 0.5]
 };
 
-struct TlsConfig {  // all empty = insecure (loopback only)
-  std::string cert;
-  std::string key;
-  std::string ca;
-};
-
 // Everything under `zeroshard`.
 // zeroshard.checkpoint: coordinated checkpoints of the servers' state
 // (docs/DESIGN.md, "Checkpoints").
@@ -151,8 +145,9 @@ struct ClusterConfig {
   MetricsFormat metrics_format = MetricsFormat::kCsv;
   std::string plot_path;                      // empty = no picture
   CheckpointConfig checkpoint;                // zeroshard.checkpoint
-  std::string admin_token;
-  TlsConfig tls;
+  // Credentials directory (wire/credentials.h); empty: the launcher makes
+  // per-run tokens for its local cluster.
+  std::string credentials;
   double step_timeout_s = 300;                // timeouts.step_seconds, > 0
   double startup_timeout_s = 60;              // timeouts.startup_seconds, > 0
   // FP16: consecutive overflowing steps with the scale at min_loss_scale

@@ -462,12 +462,18 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   RETURN_IF_ERROR(ck.Int("every_steps", 0, kMaxI64, &z.checkpoint.every_steps));
   RETURN_IF_ERROR(ck.Int("keep_last", 0, kMaxInt, &z.checkpoint.keep_last));
   ck.Finish();
-  RETURN_IF_ERROR(s.String("admin_token", &z.admin_token));
-  ASSIGN_OR_RETURN(Section tls, s.Child("tls"));
-  RETURN_IF_ERROR(tls.String("cert", &z.tls.cert));
-  RETURN_IF_ERROR(tls.String("key", &z.tls.key));
-  RETURN_IF_ERROR(tls.String("ca", &z.tls.ca));
-  tls.Finish();
+  // Secrets stay out of configuration files (which get logged, copied and
+  // committed): the config names a credentials directory instead.
+  std::string secret;
+  RETURN_IF_ERROR(s.String("admin_token", &secret));
+  if (!secret.empty()) {
+    return absl::InvalidArgumentError(
+        "zeroshard.admin_token is no longer read: secrets do not belong in a "
+        "configuration file; put role tokens and certificates in a "
+        "credentials directory (scripts/make-dev-credentials.sh) and name it "
+        "in zeroshard.credentials");
+  }
+  RETURN_IF_ERROR(s.String("credentials", &z.credentials));
   ASSIGN_OR_RETURN(Section t, s.Child("timeouts"));
   RETURN_IF_ERROR(t.Double("step_seconds", 1e-3, 1e7, &z.step_timeout_s));
   RETURN_IF_ERROR(t.Double("startup_seconds", 1e-3, 1e7, &z.startup_timeout_s));

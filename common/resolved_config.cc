@@ -144,12 +144,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
       v.Field("every_steps", z.checkpoint.every_steps);
       v.Field("keep_last", z.checkpoint.keep_last);
     });
-    v.Field("admin_token", z.admin_token);
-    v.Object("tls", [&] {
-      v.Field("cert", z.tls.cert);
-      v.Field("key", z.tls.key);
-      v.Field("ca", z.tls.ca);
-    });
+    v.Field("credentials", z.credentials);
     v.Field("step_timeout_s", z.step_timeout_s);
     v.Field("startup_timeout_s", z.startup_timeout_s);
     v.Field("max_overflows_at_min_scale", z.max_overflows_at_min_scale);

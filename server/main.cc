@@ -1,16 +1,24 @@
 // zeroshard-server: one shard server process.
 //
 //   zeroshard-server --listen=127.0.0.1:0 --server_index=0 --num_servers=2
-//       [--placement=host|pinned|device] [--admin_token=T] [--port_file=F]
-//       [--max_pending_grad_mib=M]
+//       --credentials=DIR [--placement=host|pinned|device] [--port_file=F]
+//       [--max_pending_grad_mib=M] [--push_idle_timeout_s=T]
 //
 // Prints "zeroshard-server listening on HOST:PORT" once serving, writes the
 // port to --port_file atomically (temporary file + rename), and shuts down
-// gracefully on SIGTERM or SIGINT. The transport is plain TCP: a
-// non-loopback --listen address needs --insecure.
+// gracefully on SIGTERM or SIGINT.
+//
+// Security (docs/DESIGN.md, "Security"): --credentials=DIR names a directory
+// of credential files (wire/credentials.h), never secrets themselves. With
+// ca.pem, server.pem and server.key the port speaks mutual TLS; with a
+// `tokens` table, callers may authenticate with bearer tokens. Without
+// --credentials the server refuses to start unless --no_auth (every caller
+// is admin) and the address resolves to loopback only. Plain TCP on a
+// non-loopback address needs --plaintext, and is warned about.
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -23,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "server/shard_server.h"
+#include "wire/credentials.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "HOST:PORT to listen on; port 0 picks a free port");
@@ -30,16 +39,22 @@ ABSL_FLAG(uint32_t, server_index, 0, "index K of this server, in [0, S)");
 ABSL_FLAG(uint32_t, num_servers, 1, "number of servers S in the cluster");
 ABSL_FLAG(std::string, placement, "host",
           "where the state lives: host, pinned (cudaHostAlloc) or device");
-ABSL_FLAG(std::string, admin_token, "",
-          "when set, Init/SetWeights/Checkpoint/Restore must carry it");
+ABSL_FLAG(std::string, credentials, "",
+          "directory of credential files: ca.pem + server.pem + server.key "
+          "(mutual TLS) and/or tokens (role -> bearer token table)");
+ABSL_FLAG(bool, no_auth, false,
+          "serve without any authentication (loopback addresses only; tests)");
 ABSL_FLAG(std::string, port_file, "",
           "when set, the bound port is written here (atomically) once serving");
 ABSL_FLAG(uint64_t, max_pending_grad_mib, 0,
           "cap on gradient MiB buffered awaiting commits, over all PushGrad "
           "streams; 0: twice one step's FP32 gradients for the owned range "
           "plus 64 MiB");
-ABSL_FLAG(bool, insecure, false,
-          "allow a non-loopback --listen address without TLS");
+ABSL_FLAG(double, push_idle_timeout_s, 60,
+          "a PushGrad stream that waits longer than this for its next "
+          "message is failed and its buffered gradients freed; 0: never");
+ABSL_FLAG(bool, plaintext, false,
+          "allow plain TCP (no TLS) on a non-loopback --listen address");
 
 namespace {
 
@@ -53,11 +68,6 @@ std::string HostOf(const std::string& address) {
   return host;
 }
 
-bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" ||
-         absl::StartsWith(host, "127.");
-}
-
 int Fail(const std::string& message) {
   std::cerr << "zeroshard-server: " << message << std::endl;
   return 1;
@@ -68,7 +78,7 @@ int Fail(const std::string& message) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "zeroshard-server --listen=HOST:PORT --server_index=K --num_servers=S "
-      "[--placement=host|pinned|device]");
+      "--credentials=DIR [--placement=host|pinned|device]");
   absl::ParseCommandLine(argc, argv);
   zeroshard::TuneMallocForLargeBuffers();
 
@@ -83,19 +93,51 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.server_index = absl::GetFlag(FLAGS_server_index);
   options.num_servers = absl::GetFlag(FLAGS_num_servers);
-  options.admin_token = absl::GetFlag(FLAGS_admin_token);
+  options.credentials_dir = absl::GetFlag(FLAGS_credentials);
   const uint64_t pending_mib = absl::GetFlag(FLAGS_max_pending_grad_mib);
   if (pending_mib > (uint64_t{1} << 40)) {
     return Fail(absl::StrCat("--max_pending_grad_mib=", pending_mib,
                              " is out of range (at most 2^40)"));
   }
   options.max_pending_grad_bytes = pending_mib << 20;
+  const double idle_s = absl::GetFlag(FLAGS_push_idle_timeout_s);
+  if (!(idle_s >= 0) || idle_s > 1e6) {
+    return Fail(absl::StrCat("--push_idle_timeout_s=", idle_s,
+                             " is out of range [0, 1e6]"));
+  }
+  options.push_idle_timeout =
+      idle_s == 0 ? absl::InfiniteDuration() : absl::Seconds(idle_s);
   const std::string host = HostOf(options.listen_address);
-  if (!IsLoopback(host) && !absl::GetFlag(FLAGS_insecure)) {
-    return Fail(absl::StrCat(
-        "--listen=", options.listen_address,
-        " is not a loopback address and TLS is not available yet; pass "
-        "--insecure to serve plain TCP on it anyway"));
+  const bool loopback = zeroshard::ResolvesToLoopbackOnly(host);
+  if (options.credentials_dir.empty()) {
+    if (!absl::GetFlag(FLAGS_no_auth)) {
+      return Fail(
+          "no --credentials: pass --credentials=DIR (see "
+          "scripts/make-dev-credentials.sh), or --no_auth to serve without "
+          "authentication on a loopback address");
+    }
+    if (!loopback) {
+      return Fail(absl::StrCat("--no_auth is allowed only on a loopback "
+                               "address; --listen=",
+                               options.listen_address, " is not one"));
+    }
+    ZS_LOG(WARNING) << "--no_auth: every caller on " << host
+                    << " may call every method, Init and SetWeights included";
+  }
+  const bool has_tls = !options.credentials_dir.empty() &&
+                       std::filesystem::exists(options.credentials_dir +
+                                               "/server.pem");
+  if (!has_tls && !loopback) {
+    if (!absl::GetFlag(FLAGS_plaintext)) {
+      return Fail(absl::StrCat(
+          "--listen=", options.listen_address,
+          " is not a loopback address and --credentials has no TLS "
+          "certificate (server.pem); pass --plaintext to serve plain TCP on "
+          "it anyway"));
+    }
+    ZS_LOG(WARNING) << "--plaintext: serving plain TCP on "
+                    << options.listen_address
+                    << "; tokens and weights cross the network unencrypted";
   }
   absl::StatusOr<zeroshard::Placement> placement =
       zeroshard::ParsePlacement(absl::GetFlag(FLAGS_placement));

@@ -13,6 +13,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_pool.h"
+#include "server/kv_store.h"
 
 namespace zeroshard {
 namespace {
@@ -44,7 +45,20 @@ absl::Status ValidateCoefficient(double coefficient) {
 absl::StatusOr<v1::InitRequest> ModelShard::Normalize(
     const v1::InitRequest& request) {
   v1::InitRequest out = request;
-  out.clear_admin_token();
+  if (absl::Status s = KvStore::ValidateRunId(out.run_id()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Init: ", s.message()));
+  }
+  // 0: one worker per partition (the manifest's partition_count).
+  if (out.num_workers() == 0) {
+    out.set_num_workers(std::max<uint32_t>(1, out.manifest().partition_count()));
+  }
+  if (out.manifest().partition_count() != 0 &&
+      out.manifest().partition_count() % out.num_workers() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Init: num_workers (", out.num_workers(),
+        ") must divide manifest.partition_count (",
+        out.manifest().partition_count(), ")"));
+  }
   if (out.chunk_elems() == 0) out.set_chunk_elems(kDefaultChunkElems);
   if (out.chunk_elems() % kFlatAlignment != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -84,6 +98,8 @@ std::string ModelShard::DescribeConflict(const v1::InitRequest& a,
   }
   if (!MessageDifferencer::Equals(a.init(), b.init())) return "init";
   if (a.chunk_elems() != b.chunk_elems()) return "chunk_elems";
+  if (a.run_id() != b.run_id()) return "run_id (another run owns this server)";
+  if (a.num_workers() != b.num_workers()) return "num_workers";
   if (!MessageDifferencer::Equals(a, b)) return "request";
   return "";
 }
@@ -106,7 +122,7 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   }
   const ModelManifest manifest = FromProto(request.manifest());
   absl::StatusOr<FlatLayout> layout = FlatLayout::Create(
-      manifest, request.num_servers(), manifest.partition_count);
+      manifest, request.num_servers(), request.num_workers());
   if (!layout.ok()) return Prefixed("Init: manifest: ", layout.status());
   absl::StatusOr<OptimizerConfig> config = FromProto(request.optimizer());
   if (!config.ok()) return Prefixed("Init: ", config.status());
@@ -138,6 +154,35 @@ absl::Status ModelShard::CheckOwned(uint64_t offset, uint64_t length,
         what, " [", offset, ", ", offset + length,
         ") is outside this server's owned range [", own.begin, ", ", own.end,
         ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::CheckPusher(uint32_t worker, uint64_t offset,
+                                     uint64_t length) const {
+  if (worker >= layout_.num_workers()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker rank ", worker, " is not a member of this run (",
+        layout_.num_workers(), " workers)"));
+  }
+  const std::vector<UnitInfo>& units = layout_.units();
+  // The first unit that ends after `offset`.
+  auto it = std::upper_bound(
+      units.begin(), units.end(), offset,
+      [](uint64_t x, const UnitInfo& u) { return x < u.offset + u.padded; });
+  const uint64_t end = offset + length;
+  for (uint64_t at = offset; at < end; ++it) {
+    if (it == units.end()) break;  // past the units: caught by CheckOwned
+    const FlatRange mine =
+        layout_.WorkerUnitRange(worker, static_cast<int>(it - units.begin()));
+    const uint64_t unit_end = std::min(end, it->offset + it->padded);
+    if (at < mine.begin || unit_end > mine.end) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "gradient range [", offset, ", ", end, ") is not worker rank ",
+          worker, "'s to push: its part of unit '", it->name, "' is [",
+          mine.begin, ", ", mine.end, ")"));
+    }
+    at = unit_end;
   }
   return absl::OkStatus();
 }

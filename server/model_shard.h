@@ -108,6 +108,11 @@ class ModelShard {
   // range; `what` names the thing checked in the message.
   absl::Status CheckOwned(uint64_t offset, uint64_t length,
                           absl::string_view what) const;
+  // PERMISSION_DENIED unless [offset, offset + length) (owned) lies inside
+  // worker `worker`'s partitions (FlatLayout::WorkerUnitRange with the run's
+  // num_workers): a worker pushes only its own part of every unit.
+  absl::Status CheckPusher(uint32_t worker, uint64_t offset,
+                           uint64_t length) const;
 
   // Claims, applies and completes one push of `pieces` (pairwise disjoint,
   // inside the owned range) for `step` (see StepTracker for the rules).

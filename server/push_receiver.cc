@@ -44,6 +44,17 @@ absl::Status PushReceiver::OnHeader(const v1::PushGradHeader& header) {
     return absl::InvalidArgumentError(
         "PushGrad: a second header; a stream carries exactly one, first");
   }
+  if (header.run_id() != state_->run_id()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "PushGrad: the push names run '", header.run_id(),
+        "', but this server serves run '", state_->run_id(), "'"));
+  }
+  if (header.worker() >= state_->layout().num_workers()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "PushGrad: worker rank ", header.worker(),
+        " is not a member of this run (", state_->layout().num_workers(),
+        " workers)"));
+  }
   if (header.coefficient_known()) {
     RETURN_IF_ERROR(ValidateCoefficient(header.coefficient()));
     RETURN_IF_ERROR(state_->tracker().CheckParams(
@@ -102,6 +113,7 @@ absl::Status PushReceiver::OnPiece(PushGradPieceInput piece) {
   }
   const uint64_t n = bytes / esize;
   RETURN_IF_ERROR(state_->CheckOwned(piece.offset, n, "PushGrad: piece"));
+  RETURN_IF_ERROR(state_->CheckPusher(header_.worker(), piece.offset, n));
   const FlatRange range{piece.offset, piece.offset + n};
   // Overlap with another piece of this stream: the neighbour before and the
   // one at or after range.begin.

@@ -1,9 +1,11 @@
 // Counters of a shard server's RPCs for Inspect: calls per method, payload
-// bytes in and out, and failed calls by canonical status code name.
+// bytes in and out, failed calls by canonical status code name, and calls
+// refused for credentials by method.
 //
 //   counters.RecordCall("Gather");
 //   counters.AddBytesOut(n);
 //   counters.RecordResult(status);   // counts an error by code name
+//   counters.RecordRefusal("Init", status);  // and an auth refusal by method
 //   counters.Fill(response.mutable_counters());
 //
 // Thread-safe.
@@ -28,6 +30,9 @@ class RpcCounters {
   void RecordCall(absl::string_view method);
   // Counts a non-OK status under its code name ("ABORTED", ...).
   void RecordResult(const absl::Status& status);
+  // An UNAUTHENTICATED or PERMISSION_DENIED refusal of `method`: counted by
+  // method as well as by code (call RecordResult too).
+  void RecordRefusal(absl::string_view method, const absl::Status& status);
   void AddBytesIn(uint64_t n) { bytes_in_ += n; }
   void AddBytesOut(uint64_t n) { bytes_out_ += n; }
   void Fill(v1::RpcCounters* out) const;
@@ -38,6 +43,10 @@ class RpcCounters {
   mutable absl::Mutex mu_;
   std::map<std::string, uint64_t, std::less<>> calls_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t, std::less<>> errors_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t, std::less<>> unauthenticated_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t, std::less<>> permission_denied_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zeroshard

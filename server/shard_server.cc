@@ -2,13 +2,16 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "wire/grpc_tuning.h"
 #include "common/status_macros.h"
+#include "server/authorizer.h"
 #include "server/shard_service_impl.h"
+#include "wire/credentials.h"
 
 namespace zeroshard {
 
@@ -21,18 +24,41 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
         ") must be < --num_servers (", options.num_servers, ")"));
   }
   RETURN_IF_ERROR(CheckPlacementAvailable(options.placement));
+  std::shared_ptr<grpc::ServerCredentials> transport =
+      grpc::InsecureServerCredentials();
+  std::shared_ptr<Authorizer> authorizer;
+  bool tls = false;
+  if (!options.credentials_dir.empty()) {
+    ASSIGN_OR_RETURN(auto server_tls, LoadServerTls(options.credentials_dir));
+    if (server_tls.has_value()) {
+      transport = *std::move(server_tls);
+      tls = true;
+    }
+    Authorizer::Options auth;
+    auth.tls = tls;
+    const std::string tokens = options.credentials_dir + "/tokens";
+    std::error_code ec;
+    if (std::filesystem::exists(tokens, ec)) auth.tokens_file = tokens;
+    if (!tls && auth.tokens_file.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "credentials directory '", options.credentials_dir,
+          "' holds neither server.pem/server.key/ca.pem nor tokens"));
+    }
+    ASSIGN_OR_RETURN(authorizer, Authorizer::Create(std::move(auth)));
+  }
   std::unique_ptr<ShardServer> server(new ShardServer());
   server->options_ = options;
+  server->tls_ = tls;
   server->service_ = std::make_unique<ShardServiceImpl>(ShardServiceImpl::Config{
       .identity = {options.server_index, options.num_servers},
       .placement = options.placement,
-      .admin_token = options.admin_token,
-      .max_pending_grad_bytes = options.max_pending_grad_bytes});
+      .authorizer = std::move(authorizer),
+      .max_pending_grad_bytes = options.max_pending_grad_bytes,
+      .push_idle_timeout = options.push_idle_timeout});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ApplyServerTuning(builder);
-  builder.AddListeningPort(options.listen_address,
-                           grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.listen_address, transport, &server->port_);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

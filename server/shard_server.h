@@ -11,8 +11,10 @@
 //
 // Start fails (nothing left listening) for a bad identity, a placement this
 // machine cannot provide (FAILED_PRECONDITION naming --placement) or an
-// address that cannot be bound (UNAVAILABLE). The transport is plain TCP;
-// main refuses non-loopback addresses unless told --insecure.
+// address that cannot be bound (UNAVAILABLE), or unusable credentials
+// (INVALID_ARGUMENT / NOT_FOUND naming the file). The transport is TLS when
+// the credentials directory has certificates, plain TCP otherwise; main
+// refuses plain TCP on a non-loopback address unless told --plaintext.
 #ifndef ZEROSHARD_SERVER_SHARD_SERVER_H_
 #define ZEROSHARD_SERVER_SHARD_SERVER_H_
 
@@ -38,11 +40,17 @@ class ShardServer {
     uint32_t server_index = 0;
     uint32_t num_servers = 1;
     Placement placement = Placement::kHost;
-    // When non-empty, Init / SetWeights / Checkpoint / Restore must carry it.
-    std::string admin_token;
+    // The credentials directory (wire/credentials.h): TLS when it holds
+    // ca.pem, server.pem and server.key; bearer tokens when it holds
+    // `tokens`. Empty: open, every caller is admin (tests; zeroshard-server
+    // allows it only with --no_auth on a loopback address).
+    std::string credentials_dir;
     // Cap on gradient bytes buffered awaiting commits (all streams); 0: twice
     // one step's FP32 gradients for the owned range plus 64 MiB.
     uint64_t max_pending_grad_bytes = 0;
+    // A PushGrad stream waiting longer than this for its next message is
+    // failed (DEADLINE_EXCEEDED) and its buffers freed; infinite: never.
+    absl::Duration push_idle_timeout = absl::Seconds(60);
   };
 
   static absl::StatusOr<std::unique_ptr<ShardServer>> Start(Options options);
@@ -52,6 +60,8 @@ class ShardServer {
 
   // The bound port.
   int port() const { return port_; }
+  // Whether the listening port uses TLS.
+  bool tls() const { return tls_; }
   const Options& options() const { return options_; }
   // Stops accepting calls, cancels calls still running after `grace`, and
   // returns when all are done. Idempotent; thread-safe.
@@ -64,6 +74,7 @@ class ShardServer {
 
   Options options_;
   int port_ = 0;
+  bool tls_ = false;
   std::unique_ptr<ShardServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -36,16 +36,6 @@ class FailedReactor : public Reactor {
   RpcCounters* counters_;
 };
 
-bool TokensEqual(absl::string_view a, absl::string_view b) {
-  // Compare every byte so the time does not reveal a matching prefix.
-  unsigned diff = a.size() != b.size();
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i]) ^
-            static_cast<unsigned char>(i < b.size() ? b[i] : 0);
-  }
-  return diff == 0;
-}
-
 void FillInitResponse(const ModelShard& state, bool already,
                       v1::InitResponse* response) {
   response->set_owned_begin(state.owned().begin);
@@ -64,16 +54,19 @@ void FillInitResponse(const ModelShard& state, bool already,
     }                                                            \
   } while (0)
 
-ShardServiceImpl::ShardServiceImpl(Config config) : config_(std::move(config)) {}
+ShardServiceImpl::ShardServiceImpl(Config config)
+    : config_(std::move(config)), push_streams_(config_.push_idle_timeout) {}
 
-absl::Status ShardServiceImpl::CheckAdmin(const std::string& token,
-                                         absl::string_view method) const {
-  if (config_.admin_token.empty() || TokensEqual(token, config_.admin_token)) {
-    return absl::OkStatus();
+absl::Status ShardServiceImpl::Admit(grpc::CallbackServerContext* context,
+                                    absl::string_view method) {
+  counters_.RecordCall(method);
+  if (config_.authorizer == nullptr) return absl::OkStatus();
+  absl::Status s = config_.authorizer->Authorize(*context, method);
+  if (s.code() == absl::StatusCode::kUnauthenticated ||
+      s.code() == absl::StatusCode::kPermissionDenied) {
+    counters_.RecordRefusal(method, s);
   }
-  return absl::UnauthenticatedError(absl::StrCat(
-      method, " is an admin call and needs the server's admin token (",
-      token.empty() ? "none was given" : "the one given does not match", ")"));
+  return s;
 }
 
 absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::state() const {
@@ -95,7 +88,6 @@ grpc::ServerUnaryReactor* ShardServiceImpl::FinishUnary(
 
 absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
                                      v1::InitResponse* response) {
-  RETURN_IF_ERROR(CheckAdmin(request.admin_token(), "Init"));
   absl::MutexLock init_lock(&init_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -133,14 +125,16 @@ absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
 grpc::ServerUnaryReactor* ShardServiceImpl::Init(
     grpc::CallbackServerContext* context, const v1::InitRequest* request,
     v1::InitResponse* response) {
-  counters_.RecordCall("Init");
+  RETURN_UNARY_IF_ERROR(Admit(context, "Init"));
   return FinishUnary(context, DoInit(*request, response));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::Gather(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  counters_.RecordCall("Gather");
   using Failed = FailedReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>>;
+  if (absl::Status s = Admit(context, "Gather"); !s.ok()) {
+    return new Failed(s, &counters_);
+  }
   grpc::ByteBuffer copy(*request);  // shares the slices
   v1::GatherRequest parsed;
   if (!ParseProtoFromByteBuffer(copy, &parsed)) {
@@ -157,21 +151,27 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::Gather(
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::PushGrad(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
-  counters_.RecordCall("PushGrad");
-  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
-  if (!state.ok()) {
-    return new FailedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(
-        state.status(), &counters_);
+  using Failed = FailedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>;
+  if (absl::Status s = Admit(context, "PushGrad"); !s.ok()) {
+    return new Failed(s, &counters_);
   }
-  return new PushGradReactor(*std::move(state), response, &counters_);
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  if (!state.ok()) return new Failed(state.status(), &counters_);
+  return new PushGradReactor(*std::move(state), response, &counters_,
+                             &push_streams_);
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::ApplyStep(
     grpc::CallbackServerContext* context, const v1::ApplyStepRequest* request,
     v1::ApplyStepResponse* response) {
-  counters_.RecordCall("ApplyStep");
+  RETURN_UNARY_IF_ERROR(Admit(context, "ApplyStep"));
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   RETURN_UNARY_IF_ERROR(state.status());
+  if (request->run_id() != (*state)->run_id()) {
+    return FinishUnary(context, absl::PermissionDeniedError(absl::StrCat(
+        "ApplyStep names run '", request->run_id(),
+        "', but this server serves run '", (*state)->run_id(), "'")));
+  }
   absl::StatusOr<ApplyResult> r =
       (*state)->ApplyPrepared(request->step(), request->attempt());
   RETURN_UNARY_IF_ERROR(r.status());
@@ -224,15 +224,14 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
 grpc::ServerUnaryReactor* ShardServiceImpl::Inspect(
     grpc::CallbackServerContext* context, const v1::InspectRequest* request,
     v1::InspectResponse* response) {
-  counters_.RecordCall("Inspect");
+  RETURN_UNARY_IF_ERROR(Admit(context, "Inspect"));
   return FinishUnary(context, DoInspect(response));
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::Checkpoint(
     grpc::CallbackServerContext* context,
     const v1::CheckpointRequest* request, v1::CheckpointResponse* response) {
-  counters_.RecordCall("Checkpoint");
-  RETURN_UNARY_IF_ERROR(CheckAdmin(request->admin_token(), "Checkpoint"));
+  RETURN_UNARY_IF_ERROR(Admit(context, "Checkpoint"));
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   RETURN_UNARY_IF_ERROR(state.status());
   absl::StatusOr<std::shared_ptr<ShardSnapshot>> snap =
@@ -254,10 +253,10 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Checkpoint(
 grpc::ServerWriteReactor<v1::GatherChunk>* ShardServiceImpl::ReadSnapshot(
     grpc::CallbackServerContext* context,
     const v1::ReadSnapshotRequest* request) {
-  counters_.RecordCall("ReadSnapshot");
   using Failed = FailedReactor<grpc::ServerWriteReactor<v1::GatherChunk>>;
-  absl::Status admin = CheckAdmin(request->admin_token(), "ReadSnapshot");
-  if (!admin.ok()) return new Failed(admin, &counters_);
+  if (absl::Status s = Admit(context, "ReadSnapshot"); !s.ok()) {
+    return new Failed(s, &counters_);
+  }
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   if (!state.ok()) return new Failed(state.status(), &counters_);
   absl::StatusOr<ReadSnapshotPlan> plan = PlanReadSnapshot(**state, *request);
@@ -268,8 +267,7 @@ grpc::ServerWriteReactor<v1::GatherChunk>* ShardServiceImpl::ReadSnapshot(
 grpc::ServerUnaryReactor* ShardServiceImpl::Restore(
     grpc::CallbackServerContext* context, const v1::RestoreRequest* request,
     v1::RestoreResponse* response) {
-  counters_.RecordCall("Restore");
-  RETURN_UNARY_IF_ERROR(CheckAdmin(request->admin_token(), "Restore"));
+  RETURN_UNARY_IF_ERROR(Admit(context, "Restore"));
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   RETURN_UNARY_IF_ERROR(state.status());
   // Reads and verifies whole files: run off the callback threads' budget
@@ -288,14 +286,13 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Restore(
   return FinishUnary(context, absl::OkStatus());
 }
 
-grpc::ServerReadReactor<v1::WeightPiece>* ShardServiceImpl::SetWeights(
-    grpc::CallbackServerContext* context, v1::SetWeightsResponse* response) {
-  counters_.RecordCall("SetWeights");
-  return new SetWeightsReactor(
-      [this](const std::string& token) {
-        return CheckAdmin(token, "SetWeights");
-      },
-      state(), response, &counters_);
+grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::SetWeights(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  if (absl::Status s = Admit(context, "SetWeights"); !s.ok()) {
+    return new FailedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(
+        s, &counters_);
+  }
+  return new SetWeightsReactor(context, state(), response, &counters_);
 }
 
 absl::StatusOr<KvScope> ShardServiceImpl::KvScopeOf(
@@ -313,7 +310,7 @@ absl::StatusOr<KvScope> ShardServiceImpl::KvScopeOf(
 grpc::ServerUnaryReactor* ShardServiceImpl::KvSet(
     grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
     v1::KvSetResponse* response) {
-  counters_.RecordCall("KvSet");
+  RETURN_UNARY_IF_ERROR(Admit(context, "KvSet"));
   counters_.AddBytesIn(request->value().size());
   absl::StatusOr<KvScope> scope =
       KvScopeOf(request->run_id(), request->attempt());
@@ -325,7 +322,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::KvSet(
 grpc::ServerUnaryReactor* ShardServiceImpl::KvGet(
     grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
     v1::KvGetResponse* response) {
-  counters_.RecordCall("KvGet");
+  RETURN_UNARY_IF_ERROR(Admit(context, "KvGet"));
   absl::StatusOr<KvScope> scope =
       KvScopeOf(request->run_id(), request->attempt());
   RETURN_UNARY_IF_ERROR(scope.status());
@@ -341,7 +338,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::KvGet(
 grpc::ServerUnaryReactor* ShardServiceImpl::KvWait(
     grpc::CallbackServerContext* context, const v1::KvWaitRequest* request,
     v1::KvWaitResponse* response) {
-  counters_.RecordCall("KvWait");
+  RETURN_UNARY_IF_ERROR(Admit(context, "KvWait"));
   absl::StatusOr<KvScope> scope =
       KvScopeOf(request->run_id(), request->attempt());
   RETURN_UNARY_IF_ERROR(scope.status());

@@ -2,12 +2,14 @@
 //
 // Gather and PushGrad use the raw (ByteBuffer) callback methods so that
 // Gather replies are encoded with one copy of the payload and PushGrad
-// pieces are applied from the received slices; every other method uses the
-// generated message types. Handlers validate, act on the ModelShard (absent
+// pieces are applied from the received slices; SetWeights so that a piece
+// that does not parse fails the call (the generated reader would end the
+// stream there, as if the client had half-closed). Every other method uses
+// the generated message types. Handlers validate, act on the ModelShard (absent
 // until Init: FAILED_PRECONDITION), count calls, bytes and errors, and
-// convert absl::Status to grpc::Status once, at the edge. Admin methods
-// (Init, SetWeights, Checkpoint, Restore, ReadSnapshot) need the configured
-// admin token when there is one (UNAUTHENTICATED otherwise).
+// convert absl::Status to grpc::Status once, at the edge. Every handler first
+// authorizes the caller (server/authorizer.h): a refused call is counted by
+// method and changes nothing.
 //
 //   ShardServiceImpl service({.identity = {0, 2}, .placement = kHost});
 //   builder.RegisterService(&service);
@@ -23,6 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/zeroshard/v1/shard.grpc.pb.h"
+#include "server/authorizer.h"
+#include "server/idle_streams.h"
 #include "server/kv_store.h"
 #include "server/placement.h"
 #include "server/rpc_counters.h"
@@ -32,17 +36,22 @@ namespace zeroshard {
 
 using ShardServiceBase = v1::ShardService::WithRawCallbackMethod_Gather<
     v1::ShardService::WithRawCallbackMethod_PushGrad<
-        v1::ShardService::CallbackService>>;
+        v1::ShardService::WithRawCallbackMethod_SetWeights<
+            v1::ShardService::CallbackService>>>;
 
 class ShardServiceImpl final : public ShardServiceBase {
  public:
   struct Config {
     ServerIdentity identity;
     Placement placement = Placement::kHost;
-    std::string admin_token;  // empty: admin methods are open
+    // Null: open (every caller is admin; tests only).
+    std::shared_ptr<Authorizer> authorizer;
     // Cap on gradient bytes buffered awaiting commits; 0: the store's
     // default (ShardStore::DefaultPendingGradLimit).
     uint64_t max_pending_grad_bytes = 0;
+    // Idle PushGrad streams are failed after this (IdleStreams); infinite:
+    // never.
+    absl::Duration push_idle_timeout = absl::Seconds(60);
   };
   explicit ShardServiceImpl(Config config);
 
@@ -71,9 +80,9 @@ class ShardServiceImpl final : public ShardServiceBase {
   grpc::ServerWriteReactor<v1::GatherChunk>* ReadSnapshot(
       grpc::CallbackServerContext* context,
       const v1::ReadSnapshotRequest* request) override;
-  grpc::ServerReadReactor<v1::WeightPiece>* SetWeights(
+  grpc::ServerReadReactor<grpc::ByteBuffer>* SetWeights(
       grpc::CallbackServerContext* context,
-      v1::SetWeightsResponse* response) override;
+      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
                                   const v1::KvSetRequest* request,
                                   v1::KvSetResponse* response) override;
@@ -84,10 +93,10 @@ class ShardServiceImpl final : public ShardServiceBase {
                                    const v1::KvWaitRequest* request,
                                    v1::KvWaitResponse* response) override;
 
-  // UNAUTHENTICATED naming `method` unless the token matches (or none is
-  // configured).
-  absl::Status CheckAdmin(const std::string& token,
-                          absl::string_view method) const;
+  // Counts the call of `method` and authorizes its caller: OK, or the
+  // UNAUTHENTICATED / PERMISSION_DENIED refusal (counted).
+  absl::Status Admit(grpc::CallbackServerContext* context,
+                     absl::string_view method);
   // The state after Init; FAILED_PRECONDITION before.
   absl::StatusOr<std::shared_ptr<ModelShard>> state() const;
   RpcCounters& counters() { return counters_; }
@@ -107,6 +116,7 @@ class ShardServiceImpl final : public ShardServiceBase {
   const Config config_;
   RpcCounters counters_;
   KvStore kv_;
+  IdleStreams push_streams_;
   absl::Mutex init_mu_;  // serialises Init
   mutable absl::Mutex mu_;
   std::shared_ptr<ModelShard> state_ ABSL_GUARDED_BY(mu_);

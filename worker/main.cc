@@ -51,6 +51,13 @@ ABSL_FLAG(std::string, run_id, "run",
           "the run this worker belongs to (1 to 128 printable ASCII "
           "characters): names its keys in server 0's KV store, with "
           "--attempt");
+ABSL_FLAG(std::string, credentials, "",
+          "credentials directory (ca.pem, <role>.pem/.key, <role>.token; "
+          "docs/DESIGN.md, \"Security\"); empty: none (servers with "
+          "--no_auth)");
+ABSL_FLAG(std::string, role, "worker",
+          "the role this worker authenticates as: worker, or admin for the "
+          "rank that initialises, checkpoints and restores the servers");
 ABSL_FLAG(std::string, init_from, "",
           "a Hugging Face GPT-2 .safetensors file: rank 0 sets the servers' "
           "starting weights from it while they are at version 0");
@@ -112,13 +119,18 @@ absl::Status Run() {
   client_options.call_timeout = step_timeout;
   client_options.control_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
   client_options.attempt = absl::GetFlag(FLAGS_attempt);
+  client_options.run_id = absl::GetFlag(FLAGS_run_id);
+  ASSIGN_OR_RETURN(client_options.security,
+                   LoadClientCredentials(absl::GetFlag(FLAGS_credentials),
+                                         absl::GetFlag(FLAGS_role)));
   ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
                    ShardClient::Create(servers, layout, client_options));
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
                    KvClient::Connect(servers[0],
                                      {absl::GetFlag(FLAGS_run_id),
                                       absl::GetFlag(FLAGS_attempt)},
-                                     client_options.control_timeout));
+                                     client_options.control_timeout,
+                                     client_options.security));
 
   GroupOptions group_options;
   group_options.group = absl::GetFlag(FLAGS_run_id) + "/workers";

@@ -59,7 +59,6 @@ int RunCheckpoint(const CtlFlags& flags) {
     return 1;
   }
   SnapshotReadOptions options;
-  options.admin_token = flags.admin_token;
   options.timeout = flags.timeout;
   std::vector<int> all;
   for (int k = 0; k < (*channels)->size(); ++k) all.push_back(k);
@@ -113,8 +112,7 @@ int RunRestore(const CtlFlags& flags) {
     std::fprintf(stderr, "restore: %s\n", channels.status().ToString().c_str());
     return 2;
   }
-  auto restored = RestoreAll(**channels, flags.dir, flags.step,
-                             flags.admin_token, flags.timeout);
+  auto restored = RestoreAll(**channels, flags.dir, flags.step, flags.timeout);
   if (!restored.ok()) {
     std::fprintf(stderr, "restore: %s\n", restored.status().ToString().c_str());
     return 1;

@@ -6,6 +6,7 @@
 #define ZEROSHARD_CLIENT_CTL_COMMANDS_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,7 +21,11 @@ namespace zeroshard::ctl {
 struct CtlFlags {
   std::vector<std::string> servers;
   absl::Duration timeout = absl::Seconds(30);
-  std::string admin_token;
+  // Who the tool is on the wire (--credentials, --role); null: no
+  // credentials (servers started with --no_auth).
+  std::shared_ptr<const ClientSecurity> security;
+  // init / smoke: the run the servers are initialised for.
+  std::string run_id;
   bool json = false;
   GptShape shape;
   int workers = 1;

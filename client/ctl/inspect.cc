@@ -81,6 +81,8 @@ ShardClientOptions ClientOptions(const CtlFlags& flags) {
   o.call_timeout = flags.timeout;
   o.control_timeout = flags.timeout;
   o.retry.max_total = flags.timeout;
+  o.security = flags.security;
+  o.run_id = flags.run_id;
   return o;
 }
 

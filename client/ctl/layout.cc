@@ -130,7 +130,7 @@ int RunInit(const CtlFlags& flags) {
   opt.seed = flags.seed;
   opt.init_std = flags.init_std;
   opt.chunk_elems = flags.chunk_elems;
-  opt.admin_token = flags.admin_token;
+  opt.num_workers = static_cast<uint32_t>(std::max(flags.workers, 0));
   auto r = (*client)->Init(opt);
   if (!r.ok()) {
     std::fprintf(stderr, "init failed: %s\n", r.status().ToString().c_str());

@@ -14,7 +14,13 @@
 
 ABSL_FLAG(std::string, servers, "", "Shard servers, HOST:PORT,... in index order");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "Deadline of each call");
-ABSL_FLAG(std::string, admin_token, "", "Bearer token for admin RPCs (init)");
+ABSL_FLAG(std::string, credentials, "",
+          "credentials directory (ca.pem, <role>.pem/.key, <role>.token); "
+          "empty: none (servers started with --no_auth)");
+ABSL_FLAG(std::string, role, "",
+          "worker, ctl or admin (default: ctl for inspect and health, admin "
+          "otherwise)");
+ABSL_FLAG(std::string, run_id, "ctl", "init / smoke: the run id");
 ABSL_FLAG(bool, json, false, "inspect/layout: print JSON");
 ABSL_FLAG(int, layers, 4, "GPT layers");
 ABSL_FLAG(int, heads, 4, "GPT attention heads");
@@ -89,7 +95,28 @@ int main(int argc, char** argv) {
     f.servers = *list;
   }
   f.timeout = absl::GetFlag(FLAGS_timeout);
-  f.admin_token = absl::GetFlag(FLAGS_admin_token);
+  f.run_id = absl::GetFlag(FLAGS_run_id);
+  if (const std::string dir = absl::GetFlag(FLAGS_credentials); !dir.empty()) {
+    std::string role_name = absl::GetFlag(FLAGS_role);
+    if (role_name.empty()) {
+      const bool reads_only =
+          command == "health" ||
+          (command == "inspect" && absl::GetFlag(FLAGS_tensor).empty());
+      role_name = reads_only ? "ctl" : "admin";
+    }
+    absl::StatusOr<Role> role = ParseRole(role_name);
+    if (!role.ok()) {
+      std::fprintf(stderr, "--role: %s\n", role.status().ToString().c_str());
+      return 2;
+    }
+    auto security = ClientSecurity::Load(dir, *role);
+    if (!security.ok()) {
+      std::fprintf(stderr, "--credentials: %s\n",
+                   security.status().ToString().c_str());
+      return 2;
+    }
+    f.security = *std::move(security);
+  }
   f.json = absl::GetFlag(FLAGS_json);
   f.shape = {absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_heads),
              absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_vocab),

@@ -18,7 +18,6 @@ namespace {
 
 SnapshotReadOptions ReadOptions(const CtlFlags& flags) {
   SnapshotReadOptions o;
-  o.admin_token = flags.admin_token;
   o.timeout = flags.timeout;
   return o;
 }

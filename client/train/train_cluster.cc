@@ -100,8 +100,10 @@ absl::Status TrainCluster::StartServers() {
               absl::StrCat("--num_servers=", plan_.servers),
               absl::StrCat("--placement=", PlacementName(plan_.placement)),
               "--port_file=" + port_files.back()};
-    if (!plan_.admin_token.empty()) {
-      o.argv.push_back("--admin_token=" + plan_.admin_token);
+    if (plan_.credentials_dir.empty()) {
+      o.argv.push_back("--no_auth");
+    } else {
+      o.argv.push_back("--credentials=" + plan_.credentials_dir);
     }
     o.stdout_mode = SubprocessOptions::Output::kDiscard;
     o.env = ThreadEnv("ZEROSHARD_OPTIMIZER_THREADS", plan_.servers);
@@ -146,9 +148,13 @@ absl::Status TrainCluster::StartWorkers() {
               absl::StrCat("--world_size=", plan_.workers),
               "--servers=" + server_list, "--config=" + plan_.config_path,
               "--run_id=" + plan_.run_id,
+              r == 0 ? "--role=admin" : "--role=worker",
               absl::StrCat("--attempt=", plan_.attempt)};
     if (!plan_.resume_dir.empty()) {
       o.argv.push_back("--resume=" + plan_.resume_dir);
+    }
+    if (!plan_.credentials_dir.empty()) {
+      o.argv.push_back("--credentials=" + plan_.credentials_dir);
     }
     if (!plan_.init_from.empty()) {
       o.argv.push_back("--init_from=" + plan_.init_from);

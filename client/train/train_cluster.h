@@ -53,7 +53,9 @@ struct TrainClusterPlan {
   // Non-empty: use these servers (host:port in index order), start none.
   std::vector<std::string> server_addresses;
   Placement placement = Placement::kHost;
-  std::string admin_token;
+  // Credentials directory for every process (servers: --credentials; rank
+  // 0: role admin, other ranks: role worker). Empty: servers --no_auth.
+  std::string credentials_dir;
   int64_t inject_overflow_at_step = -1;   // passed on when >= 0
   // Passed on to rank 0 of the first attempt only, when >= 0.
   int64_t inject_partial_apply_at_step = -1;

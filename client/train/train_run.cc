@@ -11,6 +11,7 @@
 #include "client/train/loss_plot.h"
 #include "client/train/metrics_writer.h"
 #include "client/train/progress_bar.h"
+#include "client/train/run_credentials.h"
 #include "client/train/train_cluster.h"
 #include "client/train/weights_export.h"
 #include "client/apply_step.h"
@@ -130,18 +131,29 @@ ServerStand InspectStand(const ShardChannels& channels) {
   return ServerStand();
 }
 
+// How the launcher reaches its servers: as admin, for the run.
+absl::StatusOr<ShardClientOptions> LauncherClientOptions(
+    const TrainClusterPlan& plan) {
+  ShardClientOptions options;
+  options.run_id = plan.run_id;
+  ASSIGN_OR_RETURN(options.security,
+                   LoadClientCredentials(plan.credentials_dir, "admin"));
+  return options;
+}
+
 // New workers on live servers speak a newer attempt, which drops the old
 // attempt's keys from server 0's store (the failed rendezvous must not
 // linger). The FP16 loss-scaler records a successor reads for `steps`
 // (worker/engine/resume.h) are copied to the new attempt first.
 absl::Status CarryLossScalerRecords(const std::string& address,
-                                    const std::string& run_id,
+                                    const ShardClientOptions& options,
                                     uint64_t attempt,
                                     std::initializer_list<uint64_t> steps,
                                     absl::Duration timeout) {
   if (attempt == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> old_kv,
-                   KvClient::Connect(address, {run_id, attempt - 1}, timeout));
+                   KvClient::Connect(address, {options.run_id, attempt - 1},
+                                     timeout, options.security));
   std::vector<std::pair<std::string, std::string>> records;
   for (uint64_t step : steps) {
     absl::StatusOr<std::string> rec = old_kv->TryGet(LossScalerKvKey(step));
@@ -154,7 +166,8 @@ absl::Status CarryLossScalerRecords(const std::string& address,
   }
   if (records.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
-                   KvClient::Connect(address, {run_id, attempt}, timeout));
+                   KvClient::Connect(address, {options.run_id, attempt}, timeout,
+                                     options.security));
   for (const auto& [key, value] : records) {
     RETURN_IF_ERROR(kv->Set(key, value));
   }
@@ -170,9 +183,10 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
                                     TrainClusterPlan* plan,
                                     std::unique_ptr<TrainCluster>* cluster) {
   plan->attempt = attempt;
+  absl::StatusOr<ShardClientOptions> options = LauncherClientOptions(*plan);
+  if (!options.ok()) return options.status();
   absl::StatusOr<std::unique_ptr<ShardChannels>> channels =
-      ShardChannels::Connect((*cluster)->server_addresses(),
-                             ShardClientOptions());
+      ShardChannels::Connect((*cluster)->server_addresses(), *options);
   if ((*cluster)->ServersAlive() && channels.ok()) {
     (*cluster)->StopWorkers();
     const ServerStand stand = InspectStand(**channels);
@@ -180,7 +194,7 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
       // Nothing of the step is applied anywhere: new workers redo it; the
       // old attempt's prepared pushes are dropped when the new one speaks.
       RETURN_IF_ERROR(CarryLossScalerRecords(
-          (*cluster)->server_addresses()[0], plan->run_id, attempt,
+          (*cluster)->server_addresses()[0], *options, attempt,
           {stand.min_version}, absl::Seconds(cfg.cluster.startup_timeout_s)));
       RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
       return absl::StrCat("new workers redo step ", stand.min_version,
@@ -195,7 +209,7 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
               .status();
       if (applied.ok()) {
         RETURN_IF_ERROR(CarryLossScalerRecords(
-            (*cluster)->server_addresses()[0], plan->run_id, attempt,
+            (*cluster)->server_addresses()[0], *options, attempt,
             {stand.min_version + 1},
             absl::Seconds(cfg.cluster.startup_timeout_s)));
         RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
@@ -299,10 +313,18 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   plan.servers = servers;
   plan.workers = workers;
   plan.placement = cfg.cluster.placement;
-  plan.admin_token = cfg.cluster.admin_token;
+  if (!cfg.cluster.credentials.empty()) {
+    plan.credentials_dir = fs::absolute(cfg.cluster.credentials).string();
+  } else if (plan.server_addresses.empty()) {
+    // A local cluster without configured credentials still gets some: one
+    // random token per role, readable only by this user.
+    ASSIGN_OR_RETURN(plan.credentials_dir,
+                     MakeRunTokens(o.out_dir + "/credentials"));
+  }
   plan.inject_overflow_at_step = o.inject_overflow_at_step;
   plan.inject_partial_apply_at_step = o.inject_partial_apply_at_step;
-  plan.run_id = absl::StrCat("train-", getpid(), "-", absl::ToUnixMicros(t0));
+  ASSIGN_OR_RETURN(const std::string nonce, RandomHex(8));
+  plan.run_id = absl::StrCat("train-", getpid(), "-", nonce);
   plan.startup_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
 
   RunOutputs outputs;
@@ -323,6 +345,8 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
           "--resume=", o.resume_dir, ": no complete checkpoint there"));
     }
   }
+  ASSIGN_OR_RETURN(const ShardClientOptions launcher_options,
+                   LauncherClientOptions(plan));
   ASSIGN_OR_RETURN(std::unique_ptr<TrainCluster> cluster,
                    TrainCluster::Start(plan, interrupted));
   outputs.logs = cluster->logs_dir();
@@ -344,7 +368,8 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
                                     o.out_dir, step_timeout,
                                     o.save_safetensors
                                         ? WeightsFileFormat::kSafetensors
-                                        : WeightsFileFormat::kF32));
+                                        : WeightsFileFormat::kF32,
+                                    launcher_options));
       outputs.weights = o.out_dir + "/weights.f32";
     }
     return absl::OkStatus();

@@ -37,10 +37,10 @@ std::string WeightsIndexJson(const FlatLayout& layout, int64_t version) {
 absl::Status ExportWeights(const std::vector<std::string>& servers,
                            const FlatLayout& layout, int64_t version,
                            const std::string& dir, absl::Duration timeout,
-                           WeightsFileFormat format) {
+                           WeightsFileFormat format,
+                           ShardClientOptions options) {
   static_assert(std::endian::native == std::endian::little,
                 "weights.f32 is little-endian; add a byte swap here");
-  ShardClientOptions options;
   options.call_timeout = timeout;
   options.control_timeout = timeout;
   ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,

@@ -28,16 +28,20 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/shard_channels.h"
 #include "common/layout.h"
 
 namespace zeroshard {
 
 enum class WeightsFileFormat { kF32, kSafetensors };
 
+// `options`: how to reach the servers (credentials, run); its deadlines are
+// replaced by `timeout`.
 absl::Status ExportWeights(const std::vector<std::string>& servers,
                            const FlatLayout& layout, int64_t version,
                            const std::string& dir, absl::Duration timeout,
-                           WeightsFileFormat format = WeightsFileFormat::kF32);
+                           WeightsFileFormat format = WeightsFileFormat::kF32,
+                           ShardClientOptions options = ShardClientOptions());
 
 // The weights.json document for `layout` (exposed for tests).
 std::string WeightsIndexJson(const FlatLayout& layout, int64_t version);

@@ -424,10 +424,12 @@ TEST(ShardClientTest, UnreachableServerGivesUnavailableAfterBoundedRetries) {
 TEST(ShardClientTest, InitSendsEachServerItsIndexAndChecksRanges) {
   FlatLayout layout = TestLayout(3);
   FakeShardCluster cluster(layout);
-  auto client = *ShardClient::Create(cluster.addresses(), layout, SmallMessages());
+  ShardClientOptions options = SmallMessages();
+  options.run_id = "run-7";
+  auto client = *ShardClient::Create(cluster.addresses(), layout, options);
   InitOptions opt;
   opt.seed = 42;
-  opt.admin_token = "secret";
+  opt.num_workers = 1;
   ASSERT_TRUE(client->Init(opt).ok());
   for (int k = 0; k < 3; ++k) {
     auto inits = cluster.server(k).inits();
@@ -435,7 +437,8 @@ TEST(ShardClientTest, InitSendsEachServerItsIndexAndChecksRanges) {
     EXPECT_EQ(inits[0].server_index(), static_cast<uint32_t>(k));
     EXPECT_EQ(inits[0].num_servers(), 3u);
     EXPECT_EQ(inits[0].init().seed(), 42u);
-    EXPECT_EQ(inits[0].admin_token(), "secret");
+    EXPECT_EQ(inits[0].run_id(), "run-7");
+    EXPECT_EQ(inits[0].num_workers(), 1u);
     EXPECT_EQ(inits[0].manifest().units_size(), 3);
   }
   cluster.server(2).misreport_range = true;

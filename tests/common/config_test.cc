@@ -351,8 +351,7 @@ TEST(ConfigTest, ZeroshardSection) {
       "validation_fraction": 0.1}, "seed": 3, "chunk_elems": 4096,
       "metrics": {"path": "m.jsonl", "format": "JSONL"}, "plot": "loss.svg",
       "checkpoint": {"dir": "/tmp/ck", "every_steps": 25, "keep_last": 4},
-      "admin_token": "t",
-      "tls": {"cert": "c.pem", "key": "k.pem", "ca": "ca.pem"},
+      "credentials": "/etc/zeroshard",
       "timeouts": {"step_seconds": 30},
       "activation_checkpointing": {"policy": "every_k", "k": 2},
       "max_overflows_at_min_scale": 3}})");
@@ -372,11 +371,19 @@ TEST(ConfigTest, ZeroshardSection) {
   EXPECT_EQ(c.cluster.data.seed, 9u);
   EXPECT_EQ(c.cluster.seed, 3u);
   EXPECT_EQ(c.cluster.metrics_format, MetricsFormat::kJsonl);
-  EXPECT_EQ(c.cluster.tls.ca, "ca.pem");
+  EXPECT_EQ(c.cluster.credentials, "/etc/zeroshard");
   EXPECT_EQ(c.cluster.step_timeout_s, 30);
   EXPECT_EQ(c.activation_checkpointing.policy, CheckpointPolicy::kEveryK);
   EXPECT_EQ(c.activation_checkpointing.k, 2);
   EXPECT_EQ(c.cluster.max_overflows_at_min_scale, 3);
+  // Secrets are refused in the file, pointing at the credentials directory.
+  absl::StatusOr<ParsedConfig> secret = ParseTrainingConfig(
+      R"({"train_micro_batch_size_per_gpu": 1,
+          "zeroshard": {"admin_token": "t0k3n"}})", {});
+  ASSERT_FALSE(secret.ok());
+  EXPECT_NE(secret.status().message().find("zeroshard.credentials"),
+            absl::string_view::npos)
+      << secret.status();
   // An address list fixes the server count.
   EXPECT_FALSE(ParseTrainingConfig(R"({"train_micro_batch_size_per_gpu": 1,
       "zeroshard": {"servers": ["a:1"]}})", {.servers = 2}).ok());
@@ -385,9 +392,9 @@ TEST(ConfigTest, ZeroshardSection) {
 TEST(ConfigTest, CanonicalFormIgnoresLayoutAndHostLocalFields) {
   const std::string a = R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-      "zeroshard": {"workers": 2, "metrics": {"path": "a.csv"}, "admin_token": "x"}})";
-  const std::string b = R"({"zeroshard": {"admin_token": "y", "workers": 2,
-      "tls": {"ca": "ca.pem"}}, "optimizer": {"params": {"lr": 1e-3}, "type": "adamw"},
+      "zeroshard": {"workers": 2, "metrics": {"path": "a.csv"}, "credentials": "/a"}})";
+  const std::string b = R"({"zeroshard": {"credentials": "/b", "workers": 2},
+      "optimizer": {"params": {"lr": 1e-3}, "type": "adamw"},
       "bf16": {"enabled": true},   "train_batch_size": 4})";
   const TrainingConfig ca = MustParse(a).config, cb = MustParse(b).config;
   EXPECT_EQ(CanonicalJson(ca), CanonicalJson(cb));

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -25,6 +26,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
               absl::StrCat("--num_servers=", num_servers),
               absl::StrCat("--port_file=", c->dir_, "/", k, ".port")};
     o.argv.insert(o.argv.end(), extra_flags.begin(), extra_flags.end());
+    if (std::none_of(extra_flags.begin(), extra_flags.end(),
+                     [](const std::string& f) {
+                       return f.rfind("--credentials=", 0) == 0;
+                     })) {
+      o.argv.push_back("--no_auth");
+    }
     o.stdout_mode = SubprocessOptions::Output::kDiscard;
     o.stderr_mode = SubprocessOptions::Output::kFile;
     o.stderr_path = c->log_path(k);

@@ -1,4 +1,5 @@
-// The Checkpoint and Restore calls over gRPC: the admin token, wait = true
+// The Checkpoint and Restore calls over gRPC (their authorization is in
+// tests/server/authorization_test.cc): wait = true
 // returning the written file once the step is reached, a deadline ending
 // the call while the snapshot goes on, arming a passed step refused, and a
 // restore of the written checkpoint after training went on.
@@ -26,32 +27,26 @@ using testing::Header;
 using testing::Push;
 using testing::SetDeadline;
 
-constexpr char kToken[] = "ckpt-token";
-
 grpc::Status Checkpoint(v1::ShardService::Stub& stub, uint64_t step,
                         const std::string& dir, bool wait, int deadline_ms,
-                        v1::CheckpointResponse* response,
-                        const std::string& token = kToken) {
+                        v1::CheckpointResponse* response) {
   grpc::ClientContext c;
   SetDeadline(c, deadline_ms);
   v1::CheckpointRequest req;
   req.set_step(step);
   req.set_directory(dir);
   req.set_wait(wait);
-  req.set_admin_token(token);
   return stub.Checkpoint(&c, req, response);
 }
 
 grpc::Status Restore(v1::ShardService::Stub& stub, const std::string& dir,
                      std::optional<uint64_t> step,
-                     v1::RestoreResponse* response,
-                     const std::string& token = kToken) {
+                     v1::RestoreResponse* response) {
   grpc::ClientContext c;
   SetDeadline(c, 20000);
   v1::RestoreRequest req;
   req.set_directory(dir);
   if (step.has_value()) req.set_step(*step);
-  req.set_admin_token(token);
   return stub.Restore(&c, req, response);
 }
 
@@ -80,24 +75,14 @@ TEST(CheckpointRpcTest, WaitDeadlinePassedStepsAndRestoreRoundTrip) {
   auto layout = FlatLayout::Create(FromProto(manifest), 1, 1);
   ASSERT_TRUE(layout.ok());
   const FlatRange owned{0, layout->total_elems()};
-  testing::TestServer t = testing::StartServer(0, 1, kToken);
+  testing::TestServer t = testing::StartServer(0, 1);
   ASSERT_NE(t.stub, nullptr);
   v1::InitRequest init = testing::MakeInit(manifest, 1, 0, seed, 1024);
-  init.set_admin_token(kToken);
   ASSERT_TRUE(testing::InitServer(*t.stub, init).ok());
   const std::string dir = testing::MakeTempDir("zs_ckpt_rpc_");
   ASSERT_FALSE(dir.empty());
 
-  // The admin token is required.
   v1::CheckpointResponse resp;
-  for (const std::string token : {"", "wrong"}) {
-    EXPECT_EQ(Checkpoint(*t.stub, 2, dir, false, 20000, &resp, token)
-                  .error_code(),
-              grpc::StatusCode::UNAUTHENTICATED);
-    v1::RestoreResponse r;
-    EXPECT_EQ(Restore(*t.stub, dir, std::nullopt, &r, token).error_code(),
-              grpc::StatusCode::UNAUTHENTICATED);
-  }
 
   // A deadline before the step is reached ends the call; the snapshot is
   // armed and goes on.

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "tests/server/server_test_util.h"
+#include "tests/support/test_files.h"
 
 namespace zeroshard {
 namespace {
@@ -119,7 +120,7 @@ TEST(ServerBinaryTest, ServesAndExitsOnSigterm) {
   const std::string port_file =
       absl::StrCat(::testing::TempDir(), "/zs_port_", getpid());
   Child child({binary, "--listen=127.0.0.1:0", "--server_index=1",
-               "--num_servers=2", "--placement=host",
+               "--num_servers=2", "--placement=host", "--no_auth",
                "--port_file=" + port_file});
   ASSERT_GT(child.pid(), 0);
   const std::string line = child.ReadLine(absl::Seconds(30));
@@ -162,31 +163,53 @@ TEST(ServerBinaryTest, ServesAndExitsOnSigterm) {
 TEST(ServerBinaryTest, StartUpErrorsAreClear) {
   const std::string binary = ServerBinary();
   {
-    Child child({binary, "--listen=0.0.0.0:0"});
+    // No credentials at all: refused, naming the way out.
+    Child child({binary, "--listen=127.0.0.1:0"});
     const std::string err = child.ReadStderr(absl::Seconds(30));
     EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
-    EXPECT_NE(err.find("--insecure"), std::string::npos) << err;
+    EXPECT_NE(err.find("--credentials"), std::string::npos) << err;
   }
   {
-    Child child({binary, "--placement=nowhere"});
+    // --no_auth is for loopback addresses only (resolved, so "localhost"
+    // passes and 0.0.0.0 does not).
+    Child child({binary, "--listen=0.0.0.0:0", "--no_auth"});
+    const std::string err = child.ReadStderr(absl::Seconds(30));
+    EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
+    EXPECT_NE(err.find("loopback"), std::string::npos) << err;
+  }
+  {
+    // Tokens without TLS on a non-loopback address need --plaintext.
+    const std::string dir = testing::MakeTempDir("zs_bin_creds_");
+    ASSERT_FALSE(dir.empty());
+    {
+      std::ofstream f(dir + "/tokens");
+      f << "admin 0123456789abcdef0123\n";
+    }
+    Child child({binary, "--listen=0.0.0.0:0", "--credentials=" + dir});
+    const std::string err = child.ReadStderr(absl::Seconds(30));
+    EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
+    EXPECT_NE(err.find("--plaintext"), std::string::npos) << err;
+  }
+  {
+    Child child({binary, "--placement=nowhere", "--no_auth"});
     const std::string err = child.ReadStderr(absl::Seconds(30));
     EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
     EXPECT_NE(err.find("--placement"), std::string::npos) << err;
   }
   {
-    Child child({binary, "--placement=device"});
+    Child child({binary, "--placement=device", "--no_auth"});
     const std::string err = child.ReadStderr(absl::Seconds(30));
     EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
     EXPECT_NE(err.find("not implemented yet"), std::string::npos) << err;
   }
   {
-    Child child({binary, "--server_index=2", "--num_servers=2"});
+    Child child({binary, "--server_index=2", "--num_servers=2", "--no_auth"});
     const std::string err = child.ReadStderr(absl::Seconds(30));
     EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
     EXPECT_NE(err.find("--server_index"), std::string::npos) << err;
   }
   {
-    Child child({binary, "--max_pending_grad_mib=99999999999999"});
+    Child child({binary, "--max_pending_grad_mib=99999999999999", "--no_auth"});
     const std::string err = child.ReadStderr(absl::Seconds(30));
     EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
     EXPECT_NE(err.find("--max_pending_grad_mib"), std::string::npos) << err;

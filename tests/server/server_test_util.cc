@@ -59,6 +59,7 @@ v1::InitRequest MakeInit(const v1::ModelManifest& manifest,
   o->set_weight_decay(0.1);
   r.mutable_init()->set_seed(seed);
   r.set_chunk_elems(chunk_elems);
+  r.set_run_id(kTestRunId);
   return r;
 }
 
@@ -85,13 +86,13 @@ grpc::Status InitServer(v1::ShardService::Stub& stub,
 }
 
 TestServer StartServer(uint32_t server_index, uint32_t num_servers,
-                       const std::string& admin_token,
+                       const std::string& credentials_dir,
                        uint64_t max_pending_grad_bytes) {
   ShardServer::Options options;
   options.max_pending_grad_bytes = max_pending_grad_bytes;
   options.server_index = server_index;
   options.num_servers = num_servers;
-  options.admin_token = admin_token;
+  options.credentials_dir = credentials_dir;
   absl::StatusOr<std::unique_ptr<ShardServer>> server =
       ShardServer::Start(options);
   EXPECT_TRUE(server.ok()) << server.status();
@@ -156,6 +157,7 @@ v1::PushGradHeader Header(uint64_t step, uint32_t worker) {
   v1::PushGradHeader h;
   h.set_step(step);
   h.set_worker(worker);
+  h.set_run_id(kTestRunId);
   return h;
 }
 

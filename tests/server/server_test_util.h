@@ -22,6 +22,9 @@ namespace zeroshard::testing {
 // partition_count 3 the flat space is a few tens of thousands of elements.
 v1::ModelManifest SmallManifest(uint32_t partition_count);
 
+// The run of MakeInit's requests and Header's pushes.
+inline constexpr char kTestRunId[] = "test-run";
+
 v1::InitRequest MakeInit(const v1::ModelManifest& manifest,
                          uint32_t num_servers, uint32_t server_index,
                          uint64_t seed, uint64_t chunk_elems);
@@ -37,7 +40,7 @@ grpc::Status InitServer(v1::ShardService::Stub& stub,
                         v1::InitResponse* response = nullptr);
 
 TestServer StartServer(uint32_t server_index, uint32_t num_servers,
-                       const std::string& admin_token = "",
+                       const std::string& credentials_dir = "",
                        uint64_t max_pending_grad_bytes = 0);
 std::unique_ptr<v1::ShardService::Stub> Connect(int port);
 

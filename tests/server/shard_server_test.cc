@@ -376,67 +376,6 @@ TEST(ShardServerTest, KvSetGetWaitAndTimeout) {
   EXPECT_EQ(set("", "x").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
-TEST(ShardServerTest, AdminTokenGuardsAdminCalls) {
-  const v1::ModelManifest manifest = SmallManifest(1);
-  TestServer t = StartServer(0, 1, "s3cret");
-  v1::InitRequest init = MakeInit(manifest, 1, 0, 3, 4096);
-  grpc::Status denied = InitServer(*t.stub, init);
-  EXPECT_EQ(denied.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_FALSE(Inspect(*t.stub).initialized());
-  init.set_admin_token("s3cret");
-  ASSERT_TRUE(InitServer(*t.stub, init).ok());
-
-  // SetWeights: token on the first piece; master and mirror change.
-  {
-    grpc::ClientContext c;
-    testing::SetDeadline(c, 20000);
-    v1::SetWeightsResponse resp;
-    auto w = t.stub->SetWeights(&c, &resp);
-    v1::WeightPiece piece;
-    piece.set_admin_token("s3cret");
-    piece.set_offset(64);
-    piece.set_dtype(v1::DTYPE_FP32);
-    const std::vector<float> values = {1.5f, -2.0f, 3.25f};
-    piece.set_data(std::string(reinterpret_cast<const char*>(values.data()),
-                               values.size() * 4));
-    ASSERT_TRUE(w->Write(piece));
-    w->WritesDone();
-    ASSERT_TRUE(w->Finish().ok());
-    EXPECT_EQ(resp.elems_written(), 3u);
-    EXPECT_EQ(GatherFp32(*t.stub, {64, 67}), values);
-  }
-  {
-    grpc::ClientContext c;
-    testing::SetDeadline(c, 20000);
-    v1::SetWeightsResponse resp;
-    auto w = t.stub->SetWeights(&c, &resp);
-    v1::WeightPiece piece;
-    piece.set_offset(0);
-    piece.set_dtype(v1::DTYPE_FP32);
-    piece.set_data(std::string(4, '\0'));
-    w->Write(piece);
-    w->WritesDone();
-    EXPECT_EQ(w->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  }
-  // Checkpoint (an in-memory snapshot of version 0, waited for) needs the
-  // token too (tests/server/checkpoint_rpc_test.cc tests the call itself).
-  for (const std::string token : {"", "s3cret"}) {
-    grpc::ClientContext c;
-    testing::SetDeadline(c, 20000);
-    v1::CheckpointRequest req;
-    req.set_admin_token(token);
-    req.set_wait(true);
-    v1::CheckpointResponse resp;
-    const grpc::Status ck = t.stub->Checkpoint(&c, req, &resp);
-    if (token.empty()) {
-      EXPECT_EQ(ck.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-    } else {
-      EXPECT_TRUE(ck.ok()) << ck.error_message();
-      EXPECT_TRUE(resp.done());
-    }
-  }
-}
-
 TEST(ShardServerTest, PinnedPlacementWithoutAGpuIsAClearError) {
   const absl::Status available = CheckPlacementAvailable(Placement::kPinned);
   ShardServer::Options options;

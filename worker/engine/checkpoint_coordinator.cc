@@ -67,8 +67,7 @@ uint64_t CheckpointCoordinator::committed() const {
 absl::Status CheckpointCoordinator::Start(uint64_t step,
                                           const LossScalerState& scaler) {
   RETURN_IF_ERROR(WaitPrevious());
-  const std::string& token = config_.cluster.admin_token;
-  RETURN_IF_ERROR(ArmCheckpoint(*channels_, step, dir_, token));
+  RETURN_IF_ERROR(ArmCheckpoint(*channels_, step, dir_));
   last_armed_ = static_cast<int64_t>(step);
   CheckpointInfo info;
   info.step = step;
@@ -78,11 +77,11 @@ absl::Status CheckpointCoordinator::Start(uint64_t step,
   info.data_position = step;
   const absl::Duration timeout =
       absl::Seconds(config_.cluster.step_timeout_s) * 4;
-  commit_ = std::make_unique<std::thread>([this, info, token, timeout] {
+  commit_ = std::make_unique<std::thread>([this, info, timeout] {
     const absl::Time t0 = absl::Now();
     absl::Status s = [&]() -> absl::Status {
-      ASSIGN_OR_RETURN(auto files, WaitCheckpoint(*channels_, info.step, dir_,
-                                                  token, timeout));
+      ASSIGN_OR_RETURN(auto files,
+                       WaitCheckpoint(*channels_, info.step, dir_, timeout));
       RETURN_IF_ERROR(CommitCheckpoint(dir_, files, info,
                                        config_.cluster.checkpoint.keep_last));
       uint64_t bytes = 0;

@@ -44,8 +44,7 @@ absl::Status LoadAndSet(const std::string& path, const TrainingConfig& config,
   }
   ASSIGN_OR_RETURN(const std::vector<float> flat,
                    ReadHfSafetensors(path, layout));
-  RETURN_IF_ERROR(SetMasterWeights(client->channels(), layout, flat,
-                                   config.cluster.admin_token));
+  RETURN_IF_ERROR(SetMasterWeights(client->channels(), layout, flat));
   ZS_LOG(INFO) << "--init_from: set " << layout.param_elems()
                << " weights on " << client->num_servers()
                << " servers from " << path;

@@ -39,7 +39,6 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
       ASSIGN_OR_RETURN(
           auto restored,
           RestoreAll(client->channels(), dir, std::nullopt,
-                     config.cluster.admin_token,
                      absl::Seconds(config.cluster.startup_timeout_s)));
       uint64_t bytes = 0;
       double seconds = 0;

@@ -10,7 +10,7 @@ InitOptions InitOptionsFor(const TrainingConfig& config) {
   init.seed = config.cluster.seed;
   init.init_std = config.cluster.init_std;
   init.chunk_elems = config.cluster.chunk_elems;
-  init.admin_token = config.cluster.admin_token;
+  init.num_workers = static_cast<uint32_t>(config.cluster.workers);
   return init;
 }
 
