@@ -14,6 +14,8 @@
 #include "common/status_macros.h"
 #include "worker/comm/collectives.h"
 #include "worker/data/corpus.h"
+#include "client/kv_client.h"
+#include "worker/engine/resume.h"
 #include "worker/engine/server_init.h"
 
 namespace zeroshard::testing {
@@ -21,12 +23,15 @@ namespace {
 
 std::string AutoOr(int v) { return v > 0 ? absl::StrCat(v) : "\"auto\""; }
 
+constexpr char kEngineRunId[] = "engine-test";
+
 ShardClientOptions ClientOptions(absl::Duration call_timeout) {
   ShardClientOptions o;
   o.call_timeout = call_timeout;
   o.control_timeout = absl::Seconds(10);
   o.retry.max_total = std::min(call_timeout, absl::Seconds(5));
   o.retry.max_backoff = absl::Milliseconds(500);
+  o.run_id = kEngineRunId;
   return o;
 }
 
@@ -60,7 +65,24 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
     engine->InjectOverflowAt(static_cast<uint64_t>(o.inject_overflow_step));
   }
   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
-  for (; step < cfg.cluster.steps; ++step) {
+  // The loss scaler's record, as worker/main.cc keeps and finds it.
+  ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
+                   KvClient::Connect(servers[0], {kEngineRunId, 0},
+                                     absl::Seconds(10)));
+  ASSIGN_OR_RETURN(std::optional<LossScalerState> scaler,
+                   FindLossScalerState(step, "", kv.get()));
+  if (scaler.has_value()) RETURN_IF_ERROR(engine->RestoreLossScaler(*scaler));
+  if (rank == 0 && cfg.precision == Precision::kFp16) {
+    engine->SetBeforeApply(
+        [kv = kv.get()](uint64_t next, const LossScalerState& state) {
+          return kv->Set(LossScalerKvKey(next), LossScalerRecord(next, state));
+        });
+  }
+  const uint64_t end =
+      o.stop_before_step >= 0
+          ? std::min<uint64_t>(cfg.cluster.steps, o.stop_before_step)
+          : cfg.cluster.steps;
+  for (; step < end; ++step) {
     absl::StatusOr<StepResult> r = engine->Step(step);
     out->memory = engine->memory();
     if (!r.ok()) return r.status();
@@ -105,7 +127,8 @@ std::string TinyConfigJson(const TinyKnobs& k) {
       k.layers, R"(, "heads": )", k.heads, R"(, "width": )", k.width,
       R"(, "vocab": 256, "context": )", k.context, R"(},
   "steps": )",
-      k.steps, R"(, "seed": 7, "init_std": 0.02,
+      k.steps, R"(, "seed": 7, "init_std": )",
+      absl::StrFormat("%.17g", k.init_std), R"(,
   "activation_checkpointing": {"policy": ")",
       k.checkpointing, R"(", "k": )", k.checkpoint_k, R"(},
   "timeouts": {"step_seconds": )",
