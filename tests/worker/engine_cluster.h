@@ -57,6 +57,7 @@ struct TinyKnobs {
   bool warmup_cosine = false;       // WarmupCosineLR over the steps
   int hysteresis = 2;               // fp16
   int initial_scale_power = 16;     // fp16
+  double init_std = 0.02;           // zeroshard.init_std
   uint64_t steps = 3;
   double step_timeout_s = 30;
 };
@@ -93,6 +94,10 @@ struct TrainOptions {
   absl::Duration call_timeout = absl::Seconds(30);
   int64_t inject_overflow_step = -1;
   int inject_overflow_rank = 0;
+  // Each rank stops before this step (as if its process were killed between
+  // steps); -1: trains to config.cluster.steps. A later TrainWorkers on the
+  // same cluster resumes from the servers' version.
+  int64_t stop_before_step = -1;
   // Runs on each rank's thread after each successful step.
   std::function<void(int rank, const StepEngine& engine, const StepResult& r)>
       on_step;
@@ -105,7 +110,12 @@ struct RankRun {
 };
 
 // Trains config.cluster.steps steps with config.cluster.workers threads
-// against `cluster`. Returns when every thread has finished.
+// against `cluster`. Returns when every thread has finished. As
+// zeroshard-worker does (worker/main.cc), each rank starts at the servers'
+// version (StepEngine::StartStep) with the loss-scaler state found for that
+// step (FindLossScalerState; no checkpoint directory), and for fp16 rank 0
+// leaves the scaler's state in server 0's key-value store before each step
+// is applied.
 std::vector<RankRun> TrainWorkers(EngineCluster& cluster,
                                   const TrainingConfig& config,
                                   const TrainOptions& options = {});

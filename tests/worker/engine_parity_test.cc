@@ -23,80 +23,13 @@
 #include <vector>
 
 #include "common/gpt_manifest.h"
-#include "common/init_values.h"
 #include "gtest/gtest.h"
+#include "tests/worker/engine_checks.h"
 #include "tests/worker/engine_cluster.h"
 #include "tests/support/local_trainer.h"
 
 namespace zeroshard::testing {
 namespace {
-
-struct WeightDiff {
-  double max_abs = 0;
-  double rel_l2 = 0;  // ||a - b|| / ||a - init||
-  size_t first_mismatch = SIZE_MAX;
-};
-
-std::vector<float> InitialWeights(const TrainingConfig& cfg) {
-  auto manifest = MakeGptManifest(cfg.cluster.model, cfg.cluster.workers);
-  auto layout = FlatLayout::Create(*manifest, 1, cfg.cluster.workers);
-  std::vector<float> w(layout->total_elems());
-  FillInitialValues(*layout, cfg.cluster.seed, cfg.cluster.init_std,
-                    FlatRange{0, w.size()}, w.data());
-  return w;
-}
-
-WeightDiff Compare(const std::vector<float>& a, const std::vector<float>& b,
-                   const std::vector<float>& init) {
-  WeightDiff d;
-  double diff2 = 0, update2 = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double e = static_cast<double>(a[i]) - b[i];
-    if (d.first_mismatch == SIZE_MAX &&
-        std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      d.first_mismatch = i;
-    }
-    d.max_abs = std::max(d.max_abs, std::fabs(e));
-    diff2 += e * e;
-    const double u = static_cast<double>(a[i]) - init[i];
-    update2 += u * u;
-  }
-  d.rel_l2 = update2 > 0 ? std::sqrt(diff2 / update2) : std::sqrt(diff2);
-  return d;
-}
-
-void ExpectClose(const std::vector<float>& a, const std::vector<float>& b,
-                 const TrainingConfig& cfg, const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  const WeightDiff d = Compare(a, b, InitialWeights(cfg));
-  EXPECT_LE(d.rel_l2, 3e-4) << what;
-  EXPECT_LE(d.max_abs, 0.2 * cfg.optimizer.lr) << what;
-  std::printf("[ %s ] rel_l2=%.3g max_abs=%.3g bit_identical=%d\n", what,
-              d.rel_l2, d.max_abs, d.first_mismatch == SIZE_MAX);
-}
-
-void ExpectBitIdentical(const std::vector<float>& a,
-                        const std::vector<float>& b, const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  size_t bad = 0, first = SIZE_MAX;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
-      if (first == SIZE_MAX) first = i;
-      ++bad;
-    }
-  }
-  EXPECT_EQ(bad, 0u) << what << ": first mismatch at " << first << " ("
-                     << (first < a.size() ? a[first] : 0) << " vs "
-                     << (first < a.size() ? b[first] : 0) << ")";
-}
-
-// The run must have trained: weights moved away from the init.
-void ExpectTrained(const std::vector<float>& w, const TrainingConfig& cfg) {
-  const std::vector<float> init = InitialWeights(cfg);
-  double moved = 0;
-  for (size_t i = 0; i < w.size(); ++i) moved += std::fabs(w[i] - init[i]);
-  EXPECT_GT(moved, 0.0);
-}
 
 TEST(EngineParity, TwoServersTwoWorkersMatchOneByOne) {
   TinyKnobs k;
@@ -117,7 +50,8 @@ TEST(EngineParity, TwoServersTwoWorkersMatchOneByOne) {
   }
   ASSERT_OK_AND_ASSIGN(ClusterResult a, RunCluster(one));
   ASSERT_OK_AND_ASSIGN(ClusterResult b, RunCluster(four));
-  ExpectTrained(a.weights, one);
+  ExpectTrained(a, one, "1x1");
+  ExpectTrained(b, four, "2x2");
   ExpectClose(a.weights, b.weights, one, "2x2 vs 1x1");
   // One worker reads units straight from its partition and accumulates into
   // its shard: no full-unit parameter or gradient buffers. Two workers
@@ -154,8 +88,8 @@ TEST(EngineParity, Bf16CommunicationHalvesThePushedBytes) {
   for (const v1::InspectResponse& i : b.inspect) bytes_b += i.counters().bytes_in();
   EXPECT_GT(bytes_a, 0u);
   EXPECT_EQ(2 * bytes_b, bytes_a);
-  ExpectTrained(b.weights, bf16);
-  const WeightDiff d = Compare(a.weights, b.weights, InitialWeights(fp32));
+  ExpectTrained(b, bf16, "bf16 push");
+  const WeightDiff d = CompareWeights(a.weights, b.weights, InitialWeights(fp32));
   EXPECT_NE(d.first_mismatch, SIZE_MAX) << "BF16 rounding left no trace";
   EXPECT_LE(d.rel_l2, 5e-3);  // measured 4.4e-4
   std::printf("[ bf16 vs fp32 push ] rel_l2=%.3g max_abs=%.3g\n", d.rel_l2,
@@ -181,9 +115,9 @@ TEST(EngineParity, ZeroStagesGiveIdenticalWeights) {
     k.stage = stage;
     ASSERT_OK_AND_ASSIGN(cfg, TinyConfig(k, 1, 2));
     ASSERT_OK_AND_ASSIGN(ClusterResult r, RunCluster(cfg));
+    ExpectTrained(r, cfg, "stage");
     weights.push_back(r.weights);
   }
-  ExpectTrained(weights[0], cfg);
   ExpectBitIdentical(weights[0], weights[2], "stage 1 vs 3");
   ExpectBitIdentical(weights[1], weights[2], "stage 2 vs 3");
 }
@@ -199,7 +133,8 @@ TEST(EngineParity, GradientAccumulationMatchesOneBigBatch) {
   ASSERT_EQ(acc.gradient_accumulation_steps, 4);
   ASSERT_OK_AND_ASSIGN(ClusterResult a, RunCluster(big));
   ASSERT_OK_AND_ASSIGN(ClusterResult b, RunCluster(acc));
-  ExpectTrained(a.weights, big);
+  ExpectTrained(a, big, "gas 1");
+  ExpectTrained(b, acc, "gas 4");
   ExpectClose(a.weights, b.weights, big, "gas 4 x B/4 vs gas 1 x B");
   for (size_t s = 0; s < a.ranks[0].steps.size(); ++s) {
     const StepResult& ra = a.ranks[0].steps[s];
@@ -219,6 +154,7 @@ TEST(EngineParity, CheckpointingPoliciesGiveIdenticalWeights) {
     k.checkpoint_k = 2;
     ASSERT_OK_AND_ASSIGN(TrainingConfig cfg, TinyConfig(k, 1, 2));
     ASSERT_OK_AND_ASSIGN(ClusterResult r, RunCluster(cfg));
+    ExpectTrained(r, cfg, policy);
     weights.push_back(r.weights);
   }
   ExpectBitIdentical(weights[0], weights[1], "every_block vs none");
@@ -240,7 +176,8 @@ void ExpectMatchesLocal(const TinyKnobs& k, const char* what) {
     EXPECT_EQ(r.lr, n.lr) << what << " step " << s;
     EXPECT_EQ(r.skipped, n.skipped);
   }
-  ExpectTrained(local->master(), cfg);
+  ExpectTrained(net, cfg, what);
+  ExpectTrainedWeights(local->master(), cfg, what);
   ExpectBitIdentical(local->master(), net.weights, what);
 }
 
@@ -268,6 +205,7 @@ TEST(EngineParity, TwoWorkerRunIsDeterministic) {
   ASSERT_OK_AND_ASSIGN(TrainingConfig cfg, TinyConfig(k, 1, 2));
   ASSERT_OK_AND_ASSIGN(ClusterResult a, RunCluster(cfg));
   ASSERT_OK_AND_ASSIGN(ClusterResult b, RunCluster(cfg));
+  ExpectTrained(a, cfg, "run twice");
   ExpectBitIdentical(a.weights, b.weights, "run twice");
 }
 

@@ -124,6 +124,9 @@ TEST(EngineBadInput, WorkersWithDifferentConfigsFailOnEveryRank) {
   o.group_timeout = absl::Seconds(10);
   const absl::Time t0 = absl::Now();
   std::vector<RankRun> runs = TrainWorkers(*cluster, a, o);
+  const absl::Duration took = absl::Now() - t0;
+  // Found by AgreeOn before anything waits: well inside the group timeout.
+  EXPECT_LT(took, o.group_timeout) << absl::FormatDuration(took);
   for (size_t r = 0; r < runs.size(); ++r) {
     EXPECT_EQ(runs[r].status.code(), absl::StatusCode::kFailedPrecondition)
         << "rank " << r << ": " << runs[r].status;
@@ -146,11 +149,22 @@ TEST(EngineBadInput, ServerGoneMidTrainingFailsTheStep) {
   TrainOptions o;
   o.call_timeout = absl::Seconds(5);
   o.group_timeout = absl::Seconds(10);
+  absl::Time stopped_at = absl::InfiniteFuture();
   o.on_step = [&](int, const StepEngine&, const StepResult& r) {
-    if (r.step == 1) cluster->StopServer(1);
+    if (r.step == 1) {
+      stopped_at = absl::Now();
+      cluster->StopServer(1);
+    }
   };
   const absl::Time t0 = absl::Now();
   std::vector<RankRun> runs = TrainWorkers(*cluster, cfg, o);
+  // Reported within a bound: the stopped server's calls are cancelled at
+  // once (UNAVAILABLE), retried for at most min(call timeout, 5 s)
+  // (engine_cluster.cc's ClientOptions); a fetch that waits instead ends at
+  // the 5 s call deadline. 5 s of slack for a loaded machine.
+  const absl::Duration reported = absl::Now() - stopped_at;
+  EXPECT_LT(reported, o.call_timeout + absl::Seconds(5) + absl::Seconds(5))
+      << absl::FormatDuration(reported);
   const absl::StatusCode code = runs[0].status.code();
   EXPECT_TRUE(code == absl::StatusCode::kUnavailable ||
               code == absl::StatusCode::kDeadlineExceeded)
