@@ -112,6 +112,7 @@ TEST_F(ResumeTest, CutAndResumedRunEqualsTheUninterruptedOneBitForBit) {
                                 ReadWeights(dir_->path("full")));
   EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
                                << d.worst_tensor;
+  EXPECT_EQ(NotTrained(dir_->path("full"), Config("")), "");
   // The same losses, step by step.
   auto full = ReadMetricsCsv(dir_->path("full") + "/metrics.csv");
   auto resumed = ReadMetricsCsv(dir_->path("same") + "/metrics.csv");

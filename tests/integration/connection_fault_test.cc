@@ -141,6 +141,7 @@ TEST(ConnectionFaultTest, DroppedConnectionsHealOrFailButNeverCorrupt) {
                            "--quiet"},
                           absl::Seconds(240));
   ASSERT_TRUE(ref.status.success()) << ref.err;
+  EXPECT_EQ(NotTrained(dir.path("ref"), Config(kSteps)), "");
   auto cluster = LocalCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::vector<std::unique_ptr<TcpProxy>> proxies;

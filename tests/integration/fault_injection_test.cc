@@ -77,6 +77,7 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
                           kRunTimeout);
   ASSERT_TRUE(ref.status.success()) << ref.err;
   const auto want = ReadWeights(dir.path("ref"));
+  EXPECT_EQ(NotTrained(dir.path("ref"), Config("")), "");
 
   uint64_t seed = std::random_device()();
   if (const char* s = std::getenv("ZS_FAULT_SEED")) seed = std::stoull(s);
@@ -156,6 +157,7 @@ TEST(FaultInjectionTest, RankZeroDyingHalfWayThroughApplyLosesNoStep) {
                                 ReadWeights(dir.path("ref")));
   EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
                                << d.worst_tensor;
+  EXPECT_EQ(NotTrained(dir.path("ref"), cfg), "");
   // Steps 6.. ran once, on the new workers, from version 6.
   auto rows = ReadMetricsCsv(dir.path("run") + "/metrics.csv");
   ASSERT_FALSE(rows.empty());

@@ -199,4 +199,39 @@ double RelativeUpdateDiff(
                     : std::numeric_limits<double>::infinity();
 }
 
+std::string NotTrained(const std::string& out_dir,
+                       const nlohmann::json& config) {
+  const auto weights = ReadWeights(out_dir);
+  const auto init = InitialWeights(config);
+  if (weights.empty() || weights.size() != init.size()) {
+    return absl::StrCat("no weights (or other tensors) in ", out_dir);
+  }
+  double moved = 0;
+  uint64_t n = 0;
+  for (const auto& [name, w] : weights) {
+    auto it = init.find(name);
+    if (it == init.end() || it->second.size() != w.size()) {
+      return absl::StrCat("tensor ", name, " is not the model's");
+    }
+    for (size_t i = 0; i < w.size(); ++i) {
+      moved += std::fabs(static_cast<double>(w[i]) - it->second[i]);
+    }
+    n += w.size();
+  }
+  const double lr = config["optimizer"]["params"]["lr"].get<double>();
+  const double mean = moved / static_cast<double>(n);
+  if (mean < 0.5 * lr) {
+    return absl::StrCat("the weights moved by ", mean,
+                        " on average, less than lr / 2 = ", lr / 2);
+  }
+  const auto rows = ReadMetricsCsv(out_dir + "/metrics.csv");
+  if (rows.size() < 2) return absl::StrCat("fewer than 2 metrics rows");
+  const double first = std::stod(rows.front().at("loss"));
+  const double last = std::stod(rows.back().at("loss"));
+  if (!(last < first)) {
+    return absl::StrCat("the loss did not fall: ", first, " -> ", last);
+  }
+  return "";
+}
+
 }  // namespace zeroshard::testing

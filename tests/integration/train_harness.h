@@ -88,6 +88,15 @@ double RelativeUpdateDiff(
     const std::map<std::string, std::vector<float>>& b,
     const std::map<std::string, std::vector<float>>& init);
 
+// "" when the run in `out_dir` (weights.f32, metrics.csv) trained: the mean
+// |w - init| over every tensor element is at least 0.5 * lr (Adam moves
+// each weight with a gradient by about lr per step), and the last metrics
+// row's loss is below the first's. Otherwise what fell short. Two runs that
+// agree bit for bit must also have trained, or they may agree by both
+// doing nothing.
+std::string NotTrained(const std::string& out_dir,
+                       const nlohmann::json& config);
+
 }  // namespace zeroshard::testing
 
 #endif  // ZEROSHARD_TESTS_INTEGRATION_TRAIN_HARNESS_H_

@@ -144,6 +144,9 @@ TEST(TrainRunTest, ZeroStagesOneTwoThreeGiveTheSameWeights) {
     cfg["zero_optimization"]["stage"] = stage;
     w[stage - 1] = TrainAndRead(dir, absl::StrCat("stage", stage), cfg);
   }
+  nlohmann::json stage3 = SmallConfig();
+  stage3["zeroshard"]["workers"] = 2;
+  EXPECT_EQ(NotTrained(dir.path("stage3"), stage3), "");
   for (int s : {0, 1}) {
     WeightDiff d = CompareWeights(w[s], w[2]);
     EXPECT_TRUE(d.bit_identical)
