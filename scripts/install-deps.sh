@@ -5,7 +5,10 @@
 # (mmdebstrap --variant=apt; see scripts/fresh-root.sh) lacks: e.g.
 # ocl-icd-opencl-dev, only recommended by libdnnl-dev, though Debian's
 # dnnl-config.cmake needs OpenCL (CMake's configure fails without it);
-# python3 runs the build-parity check (tests/build/build_parity.py).
+# python3 runs the build-parity check (tests/build/build_parity.py);
+# clang, libclang-rt-14-dev (the sanitizer and libFuzzer runtimes, not a
+# dependency of clang) and llvm-14 (llvm-symbolizer for readable reports)
+# build and run scripts/sanitize.sh.
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
@@ -15,6 +18,7 @@ PKGS=(
   zlib1g-dev libxxhash-dev
   bazel-bootstrap gnuplot-nox
   python3
+  clang libclang-rt-14-dev llvm-14
 )
 missing=()
 for p in "${PKGS[@]}"; do

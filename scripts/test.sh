@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: installs missing
 # packages, builds with CMake, runs CTest, then builds every target with Bazel
-# (so that build cannot rot), runs its unit tests and checks the layering.
+# (so that build cannot rot), runs its unit tests and checks the layering,
+# then the sanitizer and fuzzing runs (scripts/sanitize.sh: the suite under
+# ASan + UBSan, the fuzz targets, the server's tests under TSan;
+# ZS_NO_SANITIZE=1 leaves them out).
 # Ends with one line "N passed, N failed" over all of them; a runner that
 # broke without reporting (a failed build, no tests found) counts as one
 # failure, and the exit code is non-zero whenever anything failed.
@@ -10,7 +13,8 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 start=$(date +%s)
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+san_log=$(mktemp)  # apart: its CTest summaries must not be read as the main one
+trap 'rm -f "$log" "$san_log"' EXIT
 broken=0   # runners that failed without a count of their own
 
 if ! bash scripts/build.sh "$BUILD"; then
@@ -27,6 +31,12 @@ echo "== ctest done in $(( $(date +%s) - start )) s"
 bash scripts/bazel-test.sh 2>&1 | tee -a "$log"
 bazel_rc=${PIPESTATUS[0]}
 echo "== bazel done in $(( $(date +%s) - start )) s"
+san_rc=0
+if [ "${ZS_NO_SANITIZE:-0}" != 1 ]; then
+  bash scripts/sanitize.sh 2>&1 | tee "$san_log"
+  san_rc=${PIPESTATUS[0]}
+  echo "== sanitizers done in $(( $(date +%s) - start )) s"
+fi
 
 last() { sed -n "$1" "$log" | tail -1; }
 ctest_total=$(last 's/.*tests passed, \([0-9]*\) tests\? failed out of \([0-9]*\).*/\2/p')
@@ -37,6 +47,14 @@ bazel_passed=$(sed -n 's/.*: \([0-9]*\) tests\? pass.*/\1/p' <<<"$bazel_summary"
 bazel_failed=$(grep -oE '[0-9]+ fails?\b' <<<"$bazel_summary" | awk '{s += $1} END {print s + 0}')
 layering_ok=$(last 's/^layering: \([0-9]*\) forbidden dependencies refused, \([0-9]*\) accepted$/\1/p')
 layering_bad=$(last 's/^layering: \([0-9]*\) forbidden dependencies refused, \([0-9]*\) accepted$/\2/p')
+san_passed=0
+san_failed=0
+if [ "${ZS_NO_SANITIZE:-0}" != 1 ]; then
+  san_passed=$(sed -n 's/^sanitizers: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$san_log" | tail -1)
+  san_failed=$(sed -n 's/^sanitizers: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$san_log" | tail -1)
+  if [ -z "$san_passed" ]; then broken=$((broken + 1)); fi
+  if [ "$san_rc" != 0 ] && [ "${san_failed:-0}" = 0 ]; then broken=$((broken + 1)); fi
+fi
 
 if [ "$ctest_rc" != 0 ] && [ "${ctest_failed:-0}" = 0 ]; then broken=$((broken + 1)); fi
 if [ -z "$ctest_total" ] || [ "$ctest_total" = 0 ]; then broken=$((broken + 1)); fi
@@ -45,7 +63,7 @@ if [ "$bazel_rc" != 0 ] && [ "$bazel_failed" = 0 ] && [ "${layering_bad:-0}" = 0
 fi
 if [ -z "$bazel_passed" ] || [ -z "$layering_ok" ]; then broken=$((broken + 1)); fi
 
-passed=$(( ${ctest_total:-0} - ${ctest_failed:-0} + ${bazel_passed:-0} + ${layering_ok:-0} ))
-failed=$(( ${ctest_failed:-0} + bazel_failed + ${layering_bad:-0} + broken ))
+passed=$(( ${ctest_total:-0} - ${ctest_failed:-0} + ${bazel_passed:-0} + ${layering_ok:-0} + ${san_passed:-0} ))
+failed=$(( ${ctest_failed:-0} + bazel_failed + ${layering_bad:-0} + ${san_failed:-0} + broken ))
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The sanitizer and fuzzing runs (README, "Sanitizers and fuzzing"), each in
+# its own build directory, with clang:
+#   build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer (UB aborts)
+#                over the whole tree, plus the libFuzzer targets of
+#                tests/fuzz/: runs the whole CTest suite, each fuzz target
+#                for ZS_FUZZ_SECONDS (default 20).
+#   build-tsan/  ThreadSanitizer over the shard server's concurrency tests:
+#                server_unit_test (step tracker and capture, ModelShard
+#                snapshot / prepare / apply, restore races, push receiver,
+#                KV store), with libzs_tsan_absl_preload.so preloaded
+#                (tests/sanitizers/absl_sync_tsan.cc: abseil's prebuilt locks
+#                made visible to TSan) and tests/sanitizers/tsan.supp.
+#                server_rpc_test is not run under TSan: Debian's gRPC core is
+#                not instrumented, so TSan cannot see how gRPC's threads hand
+#                calls to each other and reports every callback reactor.
+# CUDA targets are left out of both (sanitizers do not instrument device
+# code; GPU tests skip without a device anyway).
+#
+#   bash scripts/sanitize.sh            # both
+#   bash scripts/sanitize.sh asan       # or: tsan
+#
+# Prints, per fuzz target, the executions libFuzzer reported, and ends with
+# one line "sanitizers: N passed, N failed" (CTest's counts over both runs;
+# a build or run that failed without a count of its own counts as one
+# failure). Exit code non-zero when anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+WHAT=${1:-all}
+JOBS=$(nproc)
+FUZZ_SECONDS=${ZS_FUZZ_SECONDS:-20}
+ROOT=$PWD
+passed=0
+failed=0
+start=$(date +%s)
+
+symbolizer=$(command -v llvm-symbolizer-14 || command -v llvm-symbolizer || true)
+export ASAN_SYMBOLIZER_PATH=$symbolizer
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0
+
+configure() {  # DIR SANITIZE [extra cmake args]
+  local dir=$1 sanitize=$2
+  shift 2
+  [ -f "$dir/build.ninja" ] && return 0
+  cmake -S . -B "$dir" -G Ninja \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DZS_ENABLE_CUDA=OFF -DZS_SANITIZE="$sanitize" "$@" >/dev/null
+}
+
+# Adds a CTest log's counts to the totals; a run without a count is one
+# failure.
+count() {  # LOG RC NAME
+  local log=$1 rc=$2 name=$3 total bad
+  total=$(sed -n 's/.*tests passed, \([0-9]*\) tests\? failed out of \([0-9]*\).*/\2/p' "$log" | tail -1)
+  bad=$(sed -n 's/.*tests passed, \([0-9]*\) tests\? failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+  if [ -z "$total" ] || [ "$total" = 0 ]; then
+    echo "== $name: no test count (rc $rc)"
+    failed=$((failed + 1))
+    return
+  fi
+  passed=$((passed + total - bad))
+  failed=$((failed + bad))
+  if [ "$rc" != 0 ] && [ "$bad" = 0 ]; then failed=$((failed + 1)); fi
+}
+
+run_asan() {
+  local t0 t1 log=build-asan/sanitize-ctest.log
+  bash scripts/install-deps.sh
+  t0=$(date +%s)
+  if ! configure build-asan address,undefined -DZS_FUZZ=ON \
+      -DZS_FUZZ_SECONDS="$FUZZ_SECONDS" ||
+     ! cmake --build build-asan -j "$JOBS"; then
+    echo "== asan: build FAILED after $(( $(date +%s) - t0 )) s"
+    failed=$((failed + 1))
+    return
+  fi
+  t1=$(date +%s)
+  echo "== asan: build done in $((t1 - t0)) s"
+  ctest --test-dir build-asan --output-on-failure --no-tests=error \
+    -j "$JOBS" --timeout 900 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  echo "== asan: ctest done in $(( $(date +%s) - t1 )) s"
+  count "$log" "$rc" asan
+  # Executions per fuzz target, from libFuzzer's "Done N runs in S second(s)".
+  local full=build-asan/Testing/Temporary/LastTest.log
+  echo "== fuzz executions (${FUZZ_SECONDS} s per target):"
+  awk '/^[0-9]+\/[0-9]+ Test: fuzz\./ { name = $3 }
+       /^Done [0-9]+ runs in/ && name != "" {
+         printf "   %-28s %10d runs in %s s\n", name, $2, $5; name = "" }' "$full"
+}
+
+run_tsan() {
+  local t0 t1 log=build-tsan/sanitize-ctest.log
+  bash scripts/install-deps.sh
+  t0=$(date +%s)
+  if ! configure build-tsan thread ||
+     ! cmake --build build-tsan -j "$JOBS" --target server_unit_test \
+         zs_tsan_absl_preload; then
+    echo "== tsan: build FAILED after $(( $(date +%s) - t0 )) s"
+    failed=$((failed + 1))
+    return
+  fi
+  t1=$(date +%s)
+  echo "== tsan: build done in $((t1 - t0)) s"
+  # Only server_unit_test was built: run exactly its tests (CTest's numbers,
+  # from its JSON listing; the tree's other tests are the ASan run's).
+  local numbers
+  numbers=$(ctest --test-dir build-tsan --show-only=json-v1 | python3 -c '
+import json, sys
+tests = json.load(sys.stdin)["tests"]
+print(",".join(str(i + 1) for i, t in enumerate(tests)
+               if t.get("command") and t["command"][0].endswith(
+                   "/server_unit_test")))')
+  if [ -z "$numbers" ]; then
+    echo "== tsan: no server tests found"
+    failed=$((failed + 1))
+    return
+  fi
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/sanitizers/tsan.supp" \
+  LD_PRELOAD=$ROOT/build-tsan/lib/libzs_tsan_absl_preload.so \
+    ctest --test-dir build-tsan --output-on-failure --no-tests=error \
+      -j "$JOBS" --timeout 900 -I "${numbers%%,*},${numbers%%,*},1,$numbers" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  echo "== tsan: ctest done in $(( $(date +%s) - t1 )) s"
+  count "$log" "$rc" tsan
+}
+
+case "$WHAT" in
+  asan) run_asan ;;
+  tsan) run_tsan ;;
+  all) run_asan; run_tsan ;;
+  *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;;
+esac
+echo "== sanitizers done in $(( $(date +%s) - start )) s"
+echo "sanitizers: $passed passed, $failed failed"
+[ "$failed" = 0 ]
