@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   std::shared_ptr<Authorizer> authorizer;
   bool tls = false;
   if (!options.credentials_dir.empty()) {
-    ASSIGN_OR_RETURN(auto server_tls, LoadServerTls(options.credentials_dir));
+    ASSIGN_OR_RETURN(auto server_tls, LoadServerTls(options.credentials_dir,
+                                                     options.certificate_refresh));
     if (server_tls.has_value()) {
       transport = *std::move(server_tls);
       tls = true;

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/placement.h"
+#include "wire/credentials.h"
 
 namespace zeroshard {
 
@@ -45,6 +46,8 @@ class ShardServer {
     // `tokens`. Empty: open, every caller is admin (tests; zeroshard-server
     // allows it only with --no_auth on a loopback address).
     std::string credentials_dir;
+    // How often certificate files are re-read (rotation without restart).
+    absl::Duration certificate_refresh = kCertificateRefresh;
     // Cap on gradient bytes buffered awaiting commits (all streams); 0: twice
     // one step's FP32 gradients for the owned range plus 64 MiB.
     uint64_t max_pending_grad_bytes = 0;

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 #include <vector>
@@ -60,8 +61,9 @@ class BearerTokenInterceptorFactory
   std::shared_ptr<const ClientSecurity> security_;
 };
 
-int RefreshSeconds() {
-  return static_cast<int>(absl::ToInt64Seconds(kCertificateRefresh));
+int RefreshSeconds(absl::Duration refresh) {
+  return static_cast<int>(
+      std::max<int64_t>(1, absl::ToInt64Seconds(refresh)));
 }
 
 }  // namespace
@@ -87,7 +89,7 @@ absl::StatusOr<Role> ParseRole(absl::string_view name) {
 }
 
 absl::StatusOr<std::shared_ptr<const ClientSecurity>> ClientSecurity::Load(
-    const std::string& dir, Role role) {
+    const std::string& dir, Role role, absl::Duration refresh) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return absl::NotFoundError(
@@ -120,11 +122,11 @@ absl::StatusOr<std::shared_ptr<const ClientSecurity>> ClientSecurity::Load(
     if (identity) {
       provider =
           std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-              key, cert, ca, RefreshSeconds());
+              key, cert, ca, RefreshSeconds(refresh));
     } else {
       provider =
           std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-              ca, RefreshSeconds());
+              ca, RefreshSeconds(refresh));
     }
     grpc::experimental::TlsChannelCredentialsOptions options;
     options.set_certificate_provider(provider);
@@ -176,7 +178,7 @@ std::shared_ptr<grpc::Channel> CreateClientChannel(
 }
 
 absl::StatusOr<std::optional<std::shared_ptr<grpc::ServerCredentials>>>
-LoadServerTls(const std::string& dir) {
+LoadServerTls(const std::string& dir, absl::Duration refresh) {
   const std::string ca = dir + "/ca.pem";
   const std::string cert = dir + "/server.pem";
   const std::string key = dir + "/server.key";
@@ -191,7 +193,7 @@ LoadServerTls(const std::string& dir) {
   }
   auto provider =
       std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-          key, cert, ca, RefreshSeconds());
+          key, cert, ca, RefreshSeconds(refresh));
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_root_certs();
   options.watch_identity_key_cert_pairs();

@@ -59,7 +59,8 @@ class ClientSecurity {
   // exist or holds neither ca.pem nor <role>.token; the token is read once
   // here so that a bad file fails at start, not at the first call.
   static absl::StatusOr<std::shared_ptr<const ClientSecurity>> Load(
-      const std::string& dir, Role role);
+      const std::string& dir, Role role,
+      absl::Duration refresh = kCertificateRefresh);
 
   Role role() const { return role_; }
   bool tls() const { return tls_; }
@@ -89,8 +90,10 @@ std::shared_ptr<grpc::Channel> CreateClientChannel(
 // certificates when `dir` has ca.pem, server.pem and server.key; nullopt
 // when it has none of them; INVALID_ARGUMENT naming the missing file when it
 // has some but not all.
+// Certificate files are re-read every `refresh` (whole seconds, >= 1).
 absl::StatusOr<std::optional<std::shared_ptr<grpc::ServerCredentials>>>
-LoadServerTls(const std::string& dir);
+LoadServerTls(const std::string& dir,
+              absl::Duration refresh = kCertificateRefresh);
 
 // Whether every address `host` resolves to is a loopback address (127/8,
 // ::1). The host of a listen address: "" and "0.0.0.0" / "::" are not.
