@@ -20,8 +20,14 @@ namespace {
 // Server 0's loss-scaler record, or the default state (with a note).
 LossScalerState LossScalerFromKv(const ShardChannels& channels,
                                  uint64_t step) {
+  // The record lives in the KV scope of the run's current attempt.
+  absl::StatusOr<v1::InspectResponse> inspected = channels.Inspect(0);
   v1::KvGetRequest req;
   req.set_key(LossScalerKvKey(step));
+  if (inspected.ok()) {
+    req.set_run_id(inspected->run_id());
+    req.set_attempt(inspected->attempt());
+  }
   v1::KvGetResponse resp;
   grpc::ClientContext ctx;
   channels.PrepareControlContext(&ctx);
