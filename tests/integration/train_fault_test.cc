@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/atomic_file.h"
 #include "common/config.h"
 #include "common/resolved_config.h"
@@ -200,8 +201,13 @@ TEST(TrainFaultTest, ServerKilledMidRunIsNamedAndNothingIsLeft) {
   const int server1 = train.ChildPid("servers", 1);
   ASSERT_GT(server1, 0);
   ASSERT_EQ(kill(server1, SIGKILL), 0);
+  const absl::Time killed = absl::Now();
   auto st = train.process()->Wait(absl::Seconds(90));
   ASSERT_TRUE(st.ok()) << "zeroshard-train did not exit: " << train.err();
+  // The death itself is seen (the launcher polls its children), not a
+  // step timeout after it: the run ends within step_seconds (15 s).
+  const absl::Duration took = absl::Now() - killed;
+  EXPECT_LT(took, absl::Seconds(15)) << absl::FormatDuration(took);
   EXPECT_TRUE(st->exited);
   EXPECT_EQ(st->code, 1);
   const std::string err = train.err();
@@ -220,8 +226,13 @@ TEST(TrainFaultTest, HungWorkerIsReportedWithinTheStepTimeout) {
   const std::vector<int> pids = train.AllChildPids();
   const int worker1 = train.ChildPid("workers", 1);
   ASSERT_EQ(kill(worker1, SIGSTOP), 0);
+  const absl::Time stopped = absl::Now();
   auto st = train.process()->Wait(absl::Seconds(90));
   ASSERT_TRUE(st.ok()) << "zeroshard-train did not exit: " << train.err();
+  // Within the step timeout (4 s) the hang is noticed; 10 s more for
+  // stopping every child on a loaded machine.
+  const absl::Duration took = absl::Now() - stopped;
+  EXPECT_LT(took, absl::Seconds(4 + 10)) << absl::FormatDuration(took);
   EXPECT_EQ(st->code, 1);
   const std::string err = train.err();
   // Either the launcher's own watchdog fires, or worker 0's collective
