@@ -2,7 +2,10 @@
 # A hand-driven look at the shard servers: a 2-server cluster on this machine.
 # Starts two zeroshard-server processes on 127.0.0.1 (free ports), initialises
 # a small GPT manifest on them, pushes and gathers a few steps as two
-# simulated workers, prints the servers' Inspect table, and stops them.
+# simulated workers, prints the servers' Inspect table, and stops them. Every
+# call goes over mutual TLS with development certificates
+# (scripts/make-dev-credentials.sh): the tools' role comes from the
+# certificate they present (ctl for inspect and health, admin otherwise).
 #
 #   bash scripts/demo.sh [BUILD_DIR]      # default: build
 set -euo pipefail
@@ -31,10 +34,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+CREDS="$TMP/credentials"
+bash "$(dirname "$0")/make-dev-credentials.sh" "$CREDS"
 S=2
 for k in $(seq 0 $((S - 1))); do
   "$BIN/zeroshard-server" --listen=127.0.0.1:0 --server_index="$k" \
-    --num_servers="$S" --port_file="$TMP/$k.port" \
+    --num_servers="$S" --port_file="$TMP/$k.port" --credentials="$CREDS" \
     >"$TMP/server$k.out" 2>"$TMP/server$k.log" &
   PIDS+=($!)
 done
@@ -63,13 +68,13 @@ echo "== zeroshard-ctl layout"
 "$BIN/zeroshard-ctl" layout --num_servers="$S" "${SHAPE[@]}"
 echo
 echo "== zeroshard-ctl init"
-timeout 60 "$BIN/zeroshard-ctl" init --servers="$SERVERS" "${SHAPE[@]}" --seed=1 --lr=1e-3
+timeout 60 "$BIN/zeroshard-ctl" init --servers="$SERVERS" --credentials="$CREDS" "${SHAPE[@]}" --seed=1 --lr=1e-3
 echo
 echo "== zeroshard-ctl smoke --steps=5"
-timeout 120 "$BIN/zeroshard-ctl" smoke --servers="$SERVERS" --steps=5
+timeout 120 "$BIN/zeroshard-ctl" smoke --servers="$SERVERS" --credentials="$CREDS" --steps=5
 echo
 echo "== zeroshard-ctl inspect"
-timeout 60 "$BIN/zeroshard-ctl" inspect --servers="$SERVERS"
+timeout 60 "$BIN/zeroshard-ctl" inspect --servers="$SERVERS" --credentials="$CREDS"
 echo
 echo "== zeroshard-ctl health"
-timeout 60 "$BIN/zeroshard-ctl" health --servers="$SERVERS"
+timeout 60 "$BIN/zeroshard-ctl" health --servers="$SERVERS" --credentials="$CREDS"

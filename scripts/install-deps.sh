@@ -8,7 +8,9 @@
 # python3 runs the build-parity check (tests/build/build_parity.py);
 # clang, libclang-rt-14-dev (the sanitizer and libFuzzer runtimes, not a
 # dependency of clang) and llvm-14 (llvm-symbolizer for readable reports)
-# build and run scripts/sanitize.sh.
+# build and run scripts/sanitize.sh; openssl makes the development
+# certificates (scripts/make-dev-credentials.sh) that scripts/demo.sh and the
+# TLS tests use.
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
@@ -17,7 +19,7 @@ PKGS=(
   nlohmann-json3-dev libgloo-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
   zlib1g-dev libxxhash-dev
   bazel-bootstrap gnuplot-nox
-  python3
+  python3 openssl
   clang libclang-rt-14-dev llvm-14
 )
 missing=()

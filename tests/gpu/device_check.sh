@@ -15,7 +15,7 @@ echo "== GPU tests"
 ctest --test-dir "$BUILD" --output-on-failure -R "Nccl|Pinned|Gpu|Cuda" --timeout 300
 echo "== pinned placement"
 tmp=$(mktemp -d)
-"$BUILD/bin/zeroshard-server" --placement=pinned --port_file="$tmp/port" &
+"$BUILD/bin/zeroshard-server" --placement=pinned --no_auth --port_file="$tmp/port" &
 pid=$!
 for _ in $(seq 100); do [ -f "$tmp/port" ] && break; sleep 0.1; done
 "$BUILD/bin/zeroshard-ctl" init --servers="127.0.0.1:$(cat "$tmp/port")" --layers=2 --width=64
