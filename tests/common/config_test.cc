@@ -104,12 +104,14 @@ TEST(ConfigTest, UnknownKeysWarnWithFullPath) {
   ParsedConfig p = MustParse(R"({
     "train_micro_batch_size_per_gpu": 1, "mystery": 1,
     "zero_optimization": {"stage": 2, "foo": true, "offload_optimizer": {"bar": 1}},
-    "zeroshard": {"model": {"depth": 3}, "tls": {"pem": "x"}},
+    "zeroshard": {"model": {"depth": 3}, "checkpoint": {"pem": "x"}, "tls": {"ca": "x"}},
     "activation_checkpointing": {"partition_activations": true, "qux": 0}})");
+  // zeroshard.tls is no longer read (credentials live in a directory): the
+  // whole section is one unknown key.
   std::vector<std::string> want = {"\"mystery\"", "\"zero_optimization.foo\"",
                                    "\"zero_optimization.offload_optimizer.bar\"",
-                                   "\"zeroshard.model.depth\"", "\"zeroshard.tls.pem\"",
-                                   "\"activation_checkpointing.qux\""};
+                                   "\"zeroshard.model.depth\"", "\"zeroshard.checkpoint.pem\"",
+                                   "\"zeroshard.tls\"", "\"activation_checkpointing.qux\""};
   ASSERT_EQ(p.warnings.size(), want.size());
   for (const std::string& w : want) {
     EXPECT_TRUE(std::any_of(p.warnings.begin(), p.warnings.end(),

@@ -30,36 +30,39 @@ grpc::Status ApplyStep(v1::ShardService::Stub& stub, uint64_t step,
   v1::ApplyStepRequest request;
   request.set_step(step);
   request.set_attempt(attempt);
+  request.set_run_id(testing::kTestRunId);
   return stub.ApplyStep(&context, request, response);
 }
 
-// Random pieces tiling `owned`, dealt to `workers` (each gets one at
-// least), FP32 or BF16 at random.
+// Each worker's part of every unit (layout.WorkerRanges), cut at random
+// points into pieces, FP32 or BF16 at random: together they tile the flat
+// space once, and worker w pushes only its own partition.
 std::vector<std::vector<Piece>> MakeWorkerPieces(std::mt19937_64& rng,
-                                                 FlatRange owned,
-                                                 int workers) {
-  std::vector<uint64_t> cuts = {owned.begin, owned.end};
-  for (int i = 0; i < workers + 8; ++i) {
-    cuts.push_back(owned.begin + rng() % owned.size());
-  }
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+                                                 const FlatLayout& layout) {
+  const uint32_t workers = layout.num_workers();
   std::vector<std::vector<Piece>> out(workers);
   std::normal_distribution<float> g(0, 1);
-  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-    const uint64_t n = cuts[i + 1] - cuts[i];
-    Piece p;
-    if (rng() % 2) {
-      std::vector<uint16_t> v(n);
-      for (auto& x : v) x = FloatToBf16(g(rng));
-      p = testing::Bf16Piece(cuts[i], v);
-    } else {
-      std::vector<float> v(n);
-      for (auto& x : v) x = g(rng);
-      p = testing::Fp32Piece(cuts[i], v);
+  for (uint32_t w = 0; w < workers; ++w) {
+    for (const FlatRange& part : layout.WorkerRanges(w)) {
+      std::vector<uint64_t> cuts = {part.begin, part.end};
+      for (int i = 0; i < 3; ++i) {
+        cuts.push_back(part.begin + rng() % part.size());
+      }
+      std::sort(cuts.begin(), cuts.end());
+      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+      for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+        const uint64_t n = cuts[i + 1] - cuts[i];
+        if (rng() % 2) {
+          std::vector<uint16_t> v(n);
+          for (auto& x : v) x = FloatToBf16(g(rng));
+          out[w].push_back(testing::Bf16Piece(cuts[i], v));
+        } else {
+          std::vector<float> v(n);
+          for (auto& x : v) x = g(rng);
+          out[w].push_back(testing::Fp32Piece(cuts[i], v));
+        }
+      }
     }
-    out[i < static_cast<size_t>(workers) ? i : rng() % workers].push_back(
-        std::move(p));
   }
   return out;
 }
@@ -89,19 +92,21 @@ TEST(ApplyStepRpcTest, PreparedPushesApplyOnApplyStepBitForBit) {
   std::mt19937_64 rng(seed);
   testing::TestServer t = testing::StartServer(0, 1);
   ASSERT_NE(t.stub, nullptr);
-  const v1::InitRequest init =
-      testing::MakeInit(testing::SmallManifest(2), 1, 0, seed % 1000, 512);
+  const int workers = 2 + rng() % 3;
+  // One partition per worker (num_workers 0: the manifest's count).
+  const v1::InitRequest init = testing::MakeInit(
+      testing::SmallManifest(workers), 1, 0, seed % 1000, 512);
   ASSERT_TRUE(testing::InitServer(*t.stub, init).ok());
   auto ref = ModelShard::Create(init, {0, 1}, Placement::kHost);
   ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_EQ((*ref)->layout().num_workers(), static_cast<uint32_t>(workers));
   const FlatRange owned = (*ref)->owned();
-  const int workers = 2 + rng() % 3;
   const uint64_t attempt = rng() % 4;
 
   for (uint64_t step = 0; step < 2; ++step) {
     SCOPED_TRACE(absl::StrCat("step ", step));
     const double coef = std::uniform_real_distribution<double>(0.1, 2)(rng);
-    const auto pieces = MakeWorkerPieces(rng, owned, workers);
+    const auto pieces = MakeWorkerPieces(rng, (*ref)->layout());
     const std::vector<float> before = testing::GatherFp32(*t.stub, owned);
     uint64_t bytes = 0;
     for (int w = 0; w < workers; ++w) {

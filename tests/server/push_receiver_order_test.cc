@@ -24,8 +24,16 @@ namespace {
 class PushReceiverOrderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    shard_ = std::shared_ptr<ModelShard>(testing::MakeTestShard(/*seed=*/3));
-    ASSERT_NE(shard_, nullptr);
+    // One worker, so that worker 0 may push any part of the owned range:
+    // the pieces here cut it without regard to the workers' partitions.
+    v1::InitRequest init = testing::MakeInit(
+        testing::SmallManifest(2), testing::kTestServers, testing::kTestServer,
+        /*seed=*/3, testing::kTestChunkElems);
+    init.set_num_workers(1);
+    auto shard = ModelShard::Create(
+        init, {testing::kTestServer, testing::kTestServers}, Placement::kHost);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    shard_ = *std::move(shard);
     owned_ = shard_->owned();
     grad_.assign(owned_.size(), 0.125f);
   }
@@ -34,6 +42,7 @@ class PushReceiverOrderTest : public ::testing::Test {
     v1::PushGradMessage m;
     m.mutable_header()->set_step(step);
     m.mutable_header()->set_worker(0);
+    m.mutable_header()->set_run_id(testing::kTestRunId);
     m.mutable_header()->set_attempt(attempt);
     return m;
   }

@@ -70,6 +70,7 @@ void RunCase(const v1::ModelManifest& manifest, bool known, bool bf16,
     PushReceiver a(whole), b(split);
     v1::PushGradMessage header;
     header.mutable_header()->set_step(step);
+    header.mutable_header()->set_run_id(testing::kTestRunId);
     header.mutable_header()->set_coefficient_known(known);
     header.mutable_header()->set_coefficient(0.75);
     v1::PushGradMessage header_copy = header;
