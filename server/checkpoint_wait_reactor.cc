@@ -24,10 +24,10 @@ void FillCheckpointResponse(const ShardSnapshot& snap,
 
 CheckpointWaitReactor::CheckpointWaitReactor(
     grpc::CallbackServerContext* context, std::shared_ptr<ShardSnapshot> snap,
-    v1::CheckpointResponse* response, RpcCounters* counters)
+    UnaryReply<v1::CheckpointResponse> reply, RpcCounters* counters)
     : context_(context),
       snap_(std::move(snap)),
-      response_(response),
+      reply_(std::move(reply)),
       counters_(counters) {
   // Called at once (before AddWaiter returns) when the file is written.
   const uint64_t id = snap_->AddWaiter(
@@ -45,12 +45,12 @@ void CheckpointWaitReactor::OnWritten(
       finished_ = finish = true;
       waiter_id_ = 0;
       FillCheckpointResponse(*snap_, result.ok() ? &*result : nullptr,
-                             response_);
+                             reply_.message());
     }
   }
   if (finish) {
     counters_->RecordResult(result.status());
-    Finish(ToGrpcStatus(result.status()));
+    reply_.Finish(this, ToGrpcStatus(result.status()));
   }
   Unref();
 }
@@ -73,7 +73,7 @@ void CheckpointWaitReactor::OnCancel() {
                      : absl::CancelledError(text);
   }
   counters_->RecordResult(status);
-  Finish(ToGrpcStatus(status));
+  reply_.Finish(this, ToGrpcStatus(status));
   Unref();  // the waiter's reference: it will never be called
 }
 

@@ -1,7 +1,8 @@
 // The Checkpoint call with wait = true: finishes once the shard file of an
 // armed snapshot is written (OK with its path, size and checksum, or the
 // write's error), or DEADLINE_EXCEEDED / CANCELLED when the call ends first
-// (the snapshot goes on). No thread blocks while waiting.
+// (the snapshot goes on). No thread blocks while waiting. The reply is
+// filled and serialised as the call finishes (server/raw_messages.h).
 #ifndef ZEROSHARD_SERVER_CHECKPOINT_WAIT_REACTOR_H_
 #define ZEROSHARD_SERVER_CHECKPOINT_WAIT_REACTOR_H_
 
@@ -13,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/zeroshard/v1/shard.pb.h"
+#include "server/raw_messages.h"
 #include "server/rpc_counters.h"
 #include "server/shard_snapshot.h"
 
@@ -27,7 +29,7 @@ class CheckpointWaitReactor : public grpc::ServerUnaryReactor {
  public:
   CheckpointWaitReactor(grpc::CallbackServerContext* context,
                         std::shared_ptr<ShardSnapshot> snap,
-                        v1::CheckpointResponse* response,
+                        UnaryReply<v1::CheckpointResponse> reply,
                         RpcCounters* counters);
 
   void OnCancel() override;
@@ -41,7 +43,8 @@ class CheckpointWaitReactor : public grpc::ServerUnaryReactor {
 
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<ShardSnapshot> snap_;
-  v1::CheckpointResponse* const response_;
+  // Finished by whoever sets finished_.
+  UnaryReply<v1::CheckpointResponse> reply_;
   RpcCounters* const counters_;
   std::atomic<int> refs_{2};  // gRPC's OnDone and the snapshot's waiter
 

@@ -1,6 +1,7 @@
 #include "server/kv_wait_reactor.h"
 
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,8 +12,12 @@ namespace zeroshard {
 KvWaitReactor::KvWaitReactor(grpc::CallbackServerContext* context, KvStore* kv,
                              const KvScope& scope,
                              const std::vector<std::string>& keys,
+                             UnaryReply<v1::KvWaitResponse> reply,
                              RpcCounters* counters)
-    : context_(context), kv_(kv), counters_(counters) {
+    : context_(context),
+      kv_(kv),
+      reply_(std::move(reply)),
+      counters_(counters) {
   absl::Status done;  // how the call ends at once, if it does
   bool now = false;
   {
@@ -41,7 +46,7 @@ void KvWaitReactor::FinishOnce(const absl::Status& status) {
     counters_->RecordResult(result_);
     recorded_ = true;
   }
-  Finish(ToGrpcStatus(status));
+  reply_.Finish(this, ToGrpcStatus(status));
 }
 
 void KvWaitReactor::OnReady(const absl::Status& status) {
@@ -76,7 +81,7 @@ void KvWaitReactor::OnCancel() {
     recorded_ = true;
   }
   if (finish) {
-    Finish(ToGrpcStatus(status));
+    reply_.Finish(this, ToGrpcStatus(status));
     Unref();
   }
 }

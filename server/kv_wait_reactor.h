@@ -2,7 +2,8 @@
 // DEADLINE_EXCEEDED / CANCELLED naming the missing keys when the call is
 // cancelled or its deadline passes first, or with the store's error when
 // the scope is refused or its keys are dropped (a newer attempt: ABORTED).
-// No thread blocks while waiting.
+// No thread blocks while waiting. The reply (an empty KvWaitResponse) is
+// serialised as the call finishes (server/raw_messages.h).
 #ifndef ZEROSHARD_SERVER_KV_WAIT_REACTOR_H_
 #define ZEROSHARD_SERVER_KV_WAIT_REACTOR_H_
 
@@ -14,7 +15,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/zeroshard/v1/shard.pb.h"
 #include "server/kv_store.h"
+#include "server/raw_messages.h"
 #include "server/rpc_counters.h"
 
 namespace zeroshard {
@@ -22,10 +25,11 @@ namespace zeroshard {
 class KvWaitReactor : public grpc::ServerUnaryReactor {
  public:
   // Keys must have passed KvStore::ValidateKeys; `kv` and `counters` outlive
-  // the call. `context` is used to tell a deadline from a cancel.
+  // the call. `context` is used to tell a deadline from a cancel; the call
+  // finishes through `reply`.
   KvWaitReactor(grpc::CallbackServerContext* context, KvStore* kv,
                 const KvScope& scope, const std::vector<std::string>& keys,
-                RpcCounters* counters);
+                UnaryReply<v1::KvWaitResponse> reply, RpcCounters* counters);
 
   void OnCancel() override;
   void OnDone() override;
@@ -40,6 +44,7 @@ class KvWaitReactor : public grpc::ServerUnaryReactor {
 
   grpc::CallbackServerContext* const context_;
   KvStore* const kv_;
+  UnaryReply<v1::KvWaitResponse> reply_;
   RpcCounters* const counters_;
   std::atomic<int> refs_{1};
 

@@ -1,9 +1,12 @@
 #include "server/read_snapshot_reactor.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "wire/gather_codec.h"
 #include "wire/grpc_status.h"
 
 namespace zeroshard {
@@ -74,14 +77,13 @@ void ReadSnapshotReactor::Next() {
   const uint64_t n = std::min(r.end - pos_, kReadSnapshotMessageElems);
   const float* src =
       plan_.snapshot->array(plan_.array) + (pos_ - plan_.owned.begin);
-  message_.Clear();
-  message_.set_offset(pos_);
-  message_.set_dtype(v1::DTYPE_FP32);
-  message_.set_version(plan_.snapshot->step());
-  message_.set_data(reinterpret_cast<const char*>(src), n * sizeof(float));
-  counters_->AddBytesOut(n * sizeof(float));
+  const size_t bytes = n * sizeof(float);
+  buffer_ =
+      EncodeGatherChunk(pos_, DType::kFp32, plan_.snapshot->step(), bytes,
+                        [&](uint8_t* dst) { std::memcpy(dst, src, bytes); });
+  counters_->AddBytesOut(bytes);
   pos_ += n;
-  StartWrite(&message_);
+  StartWrite(&buffer_);
 }
 
 void ReadSnapshotReactor::OnWriteDone(bool ok) {

@@ -5,7 +5,9 @@
 // complete (NOT_FOUND naming the step otherwise), every range must lie inside
 // the owned range (INVALID_ARGUMENT), the array must be master, exp_avg or
 // exp_avg_sq. The reactor then writes the ranges in request order, one
-// message of at most 1 MiB of data at a time; the snapshot is held (shared)
+// message of at most 1 MiB of data at a time, each hand-encoded into one
+// slice (wire/gather_codec.h, on the raw callback API like Gather), so each
+// payload byte is copied once; the snapshot is held (shared)
 // until the call is done, so its arrays stay valid even if the shard drops
 // it meanwhile.
 //
@@ -42,7 +44,7 @@ struct ReadSnapshotPlan {
 absl::StatusOr<ReadSnapshotPlan> PlanReadSnapshot(
     const ModelShard& shard, const v1::ReadSnapshotRequest& request);
 
-class ReadSnapshotReactor : public grpc::ServerWriteReactor<v1::GatherChunk> {
+class ReadSnapshotReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // Starts writing at once.
   ReadSnapshotReactor(ReadSnapshotPlan plan, RpcCounters* counters);
@@ -59,7 +61,7 @@ class ReadSnapshotReactor : public grpc::ServerWriteReactor<v1::GatherChunk> {
   RpcCounters* const counters_;
   size_t range_index_ = 0;
   uint64_t pos_ = 0;
-  v1::GatherChunk message_;
+  grpc::ByteBuffer buffer_;  // the message being written
 };
 
 }  // namespace zeroshard

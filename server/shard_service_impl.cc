@@ -12,7 +12,6 @@
 #include "server/set_weights_reactor.h"
 #include "server/shard_restore.h"
 #include "wire/grpc_status.h"
-#include "wire/proto_buffer.h"
 #include "wire/proto_convert.h"
 
 namespace zeroshard {
@@ -46,12 +45,13 @@ void FillInitResponse(const ModelShard& state, bool already,
 
 }  // namespace
 
-// Finishes the unary call with `expr`'s status unless it is OK.
-#define RETURN_UNARY_IF_ERROR(expr)                              \
-  do {                                                           \
-    if (absl::Status _s = (expr); !_s.ok()) {                    \
-      return FinishUnary(context, _s);                           \
-    }                                                            \
+// Finishes the unary call (through `reply`) with `expr`'s status unless it
+// is OK.
+#define RETURN_UNARY_IF_ERROR(expr)           \
+  do {                                        \
+    if (absl::Status _s = (expr); !_s.ok()) { \
+      return FinishUnary(context, _s, reply); \
+    }                                         \
   } while (0)
 
 ShardServiceImpl::ShardServiceImpl(Config config)
@@ -78,12 +78,88 @@ absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::state() const {
   return state_;
 }
 
+template <class Request, class Response>
+grpc::ServerUnaryReactor* ShardServiceImpl::ServeUnary(
+    grpc::CallbackServerContext* context, absl::string_view method,
+    const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+    UnaryHandler<Request, Response> handler) {
+  UnaryReply<Response> reply(response);
+  // Authorized before parsing: a refused caller learns nothing of the
+  // request's checks.
+  if (absl::Status s = Admit(context, method); !s.ok()) {
+    return FinishUnary(context, s, &reply);
+  }
+  Request parsed;
+  if (absl::Status s = ParseRequest(method, *request, &parsed); !s.ok()) {
+    return FinishUnary(context, s, &reply);
+  }
+  return (this->*handler)(context, &parsed, &reply);
+}
+
+template <class Response>
 grpc::ServerUnaryReactor* ShardServiceImpl::FinishUnary(
-    grpc::CallbackServerContext* context, const absl::Status& status) {
+    grpc::CallbackServerContext* context, const absl::Status& status,
+    UnaryReply<Response>* reply) {
   counters_.RecordResult(status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
+  reply->Finish(reactor, ToGrpcStatus(status));
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Init(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "Init", request, response,
+                    &ShardServiceImpl::HandleInit);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::ApplyStep(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "ApplyStep", request, response,
+                    &ShardServiceImpl::HandleApplyStep);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Inspect(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "Inspect", request, response,
+                    &ShardServiceImpl::HandleInspect);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Checkpoint(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "Checkpoint", request, response,
+                    &ShardServiceImpl::HandleCheckpoint);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Restore(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "Restore", request, response,
+                    &ShardServiceImpl::HandleRestore);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::KvSet(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "KvSet", request, response,
+                    &ShardServiceImpl::HandleKvSet);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::KvGet(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "KvGet", request, response,
+                    &ShardServiceImpl::HandleKvGet);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::KvWait(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "KvWait", request, response,
+                    &ShardServiceImpl::HandleKvWait);
 }
 
 absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
@@ -122,11 +198,10 @@ absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* ShardServiceImpl::Init(
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleInit(
     grpc::CallbackServerContext* context, const v1::InitRequest* request,
-    v1::InitResponse* response) {
-  RETURN_UNARY_IF_ERROR(Admit(context, "Init"));
-  return FinishUnary(context, DoInit(*request, response));
+    UnaryReply<v1::InitResponse>* reply) {
+  return FinishUnary(context, DoInit(*request, reply->message()), reply);
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::Gather(
@@ -135,12 +210,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::Gather(
   if (absl::Status s = Admit(context, "Gather"); !s.ok()) {
     return new Failed(s, &counters_);
   }
-  grpc::ByteBuffer copy(*request);  // shares the slices
   v1::GatherRequest parsed;
-  if (!ParseProtoFromByteBuffer(copy, &parsed)) {
-    return new Failed(
-        absl::InvalidArgumentError("Gather: request does not parse"),
-        &counters_);
+  if (absl::Status s = ParseRequest("Gather", *request, &parsed); !s.ok()) {
+    return new Failed(s, &counters_);
   }
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   if (!state.ok()) return new Failed(state.status(), &counters_);
@@ -161,25 +233,28 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::PushGrad(
                              &push_streams_);
 }
 
-grpc::ServerUnaryReactor* ShardServiceImpl::ApplyStep(
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleApplyStep(
     grpc::CallbackServerContext* context, const v1::ApplyStepRequest* request,
-    v1::ApplyStepResponse* response) {
-  RETURN_UNARY_IF_ERROR(Admit(context, "ApplyStep"));
+    UnaryReply<v1::ApplyStepResponse>* reply) {
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   RETURN_UNARY_IF_ERROR(state.status());
   if (request->run_id() != (*state)->run_id()) {
-    return FinishUnary(context, absl::PermissionDeniedError(absl::StrCat(
-        "ApplyStep names run '", request->run_id(),
-        "', but this server serves run '", (*state)->run_id(), "'")));
+    return FinishUnary(
+        context,
+        absl::PermissionDeniedError(absl::StrCat(
+            "ApplyStep names run '", request->run_id(),
+            "', but this server serves run '", (*state)->run_id(), "'")),
+        reply);
   }
   absl::StatusOr<ApplyResult> r =
       (*state)->ApplyPrepared(request->step(), request->attempt());
   RETURN_UNARY_IF_ERROR(r.status());
+  v1::ApplyStepResponse* response = reply->message();
   response->set_applied_elems(r->applied_elems);
   response->set_duplicate_elems(r->duplicate_elems);
   response->set_chunks_completed(r->chunks_completed);
   response->set_pushes(r->pushes);
-  return FinishUnary(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus(), reply);
 }
 
 absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
@@ -221,53 +296,54 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* ShardServiceImpl::Inspect(
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleInspect(
     grpc::CallbackServerContext* context, const v1::InspectRequest* request,
-    v1::InspectResponse* response) {
-  RETURN_UNARY_IF_ERROR(Admit(context, "Inspect"));
-  return FinishUnary(context, DoInspect(response));
+    UnaryReply<v1::InspectResponse>* reply) {
+  return FinishUnary(context, DoInspect(reply->message()), reply);
 }
 
-grpc::ServerUnaryReactor* ShardServiceImpl::Checkpoint(
-    grpc::CallbackServerContext* context,
-    const v1::CheckpointRequest* request, v1::CheckpointResponse* response) {
-  RETURN_UNARY_IF_ERROR(Admit(context, "Checkpoint"));
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleCheckpoint(
+    grpc::CallbackServerContext* context, const v1::CheckpointRequest* request,
+    UnaryReply<v1::CheckpointResponse>* reply) {
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   RETURN_UNARY_IF_ERROR(state.status());
   absl::StatusOr<std::shared_ptr<ShardSnapshot>> snap =
       (*state)->ArmSnapshot(request->step(), request->directory());
   RETURN_UNARY_IF_ERROR(snap.status());
   if (request->wait()) {
-    return new CheckpointWaitReactor(context, *std::move(snap), response,
-                                     &counters_);
+    return new CheckpointWaitReactor(context, *std::move(snap),
+                                     std::move(*reply), &counters_);
   }
   const auto result = (*snap)->result();
   if (result.has_value() && !result->ok()) {
-    return FinishUnary(context, result->status());
+    return FinishUnary(context, result->status(), reply);
   }
   FillCheckpointResponse(**snap, result.has_value() ? &**result : nullptr,
-                         response);
-  return FinishUnary(context, absl::OkStatus());
+                         reply->message());
+  return FinishUnary(context, absl::OkStatus(), reply);
 }
 
-grpc::ServerWriteReactor<v1::GatherChunk>* ShardServiceImpl::ReadSnapshot(
-    grpc::CallbackServerContext* context,
-    const v1::ReadSnapshotRequest* request) {
-  using Failed = FailedReactor<grpc::ServerWriteReactor<v1::GatherChunk>>;
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::ReadSnapshot(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  using Failed = FailedReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>>;
   if (absl::Status s = Admit(context, "ReadSnapshot"); !s.ok()) {
+    return new Failed(s, &counters_);
+  }
+  v1::ReadSnapshotRequest parsed;
+  if (absl::Status s = ParseRequest("ReadSnapshot", *request, &parsed);
+      !s.ok()) {
     return new Failed(s, &counters_);
   }
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   if (!state.ok()) return new Failed(state.status(), &counters_);
-  absl::StatusOr<ReadSnapshotPlan> plan = PlanReadSnapshot(**state, *request);
+  absl::StatusOr<ReadSnapshotPlan> plan = PlanReadSnapshot(**state, parsed);
   if (!plan.ok()) return new Failed(plan.status(), &counters_);
   return new ReadSnapshotReactor(*std::move(plan), &counters_);
 }
 
-grpc::ServerUnaryReactor* ShardServiceImpl::Restore(
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleRestore(
     grpc::CallbackServerContext* context, const v1::RestoreRequest* request,
-    v1::RestoreResponse* response) {
-  RETURN_UNARY_IF_ERROR(Admit(context, "Restore"));
+    UnaryReply<v1::RestoreResponse>* reply) {
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   RETURN_UNARY_IF_ERROR(state.status());
   // Reads and verifies whole files: run off the callback threads' budget
@@ -278,12 +354,13 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Restore(
       request->has_step() ? std::optional<uint64_t>(request->step())
                           : std::nullopt);
   RETURN_UNARY_IF_ERROR(stats.status());
+  v1::RestoreResponse* response = reply->message();
   response->set_version(stats->step);
   response->set_adam_step(stats->adam_step);
   response->set_files_verified(stats->files_verified);
   response->set_bytes_read(stats->bytes_read);
   response->set_seconds(stats->seconds);
-  return FinishUnary(context, absl::OkStatus());
+  return FinishUnary(context, absl::OkStatus(), reply);
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::SetWeights(
@@ -307,45 +384,43 @@ absl::StatusOr<KvScope> ShardServiceImpl::KvScopeOf(
   return KvScope{run_id, attempt};
 }
 
-grpc::ServerUnaryReactor* ShardServiceImpl::KvSet(
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleKvSet(
     grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
-    v1::KvSetResponse* response) {
-  RETURN_UNARY_IF_ERROR(Admit(context, "KvSet"));
+    UnaryReply<v1::KvSetResponse>* reply) {
   counters_.AddBytesIn(request->value().size());
   absl::StatusOr<KvScope> scope =
       KvScopeOf(request->run_id(), request->attempt());
   RETURN_UNARY_IF_ERROR(scope.status());
-  return FinishUnary(context,
-                     kv_.Set(*scope, request->key(), request->value()));
+  return FinishUnary(context, kv_.Set(*scope, request->key(), request->value()),
+                     reply);
 }
 
-grpc::ServerUnaryReactor* ShardServiceImpl::KvGet(
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleKvGet(
     grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
-    v1::KvGetResponse* response) {
-  RETURN_UNARY_IF_ERROR(Admit(context, "KvGet"));
+    UnaryReply<v1::KvGetResponse>* reply) {
   absl::StatusOr<KvScope> scope =
       KvScopeOf(request->run_id(), request->attempt());
   RETURN_UNARY_IF_ERROR(scope.status());
   absl::StatusOr<std::optional<std::string>> value =
       kv_.Get(*scope, request->key());
   if (value.ok() && value->has_value()) {
-    response->set_found(true);
-    response->set_value(**std::move(value));
+    reply->message()->set_found(true);
+    reply->message()->set_value(**std::move(value));
   }
-  return FinishUnary(context, value.status());
+  return FinishUnary(context, value.status(), reply);
 }
 
-grpc::ServerUnaryReactor* ShardServiceImpl::KvWait(
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleKvWait(
     grpc::CallbackServerContext* context, const v1::KvWaitRequest* request,
-    v1::KvWaitResponse* response) {
-  RETURN_UNARY_IF_ERROR(Admit(context, "KvWait"));
+    UnaryReply<v1::KvWaitResponse>* reply) {
   absl::StatusOr<KvScope> scope =
       KvScopeOf(request->run_id(), request->attempt());
   RETURN_UNARY_IF_ERROR(scope.status());
   const std::vector<std::string> keys(request->keys().begin(),
                                       request->keys().end());
   RETURN_UNARY_IF_ERROR(KvStore::ValidateKeys(keys));
-  return new KvWaitReactor(context, &kv_, *scope, keys, &counters_);
+  return new KvWaitReactor(context, &kv_, *scope, keys, std::move(*reply),
+                           &counters_);
 }
 
 }  // namespace zeroshard

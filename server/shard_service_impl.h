@@ -1,15 +1,19 @@
 // The zeroshard.v1.ShardService implementation on gRPC's callback API.
 //
-// Gather and PushGrad use the raw (ByteBuffer) callback methods so that
-// Gather replies are encoded with one copy of the payload and PushGrad
-// pieces are applied from the received slices; SetWeights so that a piece
-// that does not parse fails the call (the generated reader would end the
-// stream there, as if the client had half-closed). Every other method uses
-// the generated message types. Handlers validate, act on the ModelShard (absent
+// Every method is a raw (ByteBuffer) callback method: Gather and ReadSnapshot
+// replies are encoded with one copy of the payload and PushGrad pieces are
+// applied from the received slices; a SetWeights piece that does not parse
+// fails the call (the generated reader would end the stream there, as if
+// the client had half-closed); and a request that does not parse gets
+// INVALID_ARGUMENT "<Method>: request does not parse" on every method
+// (gRPC's generated deserialisation answers UNIMPLEMENTED with no message).
+// The unary methods share one path (ServeUnary): authorize, parse, run the
+// typed handler, serialise its reply as the call finishes
+// (server/raw_messages.h). Handlers validate, act on the ModelShard (absent
 // until Init: FAILED_PRECONDITION), count calls, bytes and errors, and
-// convert absl::Status to grpc::Status once, at the edge. Every handler first
-// authorizes the caller (server/authorizer.h): a refused call is counted by
-// method and changes nothing.
+// convert absl::Status to grpc::Status once, at the edge. Every call first
+// authorizes the caller (server/authorizer.h), before its request is even
+// parsed: a refused call is counted by method and changes nothing.
 //
 //   ShardServiceImpl service({.identity = {0, 2}, .placement = kHost});
 //   builder.RegisterService(&service);
@@ -29,15 +33,27 @@
 #include "server/idle_streams.h"
 #include "server/kv_store.h"
 #include "server/placement.h"
+#include "server/raw_messages.h"
 #include "server/rpc_counters.h"
 #include "server/model_shard.h"
 
 namespace zeroshard {
 
-using ShardServiceBase = v1::ShardService::WithRawCallbackMethod_Gather<
+// clang-format off
+using ShardServiceBase = v1::ShardService::WithRawCallbackMethod_Init<
+    v1::ShardService::WithRawCallbackMethod_Gather<
     v1::ShardService::WithRawCallbackMethod_PushGrad<
-        v1::ShardService::WithRawCallbackMethod_SetWeights<
-            v1::ShardService::CallbackService>>>;
+    v1::ShardService::WithRawCallbackMethod_ApplyStep<
+    v1::ShardService::WithRawCallbackMethod_Inspect<
+    v1::ShardService::WithRawCallbackMethod_Checkpoint<
+    v1::ShardService::WithRawCallbackMethod_Restore<
+    v1::ShardService::WithRawCallbackMethod_ReadSnapshot<
+    v1::ShardService::WithRawCallbackMethod_SetWeights<
+    v1::ShardService::WithRawCallbackMethod_KvSet<
+    v1::ShardService::WithRawCallbackMethod_KvGet<
+    v1::ShardService::WithRawCallbackMethod_KvWait<
+        v1::ShardService::CallbackService>>>>>>>>>>>>;
+// clang-format on
 
 class ShardServiceImpl final : public ShardServiceBase {
  public:
@@ -55,43 +71,45 @@ class ShardServiceImpl final : public ShardServiceBase {
   };
   explicit ShardServiceImpl(Config config);
 
+  // The unary methods: ServeUnary with the typed handler of each.
   grpc::ServerUnaryReactor* Init(grpc::CallbackServerContext* context,
-                                 const v1::InitRequest* request,
-                                 v1::InitResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ApplyStep(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Inspect(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* context,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+
+  // The streaming methods.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Gather(
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* PushGrad(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* ApplyStep(grpc::CallbackServerContext* context,
-                                      const v1::ApplyStepRequest* request,
-                                      v1::ApplyStepResponse* response) override;
-  grpc::ServerUnaryReactor* Inspect(grpc::CallbackServerContext* context,
-                                    const v1::InspectRequest* request,
-                                    v1::InspectResponse* response) override;
-  grpc::ServerUnaryReactor* Checkpoint(
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadSnapshot(
       grpc::CallbackServerContext* context,
-      const v1::CheckpointRequest* request,
-      v1::CheckpointResponse* response) override;
-  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context,
-                                    const v1::RestoreRequest* request,
-                                    v1::RestoreResponse* response) override;
-  grpc::ServerWriteReactor<v1::GatherChunk>* ReadSnapshot(
-      grpc::CallbackServerContext* context,
-      const v1::ReadSnapshotRequest* request) override;
+      const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* SetWeights(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
-                                  const v1::KvSetRequest* request,
-                                  v1::KvSetResponse* response) override;
-  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
-                                  const v1::KvGetRequest* request,
-                                  v1::KvGetResponse* response) override;
-  grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* context,
-                                   const v1::KvWaitRequest* request,
-                                   v1::KvWaitResponse* response) override;
 
   // Counts the call of `method` and authorizes its caller: OK, or the
   // UNAUTHENTICATED / PERMISSION_DENIED refusal (counted).
@@ -109,9 +127,54 @@ class ShardServiceImpl final : public ShardServiceBase {
   // PERMISSION_DENIED for another run than the initialised server's.
   absl::StatusOr<KvScope> KvScopeOf(const std::string& run_id,
                                     uint64_t attempt) const;
-  // Finishes a unary call with `status`, counting an error.
+  // A typed unary handler: runs after the caller is authorized and the
+  // request parsed; finishes the call through `reply`, now (FinishUnary) or
+  // later from the reactor it returns.
+  template <class Request, class Response>
+  using UnaryHandler = grpc::ServerUnaryReactor* (
+      ShardServiceImpl::*)(grpc::CallbackServerContext* context,
+                           const Request* request, UnaryReply<Response>* reply);
+  // Authorizes the caller of `method`, parses `request` (INVALID_ARGUMENT
+  // "<method>: request does not parse") and runs `handler`, whose reply is
+  // serialised into `response` as the call finishes.
+  template <class Request, class Response>
+  grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
+                                       absl::string_view method,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response,
+                                       UnaryHandler<Request, Response> handler);
+  // Finishes a unary call now with `status`, counted; `reply` goes out when
+  // it is OK.
+  template <class Response>
   grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                        const absl::Status& status);
+                                        const absl::Status& status,
+                                        UnaryReply<Response>* reply);
+
+  grpc::ServerUnaryReactor* HandleInit(grpc::CallbackServerContext* context,
+                                       const v1::InitRequest* request,
+                                       UnaryReply<v1::InitResponse>* reply);
+  grpc::ServerUnaryReactor* HandleApplyStep(
+      grpc::CallbackServerContext* context, const v1::ApplyStepRequest* request,
+      UnaryReply<v1::ApplyStepResponse>* reply);
+  grpc::ServerUnaryReactor* HandleInspect(
+      grpc::CallbackServerContext* context, const v1::InspectRequest* request,
+      UnaryReply<v1::InspectResponse>* reply);
+  grpc::ServerUnaryReactor* HandleCheckpoint(
+      grpc::CallbackServerContext* context,
+      const v1::CheckpointRequest* request,
+      UnaryReply<v1::CheckpointResponse>* reply);
+  grpc::ServerUnaryReactor* HandleRestore(
+      grpc::CallbackServerContext* context, const v1::RestoreRequest* request,
+      UnaryReply<v1::RestoreResponse>* reply);
+  grpc::ServerUnaryReactor* HandleKvSet(grpc::CallbackServerContext* context,
+                                        const v1::KvSetRequest* request,
+                                        UnaryReply<v1::KvSetResponse>* reply);
+  grpc::ServerUnaryReactor* HandleKvGet(grpc::CallbackServerContext* context,
+                                        const v1::KvGetRequest* request,
+                                        UnaryReply<v1::KvGetResponse>* reply);
+  grpc::ServerUnaryReactor* HandleKvWait(grpc::CallbackServerContext* context,
+                                         const v1::KvWaitRequest* request,
+                                         UnaryReply<v1::KvWaitResponse>* reply);
 
   const Config config_;
   RpcCounters counters_;
