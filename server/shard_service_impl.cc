@@ -293,6 +293,8 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   response->set_pending_grad_bytes(store.pending_grad_bytes());
   response->set_pending_grad_limit_bytes(store.pending_grad_limit());
   *response->mutable_manifest() = state.request().manifest();
+  response->set_run_id(state.run_id());
+  response->set_num_workers(state.layout().num_workers());
   return absl::OkStatus();
 }
 
