@@ -345,6 +345,24 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
           "--resume=", o.resume_dir, ": no complete checkpoint there"));
     }
   }
+  // Given servers that already serve a run (a run continued on live
+  // servers): join it, as a newer attempt, so that the servers accept the
+  // new workers and drop the earlier workers' rendezvous keys.
+  if (!plan.server_addresses.empty()) {
+    ASSIGN_OR_RETURN(const ShardClientOptions probe_options,
+                     LauncherClientOptions(plan));
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardChannels> probe,
+                     ShardChannels::Connect(plan.server_addresses,
+                                            probe_options));
+    ASSIGN_OR_RETURN(const v1::InspectResponse first, probe->Inspect(0));
+    if (first.initialized()) {
+      plan.run_id = first.run_id();
+      plan.attempt = first.attempt() + 1;
+      ZS_LOG(INFO) << "the given servers serve run " << plan.run_id
+                   << "; joining it as attempt " << plan.attempt;
+    }
+  }
+  const uint64_t base_attempt = plan.attempt;
   ASSIGN_OR_RETURN(const ShardClientOptions launcher_options,
                    LauncherClientOptions(plan));
   ASSIGN_OR_RETURN(std::unique_ptr<TrainCluster> cluster,
@@ -379,7 +397,7 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
     break;
   }
   // Crash recovery (docs/DESIGN.md, "Crash recovery").
-  const uint64_t attempt = restarts.size() + 1;
+  const uint64_t attempt = base_attempt + restarts.size() + 1;
   absl::StatusOr<std::string> how =
       Recover(cfg, o, attempt, interrupted, &plan, &cluster);
   restarts.push_back(absl::StrCat(
