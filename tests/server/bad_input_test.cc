@@ -1,11 +1,16 @@
 // Every kind of bad input gets the right status code, a message naming what
 // was wrong, changes nothing, and the server keeps serving.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/clock.h"
+#include "common/layout.h"
 #include "wire/proto_convert.h"
 #include "gtest/gtest.h"
 #include "tests/server/server_test_util.h"
@@ -20,25 +25,31 @@ using testing::Piece;
 using testing::Push;
 
 // What must not change: every byte of master and mirror, versions, Adam
-// step, norms of m and v, buffered bytes.
+// step, norms of m and v, buffered bytes, prepared elements, partly applied
+// chunks, the highest attempt seen.
 struct Snapshot {
   std::string master, mirror;
-  uint64_t min_version, max_version, adam_step, pending;
+  uint64_t min_version, max_version, adam_step, pending, prepared,
+      partial_chunks, attempt;
   double m_norm, v_norm;
   bool operator==(const Snapshot&) const = default;
 };
 
 class BadInputTest : public ::testing::Test {
  protected:
+  // The manifest's partition count, and so the run's number of workers
+  // (InitRequest.num_workers 0).
+  virtual uint32_t Workers() const { return 1; }
+
   void SetUp() override {
-    manifest_ = testing::SmallManifest(1);
+    manifest_ = testing::SmallManifest(Workers());
     // Server 0 of 2: the upper half of the flat space belongs to server 1.
     t_ = testing::StartServer(0, 2);
     ASSERT_NE(t_.stub, nullptr);
     v1::InitResponse init;
-    ASSERT_TRUE(testing::InitServer(
-                    *t_.stub, testing::MakeInit(manifest_, 2, 0, 5, 1024), &init)
-                    .ok());
+    const grpc::Status s = testing::InitServer(
+        *t_.stub, testing::MakeInit(manifest_, 2, 0, 5, 1024), &init);
+    ASSERT_TRUE(s.ok()) << s.error_message();
     owned_ = {init.owned_begin(), init.owned_end()};
     total_ = init.total_elems();
     ASSERT_GT(owned_.size(), 3000u);
@@ -57,6 +68,9 @@ class BadInputTest : public ::testing::Test {
     s.max_version = info.max_version();
     s.adam_step = info.adam_step();
     s.pending = info.pending_grad_bytes();
+    s.prepared = info.prepared_elems();
+    s.partial_chunks = info.partial_chunks();
+    s.attempt = info.attempt();
     s.m_norm = info.norms().exp_avg();
     s.v_norm = info.norms().exp_avg_sq();
     return s;
@@ -275,8 +289,84 @@ TEST_F(BadInputTest, InitConflictingWithExistingState) {
         return testing::InitServer(*t_.stub, req);
       },
       grpc::StatusCode::FAILED_PRECONDITION, "optimizer differs");
+  // Another run, once this server serves one.
+  ExpectRejected(
+      [&] {
+        v1::InitRequest req = testing::MakeInit(manifest_, 2, 0, 5, 1024);
+        req.set_run_id("another-run");
+        return testing::InitServer(*t_.stub, req);
+      },
+      grpc::StatusCode::FAILED_PRECONDITION, "run_id");
+  // No run, or one that is not 1-128 printable ASCII characters.
+  for (const std::string& bad :
+       {std::string(), std::string(129, 'r'), std::string("run\n1")}) {
+    ExpectRejected(
+        [&] {
+          v1::InitRequest req = testing::MakeInit(manifest_, 2, 0, 5, 1024);
+          req.set_run_id(bad);
+          return testing::InitServer(*t_.stub, req);
+        },
+        grpc::StatusCode::INVALID_ARGUMENT, "run_id");
+  }
+  const v1::InspectResponse info = Inspect(*t_.stub);
+  EXPECT_EQ(info.run_id(), testing::kTestRunId);
+  EXPECT_EQ(info.num_workers(), 1u);
 }
 
+// A push that names another run (or none), or comes from a rank that is not
+// a worker of the run, is refused at its header: PERMISSION_DENIED, counted,
+// nothing buffered or applied. The run's worker then pushes as usual.
+TEST_F(BadInputTest, PushFromOutsideTheRunIsPermissionDenied) {
+  auto denied = [&] {
+    const v1::InspectResponse info = Inspect(*t_.stub);
+    auto it = info.counters().errors().find("PERMISSION_DENIED");
+    return it == info.counters().errors().end() ? uint64_t{0} : it->second;
+  };
+  const uint64_t denied_before = denied();
+  const std::vector<Piece> pieces = {Fp32Piece(owned_.begin, Grad(128))};
+  for (bool prepare : {false, true}) {
+    SCOPED_TRACE(prepare ? "prepare" : "plain commit");
+    ExpectRejected(
+        [&] {
+          v1::PushGradHeader h = Header(0);
+          h.set_run_id("another-run");
+          return Push(*t_.stub, h, pieces, 1.0, false, nullptr, prepare);
+        },
+        grpc::StatusCode::PERMISSION_DENIED, "names run 'another-run'");
+    ExpectRejected(
+        [&] {
+          v1::PushGradHeader h = Header(0);
+          h.clear_run_id();
+          return Push(*t_.stub, h, pieces, 1.0, false, nullptr, prepare);
+        },
+        grpc::StatusCode::PERMISSION_DENIED, "serves run 'test-run'");
+    // Ranks 1 and up: this run has one worker.
+    for (uint32_t rank : {1u, 7u}) {
+      ExpectRejected(
+          [&] {
+            return Push(*t_.stub, Header(0, rank), pieces, 1.0, false,
+                        nullptr, prepare);
+          },
+          grpc::StatusCode::PERMISSION_DENIED, "is not a member of this run");
+    }
+  }
+  // A header whose coefficient is known (pieces apply as they arrive) is
+  // refused before any piece.
+  ExpectRejected(
+      [&] {
+        v1::PushGradHeader h = Header(0, 1);
+        h.set_coefficient_known(true);
+        h.set_coefficient(1.0);
+        return Push(*t_.stub, h, pieces, 1.0, false);
+      },
+      grpc::StatusCode::PERMISSION_DENIED, "is not a member of this run");
+  EXPECT_EQ(denied() - denied_before, 2u * 4 + 1);
+  FullStep(0);
+  EXPECT_EQ(Inspect(*t_.stub).min_version(), 1u);
+}
+
+// The run has one worker; its second stream of the step must agree with its
+// first (the coefficient is the step's, whichever stream brings it).
 TEST_F(BadInputTest, DifferingCoefficientWithinAStep) {
   const uint64_t half = owned_.size() / 2;
   ASSERT_TRUE(Push(*t_.stub, Header(0, 0),
@@ -284,7 +374,7 @@ TEST_F(BadInputTest, DifferingCoefficientWithinAStep) {
                   .ok());
   ExpectRejected(
       [&] {
-        return Push(*t_.stub, Header(0, 1),
+        return Push(*t_.stub, Header(0, 0),
                     {Fp32Piece(owned_.begin + half,
                                Grad(owned_.size() - half))},
                     0.25, false);
@@ -292,7 +382,7 @@ TEST_F(BadInputTest, DifferingCoefficientWithinAStep) {
       grpc::StatusCode::INVALID_ARGUMENT, "earlier push of the same step");
   ExpectRejected(
       [&] {
-        return Push(*t_.stub, Header(0, 1),
+        return Push(*t_.stub, Header(0, 0),
                     {Fp32Piece(owned_.begin + half,
                                Grad(owned_.size() - half))},
                     0.5, true);
@@ -310,7 +400,7 @@ TEST_F(BadInputTest, RejectedCommitLeavesNothingPendingWhenItReturns) {
                   .ok());
   for (int i = 0; i < 40; ++i) {
     const grpc::Status s =
-        Push(*t_.stub, Header(0, 1),
+        Push(*t_.stub, Header(0, 0),
              {Fp32Piece(owned_.begin + half, Grad(owned_.size() - half))},
              0.25 + i, false);
     ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -385,6 +475,117 @@ TEST_F(BadInputTest, NotInitialisedAndWrongServer) {
   EXPECT_EQ(info.counters().errors().at("FAILED_PRECONDITION"), 2u);
 }
 
+// ApplyStep must name the run too: another run's (or none) is
+// PERMISSION_DENIED and the prepared push stays held, unapplied; the run's
+// own ApplyStep then applies it.
+TEST_F(BadInputTest, ApplyStepNamingAnotherRunIsPermissionDenied) {
+  ASSERT_TRUE(Push(*t_.stub, Header(0),
+                   {Fp32Piece(owned_.begin, Grad(owned_.size()))}, 1.0, false,
+                   nullptr, /*prepare=*/true)
+                  .ok());
+  ASSERT_EQ(Inspect(*t_.stub).prepared_elems(), owned_.size());
+  auto apply = [&](const std::string& run_id) {
+    grpc::ClientContext context;
+    testing::SetDeadline(context, 20000);
+    v1::ApplyStepRequest request;
+    request.set_step(0);
+    request.set_run_id(run_id);
+    v1::ApplyStepResponse response;
+    return t_.stub->ApplyStep(&context, request, &response);
+  };
+  ExpectRejected([&] { return apply("another-run"); },
+                 grpc::StatusCode::PERMISSION_DENIED,
+                 "names run 'another-run'");
+  ExpectRejected([&] { return apply(""); },
+                 grpc::StatusCode::PERMISSION_DENIED, "serves run 'test-run'");
+  const grpc::Status s = apply(testing::kTestRunId);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(Inspect(*t_.stub).min_version(), 1u);
+}
+
+// A run of two workers (manifest partition_count 2, num_workers 0 → 2):
+// worker r may push only its own part of each unit (FlatLayout::
+// WorkerUnitRange). A piece reaching into another rank's part, or across a
+// unit boundary into the next unit's part of another rank, is
+// PERMISSION_DENIED and fails the whole stream: pieces it had already
+// buffered are released, nothing applies.
+class TwoWorkerBadInputTest : public BadInputTest {
+ protected:
+  uint32_t Workers() const override { return 2; }
+};
+
+TEST_F(TwoWorkerBadInputTest, RangeOutsideTheRanksPartitionIsPermissionDenied) {
+  absl::StatusOr<FlatLayout> layout =
+      FlatLayout::Create(FromProto(manifest_), 2, 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(Inspect(*t_.stub).num_workers(), 2u);
+  // The embedding and the start of block_0 lie on this server.
+  const FlatRange w0 = layout->WorkerUnitRange(0, 0);
+  const FlatRange w1 = layout->WorkerUnitRange(1, 0);
+  const FlatRange next0 = layout->WorkerUnitRange(0, 1);
+  ASSERT_EQ(w0.end, w1.begin);
+  ASSERT_EQ(w1.end, next0.begin);
+  ASSERT_LE(next0.begin + 64, owned_.end);
+  ExpectRejected(
+      [&] {
+        return Push(*t_.stub, Header(0, 1), {Fp32Piece(w0.begin, Grad(64))},
+                    1.0, false);
+      },
+      grpc::StatusCode::PERMISSION_DENIED, "is not worker rank 1's to push");
+  ExpectRejected(
+      [&] {
+        return Push(*t_.stub, Header(0, 0),
+                    {Fp32Piece(w0.end - 32, Grad(64))}, 1.0, false);
+      },
+      grpc::StatusCode::PERMISSION_DENIED, "is not worker rank 0's to push");
+  // Rank 1's part of the embedding and on into block_0, which starts with
+  // rank 0's part.
+  ExpectRejected(
+      [&] {
+        return Push(*t_.stub, Header(0, 1),
+                    {Fp32Piece(w1.begin, Grad(w1.size() + 64))}, 1.0, false);
+      },
+      grpc::StatusCode::PERMISSION_DENIED, "unit 'block_0'");
+  // A good piece first, then a bad one, in one prepared stream.
+  ExpectRejected(
+      [&] {
+        return Push(*t_.stub, Header(0, 1),
+                    {Fp32Piece(w1.begin, Grad(w1.size())),
+                     Fp32Piece(w0.begin, Grad(w0.size()))},
+                    1.0, false, nullptr, /*prepare=*/true);
+      },
+      grpc::StatusCode::PERMISSION_DENIED, "is not worker rank 1's to push");
+  // Each rank pushing its own parts of the owned range completes the step.
+  for (uint32_t w = 0; w < 2; ++w) {
+    std::vector<Piece> mine;
+    for (const FlatRange& part : layout->WorkerRanges(w)) {
+      const uint64_t b = std::max(part.begin, owned_.begin);
+      const uint64_t e = std::min(part.end, owned_.end);
+      if (b < e) mine.push_back(Fp32Piece(b, Grad(e - b)));
+    }
+    ASSERT_FALSE(mine.empty());
+    const grpc::Status s = Push(*t_.stub, Header(0, w), mine, 1.0, false);
+    ASSERT_TRUE(s.ok()) << w << ": " << s.error_message();
+  }
+  EXPECT_EQ(Inspect(*t_.stub).min_version(), 1u);
+}
+
+// An Init for the same run with another worker count conflicts too.
+TEST_F(TwoWorkerBadInputTest, InitWithAnotherWorkerCountConflicts) {
+  ExpectRejected(
+      [&] {
+        v1::InitRequest req = testing::MakeInit(manifest_, 2, 0, 5, 1024);
+        req.set_num_workers(1);
+        return testing::InitServer(*t_.stub, req);
+      },
+      grpc::StatusCode::FAILED_PRECONDITION, "num_workers");
+  // num_workers 2 is what 0 meant: the same Init, accepted.
+  v1::InitRequest same = testing::MakeInit(manifest_, 2, 0, 5, 1024);
+  same.set_num_workers(2);
+  const grpc::Status s = testing::InitServer(*t_.stub, same);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
 // Gradients buffered for a later commit are capped over all streams: a piece
 // that would go over the cap fails its stream with RESOURCE_EXHAUSTED, frees
 // what the stream held and applies nothing; other streams are unaffected.
@@ -438,10 +639,11 @@ TEST(PendingGradLimitTest, BufferingOverTheCapIsRefusedAndChangesNothing) {
                                     quarter * 4);
   ASSERT_NE(held, nullptr);
 
-  // A second stream wanting the other three quarters goes over the cap.
+  // A second stream (of the run's one worker) wanting the other three
+  // quarters goes over the cap.
   const uint64_t rest = owned.size() - quarter;
   const grpc::Status over =
-      Push(*t.stub, Header(0, 1),
+      Push(*t.stub, Header(0, 0),
            {testing::Fp32Piece(owned.begin + quarter,
                                std::vector<float>(rest, 0.5f))},
            1.0, false);
@@ -461,7 +663,7 @@ TEST(PendingGradLimitTest, BufferingOverTheCapIsRefusedAndChangesNothing) {
   ASSERT_TRUE(held->WritesDone());
   ASSERT_TRUE(held->Finish().ok());
   EXPECT_EQ(held_resp.applied_elems(), quarter);
-  v1::PushGradHeader known = Header(0, 1);
+  v1::PushGradHeader known = Header(0, 0);
   known.set_coefficient_known(true);
   known.set_coefficient(1.0);
   ASSERT_TRUE(Push(*t.stub, known,
