@@ -31,6 +31,8 @@ namespace {
 using testing::RunBinary;
 
 constexpr absl::Duration kTimeout = absl::Seconds(120);
+// The run InitCluster starts; the trainer's pushes and ctl smoke name it.
+constexpr char kRunId[] = "ctl-snapshot-test";
 
 std::vector<std::string> Shape() {
   return {"--layers=2", "--heads=2", "--width=64", "--vocab=96",
@@ -39,7 +41,8 @@ std::vector<std::string> Shape() {
 
 void InitCluster(const testing::LocalCluster& cluster) {
   std::vector<std::string> init = {"init", "--servers=" + cluster.server_list(),
-                                   "--seed=3", "--lr=0.01"};
+                                   "--seed=3", "--lr=0.01",
+                                   std::string("--run_id=") + kRunId};
   for (const auto& f : Shape()) init.push_back(f);
   auto r = RunBinary("zeroshard-ctl", init, kTimeout);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -141,7 +144,9 @@ std::unique_ptr<Trainer> MakeTrainer(const testing::LocalCluster& cluster,
   EXPECT_TRUE(view.ok()) << view.status();
   if (!view.ok()) return nullptr;
   layout_out->emplace(view->layout);
-  auto client = ShardClient::Create(cluster.addresses(), view->layout);
+  ShardClientOptions options;
+  options.run_id = kRunId;
+  auto client = ShardClient::Create(cluster.addresses(), view->layout, options);
   EXPECT_TRUE(client.ok()) << client.status();
   if (!client.ok()) return nullptr;
   return std::make_unique<Trainer>(*std::move(client), view->max_version);
@@ -337,7 +342,8 @@ TEST(CtlSnapshotTest, CheckpointListRestoreOntoAnotherServerCount) {
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_NO_FATAL_FAILURE(InitCluster(**a));
   const std::string servers_a = "--servers=" + (*a)->server_list();
-  auto r = Ctl({"smoke", servers_a, "--steps=3"});
+  auto r = Ctl({"smoke", servers_a, "--steps=3",
+                std::string("--run_id=") + kRunId});
   ASSERT_TRUE(r.ok() && r->status.success()) << r->err;
 
   const std::string dir = testing::MakeTempDir("zs_ctl_ckpt_");
