@@ -114,6 +114,8 @@ TEST_F(SafetensorsTest, RoundTripOfRandomTensorsIsBitExact) {
       const SafetensorsTensor& t = *by_name[names[i]];
       EXPECT_EQ(t.shape, shapes[i]) << names[i];
       ASSERT_EQ(t.data.size(), values[i].size()) << names[i];
+      // memcmp's pointers must not be null, even for 0 bytes (UBSan).
+      if (values[i].empty()) continue;
       EXPECT_EQ(std::memcmp(t.data.data(), values[i].data(),
                             values[i].size() * 4),
                 0)
