@@ -43,7 +43,9 @@ void Run(const uint8_t* data, size_t size) {
   }
   absl::StatusOr<v1::InitRequest> again = ModelShard::Normalize(*normal);
   if (!again.ok()) Fail("a normalized request does not normalize");
-  if (!ModelShard::DescribeConflict(*normal, *again).empty()) {
+  // Compared as bytes: DescribeConflict would call a NaN field (which
+  // Create then refuses) a conflict with itself.
+  if (normal->SerializeAsString() != again->SerializeAsString()) {
     Fail("Normalize is not idempotent");
   }
   const uint32_t servers = normal->num_servers();
