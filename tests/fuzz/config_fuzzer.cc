@@ -32,8 +32,8 @@ void Run(const uint8_t* data, size_t size) {
   if (!parsed.ok()) return;
   const TrainingConfig& c = parsed->config;
   if (!ValidateTrainingConfig(c).ok()) Fail("accepted an invalid config");
-  if (static_cast<int64_t>(c.micro_batch_size) *
-          c.gradient_accumulation_steps * c.cluster.workers !=
+  if (static_cast<int64_t>(c.micro_batch_size) * c.gradient_accumulation_steps *
+          c.cluster.workers !=
       c.train_batch_size) {
     Fail("accepted a config that breaks the batch rule");
   }

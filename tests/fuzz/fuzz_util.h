@@ -12,6 +12,8 @@
 #ifndef ZEROSHARD_TESTS_FUZZ_FUZZ_UTIL_H_
 #define ZEROSHARD_TESTS_FUZZ_FUZZ_UTIL_H_
 
+#include <google/protobuf/stubs/logging.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -19,8 +21,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <google/protobuf/stubs/logging.h>
 
 namespace zeroshard::fuzz {
 

@@ -44,10 +44,12 @@ void Run(const uint8_t* data, size_t size) {
     }
     if (!r.empty()) ranges.push_back(r);
   }
-  std::sort(ranges.begin(), ranges.end(),
-            [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  std::sort(
+      ranges.begin(), ranges.end(),
+      [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].begin < ranges[i - 1].end) Fail("accepted overlapping ranges");
+    if (ranges[i].begin < ranges[i - 1].end)
+      Fail("accepted overlapping ranges");
   }
 }
 

@@ -94,7 +94,8 @@ v1::PushGradMessage CommitMsg(double coefficient, bool prepare) {
 }
 
 // The canonical raw form EncodePushPiece writes, as contiguous bytes.
-std::string EncodedPiece(uint64_t offset, DType dtype, const std::string& data) {
+std::string EncodedPiece(uint64_t offset, DType dtype,
+                         const std::string& data) {
   grpc::ByteBuffer b =
       EncodePushPiece(offset, dtype, data.data(), data.size(), nullptr);
   std::vector<grpc::Slice> slices;
@@ -280,7 +281,11 @@ void KvStore(const fs::path& root) {
   a.Byte(0).Byte(1 | 4).Record("k").Record("v2");
   a.Byte(3).Byte(0);
   a.Byte(5).Byte(2);
-  a.Byte(0).Byte(3).Record("custom-run").Record("k").Record(std::string(80, 'x'));
+  a.Byte(0)
+      .Byte(3)
+      .Record("custom-run")
+      .Record("k")
+      .Record(std::string(80, 'x'));
   c.Add("attempts-limits", a.bytes());
 }
 
@@ -330,7 +335,8 @@ void Safetensors(const fs::path& root, const fs::path& tmp) {
   Corpus c(root, "safetensors");
   std::vector<float> a(6, 1.5f), b(4, -2.0f);
   std::vector<SafetensorsTensorView> views = {
-      {"a", {2, 3}, absl::MakeConstSpan(a)}, {"b", {4}, absl::MakeConstSpan(b)}};
+      {"a", {2, 3}, absl::MakeConstSpan(a)},
+      {"b", {4}, absl::MakeConstSpan(b)}};
   absl::StatusOr<std::string> header =
       SafetensorsHeader(views, {{"format", "pt"}});
   Check(header.status());
@@ -384,7 +390,8 @@ int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   using namespace zeroshard::fuzz;
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s CORPUS_DIR (run from the repository root)\n",
+    std::fprintf(stderr,
+                 "usage: %s CORPUS_DIR (run from the repository root)\n",
                  argv[0]);
     return 2;
   }

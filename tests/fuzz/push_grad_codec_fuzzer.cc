@@ -5,12 +5,12 @@
 //
 // Input: two slice-split bytes, a mode byte, then the message bytes (mode
 // even), or offset (8 bytes), dtype (1 byte) and data (mode odd) to encode.
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "tests/fuzz/fuzz_slices.h"
 #include "tests/fuzz/fuzz_util.h"

@@ -8,11 +8,11 @@
 // (tests/fuzz/fuzz_util.h), each preceded by two slice-split bytes.
 // Checked: no crash, leak or UB; a session that ends (finished, failed or
 // dropped) leaves no pending gradient bytes behind.
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "server/push_receiver.h"
 #include "tests/fuzz/fuzz_shard.h"
@@ -31,7 +31,8 @@ bool Feed(PushReceiver& session, const ModelShard& state, bool raw,
     grpc::ByteBuffer buffer = Slices(record, cut1, cut2);
     ReceivedPushGrad received;
     if (!DecodePushGradMessage(buffer, &received).ok()) return false;
-    if (received.is_piece) return session.OnPiece(std::move(received.piece)).ok();
+    if (received.is_piece)
+      return session.OnPiece(std::move(received.piece)).ok();
     message = std::move(received.message);
   } else if (!message.ParseFromArray(record.data(),
                                      static_cast<int>(record.size()))) {
@@ -60,10 +61,11 @@ void Run(const uint8_t* data, size_t size) {
   }
   // A prepared commit holds its bytes in the shard until ApplyStep; nothing
   // else may keep any once the session is gone.
-  if (state->prepared().elems == 0 && state->store().pending_grad_bytes() != 0) {
-    std::fprintf(stderr, "pending gradient bytes left after the session: %llu\n",
-                 static_cast<unsigned long long>(
-                     state->store().pending_grad_bytes()));
+  if (state->prepared().elems == 0 &&
+      state->store().pending_grad_bytes() != 0) {
+    std::fprintf(
+        stderr, "pending gradient bytes left after the session: %llu\n",
+        static_cast<unsigned long long>(state->store().pending_grad_bytes()));
     std::abort();
   }
 }

@@ -28,7 +28,8 @@ constexpr uint64_t kMaxReadElems = uint64_t{1} << 20;
 void CheckIndex(const SafetensorsIndex& index, uint64_t data_bytes) {
   uint64_t at = 0;
   for (const SafetensorsEntry& e : index.tensors) {
-    if (e.begin != at || e.end < e.begin) Fail("entries do not tile the buffer");
+    if (e.begin != at || e.end < e.begin)
+      Fail("entries do not tile the buffer");
     if (e.numel * SafetensorsDTypeSize(e.dtype) != e.end - e.begin) {
       Fail("an entry's size disagrees with its shape");
     }
@@ -43,9 +44,8 @@ void Run(const uint8_t* data, size_t size) {
   if (mode % 2 == 0) {
     const uint64_t data_bytes = in.Uint(4);
     const std::string_view header = in.Rest();
-    absl::StatusOr<SafetensorsIndex> index =
-        ParseSafetensorsHeader(absl::string_view(header.data(), header.size()),
-                               data_bytes, "fuzz");
+    absl::StatusOr<SafetensorsIndex> index = ParseSafetensorsHeader(
+        absl::string_view(header.data(), header.size()), data_bytes, "fuzz");
     if (index.ok()) CheckIndex(*index, data_bytes);
     return;
   }

@@ -6,11 +6,11 @@
 // that does not parse ends the stream.
 // Checked: no crash, leak or UB; a call that succeeds reports writing every
 // element of the pieces it was sent.
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-
-#include <grpcpp/grpcpp.h>
 
 #include "proto/zeroshard/v1/shard.grpc.pb.h"
 #include "server/shard_service_impl.h"

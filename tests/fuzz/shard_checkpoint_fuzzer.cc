@@ -44,19 +44,18 @@ void Run(const uint8_t* data, size_t size) {
   if (!info.ok()) return;
   const uint64_t n = info->header.owned().length();
   if (info->file_bytes != file.size() ||
-      info->arrays_offset + 12 * n + 8 != file.size() ||
-      n > file.size() / 12) {
+      info->arrays_offset + 12 * n + 8 != file.size() || n > file.size() / 12) {
     Fail("accepted a file whose size is not what its header implies");
   }
   const uint64_t begin = info->header.owned().offset();
   const ShardArray which = static_cast<ShardArray>(flags >> 1 & 3);
   // A range inside the owned one (clamped), and the same shifted past it.
   const uint64_t rb = begin + (n == 0 ? 0 : pick_begin % n);
-  const uint64_t rl = std::min<uint64_t>(
-      {pick_len % (kMaxReadElems + 1), begin + n - rb});
+  const uint64_t rl =
+      std::min<uint64_t>({pick_len % (kMaxReadElems + 1), begin + n - rb});
   std::vector<float> out(std::max<uint64_t>(rl, 1));
-  absl::Status s =
-      ReadShardCheckpointRange(f.path(), *info, which, {rb, rb + rl}, out.data());
+  absl::Status s = ReadShardCheckpointRange(f.path(), *info, which,
+                                            {rb, rb + rl}, out.data());
   if (static_cast<int>(which) <= 2 && !s.ok()) {
     Fail("a read inside the owned range failed");
   }

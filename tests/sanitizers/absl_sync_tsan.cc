@@ -18,19 +18,19 @@
 //
 // What is modelled: Lock/Unlock, ReaderLock/ReaderUnlock, the Try forms;
 // Await* and CondVar::Wait* as an unlock followed by a lock, with the
-// condition wrapped so that it acquires the mutex before it reads anything; Notify as a
-// release that the WaitForNotification* calls (and HasBeenNotified's atomic
-// load) acquire. Not modelled: LockWhen-style calls whose condition reads
-// guarded data before the lock is reported taken (our code does not use
-// them; see tests/sanitizers/tsan.supp if that changes).
+// condition wrapped so that it acquires the mutex before it reads anything;
+// Notify as a release that the WaitForNotification* calls (and
+// HasBeenNotified's atomic load) acquire. Not modelled: LockWhen-style calls
+// whose condition reads guarded data before the lock is reported taken (our
+// code does not use them; see tests/sanitizers/tsan.supp if that changes).
 #include <dlfcn.h>
 #include <link.h>
 #include <sanitizer/tsan_interface.h>
 
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "absl/base/options.h"
@@ -131,7 +131,8 @@ class Scope {
  public:
   explicit Scope(void* caller) : saved_(t_annotate) {
     static const Range program = ProgramRange();
-    t_annotate = Tsan() && program.Contains(reinterpret_cast<uintptr_t>(caller));
+    t_annotate =
+        Tsan() && program.Contains(reinterpret_cast<uintptr_t>(caller));
   }
   ~Scope() { t_annotate = saved_; }
 
@@ -233,8 +234,8 @@ bool Mutex::TryLock() {
   static const auto real = RealFn<MuBoolFn>("5Mutex7TryLockEv");
   PreLock(this, __tsan_mutex_try_lock);
   const bool ok = real(this);
-  PostLock(
-      this, __tsan_mutex_try_lock | (ok ? 0 : __tsan_mutex_try_lock_failed));
+  PostLock(this,
+           __tsan_mutex_try_lock | (ok ? 0 : __tsan_mutex_try_lock_failed));
   return ok;
 }
 
@@ -244,15 +245,13 @@ bool Mutex::ReaderTryLock() {
   const unsigned flags = __tsan_mutex_read_lock | __tsan_mutex_try_lock;
   PreLock(this, flags);
   const bool ok = real(this);
-  PostLock(
-      this, flags | (ok ? 0 : __tsan_mutex_try_lock_failed));
+  PostLock(this, flags | (ok ? 0 : __tsan_mutex_try_lock_failed));
   return ok;
 }
 
 void Mutex::Await(const Condition& cond) {
   ZS_SCOPE;
-  static const auto real =
-      RealFn<AwaitFn>("5Mutex5AwaitERKNS0_9ConditionE");
+  static const auto real = RealFn<AwaitFn>("5Mutex5AwaitERKNS0_9ConditionE");
   AnnotatedCondition annotated{&cond, this};
   Released(this);
   real(this, absl::Condition(&EvalAnnotated, &annotated));
@@ -265,7 +264,8 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
       "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   AnnotatedCondition annotated{&cond, this};
   Released(this);
-  const bool ok = real(this, absl::Condition(&EvalAnnotated, &annotated), timeout);
+  const bool ok =
+      real(this, absl::Condition(&EvalAnnotated, &annotated), timeout);
   Taken(this);
   return ok;
 }
@@ -276,7 +276,8 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
       "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   AnnotatedCondition annotated{&cond, this};
   Released(this);
-  const bool ok = real(this, absl::Condition(&EvalAnnotated, &annotated), deadline);
+  const bool ok =
+      real(this, absl::Condition(&EvalAnnotated, &annotated), deadline);
   Taken(this);
   return ok;
 }
@@ -301,8 +302,8 @@ bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
 
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   ZS_SCOPE;
-  static const auto real = RealFn<CvDeadlineFn>(
-      "7CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+  static const auto real =
+      RealFn<CvDeadlineFn>("7CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
   Released(mu);
   const bool timed_out = real(this, mu, deadline);
   Taken(mu);
