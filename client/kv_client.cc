@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<KvClient>> KvClient::Connect(
   }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectAttemptMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel = CreateClientChannel(address, args, std::move(security));
   return std::unique_ptr<KvClient>(new KvClient(

@@ -29,6 +29,12 @@
 
 namespace zeroshard {
 
+// How long one connection attempt (TCP connect, TLS handshake, the server's
+// HTTP/2 SETTINGS) may take before gRPC gives up on it: gRPC's own default.
+// Channels set it as GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, which gRPC 1.51
+// reads as this timeout.
+inline constexpr int kConnectAttemptMs = 20000;
+
 struct ShardClientOptions {
   // Deadline of each RPC attempt, counted from its start. A push stream that
   // stays open through backward must finish within it.
