@@ -3,8 +3,13 @@
 // (this process and a forked peer) moving the same bytes in the same message
 // sizes, measured in the same run.
 //
+// The same Gather and PushGrad run again against a server speaking mutual
+// TLS 1.3 (certificates from scripts/make-dev-credentials.sh in a temporary
+// directory), alternating with the plaintext runs, and the TLS/plaintext
+// ratio is printed (--no_tls skips it).
+//
 //   zeroshard-bench rpc [--bytes=1073741824] [--message_bytes=1048576]
-//                       [--model_elems=33554432]
+//                       [--model_elems=33554432] [--no_tls]
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -24,7 +29,10 @@
 #include "absl/time/clock.h"
 #include "bench/bench.h"
 #include "client/shard_client.h"
+#include "common/status_macros.h"
 #include "common/subprocess.h"
+#include "tests/support/shard_load.h"  // MakeDevCredentials
+#include "wire/credentials.h"
 
 namespace zeroshard::bench {
 namespace {
@@ -33,12 +41,17 @@ struct RpcArgs {
   uint64_t bytes = 1ull << 30;
   uint64_t message_bytes = 1 << 20;
   uint64_t model_elems = 32ull << 20;
+  bool tls = true;
 };
 
 bool ParseArgs(const std::vector<std::string>& args, RpcArgs* out) {
   for (const std::string& a : args) {
     absl::string_view v = a;
     uint64_t* target = nullptr;
+    if (a == "--no_tls") {
+      out->tls = false;
+      continue;
+    }
     if (absl::ConsumePrefix(&v, "--bytes=")) target = &out->bytes;
     else if (absl::ConsumePrefix(&v, "--message_bytes=")) target = &out->message_bytes;
     else if (absl::ConsumePrefix(&v, "--model_elems=")) target = &out->model_elems;
@@ -199,6 +212,107 @@ std::string SelfDir() {
   return ec ? "." : exe.parent_path().string();
 }
 
+// A zeroshard-server process and a client to it: plaintext (--no_auth) or
+// mutual TLS (--credentials=DIR, client role worker; Init as admin).
+class RpcTarget {
+ public:
+  absl::Status Start(const RpcArgs& a, const std::string& dir,
+                     const std::string& credentials) {
+    std::filesystem::create_directories(dir);
+    SubprocessOptions so;
+    so.argv = {SelfDir() + "/zeroshard-server", "--listen=127.0.0.1:0",
+               "--port_file=" + dir + "/port",
+               credentials.empty() ? std::string("--no_auth")
+                                   : "--credentials=" + credentials};
+    // Without this, glibc serves every 1 MiB message buffer from a fresh
+    // mmap and both sides spend their time in page faults (measured:
+    // PushGrad of a skipped step ~1.0 GB/s without, ~2.1 GB/s with, TCP
+    // ~2.1).
+    so.env = {{"MALLOC_MMAP_THRESHOLD_", "268435456"},
+              {"MALLOC_TRIM_THRESHOLD_", "1073741824"},
+              {"MALLOC_TOP_PAD_", "67108864"}};
+    so.stdout_mode = SubprocessOptions::Output::kDiscard;
+    so.stderr_mode = SubprocessOptions::Output::kFile;
+    so.stderr_path = dir + "/server.log";
+    ASSIGN_OR_RETURN(server_, Subprocess::Start(so));
+    ASSIGN_OR_RETURN(const int port, WaitForPortFile(dir + "/port",
+                                                     absl::Seconds(60),
+                                                     server_.get()));
+    ModelManifest manifest;
+    manifest.units = {
+        {"bench", {{"bench.w", {static_cast<int64_t>(a.model_elems)}}}}};
+    ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(manifest, 1, 1));
+    ShardClientOptions opt;
+    opt.max_message_bytes = a.message_bytes;
+    opt.run_id = "rpc-bench";
+    const std::vector<std::string> address = {
+        absl::StrCat("127.0.0.1:", port)};
+    if (!credentials.empty()) {
+      ASSIGN_OR_RETURN(opt.security,
+                       ClientSecurity::Load(credentials, Role::kAdmin));
+      ASSIGN_OR_RETURN(auto admin, ShardClient::Create(address, layout, opt));
+      RETURN_IF_ERROR(admin->Init(InitOptions()).status());
+      ASSIGN_OR_RETURN(opt.security,
+                       ClientSecurity::Load(credentials, Role::kWorker));
+    }
+    ASSIGN_OR_RETURN(client_, ShardClient::Create(address, layout, opt));
+    if (credentials.empty()) {
+      RETURN_IF_ERROR(client_->Init(InitOptions()).status());
+    }
+    T_ = layout.total_elems();
+    params_.resize(T_);
+    grads_.assign(T_, 1e-3f);
+    return absl::OkStatus();
+  }
+
+  uint64_t elems() const { return T_; }
+
+  double Gather(uint64_t bytes) {
+    const absl::Time t0 = absl::Now();
+    uint64_t moved = 0;
+    const FlatRange all{0, T_};
+    while (moved < bytes) {
+      auto r = client_->Gather({{all}}, DType::kFp32, -1, params_.data(),
+                               4 * T_);
+      if (!r.ok()) {
+        std::fprintf(stderr, "rpc: %s\n", r.status().ToString().c_str());
+        return -1.0;
+      }
+      moved += 4 * T_;
+    }
+    return Gbps(moved, absl::Now() - t0);
+  }
+
+  double Push(uint64_t bytes, bool known, bool skip = false) {
+    const absl::Time t0 = absl::Now();
+    uint64_t moved = 0;
+    const FlatRange all{0, T_};
+    while (moved < bytes) {
+      auto r = client_->PushGrad(step_++, 0,
+                                 {{all, DType::kFp32, grads_.data()}},
+                                 {1.0, skip}, known);
+      if (!r.ok()) {
+        std::fprintf(stderr, "rpc: %s\n", r.status().ToString().c_str());
+        return -1.0;
+      }
+      moved += 4 * T_;
+    }
+    return Gbps(moved, absl::Now() - t0);
+  }
+
+  void Stop() {
+    client_.reset();
+    if (server_ != nullptr) server_->Stop(absl::Seconds(10));
+  }
+
+ private:
+  std::unique_ptr<Subprocess> server_;
+  std::unique_ptr<ShardClient> client_;
+  uint64_t T_ = 0;
+  uint64_t step_ = 0;
+  std::vector<float> params_, grads_;
+};
+
 int RunRpc(const std::vector<std::string>& args) {
   RpcArgs a;
   if (!ParseArgs(args, &a)) return 2;
@@ -211,86 +325,45 @@ int RunRpc(const std::vector<std::string>& args) {
       (std::filesystem::temp_directory_path() /
        absl::StrCat("zs_rpc_bench_", getpid())).string();
   std::filesystem::create_directories(dir);
-  SubprocessOptions so;
-  so.argv = {SelfDir() + "/zeroshard-server", "--listen=127.0.0.1:0",
-             "--port_file=" + dir + "/port", "--no_auth"};
-  // Without this, glibc serves every 1 MiB message buffer from a fresh mmap
-  // and both sides spend their time in page faults (measured: PushGrad of a
-  // skipped step ~1.0 GB/s without, ~2.1 GB/s with, TCP ~2.1).
-  so.env = {{"MALLOC_MMAP_THRESHOLD_", "268435456"},
-            {"MALLOC_TRIM_THRESHOLD_", "1073741824"},
-            {"MALLOC_TOP_PAD_", "67108864"}};
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 64 << 20);
-  so.stdout_mode = SubprocessOptions::Output::kDiscard;
-  so.stderr_mode = SubprocessOptions::Output::kFile;
-  so.stderr_path = dir + "/server.log";
-  auto server = Subprocess::Start(so);
-  if (!server.ok()) {
-    std::fprintf(stderr, "rpc: %s\n", server.status().ToString().c_str());
+  RpcTarget plain, tls;
+  absl::Status started = plain.Start(a, dir + "/plain", "");
+  if (started.ok() && a.tls) {
+    started = testing::MakeDevCredentials(dir + "/creds");
+    if (started.ok()) started = tls.Start(a, dir + "/tls", dir + "/creds");
+  }
+  if (!started.ok()) {
+    std::fprintf(stderr, "rpc: %s\n", started.ToString().c_str());
     return 1;
   }
-  auto port = WaitForPortFile(dir + "/port", absl::Seconds(60), server->get());
-  if (!port.ok()) {
-    std::fprintf(stderr, "rpc: %s\n", port.status().ToString().c_str());
-    return 1;
-  }
-  ModelManifest manifest;
-  manifest.units = {{"bench", {{"bench.w", {static_cast<int64_t>(a.model_elems)}}}}};
-  FlatLayout layout = *FlatLayout::Create(manifest, 1, 1);
-  ShardClientOptions opt;
-  opt.max_message_bytes = a.message_bytes;
-  auto client = ShardClient::Create({absl::StrCat("127.0.0.1:", *port)},
-                                    layout, opt);
-  if (!client.ok() || !(*client)->Init(InitOptions()).ok()) {
-    std::fprintf(stderr, "rpc: cannot initialise the server\n");
-    return 1;
-  }
-  const uint64_t T = layout.total_elems();
-  std::vector<float> params(T), grads(T, 1e-3f);
-  const FlatRange all{0, T};
-  auto gather = [&](uint64_t bytes) {
-    const absl::Time t0 = absl::Now();
-    uint64_t moved = 0;
-    while (moved < bytes) {
-      auto r = (*client)->Gather({{all}}, DType::kFp32, -1, params.data(), 4 * T);
-      if (!r.ok()) {
-        std::fprintf(stderr, "rpc: %s\n", r.status().ToString().c_str());
-        return -1.0;
-      }
-      moved += 4 * T;
-    }
-    return Gbps(moved, absl::Now() - t0);
-  };
-  uint64_t step = 0;
-  auto push = [&](uint64_t bytes, bool known, bool skip = false) {
-    const absl::Time t0 = absl::Now();
-    uint64_t moved = 0;
-    while (moved < bytes) {
-      auto r = (*client)->PushGrad(step++, 0, {{all, DType::kFp32, grads.data()}},
-                                   {1.0, skip}, known);
-      if (!r.ok()) {
-        std::fprintf(stderr, "rpc: %s\n", r.status().ToString().c_str());
-        return -1.0;
-      }
-      moved += 4 * T;
-    }
-    return Gbps(moved, absl::Now() - t0);
-  };
   // Warm-up: the first GiB on a new connection runs while windows grow.
-  gather(a.bytes);
-  push(a.bytes / 2, true);
-  const double g = std::max(gather(a.bytes), gather(a.bytes));
-  const double p_known = std::max(push(a.bytes, true), push(a.bytes, true));
-  const double p_commit = push(a.bytes, false);
+  plain.Gather(a.bytes);
+  plain.Push(a.bytes / 2, true);
+  if (a.tls) {
+    tls.Gather(a.bytes);
+    tls.Push(a.bytes / 2, true);
+  }
+  // Plaintext and TLS alternate, best of two each (the machine is noisy).
+  double g = 0, p_known = 0, g_tls = 0, p_tls = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    g = std::max(g, plain.Gather(a.bytes));
+    if (a.tls) g_tls = std::max(g_tls, tls.Gather(a.bytes));
+    p_known = std::max(p_known, plain.Push(a.bytes, true));
+    if (a.tls) p_tls = std::max(p_tls, tls.Push(a.bytes, true));
+  }
+  const double p_commit = plain.Push(a.bytes, false);
   // Diagnostic: skipped steps move the same bytes but apply no update.
-  const double p_skip = push(a.bytes, true, true);
-  (*server)->Stop(absl::Seconds(10));
+  const double p_skip = plain.Push(a.bytes, true, true);
+  const uint64_t T = plain.elems();
+  plain.Stop();
+  tls.Stop();
   pair.Measure(&tcp);
   if (tcp.recv_gbps <= 0 || tcp.send_gbps <= 0) return 1;
   std::filesystem::remove_all(dir);
   if (g < 0 || p_known < 0 || p_commit < 0) return 1;
+  if (a.tls && (g_tls <= 0 || p_tls <= 0)) return 1;
 
   std::printf("rpc: loopback, %s per run, %s messages, %s model (FP32), "
               "glibc malloc tuned on both sides\n",
@@ -307,13 +380,22 @@ int RunRpc(const std::vector<std::string>& args) {
               p_commit, p_commit / tcp.send_gbps);
   std::printf("  PushGrad fp32, skipped step     %6.2f GB/s  (transport only, "
               "no update; diagnostic)\n", p_skip);
+  if (a.tls) {
+    std::printf("  Gather fp32, mutual TLS        %6.2f GB/s  ratio %.2f vs "
+                "plaintext (target 0.7)\n", g_tls, g_tls / g);
+    std::printf("  PushGrad fp32, mutual TLS      %6.2f GB/s  ratio %.2f vs "
+                "plaintext (target 0.7)\n", p_tls, p_tls / p_known);
+    std::printf("rpc tls_gather_ratio=%.2f tls_push_ratio=%.2f\n",
+                g_tls / g, p_tls / p_known);
+  }
   const double gather_ratio = g / tcp.recv_gbps;
   const double push_ratio = p_known / tcp.send_gbps;
   std::printf("rpc gather_ratio=%.2f push_ratio=%.2f push_commit_ratio=%.2f\n",
               gather_ratio, push_ratio, p_commit / tcp.send_gbps);
   std::printf("(ratio = the lower of gather_ratio, Gather vs TCP recv, and "
               "push_ratio, PushGrad with the coefficient up front vs TCP send; "
-              "commit last and skipped steps are diagnostics)\n");
+              "commit last and skipped steps are diagnostics; TLS ratios are "
+              "TLS over plaintext, coefficient up front, same run)\n");
   std::printf("rpc ratio=%.2f target=0.85\n", std::min(gather_ratio, push_ratio));
   return 0;
 }
