@@ -7,7 +7,8 @@
 # dnnl-config.cmake needs OpenCL (CMake's configure fails without it);
 # python3 runs the build-parity check (tests/build/build_parity.py);
 # clang, libclang-rt-14-dev (the sanitizer and libFuzzer runtimes, not a
-# dependency of clang) and llvm-14 (llvm-symbolizer for readable reports)
+# dependency of clang), libomp-14-dev (clang's OpenMP, which the worker's
+# kernels need) and llvm-14 (llvm-symbolizer for readable reports)
 # build and run scripts/sanitize.sh; openssl makes the development
 # certificates (scripts/make-dev-credentials.sh) that scripts/demo.sh and the
 # TLS tests use.
@@ -20,7 +21,7 @@ PKGS=(
   zlib1g-dev libxxhash-dev
   bazel-bootstrap gnuplot-nox
   python3 openssl
-  clang libclang-rt-14-dev llvm-14
+  clang libclang-rt-14-dev libomp-14-dev llvm-14
 )
 missing=()
 for p in "${PKGS[@]}"; do
