@@ -14,6 +14,18 @@
 namespace zeroshard::testing {
 namespace {
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 TEST(LoadTest, SixtyFourTlsClientsLoseNoUpdateAndStayInBoundedMemory) {
   if (!std::filesystem::exists("scripts/make-dev-credentials.sh")) {
     GTEST_SKIP() << "run from the source tree (CTest does)";
@@ -47,12 +59,17 @@ TEST(LoadTest, SixtyFourTlsClientsLoseNoUpdateAndStayInBoundedMemory) {
   // the BF16 mirror) plus at most its pending-gradient cap of buffered
   // pushes (2 x 4 bytes per owned element + 64 MiB); allow 128 MiB for the
   // process itself (gRPC, TLS and 65 connections' buffers, threads).
+  // Under AddressSanitizer (scripts/sanitize.sh) the servers' RSS also
+  // holds ASan's shadow memory and its 256 MiB quarantine of freed blocks,
+  // which are not the server's: the bound is checked in the plain build.
   ASSERT_EQ(r->server_peak_rss_bytes.size(), 2u);
   for (size_t k = 0; k < 2; ++k) {
     const uint64_t bound = 14 * r->server_owned_elems[k] +
                            r->server_pending_limit_bytes[k] + (128ull << 20);
     EXPECT_GT(r->server_peak_rss_bytes[k], 0u);
-    EXPECT_LE(r->server_peak_rss_bytes[k], bound) << "server " << k;
+    if (!kAddressSanitizer) {
+      EXPECT_LE(r->server_peak_rss_bytes[k], bound) << "server " << k;
+    }
   }
   std::filesystem::remove_all(dir);
 }
