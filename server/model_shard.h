@@ -110,7 +110,8 @@ class ModelShard {
                           absl::string_view what) const;
   // PERMISSION_DENIED unless [offset, offset + length) (owned) lies inside
   // worker `worker`'s partitions (FlatLayout::WorkerUnitRange with the run's
-  // num_workers): a worker pushes only its own part of every unit.
+  // num_workers): a worker pushes only its own part of every unit. With
+  // length 0, only that `worker` is a member of the run.
   absl::Status CheckPusher(uint32_t worker, uint64_t offset,
                            uint64_t length) const;
 

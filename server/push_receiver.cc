@@ -49,12 +49,8 @@ absl::Status PushReceiver::OnHeader(const v1::PushGradHeader& header) {
         "PushGrad: the push names run '", header.run_id(),
         "', but this server serves run '", state_->run_id(), "'"));
   }
-  if (header.worker() >= state_->layout().num_workers()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "PushGrad: worker rank ", header.worker(),
-        " is not a member of this run (", state_->layout().num_workers(),
-        " workers)"));
-  }
+  // Membership only (an empty range): the ranges are checked per piece.
+  RETURN_IF_ERROR(state_->CheckPusher(header.worker(), 0, 0));
   if (header.coefficient_known()) {
     RETURN_IF_ERROR(ValidateCoefficient(header.coefficient()));
     RETURN_IF_ERROR(state_->tracker().CheckParams(
