@@ -23,6 +23,31 @@ PKGS=(
   python3 openssl
   clang libclang-rt-14-dev libomp-14-dev llvm-14
 )
+# Options (the default, no option, installs PKGS as before):
+#   --build-only  PKGS less NOT_FOR_BUILD: what configuring and compiling the
+#                 CMake build needs, without Bazel, gnuplot, the clang /
+#                 sanitizer toolchain and test-only tools; the image builders
+#                 (deploy/docker/*.Dockerfile) use it. A package added to PKGS
+#                 is thus in the image build unless listed here.
+#   --images      PKGS plus podman, buildah and mmdebstrap, which only the
+#                 optional image build (deploy/docker/build-images.sh and its
+#                 test, tests/deploy/image_test.sh) needs.
+NOT_FOR_BUILD=(
+  bazel-bootstrap gnuplot-nox openssl
+  clang libclang-rt-14-dev libomp-14-dev llvm-14
+  prometheus
+)
+case "${1:-}" in
+  "") ;;
+  --build-only)
+    build=()
+    for p in "${PKGS[@]}"; do
+      [[ " ${NOT_FOR_BUILD[*]} " == *" $p "* ]] || build+=("$p")
+    done
+    PKGS=("${build[@]}") ;;
+  --images) PKGS+=(podman buildah mmdebstrap) ;;
+  *) echo "usage: $0 [--build-only | --images]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
