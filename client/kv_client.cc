@@ -29,6 +29,11 @@ absl::StatusOr<std::unique_ptr<KvClient>> KvClient::Connect(
       v1::ShardService::NewStub(channel)));
 }
 
+std::unique_ptr<KvClient> KvClient::WithAttempt(uint64_t attempt) const {
+  return std::unique_ptr<KvClient>(new KvClient(
+      address_, {scope_.run_id, attempt}, control_timeout_, stub_));
+}
+
 absl::Status KvClient::CallUntil(
     absl::Time deadline, const std::string& what,
     const std::function<grpc::Status(grpc::ClientContext*)>& call) {

@@ -52,9 +52,15 @@ class KvClient : public RendezvousStore {
   // One KvGet without waiting: NOT_FOUND when the key is not set.
   absl::StatusOr<std::string> TryGet(const std::string& key);
 
+  const Scope& scope() const { return scope_; }
+  // A client of the same server and run naming another attempt; it shares
+  // this client's channel. (Naming a newer attempt than the server's drops
+  // the older attempt's keys: see the file comment.)
+  std::unique_ptr<KvClient> WithAttempt(uint64_t attempt) const;
+
  private:
   KvClient(std::string address, Scope scope, absl::Duration control_timeout,
-           std::unique_ptr<v1::ShardService::Stub> stub)
+           std::shared_ptr<v1::ShardService::Stub> stub)
       : address_(std::move(address)),
         scope_(std::move(scope)),
         control_timeout_(control_timeout),
@@ -68,7 +74,7 @@ class KvClient : public RendezvousStore {
   const std::string address_;
   const Scope scope_;
   const absl::Duration control_timeout_;
-  const std::unique_ptr<v1::ShardService::Stub> stub_;
+  const std::shared_ptr<v1::ShardService::Stub> stub_;
 };
 
 }  // namespace zeroshard

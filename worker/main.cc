@@ -6,7 +6,12 @@
 //
 // The config is the resolved configuration (common/resolved_config.h) that
 // zeroshard-train or `zeroshard-ctl config` wrote; its worker and server
-// counts must match --world_size and --servers.
+// counts must match --world_size and --servers (empty: the config's
+// zeroshard.servers list).
+//
+// Pod mode (Kubernetes, or by hand on several hosts; docs/DESIGN.md, "Pod
+// mode"): --attempt=auto, --role=auto and --hostname empty let every worker
+// be started, and restarted alone, with the same flags.
 //
 // Rank 0 initialises the servers (idempotent), every rank joins the Gloo
 // group through server 0's key-value store, checks that all workers hold the
@@ -22,19 +27,23 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/kv_client.h"
 #include "client/shard_client.h"
 #include "common/config.h"
 #include "common/gpt_manifest.h"
+#include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/progress_event.h"
 #include "common/resolved_config.h"
 #include "common/status_macros.h"
+#include "worker/comm/advertised_address.h"
 #include "worker/comm/collectives.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/data/corpus.h"
+#include "worker/engine/auto_attempt.h"
 #include "worker/engine/checkpoint_coordinator.h"
 #include "worker/engine/init_from.h"
 #include "worker/engine/resume.h"
@@ -57,11 +66,15 @@ ABSL_FLAG(std::string, credentials, "",
           "--no_auth)");
 ABSL_FLAG(std::string, role, "worker",
           "the role this worker authenticates as: worker, or admin for the "
-          "rank that initialises, checkpoints and restores the servers");
+          "rank that initialises, checkpoints and restores the servers; "
+          "auto: admin for rank 0, worker otherwise");
 ABSL_FLAG(std::string, init_from, "",
           "a Hugging Face GPT-2 .safetensors file: rank 0 sets the servers' "
           "starting weights from it while they are at version 0");
-ABSL_FLAG(std::string, hostname, "127.0.0.1", "address this worker listens on for Gloo");
+ABSL_FLAG(std::string, hostname, "",
+          "address this worker listens on for Gloo and advertises to its "
+          "peers; empty: the local address of this host's route to server 0 "
+          "(loopback exactly when the servers are)");
 ABSL_FLAG(std::string, comm, "gloo", "collectives backend: gloo or nccl");
 ABSL_FLAG(int, threads, 0,
           "compute threads (OpenMP / oneDNN); 0: OMP_NUM_THREADS or all cores. "
@@ -69,9 +82,11 @@ ABSL_FLAG(int, threads, 0,
 ABSL_FLAG(std::string, resume, "",
           "a checkpoint directory: when the servers are fresh (version 0), "
           "rank 0 restores them from its newest complete checkpoint");
-ABSL_FLAG(uint64_t, attempt, 0,
-          "this worker group's incarnation (the launcher's restart count); "
-          "servers refuse pushes of an older one");
+ABSL_FLAG(std::string, attempt, "0",
+          "this worker group's incarnation: a number (the launcher's restart "
+          "count; servers refuse pushes of an older one), or auto: agreed "
+          "through server 0's key-value store, a restarted worker starting a "
+          "new attempt that its peers join (worker/engine/auto_attempt.h)");
 ABSL_FLAG(int64_t, inject_partial_apply_at_step, -1,
           "testing (rank 0): apply this step on server 0 only, then fail");
 ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
@@ -86,6 +101,80 @@ void PrintEvent(const WorkerEvent& event) {
   std::fflush(stdout);
 }
 
+// What a worker holds once it has joined its group.
+struct Joined {
+  uint64_t attempt = 0;
+  std::unique_ptr<ShardClient> client;
+  std::unique_ptr<KvClient> kv;
+  std::unique_ptr<WorkerGroup> group;
+};
+
+// Chooses the attempt (--attempt), connects to the servers and joins the
+// worker group. With --attempt=auto, an attempt that a peer's restart
+// replaced while this rank was joining (ABORTED from the store) is left for
+// the newer one, a bounded number of times.
+absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
+                            const std::vector<std::string>& servers,
+                            const FlatLayout& layout,
+                            ShardClientOptions client_options) {
+  const std::string attempt_flag = absl::GetFlag(FLAGS_attempt);
+  const bool auto_attempt = attempt_flag == "auto";
+  uint64_t attempt = 0;
+  if (!auto_attempt && !absl::SimpleAtoi(attempt_flag, &attempt)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attempt must be a number or auto, not '", attempt_flag, "'"));
+  }
+  ASSIGN_OR_RETURN(const std::string hostname,
+                   ChooseAdvertisedAddress(absl::GetFlag(FLAGS_hostname),
+                                           servers[0],
+                                           client_options.control_timeout));
+  ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
+                   KvClient::Connect(servers[0],
+                                     {absl::GetFlag(FLAGS_run_id), attempt},
+                                     client_options.control_timeout,
+                                     client_options.security));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardChannels> probe_channels,
+                   ShardChannels::Connect(servers, client_options));
+  const std::string token = ProcessToken();
+  const absl::Time deadline = absl::Now() + client_options.control_timeout;
+  constexpr int kTries = 8;
+  absl::Status last;
+  for (int i = 0; i < kTries && absl::Now() < deadline; ++i) {
+    if (auto_attempt) {
+      ASSIGN_OR_RETURN(attempt,
+                       JoinAutoAttempt(*kv, *probe_channels, rank, token,
+                                       deadline - absl::Now()));
+    }
+    Joined j;
+    j.attempt = attempt;
+    client_options.attempt = attempt;
+    ASSIGN_OR_RETURN(j.client,
+                     ShardClient::Create(servers, layout, client_options));
+    j.kv = kv->WithAttempt(attempt);
+    GroupOptions group_options;
+    group_options.group = absl::GetFlag(FLAGS_run_id) + "/workers";
+    group_options.timeout = client_options.call_timeout;
+    group_options.hostname = hostname;
+    absl::StatusOr<std::unique_ptr<WorkerGroup>> group =
+        CreateWorkerGroup(absl::GetFlag(FLAGS_comm), rank, world, j.kv.get(),
+                          group_options);
+    absl::Status s = group.status();
+    if (s.ok()) {
+      j.group = *std::move(group);
+      s = j.group->AgreeOn("config", ConfigFingerprint(cfg));
+    }
+    if (s.ok()) return j;
+    if (!auto_attempt || !absl::IsAborted(s)) return s;
+    ZS_LOG(WARNING) << "attempt " << attempt << " was replaced while rank "
+                    << rank << " joined it (" << s.message()
+                    << "); joining the newer one";
+    last = s;
+  }
+  return last.ok() ? absl::DeadlineExceededError(
+                         "no attempt joined within the startup timeout")
+                   : last;
+}
+
 absl::Status Run() {
   const int rank = absl::GetFlag(FLAGS_rank);
   const int world = absl::GetFlag(FLAGS_world_size);
@@ -96,13 +185,15 @@ absl::Status Run() {
   if (absl::GetFlag(FLAGS_threads) > 0) {
     omp_set_num_threads(absl::GetFlag(FLAGS_threads));
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> servers,
-                   ParseServerList(absl::GetFlag(FLAGS_servers)));
   if (absl::GetFlag(FLAGS_config).empty()) {
     return absl::InvalidArgumentError("--config is required");
   }
   ASSIGN_OR_RETURN(const TrainingConfig cfg,
                    LoadResolvedConfig(absl::GetFlag(FLAGS_config)));
+  std::vector<std::string> servers = cfg.cluster.server_addresses;
+  if (!absl::GetFlag(FLAGS_servers).empty() || servers.empty()) {
+    ASSIGN_OR_RETURN(servers, ParseServerList(absl::GetFlag(FLAGS_servers)));
+  }
   if (cfg.cluster.workers != world ||
       cfg.cluster.servers != static_cast<int>(servers.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -118,37 +209,26 @@ absl::Status Run() {
   ShardClientOptions client_options;
   client_options.call_timeout = step_timeout;
   client_options.control_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
-  client_options.attempt = absl::GetFlag(FLAGS_attempt);
   client_options.run_id = absl::GetFlag(FLAGS_run_id);
+  std::string role = absl::GetFlag(FLAGS_role);
+  if (role == "auto") role = rank == 0 ? "admin" : "worker";
   ASSIGN_OR_RETURN(client_options.security,
                    LoadClientCredentials(absl::GetFlag(FLAGS_credentials),
-                                         absl::GetFlag(FLAGS_role)));
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
-                   ShardClient::Create(servers, layout, client_options));
-  ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
-                   KvClient::Connect(servers[0],
-                                     {absl::GetFlag(FLAGS_run_id),
-                                      absl::GetFlag(FLAGS_attempt)},
-                                     client_options.control_timeout,
-                                     client_options.security));
+                                         role));
+  ASSIGN_OR_RETURN(Joined joined,
+                   Join(cfg, rank, world, servers, layout, client_options));
+  ShardClient* const client = joined.client.get();
+  KvClient* const kv = joined.kv.get();
+  WorkerGroup* const group = joined.group.get();
 
-  GroupOptions group_options;
-  group_options.group = absl::GetFlag(FLAGS_run_id) + "/workers";
-  group_options.timeout = step_timeout;
-  group_options.hostname = absl::GetFlag(FLAGS_hostname);
-  ASSIGN_OR_RETURN(std::unique_ptr<WorkerGroup> group,
-                   CreateWorkerGroup(absl::GetFlag(FLAGS_comm), rank, world,
-                                     kv.get(), group_options));
-  RETURN_IF_ERROR(group->AgreeOn("config", ConfigFingerprint(cfg)));
-
-  RETURN_IF_ERROR(InitializeServers(cfg, rank, client.get(), group.get()));
+  RETURN_IF_ERROR(InitializeServers(cfg, rank, client, group));
   if (!absl::GetFlag(FLAGS_init_from).empty()) {
     RETURN_IF_ERROR(InitWeightsFromFile(absl::GetFlag(FLAGS_init_from), cfg,
-                                        rank, client.get(), group.get()));
+                                        rank, client, group));
   }
   const std::string resume_dir = absl::GetFlag(FLAGS_resume);
   RETURN_IF_ERROR(
-      ResumeServers(cfg, rank, resume_dir, client.get(), group.get()));
+      ResumeServers(cfg, rank, resume_dir, client, group));
 
   ASSIGN_OR_RETURN(Corpus corpus, Corpus::Load(cfg.cluster.data));
   ASSIGN_OR_RETURN(BatchSampler sampler,
@@ -156,8 +236,8 @@ absl::Status Run() {
                                         cfg.cluster.model.context,
                                         cfg.cluster.data.seed));
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
-                   StepEngine::Create(cfg, &layout, rank, client.get(),
-                                      group.get(), &sampler));
+                   StepEngine::Create(cfg, &layout, rank, client,
+                                      group, &sampler));
   if (absl::GetFlag(FLAGS_inject_partial_apply_at_step) >= 0) {
     engine->InjectPartialApplyAt(static_cast<uint64_t>(
         absl::GetFlag(FLAGS_inject_partial_apply_at_step)));
@@ -168,7 +248,7 @@ absl::Status Run() {
   }
   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
   ASSIGN_OR_RETURN(std::optional<LossScalerState> scaler,
-                   FindLossScalerState(step, resume_dir, kv.get()));
+                   FindLossScalerState(step, resume_dir, kv));
   if (scaler.has_value()) RETURN_IF_ERROR(engine->RestoreLossScaler(*scaler));
   // Rank 0 coordinates checkpoints and leaves the scaler's state for a
   // successor (FP16's dynamic scale is the only worker-side state).
@@ -176,7 +256,7 @@ absl::Status Run() {
     // Written before each step is applied, so that whichever step the
     // servers stand at after a crash, its record is there.
     engine->SetBeforeApply(
-        [kv = kv.get()](uint64_t next, const LossScalerState& state) {
+        [kv](uint64_t next, const LossScalerState& state) {
           return kv->Set(LossScalerKvKey(next), LossScalerRecord(next, state));
         });
   }

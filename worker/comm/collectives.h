@@ -69,8 +69,12 @@ struct GroupOptions {
   // Bound on every call, including creation (rendezvous + connect).
   absl::Duration timeout = absl::Seconds(60);
   // Gloo TCP: the address this rank listens on and advertises. Loopback by
-  // default; a host name or IP of this machine for multi-host groups.
-  // `interface` (e.g. "eth0"), when set, takes precedence over `hostname`.
+  // default; a host name or IP of this machine for multi-host groups
+  // (zeroshard-worker passes the address it reaches server 0 from:
+  // advertised_address.h). Creation fails at once with FAILED_PRECONDITION
+  // when this rank's address is loopback and a peer's is not.
+  // `interface` (e.g. "eth0"), when set, takes precedence over `hostname`
+  // (and the check is skipped).
   std::string hostname = "127.0.0.1";
   std::string interface;
   // NCCL: the CUDA device (-1: rank % device count) and the cudaStream_t on

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/comm/advertised_address.h"
 #include "worker/comm/gloo_store.h"
 
 namespace zeroshard {
@@ -71,6 +72,34 @@ void AddScaled(float* dst, const float* a, const float* b, size_t n,
   }
 }
 
+// Publishes the address this rank advertises (numeric, as Gloo resolves
+// it) and checks the peers' before Gloo connects: a loopback address
+// offered to a peer on another host fails here, at once, instead of in
+// Gloo's connect timeout (worker/comm/advertised_address.h).
+absl::Status ExchangeAddresses(int rank, int size, RendezvousStore* store,
+                               const GroupOptions& options) {
+  ASSIGN_OR_RETURN(const std::string mine,
+                   ResolveHost(options.hostname, options.timeout));
+  std::vector<std::string> all(size);
+  try {
+    GlooRendezvousStore addr_store(
+        store, absl::StrCat("zs/comm/", options.group, "/addr/"),
+        options.group, options.timeout);
+    addr_store.set(std::to_string(rank),
+                   std::vector<char>(mine.begin(), mine.end()));
+    std::vector<std::string> keys;
+    for (int q = 0; q < size; ++q) keys.push_back(std::to_string(q));
+    addr_store.wait(keys);
+    for (int q = 0; q < size; ++q) {
+      const std::vector<char> v = addr_store.get(keys[q]);
+      all[q].assign(v.begin(), v.end());
+    }
+  } catch (const RendezvousFailure& e) {
+    return e.status();
+  }
+  return CheckPeerAddresses(rank, all);
+}
+
 }  // namespace
 
 GlooWorkerGroup::GlooWorkerGroup(int rank, int size,
@@ -103,6 +132,9 @@ absl::StatusOr<std::unique_ptr<GlooWorkerGroup>> GlooWorkerGroup::Create(
   const std::string where =
       absl::StrCat("worker group '", options.group, "' (rank ", rank, " of ",
                    size, ")");
+  if (options.interface.empty()) {
+    RETURN_IF_ERROR(ExchangeAddresses(rank, size, store, options));
+  }
   // Gloo's full-mesh connect occasionally fails on a loaded machine
   // ("connection closed by peer", "connect timeout") on some ranks while
   // others succeed. Every rank therefore votes on each attempt through the
