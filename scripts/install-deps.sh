@@ -22,6 +22,10 @@ PKGS=(
   bazel-bootstrap gnuplot-nox
   python3 openssl
   clang libclang-rt-14-dev libomp-14-dev llvm-14
+  # tests/deploy's Kubernetes checks: kubectl 1.20 (kustomize v2.0.3)
+  # renders deploy/k8s, node with node-ajv and node-js-yaml validates the
+  # objects offline (they skip without them)
+  kubernetes-client nodejs node-ajv node-js-yaml
 )
 # Options (the default, no option, installs PKGS as before):
 #   --build-only  PKGS less NOT_FOR_BUILD: what configuring and compiling the
@@ -35,6 +39,7 @@ PKGS=(
 NOT_FOR_BUILD=(
   bazel-bootstrap gnuplot-nox openssl
   clang libclang-rt-14-dev libomp-14-dev llvm-14
+  kubernetes-client nodejs node-ajv node-js-yaml
   prometheus
 )
 case "${1:-}" in

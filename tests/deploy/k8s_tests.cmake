@@ -1,0 +1,38 @@
+# tests/deploy/k8s_tests.cmake, included by tests/deploy/CMakeLists.txt: the
+# Kubernetes manifests of deploy/k8s, rendered with the
+# kubectl on PATH (Debian 12's kubernetes-client is kubectl 1.20 with
+# kustomize v2.0.3), validated offline against deploy/k8s/schemas with
+# node-ajv, cross-checked (k8s_checks.js), the flags they pass checked
+# against this build's binaries, and their ds_config.json resolved by this
+# build's zeroshard-ctl. One test per overlay, and one that breaks
+# the objects and requires every break to be reported. They skip (77) when
+# kubectl, node, node-ajv or node-js-yaml is missing.
+find_program(ZS_NODE NAMES node nodejs)
+find_program(ZS_KUBECTL kubectl)
+if(NOT ZS_KUBECTL)
+  set(ZS_KUBECTL kubectl)  # looked for again when the test runs
+endif()
+set(zs_k8s ${CMAKE_SOURCE_DIR}/deploy/k8s/overlays)
+set(zs_k8s_tests
+  "k8s_cpu_demo_manifests_test|--overlay=${zs_k8s}/cpu-demo;--comm=gloo;--gpus=0"
+  "k8s_gpu_manifests_test|--overlay=${zs_k8s}/gpu;--comm=nccl;--gpus=1"
+  "k8s_manifest_checks_fail_test|--overlay=${zs_k8s}/cpu-demo;--comm=gloo;--gpus=0;--mutations")
+foreach(entry IN LISTS zs_k8s_tests)
+  string(REPLACE "|" ";" parts "${entry}")
+  list(GET parts 0 name)
+  list(REMOVE_AT parts 0)
+  if(ZS_NODE)
+    add_test(NAME ${name}
+      COMMAND ${ZS_NODE} ${CMAKE_CURRENT_LIST_DIR}/k8s_manifests_test.js
+              ${parts} --kubectl=${ZS_KUBECTL} --bin=$<TARGET_FILE:zeroshard-ctl>
+              --bin=$<TARGET_FILE:zeroshard-server>
+              --bin=$<TARGET_FILE:zeroshard-worker>)
+  else()
+    add_test(NAME ${name}
+      COMMAND sh -c "echo 'SKIP: node is missing (Debian: apt-get install nodejs)'; exit 77")
+  endif()
+  set_tests_properties(${name} PROPERTIES
+    LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77)
+endforeach()
+set_tests_properties(k8s_manifest_checks_fail_test PROPERTIES
+  PASS_REGULAR_EXPRESSION "PASS: all [0-9]+ breaks reported")
