@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/checkpoint_client.h"
 #include "common/checkpoint_manifest.h"
@@ -18,11 +19,20 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
                            const std::string& dir, ShardClient* client,
                            WorkerGroup* group) {
   if (rank == 0 && !dir.empty()) {
-    bool fresh = true;
-    for (const auto& r : client->channels().InspectAll()) {
+    // A server is fresh when nothing was ever applied to it: a new run, or
+    // a server restarted (its state is gone) while the others live on.
+    std::vector<std::string> fresh_servers;
+    uint64_t newest = 0;
+    const auto inspected = client->channels().InspectAll();
+    for (size_t k = 0; k < inspected.size(); ++k) {
+      const auto& r = inspected[k];
       RETURN_IF_ERROR(r.status());
-      fresh = fresh && r->max_version() == 0 && r->partial_chunks() == 0;
+      if (r->max_version() == 0 && r->partial_chunks() == 0) {
+        fresh_servers.push_back(client->channels().address(k));
+      }
+      newest = std::max<uint64_t>(newest, r->max_version());
     }
+    const bool all_fresh = fresh_servers.size() == inspected.size();
     // A directory not made yet holds no checkpoint (a crash before the
     // first one).
     absl::StatusOr<std::vector<uint64_t>> listed = ListCheckpoints(dir);
@@ -31,11 +41,27 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
     }
     const std::vector<uint64_t> steps =
         listed.ok() ? *std::move(listed) : std::vector<uint64_t>();
-    if (fresh && steps.empty()) {
+    if (fresh_servers.empty()) {
+      ZS_LOG(INFO) << "servers already hold a run; not restoring from "
+                   << dir;
+    } else if (steps.empty() && all_fresh) {
       // Crash recovery before the first checkpoint: the run starts over.
       ZS_LOG(WARNING) << "no complete checkpoint in " << dir
                       << " yet; training starts from step 0";
-    } else if (fresh) {
+    } else if (steps.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server(s) ", absl::StrJoin(fresh_servers, ", "),
+          " restarted and lost their state while the others stand at step ",
+          newest, ", and ", dir,
+          " holds no complete checkpoint to restore them all from: restart "
+          "every server to start the run over"));
+    } else {
+      if (!all_fresh) {
+        ZS_LOG(WARNING) << "server(s) " << absl::StrJoin(fresh_servers, ", ")
+                        << " restarted while the others stand at step "
+                        << newest << "; restoring every server from the "
+                        << "newest checkpoint in " << dir;
+      }
       ASSIGN_OR_RETURN(
           auto restored,
           RestoreAll(client->channels(), dir, std::nullopt,
@@ -49,9 +75,6 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
       ZS_LOG(INFO) << "restored " << restored.size() << " servers from "
                    << dir << " at step " << restored[0].version() << " ("
                    << bytes << " bytes read, " << seconds << " s)";
-    } else {
-      ZS_LOG(INFO) << "servers already hold a run; not restoring from "
-                   << dir;
     }
   }
   return group->Barrier();

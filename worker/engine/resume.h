@@ -2,11 +2,11 @@
 //
 // The servers hold the run's state; a worker that starts finds them either
 // fresh (version 0: a new run, or servers restarted after a crash) or
-// holding some step s (workers restarted while the servers lived on).
-// ResumeServers restores fresh servers from the newest checkpoint of the
-// resume directory; the loss scaler then resumes from the state rank 0
-// left in the key-value store for the start step, or from that checkpoint's
-// manifest.
+// holding some step s (workers restarted while the servers lived on), or
+// both (one server restarted). ResumeServers restores every server from the
+// newest checkpoint of the resume directory when any is fresh; the loss
+// scaler then resumes from the state rank 0 left in the key-value store for
+// the start step, or from that checkpoint's manifest.
 //
 //   RETURN_IF_ERROR(ResumeServers(cfg, rank, resume_dir, client, group));
 //   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
@@ -29,10 +29,13 @@
 
 namespace zeroshard {
 
-// Rank 0, when `dir` is non-empty and every server is at version 0 with
-// nothing applied: restores all of them from the newest complete
-// checkpoint in `dir` (logged; NOT_FOUND when there is none). Then all
-// ranks meet at a barrier.
+// Rank 0, when `dir` is non-empty and any server is at version 0 with
+// nothing applied (a new run, or a server restarted while the others live
+// on): restores all of them from the newest complete checkpoint in `dir`.
+// With no checkpoint there, a run whose servers are all fresh starts from
+// step 0 (a warning); one whose other servers stand at a step cannot go on
+// (FAILED_PRECONDITION naming the restarted servers). Then all ranks meet
+// at a barrier.
 absl::Status ResumeServers(const TrainingConfig& config, int rank,
                            const std::string& dir, ShardClient* client,
                            WorkerGroup* group);
