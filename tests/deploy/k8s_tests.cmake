@@ -12,19 +12,13 @@ find_program(ZS_KUBECTL kubectl)
 if(NOT ZS_KUBECTL)
   set(ZS_KUBECTL kubectl)  # looked for again when the test runs
 endif()
+set(zs_k8s_dir ${CMAKE_CURRENT_LIST_DIR})
 set(zs_k8s ${CMAKE_SOURCE_DIR}/deploy/k8s/overlays)
-set(zs_k8s_tests
-  "k8s_cpu_demo_manifests_test|--overlay=${zs_k8s}/cpu-demo;--comm=gloo;--gpus=0"
-  "k8s_gpu_manifests_test|--overlay=${zs_k8s}/gpu;--comm=nccl;--gpus=1"
-  "k8s_manifest_checks_fail_test|--overlay=${zs_k8s}/cpu-demo;--comm=gloo;--gpus=0;--mutations")
-foreach(entry IN LISTS zs_k8s_tests)
-  string(REPLACE "|" ";" parts "${entry}")
-  list(GET parts 0 name)
-  list(REMOVE_AT parts 0)
+function(zs_k8s_test name)
   if(ZS_NODE)
     add_test(NAME ${name}
-      COMMAND ${ZS_NODE} ${CMAKE_CURRENT_LIST_DIR}/k8s_manifests_test.js
-              ${parts} --kubectl=${ZS_KUBECTL} --bin=$<TARGET_FILE:zeroshard-ctl>
+      COMMAND ${ZS_NODE} ${zs_k8s_dir}/k8s_manifests_test.js ${ARGN}
+              --kubectl=${ZS_KUBECTL} --bin=$<TARGET_FILE:zeroshard-ctl>
               --bin=$<TARGET_FILE:zeroshard-server>
               --bin=$<TARGET_FILE:zeroshard-worker>)
   else()
@@ -33,6 +27,8 @@ foreach(entry IN LISTS zs_k8s_tests)
   endif()
   set_tests_properties(${name} PROPERTIES
     LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77)
-endforeach()
-set_tests_properties(k8s_manifest_checks_fail_test PROPERTIES
-  PASS_REGULAR_EXPRESSION "PASS: all [0-9]+ breaks reported")
+endfunction()
+zs_k8s_test(k8s_cpu_demo_manifests_test --overlay=${zs_k8s}/cpu-demo --comm=gloo --gpus=0)
+zs_k8s_test(k8s_gpu_manifests_test --overlay=${zs_k8s}/gpu --comm=nccl --gpus=1)
+zs_k8s_test(k8s_manifest_checks_fail_test --overlay=${zs_k8s}/cpu-demo --comm=gloo --gpus=0
+            --mutations)
