@@ -122,11 +122,15 @@ function checkWithCtl(ctl, objects) {
 }
 
 // The flags each binary defines, from its --helpfull (absl: "    --name (").
+const definedCache = new Map();
 function definedFlags(binary) {
+  if (definedCache.has(binary)) return definedCache.get(binary);
   const r = spawnSync(binary, ["--helpfull"], { encoding: "utf8", timeout: 10000 });
   if (r.error) throw new Error(`${binary} --helpfull: ${r.error.message}`);
   const flags = new Set();
   for (const m of `${r.stdout}${r.stderr}`.matchAll(/^ {4}--([a-z0-9_]+) \(/gm)) flags.add(m[1]);
+  if (flags.size === 0) throw new Error(`${binary} --helpfull lists no flags`);
+  definedCache.set(binary, flags);
   return flags;
 }
 
@@ -135,15 +139,20 @@ function definedFlags(binary) {
 // build; the images hold the same).
 function checkBinaryFlags(bins, objects) {
   const problems = [];
-  const known = new Map();
   const check = (argv, where) => {
     if (argv[0] === "sh" && argv[1] === "-c") argv = (argv[2] || "").trim().split(/\s+/).filter((w) => w !== "exec");
     const binary = bins.get(path.basename(argv[0] || ""));
     if (!binary) return;
-    if (!known.has(binary)) known.set(binary, definedFlags(binary));
+    let defined;
+    try {
+      defined = definedFlags(binary);
+    } catch (e) {
+      problems.push(`${where}: ${e.message}`);
+      return;
+    }
     for (const a of argv.slice(1)) {
       const m = /^--([a-z0-9_]+)(=|$)/.exec(a);
-      if (m && !known.get(binary).has(m[1])) problems.push(`${where}: ${path.basename(binary)} defines no --${m[1]}`);
+      if (m && !defined.has(m[1])) problems.push(`${where}: ${path.basename(binary)} defines no --${m[1]}`);
     }
   };
   for (const obj of objects) {
