@@ -16,18 +16,23 @@ const path = require("path");
 
 const DEFAULT_SCHEMAS = path.join(__dirname, "schemas", "k8s-1.23.json");
 
-// Debian installs node modules under /usr/share/nodejs, which a node from
-// elsewhere (nodesource, nvm) does not search.
+// Debian installs node modules under /usr/share/nodejs, which only Debian's
+// own node (in /usr/bin) searches; for a node from elsewhere (nodesource,
+// nvm) the folder joins the global paths, where the module's own
+// dependencies are found too.
 function requireModule(name) {
   const dirs = ["/usr/share/nodejs", "/usr/lib/nodejs"];
   try {
     return require(name);
   } catch (e) {
-    if (e.code !== "MODULE_NOT_FOUND") throw e;
+    if (e.code !== "MODULE_NOT_FOUND" || !e.message.includes(`'${name}'`)) throw e;
   }
   for (const dir of dirs) {
-    const p = path.join(dir, name);
-    if (fs.existsSync(p)) return require(p);
+    if (!fs.existsSync(path.join(dir, name))) continue;
+    const paths = (process.env.NODE_PATH || "").split(path.delimiter).filter((p) => p);
+    process.env.NODE_PATH = [...paths, dir].join(path.delimiter);
+    require("module")._initPaths();
+    return require(name);
   }
   const err = new Error(`node module '${name}' is missing (Debian: apt-get install node-${name})`);
   err.code = "MODULE_NOT_FOUND";
