@@ -83,12 +83,6 @@ function imageName(image) {
 
 function checkContainerBasics(c, spec, image, where, problems, { ckpt = true } = {}) {
   if (imageName(c.image) !== image) problems.push(`${where}: image ${c.image} is not ${image}`);
-  const r = c.resources || {};
-  for (const kind of ["requests", "limits"]) {
-    for (const res of ["cpu", "memory"]) {
-      if (!r[kind] || r[kind][res] === undefined) problems.push(`${where}: no ${kind}.${res}`);
-    }
-  }
   if (mountPath(c, spec.volumes, isSecret) !== CREDENTIALS) {
     problems.push(`${where}: Secret zeroshard-credentials is not mounted at ${CREDENTIALS}`);
   }
@@ -331,6 +325,19 @@ function checkManifests(objects, expect) {
     cfg = JSON.parse(o.get("ConfigMap/zeroshard-config").data["ds_config.json"]);
   } catch (e) {
     return problems.concat([`ConfigMap/zeroshard-config: ds_config.json: ${e.message}`]);
+  }
+  // Every container, init containers too, asks for CPU and memory and is
+  // bounded (a namespace with a ResourceQuota admits nothing less).
+  for (const [key, obj] of o) {
+    const spec = obj.spec && obj.spec.template && obj.spec.template.spec;
+    for (const c of spec ? [...(spec.initContainers || []), ...spec.containers] : []) {
+      const r = c.resources || {};
+      for (const kind of ["requests", "limits"]) {
+        for (const res of ["cpu", "memory"]) {
+          if (!r[kind] || r[kind][res] === undefined) problems.push(`${key} container ${c.name}: no ${kind}.${res}`);
+        }
+      }
+    }
   }
   const pods = {};
   pods.server = checkServers(o, cfg, problems);

@@ -198,6 +198,7 @@ const MUTATIONS = [
   ["a container without a name", (o) => { delete workerContainer(o).name; }, "should have required property 'name'"],
   ["a memory limit that is no quantity", (o) => { workerContainer(o).resources.limits.memory = "4 GB"; }, 'should match format "quantity"'],
   ["a Secret only root can read", (o) => { server(o).spec.template.spec.volumes.find((v) => v.secret).secret.defaultMode = 0o400; }, "is not readable by fsGroup"],
+  ["an init container without limits", (o) => { delete worker(o).spec.template.spec.initContainers[0].resources.limits; }, "container resolve-config: no limits.cpu"],
   ["a third server not in the config", (o) => { server(o).spec.replicas = 3; }, "zeroshard.servers"],
   ["a server listed on another port", (o) => config(o, (c) => { c.zeroshard.servers[1] = "zeroshard-server-1.zeroshard-server:7071"; }), "zeroshard.servers"],
   ["a Service that selects nothing", (o) => { find(o, "Service/zeroshard-server").spec.selector["app.kubernetes.io/component"] = "servers"; }, "does not match the server pods"],
