@@ -276,7 +276,11 @@ absl::Status Run() {
       RETURN_IF_ERROR(
           checkpoints.BeforeStep(step, engine->loss_scaler().state()));
     }
-    ASSIGN_OR_RETURN(StepResult r, engine->Step(step));
+    absl::StatusOr<StepResult> stepped = engine->Step(step);
+    if (!stepped.ok()) {
+      return ExplainServerRestart(client->channels(), step, stepped.status());
+    }
+    const StepResult& r = *stepped;
     if (rank == 0) {
       WorkerEvent e;
       e.kind = WorkerEvent::Kind::kStep;

@@ -6,8 +6,9 @@
 //   - worker 1 killed mid-run (worker 0 then fails on its collective and is
 //     restarted too): training continues from the servers' step, and the
 //     final state is bit for bit that of an uninterrupted run;
-//   - server 1 killed and restarted (fresh) mid-run: the restarted workers
-//     restore every server from the newest checkpoint and finish.
+//   - server 1 killed and restarted (fresh) mid-run: the workers fail with
+//     an error naming the restarted server, and once restarted restore
+//     every server from the newest checkpoint and finish.
 #include <signal.h>
 
 #include <filesystem>
@@ -324,6 +325,9 @@ TEST(PodModeTest, RestartedServerIsRestoredFromTheNewestCheckpoint) {
                          << w.Logs();
     EXPECT_FALSE(st->success()) << "rank " << r;
   }
+  EXPECT_TRUE(Contains(w.Logs(), "server 1 (" + servers.addresses()[1] +
+                                     ") restarted during step"))
+      << w.Logs();
   for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(w.Start(r).ok());
   ExpectBothFinish(w, absl::Seconds(60));
 

@@ -80,6 +80,26 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
   return group->Barrier();
 }
 
+absl::Status ExplainServerRestart(const ShardChannels& channels, uint64_t step,
+                                  const absl::Status& failed) {
+  std::vector<std::string> restarted;
+  const auto inspected = channels.InspectAll();
+  for (size_t k = 0; k < inspected.size(); ++k) {
+    if (inspected[k].ok() && !inspected[k]->initialized()) {
+      restarted.push_back(absl::StrCat(k, " (", channels.address(k), ")"));
+    }
+  }
+  if (restarted.empty()) return failed;
+  return absl::Status(
+      failed.code(),
+      absl::StrCat("server ", absl::StrJoin(restarted, ", server "),
+                   " restarted during step ", step,
+                   " and holds no state: this worker stops, to be restarted; "
+                   "then rank 0 restores every server from the newest "
+                   "checkpoint of --resume (cause: ",
+                   failed.message(), ")"));
+}
+
 absl::StatusOr<std::optional<LossScalerState>> FindLossScalerState(
     uint64_t step, const std::string& dir, KvClient* kv) {
   absl::StatusOr<std::string> rec = kv->TryGet(LossScalerKvKey(step));

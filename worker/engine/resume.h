@@ -40,6 +40,14 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
                            const std::string& dir, ShardClient* client,
                            WorkerGroup* group);
 
+// `failed` is a step's error. When a server has restarted meanwhile (it is
+// not initialised: its state is gone), the error says so and what comes
+// next: this worker exits, is restarted (by the launcher or the kubelet),
+// and rank 0 restores every server from the newest checkpoint of --resume.
+// Otherwise `failed` as it is. Bounded by the channels' control timeout.
+absl::Status ExplainServerRestart(const ShardChannels& channels, uint64_t step,
+                                  const absl::Status& failed);
+
 // (The record format, LossScalerKvKey / LossScalerRecord /
 // ParseLossScalerRecord, is common/loss_scaler.h's.)
 
