@@ -8,7 +8,9 @@
 //     final state is bit for bit that of an uninterrupted run;
 //   - server 1 killed and restarted (fresh) mid-run: the workers fail with
 //     an error naming the restarted server, and once restarted restore
-//     every server from the newest checkpoint and finish.
+//     every server from the newest checkpoint and finish;
+//   - rank 0 killed half way through applying a step: the next attempt
+//     finishes the step from the servers' prepared pushes.
 #include <signal.h>
 
 #include <filesystem>
@@ -130,11 +132,12 @@ class Workers {
  public:
   // Files go to <dir>/<name>-worker<r>-<n>.{out,log}.
   Workers(const TrainDir& dir, std::string name, std::string config,
-          std::string ckpt)
+          std::string ckpt, std::vector<std::string> extra_flags = {})
       : dir_(dir),
         name_(std::move(name)),
         config_(std::move(config)),
-        ckpt_(std::move(ckpt)) {
+        ckpt_(std::move(ckpt)),
+        extra_flags_(std::move(extra_flags)) {
     procs_.resize(kWorkers);
   }
   ~Workers() {
@@ -151,6 +154,7 @@ class Workers {
               absl::StrCat("--world_size=", kWorkers), "--config=" + config_,
               "--run_id=pods", "--attempt=auto", "--role=auto",
               "--resume=" + ckpt_, "--threads=1"};
+    o.argv.insert(o.argv.end(), extra_flags_.begin(), extra_flags_.end());
     o.stdout_mode = SubprocessOptions::Output::kFile;
     o.stdout_path =
         dir_.path(absl::StrCat(name_, "-worker", r, "-", n, ".out"));
@@ -205,6 +209,7 @@ class Workers {
   const std::string name_;
   const std::string config_;
   const std::string ckpt_;
+  const std::vector<std::string> extra_flags_;
   int starts_ = 0;
   std::vector<std::unique_ptr<Subprocess>> procs_;
   std::map<int, std::string> out_;
@@ -340,6 +345,36 @@ TEST(PodModeTest, RestartedServerIsRestoredFromTheNewestCheckpoint) {
   EXPECT_EQ(events.back().value("event", ""), "done");
   EXPECT_EQ(events.back().value("step", 0), kSteps);
   EXPECT_TRUE(Contains(w.Logs(), "restoring every server")) << w.Logs();
+  EXPECT_EQ(Summarize(servers.addresses()).version, kSteps);
+}
+
+// Rank 0 dies having applied step 5 on server 0 only (the two-phase
+// commit's second phase cut short); worker 1 fails with it. Restarted with
+// the same flags, rank 0 finishes step 5 from the prepared pushes (there is
+// no launcher to do it) and the run goes on from step 6.
+TEST(PodModeTest, HalfAppliedStepIsFinishedByTheNextAttempt) {
+  TrainDir dir("pods_apply");
+  Servers servers(dir, "run");
+  ASSERT_TRUE(servers.Start().ok());
+  const std::string config =
+      WriteResolvedConfig(dir, "run", servers.addresses(), kSteps);
+  ASSERT_FALSE(config.empty());
+  Workers w(dir, "run", config, dir.path("run-ckpt"),
+            {"--inject_partial_apply_at_step=5"});
+  for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(w.Start(r).ok());
+  for (int r = 0; r < kWorkers; ++r) {
+    auto st = w.proc(r).Wait(absl::Seconds(40));
+    ASSERT_TRUE(st.ok()) << "rank " << r << " hung\n" << w.Logs();
+    EXPECT_FALSE(st->success()) << "rank " << r;
+  }
+  for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(w.Start(r).ok());
+  ExpectBothFinish(w, absl::Seconds(60));
+  const std::vector<nlohmann::json> events = w.Events();
+  ASSERT_FALSE(events.empty()) << w.Logs();
+  EXPECT_EQ(events.front().value("step", -1), 6) << w.Logs();
+  EXPECT_EQ(events.back().value("event", ""), "done");
+  EXPECT_TRUE(Contains(w.Logs(), "finishing it from the prepared pushes"))
+      << w.Logs();
   EXPECT_EQ(Summarize(servers.addresses()).version, kSteps);
 }
 

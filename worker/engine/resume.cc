@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/apply_step.h"
 #include "client/checkpoint_client.h"
 #include "common/checkpoint_manifest.h"
 #include "common/logging.h"
@@ -15,9 +16,58 @@
 
 namespace zeroshard {
 
+absl::Status FinishHalfAppliedStep(const ShardChannels& channels,
+                                   absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    const auto all = channels.InspectAll();
+    uint64_t lo = UINT64_MAX, hi = 0;
+    bool busy = false;
+    for (const auto& r : all) {
+      RETURN_IF_ERROR(r.status());
+      if (!r->initialized()) return absl::OkStatus();
+      busy = busy || r->partial_chunks() != 0;
+      lo = std::min<uint64_t>(lo, r->min_version());
+      hi = std::max<uint64_t>(hi, r->max_version());
+    }
+    if (busy) {
+      // A server is still applying what it was sent: wait for it.
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "a server was still applying a step after ",
+            absl::FormatDuration(timeout)));
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    if (hi != lo + 1) return absl::OkStatus();
+    // Finishable only when every server still at `lo` holds prepared
+    // pushes of step lo, all of one attempt.
+    std::optional<uint64_t> attempt;
+    for (const auto& r : all) {
+      if (r->max_version() != lo) continue;
+      if (r->prepared_elems() == 0 || r->prepared_step() != lo ||
+          (attempt.has_value() && *attempt != r->prepared_attempt())) {
+        return absl::OkStatus();
+      }
+      attempt = r->prepared_attempt();
+    }
+    ZS_LOG(WARNING) << "step " << lo << " is applied on some servers only "
+                    << "(its rank 0 died applying it); finishing it from the "
+                    << "prepared pushes of attempt " << *attempt;
+    return ApplyStepAll(channels, lo, *attempt,
+                        std::max(deadline - absl::Now(), absl::Seconds(1)))
+        .status();
+  }
+}
+
 absl::Status ResumeServers(const TrainingConfig& config, int rank,
                            const std::string& dir, ShardClient* client,
                            WorkerGroup* group) {
+  if (rank == 0) {
+    RETURN_IF_ERROR(FinishHalfAppliedStep(
+        client->channels(), absl::Seconds(config.cluster.step_timeout_s)));
+  }
   if (rank == 0 && !dir.empty()) {
     // A server is fresh when nothing was ever applied to it: a new run, or
     // a server restarted (its state is gone) while the others live on.

@@ -29,9 +29,18 @@
 
 namespace zeroshard {
 
-// Rank 0, when `dir` is non-empty and any server is at version 0 with
-// nothing applied (a new run, or a server restarted while the others live
-// on): restores all of them from the newest complete checkpoint in `dir`.
+// Without a launcher (pod mode), rank 0 of a new attempt finishes a step
+// whose ApplyStep reached only some servers before its sender died: when
+// the servers stand at s and s + 1 and every one at s holds prepared pushes
+// of step s, ApplyStep(s) goes to all (those done answer OK), as the
+// launcher does (docs/DESIGN.md, "Crash recovery"). Otherwise OK, untouched.
+absl::Status FinishHalfAppliedStep(const ShardChannels& channels,
+                                   absl::Duration timeout);
+
+// Rank 0 first finishes a half-applied step (above). Then, when `dir` is
+// non-empty and any server is at version 0 with nothing applied (a new run,
+// or a server restarted while the others live on): restores all of them
+// from the newest complete checkpoint in `dir`.
 // With no checkpoint there, a run whose servers are all fresh starts from
 // step 0 (a warning); one whose other servers stand at a step cannot go on
 // (FAILED_PRECONDITION naming the restarted servers). Then all ranks meet
