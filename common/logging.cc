@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,25 +27,45 @@ const char* Basename(const char* path) {
   return slash == nullptr ? path : slash + 1;
 }
 
+// The identity: set once at start, read by every line. A leaked string
+// behind an atomic pointer, so that a line logged while it is being set
+// reads either the old or the new one, never a torn one.
+std::atomic<const std::string*> g_identity{nullptr};
+
 }  // namespace
 
 bool LogEnabled(LogSeverity severity) {
   return static_cast<int>(severity) >= MinLevel();
 }
 
-LogMessage::LogMessage(LogSeverity severity, const char* file, int line)
-    : severity_(severity) {
+void SetLogIdentity(const std::string& identity) {
+  // The previous string is leaked on purpose (set once per process).
+  g_identity.store(identity.empty() ? nullptr : new std::string(identity));
+}
+
+std::string LogLinePrefix(LogSeverity severity) {
   static const char kLetters[] = {'I', 'W', 'E'};
   timeval tv;
   gettimeofday(&tv, nullptr);
-  tm local;
-  localtime_r(&tv.tv_sec, &local);
+  tm utc;
+  gmtime_r(&tv.tv_sec, &utc);
   char prefix[64];
-  std::snprintf(prefix, sizeof(prefix), "%c%02d%02d %02d:%02d:%02d.%03d ",
-                kLetters[static_cast<int>(severity_)], local.tm_mon + 1,
-                local.tm_mday, local.tm_hour, local.tm_min, local.tm_sec,
-                static_cast<int>(tv.tv_usec / 1000));
-  stream_ << prefix << Basename(file) << ":" << line << "] ";
+  std::snprintf(prefix, sizeof(prefix),
+                "%c%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ",
+                kLetters[static_cast<int>(severity)], utc.tm_year + 1900,
+                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min,
+                utc.tm_sec, static_cast<int>(tv.tv_usec / 1000));
+  std::string out = prefix;
+  if (const std::string* identity = g_identity.load(); identity != nullptr) {
+    out += *identity;
+    out += ' ';
+  }
+  return out;
+}
+
+LogMessage::LogMessage(LogSeverity severity, const char* file, int line)
+    : severity_(severity) {
+  stream_ << LogLinePrefix(severity_) << Basename(file) << ":" << line << "] ";
 }
 
 LogMessage::~LogMessage() {

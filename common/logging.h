@@ -3,14 +3,21 @@
 //   ZS_LOG(INFO) << "listening on " << port;
 //   ZS_LOG(ERROR) << status;
 //
-// Lines go to stderr as "I1129 12:00:00.123 server.cc:42] message". The level
-// below which lines are dropped comes from the environment variable
+// Lines go to stderr, one line per event, as
+//
+//   I2026-11-29T12:00:00.123Z server 1 shard_server.cc:42] message
+//
+// severity letter (I, W, E), the UTC time (ISO 8601, milliseconds), the
+// process identity set once at start (SetLogIdentity("server 1"), "worker 0";
+// omitted until set), the source file:line, and the message. The level below
+// which lines are dropped comes from the environment variable
 // ZEROSHARD_LOG_LEVEL (0=INFO, 1=WARNING, 2=ERROR; default 0). Logging never
 // terminates the process.
 #ifndef ZEROSHARD_COMMON_LOGGING_H_
 #define ZEROSHARD_COMMON_LOGGING_H_
 
 #include <sstream>
+#include <string>
 
 namespace zeroshard {
 
@@ -33,6 +40,14 @@ class LogMessage {
 
 // True when lines of this severity are written.
 bool LogEnabled(LogSeverity severity);
+
+// Names this process in every later line ("server 1", "worker 0"). Call
+// once at start, before other threads log; an empty name removes it.
+void SetLogIdentity(const std::string& identity);
+
+// The prefix of a line logged now: "I2026-11-29T12:00:00.123Z server 1 "
+// (file:line follows). Exposed for tests.
+std::string LogLinePrefix(LogSeverity severity);
 
 }  // namespace zeroshard
 

@@ -11,7 +11,9 @@
 # kernels need) and llvm-14 (llvm-symbolizer for readable reports)
 # build and run scripts/sanitize.sh; openssl makes the development
 # certificates (scripts/make-dev-credentials.sh) that scripts/demo.sh and the
-# TLS tests use.
+# TLS tests use; libcpp-httplib-dev is the HTTP server behind
+# --metrics_listen (common/metrics_http.cc) and prometheus the real scraper
+# tests/integration/metrics_test.cc runs (it skips without it).
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
@@ -26,6 +28,7 @@ PKGS=(
   # renders deploy/k8s, node with node-ajv and node-js-yaml validates the
   # objects offline (they skip without them)
   kubernetes-client nodejs node-ajv node-js-yaml
+  libcpp-httplib-dev prometheus
 )
 # Options (the default, no option, installs PKGS as before):
 #   --build-only  PKGS less NOT_FOR_BUILD: what configuring and compiling the
