@@ -3,10 +3,14 @@
 //   zeroshard-server --listen=127.0.0.1:0 --server_index=0 --num_servers=2
 //       --credentials=DIR [--placement=host|pinned|device] [--port_file=F]
 //       [--max_pending_grad_mib=M] [--push_idle_timeout_s=T]
+//       [--metrics_listen=HOST:PORT [--metrics_port_file=F]]
 //
 // Prints "zeroshard-server listening on HOST:PORT" once serving, writes the
 // port to --port_file atomically (temporary file + rename), and shuts down
-// gracefully on SIGTERM or SIGINT.
+// gracefully on SIGTERM or SIGINT. With --metrics_listen it serves
+// Prometheus metrics (server/server_metrics.h, common/process_metrics.h) at
+// http://HOST:PORT/metrics, logs the bound port and writes it to
+// --metrics_port_file. Every log line names the process ("server K").
 //
 // Security (docs/DESIGN.md, "Security"): --credentials=DIR names a directory
 // of credential files (wire/credentials.h), never secrets themselves. With
@@ -30,6 +34,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
+#include "common/process_metrics.h"
 #include "server/shard_server.h"
 #include "wire/credentials.h"
 
@@ -53,6 +60,12 @@ ABSL_FLAG(uint64_t, max_pending_grad_mib, 0,
 ABSL_FLAG(double, push_idle_timeout_s, 60,
           "a PushGrad stream that waits longer than this for its next "
           "message is failed and its buffered gradients freed; 0: never");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics, plain "
+          "HTTP); port 0 picks a free port; empty: no metrics");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "when set with --metrics_listen, the bound metrics port is written "
+          "here (atomically)");
 ABSL_FLAG(bool, plaintext, false,
           "allow plain TCP (no TLS) on a non-loopback --listen address");
 
@@ -80,6 +93,8 @@ int main(int argc, char** argv) {
       "zeroshard-server --listen=HOST:PORT --server_index=K --num_servers=S "
       "--credentials=DIR [--placement=host|pinned|device]");
   absl::ParseCommandLine(argc, argv);
+  zeroshard::SetLogIdentity(
+      absl::StrCat("server ", absl::GetFlag(FLAGS_server_index)));
   zeroshard::TuneMallocForLargeBuffers();
 
   // Block the stop signals in every thread; the main thread waits for them.
@@ -144,6 +159,13 @@ int main(int argc, char** argv) {
   if (!placement.ok()) return Fail(placement.status().ToString());
   options.placement = *placement;
 
+  // Declared before the server and the HTTP endpoint: both use it.
+  zeroshard::MetricsRegistry metrics;
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    zeroshard::AddProcessMetrics(&metrics);
+    options.metrics = &metrics;
+  }
   absl::StatusOr<std::unique_ptr<zeroshard::ShardServer>> server =
       zeroshard::ShardServer::Start(options);
   if (!server.ok()) return Fail(server.status().ToString());
@@ -155,6 +177,28 @@ int main(int argc, char** argv) {
     if (!written.ok()) {
       return Fail(absl::StrCat("cannot write --port_file=", port_file, ": ",
                                written.message()));
+    }
+  }
+  std::unique_ptr<zeroshard::MetricsHttpServer> metrics_http;
+  if (!metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<zeroshard::MetricsHttpServer>> started =
+        zeroshard::MetricsHttpServer::Start(metrics_listen, &metrics);
+    if (!started.ok()) {
+      return Fail(absl::StrCat("--metrics_listen: ",
+                               started.status().message()));
+    }
+    metrics_http = *std::move(started);
+    ZS_LOG(INFO) << "serving metrics on port " << metrics_http->port()
+                 << " (--metrics_listen=" << metrics_listen << ")";
+    const std::string metrics_port_file =
+        absl::GetFlag(FLAGS_metrics_port_file);
+    if (!metrics_port_file.empty()) {
+      const absl::Status written = zeroshard::WriteFileAtomically(
+          metrics_port_file, absl::StrCat(metrics_http->port(), "\n"));
+      if (!written.ok()) {
+        return Fail(absl::StrCat("cannot write --metrics_port_file=",
+                                 metrics_port_file, ": ", written.message()));
+      }
     }
   }
   std::cout << "zeroshard-server listening on "

@@ -210,7 +210,10 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
   for (const ClaimedSegment& seg : claim.segments) {
     result.applied_elems += seg.range.size();
   }
-  if (!params.skip) ApplyClaimed(claim, params, pieces, result.applied_elems);
+  if (!params.skip) {
+    ApplyClaimed(claim, params, pieces, result.applied_elems);
+    updated_elems_ += result.applied_elems;
+  }
   result.chunks_completed = tracker_->Complete(claim);
   // A chunk that just reached a snapshot's version is copied now: no claim
   // of that step may ever come (the run's last step).

@@ -103,6 +103,9 @@ class ModelShard {
   ShardStore& store() const { return *store_; }
   StepTracker& tracker() const { return *tracker_; }
   FlatRange owned() const { return store_->owned(); }
+  // Elements AdamW has updated since Create (skipped steps and duplicate
+  // pushes excluded): the optimizer's work, for the metrics.
+  uint64_t updated_elems() const { return updated_elems_.load(); }
 
   // INVALID_ARGUMENT unless [offset, offset + length) lies inside the owned
   // range; `what` names the thing checked in the message.
@@ -191,6 +194,7 @@ class ModelShard {
   // at the version they reached.
   void CaptureCompleted(const StepClaim& claim);
   std::atomic<int> armed_{0};  // snapshots armed and not yet complete
+  std::atomic<uint64_t> updated_elems_{0};  // see updated_elems()
   // Finishes `snap` when `last` (its last chunk was just copied).
   void FinishIfLast(ShardSnapshot& snap, bool last);
 

@@ -35,6 +35,8 @@ class RpcCounters {
   void RecordRefusal(absl::string_view method, const absl::Status& status);
   void AddBytesIn(uint64_t n) { bytes_in_ += n; }
   void AddBytesOut(uint64_t n) { bytes_out_ += n; }
+  uint64_t bytes_in() const { return bytes_in_.load(); }
+  uint64_t bytes_out() const { return bytes_out_.load(); }
   void Fill(v1::RpcCounters* out) const;
 
  private:

@@ -50,15 +50,24 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
   std::unique_ptr<ShardServer> server(new ShardServer());
   server->options_ = options;
   server->tls_ = tls;
+  if (options.metrics != nullptr) {
+    server->metrics_ =
+        std::make_unique<ServerMetrics>(options.metrics, options.placement);
+  }
   server->service_ = std::make_unique<ShardServiceImpl>(ShardServiceImpl::Config{
       .identity = {options.server_index, options.num_servers},
       .placement = options.placement,
       .authorizer = std::move(authorizer),
       .max_pending_grad_bytes = options.max_pending_grad_bytes,
-      .push_idle_timeout = options.push_idle_timeout});
+      .push_idle_timeout = options.push_idle_timeout,
+      .metrics = server->metrics_.get()});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ApplyServerTuning(builder);
+  if (server->metrics_ != nullptr) {
+    builder.experimental().SetInterceptorCreators(
+        server->metrics_->Interceptors());
+  }
   builder.AddListeningPort(options.listen_address, transport, &server->port_);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
@@ -68,10 +77,19 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
         "cannot listen on '", options.listen_address,
         "' (address in use, or not a valid HOST:PORT)"));
   }
+  if (server->metrics_ != nullptr) {
+    server->collector_id_ = options.metrics->AddCollector(
+        [metrics = server->metrics_.get(), service = server->service_.get()] {
+          metrics->Collect(*service);
+        });
+  }
   return server;
 }
 
-ShardServer::~ShardServer() { Shutdown(absl::ZeroDuration()); }
+ShardServer::~ShardServer() {
+  Shutdown(absl::ZeroDuration());
+  if (collector_id_ != 0) options_.metrics->RemoveCollector(collector_id_);
+}
 
 void ShardServer::Shutdown(absl::Duration grace) {
   if (server_ != nullptr) {

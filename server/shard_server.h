@@ -26,7 +26,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "server/placement.h"
+#include "server/server_metrics.h"
 #include "wire/credentials.h"
 
 namespace zeroshard {
@@ -54,6 +56,10 @@ class ShardServer {
     // A PushGrad stream waiting longer than this for its next message is
     // failed (DEADLINE_EXCEEDED) and its buffers freed; infinite: never.
     absl::Duration push_idle_timeout = absl::Seconds(60);
+    // When set, the server's metrics (server/server_metrics.h) are kept in
+    // it: every RPC is timed, and each Render reads the state. Outlives the
+    // server.
+    MetricsRegistry* metrics = nullptr;
   };
 
   static absl::StatusOr<std::unique_ptr<ShardServer>> Start(Options options);
@@ -78,6 +84,9 @@ class ShardServer {
   Options options_;
   int port_ = 0;
   bool tls_ = false;
+  // Before service_: the snapshots the service owns may still report to it.
+  std::unique_ptr<ServerMetrics> metrics_;
+  int collector_id_ = 0;  // in options_.metrics; 0: none
   std::unique_ptr<ShardServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
 };

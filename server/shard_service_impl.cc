@@ -312,6 +312,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleCheckpoint(
   absl::StatusOr<std::shared_ptr<ShardSnapshot>> snap =
       (*state)->ArmSnapshot(request->step(), request->directory());
   RETURN_UNARY_IF_ERROR(snap.status());
+  if (config_.metrics != nullptr) config_.metrics->WatchSnapshot(*snap);
   if (request->wait()) {
     return new CheckpointWaitReactor(context, *std::move(snap),
                                      std::move(*reply), &counters_);

@@ -35,6 +35,7 @@
 #include "server/placement.h"
 #include "server/raw_messages.h"
 #include "server/rpc_counters.h"
+#include "server/server_metrics.h"
 #include "server/model_shard.h"
 
 namespace zeroshard {
@@ -68,6 +69,9 @@ class ShardServiceImpl final : public ShardServiceBase {
     // Idle PushGrad streams are failed after this (IdleStreams); infinite:
     // never.
     absl::Duration push_idle_timeout = absl::Seconds(60);
+    // Null: no metrics. Otherwise told of each checkpoint snapshot a
+    // Checkpoint call arms or names (its durations); outlives the service.
+    ServerMetrics* metrics = nullptr;
   };
   explicit ShardServiceImpl(Config config);
 

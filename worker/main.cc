@@ -17,7 +17,15 @@
 // group through server 0's key-value store, checks that all workers hold the
 // same config, and trains from the servers' current step to `steps`. Rank 0
 // prints one JSON line per step on stdout (the launcher's progress feed);
-// errors go to stderr and the exit code is non-zero.
+// errors go to stderr and the exit code is non-zero. Every log line names the
+// process ("worker R").
+//
+// With --metrics_listen=HOST:PORT every rank serves Prometheus metrics at
+// http://HOST:PORT/metrics (port 0: a free one, logged and written to
+// --metrics_port_file): zeroshard_steps_total, zeroshard_skipped_steps_total,
+// zeroshard_loss_scale, zeroshard_loss, zeroshard_step_duration_seconds,
+// zeroshard_step_phase_seconds_total{phase}, zeroshard_tokens_total, and the
+// process's (common/process_metrics.h).
 #include <omp.h>
 #include <signal.h>
 
@@ -33,9 +41,13 @@
 #include "client/kv_client.h"
 #include "client/shard_client.h"
 #include "common/config.h"
+#include "common/atomic_file.h"
 #include "common/gpt_manifest.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
+#include "common/process_metrics.h"
 #include "common/progress_event.h"
 #include "common/resolved_config.h"
 #include "common/status_macros.h"
@@ -87,6 +99,12 @@ ABSL_FLAG(std::string, attempt, "0",
           "count; servers refuse pushes of an older one), or auto: agreed "
           "through server 0's key-value store, a restarted worker starting a "
           "new attempt that its peers join (worker/engine/auto_attempt.h)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics, plain "
+          "HTTP); port 0 picks a free port; empty: no metrics");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "when set with --metrics_listen, the bound metrics port is written "
+          "here (atomically)");
 ABSL_FLAG(int64_t, inject_partial_apply_at_step, -1,
           "testing (rank 0): apply this step on server 0 only, then fail");
 ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
@@ -94,6 +112,80 @@ ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
 
 namespace zeroshard {
 namespace {
+
+// This worker's training metrics, in the registry --metrics_listen serves.
+class WorkerMetrics {
+ public:
+  explicit WorkerMetrics(MetricsRegistry* r)
+      : steps_(r->counter("zeroshard_steps_total",
+                          "Training steps this worker has finished.")),
+        skipped_(r->counter("zeroshard_skipped_steps_total",
+                            "Steps skipped for a non-finite gradient (FP16 "
+                            "overflow): no update.")),
+        tokens_(r->counter("zeroshard_tokens_total",
+                           "Tokens of the global batches of finished steps.")),
+        loss_scale_(r->gauge("zeroshard_loss_scale",
+                             "The loss scale the last step's backward used.")),
+        loss_(r->gauge("zeroshard_loss",
+                       "Mean loss of the last step's global batch.")),
+        step_(r->histogram("zeroshard_step_duration_seconds",
+                           "Duration of one training step.",
+                           LatencyBuckets())) {
+    const char* help =
+        "Seconds this worker spent per step phase: fetch (gathering "
+        "parameters), compute, comm_wait, commit.";
+    for (const char* phase : {"fetch", "compute", "comm_wait", "commit"}) {
+      phases_.push_back(&r->counter("zeroshard_step_phase_seconds_total", help,
+                                    {{"phase", phase}}));
+    }
+  }
+
+  void Record(const StepResult& r) {
+    steps_.Increment();
+    if (r.skipped) skipped_.Increment();
+    tokens_.Increment(static_cast<double>(r.tokens));
+    loss_scale_.Set(r.loss_scale);
+    loss_.Set(r.loss);
+    step_.Observe(r.seconds);
+    phases_[0]->Increment(r.fetch_seconds);
+    phases_[1]->Increment(r.compute_seconds);
+    phases_[2]->Increment(r.comm_wait_seconds);
+    phases_[3]->Increment(r.commit_seconds);
+  }
+
+ private:
+  Counter& steps_;
+  Counter& skipped_;
+  Counter& tokens_;
+  Gauge& loss_scale_;
+  Gauge& loss_;
+  Histogram& step_;
+  std::vector<Counter*> phases_;
+};
+
+// Serves `registry` on --metrics_listen (null when empty), logging the port
+// and writing it to --metrics_port_file.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(
+    MetricsRegistry* registry) {
+  const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (listen.empty()) return nullptr;
+  AddProcessMetrics(registry);
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+      MetricsHttpServer::Start(listen, registry);
+  if (!http.ok()) {
+    return absl::Status(http.status().code(),
+                        absl::StrCat("--metrics_listen: ",
+                                     http.status().message()));
+  }
+  ZS_LOG(INFO) << "serving metrics on port " << (*http)->port()
+               << " (--metrics_listen=" << listen << ")";
+  const std::string port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  if (!port_file.empty()) {
+    RETURN_IF_ERROR(WriteFileAtomically(
+        port_file, absl::StrCat((*http)->port(), "\n")));
+  }
+  return http;
+}
 
 // One line of the launcher's progress feed (common/progress_event.h).
 void PrintEvent(const WorkerEvent& event) {
@@ -182,6 +274,10 @@ absl::Status Run() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rank (", rank, ") must be in [0, --world_size (", world, "))"));
   }
+  MetricsRegistry registry;
+  WorkerMetrics metrics(&registry);
+  ASSIGN_OR_RETURN(std::unique_ptr<MetricsHttpServer> metrics_http,
+                   ServeMetrics(&registry));
   if (absl::GetFlag(FLAGS_threads) > 0) {
     omp_set_num_threads(absl::GetFlag(FLAGS_threads));
   }
@@ -281,6 +377,7 @@ absl::Status Run() {
       return ExplainServerRestart(client->channels(), step, stepped.status());
     }
     const StepResult& r = *stepped;
+    metrics.Record(r);
     if (rank == 0) {
       WorkerEvent e;
       e.kind = WorkerEvent::Kind::kStep;
@@ -325,6 +422,8 @@ int main(int argc, char** argv) {
   // returns an error naming the peer instead of the process being killed.
   signal(SIGPIPE, SIG_IGN);
   absl::ParseCommandLine(argc, argv);
+  zeroshard::SetLogIdentity(
+      absl::StrCat("worker ", absl::GetFlag(FLAGS_rank)));
   zeroshard::TuneMallocForLargeBuffers();
   absl::Status s = zeroshard::Run();
   if (!s.ok()) {
