@@ -66,6 +66,8 @@ int RunList(const CtlFlags& flags);
 // snapshot_commands.cc: a consistent copy read while training runs.
 int RunExport(const CtlFlags& flags);
 int RunInspectTensor(const CtlFlags& flags);
+// estimate.cc: offline; reads its own flags (--servers is a count there).
+int RunEstimate(int argc, char** argv);
 
 // "1.5 MiB".
 std::string HumanBytes(double bytes);

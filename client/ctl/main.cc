@@ -71,6 +71,12 @@ constexpr char kUsage[] =
     "  checkpoint --servers=... --dir=DIR [--step=S]   coordinated checkpoint\n"
     "  restore  --servers=... --dir=DIR [--step=S]\n"
     "  list     --dir=DIR                 checkpoints in DIR (offline)\n"
+    "  estimate --params=PSI --workers=N --servers=S [--stage=1|2|3]\n"
+    "           [--precision=bf16|fp16|fp32] [--config=FILE] [shape flags]\n"
+    "           [--micro_batch=B] [--checkpointing=none|every_block|every_k]\n"
+    "           [--link_gbps] [--mem_gbps] [--flops] [--json]   memory per\n"
+    "           GPU under DDP/ZeRO-1/2/3, per worker and server, activations,\n"
+    "           wire bytes and step time (offline; --servers is a count)\n"
     "shape flags: --layers --heads --width --vocab --context";
 
 }  // namespace
@@ -84,6 +90,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = positional[1];
+  // Offline, and --servers is a count: reads its flags itself.
+  if (command == "estimate") return ctl::RunEstimate(argc, argv);
   ctl::CtlFlags f;
   const std::string servers = absl::GetFlag(FLAGS_servers);
   if (!servers.empty()) {

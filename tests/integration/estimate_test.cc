@@ -1,0 +1,190 @@
+// zeroshard-ctl estimate as a program (bad input is a usage error, --json
+// carries the ZeRO-1 correction), and the estimate against a real run: the
+// peak RSS (VmHWM) of every server and worker of a short zeroshard-train run
+// must lie within 10% of common/memory_estimate's resident estimate for the
+// same config.
+//
+// Peak RSS is sampled from /proc/<pid>/status of zeroshard-train's children
+// every 20 ms while they run (a reaped process has no VmHWM). VmHWM only
+// grows, and every step reaches the same peak, so the last sample of a
+// worker that ran several steps is its peak.
+#include <dirent.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/config.h"
+#include "common/memory_estimate.h"
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/integration/local_cluster.h"
+#include "tests/integration/train_harness.h"
+
+namespace zeroshard::testing {
+namespace {
+
+constexpr double kTolerance = 0.10;
+
+CommandResult Ctl(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"estimate"};
+  all.insert(all.end(), args.begin(), args.end());
+  absl::StatusOr<CommandResult> r =
+      RunBinary("zeroshard-ctl", all, absl::Seconds(30));
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : CommandResult{};
+}
+
+TEST(EstimateCtlTest, BadInputIsAUsageError) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--params=0", "--workers=8", "--servers=4"},
+      {"--params=-7e9", "--workers=8", "--servers=4"},
+      {"--params=7e9", "--workers=0", "--servers=4"},
+      {"--params=7e9", "--workers=8", "--servers=0"},
+      {"--params=7e9", "--workers=8", "--servers=four"},
+      {"--params=7e9", "--workers=8", "--servers=4", "--stage=4"},
+      {"--params=7e9", "--workers=8", "--servers=4", "--precision=int8"},
+      {"--params=7e9", "--workers=8", "--servers=4", "--link_gbps=0"},
+      {"--workers=8", "--servers=4"},  // no Ψ and no shape
+      {"--params=7e9", "--config=/nonexistent.json"},
+  };
+  for (const auto& args : bad) {
+    CommandResult r = Ctl(args);
+    EXPECT_TRUE(r.status.exited) << r.status.ToString();
+    EXPECT_NE(r.status.code, 0) << args.back();
+    EXPECT_NE(r.err.find("estimate:"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST(EstimateCtlTest, SevenBillionJsonAndText) {
+  CommandResult r =
+      Ctl({"--params=7e9", "--workers=8", "--servers=4", "--json"});
+  ASSERT_TRUE(r.status.success()) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["zero"].size(), 4u);
+  EXPECT_EQ(j["zero"][1]["formula"], "4Ψ + 12Ψ/N");
+  EXPECT_DOUBLE_EQ(j["zero"][1]["per_gpu_bytes"].get<double>(), 38.5e9);
+  EXPECT_DOUBLE_EQ(j["zero"][0]["per_gpu_bytes"].get<double>(), 112e9);
+  EXPECT_NE(j["seed_note"].get<std::string>().find("16Ψ"), std::string::npos);
+  EXPECT_DOUBLE_EQ(
+      j["zeroshard"]["server"]["stage3"]["model_state_bytes"].get<double>(),
+      14 * 7e9 / 4);
+  r = Ctl({"--params=7e9", "--workers=8", "--servers=4"});
+  ASSERT_TRUE(r.status.success()) << r.err;
+  EXPECT_NE(r.out.find("ZeRO-1 *"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("* the seed document"), std::string::npos) << r.out;
+}
+
+// VmHWM of every live child of `parent`, by pid, with its /proc comm.
+void SampleChildren(pid_t parent, std::map<pid_t, std::pair<std::string, double>>* peak) {
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    const size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+    std::string line, name;
+    double hwm = 0;
+    while (std::getline(status, line)) {
+      if (line.rfind("Name:", 0) == 0) name = line.substr(5);
+      if (line.rfind("VmHWM:", 0) == 0) hwm = std::atof(line.c_str() + 6) * 1024;
+    }
+    if (hwm <= 0) continue;
+    auto& p = (*peak)[pid];
+    p.first = name;
+    p.second = std::max(p.second, hwm);
+  }
+  closedir(d);
+}
+
+TEST(EstimateRssTest, ServersAndWorkersWithinTenPercent) {
+  TrainDir dir("estimate_rss");
+  nlohmann::json cfg = SmallConfig();
+  cfg["bf16"] = {{"enabled", true}};
+  cfg["train_batch_size"] = 8;
+  cfg["train_micro_batch_size_per_gpu"] = 4;
+  cfg["zero_optimization"]["stage"] = 3;
+  cfg["zeroshard"]["servers"] = 2;
+  cfg["zeroshard"]["workers"] = 2;
+  cfg["zeroshard"]["steps"] = 3;
+  // ~12.8 M parameters: model state well above the processes' base.
+  cfg["zeroshard"]["model"] = {{"layers", 4}, {"heads", 8}, {"width", 512},
+                               {"vocab", 256}, {"context", 128}};
+  cfg["zeroshard"]["activation_checkpointing"] = {{"policy", "every_block"}};
+  cfg["zeroshard"].erase("plot");
+  const std::string path = dir.WriteConfig("rss.json", cfg);
+
+  absl::StatusOr<ParsedConfig> parsed = LoadTrainingConfig(path);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const TrainingConfig& c = parsed->config;
+  EstimateInput in;
+  in.model = c.cluster.model;
+  in.workers = c.cluster.workers;
+  in.servers = c.cluster.servers;
+  in.stage = c.zero.stage;
+  in.precision = c.precision;
+  in.grad_wire = c.communication_data_type;
+  in.micro_batch = c.micro_batch_size;
+  in.grad_accum = c.gradient_accumulation_steps;
+  in.checkpointing = c.activation_checkpointing.policy;
+  absl::StatusOr<MemoryEstimate> est = EstimateMemory(in);
+  ASSERT_TRUE(est.ok()) << est.status();
+  const double worker_est = est->worker[2].total();
+  const double server_est = est->server[2].total();
+
+  SubprocessOptions opt;
+  opt.argv = {BinDir() + "/zeroshard-train", "--config=" + path,
+              "--out=" + dir.path("out"), "--quiet"};
+  opt.stdout_mode = SubprocessOptions::Output::kDiscard;
+  opt.stderr_mode = SubprocessOptions::Output::kFile;
+  opt.stderr_path = dir.path("train.err");
+  absl::StatusOr<std::unique_ptr<Subprocess>> train = Subprocess::Start(opt);
+  ASSERT_TRUE(train.ok()) << train.status();
+  std::map<pid_t, std::pair<std::string, double>> peak;
+  const absl::Time deadline = absl::Now() + absl::Seconds(240);
+  std::optional<ExitStatus> done;
+  while (!(done = (*train)->Poll()) && absl::Now() < deadline) {
+    SampleChildren((*train)->pid(), &peak);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (!done) done = (*train)->Stop(absl::Seconds(5));
+  ASSERT_TRUE(done->success()) << done->ToString() << "\n"
+                               << ReadFile(dir.path("train.err"));
+  int servers = 0, workers = 0;
+  for (const auto& [pid, p] : peak) {
+    const bool server = p.first.find("zeroshard-serv") != std::string::npos;
+    const bool worker = p.first.find("zeroshard-work") != std::string::npos;
+    if (!server && !worker) continue;
+    const double e = server ? server_est : worker_est;
+    std::printf("%s (pid %d): peak RSS %.1f MiB, estimate %.1f MiB (%+.1f%%)\n",
+                p.first.c_str(), pid, p.second / 1048576, e / 1048576,
+                100 * (e - p.second) / p.second);
+    EXPECT_LE(std::abs(e - p.second), kTolerance * p.second)
+        << p.first << " pid " << pid << ": measured " << p.second / 1048576
+        << " MiB, estimated " << e / 1048576 << " MiB";
+    (server ? servers : workers)++;
+  }
+  EXPECT_EQ(servers, 2);
+  EXPECT_EQ(workers, 2);
+}
+
+}  // namespace
+}  // namespace zeroshard::testing
