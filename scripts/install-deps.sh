@@ -29,6 +29,9 @@ PKGS=(
   # objects offline (they skip without them)
   kubernetes-client nodejs node-ajv node-js-yaml
   libcpp-httplib-dev prometheus
+  # tests/deploy/multihost_run.sh: network namespaces (ip), and python3-yaml
+  # reads the rendered manifests for the pods' commands (tests/deploy/pod_plan.py)
+  iproute2 python3-yaml
 )
 # Options (the default, no option, installs PKGS as before):
 #   --build-only  PKGS less NOT_FOR_BUILD: what configuring and compiling the
@@ -43,7 +46,7 @@ NOT_FOR_BUILD=(
   bazel-bootstrap gnuplot-nox openssl
   clang libclang-rt-14-dev libomp-14-dev llvm-14
   kubernetes-client nodejs node-ajv node-js-yaml
-  prometheus
+  prometheus iproute2 python3-yaml
 )
 case "${1:-}" in
   "") ;;
