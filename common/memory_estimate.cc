@@ -159,6 +159,11 @@ ProcessEstimate ServerEstimate(const EstimateInput& in, double psi) {
   } else {
     v.terms.push_back({"buffered gradients (one step, FP32)", "4Ψ/S", 4 * psi / s});
   }
+  // Gather replies queued and PushGrad pieces being read, per worker's
+  // connection (HTTP/2 windows grow to a few MiB): an allowance fitted to
+  // the measured runs, not counted from the code.
+  v.terms.push_back({"gRPC transport buffers", "≈ 4 MiB · N",
+                     kServerGrpcBytesPerWorker * in.workers});
   v.terms.push_back({"process base", "measured", in.server_base_bytes});
   return v;
 }

@@ -68,7 +68,8 @@ TEST(MemoryEstimateTest, ZeroshardSplitFollowsDesign) {
   EXPECT_DOUBLE_EQ(e->worker[0].model_state_bytes(), 6 * kPsi / kN + 6 * kPsi);
   for (const ProcessEstimate& s : e->server) {
     EXPECT_DOUBLE_EQ(s.model_state_bytes(), 14 * kPsi / 4);  // 14Ψ/S
-    EXPECT_DOUBLE_EQ(s.total(), 18 * kPsi / 4 + kServerBaseBytes);
+    EXPECT_DOUBLE_EQ(s.total(), 18 * kPsi / 4 + kN * kServerGrpcBytesPerWorker +
+                                    kServerBaseBytes);
   }
   // BF16 gradients on the wire: a 2Ψ/N copy on the worker, half the
   // buffered bytes on the server.
@@ -77,7 +78,9 @@ TEST(MemoryEstimateTest, ZeroshardSplitFollowsDesign) {
   e = EstimateMemory(in);
   ASSERT_TRUE(e.ok());
   EXPECT_DOUBLE_EQ(e->worker[2].model_state_bytes(), 8 * kPsi / kN);
-  EXPECT_DOUBLE_EQ(e->server[2].total(), 16 * kPsi / 4 + kServerBaseBytes);
+  EXPECT_DOUBLE_EQ(e->server[2].total(), 16 * kPsi / 4 +
+                                             kN * kServerGrpcBytesPerWorker +
+                                             kServerBaseBytes);
 }
 
 TEST(MemoryEstimateTest, WireBytesAreIndependentOfN) {
