@@ -61,6 +61,12 @@ case "${1:-}" in
 esac
 missing=()
 for p in "${PKGS[@]}"; do
+  # A kubectl from elsewhere (Kubernetes' own packages) already renders
+  # kustomize; Debian's kubernetes-client would conflict with its file.
+  if [ "$p" = kubernetes-client ] && command -v kubectl >/dev/null &&
+     ! dpkg-query -S "$(command -v kubectl)" 2>/dev/null | grep -q '^kubernetes-client:'; then
+    continue
+  fi
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
