@@ -33,7 +33,7 @@ die() { log "FAILED: $*"; exit 1; }
 [ $# -ge 2 ] || { echo "usage: $0 BIN_DIR OVERLAY_DIR [IMAGE_ROOT]" >&2; exit 2; }
 BIN=$(cd "$1" && pwd)
 OVERLAY=$2
-IMAGE_ROOT=${3:-}
+IMAGE_ROOT=${3:-${ZS_IMAGE_ROOT:-}}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 STEPS=${ZS_MULTIHOST_STEPS:-12}
@@ -82,7 +82,7 @@ python3 "$HERE/pod_plan.py" <"$WORK/rendered.yaml" >"$WORK/plan.json" || die "po
 plan() { python3 -c "import json,sys; p=json.load(open('$WORK/plan.json')); $1"; }
 S=$(plan 'print(p["servers"])')
 N=$(plan 'print(p["workers"])')
-log "overlay $OVERLAY: $S servers, $N workers"
+log "overlay $OVERLAY: $S servers, $N workers; servers from ${IMAGE_ROOT:+the image root }${IMAGE_ROOT:-$BIN}"
 
 # 2. The config the ConfigMap holds, with the run shortened (see above).
 mkdir -p "$WORK/config" "$WORK/ckpt" "$WORK/credentials"
@@ -182,6 +182,10 @@ run_container() {  # POD WHICH(server|worker|init:I) RANK_OR_INDEX LOGFILE
       if [ "$root" = / ]; then
         echo "mount --bind '$src' '$m'"
       else
+        # The image (read-only) may lack the mount point: a tmpfs over its
+        # nearest existing parent (never /) makes room for it, as the
+        # container runtime does.
+        echo "if [ ! -d '$root$m' ]; then a=\$(dirname '$m'); while [ ! -d '$root'\$a ]; do a=\$(dirname \$a); done; [ \$a != / ]; mountpoint -q '$root'\$a || mount -t tmpfs tmpfs '$root'\$a; mkdir -p '$root$m'; fi"
         echo "mount --bind '$src' '$root$m'"
       fi
     done
