@@ -57,20 +57,38 @@ if [ "$force" = 0 ] && [ "$have" = "$SOURCE_ID" ]; then
   exit 0
 fi
 
-# 1. The bases: one minbase root (Debian's required packages + apt, what the
-#    official debian:bookworm-slim holds) imported under both names.
-if [ "${ZS_IMAGE_REBASE:-0}" = 1 ] || ! podman image exists "$BUILDER_BASE" \
-   || ! podman image exists "$RUNTIME_BASE"; then
+# 1. The bases, as Debian's official images are made: debian:bookworm is
+#    a minbase root (Debian's required packages + apt); debian:bookworm-slim
+#    the same with dpkg excluding documentation, manuals and translations
+#    (what debuerreotype's slim variant excludes; the exclusion stays in the
+#    image's /etc/dpkg/dpkg.cfg.d, so packages installed later are slim too).
+#    mmdebstrap's merged-usr hook makes /usr merged itself and installs
+#    usr-is-merged, so that usrmerge, and with it perl (~50 MB), stays out.
+make_base() {                  # NAME [mmdebstrap options...]
+  local name=$1 tmp; shift
   tmp=$(mktemp -d /var/tmp/zeroshard-base.XXXXXX)
-  trap 'rm -rf "$tmp"' EXIT
-  log "making the Debian 12 base (mmdebstrap --variant=minbase)"
-  mmdebstrap --quiet --mode=root --variant=minbase \
-    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
-    bookworm "$tmp/base.tar" ${SOURCES:+"$SOURCES"}
-  podman import --quiet --change 'CMD ["/bin/bash"]' "$tmp/base.tar" "$BUILDER_BASE" >/dev/null
-  podman tag "$BUILDER_BASE" "$RUNTIME_BASE"
-  rm -rf "$tmp"
-  trap - EXIT
+  log "making $name (mmdebstrap --variant=minbase $*)"
+  if mmdebstrap --quiet --mode=root --variant=minbase \
+       --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr "$@" \
+       --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
+       bookworm "$tmp/base.tar" ${SOURCES:+"$SOURCES"} \
+     && podman import --quiet --change 'CMD ["/bin/bash"]' "$tmp/base.tar" "$name" >/dev/null; then
+    rm -rf "$tmp"
+  else
+    rm -rf "$tmp"; log "could not make $name"; return 1
+  fi
+}
+rebase=${ZS_IMAGE_REBASE:-0}
+if [ "$rebase" = 1 ] || ! podman image exists "$BUILDER_BASE"; then
+  make_base "$BUILDER_BASE"
+fi
+if [ "$rebase" = 1 ] || ! podman image exists "$RUNTIME_BASE" \
+   || [ "$(podman image inspect --format '{{.Id}}' "$RUNTIME_BASE")" = \
+        "$(podman image inspect --format '{{.Id}}' "$BUILDER_BASE")" ]; then
+  make_base "$RUNTIME_BASE" \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*'
 fi
 
 # 2. The image. The .deb cache (seeded from scripts/fresh-root.sh's, when
