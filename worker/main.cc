@@ -92,8 +92,9 @@ ABSL_FLAG(int, threads, 0,
           "compute threads (OpenMP / oneDNN); 0: OMP_NUM_THREADS or all cores. "
           "Several workers on one host should split the cores between them");
 ABSL_FLAG(std::string, resume, "",
-          "a checkpoint directory: when the servers are fresh (version 0), "
-          "rank 0 restores them from its newest complete checkpoint");
+          "a checkpoint directory: when any server is fresh (version 0: a "
+          "new cluster, or a server restarted mid-run), rank 0 restores "
+          "every server from its newest complete checkpoint");
 ABSL_FLAG(std::string, attempt, "0",
           "this worker group's incarnation: a number (the launcher's restart "
           "count; servers refuse pushes of an older one), or auto: agreed "
