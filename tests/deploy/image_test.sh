@@ -10,7 +10,11 @@
 #   3. a zeroshard-server started from the image root as the image's user
 #      (--no_auth on 127.0.0.1, port 0, --port_file) answers
 #      `zeroshard-ctl health`, run from the image too;
-#   4. the image runs as a non-root user and names ports 7070 and 9400.
+#   4. the image runs as a non-root user and names ports 7070 and 9400;
+#   5. given BIN_DIR (this build's binaries), tests/deploy/multihost_run.sh
+#      runs with its servers started from the image root.
+#
+#   bash tests/deploy/image_test.sh [BIN_DIR]
 # Skips (77) without root, podman or mmdebstrap. The first build takes
 # ~10 min on 2 cores (CTest label "image", long timeout).
 set -euo pipefail
@@ -90,4 +94,18 @@ for p in 7070/tcp 9400/tcp; do
   grep -q "$p" <<<"$ports" || fail "image does not expose $p (exposes: $ports)"
 done
 echo "image user $user, exposes $ports"
+
+# 5. With this build's binaries dir (CMake passes it), the multi-host run
+#    (tests/deploy/multihost_run.sh) with its servers started from the image
+#    root: the image holds what a server pod needs, flags and all.
+if [ -n "${1:-}" ]; then
+  rc=0
+  bash "$REPO/tests/deploy/multihost_run.sh" "$1" "$REPO/deploy/k8s/overlays/cpu-demo" \
+    "$ROOT" || rc=$?
+  case "$rc" in
+    0) echo "multi-host run with the servers from the image root: PASS" ;;
+    77) echo "multi-host run not tried (it skipped; see above)" ;;
+    *) fail "the multi-host run with the servers from the image root failed" ;;
+  esac
+fi
 echo "PASS"
