@@ -19,9 +19,9 @@
 # checkpoint.every_steps, step timeout and LR warmup are shortened so the test takes
 # about a minute; the kubelet's restart of a failed container
 # (restartPolicy OnFailure) is a bounded loop here; names resolve through
-# /etc/netns/<ns>/hosts instead of cluster DNS.
+# a hosts file bound over each pod's /etc/hosts instead of cluster DNS.
 #
-# Needs root, ip (iproute2), python3 with yaml, openssl and kubectl; exits 77
+# Needs root, ip (iproute2), nsenter, python3 with yaml, openssl and kubectl; exits 77
 # (skipped) with a message when one is missing. Every wait is bounded.
 set -uo pipefail
 
@@ -43,6 +43,7 @@ DEADLINE_S=${ZS_MULTIHOST_DEADLINE_S:-400}
 
 [ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
 command -v ip >/dev/null || skip "ip (iproute2) is missing"
+command -v nsenter >/dev/null || skip "nsenter (util-linux) is missing"
 command -v kubectl >/dev/null || skip "kubectl is missing"
 command -v openssl >/dev/null || skip "openssl is missing"
 python3 -c 'import yaml' 2>/dev/null || skip "python3-yaml is missing"
@@ -58,8 +59,8 @@ fi
 ID=zs$$
 NS_SW=$ID-sw
 WORK=$(mktemp -d /tmp/zs-multihost.XXXXXX)
-NETNS_ETC=()
 created_dirs=()
+created_files=()
 cleanup() {
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$ID-"); do
     for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
@@ -69,7 +70,7 @@ cleanup() {
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$ID-"); do
     ip netns del "$ns" 2>/dev/null
   done
-  for d in "${NETNS_ETC[@]}"; do rm -rf "$d"; done
+  for f in "${created_files[@]}"; do rm -f "$f"; done
   for ((i = ${#created_dirs[@]} - 1; i >= 0; i--)); do rmdir "${created_dirs[$i]}" 2>/dev/null; done
   if [ "${KEEP_WORK:-0}" != 1 ]; then rm -rf "$WORK"; fi
 }
@@ -107,9 +108,13 @@ bash "$REPO/scripts/make-dev-credentials.sh" "$WORK/credentials" "${sans[@]}" \
   >/dev/null 2>&1 || die "make-dev-credentials"
 
 # 4. The network: a switch namespace with a bridge, one namespace per pod.
+# `ip -n NS` and `ip netns exec` remount / as a slave, which the kernel
+# refuses where / is not a mount point (a chroot such as CI's fresh root);
+# nsenter enters only the network namespace.
+nsip() { nsenter --net="/run/netns/$1" ip "${@:2}"; }
 ip netns add "$NS_SW" || skip "cannot make network namespaces here"
-ip -n "$NS_SW" link add br0 type bridge
-ip -n "$NS_SW" link set br0 up
+nsip "$NS_SW" link add br0 type bridge
+nsip "$NS_SW" link set br0 up
 hosts_file="$WORK/hosts"
 echo "127.0.0.1 localhost" >"$hosts_file"
 pod_ns() { echo "$ID-$1"; }
@@ -119,23 +124,25 @@ add_host() {  # POD IP
   ip link add "$ID$1" type veth peer name "p$ID$1"
   ip link set "$ID$1" netns "$ns"
   ip link set "p$ID$1" netns "$NS_SW"
-  ip -n "$NS_SW" link set "p$ID$1" master br0 up
-  ip -n "$ns" link set "$ID$1" name eth0
-  ip -n "$ns" addr add "$2/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
+  nsip "$NS_SW" link set "p$ID$1" master br0 up
+  nsip "$ns" link set "$ID$1" name eth0
+  nsip "$ns" addr add "$2/24" dev eth0
+  nsip "$ns" link set eth0 up
+  nsip "$ns" link set lo up
 }
 for ((k = 0; k < S; k++)); do
   add_host "s$k" "10.77.0.$((10 + k))"
   echo "10.77.0.$((10 + k)) ${SERVER_ADDRS[$k]%:*}" >>"$hosts_file"
 done
 for ((r = 0; r < N; r++)); do add_host "w$r" "10.77.0.$((100 + r))"; done
-for ns in $(ip netns list | awk '{print $1}' | grep "^$ID-[sw]"); do
-  mkdir -p "/etc/netns/$ns"
-  NETNS_ETC+=("/etc/netns/$ns")
-  cp "$hosts_file" "/etc/netns/$ns/hosts"
-  echo "${ns#"$ID"-}" >"/etc/netns/$ns/hostname"
-done
+# Each pod sees $hosts_file as /etc/hosts (bound in its own mount namespace).
+if [ ! -e /etc/hosts ]; then touch /etc/hosts && created_files+=(/etc/hosts); fi
+# A pod's mount namespace is made private, unless / is not a mount point (a
+# chroot, such as CI's fresh root, inside a namespace already private), where
+# the kernel refuses to change its propagation (and `ip netns exec`, which
+# tries, fails): there the new namespace's mounts are private already.
+PROPAGATION=private
+mountpoint -q / || PROPAGATION=unchanged
 
 # 5. Mount points the pods' volumes use, made (and removed) when missing.
 ensure_dir() {
@@ -189,6 +196,11 @@ run_container() {  # POD WHICH(server|worker|init:I) RANK_OR_INDEX LOGFILE
         echo "mount --bind '$src' '$root$m'"
       fi
     done
+    if [ "$root" = / ]; then
+      echo "mount --bind '$hosts_file' /etc/hosts"
+    elif [ -e "$root/etc/hosts" ]; then
+      echo "mount --bind '$hosts_file' '$root/etc/hosts'"
+    fi
     if [ "$root" != / ]; then
       echo "mount -t proc proc '$root/proc'"
       echo "mount --rbind /dev '$root/dev'"
@@ -210,8 +222,8 @@ envs = " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in env.items())
 print("exec env %s %s%s" % (envs, prefix, " ".join(shlex.quote(a) for a in argv)))
 PY
   } >"$script"
-  HOSTNAME_POD=$pod PATH="$BIN:$PATH" ip netns exec "$ns" \
-    unshare --mount --propagation private bash "$script" >>"$logf" 2>&1
+  PATH="$BIN:$PATH" nsenter --net="/run/netns/$ns" \
+    unshare --mount --propagation "$PROPAGATION" bash "$script" >>"$logf" 2>&1
 }
 
 # The kubelet's restartPolicy OnFailure, bounded: a failed container starts
@@ -221,7 +233,8 @@ supervise() {  # POD WHICH INDEX MAX_RESTARTS
   local logf="$WORK/$pod.log"
   while :; do
     echo "=== start $n $(date -u +%T)" >>"$logf"
-    run_container "$pod" "$which" "$index" "$logf"
+    # (stderr: the shell's own "Killed" notice when cleanup kills a pod)
+    { run_container "$pod" "$which" "$index" "$logf"; } 2>/dev/null
     rc=$?
     echo "=== exit $rc $(date -u +%T)" >>"$logf"
     [ "$rc" = 0 ] && return 0
@@ -276,7 +289,7 @@ while :; do
     ckpt_seen=$newest
     vns=$(pod_ns "s$victim")
     step_dir=$(basename "$(dirname "$newest")")
-    ip -n "$vns" link set eth0 down
+    nsip "$vns" link set eth0 down
     if [ "$cuts" = 0 ]; then
       log "$step_dir written; server $victim's link goes down for $DOWN_S s (a partition)"
     else
@@ -286,7 +299,7 @@ while :; do
       done
     fi
     sleep "$DOWN_S"
-    ip -n "$vns" link set eth0 up
+    nsip "$vns" link set eth0 up
     log "server $victim's link is up again"
     cuts=$((cuts + 1))
   fi
