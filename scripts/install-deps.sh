@@ -29,9 +29,10 @@ PKGS=(
   # objects offline (they skip without them)
   kubernetes-client nodejs node-ajv node-js-yaml
   libcpp-httplib-dev prometheus
-  # tests/deploy/multihost_run.sh: network namespaces (ip), and python3-yaml
+  # tests/deploy/multihost_run.sh: network namespaces (ip), mount (not in a
+  # minimal root), and python3-yaml
   # reads the rendered manifests for the pods' commands (tests/deploy/pod_plan.py)
-  iproute2 python3-yaml
+  iproute2 python3-yaml mount
 )
 # Options (the default, no option, installs PKGS as before):
 #   --build-only  PKGS less NOT_FOR_BUILD: what configuring and compiling the
@@ -46,7 +47,7 @@ NOT_FOR_BUILD=(
   bazel-bootstrap gnuplot-nox openssl
   clang libclang-rt-14-dev libomp-14-dev llvm-14
   kubernetes-client nodejs node-ajv node-js-yaml
-  prometheus iproute2 python3-yaml
+  prometheus iproute2 python3-yaml mount
 )
 case "${1:-}" in
   "") ;;
