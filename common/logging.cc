@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <string>
 
 namespace zeroshard {
@@ -39,8 +41,18 @@ bool LogEnabled(LogSeverity severity) {
 }
 
 void SetLogIdentity(const std::string& identity) {
-  // The previous string is leaked on purpose (set once per process).
-  g_identity.store(identity.empty() ? nullptr : new std::string(identity));
+  // Every identity ever set is kept (set once per process, so a handful):
+  // a line may still be reading the previous one, and a deque never moves
+  // its elements, so the pointers stay valid and reachable (no leak).
+  static std::mutex mu;
+  static auto* kept = new std::deque<std::string>();
+  if (identity.empty()) {
+    g_identity.store(nullptr);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(identity);
+  g_identity.store(&kept->back());
 }
 
 std::string LogLinePrefix(LogSeverity severity) {
