@@ -63,6 +63,17 @@ if [ "$bazel_rc" != 0 ] && [ "$bazel_failed" = 0 ] && [ "${layering_bad:-0}" = 0
 fi
 if [ -z "$bazel_passed" ] || [ -z "$layering_ok" ]; then broken=$((broken + 1)); fi
 
+# The names of what failed, again at the end: CI keeps only the tail.
+failures=$( { sed -n '/The following tests FAILED:/,/^Errors while running CTest/p' "$log" "$san_log" |
+                grep -E '^[[:space:]]+[0-9]+ - ' ;
+              grep -E '^//[^ ]+ +.*(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log" ;
+              grep -E '^layering: .*(NOT refused| [1-9][0-9]* accepted$)' "$log" ;
+              grep -hE '^== .*FAILED' "$log" "$san_log" ; } 2>/dev/null | sed 's/^/  /' )
+if [ -n "$failures" ]; then
+  echo "== what failed:"
+  echo "$failures"
+fi
+
 passed=$(( ${ctest_total:-0} - ${ctest_failed:-0} + ${bazel_passed:-0} + ${layering_ok:-0} + ${san_passed:-0} ))
 failed=$(( ${ctest_failed:-0} + bazel_failed + ${layering_bad:-0} + ${san_failed:-0} + broken ))
 echo "$passed passed, $failed failed"
