@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/train_harness.h"
+#include "tests/support/sanitizers.h"
 
 namespace zeroshard::testing {
 namespace {
@@ -114,20 +115,6 @@ void SampleChildren(pid_t parent, std::map<pid_t, std::pair<std::string, double>
   }
   closedir(d);
 }
-
-// Under AddressSanitizer a process's RSS also holds ASan's shadow memory and
-// quarantine, which the estimate (rightly) does not model.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 
 TEST(EstimateRssTest, ServersAndWorkersWithinTenPercent) {
   if (kAddressSanitizer) {

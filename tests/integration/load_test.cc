@@ -9,22 +9,11 @@
 
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
+#include "tests/support/sanitizers.h"
 #include "tests/support/shard_load.h"
 
 namespace zeroshard::testing {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 
 TEST(LoadTest, SixtyFourTlsClientsLoseNoUpdateAndStayInBoundedMemory) {
   if (!std::filesystem::exists("scripts/make-dev-credentials.sh")) {
