@@ -218,8 +218,9 @@ std::string CanonicalJson(const TrainingConfig& c) {
                     {"beta2", o.beta2},
                     {"eps", o.eps},
                     {"weight_decay", o.weight_decay},
-                    {"schedule", o.schedule == LrScheduleKind::kConstant ? "constant"
-                                                                          : "warmup_cosine"},
+                    {"schedule", o.schedule == LrScheduleKind::kConstant       ? "constant"
+                                 : o.schedule == LrScheduleKind::kWarmupLinear ? "warmup_linear"
+                                                                               : "warmup_cosine"},
                     {"warmup_steps", o.warmup_steps},
                     {"total_steps", o.total_steps},
                     {"min_lr", o.min_lr}};

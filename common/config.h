@@ -10,9 +10,11 @@
 //   //   == c.train_batch_size, always, after a successful parse.
 //
 // Contracts:
-// - Parsing is strict about values and lenient about keys: a key we do not
-//   know yields a warning naming its full path ("zero_optimization.foo") in
-//   ParsedConfig::warnings; a known key with a wrong type, an out-of-range
+// - Parsing is strict about values and lenient about keys: keys we do not
+//   know and DeepSpeed keys that have no effect here (overlap_comm, bucket
+//   sizes, offload_*, monitoring sections, ...) are named by full path
+//   ("zero_optimization.foo") in ONE warning in ParsedConfig::warnings; a
+//   known key with a wrong type, an out-of-range
 //   value or an unknown enum spelling is INVALID_ARGUMENT naming the key path
 //   and what was expected. Enum spellings are case-insensitive.
 // - "auto" is accepted where DeepSpeed / Hugging Face accept it and is
@@ -24,16 +26,23 @@
 //   the three the third is derived (it must divide exactly); given only
 //   train_batch_size, gas = 1; given only the micro batch, gas = 1; an
 //   inconsistent triple is an error naming the three keys and world_size.
+//   Neither train_batch_size nor the micro batch given (all "auto", as
+//   Hugging Face's DeepSpeed configs write them): micro batch 8 (Hugging
+//   Face Trainer's default), gas as given or 1, and a warning says so.
 // - zero_optimization.stage 1, 2, 3 are supported (default 3 when absent);
 //   stage 0 is an error (zeroshard always partitions optimizer state).
 // - Both bf16.enabled and fp16.enabled → error; neither → fp32. An
 //   "enabled": "auto" reads as false (there is no launcher flag to decide it).
 //   "bfloat16" is accepted as an alias of "bf16", as in DeepSpeed.
-// - scheduler: WarmupCosineLR and WarmupLR map onto LrScheduleKind when their
-//   warmup is linear from 0 (warmup_type "linear", warmup_min_lr /
-//   warmup_min_ratio 0); WarmupLR becomes warmup-cosine with min_lr = lr
-//   (i.e. constant after warmup). WarmupDecayLR (linear decay), log warmup
-//   and other types are errors saying so.
+// - scheduler: WarmupCosineLR, WarmupLR and WarmupDecayLR map onto
+//   LrScheduleKind when their warmup is linear from 0 (warmup_type
+//   "linear", warmup_min_lr / warmup_min_ratio 0); WarmupLR becomes
+//   warmup-cosine with min_lr = lr (i.e. constant after warmup),
+//   WarmupDecayLR kWarmupLinear (to 0 at total_num_steps). Log warmup and
+//   other types are errors saying so. A warmup longer than the run (total
+//   "auto", e.g. --steps=20 under a 30-step warmup) is shortened to a tenth
+//   of the run with a warning; one longer than a total_num_steps the file
+//   states is an error naming both keys.
 // - optimizer.type "Adam" follows DeepSpeed: params.adam_w_mode (default
 //   true) selects decoupled weight decay (kAdamW); adam_w_mode false gives
 //   Adam with L2 decay (kAdam). "AdamW" is always kAdamW. Default
@@ -183,7 +192,9 @@ struct ConfigOverrides {
 
 struct ParsedConfig {
   TrainingConfig config;
-  std::vector<std::string> warnings;  // one per unknown key, with its path
+  // Defaults chosen for "auto", shortened warmups, and one warning naming
+  // every key without effect (unknown ones included).
+  std::vector<std::string> warnings;
 };
 
 // Parses and resolves a JSON document (comments are allowed).

@@ -34,11 +34,15 @@ std::string Shown(const json& v) {
 
 bool IsAuto(const json& v) { return v.is_string() && Lower(v.get<std::string>()) == "auto"; }
 
-// One JSON object at `path`; absent sections read as empty.
+// One JSON object at `path`; absent sections read as empty. Keys left
+// unconsumed are collected in `unknown` and keys marked NoEffect in
+// `no_effect` (full paths, quoted); ParseTrainingConfig turns both into one
+// warning.
 class Section {
  public:
-  Section(const json* object, std::string path, std::vector<std::string>* warnings)
-      : object_(object), path_(std::move(path)), warnings_(warnings) {}
+  Section(const json* object, std::string path, std::vector<std::string>* unknown,
+          std::vector<std::string>* no_effect = nullptr)
+      : object_(object), path_(std::move(path)), warnings_(unknown), no_effect_(no_effect) {}
 
   std::string KeyPath(absl::string_view key) const {
     return path_.empty() ? std::string(key) : absl::StrCat(path_, ".", key);
@@ -60,6 +64,21 @@ class Section {
 
   // Known key whose value we accept without using; checks it is a scalar.
   void Accept(absl::string_view key) { Get(key); }
+
+  // Whether `key` holds "auto" (does not consume it).
+  bool HoldsAuto(absl::string_view key) const {
+    if (object_ == nullptr) return false;
+    auto it = object_->find(std::string(key));
+    return it != object_->end() && IsAuto(*it);
+  }
+
+  // Marks `key`, when present, as a DeepSpeed setting with no effect here:
+  // consumed, and named in the one "no effect" warning.
+  void NoEffect(absl::string_view key) {
+    if (object_ == nullptr || !object_->contains(std::string(key))) return;
+    consumed_.push_back(std::string(key));
+    if (no_effect_ != nullptr) no_effect_->push_back(absl::StrCat("\"", KeyPath(key), "\""));
+  }
 
   absl::StatusOr<std::optional<int64_t>> IntOrAuto(absl::string_view key, int64_t lo, int64_t hi,
                                                    bool allow_auto) {
@@ -154,7 +173,7 @@ class Section {
   absl::StatusOr<Section> Child(absl::string_view key) {
     const json* v = Get(key);
     if (v != nullptr && !v->is_object()) return Bad(key, *v, "an object");
-    return Section(v, KeyPath(key), warnings_);
+    return Section(v, KeyPath(key), warnings_, no_effect_);
   }
 
   // Warns about every key not consumed.
@@ -162,8 +181,7 @@ class Section {
     if (object_ == nullptr) return;
     for (auto it = object_->begin(); it != object_->end(); ++it) {
       if (std::find(consumed_.begin(), consumed_.end(), it.key()) == consumed_.end()) {
-        warnings_->push_back(absl::StrCat("unknown config key \"", KeyPath(it.key()),
-                                          "\" (ignored)"));
+        warnings_->push_back(absl::StrCat("\"", KeyPath(it.key()), "\""));
       }
     }
   }
@@ -171,11 +189,29 @@ class Section {
  private:
   const json* object_;
   std::string path_;
-  std::vector<std::string>* warnings_;
+  std::vector<std::string>* warnings_;   // unknown keys
+  std::vector<std::string>* no_effect_;
   std::vector<std::string> consumed_;
 };
 
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+
+// The micro batch when neither train_batch_size nor
+// train_micro_batch_size_per_gpu is a number: Hugging Face Trainer's
+// per_device_train_batch_size default, what its "auto" would fill in.
+constexpr int64_t kDefaultMicroBatch = 8;
+
+// DeepSpeed's top-level sections and flags that have no counterpart here
+// (monitoring, profiling, NVMe I/O, pipeline, compression, ...): accepted
+// whole and named in the "no effect" warning.
+constexpr const char* kDeepSpeedOnlySections[] = {
+    "tensorboard", "wandb", "csv_monitor", "comet", "flops_profiler", "comms_logger", "aio",
+    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
+    "gradient_predivide_factor", "sparse_gradients", "amp", "memory_breakdown", "dump_state",
+    "elasticity", "autotuning", "data_efficiency", "compression_training", "checkpoint",
+    "data_types", "pipeline", "curriculum_learning", "dataloader_drop_last", "eigenvalue",
+    "progressive_layer_drop", "sparse_attention", "hybrid_engine", "torch_autocast", "compile",
+    "nebula", "timers", "zero_quantized_weights", "zero_quantized_gradients"};
 constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
 
 absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
@@ -183,7 +219,7 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
   for (const char* name : {"bf16", "bfloat16"}) {
     ASSIGN_OR_RETURN(Section s, root.Child(name));
     RETURN_IF_ERROR(s.Bool("enabled", &bf16, /*auto_value=*/bf16));
-    s.Accept("immediate_grad_update");
+    s.NoEffect("immediate_grad_update");
     s.Finish();
   }
   ASSIGN_OR_RETURN(Section s, root.Child("fp16"));
@@ -198,6 +234,8 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
   bool ignored = false;
   RETURN_IF_ERROR(s.Bool("auto_cast", &ignored));
   RETURN_IF_ERROR(s.Bool("fp16_master_weights_and_grads", &ignored));
+  s.NoEffect("auto_cast");
+  s.NoEffect("fp16_master_weights_and_grads");
   s.Finish();
   if (bf16 && fp16) {
     return absl::InvalidArgumentError(
@@ -225,6 +263,7 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o) {
   RETURN_IF_ERROR(p.Bool("adam_w_mode", &adam_w_mode));
   bool torch_adam = false;
   RETURN_IF_ERROR(p.Bool("torch_adam", &torch_adam));
+  p.NoEffect("torch_adam");
   if (type == 0 && !adam_w_mode) {
     return absl::InvalidArgumentError(
         "config key \"optimizer.params.adam_w_mode\": false contradicts type \"AdamW\"; "
@@ -252,9 +291,24 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o) {
   return lr.has_value();
 }
 
+// A warmup longer than the run it belongs to: what a user's first short run
+// (--steps=20 against a 30-step warmup) hits. Shortened to a tenth of the run
+// (at least 1 step) with a warning instead of refused.
+uint64_t FitWarmup(uint64_t warmup, uint64_t total, const char* why,
+                   std::vector<std::string>* warnings) {
+  if (warmup <= total) return warmup;
+  const uint64_t fitted = std::max<uint64_t>(1, (total + 9) / 10);
+  warnings->push_back(absl::StrCat(
+      "config key \"scheduler.params.warmup_num_steps\" (", warmup, ") exceeds ", why, " (",
+      total, "): warmup shortened to ", fitted, " step", fitted == 1 ? "" : "s",
+      " (a tenth of the run)"));
+  return fitted;
+}
+
 // Maps DeepSpeed's schedulers onto LrScheduleKind. Needs the optimizer lr and
 // the resolved step count.
-absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, OptimizerConfig* o) {
+absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, OptimizerConfig* o,
+                            std::vector<std::string>* warnings) {
   ASSIGN_OR_RETURN(Section s, root.Child("scheduler"));
   ASSIGN_OR_RETURN(int type, s.Choice("type", {"WarmupCosineLR", "WarmupLR", "WarmupDecayLR",
                                                "OneCycle", "LRRangeTest"}));
@@ -265,12 +319,14 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     o->schedule = LrScheduleKind::kConstant;
     return absl::OkStatus();
   }
-  if (type >= 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config key \"scheduler.type\": ", type == 2 ? "WarmupDecayLR (linear decay)" : "this type",
-        " is not supported; use \"WarmupCosineLR\" or \"WarmupLR\" (linear warmup)"));
+  if (type >= 3) {
+    return absl::InvalidArgumentError(
+        "config key \"scheduler.type\": this type is not supported; use \"WarmupCosineLR\", "
+        "\"WarmupLR\" or \"WarmupDecayLR\" (linear warmup)");
   }
-  int64_t warmup = 1000;  // DeepSpeed's default
+  // Absent: DeepSpeed's default 1000. "auto": Hugging Face Trainer's default
+  // warmup_steps, 0.
+  int64_t warmup = p.HoldsAuto("warmup_num_steps") ? 0 : 1000;
   RETURN_IF_ERROR(p.Int("warmup_num_steps", 0, kMaxI64, &warmup, true));
   ASSIGN_OR_RETURN(int warmup_type, p.Choice("warmup_type", {"log", "linear"}));
   if (warmup > 0 && warmup_type != 1) {
@@ -278,9 +334,22 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
         "config key \"scheduler.params.warmup_type\": only \"linear\" warmup is supported "
         "(DeepSpeed's default is \"log\"); set it to \"linear\"");
   }
-  p.Accept("last_batch_iteration");
+  p.NoEffect("last_batch_iteration");
+  // total_num_steps (WarmupCosineLR, WarmupDecayLR): absent or "auto" is the
+  // run's step count; a warmup longer than that is shortened. A warmup longer
+  // than a total the file states is a contradiction in the file.
+  std::optional<int64_t> total;
+  if (type != 1) {
+    ASSIGN_OR_RETURN(total, p.IntOrAuto("total_num_steps", 1, kMaxI64, true));
+    if (total.has_value() && warmup > *total) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config keys \"scheduler.params.warmup_num_steps\" (", warmup,
+          ") and \"scheduler.params.total_num_steps\" (", *total,
+          ") disagree: the warmup must fit in the schedule"));
+    }
+  }
+  const uint64_t total_steps = total.has_value() ? static_cast<uint64_t>(*total) : steps;
   if (type == 0) {  // WarmupCosineLR
-    ASSIGN_OR_RETURN(std::optional<int64_t> total, p.IntOrAuto("total_num_steps", 1, kMaxI64, true));
     double min_ratio = 0, cos_min_ratio = 0.0001;
     RETURN_IF_ERROR(p.Double("warmup_min_ratio", 0, 1, &min_ratio));
     RETURN_IF_ERROR(p.Double("cos_min_ratio", 0, 1, &cos_min_ratio));
@@ -291,17 +360,14 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
           "starts from lr 0)");
     }
     o->schedule = LrScheduleKind::kWarmupCosine;
-    o->total_steps = total.has_value() ? static_cast<uint64_t>(*total) : steps;
-    o->warmup_steps = static_cast<uint64_t>(warmup);
+    o->total_steps = total_steps;
+    o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), total_steps,
+                                "the run's steps (total_num_steps \"auto\")", warnings);
     o->min_lr = o->lr * cos_min_ratio;
-    if (o->warmup_steps > o->total_steps) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key \"scheduler.params.warmup_num_steps\" (", o->warmup_steps,
-          ") exceeds total_num_steps (", o->total_steps, ")"));
-    }
     return absl::OkStatus();
   }
-  // WarmupLR: linear warmup to warmup_max_lr, then constant.
+  // WarmupLR (then constant) and WarmupDecayLR (then linear to 0): linear
+  // warmup from warmup_min_lr (0) to warmup_max_lr (the optimizer's lr).
   double min_lr = 0;
   RETURN_IF_ERROR(p.Double("warmup_min_lr", 0, 1e6, &min_lr, true));
   ASSIGN_OR_RETURN(std::optional<double> max_lr, p.DoubleOrAuto("warmup_max_lr", 1e-30, 1e6, true));
@@ -319,13 +385,21 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     }
     o->lr = *max_lr;
   }
+  if (type == 2) {  // WarmupDecayLR
+    o->schedule = LrScheduleKind::kWarmupLinear;
+    o->total_steps = total_steps;
+    o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), total_steps,
+                                "the run's steps (total_num_steps \"auto\")", warnings);
+    o->min_lr = 0;
+    return absl::OkStatus();
+  }
   if (warmup == 0) {
     o->schedule = LrScheduleKind::kConstant;
     return absl::OkStatus();
   }
   o->schedule = LrScheduleKind::kWarmupCosine;  // cosine from lr to lr: constant
-  o->warmup_steps = static_cast<uint64_t>(warmup);
-  o->total_steps = std::max<uint64_t>(steps, o->warmup_steps);
+  o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), steps, "the run's steps", warnings);
+  o->total_steps = steps;
   o->min_lr = o->lr;
   return absl::OkStatus();
 }
@@ -353,6 +427,8 @@ absl::Status ParseZero(Section& root, ZeroConfig* z) {
     off.Accept(k);
   }
   off.Finish();
+  // The optimizer state always lives in the shard servers' host memory.
+  s.NoEffect("offload_optimizer");
   ASSIGN_OR_RETURN(Section param, s.Child("offload_param"));
   ASSIGN_OR_RETURN(int pdev, param.Choice("device", {"none", "cpu"}));
   (void)pdev;
@@ -360,6 +436,7 @@ absl::Status ParseZero(Section& root, ZeroConfig* z) {
   RETURN_IF_ERROR(param.Bool("pin_memory", &ignored));
   for (const char* k : {"buffer_count", "buffer_size", "max_in_cpu", "nvme_path"}) param.Accept(k);
   param.Finish();
+  s.NoEffect("offload_param");
   RETURN_IF_ERROR(s.Bool("overlap_comm", &z->overlap_comm, true));
   RETURN_IF_ERROR(s.Bool("contiguous_gradients", &z->contiguous_gradients, true));
   for (const char* k : {"allgather_partitions", "reduce_scatter", "round_robin_gradients",
@@ -383,6 +460,17 @@ absl::Status ParseZero(Section& root, ZeroConfig* z) {
   }
   uint64_t sub_group = 0;
   RETURN_IF_ERROR(s.Int("sub_group_size", 0, kMaxI64, &sub_group, true));
+  // Recorded (zero.* in the resolved config) but nothing here reads them:
+  // the schedule is fixed by the stage (docs/DESIGN.md).
+  for (const char* k :
+       {"overlap_comm", "contiguous_gradients", "allgather_partitions", "reduce_scatter",
+        "round_robin_gradients", "elastic_checkpoint", "ignore_unused_parameters",
+        "load_from_fp32_weights", "stage3_gather_16bit_weights_on_model_save",
+        "stage3_gather_fp16_weights_on_model_save", "cpu_offload", "allgather_bucket_size",
+        "reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+        "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size"}) {
+    s.NoEffect(k);
+  }
   s.Finish();
   return absl::OkStatus();
 }
@@ -395,6 +483,12 @@ absl::Status ParseActivationCheckpointing(Section& root, ActivationCheckpointing
   RETURN_IF_ERROR(s.Int("number_checkpoints", 0, kMaxInt, &a->number_checkpoints));
   RETURN_IF_ERROR(s.Bool("synchronize_checkpoint_boundary", &a->synchronize_checkpoint_boundary));
   RETURN_IF_ERROR(s.Bool("profile", &a->profile));
+  // DeepSpeed's own section: zeroshard's policy is zeroshard.activation_checkpointing.
+  for (const char* k : {"partition_activations", "cpu_checkpointing",
+                        "contiguous_memory_optimization", "number_checkpoints",
+                        "synchronize_checkpoint_boundary", "profile"}) {
+    s.NoEffect(k);
+  }
   s.Finish();
   return absl::OkStatus();
 }
@@ -518,7 +612,8 @@ absl::StatusOr<ParsedConfig> ParseTrainingConfig(std::string_view json_text,
   }
   ParsedConfig out;
   TrainingConfig& c = out.config;
-  Section root(&doc, "", &out.warnings);
+  std::vector<std::string> unknown, no_effect;
+  Section root(&doc, "", &unknown, &no_effect);
 
   ASSIGN_OR_RETURN(std::optional<int64_t> tbs, root.IntOrAuto("train_batch_size", 1, kMaxInt, true));
   ASSIGN_OR_RETURN(std::optional<int64_t> mbs,
@@ -528,19 +623,49 @@ absl::StatusOr<ParsedConfig> ParseTrainingConfig(std::string_view json_text,
   RETURN_IF_ERROR(root.Double("gradient_clipping", 0, 1e30, &c.gradient_clipping, true));
   RETURN_IF_ERROR(root.Int("steps_per_print", 1, kMaxInt, &c.steps_per_print));
   RETURN_IF_ERROR(root.Bool("wall_clock_breakdown", &c.wall_clock_breakdown));
+  root.NoEffect("wall_clock_breakdown");
+  for (const char* k : kDeepSpeedOnlySections) root.NoEffect(k);
   RETURN_IF_ERROR(ParsePrecision(root, &c));
   ASSIGN_OR_RETURN(bool lr_explicit, ParseOptimizer(root, &c.optimizer));
   RETURN_IF_ERROR(ParseZero(root, &c.zero));
   RETURN_IF_ERROR(ParseActivationCheckpointing(root, &c.activation_checkpointing));
   RETURN_IF_ERROR(ParseCluster(root, overrides, &c));
-  RETURN_IF_ERROR(ParseScheduler(root, lr_explicit, c.cluster.steps, &c.optimizer));
+  RETURN_IF_ERROR(
+      ParseScheduler(root, lr_explicit, c.cluster.steps, &c.optimizer, &out.warnings));
   root.Finish();
 
   auto as_int = [](const std::optional<int64_t>& v) {
     return v.has_value() ? std::optional<int>(static_cast<int>(*v)) : std::optional<int>();
   };
+  // Neither train_batch_size nor the micro batch given (both "auto" or
+  // absent, as Hugging Face's DeepSpeed configs write them): the micro batch
+  // takes Hugging Face Trainer's per_device_train_batch_size default, and the
+  // choice is printed.
+  const bool batch_defaulted = !tbs.has_value() && !mbs.has_value();
+  if (batch_defaulted) mbs = kDefaultMicroBatch;
   RETURN_IF_ERROR(
       ResolveBatchSizes(as_int(tbs), as_int(mbs), as_int(gas), c.cluster.workers, &c));
+  if (batch_defaulted) {
+    out.warnings.push_back(absl::StrCat(
+        "config keys \"train_batch_size\" and \"train_micro_batch_size_per_gpu\" are \"auto\" "
+        "or absent: using train_micro_batch_size_per_gpu = ", c.micro_batch_size,
+        " (the default), gradient_accumulation_steps = ", c.gradient_accumulation_steps,
+        ", train_batch_size = ", c.train_batch_size, " (", c.cluster.workers, " worker",
+        c.cluster.workers == 1 ? "" : "s", ")"));
+  }
+  if (!no_effect.empty() || !unknown.empty()) {
+    std::string w;
+    if (!no_effect.empty()) {
+      absl::StrAppend(&w, "config keys with no effect in zeroshard (accepted, ignored): ",
+                      absl::StrJoin(no_effect, ", "));
+    }
+    if (!unknown.empty()) {
+      absl::StrAppend(&w, w.empty() ? "" : "; ",
+                      "unknown config keys (ignored; check the spelling): ",
+                      absl::StrJoin(unknown, ", "));
+    }
+    out.warnings.push_back(std::move(w));
+  }
   RETURN_IF_ERROR(ValidateTrainingConfig(c));
   return out;
 }

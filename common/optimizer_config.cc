@@ -21,10 +21,11 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   if (c.kind != OptimizerKind::kAdamW && c.kind != OptimizerKind::kAdam) {
     return absl::InvalidArgumentError("optimizer.type: unknown kind");
   }
-  if (c.schedule == LrScheduleKind::kWarmupCosine) {
+  if (c.schedule == LrScheduleKind::kWarmupCosine ||
+      c.schedule == LrScheduleKind::kWarmupLinear) {
     if (c.total_steps == 0) {
       return absl::InvalidArgumentError(
-          "optimizer.total_steps must be > 0 for the warmup_cosine schedule");
+          "optimizer.total_steps must be > 0 for the warmup_cosine and warmup_linear schedules");
     }
     if (c.warmup_steps > c.total_steps) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -33,6 +34,9 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
     }
     if (!(c.min_lr >= 0 && c.min_lr <= c.lr)) {
       return bad("min_lr", c.min_lr, "must be in [0, lr]");
+    }
+    if (c.schedule == LrScheduleKind::kWarmupLinear && c.min_lr != 0) {
+      return bad("min_lr", c.min_lr, "must be 0 for the warmup_linear schedule");
     }
   } else if (c.schedule != LrScheduleKind::kConstant) {
     return absl::InvalidArgumentError("optimizer schedule: unknown kind");
@@ -47,6 +51,9 @@ double LearningRateAt(const OptimizerConfig& c, uint64_t t) {
   }
   if (t >= c.total_steps) return c.min_lr;
   const double span = static_cast<double>(c.total_steps - c.warmup_steps);
+  if (c.schedule == LrScheduleKind::kWarmupLinear) {
+    return c.lr * static_cast<double>(c.total_steps - t) / span;
+  }
   const double progress = static_cast<double>(t - c.warmup_steps) / span;
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
 }

@@ -11,7 +11,9 @@ namespace zeroshard {
 
 enum class OptimizerKind { kAdamW = 0, kAdam = 1 };
 
-enum class LrScheduleKind { kConstant = 0, kWarmupCosine = 1 };
+// kWarmupLinear is DeepSpeed's WarmupDecayLR: linear warmup, then linear
+// decay to 0 at total_steps.
+enum class LrScheduleKind { kConstant = 0, kWarmupCosine = 1, kWarmupLinear = 2 };
 
 // Hyperparameters, fixed for a run. Defaults are torch.optim.AdamW's.
 struct OptimizerConfig {
@@ -37,7 +39,10 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
 
 // Learning rate at Adam step t (1-based) under the config's schedule:
 // constant lr, or linear warmup lr * t / warmup_steps for t <= warmup_steps,
-// then cosine from lr down to min_lr at total_steps, min_lr afterwards.
+// then cosine from lr down to min_lr at total_steps, min_lr afterwards
+// (kWarmupCosine), or linearly lr * (total_steps - t) / (total_steps -
+// warmup_steps) down to 0 at total_steps, 0 afterwards (kWarmupLinear;
+// min_lr must be 0).
 double LearningRateAt(const OptimizerConfig& config, uint64_t t);
 
 }  // namespace zeroshard

@@ -37,7 +37,8 @@ const EnumNames<OptimizerKind> kOptimizerKinds = {
     {OptimizerKind::kAdamW, "adamw"}, {OptimizerKind::kAdam, "adam"}};
 const EnumNames<LrScheduleKind> kSchedules = {
     {LrScheduleKind::kConstant, "constant"},
-    {LrScheduleKind::kWarmupCosine, "warmup_cosine"}};
+    {LrScheduleKind::kWarmupCosine, "warmup_cosine"},
+    {LrScheduleKind::kWarmupLinear, "warmup_linear"}};
 const EnumNames<OffloadDevice> kOffloadDevices = {{OffloadDevice::kNone, "none"},
                                                   {OffloadDevice::kCpu, "cpu"}};
 const EnumNames<CheckpointPolicy> kCheckpointPolicies = {

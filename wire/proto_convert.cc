@@ -46,7 +46,9 @@ v1::OptimizerConfig ToProto(const OptimizerConfig& c) {
   v1::LrSchedule* s = out.mutable_schedule();
   s->set_kind(c.schedule == LrScheduleKind::kWarmupCosine
                   ? v1::LrSchedule::WARMUP_COSINE
-                  : v1::LrSchedule::CONSTANT);
+                  : c.schedule == LrScheduleKind::kWarmupLinear
+                        ? v1::LrSchedule::WARMUP_LINEAR
+                        : v1::LrSchedule::CONSTANT);
   s->set_warmup_steps(c.warmup_steps);
   s->set_total_steps(c.total_steps);
   s->set_min_lr(c.min_lr);
@@ -77,6 +79,9 @@ absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& p) {
       break;
     case v1::LrSchedule::WARMUP_COSINE:
       c.schedule = LrScheduleKind::kWarmupCosine;
+      break;
+    case v1::LrSchedule::WARMUP_LINEAR:
+      c.schedule = LrScheduleKind::kWarmupLinear;
       break;
     default:
       return absl::InvalidArgumentError(

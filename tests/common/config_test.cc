@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
 namespace zeroshard {
@@ -34,16 +35,23 @@ void ExpectError(const std::string& text, std::vector<std::string> needles,
   }
 }
 
-TEST(ConfigTest, EveryExampleParsesWithoutWarnings) {
+// The examples name no unknown key; DeepSpeed keys without effect here are
+// named in at most one warning.
+TEST(ConfigTest, EveryExampleParsesWithoutUnknownKeys) {
   std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator("examples")) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator("examples")) {
     if (e.path().extension() == ".json") files.push_back(e.path().string());
   }
-  ASSERT_GE(files.size(), 4u) << "expected the examples/*.json configs";
+  ASSERT_GE(files.size(), 9u) << "expected examples/*.json and examples/deepspeed/*.json";
   for (const std::string& f : files) {
     absl::StatusOr<ParsedConfig> p = LoadTrainingConfig(f);
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_TRUE(p->warnings.empty()) << f << ": " << p->warnings.front();
+    int no_effect = 0;
+    for (const std::string& w : p->warnings) {
+      EXPECT_EQ(w.find("unknown"), std::string::npos) << w;
+      no_effect += w.find("no effect") != std::string::npos;
+    }
+    EXPECT_LE(no_effect, 1) << f;
     const TrainingConfig& c = p->config;
     EXPECT_EQ(c.train_batch_size,
               c.micro_batch_size * c.gradient_accumulation_steps * c.cluster.workers)
@@ -112,12 +120,16 @@ TEST(ConfigTest, UnknownKeysWarnWithFullPath) {
                                    "\"zero_optimization.offload_optimizer.bar\"",
                                    "\"zeroshard.model.depth\"", "\"zeroshard.checkpoint.pem\"",
                                    "\"zeroshard.tls\"", "\"activation_checkpointing.qux\""};
-  ASSERT_EQ(p.warnings.size(), want.size());
-  for (const std::string& w : want) {
-    EXPECT_TRUE(std::any_of(p.warnings.begin(), p.warnings.end(),
-                            [&](const std::string& s) { return s.find(w) != std::string::npos; }))
-        << "no warning for " << w;
+  // One warning: the DeepSpeed keys without effect, then the unknown ones.
+  ASSERT_EQ(p.warnings.size(), 1u);
+  const std::string& w = p.warnings[0];
+  const size_t unknown_at = w.find("unknown config keys");
+  ASSERT_NE(unknown_at, std::string::npos) << w;
+  for (const std::string& k : want) {
+    EXPECT_GT(w.find(k), unknown_at) << "not named as unknown: " << k << " in " << w;
   }
+  EXPECT_LT(w.find("\"zero_optimization.offload_optimizer\""), unknown_at) << w;
+  EXPECT_LT(w.find("\"activation_checkpointing.partition_activations\""), unknown_at) << w;
   EXPECT_EQ(p.config.zero.stage, 2);
   EXPECT_TRUE(p.config.activation_checkpointing.partition_activations);
 }
@@ -223,7 +235,9 @@ TEST(ConfigTest, DeepSpeedBatchRule) {
       {"\"auto\"", "4", "3", 2, 24, 4, 3}, {"", "4", "", 3, 12, 4, 1},
       {"12", "", "", 3, 12, 4, 1},         {"32", "4", "3", 2, 0, 0, 0},
       {"30", "4", "", 2, 0, 0, 0},         {"30", "", "4", 2, 0, 0, 0},
-      {"", "", "4", 2, 0, 0, 0},           {"\"auto\"", "\"auto\"", "", 1, 0, 0, 0},
+      // Neither the total nor the micro batch: the micro batch defaults to 8.
+      {"", "", "4", 2, 64, 8, 4},          {"\"auto\"", "\"auto\"", "", 1, 8, 8, 1},
+      {"\"auto\"", "\"auto\"", "\"auto\"", 2, 16, 8, 1},
   };
   for (const BatchCase& bc : cases) {
     std::string text = "{";
@@ -311,11 +325,14 @@ TEST(ConfigTest, SchedulerMapping) {
     ASSERT_FALSE(r.ok()) << s;
     EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status();
   };
-  check_err(R"({"type": "WarmupDecayLR", "params": {}})", "WarmupDecayLR");
+  check_err(R"({"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5}})", "warmup_type");
   check_err(R"({"type": "OneCycle"})", "scheduler.type");
   check_err(R"({"type": "WarmupLR", "params": {"warmup_num_steps": 5}})", "warmup_type");
+  // A warmup longer than a total the file states: a contradiction, both keys named.
   check_err(R"({"type": "WarmupCosineLR", "params": {"warmup_num_steps": 500,
-      "warmup_type": "linear"}})", "warmup_num_steps");
+      "warmup_type": "linear", "total_num_steps": 400}})", "total_num_steps");
+  check_err(R"({"type": "WarmupDecayLR", "params": {"warmup_num_steps": 50,
+      "warmup_type": "linear", "total_num_steps": 40}})", "warmup_num_steps");
   check_err(R"({"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5,
       "warmup_type": "linear", "warmup_min_ratio": 0.1}})", "warmup_min_ratio");
   check_err(R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.1, "warmup_num_steps": 0}})",
@@ -357,7 +374,10 @@ TEST(ConfigTest, ZeroshardSection) {
       "timeouts": {"step_seconds": 30},
       "activation_checkpointing": {"policy": "every_k", "k": 2},
       "max_overflows_at_min_scale": 3}})");
-  EXPECT_TRUE(p.warnings.empty()) << p.warnings.front();
+  // offload_optimizer and the bucket sizes have no effect here: one warning.
+  ASSERT_EQ(p.warnings.size(), 1u);
+  EXPECT_NE(p.warnings[0].find("no effect"), std::string::npos) << p.warnings[0];
+  EXPECT_EQ(p.warnings[0].find("unknown"), std::string::npos) << p.warnings[0];
   const TrainingConfig& c = p.config;
   EXPECT_EQ(c.zero.stage, 1);
   EXPECT_EQ(c.zero.offload_optimizer, OffloadDevice::kNone);
@@ -418,6 +438,149 @@ TEST(ConfigTest, LoadReportsMissingFile) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(p.status().message().find("/nonexistent/zeroshard.json"), std::string::npos);
+}
+
+// --steps=20 against gpt-small's 30-step warmup: the warmup is shortened to a
+// tenth of the run, with a warning naming the key and both numbers.
+TEST(ConfigTest, ShortRunShortensWarmup) {
+  absl::StatusOr<ParsedConfig> p = LoadTrainingConfig("examples/gpt-small.json", {.steps = 20});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.optimizer.total_steps, 20u);
+  EXPECT_EQ(p->config.optimizer.warmup_steps, 2u);
+  EXPECT_TRUE(std::any_of(p->warnings.begin(), p->warnings.end(), [](const std::string& w) {
+    return w.find("warmup_num_steps") != std::string::npos &&
+           w.find("(30)") != std::string::npos && w.find("(20)") != std::string::npos &&
+           w.find("shortened to 2 steps") != std::string::npos;
+  })) << absl::StrJoin(p->warnings, "\n");
+  // Every scheduler with a warmup; a one-step run keeps a one-step warmup.
+  for (const char* type : {"WarmupCosineLR", "WarmupLR", "WarmupDecayLR"}) {
+    ParsedConfig q = MustParse(absl::StrCat(
+        R"({"train_micro_batch_size_per_gpu": 1, "scheduler": {"type": ")", type,
+        R"(", "params": {"warmup_type": "linear"}}})"), {.steps = 1});
+    EXPECT_EQ(q.config.optimizer.warmup_steps, 1u) << type;  // DeepSpeed's default 1000
+    EXPECT_EQ(q.config.optimizer.total_steps, 1u) << type;
+    ASSERT_FALSE(q.warnings.empty()) << type;
+    EXPECT_NE(q.warnings[0].find("(1000)"), std::string::npos) << q.warnings[0];
+  }
+  // A warmup that fits is kept, without a warning.
+  ParsedConfig fits = MustParse(R"({"train_micro_batch_size_per_gpu": 1, "scheduler": {
+      "type": "WarmupDecayLR", "params": {"warmup_type": "linear", "warmup_num_steps": 20}}})",
+                                {.steps = 20});
+  EXPECT_EQ(fits.config.optimizer.warmup_steps, 20u);
+  EXPECT_TRUE(fits.warnings.empty()) << fits.warnings.front();
+}
+
+// WarmupDecayLR: linear warmup to the optimizer's lr, then linear decay to 0
+// at total_num_steps (DeepSpeed's scheduler documentation).
+TEST(ConfigTest, WarmupDecayLR) {
+  ParsedConfig p = MustParse(R"({"train_micro_batch_size_per_gpu": 1,
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0,
+        "warmup_max_lr": 0.002, "warmup_num_steps": 4, "warmup_type": "linear",
+        "total_num_steps": 12, "last_batch_iteration": -1}},
+      "zeroshard": {"steps": 100}})");
+  EXPECT_TRUE(p.warnings.size() == 1 &&
+              p.warnings[0].find("scheduler.params.last_batch_iteration") != std::string::npos)
+      << absl::StrJoin(p.warnings, "\n");
+  const OptimizerConfig& o = p.config.optimizer;
+  EXPECT_EQ(o.schedule, LrScheduleKind::kWarmupLinear);
+  EXPECT_EQ(o.lr, 0.002);
+  EXPECT_EQ(o.warmup_steps, 4u);
+  EXPECT_EQ(o.total_steps, 12u);
+  EXPECT_EQ(o.min_lr, 0);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 1), 0.0005);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 4), 0.002);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 5), 0.002 * 7 / 8);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 8), 0.001);
+  EXPECT_EQ(LearningRateAt(o, 12), 0);
+  EXPECT_EQ(LearningRateAt(o, 50), 0);
+  // "auto" total is the run's steps; the canonical form names the schedule.
+  ParsedConfig a = MustParse(R"({"train_micro_batch_size_per_gpu": 1,
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": "auto",
+        "total_num_steps": "auto"}}})", {.steps = 30});
+  EXPECT_EQ(a.config.optimizer.warmup_steps, 0u);  // "auto": Hugging Face's default
+  EXPECT_EQ(a.config.optimizer.total_steps, 30u);
+  EXPECT_NE(CanonicalJson(a.config).find("warmup_linear"), std::string::npos);
+}
+
+// The seed document's config: all three batch values "auto" resolve to a
+// printed default; the keys without effect here are named in one warning.
+TEST(ConfigTest, AutoBatchTakesThePrintedDefault) {
+  absl::StatusOr<ParsedConfig> p = LoadTrainingConfig("examples/deepspeed/seed-zero2-offload.json");
+  ASSERT_TRUE(p.ok()) << p.status();
+  const TrainingConfig& c = p->config;
+  EXPECT_EQ(c.micro_batch_size, 8);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.train_batch_size, 8);
+  EXPECT_EQ(c.zero.stage, 2);
+  EXPECT_EQ(c.precision, Precision::kFp16);
+  ASSERT_EQ(p->warnings.size(), 2u) << absl::StrJoin(p->warnings, "\n");
+  EXPECT_NE(p->warnings[0].find("train_micro_batch_size_per_gpu = 8"), std::string::npos)
+      << p->warnings[0];
+  EXPECT_NE(p->warnings[0].find("train_batch_size = 8"), std::string::npos) << p->warnings[0];
+  for (const char* k : {"zero_optimization.offload_optimizer", "zero_optimization.allgather_partitions",
+                        "zero_optimization.allgather_bucket_size", "zero_optimization.overlap_comm",
+                        "zero_optimization.reduce_scatter"}) {
+    EXPECT_NE(p->warnings[1].find(absl::StrCat("\"", k, "\"")), std::string::npos)
+        << k << " not in " << p->warnings[1];
+  }
+  // With more workers the default micro batch holds and the total grows; a
+  // given accumulation is kept.
+  ParsedConfig w = MustParse(R"({"train_batch_size": "auto", "gradient_accumulation_steps": 2,
+      "train_micro_batch_size_per_gpu": "auto"})", {.workers = 3});
+  EXPECT_EQ(w.config.micro_batch_size, 8);
+  EXPECT_EQ(w.config.gradient_accumulation_steps, 2);
+  EXPECT_EQ(w.config.train_batch_size, 48);
+  // Contradictions stay errors naming the keys.
+  ExpectError(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4,
+      "gradient_accumulation_steps": 1})",
+              {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"});
+  ExpectError(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4})",
+              {"train_batch_size", "gradient_accumulation_steps"});
+}
+
+// examples/deepspeed/: each file loads and maps onto zeroshard's settings.
+TEST(ConfigTest, DeepSpeedExamplesMap) {
+  auto load = [](const char* f) {
+    absl::StatusOr<ParsedConfig> p = LoadTrainingConfig(absl::StrCat("examples/deepspeed/", f));
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *p : ParsedConfig{};
+  };
+  const ParsedConfig z3 = load("zero3-offload-bf16.json");
+  EXPECT_EQ(z3.config.zero.stage, 3);
+  EXPECT_EQ(z3.config.precision, Precision::kBf16);
+  EXPECT_EQ(z3.config.gradient_clipping, 1.0);
+  EXPECT_EQ(z3.config.gradient_accumulation_steps, 4);
+  EXPECT_EQ(z3.config.optimizer.lr, 3e-4);
+  EXPECT_EQ(z3.config.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(z3.config.optimizer.schedule, LrScheduleKind::kWarmupCosine);  // WarmupLR
+  EXPECT_EQ(z3.config.optimizer.min_lr, z3.config.optimizer.lr);
+  ASSERT_EQ(z3.warnings.size(), 1u) << absl::StrJoin(z3.warnings, "\n");
+  for (const char* k : {"offload_param", "stage3_max_live_parameters", "wall_clock_breakdown"}) {
+    EXPECT_NE(z3.warnings[0].find(k), std::string::npos) << k;
+  }
+
+  const ParsedConfig z2 = load("zero2-fp16-warmupdecay.json");
+  EXPECT_EQ(z2.config.zero.stage, 2);
+  EXPECT_EQ(z2.config.precision, Precision::kFp16);
+  EXPECT_EQ(z2.config.fp16.loss_scale, 0);
+  EXPECT_EQ(z2.config.optimizer.kind, OptimizerKind::kAdamW);  // Adam, adam_w_mode default
+  EXPECT_EQ(z2.config.optimizer.schedule, LrScheduleKind::kWarmupLinear);
+  EXPECT_EQ(z2.config.optimizer.warmup_steps, 50u);
+  EXPECT_EQ(z2.config.optimizer.total_steps, z2.config.cluster.steps);
+  EXPECT_EQ(z2.config.gradient_accumulation_steps, 4);
+
+  const ParsedConfig z1 = load("zero1-warmupcosine.json");
+  EXPECT_EQ(z1.config.zero.stage, 1);
+  EXPECT_EQ(z1.config.micro_batch_size, 8);  // 16 / (2 * 1 worker)
+  EXPECT_EQ(z1.config.gradient_clipping, 0.5);
+  EXPECT_DOUBLE_EQ(z1.config.optimizer.min_lr, 6e-5);
+
+  const ParsedConfig hf = load("hf-trainer-auto.json");
+  EXPECT_EQ(hf.config.precision, Precision::kFp32);
+  EXPECT_EQ(hf.config.micro_batch_size, 8);
+  EXPECT_EQ(hf.config.optimizer.schedule, LrScheduleKind::kWarmupLinear);
+  EXPECT_EQ(hf.config.optimizer.warmup_steps, 0u);
+  EXPECT_EQ(hf.config.gradient_clipping, 0);
 }
 
 }  // namespace

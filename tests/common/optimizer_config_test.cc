@@ -80,5 +80,27 @@ TEST(OptimizerConfigTest, LearningRateSchedule) {
   EXPECT_GT(LearningRateAt(c, 1), 0.0099);
 }
 
+// DeepSpeed's WarmupDecayLR: linear warmup, then linear decay to 0 at
+// total_steps; min_lr must be 0.
+TEST(OptimizerConfigTest, WarmupLinearSchedule) {
+  OptimizerConfig c;
+  c.lr = 0.01;
+  c.schedule = LrScheduleKind::kWarmupLinear;
+  c.warmup_steps = 10;
+  c.total_steps = 110;
+  ASSERT_TRUE(ValidateOptimizerConfig(c).ok());
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 5), 0.005);
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 10), 0.01);
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 60), 0.005);  // halfway down
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 109), 0.0001);
+  EXPECT_EQ(LearningRateAt(c, 110), 0);
+  EXPECT_EQ(LearningRateAt(c, 500), 0);
+  c.min_lr = 0.001;
+  EXPECT_FALSE(ValidateOptimizerConfig(c).ok());
+  c.min_lr = 0;
+  c.total_steps = 0;
+  EXPECT_FALSE(ValidateOptimizerConfig(c).ok());
+}
+
 }  // namespace
 }  // namespace zeroshard
