@@ -49,6 +49,16 @@ const char* PlacementName(Placement p) {
   return "unknown";
 }
 
+const char* DataFormatName(DataFormat f) {
+  switch (f) {
+    case DataFormat::kBytes: return "bytes";
+    case DataFormat::kLlmc: return "llmc";
+    case DataFormat::kUint16: return "uint16";
+    case DataFormat::kAuto: return "auto";
+  }
+  return "unknown";
+}
+
 absl::Status ResolveBatchSizes(std::optional<int> tbs, std::optional<int> mbs,
                                std::optional<int> gas, int world_size, TrainingConfig* c) {
   if (world_size < 1) {
@@ -127,9 +137,10 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("config key \"zeroshard.model\": ", s.message()));
   }
-  if (c.cluster.model.vocab < 256) {
+  if (c.cluster.model.vocab < 256 && c.cluster.data.format == DataFormat::kBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "config key \"zeroshard.model.vocab\" must be >= 256 for byte-level tokens, got ",
+        "config key \"zeroshard.model.vocab\" must be >= 256 for byte-level tokens "
+        "(zeroshard.data.format \"bytes\"), got ",
         c.cluster.model.vocab));
   }
   if (absl::Status s = ValidateOptimizerConfig(c.optimizer); !s.ok()) {
@@ -170,6 +181,9 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c) {
   if (!(c.cluster.data.validation_fraction >= 0 && c.cluster.data.validation_fraction <= 0.5)) {
     return absl::InvalidArgumentError(
         "config key \"zeroshard.data.validation_fraction\" must be in [0, 0.5]");
+  }
+  if (c.cluster.data.eval_batches < 0) {
+    return absl::InvalidArgumentError("config key \"zeroshard.data.eval_batches\" must be >= 0");
   }
   // Ranges the JSON walk also enforces per key (config_json.cc), checked
   // here too for configs that did not come through it (resolved files).
@@ -235,7 +249,11 @@ std::string CanonicalJson(const TrainingConfig& c) {
                 {"context", z.model.context}};
   j["data"] = {{"paths", z.data.paths},
                {"seed", z.data.seed},
-               {"validation_fraction", z.data.validation_fraction}};
+               {"validation_fraction", z.data.validation_fraction},
+               {"validation_paths", z.data.validation_paths},
+               {"format", DataFormatName(z.data.format)},
+               {"eval_every_steps", z.data.eval_every_steps},
+               {"eval_batches", z.data.eval_batches}};
   j["servers"] = z.servers;
   j["workers"] = z.workers;
   j["steps"] = z.steps;

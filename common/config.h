@@ -120,13 +120,29 @@ enum class Placement { kHost = 0, kPinned = 1, kDevice = 2 };
 
 enum class MetricsFormat { kCsv = 0, kJsonl = 1 };
 
-// `zeroshard.data`: the corpus and how it is split.
+// zeroshard.data.format: text read as bytes (vocab 256), llm.c `.bin`
+// shards, bare uint16 arrays (nanoGPT), or llmc/uint16 by header magic
+// (worker/data/token_file.h).
+enum class DataFormat { kBytes = 0, kLlmc = 1, kUint16 = 2, kAuto = 3 };
+
+// `zeroshard.data`: the corpus, how it is split, and the validation loss.
 struct DataConfig {
-  // Files concatenated in this order; empty = the built-in corpus (Debian's
-  // license texts, see worker/data/corpus.h).
+  // Training files (paths or glob patterns, each expanded in sorted order),
+  // in this order: text files concatenated ("paths", format bytes) or token
+  // files ("train"); empty = the built-in corpus (Debian's license texts,
+  // see worker/data/corpus.h).
   std::vector<std::string> paths;
+  // Held-out files (paths or globs, "validation"); empty: the last
+  // validation_fraction of the training tokens is held out instead.
+  std::vector<std::string> validation_paths;
+  // Absent: bytes for "paths", auto for "train".
+  DataFormat format = DataFormat::kBytes;
   uint64_t seed = 0;                 // default ("auto"/absent): zeroshard.seed
-  double validation_fraction = 0.05; // last fraction of bytes, [0, 0.5]
+  double validation_fraction = 0.05; // last fraction of tokens, [0, 0.5]
+  // Validation loss every K steps (absent: steps_per_print; 0: only after
+  // the last step) over eval_batches micro-batches per worker (0: never).
+  uint64_t eval_every_steps = 10;
+  int eval_batches = 4;
 };
 
 // Everything under `zeroshard`.
@@ -234,6 +250,7 @@ const char* PrecisionName(Precision p);
 const char* CommDataTypeName(CommDataType t);
 const char* CheckpointPolicyName(CheckpointPolicy p);
 const char* PlacementName(Placement p);
+const char* DataFormatName(DataFormat f);
 
 }  // namespace zeroshard
 

@@ -525,19 +525,52 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   RETURN_IF_ERROR(m.Int("context", 1, 1 << 20, &z.model.context));
   m.Finish();
   ASSIGN_OR_RETURN(Section d, s.Child("data"));
-  if (const json* paths = d.Get("paths"); paths != nullptr) {
-    if (!paths->is_array()) return d.Bad("paths", *paths, "a list of file paths");
-    for (const json& p : *paths) {
-      if (!p.is_string() || p.get<std::string>().empty()) {
-        return d.Bad("paths", *paths, "a list of non-empty file path strings");
-      }
-      z.data.paths.push_back(p.get<std::string>());
+  // A path list: a string or a list of non-empty strings (globs allowed).
+  auto path_list = [&d](const char* key, std::vector<std::string>* out) -> absl::Status {
+    const json* v = d.Get(key);
+    if (v == nullptr) return absl::OkStatus();
+    if (v->is_string() && !v->get<std::string>().empty()) {
+      out->push_back(v->get<std::string>());
+      return absl::OkStatus();
     }
+    if (!v->is_array() || v->empty()) return d.Bad(key, *v, "a path, a glob or a list of them");
+    for (const json& p : *v) {
+      if (!p.is_string() || p.get<std::string>().empty()) {
+        return d.Bad(key, *v, "a list of non-empty path or glob strings");
+      }
+      out->push_back(p.get<std::string>());
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::string> train;
+  RETURN_IF_ERROR(path_list("paths", &z.data.paths));
+  RETURN_IF_ERROR(path_list("train", &train));
+  if (!z.data.paths.empty() && !train.empty()) {
+    return absl::InvalidArgumentError(
+        "config keys \"zeroshard.data.paths\" and \"zeroshard.data.train\" are the same list; "
+        "give one");
+  }
+  RETURN_IF_ERROR(path_list("validation", &z.data.validation_paths));
+  ASSIGN_OR_RETURN(int data_format, d.Choice("format", {"bytes", "llmc", "uint16", "auto"}));
+  z.data.format = data_format >= 0   ? static_cast<DataFormat>(data_format)
+                  : !train.empty()   ? DataFormat::kAuto
+                                     : DataFormat::kBytes;
+  if (!train.empty()) z.data.paths = std::move(train);
+  if (z.data.paths.empty() && z.data.format != DataFormat::kBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"zeroshard.data.format\" is \"", DataFormatName(z.data.format),
+        "\" but no token files are given in \"zeroshard.data.train\""));
   }
   std::optional<int64_t> data_seed;
   ASSIGN_OR_RETURN(data_seed, d.IntOrAuto("seed", 0, kMaxI64, true));
   RETURN_IF_ERROR(d.Double("validation_fraction", 0, 0.5, &z.data.validation_fraction));
+  z.data.eval_every_steps = static_cast<uint64_t>(c->steps_per_print);
+  RETURN_IF_ERROR(d.Int("eval_every_steps", 0, kMaxI64, &z.data.eval_every_steps));
+  RETURN_IF_ERROR(d.Int("eval_batches", 0, 1 << 20, &z.data.eval_batches));
   d.Finish();
+  if (const json* g = s.Get("param_groups")) {
+    ASSIGN_OR_RETURN(c->param_groups, ParseParamGroups(g->dump()));
+  }
   RETURN_IF_ERROR(s.Int("steps", 1, kMaxI64, &z.steps));
   RETURN_IF_ERROR(s.Int("seed", 0, kMaxI64, &z.seed));
   z.data.seed = data_seed.has_value() ? static_cast<uint64_t>(*data_seed) : z.seed;

@@ -48,6 +48,10 @@ const EnumNames<CheckpointPolicy> kCheckpointPolicies = {
 const EnumNames<Placement> kPlacements = {{Placement::kHost, "host"},
                                           {Placement::kPinned, "pinned"},
                                           {Placement::kDevice, "device"}};
+const EnumNames<DataFormat> kDataFormats = {{DataFormat::kBytes, "bytes"},
+                                            {DataFormat::kLlmc, "llmc"},
+                                            {DataFormat::kUint16, "uint16"},
+                                            {DataFormat::kAuto, "auto"}};
 const EnumNames<MetricsFormat> kMetricsFormats = {
     {MetricsFormat::kCsv, "csv"}, {MetricsFormat::kJsonl, "jsonl"}};
 
@@ -132,6 +136,10 @@ void VisitConfig(V& v, TrainingConfig& c) {
       v.Field("paths", z.data.paths);
       v.Field("seed", z.data.seed);
       v.Field("validation_fraction", z.data.validation_fraction);
+      v.Field("validation_paths", z.data.validation_paths);
+      v.Enum("format", z.data.format, kDataFormats);
+      v.Field("eval_every_steps", z.data.eval_every_steps);
+      v.Field("eval_batches", z.data.eval_batches);
     });
     v.Field("steps", z.steps);
     v.Field("seed", z.seed);

@@ -1,5 +1,7 @@
 #include "worker/data/batch_sampler.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
@@ -14,27 +16,41 @@ uint64_t SampleHash(uint64_t seed, uint64_t step, uint64_t g) {
 
 }  // namespace
 
-BatchSampler::BatchSampler(Corpus corpus, absl::Span<const uint8_t> text, int context,
+BatchSampler::BatchSampler(Dataset data, std::vector<TokenSegment> segments, int context,
                            uint64_t seed)
-    : corpus_(std::move(corpus)),
-      text_(text),
-      context_(context),
-      seed_(seed),
-      num_offsets_(text.size() - static_cast<uint64_t>(context)) {}
+    : data_(std::move(data)), segments_(std::move(segments)), context_(context), seed_(seed) {
+  uint64_t n = 0;
+  for (const TokenSegment& s : segments_) {
+    first_offset_.push_back(n);
+    n += s.size - static_cast<uint64_t>(context);
+  }
+  num_offsets_ = n;
+}
 
-absl::StatusOr<BatchSampler> BatchSampler::Create(const Corpus& corpus, DataSplit split,
+absl::StatusOr<BatchSampler> BatchSampler::Create(const Dataset& data, DataSplit split,
                                                   int context, uint64_t seed) {
   if (context < 1) {
     return absl::InvalidArgumentError(absl::StrCat("sampler: context ", context, " must be >= 1"));
   }
-  absl::Span<const uint8_t> text = corpus.split(split);
-  if (text.size() < static_cast<uint64_t>(context) + 1) {
+  const uint64_t need = static_cast<uint64_t>(context) + 1;
+  std::vector<TokenSegment> usable;
+  uint64_t largest = 0;
+  for (const TokenSegment& s : data.split(split)) {
+    largest = std::max(largest, s.size);
+    if (s.size >= need) usable.push_back(s);
+  }
+  if (usable.empty()) {
+    const bool bytes = data.format() == DataFormat::kBytes;
     return absl::InvalidArgumentError(absl::StrCat(
         "sampler: the ", split == DataSplit::kTrain ? "training" : "validation", " split has ",
-        text.size(), " bytes, fewer than context + 1 = ", static_cast<uint64_t>(context) + 1,
-        split == DataSplit::kValidation ? " (raise zeroshard.data.validation_fraction)" : ""));
+        data.split(split).size() > 1 ? "no file with " : "", largest,
+        bytes ? " bytes" : " tokens", data.split(split).size() > 1 ? " or more" : "",
+        ", fewer than context + 1 = ", need,
+        split == DataSplit::kValidation
+            ? " (raise zeroshard.data.validation_fraction or give zeroshard.data.validation files)"
+            : ""));
   }
-  return BatchSampler(corpus, text, context, seed);
+  return BatchSampler(data, std::move(usable), context, seed);
 }
 
 uint64_t BatchSampler::GlobalSampleIndex(int rank, int world_size, int micro_step,
@@ -59,10 +75,25 @@ absl::Status BatchSampler::FillSample(uint64_t step, uint64_t g, absl::Span<int3
         "sampler: sample spans hold ", inputs.size(), " and ", targets.size(),
         " tokens; expected context = ", context_));
   }
-  const uint8_t* w = text_.data() + Offset(step, g);
-  for (size_t t = 0; t < t_len; ++t) {
-    inputs[t] = w[t];
-    targets[t] = w[t + 1];
+  const uint64_t offset = Offset(step, g);
+  // The last segment whose first offset is <= offset.
+  const size_t k = static_cast<size_t>(
+      std::upper_bound(first_offset_.begin(), first_offset_.end(), offset) -
+      first_offset_.begin() - 1);
+  const TokenSegment& s = segments_[k];
+  const uint64_t at = offset - first_offset_[k];
+  if (s.bytes != nullptr) {
+    const uint8_t* w = s.bytes + at;
+    for (size_t t = 0; t < t_len; ++t) {
+      inputs[t] = w[t];
+      targets[t] = w[t + 1];
+    }
+  } else {
+    const uint16_t* w = s.u16 + at;
+    for (size_t t = 0; t < t_len; ++t) {
+      inputs[t] = w[t];
+      targets[t] = w[t + 1];
+    }
   }
   return absl::OkStatus();
 }

@@ -10,11 +10,15 @@
 // batch is factored: 2 workers x 2 micro-batches of b, 1 worker x 4 of b and
 // 1 worker x 1 of 4b see the same samples.
 //
-// Sample g of step s is the window of context + 1 bytes of the split starting
-// at offset = floor(H(seed, s, g) * num_offsets / 2^64), where H is a
-// counter-based 64-bit hash (SplitMix64's finalizer chained over seed, step,
-// g) and num_offsets = split size - context. inputs[t] = byte[offset + t],
-// targets[t] = byte[offset + t + 1], t < context; tokens are in [0, 256).
+// Sample g of step s is the window of context + 1 tokens of the split
+// starting at offset = floor(H(seed, s, g) * num_offsets / 2^64), where H is
+// a counter-based 64-bit hash (SplitMix64's finalizer chained over seed,
+// step, g) and num_offsets = the sum over the split's segments (files) of
+// max(0, segment size - context); offsets number the windows of segment 0,
+// then of segment 1, ..., so no window crosses a file boundary (for the byte
+// corpus, one segment: num_offsets = split size - context).
+// inputs[t] = token[offset + t], targets[t] = token[offset + t + 1],
+// t < context; bytes are tokens in [0, 256).
 //
 //   ASSIGN_OR_RETURN(BatchSampler sampler,
 //                    BatchSampler::Create(corpus, DataSplit::kTrain, T, seed));
@@ -31,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "worker/data/corpus.h"
+#include "worker/data/dataset.h"
 
 namespace zeroshard {
 
@@ -44,11 +49,15 @@ struct TokenBatch {
 
 class BatchSampler {
  public:
-  // INVALID_ARGUMENT when context < 1 or the split has fewer than
-  // context + 1 bytes (the message names the split and both sizes).
-  // The sampler keeps a copy of `corpus` (which shares its bytes).
-  static absl::StatusOr<BatchSampler> Create(const Corpus& corpus, DataSplit split, int context,
+  // INVALID_ARGUMENT when context < 1 or no segment of the split has
+  // context + 1 tokens (the message names the split and the sizes).
+  // The sampler keeps a copy of `data` (which shares its tokens).
+  static absl::StatusOr<BatchSampler> Create(const Dataset& data, DataSplit split, int context,
                                              uint64_t seed);
+  static absl::StatusOr<BatchSampler> Create(const Corpus& corpus, DataSplit split, int context,
+                                             uint64_t seed) {
+    return Create(Dataset::FromCorpus(corpus), split, context, seed);
+  }
 
   // g = (micro_step * world_size + rank) * micro_batch_size + i. No checks.
   static uint64_t GlobalSampleIndex(int rank, int world_size, int micro_step,
@@ -79,10 +88,11 @@ class BatchSampler {
   uint64_t num_offsets() const { return num_offsets_; }
 
  private:
-  BatchSampler(Corpus corpus, absl::Span<const uint8_t> text, int context, uint64_t seed);
+  BatchSampler(Dataset data, std::vector<TokenSegment> segments, int context, uint64_t seed);
 
-  Corpus corpus_;  // keeps text_ alive
-  absl::Span<const uint8_t> text_;
+  Dataset data_;  // keeps the segments' tokens alive
+  std::vector<TokenSegment> segments_;  // those with context + 1 tokens
+  std::vector<uint64_t> first_offset_;  // of each segment; ascending
   int context_;
   uint64_t seed_;
   uint64_t num_offsets_;
