@@ -39,6 +39,9 @@ absl::StatusOr<std::vector<v1::InitResponse>> ShardClient::Init(
   *base.mutable_manifest() = ToProto(layout_.manifest());
   base.set_num_servers(S);
   *base.mutable_optimizer() = ToProto(options.optimizer);
+  AddParamGroups(ResolveParamGroups(layout_, options.param_groups,
+                                    options.optimizer.weight_decay),
+                 base.mutable_optimizer());
   if (options.seed.has_value()) {
     base.mutable_init()->set_seed(*options.seed);
   } else {

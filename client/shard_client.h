@@ -40,6 +40,7 @@
 #include "common/dtype.h"
 #include "common/layout.h"
 #include "common/optimizer_config.h"
+#include "common/param_groups.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 
 namespace zeroshard {
@@ -47,6 +48,10 @@ namespace zeroshard {
 // What Init sends to every server (each also gets its server_index and S).
 struct InitOptions {
   OptimizerConfig optimizer;
+  // Weight decay and lr scale per tensor class, sent as per-range settings
+  // (common/param_groups.h); default Hugging Face's, Single() for torch's one
+  // group.
+  ParamGroups param_groups;
   // Seeded init (common/init_values.h); nullopt: all zeros.
   std::optional<uint64_t> seed = 0;
   // Std of the seeded normal init; 0: the server default 0.02.

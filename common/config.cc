@@ -238,6 +238,7 @@ std::string CanonicalJson(const TrainingConfig& c) {
                     {"warmup_steps", o.warmup_steps},
                     {"total_steps", o.total_steps},
                     {"min_lr", o.min_lr}};
+  j["param_groups"] = DescribeParamGroups(c.param_groups, o.weight_decay);
   j["zero_stage"] = c.zero.stage;
   j["activation_checkpointing"] = {
       {"policy", CheckpointPolicyName(c.activation_checkpointing.policy)},

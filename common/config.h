@@ -47,6 +47,9 @@
 //   true) selects decoupled weight decay (kAdamW); adam_w_mode false gives
 //   Adam with L2 decay (kAdam). "AdamW" is always kAdamW. Default
 //   weight_decay: 0.01 for kAdamW, 0 for kAdam (torch's defaults).
+// - zeroshard.param_groups (common/param_groups.h): weight_decay and lr_scale
+//   per tensor class; default Hugging Face's (no decay on biases and norms),
+//   "single" for torch's one group.
 #ifndef ZEROSHARD_COMMON_CONFIG_H_
 #define ZEROSHARD_COMMON_CONFIG_H_
 
@@ -59,6 +62,7 @@
 #include "absl/status/statusor.h"
 #include "common/gpt_manifest.h"
 #include "common/optimizer_config.h"
+#include "common/param_groups.h"
 
 namespace zeroshard {
 
@@ -190,6 +194,7 @@ struct TrainingConfig {
   CommDataType communication_data_type = CommDataType::kFp32;
   Fp16Config fp16;
   OptimizerConfig optimizer;            // includes the LR schedule
+  ParamGroups param_groups;             // zeroshard.param_groups (HF default)
   ZeroConfig zero;
   ActivationCheckpointingConfig activation_checkpointing;
   int steps_per_print = 10;

@@ -89,6 +89,17 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("total_steps", o.total_steps);
     v.Field("min_lr", o.min_lr);
   });
+  v.Object("param_groups", [&] {
+    ParamGroups& g = c.param_groups;
+    v.Field("single", g.single);
+    for (int k = 0; k < kNumTensorClasses; ++k) {
+      v.Object(TensorClassName(static_cast<TensorClass>(k)).data(), [&] {
+        v.Field("optimizer_weight_decay", g.classes[k].optimizer_weight_decay);
+        v.Field("weight_decay", g.classes[k].weight_decay);
+        v.Field("lr_scale", g.classes[k].lr_scale);
+      });
+    }
+  });
   v.Object("zero", [&] {
     ZeroConfig& z = c.zero;
     v.Field("stage", z.stage);

@@ -52,6 +52,14 @@ struct AdamStep {
 AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
                       float coefficient);
 
+// The same for one parameter group (common/param_groups.h): its own
+// weight_decay in place of config.weight_decay, and lr =
+// LearningRateAt(config, t) * lr_scale (double; torch's param_group["lr"]).
+// With config.weight_decay and lr_scale 1 it equals the overload above.
+AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
+                      float coefficient, double weight_decay,
+                      double lr_scale);
+
 // A read-only gradient: FP32 or BF16 elements, at any address (the kernels
 // load it unaligned).
 struct GradView {

@@ -12,23 +12,31 @@ namespace zeroshard {
 
 AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
                       float coefficient) {
+  return MakeAdamStep(config, t, coefficient, config.weight_decay, 1.0);
+}
+
+AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
+                      float coefficient, double weight_decay,
+                      double lr_scale) {
   t = std::max<uint64_t>(t, 1);
   // torch: step = step_t.item() (a Python float); beta ** step and the
   // divisions below are double arithmetic; each scalar becomes a float only
   // when an fp32 tensor op consumes it.
   const double step = static_cast<double>(t);
-  const double lr = LearningRateAt(config, t);
+  // A parameter group's lr, as torch holds it in param_group["lr"]: the
+  // schedule's value times the group's scale, in double (exact for 1).
+  const double lr = LearningRateAt(config, t) * lr_scale;
   AdamStep s;
   s.kind = config.kind;
   s.lr = static_cast<float>(lr);
   s.beta1 = static_cast<float>(config.beta1);
   s.beta2 = static_cast<float>(config.beta2);
   s.eps = static_cast<float>(config.eps);
-  s.weight_decay = static_cast<float>(config.weight_decay);
+  s.weight_decay = static_cast<float>(weight_decay);
   s.bias_correction1 = 1.0 - std::pow(config.beta1, step);
   s.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(config.beta2, step));
   s.coefficient = coefficient;
-  s.decay = static_cast<float>(1.0 - lr * config.weight_decay);
+  s.decay = static_cast<float>(1.0 - lr * weight_decay);
   s.one_minus_beta1 = static_cast<float>(1.0 - config.beta1);
   s.one_minus_beta2 = static_cast<float>(1.0 - config.beta2);
   s.bias_correction2_sqrt_f = static_cast<float>(s.bias_correction2_sqrt);

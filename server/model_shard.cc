@@ -132,6 +132,10 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   std::unique_ptr<ModelShard> state(new ModelShard(*std::move(layout)));
   state->optimizer_ = *config;
   const FlatRange owned = state->layout_.ServerRange(identity.server_index);
+  absl::StatusOr<ParamGroupTable> groups = ParamGroupTable::Create(
+      request.optimizer(), owned, state->layout_.total_elems());
+  if (!groups.ok()) return Prefixed("Init: ", groups.status());
+  state->param_groups_ = *std::move(groups);
   ASSIGN_OR_RETURN(state->store_, ShardStore::Create(
                                       owned, request.chunk_elems(), placement));
   state->tracker_ =
@@ -549,9 +553,18 @@ void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,
             piece.dtype == DType::kBf16
                 ? GradView::Bf16(reinterpret_cast<const uint16_t*>(data))
                 : GradView::Fp32(reinterpret_cast<const float*>(data));
-        updates.push_back({MakeAdamStep(optimizer_, seg.adam_t,
-                                        static_cast<float>(params.coefficient)),
-                           grad, seg.range});
+        // One update per parameter-group setting the segment crosses.
+        for (const ParamGroupTable::Span& span :
+             param_groups_.Split(seg.range)) {
+          const size_t skip = span.range.begin - seg.range.begin;
+          const GradView part{
+              static_cast<const char*>(grad.data) + skip * esize, grad.bf16};
+          updates.push_back(
+              {MakeAdamStep(optimizer_, seg.adam_t,
+                            static_cast<float>(params.coefficient),
+                            span.weight_decay, span.lr_scale),
+               part, span.range});
+        }
       }
       store_->ApplyUpdatesInChunk(claim.segments[order[starts[g]]].chunk,
                                   updates, pool);

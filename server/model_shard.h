@@ -28,6 +28,7 @@
 #include "common/layout.h"
 #include "common/optimizer_config.h"
 #include "proto/zeroshard/v1/shard.pb.h"
+#include "server/param_group_table.h"
 #include "server/placement.h"
 #include "server/shard_snapshot.h"
 #include "server/shard_store.h"
@@ -100,6 +101,8 @@ class ModelShard {
   const std::string& run_id() const { return request_.run_id(); }
   const FlatLayout& layout() const { return layout_; }
   const OptimizerConfig& optimizer() const { return optimizer_; }
+  // The parameter groups over the owned range (optimizer.param_groups).
+  const ParamGroupTable& param_groups() const { return param_groups_; }
   ShardStore& store() const { return *store_; }
   StepTracker& tracker() const { return *tracker_; }
   FlatRange owned() const { return store_->owned(); }
@@ -183,6 +186,7 @@ class ModelShard {
   v1::InitRequest request_;
   FlatLayout layout_;
   OptimizerConfig optimizer_;
+  ParamGroupTable param_groups_;
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<StepTracker> tracker_;
 

@@ -11,6 +11,7 @@
 #include "common/checkpoint_manifest.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "server/param_group_table.h"
 #include "server/shard_checkpoint.h"
 #include "wire/proto_convert.h"
 
@@ -145,13 +146,18 @@ absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
   bool have_t = false;
   for (const auto& [k, src] : sources) {
     const v1::ShardCheckpointHeader& h = src.info.header;
-    if (!google::protobuf::util::MessageDifferencer::Equals(
-            h.optimizer(), shard.request().optimizer())) {
+    // Parameter groups count by name and settings; their ranges follow the
+    // layout, which a resume may change.
+    const v1::OptimizerConfig was = ParamGroupTable::WithoutRanges(h.optimizer());
+    const v1::OptimizerConfig now =
+        ParamGroupTable::WithoutRanges(shard.request().optimizer());
+    if (!google::protobuf::util::MessageDifferencer::Equals(was, now)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Restore: ", src.path, " was trained with another optimizer "
-          "configuration (", h.optimizer().ShortDebugString(), ") than this "
-          "server's Init (", shard.request().optimizer().ShortDebugString(),
-          "); resume with the same configuration"));
+          "configuration (", was.ShortDebugString(), ") than this "
+          "server's Init (", now.ShortDebugString(),
+          "); resume with the same configuration (optimizer and "
+          "zeroshard.param_groups)"));
     }
     for (uint64_t t : h.chunk_adam_steps()) {
       if (have_t && t != adam_t) {

@@ -276,7 +276,8 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   response->set_min_version(summary.min_version);
   response->set_max_version(summary.max_version);
   response->set_adam_step(summary.min_adam_step);
-  *response->mutable_optimizer() = ToProto(state.optimizer());
+  // As Init gave it: with the parameter groups and their ranges.
+  *response->mutable_optimizer() = state.request().optimizer();
   for (const auto& [kind, bytes] : store.BytesByKind()) {
     (*response->mutable_bytes_by_kind())[kind] = bytes;
   }

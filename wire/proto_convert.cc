@@ -111,4 +111,19 @@ absl::StatusOr<DType> FromProto(v1::DType dtype) {
   }
 }
 
+void AddParamGroups(const std::vector<ResolvedGroup>& groups,
+                    v1::OptimizerConfig* out) {
+  for (const ResolvedGroup& g : groups) {
+    v1::ParamGroup* p = out->add_param_groups();
+    p->set_name(g.name);
+    p->set_weight_decay(g.weight_decay);
+    p->set_lr_scale(g.lr_scale);
+    for (const FlatRange& r : g.ranges) {
+      v1::FlatRange* range = p->add_ranges();
+      range->set_offset(r.begin);
+      range->set_length(r.size());
+    }
+  }
+}
+
 }  // namespace zeroshard

@@ -7,6 +7,7 @@
 #include "common/dtype.h"
 #include "common/layout.h"
 #include "common/optimizer_config.h"
+#include "common/param_groups.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 
 namespace zeroshard {
@@ -18,6 +19,11 @@ v1::OptimizerConfig ToProto(const OptimizerConfig& config);
 // INVALID_ARGUMENT for an unknown enum value; ranges are checked separately
 // by ValidateOptimizerConfig.
 absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& config);
+
+// Appends the resolved parameter groups (name, settings, flat ranges) to
+// out->param_groups: what Init carries to the servers.
+void AddParamGroups(const std::vector<ResolvedGroup>& groups,
+                    v1::OptimizerConfig* out);
 
 v1::DType ToProto(DType dtype);
 // INVALID_ARGUMENT for DTYPE_UNSPECIFIED or an unknown value.

@@ -71,7 +71,34 @@ nlohmann::json ToJson(int k, const std::string& address,
                     {"beta2", r->optimizer().beta2()},
                     {"eps", r->optimizer().eps()},
                     {"weight_decay", r->optimizer().weight_decay()}};
+  j["param_groups"] = nlohmann::json::array();
+  for (const v1::ParamGroup& g : r->optimizer().param_groups()) {
+    uint64_t elems = 0;
+    for (const v1::FlatRange& range : g.ranges()) elems += range.length();
+    j["param_groups"].push_back({{"name", g.name()},
+                                 {"weight_decay", g.weight_decay()},
+                                 {"lr_scale", g.lr_scale()},
+                                 {"ranges", g.ranges_size()},
+                                 {"elems", elems}});
+  }
   return j;
+}
+
+// One line for the run's parameter groups (every server has the same).
+std::string DescribeGroups(const v1::OptimizerConfig& o) {
+  if (o.param_groups().empty()) {
+    return absl::StrCat("parameter groups: single (weight_decay ",
+                        o.weight_decay(), " on every tensor)");
+  }
+  std::vector<std::string> parts;
+  for (const v1::ParamGroup& g : o.param_groups()) {
+    uint64_t elems = 0;
+    for (const v1::FlatRange& range : g.ranges()) elems += range.length();
+    parts.push_back(absl::StrCat(g.name(), " weight_decay ", g.weight_decay(),
+                                 " lr_scale ", g.lr_scale(), " (", elems,
+                                 " elems)"));
+  }
+  return absl::StrCat("parameter groups: ", absl::StrJoin(parts, "; "));
 }
 
 }  // namespace
@@ -173,6 +200,12 @@ int RunInspect(const CtlFlags& flags) {
          errs.empty() ? "0" : absl::StrJoin(errs, " ")});
   }
   PrintTable(rows);
+  for (const auto& r : results) {
+    if (r.ok() && r->initialized()) {
+      std::printf("%s\n", DescribeGroups(r->optimizer()).c_str());
+      break;
+    }
+  }
   return failed == 0 ? 0 : 1;
 }
 

@@ -129,6 +129,8 @@ TEST(ClusterTest, ConcurrentWorkersMatchTheSingleProcessReference) {
         *ShardClient::Create((*cluster)->addresses(), layout, FastRetries()));
   }
   InitOptions init;
+  // The reference below is torch's single group.
+  init.param_groups = ParamGroups::Single();
   init.optimizer = Config();
   init.seed = kSeed;
   init.chunk_elems = 4096;  // many chunks per server

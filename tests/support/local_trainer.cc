@@ -152,15 +152,25 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
   ASSIGN_OR_RETURN(bool apply, scaler_.Update(c.overflow));
   if (apply) {
     ++adam_steps_;
-    const AdamStep s = MakeAdamStep(config_.optimizer, adam_steps_,
-                                    static_cast<float>(c.coefficient));
-    AdamSlice slice;
-    slice.master = master_.data();
-    slice.exp_avg = exp_avg_.data();
-    slice.exp_avg_sq = exp_avg_sq_.data();
-    slice.mirror = param_dtype_ == DType::kBf16 ? mirror_.data() : nullptr;
-    slice.n = master_.size();
-    AdamUpdate(s, GradView::Fp32(grads_.data()), slice);
+    // Per parameter group (config.param_groups), as the servers apply it.
+    const double wd = config_.optimizer.weight_decay;
+    for (const GroupSpan& span : GroupSpans(
+             ResolveParamGroups(layout_, config_.param_groups, wd),
+             master_.size(), wd)) {
+      const size_t at = span.range.begin;
+      const AdamStep s =
+          MakeAdamStep(config_.optimizer, adam_steps_,
+                       static_cast<float>(c.coefficient), span.weight_decay,
+                       span.lr_scale);
+      AdamSlice slice;
+      slice.master = master_.data() + at;
+      slice.exp_avg = exp_avg_.data() + at;
+      slice.exp_avg_sq = exp_avg_sq_.data() + at;
+      slice.mirror =
+          param_dtype_ == DType::kBf16 ? mirror_.data() + at : nullptr;
+      slice.n = span.range.size();
+      AdamUpdate(s, GradView::Fp32(grads_.data() + at), slice);
+    }
     if (param_dtype_ == DType::kFp16) RefreshParams();
   }
   r.commit_seconds = Since(t1);

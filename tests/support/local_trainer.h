@@ -13,7 +13,8 @@
 //   - coefficient = clip_factor / (loss_scale * N * gas) from the global sum
 //     of squares (common/grad_clip.h), dynamic loss scaling for fp16
 //     (common/loss_scaler.h), and AdamUpdate (optim/optimizer.h) with
-//     MakeAdamStep(optimizer, t, coefficient), t counting applied steps.
+//     MakeAdamStep(optimizer, t, coefficient, weight_decay, lr_scale) per
+//     parameter group (config.param_groups), t counting applied steps.
 // Parameters reach the model in the training dtype as the servers would
 // serve them: the BF16 mirror (bf16), FP32 rounded to FP16 (fp16), FP32.
 //

@@ -239,6 +239,7 @@ absl::StatusOr<ShardLoadReport> RunShardLoad(const ShardLoadOptions& o) {
   if (!admin.ok()) return admin.status();
   InitOptions init;
   init.optimizer = config;
+  init.param_groups = ParamGroups::Single();  // as the reference above
   init.seed = o.seed;
   init.num_workers = o.pushers;
   if (auto r = (*admin)->Init(init); !r.ok()) return r.status();

@@ -7,6 +7,7 @@ namespace zeroshard {
 InitOptions InitOptionsFor(const TrainingConfig& config) {
   InitOptions init;
   init.optimizer = config.optimizer;
+  init.param_groups = config.param_groups;
   init.seed = config.cluster.seed;
   init.init_std = config.cluster.init_std;
   init.chunk_elems = config.cluster.chunk_elems;

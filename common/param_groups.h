@@ -1,0 +1,111 @@
+// Parameter groups: weight decay and a learning-rate scale per tensor class
+// (matrices, embeddings, biases, norms), as Hugging Face's Trainer and
+// nanoGPT build their optimizer groups.
+//
+// The default is theirs: matrices and embeddings decay with the optimizer's
+// weight_decay, biases and LayerNorm weights do not decay, every class at
+// lr_scale 1. "single" is torch's one group: the optimizer's weight_decay on
+// every tensor (zeroshard's behaviour before groups existed).
+//
+// Config (the value of "zeroshard.param_groups"):
+//   "single" | "default" | {"biases": {"weight_decay": 0.0, "lr_scale": 1.0},
+//                           "norms": {...}, "matrices": {...}, "embeddings": {...}}
+// Absent classes and keys keep the default.
+//
+// The servers get the groups as flat ranges (ResolveParamGroups); a range's
+// learning rate at Adam step t is LearningRateAt(optimizer, t) * lr_scale.
+//
+//   ASSIGN_OR_RETURN(ParamGroups g, ParseParamGroups(R"({"norms": {"lr_scale": 2}})"));
+//   for (const ResolvedGroup& r : ResolveParamGroups(layout, g, /*wd=*/0.1)) ...
+#ifndef ZEROSHARD_COMMON_PARAM_GROUPS_H_
+#define ZEROSHARD_COMMON_PARAM_GROUPS_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/layout.h"
+
+namespace zeroshard {
+
+enum class TensorClass { kMatrix = 0, kEmbedding = 1, kBias = 2, kNorm = 3 };
+inline constexpr int kNumTensorClasses = 4;
+
+// "matrices", "embeddings", "biases", "norms".
+absl::string_view TensorClassName(TensorClass c);
+
+// The class of a tensor: 2-D and up are embeddings when the name is an
+// embedding's (wte / wpe / a component containing "embed"), else matrices;
+// 1-D and scalars are biases when the name ends in "bias", else norms (the
+// LayerNorm gains, the only other 1-D tensors of a GPT).
+TensorClass ClassifyTensor(absl::string_view name,
+                           absl::Span<const int64_t> shape);
+
+struct GroupSettings {
+  // true: the optimizer's weight_decay; false: `weight_decay`.
+  bool optimizer_weight_decay = true;
+  double weight_decay = 0;
+  double lr_scale = 1;
+  friend bool operator==(const GroupSettings&, const GroupSettings&) = default;
+};
+
+struct ParamGroups {
+  // torch's single group: `classes` is not used.
+  bool single = false;
+  // Indexed by TensorClass; the Hugging Face / nanoGPT default.
+  std::array<GroupSettings, kNumTensorClasses> classes = {
+      GroupSettings{}, GroupSettings{}, GroupSettings{false, 0.0, 1.0},
+      GroupSettings{false, 0.0, 1.0}};
+
+  static ParamGroups Single() { return ParamGroups{.single = true}; }
+  friend bool operator==(const ParamGroups&, const ParamGroups&) = default;
+};
+
+// Parses the JSON value of "zeroshard.param_groups". Errors name the key
+// (e.g. zeroshard.param_groups.norms.lr_scale); weight_decay and lr_scale
+// must be finite and in [0, 1e6]; unknown classes or keys are errors.
+absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text);
+
+// "single", or one "class: weight_decay W, lr_scale L" clause per class
+// (with the optimizer's weight_decay filled in), for logs and the CLI.
+std::string DescribeParamGroups(const ParamGroups& groups,
+                                double optimizer_weight_decay);
+
+// One group as the servers get it.
+struct ResolvedGroup {
+  std::string name;  // the class name
+  double weight_decay = 0;
+  double lr_scale = 1;
+  // Flat ranges of the class's tensors, in order, adjacent ones merged.
+  std::vector<FlatRange> ranges;
+  uint64_t elems = 0;  // sum of the ranges' sizes
+};
+
+// The groups for a layout: one per class that has tensors, in TensorClass
+// order. Empty for "single" (the servers then apply the optimizer's
+// weight_decay and lr to every element). Padding belongs to no group.
+std::vector<ResolvedGroup> ResolveParamGroups(const FlatLayout& layout,
+                                              const ParamGroups& groups,
+                                              double optimizer_weight_decay);
+
+// A piece of the flat space with one setting.
+struct GroupSpan {
+  FlatRange range;
+  double weight_decay = 0;
+  double lr_scale = 1;
+};
+
+// [0, total_elems) cut where the setting changes, in order: the groups'
+// ranges with theirs, the rest with the optimizer's weight_decay and lr
+// scale 1 (what a server applies; for in-process baselines).
+std::vector<GroupSpan> GroupSpans(const std::vector<ResolvedGroup>& groups,
+                                  uint64_t total_elems,
+                                  double optimizer_weight_decay);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_COMMON_PARAM_GROUPS_H_

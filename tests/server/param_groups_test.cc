@@ -1,0 +1,486 @@
+// Parameter groups end to end below the RPC layer: zeroshard.param_groups
+// parsing (common/param_groups.h), tensor classes and their flat ranges, the
+// server's per-range table (server/param_group_table.h), and the update
+// against torch.optim.AdamW / Adam with the same groups
+// (tests/fixtures/param_groups_golden.json, made once by
+// tests/fixtures/make_param_groups_golden.py): every optimizer kernel over
+// the group spans, and two ModelShards applying pushes through an Init that
+// carries the groups as ranges, bit for bit.
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "common/dtype.h"
+#include "common/layout.h"
+#include "common/param_groups.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "optim/optimizer.h"
+#include "optim/optimizer_kernels.h"
+#include "server/model_shard.h"
+#include "server/param_group_table.h"
+#include "tests/server/server_test_util.h"
+#include "tests/server/shard_state_util.h"
+#include "wire/proto_convert.h"
+
+namespace zeroshard {
+namespace {
+
+using nlohmann::json;
+
+float Float(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// ---- Parsing and classes.
+
+TEST(ParamGroupsTest, DefaultIsHuggingFaceAndSingleIsOneGroup) {
+  const ParamGroups hf;
+  EXPECT_FALSE(hf.single);
+  EXPECT_TRUE(hf.classes[0].optimizer_weight_decay);  // matrices
+  EXPECT_TRUE(hf.classes[1].optimizer_weight_decay);  // embeddings
+  EXPECT_FALSE(hf.classes[2].optimizer_weight_decay);  // biases
+  EXPECT_EQ(hf.classes[2].weight_decay, 0.0);
+  EXPECT_FALSE(hf.classes[3].optimizer_weight_decay);  // norms
+  EXPECT_EQ(hf.classes[3].weight_decay, 0.0);
+  EXPECT_EQ(*ParseParamGroups("\"default\""), hf);
+  EXPECT_EQ(*ParseParamGroups("{}"), hf);
+  EXPECT_TRUE(ParseParamGroups("\"single\"")->single);
+  EXPECT_EQ(DescribeParamGroups(ParamGroups::Single(), 0.1),
+            "single (weight_decay 0.1 on every tensor)");
+  EXPECT_EQ(DescribeParamGroups(hf, 0.1),
+            "matrices: weight_decay 0.1, lr_scale 1; embeddings: weight_decay "
+            "0.1, lr_scale 1; biases: weight_decay 0, lr_scale 1; norms: "
+            "weight_decay 0, lr_scale 1");
+}
+
+TEST(ParamGroupsTest, ClassesTakeTheirSettingsAndOthersKeepTheDefault) {
+  absl::StatusOr<ParamGroups> g = ParseParamGroups(
+      R"({"norms": {"lr_scale": 2}, "embeddings": {"weight_decay": 0.0}})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->classes[3].lr_scale, 2.0);
+  EXPECT_FALSE(g->classes[3].optimizer_weight_decay);
+  EXPECT_FALSE(g->classes[1].optimizer_weight_decay);
+  EXPECT_EQ(g->classes[1].weight_decay, 0.0);
+  EXPECT_TRUE(g->classes[0].optimizer_weight_decay);
+  EXPECT_EQ(g->classes[0].lr_scale, 1.0);
+}
+
+TEST(ParamGroupsTest, ErrorsNameTheKey) {
+  struct Bad {
+    const char* json;
+    const char* key;
+  };
+  for (const Bad& b : {
+           Bad{"\"hf\"", "zeroshard.param_groups"},
+           Bad{"3", "zeroshard.param_groups"},
+           Bad{R"({"weights": {}})", "zeroshard.param_groups.weights"},
+           Bad{R"({"norms": 0})", "zeroshard.param_groups.norms"},
+           Bad{R"({"norms": {"decay": 0}})", "zeroshard.param_groups.norms.decay"},
+           Bad{R"({"biases": {"weight_decay": -1}})",
+               "zeroshard.param_groups.biases.weight_decay"},
+           Bad{R"({"matrices": {"lr_scale": "x"}})",
+               "zeroshard.param_groups.matrices.lr_scale"},
+       }) {
+    absl::StatusOr<ParamGroups> g = ParseParamGroups(b.json);
+    ASSERT_FALSE(g.ok()) << b.json;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(g.status().message().find(absl::StrCat("\"", b.key, "\"")),
+              std::string::npos)
+        << g.status();
+  }
+}
+
+TEST(ParamGroupsTest, TrainingConfigReadsTheSection) {
+  const char* base = R"({"train_batch_size": 2, "zeroshard": {%s}})";
+  auto parse = [&](const std::string& inner) {
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), base, inner.c_str());
+    return ParseTrainingConfig(buf);
+  };
+  absl::StatusOr<ParsedConfig> plain = parse("");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->config.param_groups, ParamGroups());
+  absl::StatusOr<ParsedConfig> single = parse(R"("param_groups": "single")");
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_TRUE(single->config.param_groups.single);
+  // The groups are part of the run's identity (resume and worker agreement).
+  EXPECT_NE(ConfigFingerprint(plain->config),
+            ConfigFingerprint(single->config));
+  absl::StatusOr<ParsedConfig> bad =
+      parse(R"("param_groups": {"norms": {"lr_scale": -2}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("zeroshard.param_groups.norms.lr_scale"),
+            std::string::npos)
+      << bad.status();
+}
+
+TEST(ParamGroupsTest, ClassifiesGpt2Tensors) {
+  EXPECT_EQ(ClassifyTensor("wte.weight", {50257, 768}), TensorClass::kEmbedding);
+  EXPECT_EQ(ClassifyTensor("wpe.weight", {1024, 768}), TensorClass::kEmbedding);
+  EXPECT_EQ(ClassifyTensor("model.embed_tokens.weight", {10, 4}),
+            TensorClass::kEmbedding);
+  EXPECT_EQ(ClassifyTensor("h.0.attn.c_attn.weight", {768, 2304}),
+            TensorClass::kMatrix);
+  EXPECT_EQ(ClassifyTensor("h.0.attn.c_attn.bias", {2304}), TensorClass::kBias);
+  EXPECT_EQ(ClassifyTensor("h.0.ln_1.weight", {768}), TensorClass::kNorm);
+  EXPECT_EQ(ClassifyTensor("ln_f.bias", {768}), TensorClass::kBias);
+}
+
+// ---- The golden file.
+
+struct GoldenCase {
+  std::string name;
+  OptimizerConfig config;
+  ParamGroups groups;
+  float coefficient = 1;
+  bool bf16 = false;
+  json data;
+};
+
+struct Golden {
+  ModelManifest manifest;
+  std::vector<GoldenCase> cases;
+};
+
+std::vector<float> Floats(const json& bits) {
+  std::vector<float> out;
+  for (const auto& b : bits) out.push_back(Float(b.get<uint32_t>()));
+  return out;
+}
+
+Golden LoadGolden() {
+  Golden g;
+  std::ifstream in("tests/fixtures/param_groups_golden.json");
+  EXPECT_TRUE(in.good()) << "tests/fixtures/param_groups_golden.json not "
+                            "found; tests run from the repo root";
+  if (!in.good()) return g;
+  const json doc = json::parse(in);
+  UnitSpec unit{"model", {}};
+  for (const auto& t : doc.at("tensors")) {
+    unit.tensors.push_back(
+        {t.at("name"), t.at("shape").get<std::vector<int64_t>>()});
+  }
+  g.manifest.units = {unit};
+  g.manifest.partition_count = 1;
+  for (const auto& c : doc.at("cases")) {
+    GoldenCase k;
+    k.name = c.at("name");
+    OptimizerConfig& o = k.config;
+    o.kind = c.at("kind") == "adamw" ? OptimizerKind::kAdamW : OptimizerKind::kAdam;
+    o.lr = c.at("lr");
+    o.beta1 = c.at("beta1");
+    o.beta2 = c.at("beta2");
+    o.eps = c.at("eps");
+    o.weight_decay = c.at("weight_decay");
+    if (c.at("schedule") == "warmup_cosine") {
+      o.schedule = LrScheduleKind::kWarmupCosine;
+      o.warmup_steps = c.at("warmup_steps");
+      o.total_steps = c.at("total_steps");
+      o.min_lr = c.at("min_lr");
+    }
+    EXPECT_TRUE(ValidateOptimizerConfig(o).ok()) << k.name;
+    absl::StatusOr<ParamGroups> groups =
+        ParseParamGroups(c.at("param_groups").dump());
+    EXPECT_TRUE(groups.ok()) << k.name << ": " << groups.status();
+    if (groups.ok()) k.groups = *groups;
+    k.coefficient = c.at("coefficient").get<double>();
+    k.bf16 = c.at("grad_dtype") == "bf16";
+    k.data = c;
+    g.cases.push_back(std::move(k));
+  }
+  EXPECT_EQ(g.cases.size(), 4u);
+  return g;
+}
+
+// The first n of got equal want bit for bit; "" or the first difference.
+std::string DiffBits(const std::vector<float>& got,
+                     const std::vector<float>& want, const char* what) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (i >= got.size() || Bits(got[i]) != Bits(want[i])) {
+      return absl::StrCat(what, "[", i, "]: got ",
+                          i < got.size() ? got[i] : -0.0f, ", torch ", want[i]);
+    }
+  }
+  return "";
+}
+
+TEST(ParamGroupsGoldenTest, RangesFollowTheTensors) {
+  const Golden g = LoadGolden();
+  ASSERT_FALSE(g.cases.empty());
+  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(g.manifest, 1, 1);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const std::vector<ResolvedGroup> r =
+      ResolveParamGroups(*layout, ParamGroups(), 0.1);
+  ASSERT_EQ(r.size(), 4u);
+  // matrices: c_attn [65, 140), c_fc [155, 255).
+  EXPECT_EQ(r[0].name, "matrices");
+  ASSERT_EQ(r[0].ranges.size(), 2u);
+  EXPECT_EQ(r[0].ranges[0], (FlatRange{65, 140}));
+  EXPECT_EQ(r[0].ranges[1], (FlatRange{155, 255}));
+  EXPECT_EQ(r[0].weight_decay, 0.1);
+  // embeddings: wte and wpe, adjacent, merged.
+  EXPECT_EQ(r[1].name, "embeddings");
+  ASSERT_EQ(r[1].ranges.size(), 1u);
+  EXPECT_EQ(r[1].ranges[0], (FlatRange{0, 55}));
+  EXPECT_EQ(r[2].name, "biases");
+  EXPECT_EQ(r[2].weight_decay, 0.0);
+  EXPECT_EQ(r[2].elems, 5u + 15 + 20 + 5);
+  EXPECT_EQ(r[3].name, "norms");
+  EXPECT_EQ(r[3].elems, 10u);
+  EXPECT_TRUE(ResolveParamGroups(*layout, ParamGroups::Single(), 0.1).empty());
+  // The spans cover the flat space, padding with the optimizer's settings.
+  const std::vector<GroupSpan> spans =
+      GroupSpans(r, layout->total_elems(), 0.1);
+  uint64_t at = 0;
+  for (const GroupSpan& s : spans) {
+    EXPECT_EQ(s.range.begin, at);
+    at = s.range.end;
+  }
+  EXPECT_EQ(at, layout->total_elems());
+  EXPECT_EQ(spans.back().range, (FlatRange{285, layout->total_elems()}));
+  EXPECT_EQ(spans.back().weight_decay, 0.1);
+}
+
+TEST(ParamGroupsGoldenTest, EveryKernelMatchesTorchBitForBit) {
+  const Golden g = LoadGolden();
+  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(g.manifest, 1, 1);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const uint64_t total = layout->total_elems();
+  for (const AdamKernel& kernel : AvailableAdamKernels()) {
+    for (const GoldenCase& c : g.cases) {
+      SCOPED_TRACE(absl::StrCat(kernel.name, " ", c.name));
+      const std::vector<GroupSpan> spans = GroupSpans(
+          ResolveParamGroups(*layout, c.groups, c.config.weight_decay), total,
+          c.config.weight_decay);
+      std::vector<float> w = Floats(c.data.at("param0"));
+      const size_t n = w.size();
+      ASSERT_EQ(n, layout->param_elems());
+      w.resize(total, 0.0f);
+      std::vector<float> m(total, 0.0f), v(total, 0.0f);
+      std::vector<uint16_t> mirror(total, 0);
+      for (const auto& st : c.data.at("steps")) {
+        const uint64_t t = st.at("t");
+        std::vector<float> g32;
+        std::vector<uint16_t> g16;
+        if (c.bf16) {
+          g16 = st.at("grad").get<std::vector<uint16_t>>();
+          g16.resize(total, 0);
+        } else {
+          g32 = Floats(st.at("grad"));
+          g32.resize(total, 0.0f);
+        }
+        for (const GroupSpan& s : spans) {
+          const size_t at = s.range.begin;
+          const GradView grad = c.bf16 ? GradView::Bf16(g16.data() + at)
+                                       : GradView::Fp32(g32.data() + at);
+          kernel.fn(MakeAdamStep(c.config, t, c.coefficient, s.weight_decay,
+                                 s.lr_scale),
+                    grad,
+                    {w.data() + at, m.data() + at, v.data() + at,
+                     mirror.data() + at, s.range.size()});
+        }
+        SCOPED_TRACE(absl::StrCat("t ", t));
+        ASSERT_EQ(DiffBits(w, Floats(st.at("param")), "param"), "");
+        ASSERT_EQ(DiffBits(m, Floats(st.at("exp_avg")), "exp_avg"), "");
+        ASSERT_EQ(DiffBits(v, Floats(st.at("exp_avg_sq")), "exp_avg_sq"), "");
+        for (size_t i = 0; i < total; ++i) {
+          ASSERT_EQ(mirror[i], FloatToBf16(w[i])) << i;
+        }
+      }
+    }
+  }
+}
+
+// The torch groups differ from one group: the test above can tell them apart.
+TEST(ParamGroupsGoldenTest, HuggingFaceDefaultIsNotTheSingleGroup) {
+  const Golden g = LoadGolden();
+  ASSERT_GE(g.cases.size(), 2u);
+  EXPECT_EQ(g.cases[0].name, "adamw_hf_default");
+  EXPECT_EQ(g.cases[1].name, "adamw_single");
+  const json& a = g.cases[0].data.at("steps").back().at("param");
+  const json& b = g.cases[1].data.at("steps").back().at("param");
+  EXPECT_NE(a, b);
+}
+
+// Two servers, each Init carrying the groups as ranges (as ShardClient::Init
+// sends them), the flat space split between them mid-tensor; pushes in two
+// pieces per server.
+TEST(ParamGroupsGoldenTest, TwoServersMatchTorchBitForBit) {
+  const Golden g = LoadGolden();
+  constexpr uint32_t kServers = 2;
+  absl::StatusOr<FlatLayout> layout =
+      FlatLayout::Create(g.manifest, kServers, 1);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  for (const GoldenCase& c : g.cases) {
+    SCOPED_TRACE(c.name);
+    const std::vector<float> param0 = Floats(c.data.at("param0"));
+    std::vector<std::unique_ptr<ModelShard>> shards;
+    for (uint32_t k = 0; k < kServers; ++k) {
+      v1::InitRequest init = testing::MakeInit(ToProto(g.manifest), kServers,
+                                               k, /*seed=*/1, /*chunk=*/64);
+      *init.mutable_optimizer() = ToProto(c.config);
+      AddParamGroups(
+          ResolveParamGroups(*layout, c.groups, c.config.weight_decay),
+          init.mutable_optimizer());
+      EXPECT_EQ(init.optimizer().param_groups_size(), c.groups.single ? 0 : 4);
+      absl::StatusOr<std::unique_ptr<ModelShard>> shard =
+          ModelShard::Create(init, {k, kServers}, Placement::kHost);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      const FlatRange own = (*shard)->owned();
+      std::vector<float> w(own.size(), 0.0f), zero(own.size(), 0.0f);
+      for (uint64_t i = own.begin; i < own.end && i < param0.size(); ++i) {
+        w[i - own.begin] = param0[i];
+      }
+      ASSERT_TRUE((*shard)->RestoreState(0, 0, w.data(), zero.data(),
+                                         zero.data()).ok());
+      shards.push_back(*std::move(shard));
+    }
+    ASSERT_LT(shards[0]->owned().end, param0.size()) << "split mid-model";
+    uint64_t step = 0;
+    for (const auto& st : c.data.at("steps")) {
+      SCOPED_TRACE(absl::StrCat("t ", st.at("t").get<int>()));
+      std::vector<float> g32;
+      std::vector<uint16_t> g16;
+      if (c.bf16) {
+        g16 = st.at("grad").get<std::vector<uint16_t>>();
+        g16.resize(layout->total_elems(), 0);
+      } else {
+        g32 = Floats(st.at("grad"));
+        g32.resize(layout->total_elems(), 0.0f);
+      }
+      const DType dtype = c.bf16 ? DType::kBf16 : DType::kFp32;
+      std::vector<float> got;
+      for (const auto& shard : shards) {
+        const FlatRange own = shard->owned();
+        const uint64_t mid = own.begin + 37;  // not a tensor boundary
+        std::vector<GradPiece> pieces;
+        for (const FlatRange r : {FlatRange{own.begin, mid}, FlatRange{mid, own.end}}) {
+          const void* data = c.bf16 ? static_cast<const void*>(g16.data() + r.begin)
+                                    : static_cast<const void*>(g32.data() + r.begin);
+          pieces.push_back({r, dtype, data});
+        }
+        absl::StatusOr<ApplyResult> r =
+            shard->ApplyPush(step, {c.coefficient, false}, pieces);
+        ASSERT_TRUE(r.ok()) << r.status();
+        ASSERT_EQ(r->applied_elems, own.size());
+        const testing::ShardState s = testing::ReadState(*shard);
+        got.insert(got.end(), s.arrays[0].begin(), s.arrays[0].end());
+      }
+      ++step;
+      ASSERT_EQ(DiffBits(got, Floats(st.at("param")), "param"), "");
+      std::vector<float> m, v;
+      for (const auto& shard : shards) {
+        const testing::ShardState s = testing::ReadState(*shard);
+        m.insert(m.end(), s.arrays[1].begin(), s.arrays[1].end());
+        v.insert(v.end(), s.arrays[2].begin(), s.arrays[2].end());
+      }
+      ASSERT_EQ(DiffBits(m, Floats(st.at("exp_avg")), "exp_avg"), "");
+      ASSERT_EQ(DiffBits(v, Floats(st.at("exp_avg_sq")), "exp_avg_sq"), "");
+    }
+  }
+}
+
+// ---- The server's table.
+
+v1::OptimizerConfig WithGroups(
+    std::initializer_list<std::tuple<const char*, double, double,
+                                     std::vector<FlatRange>>> groups) {
+  v1::OptimizerConfig o;
+  o.set_weight_decay(0.1);
+  for (const auto& [name, wd, scale, ranges] : groups) {
+    AddParamGroups({ResolvedGroup{name, wd, scale, ranges, 0}}, &o);
+  }
+  return o;
+}
+
+TEST(ParamGroupTableTest, SplitsAtGroupBoundariesInsideTheOwnedRange) {
+  absl::StatusOr<ParamGroupTable> t = ParamGroupTable::Create(
+      WithGroups({{"a", 0.0, 2.0, {{10, 20}, {40, 50}}},
+                  {"b", 0.5, 1.0, {{20, 30}}}}),
+      {15, 45}, 100);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<ParamGroupTable::Span> s = t->Split({15, 45});
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0].range, (FlatRange{15, 20}));
+  EXPECT_EQ(s[0].lr_scale, 2.0);
+  EXPECT_EQ(s[1].range, (FlatRange{20, 30}));
+  EXPECT_EQ(s[1].weight_decay, 0.5);
+  EXPECT_EQ(s[2].range, (FlatRange{30, 40}));  // no group: the optimizer's
+  EXPECT_EQ(s[2].weight_decay, 0.1);
+  EXPECT_EQ(s[2].lr_scale, 1.0);
+  EXPECT_EQ(s[3].range, (FlatRange{40, 45}));
+  ASSERT_EQ(t->Split({32, 35}).size(), 1u);
+  EXPECT_EQ(t->Split({32, 35})[0].weight_decay, 0.1);
+  // No groups: one span with the optimizer's settings.
+  absl::StatusOr<ParamGroupTable> none =
+      ParamGroupTable::Create(WithGroups({}), {0, 64}, 64);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  ASSERT_EQ(none->Split({3, 9}).size(), 1u);
+}
+
+TEST(ParamGroupTableTest, RefusesBadGroups) {
+  struct Bad {
+    v1::OptimizerConfig o;
+    const char* says;
+  };
+  for (const Bad& b : {
+           Bad{WithGroups({{"a", 0, 1, {{0, 10}}}, {"b", 0, 1, {{5, 12}}}}),
+               "overlap"},
+           Bad{WithGroups({{"a", 0, 1, {{0, 10}}}, {"a", 0, 1, {{20, 30}}}}),
+               "unique"},
+           Bad{WithGroups({{"a", 0, 1, {{90, 101}}}}), "outside"},
+           Bad{WithGroups({{"a", -1, 1, {{0, 10}}}}), "weight_decay"},
+           Bad{WithGroups({{"a", 0, std::nan(""), {{0, 10}}}}), "lr_scale"},
+       }) {
+    absl::StatusOr<ParamGroupTable> t = ParamGroupTable::Create(b.o, {0, 64}, 100);
+    ASSERT_FALSE(t.ok()) << b.says;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(b.says), std::string::npos)
+        << t.status();
+  }
+}
+
+TEST(ParamGroupTableTest, InitRefusesBadGroups) {
+  v1::InitRequest init = testing::MakeInit(testing::SmallManifest(1), 1, 0,
+                                           /*seed=*/1, /*chunk=*/0);
+  *init.mutable_optimizer() = WithGroups({{"a", 0, 1, {{0, 10}}},
+                                          {"b", 0, 1, {{5, 12}}}});
+  init.mutable_optimizer()->set_lr(1e-3);
+  init.mutable_optimizer()->set_beta1(0.9);
+  init.mutable_optimizer()->set_beta2(0.999);
+  init.mutable_optimizer()->set_eps(1e-8);
+  absl::StatusOr<std::unique_ptr<ModelShard>> shard =
+      ModelShard::Create(init, {0, 1}, Placement::kHost);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_NE(shard.status().message().find("Init: optimizer.param_groups"),
+            std::string::npos)
+      << shard.status();
+}
+
+TEST(ParamGroupTableTest, CheckpointsCompareGroupsWithoutRanges) {
+  v1::OptimizerConfig a = WithGroups({{"norms", 0, 1, {{0, 10}}}});
+  v1::OptimizerConfig b = WithGroups({{"norms", 0, 1, {{64, 74}}}});
+  v1::OptimizerConfig c = WithGroups({{"norms", 0.1, 1, {{0, 10}}}});
+  auto same = [](const v1::OptimizerConfig& x, const v1::OptimizerConfig& y) {
+    return ParamGroupTable::WithoutRanges(x).SerializeAsString() ==
+           ParamGroupTable::WithoutRanges(y).SerializeAsString();
+  };
+  EXPECT_TRUE(same(a, b));   // another layout: same groups
+  EXPECT_FALSE(same(a, c));  // another weight decay: refused
+  EXPECT_FALSE(same(a, WithGroups({})));  // single vs groups: refused
+}
+
+}  // namespace
+}  // namespace zeroshard
