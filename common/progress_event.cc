@@ -112,7 +112,7 @@ std::string FormatWorkerEvent(const WorkerEvent& e) {
           e.step, e.total_steps, e.params, e.workers, e.servers);
     case WorkerEvent::Kind::kStep: {
       const StepRecord& r = e.record;
-      return absl::StrFormat(
+      std::string line = absl::StrFormat(
           "{\"event\":\"step\",\"step\":%u,\"loss\":%s,"
           "\"tokens_per_s\":%.1f,\"loss_scale\":%.17g,\"grad_norm\":%s,"
           "\"lr\":%.6g,\"skipped\":%s,\"seconds\":%.4f,\"fetch_s\":%.4f,"
@@ -122,6 +122,11 @@ std::string FormatWorkerEvent(const WorkerEvent& e) {
           JsonNumber(r.grad_norm), r.lr, r.skipped ? "true" : "false",
           r.seconds, r.fetch_s, r.compute_s, r.comm_wait_s, r.commit_s,
           r.model_state_bytes, r.activation_peak_bytes);
+      if (std::isfinite(r.val_loss)) {
+        line.pop_back();  // the closing brace
+        absl::StrAppend(&line, ",\"val_loss\":", JsonNumber(r.val_loss), "}");
+      }
+      return line;
     }
     case WorkerEvent::Kind::kDone:
       return absl::StrFormat("{\"event\":\"done\",\"step\":%u}", e.step);
@@ -164,7 +169,8 @@ absl::StatusOr<WorkerEvent> ParseWorkerEvent(std::string_view line) {
     for (auto [key, out] : {std::pair{"fetch_s", &r.fetch_s},
                             {"compute_s", &r.compute_s},
                             {"comm_wait_s", &r.comm_wait_s},
-                            {"commit_s", &r.commit_s}}) {
+                            {"commit_s", &r.commit_s},
+                            {"val_loss", &r.val_loss}}) {
       if (!(s = Number(j, key, false, line, out)).ok()) return s;
     }
     if (!(s = Number(j, "step", true, line, &r.step)).ok()) return s;

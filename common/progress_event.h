@@ -20,6 +20,7 @@
 #define ZEROSHARD_COMMON_PROGRESS_EVENT_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -44,6 +45,10 @@ struct StepRecord {
   double commit_s = 0;
   uint64_t model_state_bytes = 0;
   uint64_t activation_peak_bytes = 0;
+  // Validation loss of the model after this step (zeroshard.data
+  // eval_every_steps); NaN when not evaluated at this step. Written only
+  // when evaluated; absent reads as NaN.
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct WorkerEvent {

@@ -30,6 +30,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -54,13 +55,14 @@
 #include "worker/comm/advertised_address.h"
 #include "worker/comm/collectives.h"
 #include "worker/data/batch_sampler.h"
-#include "worker/data/corpus.h"
+#include "worker/data/dataset.h"
 #include "worker/engine/auto_attempt.h"
 #include "worker/engine/checkpoint_coordinator.h"
 #include "worker/engine/init_from.h"
 #include "worker/engine/resume.h"
 #include "worker/engine/server_init.h"
 #include "worker/engine/step_engine.h"
+#include "worker/engine/validation.h"
 
 ABSL_FLAG(int, rank, 0, "this worker's rank in [0, world_size)");
 ABSL_FLAG(int, world_size, 1, "number of workers N");
@@ -327,11 +329,14 @@ absl::Status Run() {
   RETURN_IF_ERROR(
       ResumeServers(cfg, rank, resume_dir, client, group));
 
-  ASSIGN_OR_RETURN(Corpus corpus, Corpus::Load(cfg.cluster.data));
+  ASSIGN_OR_RETURN(Dataset data,
+                   Dataset::Load(cfg.cluster.data, cfg.cluster.model.vocab));
+  if (rank == 0) ZS_LOG(INFO) << data.Describe();
   ASSIGN_OR_RETURN(BatchSampler sampler,
-                   BatchSampler::Create(corpus, DataSplit::kTrain,
+                   BatchSampler::Create(data, DataSplit::kTrain,
                                         cfg.cluster.model.context,
                                         cfg.cluster.data.seed));
+  ASSIGN_OR_RETURN(const Validation validation, Validation::Create(cfg, data));
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client,
                                       group, &sampler));
@@ -379,6 +384,14 @@ absl::Status Run() {
     }
     const StepResult& r = *stepped;
     metrics.Record(r);
+    double val_loss = std::numeric_limits<double>::quiet_NaN();
+    if (validation.Due(step + 1, cfg.cluster.steps)) {
+      absl::StatusOr<double> v = validation.Run(engine.get(), step + 1);
+      if (!v.ok()) {
+        return ExplainServerRestart(client->channels(), step + 1, v.status());
+      }
+      val_loss = *v;
+    }
     if (rank == 0) {
       WorkerEvent e;
       e.kind = WorkerEvent::Kind::kStep;
@@ -398,6 +411,7 @@ absl::Status Run() {
       rec.commit_s = r.commit_seconds;
       rec.model_state_bytes = engine->memory().total_peak();
       rec.activation_peak_bytes = engine->model().memory().peak();
+      rec.val_loss = val_loss;
       PrintEvent(e);
     }
   }

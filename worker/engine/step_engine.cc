@@ -331,6 +331,62 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
   return absl::OkStatus();
 }
 
+absl::StatusOr<double> StepEngine::EvalLoss(uint64_t version, const BatchSampler& sampler,
+                                            int batches) {
+  if (batches < 1 || sampler.context() != sampler_->context()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "validation: ", batches, " batches of context ", sampler.context(),
+        "; need >= 1 batch of the training context ", sampler_->context()));
+  }
+  RETURN_IF_ERROR(cache_->ReleaseAll());
+  if (prefetched_step_ == static_cast<int64_t>(version)) {
+    prefetched_step_ = -1;
+    RETURN_IF_ERROR(prefetch_.Wait());
+  } else if (fetched_step_ != static_cast<int64_t>(version)) {
+    CancelPrefetch();
+    prefetch_cancel_.Reset();
+    RETURN_IF_ERROR(Fetch(version));
+  }
+  fetched_step_ = static_cast<int64_t>(version);
+  if (stage_ < 3) RETURN_IF_ERROR(cache_->GatherAll());
+  const int b = config_.micro_batch_size;
+  const int T = sampler.context();
+  const int L = model_->num_blocks();
+  const int emb = model::GptModel::embedding_unit();
+  const int fin = model_->final_unit();
+  double sum = 0;
+  for (int k = 0; k < batches; ++k) {
+    RETURN_IF_ERROR(sampler.FillMicroBatch(0, rank_, world_, k, b, absl::MakeSpan(inputs_),
+                                           absl::MakeSpan(targets_)));
+    RETURN_IF_ERROR(model_->Begin(b, T, inputs_, targets_));
+    cache_->Prefetch(emb);
+    {
+      ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(emb));
+      cache_->Prefetch(model::GptModel::block_unit(0));
+      RETURN_IF_ERROR(model_->EmbeddingForward(p));
+      cache_->Release(emb);
+    }
+    for (int l = 0; l < L; ++l) {
+      const int u = model::GptModel::block_unit(l);
+      ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
+      cache_->Prefetch(l + 1 < L ? model::GptModel::block_unit(l + 1) : fin);
+      RETURN_IF_ERROR(model_->BlockForward(l, p));
+      cache_->Release(u);
+    }
+    cache_->Prefetch(emb);
+    ASSIGN_OR_RETURN(model::UnitParams pf, cache_->Acquire(fin));
+    ASSIGN_OR_RETURN(model::UnitParams pe, cache_->Acquire(emb));
+    ASSIGN_OR_RETURN(double loss, model_->FinalForwardLoss(pf, pe));
+    sum += loss;
+    cache_->Release(fin);
+    cache_->Release(emb);
+  }
+  RETURN_IF_ERROR(cache_->ReleaseAll());
+  double total[1] = {sum};
+  RETURN_IF_ERROR(group_->AllReduce(absl::MakeSpan(total, 1), ReduceOp::kSum));
+  return total[0] / (static_cast<double>(world_) * batches);
+}
+
 absl::Status StepEngine::ReduceScatterResident(PushSession* push) {
   for (size_t u = 0; u < resident_grads_.size(); ++u) {
     QueueReduceScatter(static_cast<int>(u), resident_grads_[u],
@@ -350,11 +406,14 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
     // Fetched while the previous step's commit was being applied.
     prefetched_step_ = -1;
     RETURN_IF_ERROR(prefetch_.Wait());
+  } else if (fetched_step_ == static_cast<int64_t>(step)) {
+    // EvalLoss fetched it; the partition still holds it.
   } else {
     CancelPrefetch();
     prefetch_cancel_.Reset();
     RETURN_IF_ERROR(Fetch(step));
   }
+  fetched_step_ = -1;
   if (stage_ < 3) RETURN_IF_ERROR(cache_->GatherAll());
   r.fetch_seconds = Since(t0);
 

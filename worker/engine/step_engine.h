@@ -106,6 +106,16 @@ class StepEngine {
   // Runs optimizer step `step` (all micro-batches, push, commit).
   absl::StatusOr<StepResult> Step(uint64_t step);
 
+  // Validation loss of the parameters at `version` (after Step(s) returns,
+  // version s + 1 is the updated model): forward only over `batches`
+  // micro-batches of micro_batch_size samples per worker from `sampler`
+  // (its step 0, micro-steps 0..batches-1: the same fixed samples at every
+  // call), mean over all workers' batches (one all-reduce). Every rank must
+  // call it at the same point. Reuses the fetch the last Step started for
+  // `version`, and the next Step(version) reuses this fetch.
+  absl::StatusOr<double> EvalLoss(uint64_t version, const BatchSampler& sampler,
+                                  int batches);
+
   // Rank 0 calls `hook(step + 1, loss-scaler state for step + 1)` after
   // every worker prepared step `step` and before applying it: the state a
   // successor starting at step + 1 needs (worker/engine/resume.h).
@@ -184,6 +194,8 @@ class StepEngine {
   // The next step's fetch, started when this step's commit was sent:
   // its step (-1: none), its ticket on queue_, and its canceller.
   int64_t prefetched_step_ = -1;
+  // The version the partition holds after EvalLoss fetched it (-1: none).
+  int64_t fetched_step_ = -1;
   CommTicket prefetch_;
   CallCanceller prefetch_cancel_;
   std::unique_ptr<UnitCache> cache_;

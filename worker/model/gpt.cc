@@ -202,6 +202,35 @@ absl::StatusOr<double> GptModel::FinalForwardBackward(
   return loss;
 }
 
+absl::StatusOr<double> GptModel::FinalForwardLoss(const UnitParams& final_params,
+                                                  const UnitParams& embedding) {
+  RETURN_IF_ERROR(CheckPhase(Phase::kForward, "FinalForwardLoss"));
+  if (next_ != shape_.layers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "FinalForwardLoss called before block ", next_, " ran forward"));
+  }
+  ASSIGN_OR_RETURN(UnitWeights wf, Weights(final_unit(), final_params));
+  ASSIGN_OR_RETURN(UnitWeights we, Weights(embedding_unit(), embedding));
+  const int64_t M = dims_.rows(), C = dims_.width, V = shape_.vocab;
+  std::vector<float> x(M * C), ln(M * C), mean(M), rstd(M), logits(M * V);
+  inputs_[shape_.layers].ToFloat(x.data());
+  RETURN_IF_ERROR(k::LayerNormForward(x.data(), wf.Vector(0), wf.Vector(1), M, C,
+                                      ln.data(), mean.data(), rstd.data()));
+  // The same rounding of ln_f's output as FinalForwardBackward.
+  ActBuffer lnq(nullptr, dims_.dtype, M * C);
+  lnq.FromFloat(ln.data());
+  const k::ConstTensor wte = we.Matrix(0);
+  RETURN_IF_ERROR(k::Gemm({.m = M, .n = V, .k = C,
+                           .a = {lnq.data(), lnq.dtype(), C, false},
+                           .b = {wte.data, wte.dtype, C, true},
+                           .c = logits.data(), .ldc = V}));
+  double loss = 0;
+  RETURN_IF_ERROR(k::SoftmaxCrossEntropy(logits.data(), targets_.data(), M, V, 1.0f,
+                                         &loss, logits.data()));
+  Clear();
+  return loss;
+}
+
 bool GptModel::NeedsRecompute(int l) const {
   return l >= 0 && l < shape_.layers && !acts_[l].held();
 }

@@ -86,6 +86,11 @@ class GptModel {
                                               float loss_scale,
                                               absl::Span<float> final_grad,
                                               absl::Span<float> embedding_grad);
+  // Forward only (validation): ln_f + tied LM head + mean cross-entropy
+  // after the last block's forward; returns the loss and ends the
+  // micro-batch (the model is idle again, nothing held for a backward).
+  absl::StatusOr<double> FinalForwardLoss(const UnitParams& final_params,
+                                          const UnitParams& embedding);
   // Whether block l's internals are missing (must be recomputed first).
   bool NeedsRecompute(int l) const;
   // The first block to recompute before BlockBackward(l): the nearest block
