@@ -67,11 +67,13 @@ std::string RenderLossSvg(const std::vector<StepRecord>& records,
   double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   bool any = false;
   for (const StepRecord& r : records) {
-    if (!std::isfinite(r.loss)) continue;
     const double x = static_cast<double>(r.step);
-    if (!any) { x0 = x1 = x; y0 = y1 = r.loss; any = true; }
-    x0 = std::min(x0, x); x1 = std::max(x1, x);
-    y0 = std::min(y0, r.loss); y1 = std::max(y1, r.loss);
+    for (double y : {r.loss, r.val_loss}) {
+      if (!std::isfinite(y)) continue;
+      if (!any) { x0 = x1 = x; y0 = y1 = y; any = true; }
+      x0 = std::min(x0, x); x1 = std::max(x1, x);
+      y0 = std::min(y0, y); y1 = std::max(y1, y);
+    }
   }
   if (x1 <= x0) x1 = x0 + 1;
   if (y1 <= y0) { y0 -= 0.5; y1 += 0.5; }
@@ -118,10 +120,18 @@ std::string RenderLossSvg(const std::vector<StepRecord>& records,
                         kLeft + pw / 2, kHeight - 8, kTop + ph / 2,
                         kTop + ph / 2);
   // Raw loss, its moving mean, skipped steps.
-  std::string raw, smooth, marks;
+  std::string raw, smooth, marks, val, val_dots;
   double sum = 0;
   std::vector<double> window;
   for (const StepRecord& r : records) {
+    if (std::isfinite(r.val_loss)) {
+      absl::StrAppendFormat(&val, "%s%.1f,%.1f ", val.empty() ? "M" : "L",
+                            X(r.step), Y(r.val_loss));
+      absl::StrAppendFormat(&val_dots,
+                            "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" "
+                            "fill=\"#e6550d\"/>\n",
+                            X(r.step), Y(r.val_loss));
+    }
     if (!std::isfinite(r.loss)) continue;
     absl::StrAppendFormat(&raw, "%s%.1f,%.1f ", raw.empty() ? "M" : "L",
                           X(r.step), Y(r.loss));
@@ -147,6 +157,14 @@ std::string RenderLossSvg(const std::vector<StepRecord>& records,
                         "stroke-linecap=\"round\" stroke=\"#08519c\" "
                         "stroke-width=\"2.5\" d=\"%s\"/>\n%s",
                         raw, smooth, marks);
+  if (!val.empty()) {
+    absl::StrAppendFormat(&svg,
+                          "<path fill=\"none\" stroke-linejoin=\"round\" "
+                          "stroke=\"#e6550d\" stroke-width=\"2\" d=\"%s\"/>\n%s"
+                          "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" "
+                          "fill=\"#e6550d\">validation loss</text>\n",
+                          val, val_dots, kLeft + pw - 6, kTop + 32);
+  }
   absl::StrAppendFormat(&svg,
                         "<text x=\"%.1f\" y=\"%d\" text-anchor=\"end\" "
                         "fill=\"#08519c\">loss (mean of %d steps)</text>\n"
@@ -169,9 +187,14 @@ absl::StatusOr<std::string> WriteLossPlot(
   // PNG through gnuplot.
   const std::string data = path + ".dat";
   std::string rows;
+  bool any_val = false;
   for (const StepRecord& r : records) {
-    absl::StrAppendFormat(&rows, "%u %.6f %d\n", r.step, r.loss,
-                          r.skipped ? 1 : 0);
+    any_val = any_val || std::isfinite(r.val_loss);
+    absl::StrAppendFormat(&rows, "%u %.6f %d %s\n", r.step, r.loss,
+                          r.skipped ? 1 : 0,
+                          std::isfinite(r.val_loss)
+                              ? absl::StrFormat("%.6f", r.val_loss)
+                              : std::string("?"));
   }
   std::string why;
   if (absl::Status s = WriteText(data, rows); !s.ok()) {
@@ -185,8 +208,13 @@ absl::StatusOr<std::string> WriteLossPlot(
     const std::string script = absl::StrFormat(
         "set terminal pngcairo size %d,%d; set output '%s'; "
         "set title '%s'; set xlabel 'step'; set ylabel 'loss'; set grid; "
-        "plot '%s' using 1:2 with lines lw 2 title 'loss'",
-        kWidth, kHeight, quoted(path), quoted(title), quoted(data));
+        "set datafile missing '?'; "
+        "plot '%s' using 1:2 with lines lw 2 title 'loss'%s",
+        kWidth, kHeight, quoted(path), quoted(title), quoted(data),
+        any_val ? absl::StrFormat(", '%s' using 1:4 with linespoints lw 2 "
+                                  "pt 7 title 'validation loss'",
+                                  quoted(data))
+                : std::string());
     SubprocessOptions o;
     o.argv = {"gnuplot", "-e", script};
     o.stdout_mode = SubprocessOptions::Output::kDiscard;

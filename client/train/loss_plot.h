@@ -5,9 +5,11 @@
 // Contracts:
 // - ".svg": written here (no external program): the per-step loss as a thin
 //   line (an SVG path), its moving mean over 10 steps as a thick one, skipped steps
-//   marked, axes with ticks. Works for 1 or more records.
+//   marked, axes with ticks, and the validation loss (records with a finite
+//   val_loss) as a second line with dots. Works for 1 or more records.
 // - ".png": drawn by gnuplot (Debian gnuplot-nox) from a data file written
-//   next to the picture (<plot>.dat); when gnuplot is missing or fails, the
+//   next to the picture (<plot>.dat: step, loss, skipped, val_loss or "?"),
+//   the validation loss as a second line; when gnuplot is missing or fails, the
 //   SVG is written instead at the same path with ".svg" and the returned
 //   string says so. The gnuplot run is bounded (30 s).
 // - Any other extension is INVALID_ARGUMENT (checked by ValidatePlotPath

@@ -13,18 +13,21 @@ namespace zeroshard {
 std::string MetricsCsvHeader() {
   return "step,loss,tokens_per_s,loss_scale,grad_norm,lr,skipped,seconds,"
          "fetch_s,compute_s,comm_wait_s,commit_s,model_state_bytes,"
-         "activation_peak_bytes";
+         "activation_peak_bytes,val_loss";
 }
 
 std::string FormatMetricsRow(const StepRecord& r, MetricsFormat format) {
   const char* skipped = r.skipped ? "true" : "false";
   if (format == MetricsFormat::kCsv) {
     return absl::StrFormat("%u,%.6f,%.1f,%g,%.6g,%.6g,%s,%.4f,%.4f,%.4f,%.4f,"
-                           "%.4f,%u,%u",
+                           "%.4f,%u,%u,%s",
                            r.step, r.loss, r.tokens_per_s, r.loss_scale,
                            r.grad_norm, r.lr, skipped, r.seconds, r.fetch_s,
                            r.compute_s, r.comm_wait_s, r.commit_s,
-                           r.model_state_bytes, r.activation_peak_bytes);
+                           r.model_state_bytes, r.activation_peak_bytes,
+                           std::isfinite(r.val_loss)
+                               ? absl::StrFormat("%.6f", r.val_loss)
+                               : std::string());
   }
   // JSON has no inf / nan: those become null.
   auto num = [](const char* fmt, double x) -> std::string {
@@ -43,7 +46,8 @@ std::string FormatMetricsRow(const StepRecord& r, MetricsFormat format) {
       ",\"compute_s\":", num("%.4f", r.compute_s), ",\"comm_wait_s\":",
       num("%.4f", r.comm_wait_s), ",\"commit_s\":", num("%.4f", r.commit_s),
       ",\"model_state_bytes\":", r.model_state_bytes,
-      ",\"activation_peak_bytes\":", r.activation_peak_bytes, "}");
+      ",\"activation_peak_bytes\":", r.activation_peak_bytes,
+      ",\"val_loss\":", num("%.6f", r.val_loss), "}");
 }
 
 absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(

@@ -8,7 +8,9 @@
 //
 // Columns (both formats, in this order): step, loss, tokens_per_s,
 // loss_scale, grad_norm, lr, skipped (true/false), seconds, fetch_s,
-// compute_s, comm_wait_s, commit_s, model_state_bytes, activation_peak_bytes.
+// compute_s, comm_wait_s, commit_s, model_state_bytes, activation_peak_bytes,
+// val_loss (the validation loss after this step where one was computed:
+// empty in CSV, null in JSON Lines, elsewhere).
 #ifndef ZEROSHARD_CLIENT_TRAIN_METRICS_WRITER_H_
 #define ZEROSHARD_CLIENT_TRAIN_METRICS_WRITER_H_
 

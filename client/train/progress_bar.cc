@@ -41,14 +41,19 @@ std::string ProgressBar::Line(const StepRecord& r) const {
   for (double s : recent_seconds_) mean += s / recent_seconds_.size();
   const double eta =
       done >= total_steps_ ? 0 : mean * static_cast<double>(total_steps_ - done);
-  return absl::StrFormat("[%s] %u/%u  loss %.4f  %.1fk tok/s  scale %g%s  ETA %s",
+  // The latest validation loss (Update keeps it between evaluations).
+  const double val = std::isfinite(r.val_loss) ? r.val_loss : last_val_loss_;
+  return absl::StrFormat("[%s] %u/%u  loss %.4f%s  %.1fk tok/s  scale %g%s  ETA %s",
                          bar, done, total_steps_, r.loss,
+                         std::isfinite(val) ? absl::StrFormat("  val %.4f", val)
+                                            : std::string(),
                          r.tokens_per_s / 1000, r.loss_scale,
                          r.skipped ? "  (skipped)" : "", FormatEta(eta));
 }
 
 void ProgressBar::Update(const StepRecord& r) {
   recent_seconds_.push_back(r.seconds);
+  if (std::isfinite(r.val_loss)) last_val_loss_ = r.val_loss;
   if (recent_seconds_.size() > kEtaWindow) recent_seconds_.pop_front();
   const uint64_t done = r.step + 1;
   if (tty_) {

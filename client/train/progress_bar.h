@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <string>
 
 #include "common/progress_event.h"
@@ -41,6 +42,7 @@ class ProgressBar {
   const int every_;
   const bool tty_;
   std::deque<double> recent_seconds_;
+  double last_val_loss_ = std::numeric_limits<double>::quiet_NaN();
   bool drawn_ = false;
 };
 

@@ -1,6 +1,7 @@
 #include "client/train/run_summary.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_format.h"
 
@@ -26,6 +27,14 @@ RunSummary Summarize(const std::vector<StepRecord>& records,
   for (const StepRecord& r : records) {
     rates.push_back(r.tokens_per_s);
     if (r.skipped) ++s.skipped_steps;
+    if (std::isfinite(r.val_loss)) {
+      if (s.val_evals++ == 0) {
+        s.first_val_loss = r.val_loss;
+        s.first_val_step = r.step;
+      }
+      s.last_val_loss = r.val_loss;
+      s.last_val_step = r.step;
+    }
   }
   std::sort(rates.begin(), rates.end());
   s.median_tokens_per_s = n % 2 == 1
@@ -48,6 +57,13 @@ std::string FormatSummary(const RunSummary& s, const RunOutputs& outputs) {
       s.last_loss, std::min<uint64_t>(10, s.steps), s.first10_mean,
       std::min<uint64_t>(10, s.steps), s.last10_mean, s.median_tokens_per_s,
       s.total_tokens, s.wall_seconds, s.final_loss_scale);
+  if (s.val_evals > 0) {
+    absl::StrAppendFormat(&out,
+                          "val loss       %.4f -> %.4f (after step %u .. %u, %u "
+                          "evaluations)\n",
+                          s.first_val_loss, s.last_val_loss, s.first_val_step,
+                          s.last_val_step, s.val_evals);
+  }
   auto line = [&](const char* what, const std::string& path) {
     if (!path.empty()) absl::StrAppendFormat(&out, "%-15s%s\n", what, path);
   };

@@ -11,6 +11,7 @@
 #define ZEROSHARD_CLIENT_TRAIN_RUN_SUMMARY_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct RunSummary {
   uint64_t total_tokens = 0;
   uint64_t skipped_steps = 0;
   double final_loss_scale = 1;
+  // Validation loss: the first and last evaluation (NaN when none).
+  uint64_t val_evals = 0;
+  uint64_t first_val_step = 0, last_val_step = 0;
+  double first_val_loss = std::numeric_limits<double>::quiet_NaN();
+  double last_val_loss = std::numeric_limits<double>::quiet_NaN();
   // Crash recovery: processes replaced, and why (one line each).
   std::vector<std::string> restarts;
 };

@@ -58,6 +58,7 @@ nlohmann::json SmallConfig() {
       "model": {"layers": 2, "heads": 4, "width": 128, "vocab": 256,
                 "context": 32},
       "steps": 3, "seed": 7,
+      "data": {"eval_every_steps": 0},
       "metrics": {"path": "metrics.csv", "format": "csv"},
       "plot": "loss.svg",
       "timeouts": {"step_seconds": 60, "startup_seconds": 30}

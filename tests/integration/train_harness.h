@@ -45,7 +45,8 @@ class TrainDir {
 // A small FP32 GPT config: 2 layers, 4 heads, width 128 (every unit a
 // multiple of 128 elements, so 1 and 2 workers share one flat layout),
 // context 32, vocab 256; 1 server, 1 worker, train_batch_size 8, AdamW
-// lr 1e-3 with no warmup, no clipping, metrics.csv and loss.svg.
+// lr 1e-3 with no warmup, no clipping, metrics.csv and loss.svg, the
+// validation loss only after the last step (not every steps_per_print).
 nlohmann::json SmallConfig();
 
 struct TrainRun {

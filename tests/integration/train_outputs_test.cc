@@ -114,5 +114,63 @@ TEST(ProgressBarTest, LineAndEta) {
   EXPECT_NE(line.find("ETA 10s"), std::string::npos) << line;
 }
 
+// The validation loss reaches every output: the progress feed (only when
+// evaluated), the metrics row (empty / null otherwise), the plot's second
+// line, the summary and the progress line.
+TEST(ValidationLossTest, InFeedMetricsPlotSummaryAndProgress) {
+  std::vector<StepRecord> recs = Records({5, 4, 3.5, 3});
+  WorkerEvent e;
+  e.kind = WorkerEvent::Kind::kStep;
+  e.record = recs[0];
+  const std::string without = FormatWorkerEvent(e);
+  EXPECT_EQ(without.find("val_loss"), std::string::npos) << without;
+  auto back = ParseWorkerEvent(without);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(std::isnan(back->record.val_loss));
+  recs[1].val_loss = 4.25;
+  recs[3].val_loss = 3.125;
+  e.record = recs[1];
+  back = ParseWorkerEvent(FormatWorkerEvent(e));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_DOUBLE_EQ(back->record.val_loss, 4.25);
+
+  const std::vector<std::string> header = absl::StrSplit(MetricsCsvHeader(), ',');
+  EXPECT_EQ(header.back(), "val_loss");
+  const std::vector<std::string> row0 =
+      absl::StrSplit(FormatMetricsRow(recs[0], MetricsFormat::kCsv), ',');
+  const std::vector<std::string> row1 =
+      absl::StrSplit(FormatMetricsRow(recs[1], MetricsFormat::kCsv), ',');
+  ASSERT_EQ(row0.size(), header.size());
+  EXPECT_EQ(row0.back(), "");
+  EXPECT_EQ(row1.back(), "4.250000");
+  EXPECT_NE(FormatMetricsRow(recs[0], MetricsFormat::kJsonl).find("\"val_loss\":null"),
+            std::string::npos);
+  EXPECT_NE(FormatMetricsRow(recs[1], MetricsFormat::kJsonl).find("\"val_loss\":4.25"),
+            std::string::npos);
+
+  const std::string svg = RenderLossSvg(recs, "v");
+  EXPECT_NE(svg.find("validation loss"), std::string::npos);
+  const size_t a = svg.find("stroke=\"#e6550d\" stroke-width=\"2\" d=\"M");
+  ASSERT_NE(a, std::string::npos) << svg;
+  const std::string pts = svg.substr(a, svg.find("\"/>", a) - a);
+  EXPECT_EQ(std::count(pts.begin(), pts.end(), 'L'), 1) << pts;  // two points
+  EXPECT_EQ(RenderLossSvg(Records({5, 4}), "").find("validation loss"), std::string::npos);
+
+  RunSummary s = Summarize(recs, 256, 1);
+  EXPECT_EQ(s.val_evals, 2u);
+  EXPECT_DOUBLE_EQ(s.first_val_loss, 4.25);
+  EXPECT_DOUBLE_EQ(s.last_val_loss, 3.125);
+  EXPECT_EQ(s.last_val_step, 3u);
+  EXPECT_NE(FormatSummary(s, {}).find("val loss       4.2500 -> 3.1250"), std::string::npos)
+      << FormatSummary(s, {});
+  EXPECT_EQ(FormatSummary(Summarize(Records({1, 2}), 1, 1), {}).find("val loss"),
+            std::string::npos);
+
+  ProgressBar bar(stderr, 0, 4, 1, false);
+  bar.Update(recs[1]);
+  EXPECT_NE(bar.Line(recs[1]).find("val 4.2500"), std::string::npos) << bar.Line(recs[1]);
+  EXPECT_NE(bar.Line(recs[2]).find("val 4.2500"), std::string::npos);  // kept
+}
+
 }  // namespace
 }  // namespace zeroshard
