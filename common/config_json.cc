@@ -299,9 +299,9 @@ uint64_t FitWarmup(uint64_t warmup, uint64_t total, const char* why,
   if (warmup <= total) return warmup;
   const uint64_t fitted = std::max<uint64_t>(1, (total + 9) / 10);
   warnings->push_back(absl::StrCat(
-      "config key \"scheduler.params.warmup_num_steps\" (", warmup, ") exceeds ", why, " (",
-      total, "): warmup shortened to ", fitted, " step", fitted == 1 ? "" : "s",
-      " (a tenth of the run)"));
+      "config key \"scheduler.params.warmup_num_steps\" (", warmup, ") exceeds the run's ",
+      total, " step", total == 1 ? "" : "s", why, ": warmup shortened to ", fitted, " step",
+      fitted == 1 ? "" : "s", " (a tenth of the run)"));
   return fitted;
 }
 
@@ -362,7 +362,7 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     o->schedule = LrScheduleKind::kWarmupCosine;
     o->total_steps = total_steps;
     o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), total_steps,
-                                "the run's steps (total_num_steps \"auto\")", warnings);
+                                " (total_num_steps \"auto\")", warnings);
     o->min_lr = o->lr * cos_min_ratio;
     return absl::OkStatus();
   }
@@ -389,7 +389,7 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     o->schedule = LrScheduleKind::kWarmupLinear;
     o->total_steps = total_steps;
     o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), total_steps,
-                                "the run's steps (total_num_steps \"auto\")", warnings);
+                                " (total_num_steps \"auto\")", warnings);
     o->min_lr = 0;
     return absl::OkStatus();
   }
@@ -398,7 +398,7 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     return absl::OkStatus();
   }
   o->schedule = LrScheduleKind::kWarmupCosine;  // cosine from lr to lr: constant
-  o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), steps, "the run's steps", warnings);
+  o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), steps, "", warnings);
   o->total_steps = steps;
   o->min_lr = o->lr;
   return absl::OkStatus();
