@@ -159,6 +159,19 @@ struct CheckpointConfig {
   int keep_last = 2;        // complete checkpoints kept; 0: all
 };
 
+// zeroshard.sample: the text zeroshard-train generates from the trained
+// model before it stops the servers (common/sample_text.h,
+// worker/model/generate.h). An empty prompt means SampleText's default.
+struct SampleConfig {
+  bool enabled = true;
+  std::string prompt;        // text, or "ids:ID,ID,..."
+  int max_new_tokens = 48;   // >= 0
+  double temperature = 0.8;  // >= 0; 0: greedy
+  int top_k = 40;            // >= 0; 0: the whole vocabulary
+  uint64_t seed = 1;
+  std::string vocab, merges; // a GPT-2 vocabulary (both or neither)
+};
+
 struct ClusterConfig {
   int servers = 1;                            // S, >= 1
   std::vector<std::string> server_addresses;  // "host:port"; empty = local
@@ -174,6 +187,7 @@ struct ClusterConfig {
   MetricsFormat metrics_format = MetricsFormat::kCsv;
   std::string plot_path;                      // empty = no picture
   CheckpointConfig checkpoint;                // zeroshard.checkpoint
+  SampleConfig sample;                        // zeroshard.sample
   // Credentials directory (wire/credentials.h); empty: the launcher makes
   // per-run tokens for its local cluster.
   std::string credentials;

@@ -589,6 +589,21 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   RETURN_IF_ERROR(ck.Int("every_steps", 0, kMaxI64, &z.checkpoint.every_steps));
   RETURN_IF_ERROR(ck.Int("keep_last", 0, kMaxInt, &z.checkpoint.keep_last));
   ck.Finish();
+  ASSIGN_OR_RETURN(Section sm, s.Child("sample"));
+  RETURN_IF_ERROR(sm.Bool("enabled", &z.sample.enabled));
+  RETURN_IF_ERROR(sm.String("prompt", &z.sample.prompt));
+  RETURN_IF_ERROR(sm.Int("max_new_tokens", 0, 1 << 20, &z.sample.max_new_tokens));
+  RETURN_IF_ERROR(sm.Double("temperature", 0, 1e6, &z.sample.temperature));
+  RETURN_IF_ERROR(sm.Int("top_k", 0, kMaxInt, &z.sample.top_k));
+  RETURN_IF_ERROR(sm.Int("seed", 0, kMaxI64, &z.sample.seed));
+  RETURN_IF_ERROR(sm.String("vocab", &z.sample.vocab));
+  RETURN_IF_ERROR(sm.String("merges", &z.sample.merges));
+  if (z.sample.vocab.empty() != z.sample.merges.empty()) {
+    return absl::InvalidArgumentError(
+        "config keys \"zeroshard.sample.vocab\" and \"zeroshard.sample.merges\" "
+        "go together: a GPT-2 vocabulary is both files (vocab.json + merges.txt)");
+  }
+  sm.Finish();
   // Secrets stay out of configuration files (which get logged, copied and
   // committed): the config names a credentials directory instead.
   std::string secret;

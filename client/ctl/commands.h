@@ -68,6 +68,9 @@ int RunExport(const CtlFlags& flags);
 int RunInspectTensor(const CtlFlags& flags);
 // estimate.cc: offline; reads its own flags (--servers is a count there).
 int RunEstimate(int argc, char** argv);
+// sample.cc: text generated from the servers' weights; reads its own flags
+// (--prompt, --max_new_tokens, ...) and which flags were given.
+int RunSample(const CtlFlags& flags, int argc, char** argv);
 
 // "1.5 MiB".
 std::string HumanBytes(double bytes);

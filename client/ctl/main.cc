@@ -21,7 +21,7 @@ ABSL_FLAG(std::string, role, "",
           "worker, ctl or admin (default: ctl for inspect and health, admin "
           "otherwise)");
 ABSL_FLAG(std::string, run_id, "ctl", "init / smoke: the run id");
-ABSL_FLAG(bool, json, false, "inspect/layout: print JSON");
+ABSL_FLAG(bool, json, false, "inspect/layout/sample: print JSON");
 ABSL_FLAG(int, layers, 4, "GPT layers");
 ABSL_FLAG(int, heads, 4, "GPT attention heads");
 ABSL_FLAG(int, width, 128, "GPT width (channels)");
@@ -30,7 +30,8 @@ ABSL_FLAG(int, context, 128, "GPT context length");
 ABSL_FLAG(int, workers, 0, "Workers (layout/init: partition count, default 1; "
                            "smoke: simulated workers, default the manifest's)");
 ABSL_FLAG(int, num_servers, 0, "layout: servers (default: len(--servers) or 1)");
-ABSL_FLAG(uint64_t, seed, 1, "init: weight seed; smoke: gradient seed");
+ABSL_FLAG(uint64_t, seed, 1, "init: weight seed; smoke: gradient seed; "
+          "sample: sampling seed");
 ABSL_FLAG(double, init_std, 0, "init: std of the normal init (0: 0.02)");
 ABSL_FLAG(uint64_t, chunk_elems, 0, "init: elements per version chunk (0: server default)");
 ABSL_FLAG(std::string, optimizer, "adamw", "init: adamw or adam");
@@ -40,7 +41,8 @@ ABSL_FLAG(double, beta2, 0.999, "init: Adam beta2");
 ABSL_FLAG(double, eps, 1e-8, "init: Adam eps");
 ABSL_FLAG(double, weight_decay, 0.01, "init: weight decay");
 ABSL_FLAG(int, steps, 5, "smoke: steps to push");
-ABSL_FLAG(std::string, config, "", "config: the DeepSpeed-style file to resolve");
+ABSL_FLAG(std::string, config, "", "config: the DeepSpeed-style file to resolve; "
+          "sample: the run's file (heads, zeroshard.sample)");
 ABSL_FLAG(int64_t, train_steps, -1, "config: optimizer steps (-1: the file's)");
 ABSL_FLAG(std::string, out, "-", "config: where to write (-: stdout); "
           "export: the file; inspect --tensor: a .npy of --state");
@@ -68,6 +70,10 @@ constexpr char kUsage[] =
     "           one tensor of a consistent snapshot: shape, norm, min, max\n"
     "  export   --servers=... --out=FILE [--format=safetensors|f32]\n"
     "           the master weights at one step, without pausing training\n"
+    "  sample   --servers=... (--heads=H | --config=FILE) [--prompt=TEXT|ids:ID,...]\n"
+    "           [--max_new_tokens=N] [--temperature=T] [--top_k=K] [--seed=S]\n"
+    "           [--vocab_file=vocab.json --merges_file=merges.txt] [--json]\n"
+    "           text generated from the servers' weights, without pausing training\n"
     "  checkpoint --servers=... --dir=DIR [--step=S]   coordinated checkpoint\n"
     "  restore  --servers=... --dir=DIR [--step=S]\n"
     "  list     --dir=DIR                 checkpoints in DIR (offline)\n"
@@ -177,6 +183,7 @@ int main(int argc, char** argv) {
   }
   if (command == "inspect") return ctl::RunInspect(f);
   if (command == "export") return ctl::RunExport(f);
+  if (command == "sample") return ctl::RunSample(f, argc, argv);
   if (command == "checkpoint") return ctl::RunCheckpoint(f);
   if (command == "restore") return ctl::RunRestore(f);
   if (command == "list") return ctl::RunList(f);

@@ -5,6 +5,7 @@
 //       [--workers=N] [--steps=K] [--out=DIR] [--save_weights [--format=F]]
 //       [--init_from=MODEL.safetensors]
 //       [--server_addresses=h:p,...] [--inject_overflow_at_step=K] [--quiet]
+//       [--sample=false]
 //
 // Exit codes: 0 trained; 1 failed (the message names the process); 2 bad
 // usage or config; 130 interrupted (Ctrl-C / SIGTERM; children stopped).
@@ -43,6 +44,9 @@ ABSL_FLAG(int64_t, inject_partial_apply_at_step, -1,
           "testing: worker rank 0 applies this step on server 0 only, then "
           "fails (first attempt only)");
 ABSL_FLAG(bool, quiet, false, "no progress bar (the summary still prints)");
+ABSL_FLAG(bool, sample, true,
+          "print a text sample from the trained model at the end "
+          "(zeroshard.sample sets its prompt; --sample=false skips it)");
 ABSL_FLAG(std::string, resume, "",
           "continue from the newest complete checkpoint in this directory "
           "(any --servers / --workers)");
@@ -63,7 +67,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "zeroshard-train --config=FILE [--servers=S] [--workers=N] [--steps=K] "
       "[--out=DIR] [--save_weights [--format=f32|safetensors]] "
-      "[--init_from=MODEL.safetensors] [--server_addresses=H:P,...] [--quiet]");
+      "[--init_from=MODEL.safetensors] [--server_addresses=H:P,...] [--quiet] "
+      "[--sample=false]");
   absl::ParseCommandLine(argc, argv);
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;
@@ -100,6 +105,7 @@ int main(int argc, char** argv) {
   o.init_from = absl::GetFlag(FLAGS_init_from);
   o.inject_overflow_at_step = absl::GetFlag(FLAGS_inject_overflow_at_step);
   o.quiet = absl::GetFlag(FLAGS_quiet);
+  o.sample = absl::GetFlag(FLAGS_sample);
   o.inject_partial_apply_at_step =
       absl::GetFlag(FLAGS_inject_partial_apply_at_step);
   o.resume_dir = absl::GetFlag(FLAGS_resume);

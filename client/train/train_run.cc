@@ -12,6 +12,7 @@
 #include "client/train/metrics_writer.h"
 #include "client/train/progress_bar.h"
 #include "client/train/run_credentials.h"
+#include "client/train/run_sample.h"
 #include "client/train/train_cluster.h"
 #include "client/train/weights_export.h"
 #include "client/apply_step.h"
@@ -271,6 +272,11 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   for (const std::string& w : parsed.warnings) ZS_LOG(WARNING) << w;
   const TrainingConfig& cfg = parsed.config;
   RETURN_IF_ERROR(ValidatePlotPath(cfg.cluster.plot_path));
+  // The closing sample's prompt and vocabulary, checked before anything starts.
+  std::optional<RunSamplePlan> sample;
+  if (o.sample) {
+    ASSIGN_OR_RETURN(sample, PlanRunSample(cfg));
+  }
   const int servers = cfg.cluster.servers, workers = cfg.cluster.workers;
   ASSIGN_OR_RETURN(ModelManifest manifest,
                    MakeGptManifest(cfg.cluster.model, workers));
@@ -410,6 +416,10 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   }
   }
   if (bar != nullptr) bar->Finish();
+  if (run.ok() && sample.has_value()) {
+    PrintRunSample(*sample, cluster->server_addresses(), layout, launcher_options,
+                   absl::Seconds(cfg.cluster.step_timeout_s), o.out_dir, o.progress);
+  }
   cluster->StopAll(absl::Seconds(5));
   if (!run.ok()) return run;
   const double wall = absl::ToDoubleSeconds(absl::Now() - t0);

@@ -1,7 +1,9 @@
 // One zeroshard-train run, start to summary: loads the config, starts the
 // local cluster (client/train/train_cluster.h), follows rank 0's progress
 // feed (progress bar, metrics file), then optionally exports the final FP32
-// weights, stops the cluster, draws the loss curve and prints the summary.
+// weights, prints a text sample from the trained model
+// (client/train/run_sample.h), stops the cluster, draws the loss curve and
+// prints the summary.
 //
 //   TrainOptions o;
 //   o.config_path = "examples/gpt-small.json";
@@ -59,6 +61,9 @@ struct TrainOptions {
   // redoing the step; a dead server restarts everything from the newest
   // checkpoint of zeroshard.checkpoint.dir.
   int max_restarts = 0;
+  // The closing text sample (client/train/run_sample.h); false skips it,
+  // as zeroshard.sample.enabled: false does.
+  bool sample = true;
   bool quiet = false;                         // no progress bar
   std::FILE* progress = stderr;               // bar and summary
 };

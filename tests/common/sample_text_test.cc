@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "common/config.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -111,6 +112,42 @@ TEST_F(SampleTextFilesTest, FileErrorsNameTheFile) {
   auto small = SampleText::Create(256, vocab_, merges_);  // id 256 >= 256
   EXPECT_TRUE(Has(small.status().message(), "token ids up to 256"));
   EXPECT_TRUE(Has(small.status().message(), "vocab_size is 256"));
+}
+
+// zeroshard.sample in a config file (common/config.h, SampleConfig).
+TEST(SampleConfigTest, ParsesAndChecksTheSection) {
+  auto defaults = ParseTrainingConfig(R"({"train_batch_size": 8})");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  const SampleConfig& d = defaults->config.cluster.sample;
+  EXPECT_TRUE(d.enabled);
+  EXPECT_EQ(d.prompt, "");
+  EXPECT_EQ(d.max_new_tokens, 48);
+  EXPECT_EQ(d.temperature, 0.8);
+  EXPECT_EQ(d.top_k, 40);
+  EXPECT_EQ(d.seed, 1u);
+  auto p = ParseTrainingConfig(R"({"train_batch_size": 8, "zeroshard": {"sample": {
+      "enabled": false, "prompt": "ids:1,2", "max_new_tokens": 5, "temperature": 0,
+      "top_k": 0, "seed": 9, "vocab": "v.json", "merges": "m.txt"}}})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->warnings.empty());
+  const SampleConfig& c = p->config.cluster.sample;
+  EXPECT_FALSE(c.enabled);
+  EXPECT_EQ(c.prompt, "ids:1,2");
+  EXPECT_EQ(c.max_new_tokens, 5);
+  EXPECT_EQ(c.temperature, 0);
+  EXPECT_EQ(c.top_k, 0);
+  EXPECT_EQ(c.seed, 9u);
+  EXPECT_EQ(c.vocab, "v.json");
+  EXPECT_EQ(c.merges, "m.txt");
+  auto one = ParseTrainingConfig(
+      R"({"train_batch_size": 8, "zeroshard": {"sample": {"vocab": "v.json"}}})");
+  EXPECT_TRUE(Has(one.status().message(), "zeroshard.sample.merges"));
+  auto neg = ParseTrainingConfig(
+      R"({"train_batch_size": 8, "zeroshard": {"sample": {"max_new_tokens": -1}}})");
+  EXPECT_TRUE(Has(neg.status().message(), "zeroshard.sample.max_new_tokens"));
+  auto temp = ParseTrainingConfig(
+      R"({"train_batch_size": 8, "zeroshard": {"sample": {"temperature": "hot"}}})");
+  EXPECT_TRUE(Has(temp.status().message(), "zeroshard.sample.temperature"));
 }
 
 TEST(EscapeForTerminalTest, KeepsPrintableUtf8AndEscapesTheRest) {
