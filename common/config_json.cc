@@ -421,7 +421,7 @@ absl::Status ParseZero(Section& root, ZeroConfig* z) {
         "supported; use \"cpu\" or \"none\"");
   }
   if (device >= 0) z->offload_optimizer = static_cast<OffloadDevice>(device);
-  RETURN_IF_ERROR(off.Bool("pin_memory", &z->offload_pin_memory));
+  RETURN_IF_ERROR(off.Bool("pin_memory", &z->offload_pin_memory, false));
   for (const char* k : {"buffer_count", "fast_init", "ratio", "nvme_path", "buffer_size",
                         "max_in_cpu", "pipeline_read", "pipeline_write"}) {
     off.Accept(k);
@@ -433,7 +433,7 @@ absl::Status ParseZero(Section& root, ZeroConfig* z) {
   ASSIGN_OR_RETURN(int pdev, param.Choice("device", {"none", "cpu"}));
   (void)pdev;
   bool ignored = false;
-  RETURN_IF_ERROR(param.Bool("pin_memory", &ignored));
+  RETURN_IF_ERROR(param.Bool("pin_memory", &ignored, false));
   for (const char* k : {"buffer_count", "buffer_size", "max_in_cpu", "nvme_path"}) param.Accept(k);
   param.Finish();
   s.NoEffect("offload_param");

@@ -538,6 +538,26 @@ TEST(ConfigTest, AutoBatchTakesThePrintedDefault) {
               {"train_batch_size", "gradient_accumulation_steps"});
 }
 
+// "auto" on every key of the seed document's config that takes one.
+TEST(ConfigTest, SeedConfigKeysTakeAuto) {
+  ParsedConfig p = MustParse(R"({
+    "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "pin_memory": "auto"},
+      "offload_param": {"device": "cpu", "pin_memory": "auto"},
+      "allgather_partitions": "auto", "allgather_bucket_size": "auto",
+      "overlap_comm": "auto", "reduce_scatter": "auto", "contiguous_gradients": "auto",
+      "reduce_bucket_size": "auto"},
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+    "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}})");
+  EXPECT_EQ(p.config.zero.stage, 2);
+  EXPECT_EQ(p.config.precision, Precision::kFp32);  // "auto" precision reads as off
+  EXPECT_EQ(p.config.micro_batch_size, 8);
+  ASSERT_EQ(p.warnings.size(), 2u) << absl::StrJoin(p.warnings, "\n");
+  EXPECT_NE(p.warnings[1].find("\"zero_optimization.reduce_scatter\""), std::string::npos);
+  EXPECT_EQ(p.warnings[1].find("unknown"), std::string::npos) << p.warnings[1];
+}
+
 // examples/deepspeed/: each file loads and maps onto zeroshard's settings.
 TEST(ConfigTest, DeepSpeedExamplesMap) {
   auto load = [](const char* f) {
