@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/kernels/cpu/cpu_kernels.h"
+#include "worker/kernels/cpu/threading.h"
 #include "worker/model/activation_buffer.h"
 #include "worker/model/checkpoint_policy.h"
 #include "worker/model/gpt.h"
@@ -103,6 +104,12 @@ absl::StatusOr<std::vector<float>> GptGenerator::NextTokenLogits(
         "the context holds ", T, " tokens; the model takes 1..", shape_.context));
   }
   RETURN_IF_ERROR(k::CheckTokens(context.data(), T, V, "prompt token"));
+  // One sequence of a small model is too little work per OpenMP region for
+  // a second thread: on this 2-core machine under load, gpt-small's 48-token
+  // sample took 1.9-10.9 s with 2 threads and 0.2 s with 1. Serial below
+  // 2^26 multiply-adds per token (the parameters times the context).
+  k::ScopedSerialIf serial(static_cast<int64_t>(layout_->param_elems()) * T <
+                           (int64_t{1} << 26));
   auto unit = [&](int u) -> absl::StatusOr<UnitWeights> {
     const UnitInfo& info = layout_->units()[u];
     return UnitWeights::Resolve(
