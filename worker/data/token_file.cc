@@ -115,7 +115,9 @@ absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, DataFormat fo
   }
   if (count == 0) return Corrupt(path, "no tokens");
   const auto* tokens = reinterpret_cast<const uint16_t*>(bytes + header);
-  for (uint64_t i = 0; i < count; ++i) {
+  // A vocabulary above 65535 holds every uint16: nothing to scan.
+  const uint64_t scan = vocab > 0xffff ? 0 : count;
+  for (uint64_t i = 0; i < scan; ++i) {
     if (tokens[i] >= vocab) {
       return Corrupt(path, absl::StrCat("token ", tokens[i], " at index ", i, " (byte offset ",
                                         header + i * sizeof(uint16_t),

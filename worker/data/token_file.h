@@ -18,7 +18,8 @@
 // file cannot be opened, and DATA_LOSS for a short or corrupt header (wrong
 // magic or version, negative count), a size that disagrees with the header's
 // count, an odd byte length (kUint16), no tokens at all, or a token >= vocab
-// (the message gives the token's index and byte offset). Nothing is copied:
+// (the message gives the token's index and byte offset; the scan reads
+// every page once, and is skipped when vocab > 65535). Nothing is copied:
 // tokens() points into the mapping, which lives while any copy of the
 // TokenFile does. Immutable; safe to share between threads.
 #ifndef ZEROSHARD_WORKER_DATA_TOKEN_FILE_H_
