@@ -22,6 +22,7 @@
 #include "tests/fuzz/fuzz_shard.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "wire/push_grad_codec.h"
+#include "worker/data/token_file.h"
 
 namespace zeroshard::fuzz {
 namespace {
@@ -383,6 +384,26 @@ void ShardCheckpoint(const fs::path& root, const fs::path& tmp) {
   c.Add("truncated", t.bytes());
 }
 
+void TokenFiles(const fs::path& root, const fs::path& tmp) {
+  Corpus c(root, "token_file");
+  const std::vector<uint16_t> tokens = {1, 2, 3, 500, 7, 0};
+  const fs::path shard = tmp / "seed-shard.bin";
+  Check(WriteLlmcFile(shard.string(), tokens));
+  const std::string llmc = ReadFile(shard);
+  FuzzInputWriter a;
+  a.Byte(0).Uint(511, 2).Raw(llmc);  // llmc, vocab 512
+  c.Add("llmc", a.bytes());
+  FuzzInputWriter b;
+  b.Byte(2).Uint(499, 2).Raw(llmc);  // auto, vocab 500: token 500 is out
+  c.Add("llmc-oov", b.bytes());
+  FuzzInputWriter d;
+  d.Byte(2).Uint(511, 2).Raw(llmc.substr(0, llmc.size() - 2));
+  c.Add("llmc-short", d.bytes());
+  FuzzInputWriter u;
+  u.Byte(1).Uint(1023, 2).Raw(llmc.substr(kLlmcHeaderBytes));
+  c.Add("uint16", u.bytes());
+}
+
 }  // namespace
 }  // namespace zeroshard::fuzz
 
@@ -409,6 +430,7 @@ int main(int argc, char** argv) {
   Manifest(root);
   Safetensors(root, tmp);
   ShardCheckpoint(root, tmp);
+  TokenFiles(root, tmp);
   fs::remove_all(tmp);
   std::printf("seeds written under %s\n", root.c_str());
   return 0;
