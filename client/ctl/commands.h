@@ -15,6 +15,7 @@
 #include "client/shard_client.h"
 #include "common/gpt_manifest.h"
 #include "common/optimizer_config.h"
+#include "common/param_groups.h"
 
 namespace zeroshard::ctl {
 
@@ -34,6 +35,7 @@ struct CtlFlags {
   double init_std = 0;
   uint64_t chunk_elems = 0;
   OptimizerConfig optimizer;
+  ParamGroups param_groups;  // init: --param_groups
   int steps = 5;
   // config: the DeepSpeed-style file, steps override (-1: the file's) and
   // output path (empty or "-": stdout).

@@ -127,6 +127,7 @@ int RunInit(const CtlFlags& flags) {
   }
   InitOptions opt;
   opt.optimizer = flags.optimizer;
+  opt.param_groups = flags.param_groups;
   opt.seed = flags.seed;
   opt.init_std = flags.init_std;
   opt.chunk_elems = flags.chunk_elems;

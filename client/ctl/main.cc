@@ -40,6 +40,9 @@ ABSL_FLAG(double, beta1, 0.9, "init: Adam beta1");
 ABSL_FLAG(double, beta2, 0.999, "init: Adam beta2");
 ABSL_FLAG(double, eps, 1e-8, "init: Adam eps");
 ABSL_FLAG(double, weight_decay, 0.01, "init: weight decay");
+ABSL_FLAG(std::string, param_groups, "default",
+          "init: default (no decay on biases and norms), single (torch's one "
+          "group) or a JSON object as zeroshard.param_groups");
 ABSL_FLAG(int, steps, 5, "smoke: steps to push");
 ABSL_FLAG(std::string, config, "", "config: the DeepSpeed-style file to resolve; "
           "sample: the run's file (heads, zeroshard.sample)");
@@ -62,6 +65,7 @@ constexpr char kUsage[] =
     "all SERVING\n"
     "  layout   [--num_servers=S] [--workers=N] [shape flags] [--json]\n"
     "  init     --servers=... [shape flags] [--workers=N] [--seed] [--lr] ...\n"
+    "           [--param_groups=default|single|JSON]\n"
     "  smoke    --servers=... [--steps=K] [--workers=N]\n"
     "  config   --config=FILE [--workers=N] [--num_servers=S | --servers=...]\n"
     "           [--train_steps=K] [--out=FILE]   the resolved configuration\n"
@@ -164,6 +168,17 @@ int main(int argc, char** argv) {
   f.optimizer.beta2 = absl::GetFlag(FLAGS_beta2);
   f.optimizer.eps = absl::GetFlag(FLAGS_eps);
   f.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  {
+    std::string g = absl::GetFlag(FLAGS_param_groups);
+    if (g == "default" || g == "single") g = "\"" + g + "\"";
+    absl::StatusOr<ParamGroups> groups = ParseParamGroups(g);
+    if (!groups.ok()) {
+      std::fprintf(stderr, "--param_groups: %s\n",
+                   std::string(groups.status().message()).c_str());
+      return 2;
+    }
+    f.param_groups = *groups;
+  }
   if (f.timeout <= absl::ZeroDuration()) {
     std::fprintf(stderr, "--timeout must be positive\n");
     return 2;

@@ -23,7 +23,8 @@ TEST(CtlTest, InitSmokeInspectHealth) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string servers = "--servers=" + (*cluster)->server_list();
 
-  std::vector<std::string> init = {"init", servers, "--seed=3", "--lr=0.01"};
+  std::vector<std::string> init = {"init", servers, "--seed=3", "--lr=0.01",
+                                   R"(--param_groups={"norms": {"lr_scale": 2}})"};
   for (const auto& f : Shape()) init.push_back(f);
   auto r = RunBinary("zeroshard-ctl", init, kTimeout);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -43,6 +44,13 @@ TEST(CtlTest, InitSmokeInspectHealth) {
   ASSERT_TRUE(r->status.success()) << r->err;
   EXPECT_NE(r->out.find("versions"), std::string::npos) << r->out;
   EXPECT_NE(r->out.find("3..3"), std::string::npos) << r->out;
+  // The groups Init carried: Hugging Face's default with the norms' lr scaled.
+  EXPECT_NE(r->out.find("parameter groups: matrices weight_decay 0.01 lr_scale 1"),
+            std::string::npos) << r->out;
+  EXPECT_NE(r->out.find("biases weight_decay 0 lr_scale 1"), std::string::npos)
+      << r->out;
+  EXPECT_NE(r->out.find("norms weight_decay 0 lr_scale 2"), std::string::npos)
+      << r->out;
   for (const auto& a : (*cluster)->addresses()) {
     EXPECT_NE(r->out.find(a), std::string::npos) << r->out;
   }
@@ -62,6 +70,16 @@ TEST(CtlTest, InitSmokeInspectHealth) {
               j["servers"][0]["total_elems"].get<uint64_t>());
   }
   EXPECT_EQ(covered, j["servers"][0]["total_elems"].get<uint64_t>());
+  const nlohmann::json& groups = j["servers"][0]["param_groups"];
+  ASSERT_EQ(groups.size(), 4u) << groups;
+  EXPECT_EQ(groups[1]["name"], "embeddings");
+  EXPECT_EQ(groups[1]["weight_decay"].get<double>(), 0.01);
+  EXPECT_EQ(groups[3]["name"], "norms");
+  EXPECT_EQ(groups[3]["lr_scale"].get<double>(), 2.0);
+  uint64_t grouped = 0;
+  for (const auto& g : groups) grouped += g["elems"].get<uint64_t>();
+  EXPECT_GT(grouped, 0u);
+  EXPECT_LE(grouped, covered);
 
   r = RunBinary("zeroshard-ctl", {"health", servers}, kTimeout);
   ASSERT_TRUE(r.ok()) << r.status();
