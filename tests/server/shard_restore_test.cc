@@ -331,6 +331,22 @@ TEST_F(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
     expect_refused(**shard, std::nullopt,
                    absl::StatusCode::kFailedPrecondition, "optimizer");
   }
+  // Other parameter groups: the checkpoint's run had torch's single group.
+  {
+    v1::InitRequest init =
+        testing::MakeInit(testing::SmallManifest(2), 2, 0, 3, 256);
+    absl::StatusOr<FlatLayout> layout =
+        FlatLayout::Create(FromProto(init.manifest()), 2, 1);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    AddParamGroups(ResolveParamGroups(*layout, ParamGroups(),
+                                      init.optimizer().weight_decay()),
+                   init.mutable_optimizer());
+    auto shard = ModelShard::Create(init, {0, 2}, Placement::kHost);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    expect_refused(**shard, std::nullopt,
+                   absl::StatusCode::kFailedPrecondition,
+                   "zeroshard.param_groups");
+  }
   auto shard = MakeShard(testing::SmallManifest(1), 3, 1, 3, 256);
   ASSERT_NE(shard, nullptr);
   // A step that is not there: the complete ones are listed.
