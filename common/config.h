@@ -143,8 +143,10 @@ struct DataConfig {
   DataFormat format = DataFormat::kBytes;
   uint64_t seed = 0;                 // default ("auto"/absent): zeroshard.seed
   double validation_fraction = 0.05; // last fraction of tokens, [0, 0.5]
-  // Validation loss every K steps (absent: steps_per_print; 0: only after
-  // the last step) over eval_batches micro-batches per worker (0: never).
+  // Validation loss every K steps (absent or "auto": about ten times a run,
+  // steps_per_print * round(steps / (10 * steps_per_print)), at least
+  // steps_per_print; 0: only after the last step) over eval_batches
+  // micro-batches per worker (0: never).
   uint64_t eval_every_steps = 10;
   int eval_batches = 4;
 };

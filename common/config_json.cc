@@ -493,6 +493,14 @@ absl::Status ParseActivationCheckpointing(Section& root, ActivationCheckpointing
   return absl::OkStatus();
 }
 
+// About ten evaluations a run, on printed steps: steps_per_print times
+// round(steps / (10 * steps_per_print)), at least steps_per_print.
+uint64_t DefaultEvalEverySteps(uint64_t steps, int steps_per_print) {
+  const uint64_t print = static_cast<uint64_t>(std::max(steps_per_print, 1));
+  const uint64_t times = (steps + 5 * print) / (10 * print);
+  return print * std::max<uint64_t>(times, 1);
+}
+
 absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConfig* c) {
   ClusterConfig& z = c->cluster;
   ASSIGN_OR_RETURN(Section s, root.Child("zeroshard"));
@@ -564,8 +572,8 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   std::optional<int64_t> data_seed;
   ASSIGN_OR_RETURN(data_seed, d.IntOrAuto("seed", 0, kMaxI64, true));
   RETURN_IF_ERROR(d.Double("validation_fraction", 0, 0.5, &z.data.validation_fraction));
-  z.data.eval_every_steps = static_cast<uint64_t>(c->steps_per_print);
-  RETURN_IF_ERROR(d.Int("eval_every_steps", 0, kMaxI64, &z.data.eval_every_steps));
+  std::optional<int64_t> eval_every;
+  ASSIGN_OR_RETURN(eval_every, d.IntOrAuto("eval_every_steps", 0, kMaxI64, true));
   RETURN_IF_ERROR(d.Int("eval_batches", 0, 1 << 20, &z.data.eval_batches));
   d.Finish();
   if (const json* g = s.Get("param_groups")) {
@@ -641,6 +649,8 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   if (z.servers < 1 || z.workers < 1 || z.steps < 1) {
     return absl::InvalidArgumentError("servers, workers and steps must all be >= 1");
   }
+  z.data.eval_every_steps = eval_every.has_value() ? static_cast<uint64_t>(*eval_every)
+                                                   : DefaultEvalEverySteps(z.steps, c->steps_per_print);
   return absl::OkStatus();
 }
 

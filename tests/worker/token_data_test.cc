@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
 #include "worker/data/batch_sampler.h"
@@ -242,6 +243,34 @@ TEST_F(TokenDataTest, ByteCorpusAsADatasetSamplesAsBefore) {
   EXPECT_EQ(d->tokens(DataSplit::kValidation), c->size() - c->train_size());
 }
 
+TEST(DataConfigTest, EvalCadenceDefaultsToAboutTenPerRunOnPrintedSteps) {
+  struct Case {
+    int steps, print;
+    const char* every;  // JSON value of eval_every_steps, or nullptr (absent)
+    uint64_t want;
+  };
+  const Case cases[] = {
+      {300, 10, nullptr, 30}, {300, 10, "\"auto\"", 30}, {20, 10, nullptr, 10},
+      {8, 4, nullptr, 4},     {1000, 10, nullptr, 100}, {1000, 7, nullptr, 98},
+      {1, 1, nullptr, 1},     {300, 10, "7", 7},        {300, 10, "0", 0}};
+  for (const Case& k : cases) {
+    const std::string every =
+        k.every == nullptr ? "" : absl::StrCat(R"(, "eval_every_steps": )", k.every);
+    absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(absl::StrCat(
+        R"({"train_batch_size": 2, "steps_per_print": )", k.print,
+        R"(, "zeroshard": {"steps": )", k.steps, R"(, "data": {"eval_batches": 1)", every,
+        "}}}"));
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->config.cluster.data.eval_every_steps, k.want)
+        << "steps " << k.steps << ", steps_per_print " << k.print << every;
+  }
+  // A --steps override moves the default with it.
+  absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(
+      R"({"train_batch_size": 2, "zeroshard": {"steps": 300}})", {.steps = 1000});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->config.cluster.data.eval_every_steps, 100u);
+}
+
 TEST(DataConfigTest, TokenKeysParseAndDefault) {
   absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(R"({
     "train_batch_size": 2, "steps_per_print": 5,
@@ -253,7 +282,8 @@ TEST(DataConfigTest, TokenKeysParseAndDefault) {
   EXPECT_EQ(d.format, DataFormat::kAuto);  // "train" without a format
   EXPECT_EQ(d.paths, std::vector<std::string>{"/data/shard_*.bin"});
   EXPECT_EQ(d.validation_paths, std::vector<std::string>{"/data/val.bin"});
-  EXPECT_EQ(d.eval_every_steps, 5u);  // steps_per_print
+  // About ten evaluations in the default 100 steps, on printed steps.
+  EXPECT_EQ(d.eval_every_steps, 10u);
   EXPECT_EQ(d.eval_batches, 2);
   EXPECT_TRUE(p->warnings.empty());
 
