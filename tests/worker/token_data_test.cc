@@ -214,7 +214,9 @@ TEST_F(TokenDataTest, SamplerWindowsStayInsideOneFile) {
     ASSERT_TRUE(s->FillSample(3, g, absl::MakeSpan(in), absl::MakeSpan(tg)).ok());
     for (int t = 0; t < T; ++t) {
       ASSERT_EQ(tg[t], in[t] + 1) << "g=" << g;
-      if (t > 0) ASSERT_EQ(in[t], in[t - 1] + 1) << "g=" << g;
+      if (t > 0) {
+        ASSERT_EQ(in[t], in[t - 1] + 1) << "g=" << g;
+      }
     }
     saw[in[0] >= 200] = true;
     EXPECT_TRUE(in[0] < 100 || in[0] >= 200);
