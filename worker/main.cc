@@ -331,7 +331,9 @@ absl::Status Run() {
 
   ASSIGN_OR_RETURN(Dataset data,
                    Dataset::Load(cfg.cluster.data, cfg.cluster.model.vocab));
-  if (rank == 0) ZS_LOG(INFO) << data.Describe();
+  if (rank == 0) {
+    ZS_LOG(INFO) << data.Describe();
+  }
   ASSIGN_OR_RETURN(BatchSampler sampler,
                    BatchSampler::Create(data, DataSplit::kTrain,
                                         cfg.cluster.model.context,
