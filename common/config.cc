@@ -237,7 +237,9 @@ std::string CanonicalJson(const TrainingConfig& c) {
                                                                                : "warmup_cosine"},
                     {"warmup_steps", o.warmup_steps},
                     {"total_steps", o.total_steps},
-                    {"min_lr", o.min_lr}};
+                    {"min_lr", o.min_lr},
+                    {"warmup_type", o.warmup_type == WarmupType::kLog ? "log" : "linear"},
+                    {"warmup_start_lr", o.warmup_start_lr}};
   j["param_groups"] = DescribeParamGroups(c.param_groups, o.weight_decay);
   j["zero_stage"] = c.zero.stage;
   j["activation_checkpointing"] = {

@@ -35,10 +35,11 @@
 //   "enabled": "auto" reads as false (there is no launcher flag to decide it).
 //   "bfloat16" is accepted as an alias of "bf16", as in DeepSpeed.
 // - scheduler: WarmupCosineLR, WarmupLR and WarmupDecayLR map onto
-//   LrScheduleKind when their warmup is linear from 0 (warmup_type
-//   "linear", warmup_min_lr / warmup_min_ratio 0); WarmupLR becomes
-//   warmup-cosine with min_lr = lr (i.e. constant after warmup),
-//   WarmupDecayLR kWarmupLinear (to 0 at total_num_steps). Log warmup and
+//   LrScheduleKind with their warmup_type ("log", DeepSpeed's default when
+//   absent, or "linear") and warmup start (warmup_min_lr, or lr *
+//   warmup_min_ratio); WarmupLR becomes warmup-cosine with min_lr = lr
+//   (i.e. constant after warmup), WarmupDecayLR kWarmupLinear (down to
+//   warmup_min_lr at total_num_steps). warmup_min_lr above the peak lr and
 //   other types are errors saying so. A warmup longer than the run (total
 //   "auto", e.g. --steps=20 under a 30-step warmup) is shortened to a tenth
 //   of the run with a warning; one longer than a total_num_steps the file

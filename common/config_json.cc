@@ -322,18 +322,16 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
   if (type >= 3) {
     return absl::InvalidArgumentError(
         "config key \"scheduler.type\": this type is not supported; use \"WarmupCosineLR\", "
-        "\"WarmupLR\" or \"WarmupDecayLR\" (linear warmup)");
+        "\"WarmupLR\" or \"WarmupDecayLR\"");
   }
   // Absent: DeepSpeed's default 1000. "auto": Hugging Face Trainer's default
   // warmup_steps, 0.
   int64_t warmup = p.HoldsAuto("warmup_num_steps") ? 0 : 1000;
   RETURN_IF_ERROR(p.Int("warmup_num_steps", 0, kMaxI64, &warmup, true));
+  // Absent: "log", DeepSpeed's default (its documented WarmupLR example
+  // leaves it out).
   ASSIGN_OR_RETURN(int warmup_type, p.Choice("warmup_type", {"log", "linear"}));
-  if (warmup > 0 && warmup_type != 1) {
-    return absl::InvalidArgumentError(
-        "config key \"scheduler.params.warmup_type\": only \"linear\" warmup is supported "
-        "(DeepSpeed's default is \"log\"); set it to \"linear\"");
-  }
+  o->warmup_type = warmup_type == 1 ? WarmupType::kLinear : WarmupType::kLog;
   p.NoEffect("last_batch_iteration");
   // total_num_steps (WarmupCosineLR, WarmupDecayLR): absent or "auto" is the
   // run's step count; a warmup longer than that is shortened. A warmup longer
@@ -354,11 +352,7 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     RETURN_IF_ERROR(p.Double("warmup_min_ratio", 0, 1, &min_ratio));
     RETURN_IF_ERROR(p.Double("cos_min_ratio", 0, 1, &cos_min_ratio));
     p.Finish();
-    if (min_ratio != 0) {
-      return absl::InvalidArgumentError(
-          "config key \"scheduler.params.warmup_min_ratio\": only 0 is supported (warmup "
-          "starts from lr 0)");
-    }
+    o->warmup_start_lr = o->lr * min_ratio;
     o->schedule = LrScheduleKind::kWarmupCosine;
     o->total_steps = total_steps;
     o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), total_steps,
@@ -366,17 +360,13 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     o->min_lr = o->lr * cos_min_ratio;
     return absl::OkStatus();
   }
-  // WarmupLR (then constant) and WarmupDecayLR (then linear to 0): linear
-  // warmup from warmup_min_lr (0) to warmup_max_lr (the optimizer's lr).
+  // WarmupLR (then constant) and WarmupDecayLR (then linear down to
+  // warmup_min_lr): warmup from warmup_min_lr to warmup_max_lr (the
+  // optimizer's lr).
   double min_lr = 0;
   RETURN_IF_ERROR(p.Double("warmup_min_lr", 0, 1e6, &min_lr, true));
   ASSIGN_OR_RETURN(std::optional<double> max_lr, p.DoubleOrAuto("warmup_max_lr", 1e-30, 1e6, true));
   p.Finish();
-  if (min_lr != 0) {
-    return absl::InvalidArgumentError(
-        "config key \"scheduler.params.warmup_min_lr\": only 0 is supported (warmup starts "
-        "from lr 0)");
-  }
   if (max_lr.has_value()) {
     if (lr_explicit && *max_lr != o->lr) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -385,22 +375,31 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     }
     o->lr = *max_lr;
   }
+  if (min_lr > o->lr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"scheduler.params.warmup_min_lr\" (", min_lr,
+        ") exceeds the peak lr (", o->lr, ", warmup_max_lr or optimizer.params.lr): the "
+        "warmup must rise"));
+  }
   if (type == 2) {  // WarmupDecayLR
     o->schedule = LrScheduleKind::kWarmupLinear;
     o->total_steps = total_steps;
     o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), total_steps,
                                 " (total_num_steps \"auto\")", warnings);
-    o->min_lr = 0;
+    o->min_lr = min_lr;
+    o->warmup_start_lr = min_lr;
     return absl::OkStatus();
   }
-  if (warmup == 0) {
+  if (warmup == 0) {  // log: lr from step 1 on (log(2) / log(2)), as DeepSpeed
     o->schedule = LrScheduleKind::kConstant;
+    o->warmup_type = WarmupType::kLinear;
     return absl::OkStatus();
   }
   o->schedule = LrScheduleKind::kWarmupCosine;  // cosine from lr to lr: constant
   o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), steps, "", warnings);
   o->total_steps = steps;
   o->min_lr = o->lr;
+  o->warmup_start_lr = min_lr;
   return absl::OkStatus();
 }
 

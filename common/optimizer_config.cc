@@ -1,5 +1,6 @@
 #include "common/optimizer_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -35,8 +36,11 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
     if (!(c.min_lr >= 0 && c.min_lr <= c.lr)) {
       return bad("min_lr", c.min_lr, "must be in [0, lr]");
     }
-    if (c.schedule == LrScheduleKind::kWarmupLinear && c.min_lr != 0) {
-      return bad("min_lr", c.min_lr, "must be 0 for the warmup_linear schedule");
+    if (!(c.warmup_start_lr >= 0 && c.warmup_start_lr <= c.lr)) {
+      return bad("warmup_start_lr", c.warmup_start_lr, "must be in [0, lr]");
+    }
+    if (c.warmup_type != WarmupType::kLinear && c.warmup_type != WarmupType::kLog) {
+      return absl::InvalidArgumentError("optimizer.warmup_type: unknown kind");
     }
   } else if (c.schedule != LrScheduleKind::kConstant) {
     return absl::InvalidArgumentError("optimizer schedule: unknown kind");
@@ -46,15 +50,25 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
 
 double LearningRateAt(const OptimizerConfig& c, uint64_t t) {
   if (c.schedule == LrScheduleKind::kConstant) return c.lr;
-  if (c.warmup_steps > 0 && t <= c.warmup_steps) {
-    return c.lr * static_cast<double>(t) / static_cast<double>(c.warmup_steps);
+  const double start = c.warmup_start_lr;
+  uint64_t warmup = c.warmup_steps;
+  if (c.warmup_type == WarmupType::kLog) {
+    warmup = std::max<uint64_t>(warmup, 2);  // log(1) = 0, as DeepSpeed
+    if (t < warmup) {
+      const double gamma = (1.0 / std::log(static_cast<double>(warmup))) *
+                           std::log(static_cast<double>(t + 1));
+      return start + (c.lr - start) * gamma;
+    }
+  } else if (warmup > 0 && t <= warmup) {
+    // With start 0 this is bit for bit lr * t / W.
+    return start + (c.lr - start) * static_cast<double>(t) / static_cast<double>(warmup);
   }
   if (t >= c.total_steps) return c.min_lr;
-  const double span = static_cast<double>(c.total_steps - c.warmup_steps);
+  const double span = static_cast<double>(c.total_steps - warmup);
   if (c.schedule == LrScheduleKind::kWarmupLinear) {
-    return c.lr * static_cast<double>(c.total_steps - t) / span;
+    return c.min_lr + (c.lr - c.min_lr) * static_cast<double>(c.total_steps - t) / span;
   }
-  const double progress = static_cast<double>(t - c.warmup_steps) / span;
+  const double progress = static_cast<double>(t - warmup) / span;
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 

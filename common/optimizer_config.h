@@ -11,9 +11,13 @@ namespace zeroshard {
 
 enum class OptimizerKind { kAdamW = 0, kAdam = 1 };
 
-// kWarmupLinear is DeepSpeed's WarmupDecayLR: linear warmup, then linear
-// decay to 0 at total_steps.
+// kWarmupLinear is DeepSpeed's WarmupDecayLR: warmup, then linear decay to
+// min_lr at total_steps.
 enum class LrScheduleKind { kConstant = 0, kWarmupCosine = 1, kWarmupLinear = 2 };
+
+// The warmup's rising function, DeepSpeed's warmup_type: kLinear t / W,
+// kLog log(t + 1) / log(max(W, 2)) (DeepSpeed's default, "log").
+enum class WarmupType { kLinear = 0, kLog = 1 };
 
 // Hyperparameters, fixed for a run. Defaults are torch.optim.AdamW's.
 struct OptimizerConfig {
@@ -27,6 +31,12 @@ struct OptimizerConfig {
   uint64_t warmup_steps = 0;
   uint64_t total_steps = 0;
   double min_lr = 0.0;
+  // Warmup shape and the lr it rises from (DeepSpeed's warmup_min_lr, or lr *
+  // warmup_min_ratio for WarmupCosineLR). The defaults are zeroshard's
+  // schedule before these existed, and what an Init or checkpoint without
+  // them means.
+  WarmupType warmup_type = WarmupType::kLinear;
+  double warmup_start_lr = 0.0;
 
   friend bool operator==(const OptimizerConfig&,
                          const OptimizerConfig&) = default;
@@ -34,15 +44,27 @@ struct OptimizerConfig {
 
 // Checks ranges: lr > 0 and finite, betas in [0, 1), eps > 0 and finite,
 // weight_decay >= 0, schedule fields consistent (warmup_steps <= total_steps,
-// 0 <= min_lr <= lr). The error names the field.
+// 0 <= min_lr <= lr, 0 <= warmup_start_lr <= lr). The error names the field.
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
 
 // Learning rate at Adam step t (1-based) under the config's schedule:
-// constant lr, or linear warmup lr * t / warmup_steps for t <= warmup_steps,
+// constant lr, or a warmup from s = warmup_start_lr, s + (lr - s) * gamma(t),
+// with W = warmup_steps and
+//   kLinear: gamma = t / W for t <= W (no warmup when W is 0),
+//   kLog:    gamma = log(t + 1) / log(W') for t < W' = max(W, 2),
 // then cosine from lr down to min_lr at total_steps, min_lr afterwards
-// (kWarmupCosine), or linearly lr * (total_steps - t) / (total_steps -
-// warmup_steps) down to 0 at total_steps, 0 afterwards (kWarmupLinear;
-// min_lr must be 0).
+// (kWarmupCosine), or linearly min_lr + (lr - min_lr) * (total_steps - t) /
+// (total_steps - W) down to min_lr at total_steps, min_lr afterwards
+// (kWarmupLinear; W' for a log warmup).
+//
+// Step indexing: the value at t is the one DeepSpeed's WarmupLR /
+// WarmupDecayLR get_lr() returns at last_batch_iteration = t (the
+// scheduler after t step() calls), for both warmup types. DeepSpeed's
+// engine steps its scheduler after each optimizer step, so its own first
+// steps use warmup_min_lr; zeroshard's step 1 already takes gamma(1). A
+// linear warmup of W < 2 steps is taken as given (DeepSpeed raises it to
+// 2). Example: lr 1e-3, W 10, kLog, start 0: t = 1 -> 3.0103e-4, t = 9 ->
+// 1e-3.
 double LearningRateAt(const OptimizerConfig& config, uint64_t t);
 
 }  // namespace zeroshard

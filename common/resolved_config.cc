@@ -39,6 +39,8 @@ const EnumNames<LrScheduleKind> kSchedules = {
     {LrScheduleKind::kConstant, "constant"},
     {LrScheduleKind::kWarmupCosine, "warmup_cosine"},
     {LrScheduleKind::kWarmupLinear, "warmup_linear"}};
+const EnumNames<WarmupType> kWarmupTypes = {{WarmupType::kLinear, "linear"},
+                                            {WarmupType::kLog, "log"}};
 const EnumNames<OffloadDevice> kOffloadDevices = {{OffloadDevice::kNone, "none"},
                                                   {OffloadDevice::kCpu, "cpu"}};
 const EnumNames<CheckpointPolicy> kCheckpointPolicies = {
@@ -88,6 +90,8 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("warmup_steps", o.warmup_steps);
     v.Field("total_steps", o.total_steps);
     v.Field("min_lr", o.min_lr);
+    v.Enum("warmup_type", o.warmup_type, kWarmupTypes);
+    v.Field("warmup_start_lr", o.warmup_start_lr);
   });
   v.Object("param_groups", [&] {
     ParamGroups& g = c.param_groups;

@@ -151,7 +151,9 @@ absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
     const v1::OptimizerConfig was = ParamGroupTable::WithoutRanges(h.optimizer());
     const v1::OptimizerConfig now =
         ParamGroupTable::WithoutRanges(shard.request().optimizer());
-    if (!google::protobuf::util::MessageDifferencer::Equals(was, now)) {
+    // Equivalent, not Equals: a field left out (an older writer's, e.g. the
+    // schedule's warmup_type) matches the same default stated explicitly.
+    if (!google::protobuf::util::MessageDifferencer::Equivalent(was, now)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Restore: ", src.path, " was trained with another optimizer "
           "configuration (", was.ShortDebugString(), ") than this "

@@ -52,6 +52,9 @@ v1::OptimizerConfig ToProto(const OptimizerConfig& c) {
   s->set_warmup_steps(c.warmup_steps);
   s->set_total_steps(c.total_steps);
   s->set_min_lr(c.min_lr);
+  s->set_warmup_type(c.warmup_type == WarmupType::kLog ? v1::LrSchedule::WARMUP_TYPE_LOG
+                                                       : v1::LrSchedule::WARMUP_TYPE_LINEAR);
+  s->set_warmup_start_lr(c.warmup_start_lr);
   return out;
 }
 
@@ -91,6 +94,19 @@ absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& p) {
   c.warmup_steps = p.schedule().warmup_steps();
   c.total_steps = p.schedule().total_steps();
   c.min_lr = p.schedule().min_lr();
+  switch (p.schedule().warmup_type()) {
+    case v1::LrSchedule::WARMUP_TYPE_LINEAR:
+      c.warmup_type = WarmupType::kLinear;
+      break;
+    case v1::LrSchedule::WARMUP_TYPE_LOG:
+      c.warmup_type = WarmupType::kLog;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer.schedule.warmup_type: unknown value ",
+                       p.schedule().warmup_type()));
+  }
+  c.warmup_start_lr = p.schedule().warmup_start_lr();
   return c;
 }
 

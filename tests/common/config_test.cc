@@ -4,10 +4,12 @@
 #include "common/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -316,6 +318,22 @@ TEST(ConfigTest, SchedulerMapping) {
   for (uint64_t t : {1, 3, 7}) EXPECT_NEAR(LearningRateAt(o, t), 0.003 * t / 7, 1e-15);
   for (uint64_t t : {8, 50, 100, 500}) EXPECT_NEAR(LearningRateAt(o, t), 0.003, 1e-15);
 
+  // Hugging Face's non-zero warmup_min_lr, and WarmupCosineLR's
+  // warmup_min_ratio: the warmup starts there.
+  auto hf = sched(R"({"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-8,
+      "warmup_max_lr": 0.003, "warmup_num_steps": 10, "total_num_steps": 50}})");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->config.optimizer.warmup_type, WarmupType::kLog);
+  EXPECT_EQ(hf->config.optimizer.warmup_start_lr, 1e-8);
+  EXPECT_EQ(hf->config.optimizer.min_lr, 1e-8);  // and the decay ends there
+  auto ratio = sched(R"({"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.1,
+      "warmup_num_steps": 10, "warmup_type": "linear"}})",
+                     R"("optimizer": {"type": "AdamW", "params": {"lr": 0.002}})");
+  ASSERT_TRUE(ratio.ok()) << ratio.status();
+  EXPECT_EQ(ratio->config.optimizer.warmup_type, WarmupType::kLinear);
+  EXPECT_DOUBLE_EQ(ratio->config.optimizer.warmup_start_lr, 0.0002);
+  EXPECT_DOUBLE_EQ(LearningRateAt(ratio->config.optimizer, 5), 0.0002 + 0.0018 * 5 / 10);
+
   auto flat = sched(R"({"type": "WarmupLR", "params": {"warmup_num_steps": 0}})");
   ASSERT_TRUE(flat.ok()) << flat.status();
   EXPECT_EQ(flat->config.optimizer.schedule, LrScheduleKind::kConstant);
@@ -325,16 +343,18 @@ TEST(ConfigTest, SchedulerMapping) {
     ASSERT_FALSE(r.ok()) << s;
     EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status();
   };
-  check_err(R"({"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5}})", "warmup_type");
   check_err(R"({"type": "OneCycle"})", "scheduler.type");
-  check_err(R"({"type": "WarmupLR", "params": {"warmup_num_steps": 5}})", "warmup_type");
+  check_err(R"({"type": "WarmupLR", "params": {"warmup_num_steps": 5, "warmup_type": "exp"}})",
+            "warmup_type");
+  check_err(R"({"type": "WarmupLR", "params": {"warmup_min_lr": 0.1, "warmup_max_lr": 0.01}})",
+            "warmup_min_lr");
   // A warmup longer than a total the file states: a contradiction, both keys named.
   check_err(R"({"type": "WarmupCosineLR", "params": {"warmup_num_steps": 500,
       "warmup_type": "linear", "total_num_steps": 400}})", "total_num_steps");
   check_err(R"({"type": "WarmupDecayLR", "params": {"warmup_num_steps": 50,
       "warmup_type": "linear", "total_num_steps": 40}})", "warmup_num_steps");
   check_err(R"({"type": "WarmupCosineLR", "params": {"warmup_num_steps": 5,
-      "warmup_type": "linear", "warmup_min_ratio": 0.1}})", "warmup_min_ratio");
+      "warmup_type": "linear", "warmup_min_ratio": 1.5}})", "warmup_min_ratio");
   check_err(R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.1, "warmup_num_steps": 0}})",
             "disagree", R"("optimizer": {"params": {"lr": 0.01}})");
 }
@@ -594,6 +614,23 @@ TEST(ConfigTest, DeepSpeedExamplesMap) {
   EXPECT_EQ(z1.config.micro_batch_size, 8);  // 16 / (2 * 1 worker)
   EXPECT_EQ(z1.config.gradient_clipping, 0.5);
   EXPECT_DOUBLE_EQ(z1.config.optimizer.min_lr, 6e-5);
+
+  // DeepSpeed's documented WarmupLR example has no warmup_type: DeepSpeed's
+  // default, log, from warmup_min_lr 0 (its 1000 steps shortened to a tenth
+  // of the default 100-step run).
+  const ParsedConfig doc = load("warmuplr-docs-log.json");
+  const OptimizerConfig& d = doc.config.optimizer;
+  EXPECT_EQ(d.schedule, LrScheduleKind::kWarmupCosine);  // WarmupLR: constant after
+  EXPECT_EQ(d.warmup_type, WarmupType::kLog);
+  EXPECT_EQ(d.warmup_start_lr, 0);
+  EXPECT_EQ(d.warmup_steps, 10u);
+  EXPECT_EQ(d.lr, 0.001);
+  EXPECT_DOUBLE_EQ(LearningRateAt(d, 1), 0.001 * std::log(2.0) / std::log(10.0));
+  EXPECT_DOUBLE_EQ(LearningRateAt(d, 9), 0.001);
+  EXPECT_EQ(LearningRateAt(d, 50), 0.001);
+  EXPECT_NE(CanonicalJson(doc.config).find(R"("warmup_type":"log")"), std::string::npos);
+  EXPECT_TRUE(absl::StrContains(absl::StrJoin(doc.warnings, "\n"), "warmup shortened to 10"))
+      << absl::StrJoin(doc.warnings, "\n");
 
   const ParsedConfig hf = load("hf-trainer-auto.json");
   EXPECT_EQ(hf.config.precision, Precision::kFp32);

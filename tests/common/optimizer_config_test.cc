@@ -1,9 +1,14 @@
 #include "common/optimizer_config.h"
 
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
 #include <string>
 
+#include "common/config.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace zeroshard {
 namespace {
@@ -80,8 +85,8 @@ TEST(OptimizerConfigTest, LearningRateSchedule) {
   EXPECT_GT(LearningRateAt(c, 1), 0.0099);
 }
 
-// DeepSpeed's WarmupDecayLR: linear warmup, then linear decay to 0 at
-// total_steps; min_lr must be 0.
+// DeepSpeed's WarmupDecayLR: linear warmup, then linear decay to min_lr at
+// total_steps.
 TEST(OptimizerConfigTest, WarmupLinearSchedule) {
   OptimizerConfig c;
   c.lr = 0.01;
@@ -95,11 +100,88 @@ TEST(OptimizerConfigTest, WarmupLinearSchedule) {
   EXPECT_DOUBLE_EQ(LearningRateAt(c, 109), 0.0001);
   EXPECT_EQ(LearningRateAt(c, 110), 0);
   EXPECT_EQ(LearningRateAt(c, 500), 0);
-  c.min_lr = 0.001;
-  EXPECT_FALSE(ValidateOptimizerConfig(c).ok());
+  c.min_lr = 0.001;  // the decay ends at warmup_min_lr
+  ASSERT_TRUE(ValidateOptimizerConfig(c).ok());
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 60), 0.0055);
+  EXPECT_EQ(LearningRateAt(c, 110), 0.001);
+  c.min_lr = 0.02;
+  ExpectBad(c, "min_lr");
   c.min_lr = 0;
   c.total_steps = 0;
   EXPECT_FALSE(ValidateOptimizerConfig(c).ok());
+}
+
+// The warmup fields: start in [0, lr]; a linear warmup from 0 is bit for bit
+// the schedule before they existed (lr * t / W), so old checkpoints and the
+// torch goldens keep their values.
+TEST(OptimizerConfigTest, WarmupStartAndType) {
+  OptimizerConfig c;
+  c.lr = 0.01;
+  c.schedule = LrScheduleKind::kWarmupCosine;
+  c.warmup_steps = 7;
+  c.total_steps = 100;
+  c.warmup_start_lr = 0.02;
+  ExpectBad(c, "warmup_start_lr");
+  c.warmup_start_lr = -1e-9;
+  ExpectBad(c, "warmup_start_lr");
+  c.warmup_start_lr = 0;
+  c.warmup_type = static_cast<WarmupType>(7);
+  ExpectBad(c, "warmup_type");
+  c.warmup_type = WarmupType::kLinear;
+  ASSERT_TRUE(ValidateOptimizerConfig(c).ok());
+  for (uint64_t t = 1; t <= 7; ++t) {
+    const double before = c.lr * static_cast<double>(t) / 7.0;
+    const double now = LearningRateAt(c, t);
+    EXPECT_EQ(std::memcmp(&before, &now, sizeof now), 0) << t;
+  }
+  // Linear from 0.001: 0.001 + 0.009 * t / 7.
+  c.warmup_start_lr = 0.001;
+  EXPECT_NEAR(LearningRateAt(c, 1), 0.001 + 0.009 / 7, 1e-18);
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 7), 0.01);
+  // Log: log(t + 1) / log(7), reaching lr at t = 6.
+  c.warmup_type = WarmupType::kLog;
+  c.warmup_start_lr = 0;
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 1), 0.01 * std::log(2.0) / std::log(7.0));
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 3), 0.01 * std::log(4.0) / std::log(7.0));
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 6), 0.01);
+  for (uint64_t t = 1; t < 6; ++t) EXPECT_LT(LearningRateAt(c, t), LearningRateAt(c, t + 1));
+  // A log warmup of 0 or 1 steps is DeepSpeed's 2: lr from step 1 on.
+  c.warmup_steps = 0;
+  EXPECT_DOUBLE_EQ(LearningRateAt(c, 1), 0.01);
+}
+
+// Golden rates from DeepSpeed's three warmup schedulers
+// (tests/fixtures/make_deepspeed_lr_golden.py, deepspeed_lr_golden.json):
+// each case's scheduler block is parsed as a config file's, and zeroshard's
+// Adam step t must take DeepSpeed's get_lr() at last_batch_iteration = t,
+// to within rounding (a few ulps: the operations are grouped differently).
+TEST(OptimizerConfigTest, MatchesDeepSpeedWarmupGoldens) {
+  std::ifstream in("tests/fixtures/deepspeed_lr_golden.json");
+  ASSERT_TRUE(in.good()) << "tests/fixtures/deepspeed_lr_golden.json not found; tests run "
+                            "from the repository root";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  ASSERT_GE(golden.at("cases").size(), 7u);
+  for (const nlohmann::json& k : golden.at("cases")) {
+    SCOPED_TRACE(k.at("name").get<std::string>());
+    nlohmann::json file = {
+        {"train_micro_batch_size_per_gpu", 1},
+        {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", k.at("lr")}}}}},
+        {"scheduler", k.at("scheduler")},
+        {"zeroshard", {{"steps", k.at("steps")}}}};
+    absl::StatusOr<ParsedConfig> parsed = ParseTrainingConfig(file.dump());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    const OptimizerConfig& o = parsed->config.optimizer;
+    const nlohmann::json& params = k.at("scheduler").at("params");
+    EXPECT_EQ(o.warmup_type, params.value("warmup_type", "log") == "log" ? WarmupType::kLog
+                                                                       : WarmupType::kLinear);
+    for (const nlohmann::json& pair : k.at("lrs")) {
+      const uint64_t t = pair.at(0).get<uint64_t>();
+      const double want = pair.at(1).get<double>();
+      EXPECT_NEAR(LearningRateAt(o, t), want,
+                  4 * std::numeric_limits<double>::epsilon() * want)
+          << "t = " << t;
+    }
+  }
 }
 
 }  // namespace

@@ -60,6 +60,8 @@ TEST(ResolvedConfigTest, DoublesAndCountsSurviveBitForBit) {
     TrainingConfig c = parsed->config;
     c.optimizer.lr = 1e-2 * u(rng) + 1e-9;
     c.optimizer.min_lr = c.optimizer.lr * u(rng);
+    c.optimizer.warmup_type = trial % 2 ? WarmupType::kLog : WarmupType::kLinear;
+    c.optimizer.warmup_start_lr = c.optimizer.lr * u(rng);
     c.optimizer.beta2 = 1 - 1e-3 * u(rng);
     c.optimizer.eps = 1e-10 * (1 + u(rng));
     c.gradient_clipping = 10 * u(rng);

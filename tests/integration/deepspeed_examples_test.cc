@@ -47,7 +47,7 @@ size_t Count(const std::string& text, const std::string& needle) {
 
 TEST(DeepSpeedExamplesTest, EachTrainsAFewSteps) {
   const std::vector<std::string> files = Examples();
-  ASSERT_GE(files.size(), 5u) << "expected examples/deepspeed/*.json";
+  ASSERT_GE(files.size(), 6u) << "expected examples/deepspeed/*.json";
   TrainDir dir("deepspeed");
   for (const std::string& file : files) {
     SCOPED_TRACE(file);
@@ -81,6 +81,12 @@ TEST(DeepSpeedExamplesTest, EachTrainsAFewSteps) {
         EXPECT_NEAR(std::stod(rows[1].at("lr")), 5e-4, 1e-9);
       }
     }
+    if (name == "warmuplr-docs-log") {
+      // DeepSpeed's log warmup (no warmup_type), shortened to 1 step, which
+      // DeepSpeed raises to 2: log(2) / log(2), the full lr from step 1.
+      EXPECT_NE(run.err.find("warmup shortened to 1 step"), std::string::npos) << run.err;
+      for (const auto& row : rows) EXPECT_NEAR(std::stod(row.at("lr")), 1e-3, 1e-12);
+    }
   }
 }
 
@@ -109,6 +115,41 @@ TEST(DeepSpeedExamplesTest, WarmupDecayLRDecaysToZeroOnTheServers) {
   EXPECT_EQ(NotTrained(dir.path("s2"), cfg), "");
   const WeightDiff d = CompareWeights(w[1], w[0]);
   EXPECT_TRUE(d.bit_identical) << "step 3 moved " << d.worst_tensor << " by " << d.max_abs;
+}
+
+// A log warmup reaches the servers (WARMUP_TYPE_LOG on the wire): over 2
+// warmup steps it is log(2) / log(2) = 1 from step 1, so 2 steps of it end
+// bit for bit where 2 steps at a constant lr do, while a linear 2-step warmup
+// (lr / 2 at step 1) ends elsewhere. The workers' lr column says the same.
+TEST(DeepSpeedExamplesTest, LogWarmupOnTheServers) {
+  TrainDir dir("logwarmup");
+  nlohmann::json cfg = SmallConfig();
+  cfg["zeroshard"]["steps"] = 2;  // SmallConfig's lr is 1e-3
+  std::map<std::string, std::map<std::string, std::vector<float>>> w;
+  std::map<std::string, std::vector<std::map<std::string, std::string>>> rows;
+  for (const char* name : {"constant", "log", "linear"}) {
+    cfg.erase("scheduler");
+    if (std::string(name) != "constant") {
+      cfg["scheduler"] = {{"type", "WarmupLR"},
+                          {"params", {{"warmup_num_steps", 2}, {"warmup_max_lr", 1e-3}}}};
+      if (std::string(name) == "linear") cfg["scheduler"]["params"]["warmup_type"] = "linear";
+    }
+    const std::string config = dir.WriteConfig(absl::StrCat(name, ".json"), cfg);
+    TrainRun run = RunTrain({"--config=" + config, "--out=" + dir.path(name), "--save_weights",
+                             "--quiet"},
+                            absl::Seconds(120));
+    ASSERT_TRUE(run.status.success()) << run.status.ToString() << "\n" << run.err;
+    w[name] = ReadWeights(dir.path(name));
+    ASSERT_FALSE(w[name].empty());
+    rows[name] = ReadMetricsCsv(dir.path(name) + "/metrics.csv");
+    ASSERT_EQ(rows[name].size(), 2u) << name;
+  }
+  EXPECT_EQ(NotTrained(dir.path("log"), cfg), "");
+  const WeightDiff same = CompareWeights(w["log"], w["constant"]);
+  EXPECT_TRUE(same.bit_identical) << same.worst_tensor << " differs by " << same.max_abs;
+  EXPECT_FALSE(CompareWeights(w["linear"], w["constant"]).bit_identical);
+  EXPECT_NEAR(std::stod(rows["log"][0].at("lr")), 1e-3, 1e-12);
+  EXPECT_NEAR(std::stod(rows["linear"][0].at("lr")), 5e-4, 1e-12);
 }
 
 }  // namespace

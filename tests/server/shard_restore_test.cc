@@ -331,7 +331,19 @@ TEST_F(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
     expect_refused(**shard, std::nullopt,
                    absl::StatusCode::kFailedPrecondition, "optimizer");
   }
-  // Other parameter groups: the checkpoint's run had torch's single group.
+  // Another warmup: the checkpoint's run had the linear warmup from 0 (its
+  // Init predates the warmup fields).
+  for (int k = 0; k < 2; ++k) {
+    v1::InitRequest init =
+        testing::MakeInit(testing::SmallManifest(2), 2, 0, 3, 256);
+    v1::LrSchedule* s = init.mutable_optimizer()->mutable_schedule();
+    if (k == 0) s->set_warmup_type(v1::LrSchedule::WARMUP_TYPE_LOG);
+    if (k == 1) s->set_warmup_start_lr(1e-4);
+    auto shard = ModelShard::Create(init, {0, 2}, Placement::kHost);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    expect_refused(**shard, std::nullopt,
+                   absl::StatusCode::kFailedPrecondition, "optimizer");
+  }
   {
     v1::InitRequest init =
         testing::MakeInit(testing::SmallManifest(2), 2, 0, 3, 256);
@@ -375,6 +387,41 @@ TEST_F(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
   ASSERT_NE(fresh, nullptr);
   auto none = RestoreShard(*fresh, empty, std::nullopt);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
+}
+
+// A checkpoint whose Init had no warmup fields (written before they existed:
+// proto3 leaves them out) resumes under an Init that states their defaults,
+// a linear warmup from 0; the schedule converts both ways, the new fields
+// too.
+TEST_F(ShardRestoreTest, CheckpointsWithoutWarmupFieldsResumeAsLinearFromZero) {
+  ASSERT_NO_FATAL_FAILURE(run_.Write(dir_, rng_, {2}));
+  v1::InitRequest init = testing::MakeInit(testing::SmallManifest(1), 3, 1, 3, 256);
+  v1::LrSchedule* s = init.mutable_optimizer()->mutable_schedule();
+  s->set_warmup_type(v1::LrSchedule::WARMUP_TYPE_LINEAR);
+  s->set_warmup_start_lr(0.0);
+  absl::StatusOr<OptimizerConfig> was = FromProto(init.optimizer());
+  ASSERT_TRUE(was.ok()) << was.status();
+  EXPECT_EQ(was->warmup_type, WarmupType::kLinear);
+  EXPECT_EQ(was->warmup_start_lr, 0.0);
+  auto shard = ModelShard::Create(init, {1, 3}, Placement::kHost);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  auto stats = RestoreShard(**shard, dir_, std::nullopt);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->step, 2u);
+
+  OptimizerConfig log;
+  log.schedule = LrScheduleKind::kWarmupLinear;
+  log.warmup_steps = 10;
+  log.total_steps = 50;
+  log.min_lr = 1e-5;
+  log.warmup_type = WarmupType::kLog;
+  log.warmup_start_lr = 2e-5;
+  absl::StatusOr<OptimizerConfig> back = FromProto(ToProto(log));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, log);
+  v1::OptimizerConfig bad = ToProto(log);
+  bad.mutable_schedule()->set_warmup_type(static_cast<v1::LrSchedule::WarmupType>(9));
+  EXPECT_FALSE(FromProto(bad).ok());
 }
 
 TEST_F(ShardRestoreTest, ATargetThatOwnsNothingTakesTheStepAndAdamCount) {
