@@ -255,6 +255,27 @@ int StepEngine::NextBackwardUnit(int l) const {
   return model::GptModel::block_unit(prev);
 }
 
+absl::Status StepEngine::ForwardBlocks() {
+  const int L = model_->num_blocks();
+  const int emb = model::GptModel::embedding_unit();
+  const int fin = model_->final_unit();
+  cache_->Prefetch(emb);
+  {
+    ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(emb));
+    cache_->Prefetch(model::GptModel::block_unit(0));
+    RETURN_IF_ERROR(model_->EmbeddingForward(p));
+    cache_->Release(emb);
+  }
+  for (int l = 0; l < L; ++l) {
+    const int u = model::GptModel::block_unit(l);
+    ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
+    cache_->Prefetch(l + 1 < L ? model::GptModel::block_unit(l + 1) : fin);
+    RETURN_IF_ERROR(model_->BlockForward(l, p));
+    cache_->Release(u);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
                                     PushSession* push, double* loss) {
   const int b = config_.micro_batch_size;
@@ -271,20 +292,7 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
   RETURN_IF_ERROR(model_->Begin(b, T, inputs_, targets_));
 
   // Forward.
-  cache_->Prefetch(emb);
-  {
-    ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(emb));
-    cache_->Prefetch(model::GptModel::block_unit(0));
-    RETURN_IF_ERROR(model_->EmbeddingForward(p));
-    cache_->Release(emb);
-  }
-  for (int l = 0; l < L; ++l) {
-    const int u = model::GptModel::block_unit(l);
-    ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
-    cache_->Prefetch(l + 1 < L ? model::GptModel::block_unit(l + 1) : fin);
-    RETURN_IF_ERROR(model_->BlockForward(l, p));
-    cache_->Release(u);
-  }
+  RETURN_IF_ERROR(ForwardBlocks());
   // Final: ln_f + tied head + loss, then the start of backward.
   auto grad_fin = UnitGradBuffer(fin, accumulate);
   auto grad_emb = UnitGradBuffer(emb, accumulate);
@@ -351,7 +359,6 @@ absl::StatusOr<double> StepEngine::EvalLoss(uint64_t version, const BatchSampler
   if (stage_ < 3) RETURN_IF_ERROR(cache_->GatherAll());
   const int b = config_.micro_batch_size;
   const int T = sampler.context();
-  const int L = model_->num_blocks();
   const int emb = model::GptModel::embedding_unit();
   const int fin = model_->final_unit();
   double sum = 0;
@@ -359,20 +366,7 @@ absl::StatusOr<double> StepEngine::EvalLoss(uint64_t version, const BatchSampler
     RETURN_IF_ERROR(sampler.FillMicroBatch(0, rank_, world_, k, b, absl::MakeSpan(inputs_),
                                            absl::MakeSpan(targets_)));
     RETURN_IF_ERROR(model_->Begin(b, T, inputs_, targets_));
-    cache_->Prefetch(emb);
-    {
-      ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(emb));
-      cache_->Prefetch(model::GptModel::block_unit(0));
-      RETURN_IF_ERROR(model_->EmbeddingForward(p));
-      cache_->Release(emb);
-    }
-    for (int l = 0; l < L; ++l) {
-      const int u = model::GptModel::block_unit(l);
-      ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
-      cache_->Prefetch(l + 1 < L ? model::GptModel::block_unit(l + 1) : fin);
-      RETURN_IF_ERROR(model_->BlockForward(l, p));
-      cache_->Release(u);
-    }
+    RETURN_IF_ERROR(ForwardBlocks());
     cache_->Prefetch(emb);
     ASSIGN_OR_RETURN(model::UnitParams pf, cache_->Acquire(fin));
     ASSIGN_OR_RETURN(model::UnitParams pe, cache_->Acquire(emb));

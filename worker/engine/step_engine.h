@@ -157,6 +157,10 @@ class StepEngine {
   void CancelPrefetch();
   absl::Status MicroBatch(uint64_t step, int micro, bool last,
                           PushSession* push, double* loss);
+  // Forward through the embedding unit and every block, each gathered,
+  // used and released in turn, prefetching the next (the last block
+  // prefetches the final unit). After model_->Begin; training and validation.
+  absl::Status ForwardBlocks();
   // Queues the reduce-scatter of unit u's full gradient `grad` into this
   // worker's shard (accumulating after the first micro-batch) and, when
   // `push` is set, the push of the finished part.
