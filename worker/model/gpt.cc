@@ -147,6 +147,27 @@ absl::Status GptModel::BlockForward(int l, const UnitParams& block) {
   return absl::OkStatus();
 }
 
+absl::Status GptModel::FinalHeadForward(const UnitWeights& wf, const UnitWeights& we,
+                                        FinalActs* f) const {
+  const int64_t M = dims_.rows(), C = dims_.width, V = shape_.vocab;
+  f->x.resize(M * C);
+  f->ln.resize(M * C);
+  f->mean.resize(M);
+  f->rstd.resize(M);
+  f->logits.resize(M * V);
+  inputs_[shape_.layers].ToFloat(f->x.data());
+  RETURN_IF_ERROR(k::LayerNormForward(f->x.data(), wf.Vector(0), wf.Vector(1), M, C,
+                                      f->ln.data(), f->mean.data(), f->rstd.data()));
+  f->lnq = ActBuffer(nullptr, dims_.dtype, M * C);
+  f->lnq.FromFloat(f->ln.data());
+  const k::ConstTensor wte = we.Matrix(0);
+  // logits[M,V] = ln_f(x) wte^T
+  return k::Gemm({.m = M, .n = V, .k = C,
+                  .a = {f->lnq.data(), f->lnq.dtype(), C, false},
+                  .b = {wte.data, wte.dtype, C, true},
+                  .c = f->logits.data(), .ldc = V});
+}
+
 absl::StatusOr<double> GptModel::FinalForwardBackward(
     const UnitParams& final_params, const UnitParams& embedding, float loss_scale,
     absl::Span<float> final_grad, absl::Span<float> embedding_grad) {
@@ -163,39 +184,29 @@ absl::StatusOr<double> GptModel::FinalForwardBackward(
   ASSIGN_OR_RETURN(UnitWeights wf, Weights(final_unit(), final_params));
   ASSIGN_OR_RETURN(UnitWeights we, Weights(embedding_unit(), embedding));
   const int64_t M = dims_.rows(), C = dims_.width, V = shape_.vocab;
-  ActBuffer& xl = inputs_[shape_.layers];
-  std::vector<float> x(M * C), ln(M * C), mean(M), rstd(M), logits(M * V);
-  xl.ToFloat(x.data());
-  RETURN_IF_ERROR(k::LayerNormForward(x.data(), wf.Vector(0), wf.Vector(1), M, C,
-                                      ln.data(), mean.data(), rstd.data()));
-  ActBuffer lnq(nullptr, dims_.dtype, M * C);
-  lnq.FromFloat(ln.data());
+  FinalActs f;
+  RETURN_IF_ERROR(FinalHeadForward(wf, we, &f));
   const k::ConstTensor wte = we.Matrix(0);
-  // logits[M,V] = ln_f(x) wte^T
-  RETURN_IF_ERROR(k::Gemm({.m = M, .n = V, .k = C,
-                           .a = {lnq.data(), lnq.dtype(), C, false},
-                           .b = {wte.data, wte.dtype, C, true},
-                           .c = logits.data(), .ldc = V}));
   double loss = 0;
-  RETURN_IF_ERROR(k::SoftmaxCrossEntropy(logits.data(), targets_.data(), M, V,
-                                         loss_scale, &loss, logits.data()));
+  RETURN_IF_ERROR(k::SoftmaxCrossEntropy(f.logits.data(), targets_.data(), M, V,
+                                         loss_scale, &loss, f.logits.data()));
   // d ln = dlogits wte; d wte += dlogits^T ln.
   RETURN_IF_ERROR(k::Gemm({.m = M, .n = C, .k = V,
-                           .a = {logits.data(), DType::kFp32, V, false},
+                           .a = {f.logits.data(), DType::kFp32, V, false},
                            .b = {wte.data, wte.dtype, C, false},
-                           .c = ln.data(), .ldc = C}));
+                           .c = f.ln.data(), .ldc = C}));
   RETURN_IF_ERROR(k::Gemm({.m = V, .n = C, .k = M,
-                           .a = {logits.data(), DType::kFp32, V, true},
-                           .b = {lnq.data(), lnq.dtype(), C, false},
+                           .a = {f.logits.data(), DType::kFp32, V, true},
+                           .b = {f.lnq.data(), f.lnq.dtype(), C, false},
                            .c = embedding_grad.data() + we.offset(0), .ldc = C,
                            .accumulate = true}));
   dx_ = ActBuffer(mem_.get(), DType::kFp32, M * C);
   std::fill(dx_.f32(), dx_.f32() + M * C, 0.0f);
-  RETURN_IF_ERROR(k::LayerNormBackward(ln.data(), x.data(), wf.Vector(0), mean.data(),
-                                       rstd.data(), M, C, dx_.f32(),
+  RETURN_IF_ERROR(k::LayerNormBackward(f.ln.data(), f.x.data(), wf.Vector(0), f.mean.data(),
+                                       f.rstd.data(), M, C, dx_.f32(),
                                        final_grad.data() + wf.offset(0),
                                        final_grad.data() + wf.offset(1)));
-  xl.Release();
+  inputs_[shape_.layers].Release();
   phase_ = Phase::kBackward;
   next_ = shape_.layers - 1;
   if (next_ < 0) phase_ = Phase::kEmbeddingBackward;
@@ -211,22 +222,13 @@ absl::StatusOr<double> GptModel::FinalForwardLoss(const UnitParams& final_params
   }
   ASSIGN_OR_RETURN(UnitWeights wf, Weights(final_unit(), final_params));
   ASSIGN_OR_RETURN(UnitWeights we, Weights(embedding_unit(), embedding));
-  const int64_t M = dims_.rows(), C = dims_.width, V = shape_.vocab;
-  std::vector<float> x(M * C), ln(M * C), mean(M), rstd(M), logits(M * V);
-  inputs_[shape_.layers].ToFloat(x.data());
-  RETURN_IF_ERROR(k::LayerNormForward(x.data(), wf.Vector(0), wf.Vector(1), M, C,
-                                      ln.data(), mean.data(), rstd.data()));
-  // The same rounding of ln_f's output as FinalForwardBackward.
-  ActBuffer lnq(nullptr, dims_.dtype, M * C);
-  lnq.FromFloat(ln.data());
-  const k::ConstTensor wte = we.Matrix(0);
-  RETURN_IF_ERROR(k::Gemm({.m = M, .n = V, .k = C,
-                           .a = {lnq.data(), lnq.dtype(), C, false},
-                           .b = {wte.data, wte.dtype, C, true},
-                           .c = logits.data(), .ldc = V}));
+  const int64_t M = dims_.rows(), V = shape_.vocab;
+  // The same ln_f, rounding and head as FinalForwardBackward.
+  FinalActs f;
+  RETURN_IF_ERROR(FinalHeadForward(wf, we, &f));
   double loss = 0;
-  RETURN_IF_ERROR(k::SoftmaxCrossEntropy(logits.data(), targets_.data(), M, V, 1.0f,
-                                         &loss, logits.data()));
+  RETURN_IF_ERROR(k::SoftmaxCrossEntropy(f.logits.data(), targets_.data(), M, V, 1.0f,
+                                         &loss, f.logits.data()));
   Clear();
   return loss;
 }

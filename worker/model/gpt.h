@@ -116,6 +116,15 @@ class GptModel {
   absl::Status CheckGrad(int unit, absl::Span<float> grad) const;
   absl::Status CheckPhase(Phase want, const char* call) const;
   void Clear();
+  // The final unit's forward, shared by training and validation: x = x_L in
+  // FP32, ln = ln_f(x) (mean, rstd for backward), lnq = ln rounded to the
+  // activation dtype, logits[M,V] = lnq wte^T.
+  struct FinalActs {
+    std::vector<float> x, ln, mean, rstd, logits;
+    ActBuffer lnq;
+  };
+  absl::Status FinalHeadForward(const UnitWeights& final_weights,
+                                const UnitWeights& embedding_weights, FinalActs* f) const;
 
   std::shared_ptr<const FlatLayout> layout_;
   GptShape shape_;
