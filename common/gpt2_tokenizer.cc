@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace zeroshard {
@@ -32,42 +33,6 @@ void AppendUtf8(char32_t cp, std::string* out) {
     out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
     out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   }
-}
-
-// One code point of `s` at `i`: its value and byte length. A byte that does
-// not start a valid UTF-8 sequence reads as one invalid code point of one
-// byte (classed as "other" by ClassOf).
-struct CodePoint {
-  char32_t cp = 0;
-  int len = 1;
-  bool valid = true;
-};
-
-CodePoint DecodeAt(absl::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return {c, 1, true};
-  int len = 0;
-  char32_t cp = 0;
-  if ((c & 0xE0) == 0xC0) {
-    len = 2, cp = c & 0x1F;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3, cp = c & 0x0F;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4, cp = c & 0x07;
-  } else {
-    return {c, 1, false};
-  }
-  if (i + len > s.size()) return {c, 1, false};
-  for (int k = 1; k < len; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return {c, 1, false};
-    cp = (cp << 6) | (b(i + k) & 0x3F);
-  }
-  static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    return {c, 1, false};
-  }
-  return {cp, len, true};
 }
 
 bool IsSpace(char32_t c) {
@@ -105,7 +70,7 @@ bool IsLetter(char32_t c) {
 
 enum class Class { kLetter, kNumber, kSpace, kOther };
 
-Class ClassOf(const CodePoint& p) {
+Class ClassOf(const Utf8CodePoint& p) {
   if (!p.valid) return Class::kOther;
   if (IsSpace(p.cp)) return Class::kSpace;
   if (IsLetter(p.cp)) return Class::kLetter;
@@ -128,10 +93,10 @@ absl::StatusOr<std::string> ReadAll(const std::string& path, const char* what) {
 
 std::vector<absl::string_view> Gpt2PreTokenize(absl::string_view text) {
   // Code points with their byte offsets.
-  std::vector<CodePoint> cps;
+  std::vector<Utf8CodePoint> cps;
   std::vector<size_t> at;
   for (size_t i = 0; i < text.size();) {
-    CodePoint p = DecodeAt(text, i);
+    Utf8CodePoint p = DecodeUtf8At(text, i);
     cps.push_back(p);
     at.push_back(i);
     i += p.len;
@@ -305,7 +270,7 @@ absl::StatusOr<std::vector<int32_t>> Gpt2Tokenizer::Encode(
       }
       // Byte fallback: the token's bytes one by one.
       for (size_t i = 0; i < token.size();) {
-        const CodePoint p = DecodeAt(token, i);
+        const Utf8CodePoint p = DecodeUtf8At(token, i);
         const std::string ch(token.substr(i, p.len));
         i += p.len;
         auto it = encoder_.find(ch);
@@ -337,7 +302,7 @@ absl::StatusOr<std::string> Gpt2Tokenizer::Decode(
     }
     const std::string& token = it->second;
     for (size_t i = 0; i < token.size();) {
-      const CodePoint p = DecodeAt(token, i);
+      const Utf8CodePoint p = DecodeUtf8At(token, i);
       auto b = byte_of_char_.find(token.substr(i, p.len));
       if (b == byte_of_char_.end()) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -10,38 +10,20 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/utf8.h"
 
 namespace zeroshard {
 namespace {
 
 constexpr absl::string_view kIdsPrefix = "ids:";
 
-// Length of the valid UTF-8 sequence at s[i] (0: not one).
+// Length of the valid, printable UTF-8 sequence at s[i] (0: not one).
 int Utf8Length(absl::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  int len;
-  char32_t cp;
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) {
-    len = 2, cp = c & 0x1F;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3, cp = c & 0x0F;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4, cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  for (int k = 1; k < len; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i + k) & 0x3F);
-  }
-  static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  const Utf8CodePoint p = DecodeUtf8At(s, i);
+  if (!p.valid) return 0;
   // C1 controls (U+0080..U+009F) are not printable either.
-  if (cp >= 0x80 && cp <= 0x9F) return 0;
-  return len;
+  if (p.cp >= 0x80 && p.cp <= 0x9F) return 0;
+  return p.len;
 }
 
 }  // namespace
