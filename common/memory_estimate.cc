@@ -142,6 +142,11 @@ ProcessEstimate WorkerAt(const EstimateInput& in, double psi, int stage,
     w.terms.push_back({"activations (policy)", "see activations", act.chosen});
     w.terms.push_back({"kernel scratch (FP32)", "≈ 17·b·T·C·4 + logits",
                        act.scratch});
+    if (in.bf16_gemm_widened && act.widened_operands > 0) {
+      w.terms.push_back({"BF16 operands widened (no AVX-512)",
+                         "≈ 4·M·max(4C,V) + 4·max(4MC,4C²,VC)",
+                         act.widened_operands});
+    }
   }
   w.terms.push_back({"process base", "measured", in.worker_base_bytes});
   return w;
@@ -222,6 +227,13 @@ ActivationEstimate EstimateActivations(const GptShape& shape, int micro_batch,
   // BF16 dy (4MC) and the head's x, ln_f and logits (FP32).
   a.scratch = 17 * m * c * 4 + 4 * m * c * s + 4 * m * c * 2 +
               (2 * m * c + m * v) * 4;
+  // Widened operands (gemm.cc's wide_a, wide_b): A is at most an activation
+  // [M, 4C] or the head's dlogits [M, V]; B a weight [C, 4C], the tied
+  // embedding [V, C] or an activation [M, 4C] (weight gradients), FP32.
+  if (precision == Precision::kBf16) {
+    a.widened_operands = 4 * m * std::max(4 * c, v) +
+                         4 * std::max({4 * m * c, 4 * c * c, v * c});
+  }
   return a;
 }
 
@@ -314,6 +326,17 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   st.overlapped_s = std::max({st.compute_s, st.memory_s, st.worker_link_s,
                               st.server_link_s, st.optimizer_s});
   return e;
+}
+
+bool CpuWidensBf16Gemm() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return !(__builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq"));
+#else
+  return true;
+#endif
 }
 
 }  // namespace zeroshard

@@ -78,7 +78,14 @@ struct EstimateInput {
   double server_mem_gbps = 50;   // a shard server's DRAM bandwidth, GB/s
   double worker_base_bytes = kWorkerBaseBytes;
   double server_base_bytes = kServerBaseBytes;
+  // The workers' CPU has no BF16 matrix product (no AVX-512): BF16 operands
+  // are widened to FP32 scratch (CpuWidensBf16Gemm() tells for this CPU).
+  bool bf16_gemm_widened = false;
 };
+
+// Whether this CPU lacks what oneDNN's BF16 matmul needs (AVX-512 F, BW, VL,
+// DQ: its avx512_core), so the CPU worker widens BF16 products to FP32.
+bool CpuWidensBf16Gemm();
 
 // One line of a breakdown.
 struct EstimateTerm {
@@ -111,6 +118,9 @@ struct ActivationEstimate {
   double every_block = 0;      // peak, per-block checkpointing
   double chosen = 0;           // peak under the input's policy
   double scratch = 0;          // FP32 scratch of the kernels (grow-only)
+  // BF16 products on a CPU without AVX-512 widen both operands to FP32 first
+  // (worker/kernels/cpu/gemm.h): the largest A and B, grow-only.
+  double widened_operands = 0;
 };
 
 struct WireEstimate {

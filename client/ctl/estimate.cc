@@ -65,6 +65,10 @@ ABSL_FLAG(double, worker_base_mib, -1,
           "estimate: a worker process's fixed RSS (-1: the measured constant)");
 ABSL_FLAG(double, server_base_mib, -1,
           "estimate: a server process's fixed RSS (-1: the measured constant)");
+ABSL_FLAG(std::string, bf16_gemm, "auto",
+          "estimate: how the CPU workers run BF16 products: native (AVX-512), "
+          "widened (to FP32, no AVX-512; adds the FP32 copies) or auto (this "
+          "CPU)");
 
 namespace zeroshard::ctl {
 namespace {
@@ -243,6 +247,15 @@ std::optional<int> BuildInput(EstimateInput* in) {
   if (Given("server_base_mib")) {
     in->server_base_bytes = absl::GetFlag(FLAGS_server_base_mib) * 1048576;
   }
+  const std::string gemm = absl::GetFlag(FLAGS_bf16_gemm);
+  if (gemm == "auto") {
+    in->bf16_gemm_widened = CpuWidensBf16Gemm();
+  } else if (gemm == "native" || gemm == "widened") {
+    in->bf16_gemm_widened = gemm == "widened";
+  } else {
+    return Usage(absl::StrCat("--bf16_gemm must be auto, native or widened, got '",
+                              gemm, "'"));
+  }
   return std::nullopt;
 }
 
@@ -302,7 +315,8 @@ nlohmann::json ToJson(const MemoryEstimate& e) {
                 {"link_gbps", in.link_gbps},
                 {"mem_gbps", in.mem_gbps},
                 {"flops", in.flops},
-                {"server_mem_gbps", in.server_mem_gbps}};
+                {"server_mem_gbps", in.server_mem_gbps},
+                {"bf16_gemm", in.bf16_gemm_widened ? "widened" : "native"}};
   if (in.model) {
     j["input"]["model"] = {{"layers", in.model->layers},
                            {"heads", in.model->heads},
@@ -406,6 +420,10 @@ void PrintText(const MemoryEstimate& e) {
               "stage %d, %s\n\n",
               e.params, e.params, in.workers, in.servers, in.stage,
               PrecisionName(in.precision));
+  if (in.bf16_gemm_widened && in.precision == Precision::kBf16) {
+    std::printf("CPU workers without AVX-512 widen BF16 products to FP32 "
+                "(--bf16_gemm=native for a CPU with it)\n\n");
+  }
   std::printf("Model states per GPU (ZeRO paper, mixed-precision Adam, "
               "K = 12 B/param):\n");
   std::vector<std::vector<std::string>> rows = {

@@ -150,6 +150,9 @@ TEST(EstimateRssTest, ServersAndWorkersWithinTenPercent) {
   in.micro_batch = c.micro_batch_size;
   in.grad_accum = c.gradient_accumulation_steps;
   in.checkpointing = c.activation_checkpointing.policy;
+  // This CPU's way of running BF16 products, as zeroshard-ctl estimate's
+  // --bf16_gemm=auto takes it.
+  in.bf16_gemm_widened = CpuWidensBf16Gemm();
   absl::StatusOr<MemoryEstimate> est = EstimateMemory(in);
   ASSERT_TRUE(est.ok()) << est.status();
   const double worker_est = est->worker[2].total();

@@ -111,8 +111,17 @@ TEST_P(EngineMatrix, StagesAgreeAndAccumulationMatchesOneBigBatch) {
         absl::StrCat(workers, "w stage", stage, " ", precision,
                      ": gas 4 vs gas 1");
     if (bf16) {
+      // BF16 rounds every activation gradient: an FP32 difference of one ulp
+      // from another summation order moves a value across a BF16 rounding
+      // boundary now and then (2^-8 relative), and Adam turns an element
+      // whose gradient is that noise into a full +-lr step either way. So
+      // the bound is in those terms: at most a sign flip on both steps
+      // (4 lr), 3% of the update overall. The matrix products' order is the
+      // BLAS kernel's: AVX2-only CPUs, which widen BF16 to FP32 (gemm.h),
+      // measured 1.33% and 3.1 lr here; AVX-512 ones stayed under 1%. A
+      // wrong or missing gradient is far outside (rel_l2 ~ 1).
       ExpectClose(results[0][stage - 1].weights, results[1][stage - 1].weights,
-                  configs[0], what.c_str(), 1e-2, 1.0);
+                  configs[0], what.c_str(), 3e-2, 4.0);
     } else {
       ExpectClose(results[0][stage - 1].weights, results[1][stage - 1].weights,
                   configs[0], what.c_str());
