@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/bf16_bits.h"
 
 namespace zeroshard {
 
@@ -29,32 +30,12 @@ absl::string_view DTypeName(DType dtype);
 // Parses "fp32" / "bf16" / "fp16" (also "float32", "bfloat16", "float16").
 absl::StatusOr<DType> ParseDType(absl::string_view name);
 
-inline uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
+inline uint32_t FloatBits(float f) { return F32ToBits(f); }
+inline float BitsToFloat(uint32_t u) { return BitsToF32(u); }
 
-inline float BitsToFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-inline float Bf16ToFloat(uint16_t h) {
-  return BitsToFloat(static_cast<uint32_t>(h) << 16);
-}
-
-inline uint16_t FloatToBf16(float f) {
-  uint32_t u = FloatBits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
-    // NaN: keep the sign and the top mantissa bits, force quiet.
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  }
-  const uint32_t lsb = (u >> 16) & 1u;
-  u += 0x7FFFu + lsb;
-  return static_cast<uint16_t>(u >> 16);
-}
+// The rounding itself is common/bf16_bits.h's, shared with the device kernels.
+inline float Bf16ToFloat(uint16_t h) { return Bf16BitsToFloat(h); }
+inline uint16_t FloatToBf16(float f) { return FloatToBf16Bits(f); }
 
 // IEEE binary16 -> binary32, exact.
 float Fp16ToFloat(uint16_t h);

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/optimizer_config.h"
+#include "optim/adam_element.h"
 
 namespace zeroshard {
 
@@ -59,6 +60,10 @@ AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
 AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
                       float coefficient, double weight_decay,
                       double lr_scale);
+
+// The per-element constants of `step` (adam_element.h), as the reference and
+// the device kernel apply them.
+AdamElementArgs AdamElementArgsOf(const AdamStep& step);
 
 // A read-only gradient: FP32 or BF16 elements, at any address (the kernels
 // load it unaligned).

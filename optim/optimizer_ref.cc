@@ -1,11 +1,12 @@
 // The scalar reference of the Adam update (the specification) and the
 // per-step constants. Compiled with -ffp-contract=off: every fused
-// multiply-add here is an explicit std::fma, where torch's kernels fuse.
+// multiply-add is an explicit fmaf (adam_element.h), where torch's kernels fuse.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "common/dtype.h"
+#include "optim/adam_element.h"
 #include "optim/optimizer.h"
 
 namespace zeroshard {
@@ -44,12 +45,26 @@ AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
   return s;
 }
 
+AdamElementArgs AdamElementArgsOf(const AdamStep& step) {
+  AdamElementArgs a;
+  a.coefficient = step.coefficient;
+  a.weight_decay = step.weight_decay;
+  a.decay = step.decay;
+  a.beta1 = step.beta1;
+  a.beta2 = step.beta2;
+  a.one_minus_beta1 = step.one_minus_beta1;
+  a.one_minus_beta2 = step.one_minus_beta2;
+  a.bias_correction2_sqrt = step.bias_correction2_sqrt_f;
+  a.eps = step.eps;
+  a.neg_step_size = step.neg_step_size;
+  a.adamw = step.kind == OptimizerKind::kAdamW;
+  a.l2 = !a.adamw && step.weight_decay != 0.0f;
+  return a;
+}
+
 void AdamUpdateReference(const AdamStep& step, GradView grad,
                          const AdamSlice& slice) {
-  const bool adamw = step.kind == OptimizerKind::kAdamW;
-  // torch's Adam skips the L2 term entirely when weight_decay == 0 (adding
-  // 0 * p would turn a -0 gradient into +0 and an infinite p into NaN).
-  const bool l2 = !adamw && step.weight_decay != 0.0f;
+  const AdamElementArgs a = AdamElementArgsOf(step);
   // Gradients may sit at any address (received bytes, or a SIMD kernel's
   // tail): each element is loaded with memcpy, a plain unaligned load.
   const char* gbytes = static_cast<const char*>(grad.data);
@@ -62,20 +77,8 @@ void AdamUpdateReference(const AdamStep& step, GradView grad,
     } else {
       std::memcpy(&g, gbytes + i * sizeof(g), sizeof(g));
     }
-    g = g * step.coefficient;
-    float p = slice.master[i];
-    if (l2) g = std::fma(p, step.weight_decay, g);   // grad.add(param, alpha)
-    if (adamw) p = p * step.decay;                   // param.mul_(1 - lr*wd)
-    const float m = std::fma(g, step.one_minus_beta1,
-                             slice.exp_avg[i] * step.beta1);
-    const float v = std::fma(step.one_minus_beta2 * g, g,
-                             slice.exp_avg_sq[i] * step.beta2);
-    const float denom = std::sqrt(v) / step.bias_correction2_sqrt_f + step.eps;
-    p = p + (step.neg_step_size * m) / denom;        // addcdiv_
-    slice.master[i] = p;
-    slice.exp_avg[i] = m;
-    slice.exp_avg_sq[i] = v;
-    if (slice.mirror != nullptr) slice.mirror[i] = FloatToBf16(p);
+    AdamElement(a, g, slice.master[i], slice.exp_avg[i], slice.exp_avg_sq[i]);
+    if (slice.mirror != nullptr) slice.mirror[i] = FloatToBf16(slice.master[i]);
   }
 }
 

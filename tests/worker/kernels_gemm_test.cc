@@ -1,13 +1,19 @@
 // The oneDNN matrix product against its scalar reference on fresh random
 // inputs: odd sizes, every transpose combination, padded leading dimensions,
-// FP32 / BF16 / mixed operands, overwrite and accumulate.
+// FP32 / BF16 / mixed operands, overwrite and accumulate; the bias / GELU
+// epilogue; and the column-major form the CUDA path hands cuBLASLt
+// (ToColumnMajor, executed here by a plain column-major loop).
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/support/test_seed.h"
 #include "worker/kernels/cpu/gemm.h"
+#include "worker/kernels/element_math.h"
+#include "worker/kernels/gemm_desc.h"
 
 namespace zeroshard::kernels::cpu {
 namespace {
@@ -70,6 +76,147 @@ TEST(GemmTest, MatchesReferenceOnRandomShapes) {
       }
     }
   }
+}
+
+// BLAS semantics on column-major storage: element (r, c) of a stored
+// column-major matrix with leading dimension ld is data[c * ld + r].
+double LoadColumnMajor(const ColumnMajorOperand& o, int64_t r, int64_t c) {
+  const int64_t idx = c * o.ld + r;
+  return o.dtype == DType::kBf16
+             ? Bf16ToFloat(static_cast<const uint16_t*>(o.data)[idx])
+             : static_cast<const float*>(o.data)[idx];
+}
+
+// D = op(a) op(b) + beta C, then bias per row of D and GELU, as cuBLASLt's
+// matmul with its epilogue computes it.
+void RunColumnMajor(const ColumnMajorGemm& cm) {
+  for (int64_t i = 0; i < cm.m; ++i) {
+    for (int64_t j = 0; j < cm.n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < cm.k; ++p) {
+        const double x = cm.a.trans ? LoadColumnMajor(cm.a, p, i)
+                                    : LoadColumnMajor(cm.a, i, p);
+        const double y = cm.b.trans ? LoadColumnMajor(cm.b, j, p)
+                                    : LoadColumnMajor(cm.b, p, j);
+        acc += x * y;
+      }
+      float& out = cm.c[j * cm.ldc + i];
+      float v = static_cast<float>(acc) + cm.beta * out;
+      if (cm.bias != nullptr) v += cm.bias[i];
+      out = cm.gelu ? GeluForwardElement(v) : v;
+    }
+  }
+}
+
+TEST(GemmTest, ColumnMajorFormIsTheSameProduct) {
+  const uint64_t seed = zeroshard::testing::TestSeed();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int64_t> size(1, 41);
+  for (int trial = 0; trial < 64; ++trial) {
+    const int64_t m = size(rng), n = size(rng), k = size(rng);
+    const bool ta = trial & 1, tb = trial & 2, acc = trial & 4;
+    const bool bias = trial & 8, gelu = trial & 16;
+    const DType dt = (trial & 32) ? DType::kBf16 : DType::kFp32;
+    Operand a = MakeOperand(rng, m, k, ta, dt, trial % 3);
+    Operand b = MakeOperand(rng, k, n, tb, dt, trial % 4);
+    const int64_t ldc = n + trial % 3;
+    std::vector<float> bias_v(n);
+    for (float& v : bias_v) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    std::vector<float> c(m * ldc);
+    for (float& v : c) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    std::vector<float> want = c;
+    GemmDesc g{.m = m, .n = n, .k = k, .a = a.ref, .b = b.ref, .c = c.data(),
+               .ldc = ldc, .accumulate = acc,
+               .bias = bias ? bias_v.data() : nullptr, .gelu = gelu};
+    ASSERT_TRUE(ValidateGemm(g).ok());
+    const ColumnMajorGemm cm = ToColumnMajor(g);
+    ASSERT_EQ(cm.m, n);
+    ASSERT_EQ(cm.n, m);
+    RunColumnMajor(cm);
+    g.c = want.data();
+    ASSERT_TRUE(GemmReference(g).ok());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_NEAR(c[i * ldc + j], want[i * ldc + j], 1e-5f * (k + 1))
+            << "trial " << trial << " m=" << m << " n=" << n << " k=" << k
+            << " ta=" << ta << " tb=" << tb << " at " << i << "," << j;
+      }
+      for (int64_t j = n; j < ldc; ++j) {
+        ASSERT_EQ(c[i * ldc + j], want[i * ldc + j]) << "padding written";
+      }
+    }
+  }
+}
+
+TEST(GemmTest, EpilogueMatchesTheReference) {
+  const uint64_t seed = zeroshard::testing::TestSeed();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  const int64_t m = 37, n = 29, k = 53;
+  for (int variant = 1; variant < 8; ++variant) {
+    const bool bias = variant & 1, gelu = variant & 2, acc = variant & 4;
+    Operand a = MakeOperand(rng, m, k, false, DType::kBf16, 0);
+    Operand b = MakeOperand(rng, k, n, true, DType::kBf16, 1);
+    std::vector<float> bias_v(n), c(m * n);
+    for (float& v : bias_v) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    for (float& v : c) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    std::vector<float> want = c;
+    GemmDesc g{.m = m, .n = n, .k = k, .a = a.ref, .b = b.ref, .c = c.data(),
+               .ldc = n, .accumulate = acc,
+               .bias = bias ? bias_v.data() : nullptr, .gelu = gelu};
+    ASSERT_TRUE(Gemm(g).ok());
+    g.c = want.data();
+    ASSERT_TRUE(GemmReference(g).ok());
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_NEAR(c[i], want[i], 2e-6f * k + 1e-6f)
+          << "variant " << variant << " at " << i;
+    }
+    // The epilogue did something: without it the result differs.
+    GemmDesc plain = g;
+    plain.bias = nullptr;
+    plain.gelu = false;
+    std::vector<float> raw = c;
+    plain.c = raw.data();
+    plain.accumulate = false;
+    ASSERT_TRUE(GemmReference(plain).ok());
+    int differ = 0;
+    for (int64_t i = 0; i < m * n; ++i) differ += raw[i] != c[i];
+    EXPECT_GT(differ, m * n / 2) << "variant " << variant;
+  }
+}
+
+// The path an AVX2-only CPU takes (oneDNN has no BF16 matmul there), forced
+// on any CPU: BF16 and mixed operands widened to FP32 give the reference's
+// products.
+TEST(GemmTest, WidenedBf16PathMatchesReference) {
+  const uint64_t seed = zeroshard::testing::TestSeed();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int64_t> size(1, 67);
+  std::printf("BF16 products on this CPU: %s\n",
+              std::string(Bf16GemmPath()).c_str());
+  ForceBf16WideningForTesting(true);
+  EXPECT_EQ(Bf16GemmPath(), "widened");
+  for (int trial = 0; trial < 24; ++trial) {
+    const int64_t m = size(rng), n = size(rng), k = size(rng);
+    const bool ta = trial & 1, tb = trial & 2, acc = trial & 4;
+    const DType da = DType::kBf16, db = (trial & 8) ? DType::kFp32 : DType::kBf16;
+    Operand a = MakeOperand(rng, m, k, ta, da, trial % 3);
+    Operand b = MakeOperand(rng, k, n, tb, db, trial % 2);
+    std::vector<float> c(m * n);
+    for (float& v : c) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    std::vector<float> want = c;
+    GemmDesc g{.m = m, .n = n, .k = k, .a = a.ref, .b = b.ref, .c = c.data(),
+               .ldc = n, .accumulate = acc};
+    ASSERT_TRUE(Gemm(g).ok()) << Gemm(g);
+    g.c = want.data();
+    ASSERT_TRUE(GemmReference(g).ok());
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_NEAR(c[i], want[i], 2e-6f * k + 1e-6f) << "trial " << trial;
+    }
+  }
+  ForceBf16WideningForTesting(false);
 }
 
 TEST(GemmTest, RejectsBadArguments) {

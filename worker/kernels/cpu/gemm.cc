@@ -1,5 +1,6 @@
 #include "worker/kernels/cpu/gemm.h"
 
+#include <atomic>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -12,50 +13,15 @@
 namespace zeroshard::kernels::cpu {
 namespace {
 
-struct Stored {
-  int64_t rows, cols;  // shape of the matrix as stored
-};
+using Stored = kernels::StoredShape;
+using kernels::StoredShapeOf;
 
-Stored StoredShape(const MatRef& x, int64_t logical_rows, int64_t logical_cols) {
-  return x.trans ? Stored{logical_cols, logical_rows}
-                 : Stored{logical_rows, logical_cols};
-}
-
-absl::Status CheckOperand(const char* name, const MatRef& x, int64_t rows,
-                          int64_t cols) {
-  if (x.data == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("gemm: operand ", name, " is null"));
-  }
-  if (x.dtype != DType::kFp32 && x.dtype != DType::kBf16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gemm: operand ", name, " has dtype ", DTypeName(x.dtype),
-        "; only fp32 and bf16 are supported"));
-  }
-  const Stored s = StoredShape(x, rows, cols);
-  if (x.ld < s.cols) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gemm: operand ", name, " leading dimension ", x.ld, " < ", s.cols));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Check(const GemmDesc& g) {
-  if (g.m <= 0 || g.n <= 0 || g.k <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm: sizes must be positive: m=", g.m, " n=", g.n, " k=", g.k));
-  }
-  if (g.c == nullptr || g.ldc < g.n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm: bad output (null or ldc ", g.ldc, " < n ", g.n, ")"));
-  }
-  if (absl::Status s = CheckOperand("A", g.a, g.m, g.k); !s.ok()) return s;
-  return CheckOperand("B", g.b, g.k, g.n);
-}
+absl::Status Check(const GemmDesc& g) { return kernels::ValidateGemm(g); }
 
 // Copies an FP32 operand to dense BF16 (keeping its stored orientation).
 MatRef ToBf16(const MatRef& x, int64_t rows, int64_t cols,
               std::vector<uint16_t>& scratch) {
-  const Stored s = StoredShape(x, rows, cols);
+  const Stored s = StoredShapeOf(x, rows, cols);
   scratch.resize(static_cast<size_t>(s.rows * s.cols));
   const float* src = static_cast<const float*>(x.data);
   if (x.ld == s.cols) {
@@ -66,6 +32,23 @@ MatRef ToBf16(const MatRef& x, int64_t rows, int64_t cols,
     }
   }
   return MatRef{scratch.data(), DType::kBf16, s.cols, x.trans};
+}
+
+// Copies a BF16 operand to dense FP32 (exact), keeping its orientation.
+MatRef ToFp32(const MatRef& x, int64_t rows, int64_t cols,
+              std::vector<float>& scratch) {
+  const Stored s = StoredShapeOf(x, rows, cols);
+  scratch.resize(static_cast<size_t>(s.rows * s.cols));
+  const uint16_t* src = static_cast<const uint16_t*>(x.data);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    Bf16sToFloat(src + r * x.ld, scratch.data() + r * s.cols, s.cols);
+  }
+  return MatRef{scratch.data(), DType::kFp32, s.cols, x.trans};
+}
+
+std::atomic<bool>& ForceWidening() {
+  static std::atomic<bool> force{false};
+  return force;
 }
 
 dnnl::memory::desc Desc(const MatRef& x, int64_t rows, int64_t cols) {
@@ -97,7 +80,33 @@ Context& Ctx() {
   return *ctx;
 }
 
+// Whether oneDNN builds a BF16 matmul on this CPU: it needs AVX-512
+// (avx512_core; native BF16 dot products with avx512_bf16 or AMX). Debian's
+// oneDNN 2.6 on an AVX2-only CPU throws "could not create a primitive
+// descriptor iterator". Asked once, with a small product.
+bool NativeBf16Matmul() {
+  static const bool native = [] {
+    try {
+      const dnnl::memory::desc d({16, 16}, dnnl::memory::data_type::bf16,
+                                 dnnl::memory::dims{16, 1});
+      const dnnl::memory::desc c({16, 16}, dnnl::memory::data_type::f32,
+                                 dnnl::memory::dims{16, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d, d, c), Ctx().engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return native;
+}
+
 }  // namespace
+
+absl::string_view Bf16GemmPath() {
+  return NativeBf16Matmul() && !ForceWidening().load() ? "native" : "widened";
+}
+
+void ForceBf16WideningForTesting(bool widen) { ForceWidening().store(widen); }
 
 absl::Status Gemm(const GemmDesc& g0) {
   if (absl::Status s = Check(g0); !s.ok()) return s;
@@ -106,6 +115,14 @@ absl::Status Gemm(const GemmDesc& g0) {
   if (g.a.dtype != g.b.dtype) {
     if (g.a.dtype == DType::kFp32) g.a = ToBf16(g.a, g.m, g.k, scratch_a);
     if (g.b.dtype == DType::kFp32) g.b = ToBf16(g.b, g.k, g.n, scratch_b);
+  }
+  // Without BF16 matmul in oneDNN, BF16 operands are widened exactly to FP32:
+  // the same products (each BF16 x BF16 product is exact in FP32), at the
+  // FP32 rate.
+  thread_local std::vector<float> wide_a, wide_b;
+  if (g.a.dtype == DType::kBf16 && Bf16GemmPath() == "widened") {
+    g.a = ToFp32(g.a, g.m, g.k, wide_a);
+    g.b = ToFp32(g.b, g.k, g.n, wide_b);
   }
   Context& ctx = Ctx();
   const Key key{g.m, g.n, g.k, static_cast<int>(g.a.dtype), g.a.ld, g.a.trans,
@@ -143,6 +160,13 @@ absl::Status Gemm(const GemmDesc& g0) {
   } catch (const dnnl::error& e) {
     return absl::InternalError(absl::StrCat("gemm: oneDNN failed: ", e.what()));
   }
+  if (g.bias != nullptr || g.gelu) {
+#pragma omp parallel for schedule(static) if (ParallelWorth(g.m * g.n))
+    for (int64_t i = 0; i < g.m; ++i) {
+      float* row = g.c + i * g.ldc;
+      for (int64_t j = 0; j < g.n; ++j) row[j] = kernels::GemmEpilogue(g, row[j], j);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -162,7 +186,8 @@ absl::Status GemmReference(const GemmDesc& g) {
       double acc = 0;
       for (int64_t p = 0; p < g.k; ++p) acc += load(g.a, i, p) * load(g.b, p, j);
       float& out = g.c[i * g.ldc + j];
-      out = g.accumulate ? out + static_cast<float>(acc) : static_cast<float>(acc);
+      out = kernels::GemmEpilogue(
+          g, g.accumulate ? out + static_cast<float>(acc) : static_cast<float>(acc), j);
     }
   }
   return absl::OkStatus();

@@ -25,30 +25,26 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/dtype.h"
+#include "worker/kernels/gemm_desc.h"
 
 namespace zeroshard::kernels::cpu {
 
-// A row-major matrix operand. `ld` is the row stride (in elements) of the
-// matrix as stored; with `trans` the stored matrix is op(X)^T, i.e. it has
-// shape [cols, rows] of the logical operand.
-struct MatRef {
-  const void* data = nullptr;
-  DType dtype = DType::kFp32;  // kFp32 or kBf16
-  int64_t ld = 0;
-  bool trans = false;
-};
+// The descriptor is shared with the CUDA path (worker/kernels/gemm_desc.h).
+using kernels::GemmDesc;
+using kernels::MatRef;
 
-struct GemmDesc {
-  int64_t m = 0, n = 0, k = 0;  // C is [m, n]; op(A) [m, k]; op(B) [k, n]
-  MatRef a, b;
-  float* c = nullptr;
-  int64_t ldc = 0;
-  bool accumulate = false;  // C += product (else C = product)
-};
-
-// Fast path (oneDNN). Validates shapes, strides and dtypes.
+// Fast path (oneDNN). Validates shapes, strides and dtypes. BF16 products
+// run natively where oneDNN has a BF16 matmul for this CPU (AVX-512); on
+// others (AVX2 only) the BF16 operands are widened exactly to FP32 first:
+// the same products and FP32 accumulation, at the FP32 rate.
 absl::Status Gemm(const GemmDesc& g);
+
+// "native" or "widened": how Gemm runs BF16 products on this CPU.
+absl::string_view Bf16GemmPath();
+// Tests: run BF16 products through the widening path on any CPU.
+void ForceBf16WideningForTesting(bool widen);
 
 // Scalar reference: same contract (including the BF16 rounding of a mixed
 // FP32 operand), plain loops with FP32 accumulation in double.

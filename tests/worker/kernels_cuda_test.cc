@@ -1,0 +1,360 @@
+// The CUDA kernels (worker/kernels/cuda) against their CPU twins
+// (worker/kernels/cpu/twins.h, which run the same element_math.h functions)
+// and the CPU references, on fresh random inputs: every output element
+// written, no NaN where the twin has none, BF16 casts bit for bit, the rest
+// within the reduction-order and device-libm tolerances stated per test.
+// CUDA builds only; the device comparisons skip without a GPU and say so,
+// the argument checks (decided before any CUDA call) run everywhere.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "common/dtype.h"
+#include "gtest/gtest.h"
+#include "tests/support/cuda_device.h"
+#include "tests/support/test_seed.h"
+#include "worker/kernels/cpu/cpu_kernels.h"
+#include "worker/kernels/cpu/twins.h"
+#include "worker/kernels/cuda/cross_entropy.h"
+#include "worker/kernels/cuda/elementwise.h"
+#include "worker/kernels/cuda/embedding.h"
+#include "worker/kernels/cuda/gemm.h"
+#include "worker/kernels/cuda/grad_norm.h"
+#include "worker/kernels/cuda/layernorm.h"
+
+namespace zeroshard::kernels {
+namespace {
+
+// A device copy of a host vector; the sentinel fill of an output makes an
+// unwritten element visible.
+template <typename T>
+class Dev {
+ public:
+  explicit Dev(const std::vector<T>& h) : n_(h.size()) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p_), bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p_, h.data(), bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  ~Dev() { cudaFree(p_); }
+  Dev(const Dev&) = delete;
+  T* get() const { return p_; }
+  std::vector<T> Host() const {
+    std::vector<T> h(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(h.data(), p_, bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return h;
+  }
+
+ private:
+  size_t bytes() const { return n_ * sizeof(T); }
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+class CudaKernelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = zeroshard::testing::TestSeed();
+    rng_.seed(seed_);
+  }
+  std::vector<float> Random(size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng_);
+    return v;
+  }
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+};
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                 float abs, float rel, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int misses = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float tol = abs + rel * std::fabs(want[i]);
+    // NaN where the twin has a number (an unwritten sentinel or a bad
+    // reduction) fails this comparison too.
+    if (!(std::fabs(got[i] - want[i]) <= tol)) {
+      if (++misses <= 5) {
+        ADD_FAILURE() << what << "[" << i << "]: device " << got[i]
+                      << " twin " << want[i] << " (tolerance " << tol << ")";
+      }
+    }
+  }
+  EXPECT_EQ(misses, 0) << what;
+}
+
+std::vector<float> Sentinel(size_t n) {
+  return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
+}
+
+TEST_F(CudaKernelTest, GeluMatchesTheTwin) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  const int64_t n = (1 << 20) + 13;
+  const std::vector<float> x = Random(n, 3.0f), dy = Random(n);
+  Dev<float> dx_in(x), ddy(dy), dy_out(Sentinel(n)), ddx(Sentinel(n));
+  ASSERT_TRUE(cuda::GeluForward(dx_in.get(), dy_out.get(), n, nullptr).ok());
+  ASSERT_TRUE(
+      cuda::GeluBackward(dx_in.get(), ddy.get(), ddx.get(), n, nullptr).ok());
+  std::vector<float> y(n), g(n);
+  cpu::GeluForwardTwin(x.data(), y.data(), n);
+  cpu::GeluBackwardTwin(x.data(), dy.data(), g.data(), n);
+  // The device's tanhf is within 2 ulp of glibc's; near saturation 1 - t^2
+  // amplifies that by |x du| (the bound of kernels_twin_test).
+  const std::vector<float> got_y = dy_out.Host(), got_dx = ddx.Host();
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(got_y[i], y[i], 4e-7f * (1.0f + std::fabs(x[i]))) << x[i];
+    ASSERT_NEAR(got_dx[i], g[i], 4e-7f * (1.0f + x[i] * x[i] * x[i] * x[i]))
+        << x[i];
+  }
+}
+
+TEST_F(CudaKernelTest, ResidualAccumulateAndCastsAreExact) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  const int64_t n = 300007;
+  std::vector<float> a = Random(n), b = Random(n, 100.0f);
+  // Values every rounding path must get right.
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f,
+                            -1e-45f, 3.3895314e38f, 1.0039062f, 1.0117188f};
+  for (size_t i = 0; i < std::size(specials); ++i) b[i] = specials[i];
+  Dev<float> da(a), db(b), dout(Sentinel(n)), dacc(a);
+  ASSERT_TRUE(
+      cuda::ResidualForward(da.get(), db.get(), dout.get(), n, nullptr).ok());
+  ASSERT_TRUE(cuda::AccumulateScaled(db.get(), 1.0f, dacc.get(), n, nullptr).ok());
+  std::vector<uint16_t> h16(n, 0xDEAD);
+  Dev<uint16_t> d16(h16);
+  ASSERT_TRUE(cuda::FloatsToBf16(db.get(), d16.get(), n, nullptr).ok());
+  Dev<float> dback(Sentinel(n));
+  ASSERT_TRUE(cuda::Bf16sToFloat(d16.get(), dback.get(), n, nullptr).ok());
+  const std::vector<float> out = dout.Host(), acc = dacc.Host(),
+                           back = dback.Host();
+  const std::vector<uint16_t> got16 = d16.Host();
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = a[i] + b[i];
+    ASSERT_EQ(FloatBits(out[i]), FloatBits(sum)) << "residual " << i;
+    ASSERT_EQ(FloatBits(acc[i]), FloatBits(sum)) << "accumulate " << i;
+    ASSERT_EQ(got16[i], FloatToBf16(b[i])) << "to bf16 " << i << " " << b[i];
+    ASSERT_EQ(FloatBits(back[i]), FloatBits(Bf16ToFloat(FloatToBf16(b[i]))))
+        << "from bf16 " << i;
+  }
+}
+
+TEST_F(CudaKernelTest, LayerNormMatchesTheTwin) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  for (const int64_t c : {1, 7, 256, 768, 1601}) {
+    const int64_t m = 2000;  // more rows than the backward's 1024 blocks
+    SCOPED_TRACE(::testing::Message() << "c " << c);
+    std::vector<float> x = Random(m * c, 2.0f);
+    for (float& v : x) v += 3.0f;
+    const std::vector<float> gamma = Random(c), beta = Random(c),
+                             dy = Random(m * c);
+    std::vector<float> y(m * c), mean(m), rstd(m);
+    ASSERT_TRUE(cpu::LayerNormForwardTwin(x.data(), gamma.data(), beta.data(),
+                                          m, c, y.data(), mean.data(),
+                                          rstd.data())
+                    .ok());
+    Dev<float> dx_(x), dg(gamma), db(beta), dyv(Sentinel(m * c)),
+        dmean(Sentinel(m)), drstd(Sentinel(m));
+    ASSERT_TRUE(cuda::LayerNormForward(dx_.get(), dg.get(), db.get(), m, c,
+                                       dyv.get(), dmean.get(), drstd.get(),
+                                       nullptr)
+                    .ok());
+    ExpectClose(dmean.Host(), mean, 1e-6f, 1e-6f, "mean");
+    ExpectClose(drstd.Host(), rstd, 0.0f, 2e-5f, "rstd");
+    ExpectClose(dyv.Host(), y, 2e-5f, 2e-5f, "y");
+    std::vector<float> gx = Random(m * c), gg = Random(c), gb = Random(c);
+    Dev<float> ddy(dy), dgx(gx), dgg(gg), dgb(gb), dm2(mean), dr2(rstd);
+    ASSERT_TRUE(cpu::LayerNormBackwardTwin(dy.data(), x.data(), gamma.data(),
+                                           mean.data(), rstd.data(), m, c,
+                                           gx.data(), gg.data(), gb.data())
+                    .ok());
+    ASSERT_TRUE(cuda::LayerNormBackward(ddy.get(), dx_.get(), dg.get(),
+                                        dm2.get(), dr2.get(), m, c, dgx.get(),
+                                        dgg.get(), dgb.get(), nullptr)
+                    .ok());
+    ExpectClose(dgx.Host(), gx, 5e-5f, 1e-4f, "dx");
+    // A float sum over 2000 rows against the twin's double one.
+    ExpectClose(dgg.Host(), gg, 2e-3f, 1e-4f, "dgamma");
+    ExpectClose(dgb.Host(), gb, 2e-3f, 1e-4f, "dbeta");
+  }
+}
+
+TEST_F(CudaKernelTest, CrossEntropyMatchesTheTwin) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  for (const int64_t vocab : {2, 256, 50257}) {
+    const int64_t m = vocab > 1000 ? 33 : 513;
+    SCOPED_TRACE(::testing::Message() << "vocab " << vocab);
+    const std::vector<float> logits = Random(m * vocab, 4.0f);
+    std::vector<int32_t> targets(m);
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
+    for (int32_t& t : targets) t = tok(rng_);
+    std::vector<float> d(m * vocab);
+    double loss = 0;
+    ASSERT_TRUE(cpu::SoftmaxCrossEntropyTwin(logits.data(), targets.data(), m,
+                                             vocab, 1024.0f, &loss, d.data())
+                    .ok());
+    Dev<float> dl(logits);  // in place, as the model calls it
+    Dev<int32_t> dt(targets);
+    Dev<double> dloss(std::vector<double>{NAN});
+    ASSERT_TRUE(cuda::SoftmaxCrossEntropy(dl.get(), dt.get(), m, vocab,
+                                          1024.0f, dloss.get(), dl.get(),
+                                          nullptr)
+                    .ok());
+    EXPECT_NEAR(dloss.Host()[0], loss, 1e-5 * std::fabs(loss) + 1e-6);
+    ExpectClose(dl.Host(), d, 1e-6f * 1024.0f / m, 2e-5f, "dlogits");
+  }
+}
+
+TEST_F(CudaKernelTest, GradNormTermsMatchTheTwin) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  std::vector<float> g = Random((1 << 22) + 5, 1e-2f);
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      g[3] = INFINITY;
+      g[g.size() - 1] = NAN;
+    }
+    double want = 0;
+    int64_t want_bad = 0;
+    cpu::GradNormTermsTwin(g.data(), static_cast<int64_t>(g.size()), &want,
+                           &want_bad);
+    Dev<float> dg(g);
+    Dev<cuda::GradNormTerms> dt(std::vector<cuda::GradNormTerms>(1));
+    ASSERT_TRUE(cuda::ReduceGradNormTerms(dg.get(),
+                                          static_cast<int64_t>(g.size()),
+                                          dt.get(), nullptr)
+                    .ok());
+    const cuda::GradNormTerms got = dt.Host()[0];
+    EXPECT_EQ(got.non_finite, want_bad);
+    if (pass == 0) {
+      EXPECT_NEAR(got.sum_sq, want, 1e-12 * want);
+    } else {
+      EXPECT_FALSE(std::isfinite(got.sum_sq));
+    }
+  }
+}
+
+TEST_F(CudaKernelTest, EmbeddingMatchesTheCpuOp) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  const int64_t b = 4, t = 64, c = 96, vocab = 50;  // tokens repeat
+  const std::vector<float> wte = Random(vocab * c), wpe = Random(t * c),
+                           dout = Random(b * t * c);
+  std::vector<int32_t> tokens(b * t);
+  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+  for (int32_t& x : tokens) x = tok(rng_);
+  std::vector<float> out(b * t * c), dwte = Random(vocab * c),
+                                     dwpe = Random(t * c);
+  Dev<float> dwte_(wte), dwpe_(wpe), dout_(Sentinel(b * t * c)), dd(dout),
+      gwte(dwte), gwpe(dwpe);
+  Dev<int32_t> dtok(tokens);
+  ASSERT_TRUE(cpu::EmbeddingForward(tokens.data(), b, t, c, vocab, wte.data(),
+                                    wpe.data(), out.data())
+                  .ok());
+  ASSERT_TRUE(cuda::EmbeddingForward(dtok.get(), b, t, c, vocab, dwte_.get(),
+                                     dwpe_.get(), dout_.get(), nullptr)
+                  .ok());
+  ExpectClose(dout_.Host(), out, 0.0f, 0.0f, "embedding");
+  ASSERT_TRUE(cpu::EmbeddingBackward(dout.data(), tokens.data(), b, t, c,
+                                     vocab, dwte.data(), dwpe.data())
+                  .ok());
+  ASSERT_TRUE(cuda::EmbeddingBackward(dd.get(), dtok.get(), b, t, c, vocab,
+                                      gwte.get(), gwpe.get(), nullptr)
+                  .ok());
+  ExpectClose(gwte.Host(), dwte, 1e-5f, 1e-5f, "dwte");
+  ExpectClose(gwpe.Host(), dwpe, 1e-6f, 1e-6f, "dwpe");
+}
+
+TEST_F(CudaKernelTest, CublasLtMatchesTheReference) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  auto lt = cuda::CublasLtGemm::Create();
+  ASSERT_TRUE(lt.ok()) << lt.status();
+  std::uniform_int_distribution<int64_t> size(1, 300);
+  for (int trial = 0; trial < 32; ++trial) {
+    const int64_t m = size(rng_), n = size(rng_) * 2, k = size(rng_) * 2;
+    const bool ta = trial & 1, tb = trial & 2, acc = trial & 4;
+    const bool bias = trial & 8, gelu = trial & 16;
+    const DType dt = (trial % 3 == 0) ? DType::kFp32 : DType::kBf16;
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << " m " << m << " n " << n << " k " << k
+                 << " dtype " << DTypeName(dt));
+    const int64_t lda = (ta ? m : k), ldb = (tb ? k : n);
+    const std::vector<float> af = Random((ta ? k : m) * lda),
+                             bf = Random((tb ? n : k) * ldb),
+                             bias_v = Random(n);
+    std::vector<uint16_t> ah(af.size()), bh(bf.size());
+    FloatToBf16Array(af.data(), ah.data(), af.size());
+    FloatToBf16Array(bf.data(), bh.data(), bf.size());
+    const std::vector<float> c0 = Random(m * n);
+    std::vector<float> want = c0;
+    const bool bf16 = dt == DType::kBf16;
+    GemmDesc g{.m = m, .n = n, .k = k,
+               .a = {bf16 ? static_cast<const void*>(ah.data()) : af.data(),
+                     dt, lda, ta},
+               .b = {bf16 ? static_cast<const void*>(bh.data()) : bf.data(),
+                     dt, ldb, tb},
+               .c = want.data(), .ldc = n, .accumulate = acc,
+               .bias = bias ? bias_v.data() : nullptr, .gelu = gelu};
+    ASSERT_TRUE(cpu::GemmReference(g).ok());
+    Dev<float> daf(af), dbf(bf), dbias(bias_v), dc(c0);
+    Dev<uint16_t> dah(ah), dbh(bh);
+    g.a.data = bf16 ? static_cast<const void*>(dah.get()) : daf.get();
+    g.b.data = bf16 ? static_cast<const void*>(dbh.get()) : dbf.get();
+    g.c = dc.get();
+    g.bias = bias ? dbias.get() : nullptr;
+    ASSERT_TRUE((*lt)->Run(g, nullptr).ok());
+    // FP32 accumulation in another order; cuBLASLt's GELU within 1e-5.
+    ExpectClose(dc.Host(), want, 2e-5f * std::sqrt(float(k)) + 1e-5f, 1e-5f,
+                "C");
+  }
+}
+
+// Decided before any CUDA call: these run on every machine.
+TEST(CudaKernelArgsTest, BadArgumentsAreRefusedBeforeLaunch) {
+  float x[4] = {};
+  EXPECT_EQ(cuda::GeluForward(x, x, -1, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::GeluForward(nullptr, x, 4, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(cuda::GeluForward(nullptr, nullptr, 0, nullptr).ok());
+  EXPECT_EQ(cuda::LayerNormForward(x, x, x, 0, 4, x, x, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  double loss;
+  const int32_t t[1] = {0};
+  EXPECT_EQ(
+      cuda::SoftmaxCrossEntropy(x, t, 1, -3, 1.0f, &loss, x, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::EmbeddingForward(t, 1, 0, 4, 4, x, x, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::ReduceGradNormTerms(x, -1, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Without a device a well-formed launch is a clear error, never a crash.
+TEST(CudaKernelArgsTest, NoDeviceIsAClearError) {
+  if (zeroshard::testing::NoCudaDeviceReason().empty()) {
+    GTEST_SKIP() << "a CUDA device is present (the comparisons cover it)";
+  }
+  float x[4] = {};
+  const absl::Status s = cuda::GeluForward(x, x, 4, nullptr);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.code(), absl::StatusCode::kOk);
+  EXPECT_EQ(cuda::CublasLtGemm::Create().status().ok(), false);
+}
+
+}  // namespace
+}  // namespace zeroshard::kernels
