@@ -22,6 +22,7 @@
 #include "tests/support/test_seed.h"
 #include "worker/kernels/cpu/cpu_kernels.h"
 #include "worker/kernels/cpu/twins.h"
+#include "worker/kernels/cuda/attention.h"
 #include "worker/kernels/cuda/cross_entropy.h"
 #include "worker/kernels/cuda/elementwise.h"
 #include "worker/kernels/cuda/embedding.h"
@@ -323,6 +324,85 @@ TEST_F(CudaKernelTest, CublasLtMatchesTheReference) {
   }
 }
 
+// The device attention against the CPU reference (double sums): forward
+// probabilities and output, then the backward from the same saved
+// probabilities. FP32 within 1e-5 (probabilities) and 4e-5; BF16 within one
+// BF16 ulp of a probability (8e-3) and 4x that, as the CPU fast path is held
+// (kernels_ops_test).
+void CompareDeviceAttention(std::mt19937_64& rng, DType dt, float tol,
+                            int64_t seq) {
+  const AttentionShape s{.batch = 2, .seq = seq, .width = 48, .heads = 3,
+                         .dtype = dt};
+  SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " seq " << seq);
+  const size_t nqkv = s.batch * s.seq * 3 * s.width, ny = s.batch * s.seq * s.width;
+  const size_t np = s.batch * s.heads * s.seq * s.seq;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> qkv_f(nqkv), dy(ny);
+  for (float& v : qkv_f) v = nd(rng);
+  for (float& v : dy) v = nd(rng);
+  const bool bf16 = dt == DType::kBf16;
+  std::vector<uint16_t> qkv_h(nqkv);
+  FloatToBf16Array(qkv_f.data(), qkv_h.data(), nqkv);
+  const void* qkv_host = bf16 ? static_cast<const void*>(qkv_h.data())
+                              : static_cast<const void*>(qkv_f.data());
+  // Reference on the host.
+  std::vector<float> p_ref32(np), y_ref(ny);
+  std::vector<uint16_t> p_ref16(np);
+  void* p_ref = bf16 ? static_cast<void*>(p_ref16.data())
+                     : static_cast<void*>(p_ref32.data());
+  ASSERT_TRUE(cpu::AttentionForwardReference(s, qkv_host, p_ref, y_ref.data()).ok());
+  // Device.
+  Dev<float> dq32(qkv_f), dp32(Sentinel(np)), dy_out(Sentinel(ny)), ddy(dy),
+      ddqkv(Sentinel(nqkv));
+  Dev<uint16_t> dq16(qkv_h), dp16(std::vector<uint16_t>(np, 0x7FC1));
+  const void* dqkv_in = bf16 ? static_cast<const void*>(dq16.get())
+                             : static_cast<const void*>(dq32.get());
+  void* dprobs = bf16 ? static_cast<void*>(dp16.get())
+                      : static_cast<void*>(dp32.get());
+  ASSERT_TRUE(cuda::AttentionForward(s, dqkv_in, dprobs, dy_out.get(), nullptr).ok());
+  std::vector<float> p_got(np), p_want(np);
+  if (bf16) {
+    const std::vector<uint16_t> h = dp16.Host();
+    for (size_t i = 0; i < np; ++i) {
+      p_got[i] = Bf16ToFloat(h[i]);
+      p_want[i] = Bf16ToFloat(p_ref16[i]);
+    }
+  } else {
+    p_got = dp32.Host();
+    p_want = p_ref32;
+  }
+  ExpectClose(p_got, p_want, tol, 0.0f, "probs");
+  ExpectClose(dy_out.Host(), y_ref, 4 * tol, 0.0f, "y");
+  // Backward from the device's probabilities, on both sides.
+  std::vector<float> dqkv_ref(nqkv);
+  std::vector<uint16_t> p_dev16;
+  std::vector<float> p_dev32;
+  const void* p_dev_host;
+  if (bf16) {
+    p_dev16 = dp16.Host();
+    p_dev_host = p_dev16.data();
+  } else {
+    p_dev32 = dp32.Host();
+    p_dev_host = p_dev32.data();
+  }
+  ASSERT_TRUE(cpu::AttentionBackwardReference(s, qkv_host, p_dev_host, dy.data(),
+                                              dqkv_ref.data())
+                  .ok());
+  ASSERT_TRUE(cuda::AttentionBackward(s, dqkv_in, dprobs, ddy.get(),
+                                      ddqkv.get(), nullptr)
+                  .ok());
+  ExpectClose(ddqkv.Host(), dqkv_ref, 4 * tol, 1e-4f, "dqkv");
+}
+
+TEST_F(CudaKernelTest, AttentionMatchesTheReference) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  for (const int64_t seq : {1, 37, 300}) {
+    CompareDeviceAttention(rng_, DType::kFp32, 1e-5f, seq);
+    CompareDeviceAttention(rng_, DType::kBf16, 8e-3f, seq);
+  }
+}
+
 // Decided before any CUDA call: these run on every machine.
 TEST(CudaKernelArgsTest, BadArgumentsAreRefusedBeforeLaunch) {
   float x[4] = {};
@@ -341,6 +421,12 @@ TEST(CudaKernelArgsTest, BadArgumentsAreRefusedBeforeLaunch) {
   EXPECT_EQ(cuda::EmbeddingForward(t, 1, 0, 4, 4, x, x, x, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::ReduceGradNormTerms(x, -1, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  const AttentionShape bad_heads{.batch = 1, .seq = 4, .width = 10, .heads = 3};
+  EXPECT_EQ(cuda::AttentionForward(bad_heads, x, x, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  const AttentionShape too_long{.batch = 1, .seq = 20000, .width = 8, .heads = 1};
+  EXPECT_EQ(cuda::AttentionBackward(too_long, x, x, x, x, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -23,13 +23,12 @@
 
 #include "absl/status/status.h"
 #include "common/dtype.h"
+#include "worker/kernels/attention_shape.h"
 
 namespace zeroshard::kernels::cpu {
 
-struct AttentionShape {
-  int64_t batch = 0, seq = 0, width = 0, heads = 0;
-  DType dtype = DType::kFp32;  // of qkv and probs
-};
+// Shared with the CUDA attention (worker/kernels/attention_shape.h).
+using kernels::AttentionShape;
 
 absl::Status AttentionForward(const AttentionShape& s, const void* qkv,
                               void* probs, float* y);
