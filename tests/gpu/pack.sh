@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Packs what tests/gpu/device_check.sh runs, for a GPU machine that cannot
+# build zeroshard itself: the lent device machines have nvcc, CMake and the
+# CUDA libraries but none of Debian's C++ packages (gRPC, Abseil, oneDNN,
+# Gloo, GoogleTest) and no network. Builds the GPU tests, zeroshard-bench,
+# zeroshard-server and zeroshard-ctl here (CMake with CUDA), copies them
+# stripped with every shared library they load except glibc's and the CUDA
+# toolkit's (the device machine has its own, matched to its driver), and
+# writes one compressed archive:
+#   bash tests/gpu/pack.sh [BUILD_DIR]        # -> .gpu/pack.tar.xz
+# Then carry `.gpu` to the device machine and run
+#   bash tests/gpu/device_check.sh            # finds .gpu/pack.tar.xz
+# (.gpu/ is in .gitignore.)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:-build}
+TESTS=(adam_device_test kernels_cuda_test comm_nccl_test)
+BINS=(zeroshard-bench zeroshard-server zeroshard-ctl)
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+if ! grep -q "^ZS_NCCL_LIBRARY:.*nccl" "$BUILD/CMakeCache.txt"; then
+  echo "pack: $BUILD has no CUDA/NCCL build (is /usr/local/cuda there?)" >&2
+  exit 1
+fi
+cmake --build "$BUILD" -j "$(nproc)" --target "${TESTS[@]}" "${BINS[@]}" >/dev/null
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+files=()
+for t in "${TESTS[@]}"; do files+=("$BUILD/tests/$t"); done
+for b in "${BINS[@]}"; do files+=("$BUILD/bin/$b"); done
+for f in "${files[@]}"; do
+  cp "$f" "$stage/bin/"
+  strip "$stage/bin/$(basename "$f")"
+done
+# Every resolved library, less glibc's own and CUDA's.
+for f in "${files[@]}"; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' | sort -u |
+  grep -v -E '/usr/local/cuda|/libc\.so|/libm\.so|/libpthread\.so|/libdl\.so|/librt\.so|/ld-linux|/libcuda\.so' |
+  while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+strip --strip-unneeded "$stage"/lib/*.so* 2>/dev/null || true
+git rev-parse HEAD >"$stage/COMMIT" 2>/dev/null || echo unknown >"$stage/COMMIT"
+mkdir -p .gpu
+tar -C "$stage" -cJf .gpu/pack.tar.xz .
+echo "pack: .gpu/pack.tar.xz ($(du -h .gpu/pack.tar.xz | cut -f1)): ${#files[@]} programs, $(ls "$stage/lib" | wc -l) libraries; carry .gpu"
