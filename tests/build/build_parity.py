@@ -31,6 +31,8 @@ CMAKE_ONLY = {
     "optim/adam_device.cc": "CUDA: the device AdamW (nvcc)",
     "worker/kernels/cuda/gemm.cc": "CUDA: cuBLASLt matrix products",
     "bench/device_bench.cc": "CUDA: the device benchmarks",
+    "tests/optim/adam_device_test.cc": "CUDA: adam_device_test's source",
+    "tests/worker/kernels_cuda_test.cc": "CUDA: kernels_cuda_test's source",
 }
 # Test binaries and targets that exist only in CUDA builds of CMake.
 CMAKE_ONLY_TESTS = {
