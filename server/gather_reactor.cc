@@ -92,13 +92,22 @@ void GatherReactor::Next() {
                       pos_ + plan_.elems_per_message});
         const FlatRange piece{pos_, end};
         const size_t bytes = piece.size() * DTypeSize(plan_.dtype);
+        absl::Status read;
         buffer_ = EncodeGatherChunk(
             piece.begin, plan_.dtype, version, bytes,
-            [&](uint8_t* dst) { store.Read(piece, plan_.dtype, dst); });
-        counters_->AddBytesOut(bytes);
-        pos_ = end;
-        writing_ = true;
-        action = Action::kWrite;
+            [&](uint8_t* dst) { read = store.Read(piece, plan_.dtype, dst); });
+        if (!read.ok()) {
+          // Only the device placement can fail here (its state is lost).
+          buffer_.Clear();
+          finished_ = true;
+          result_ = read;
+          action = Action::kFinish;
+        } else {
+          counters_->AddBytesOut(bytes);
+          pos_ = end;
+          writing_ = true;
+          action = Action::kWrite;
+        }
       }
     }
   }

@@ -1,7 +1,8 @@
 // zeroshard-server: one shard server process.
 //
 //   zeroshard-server --listen=127.0.0.1:0 --server_index=0 --num_servers=2
-//       --credentials=DIR [--placement=host|pinned|device] [--port_file=F]
+//       --credentials=DIR [--placement=host|pinned|device] [--cuda_device=K]
+//       [--port_file=F]
 //       [--max_pending_grad_mib=M] [--push_idle_timeout_s=T]
 //       [--metrics_listen=HOST:PORT [--metrics_port_file=F]]
 //
@@ -37,6 +38,7 @@
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/process_metrics.h"
+#include "server/device_transfer.h"
 #include "server/shard_server.h"
 #include "wire/credentials.h"
 
@@ -46,6 +48,9 @@ ABSL_FLAG(uint32_t, server_index, 0, "index K of this server, in [0, S)");
 ABSL_FLAG(uint32_t, num_servers, 1, "number of servers S in the cluster");
 ABSL_FLAG(std::string, placement, "host",
           "where the state lives: host, pinned (cudaHostAlloc) or device");
+ABSL_FLAG(int, cuda_device, 0,
+          "with --placement=device or pinned: the CUDA device K the state "
+          "lives on (or is pinned for)");
 ABSL_FLAG(std::string, credentials, "",
           "directory of credential files: ca.pem + server.pem + server.key "
           "(mutual TLS) and/or tokens (role -> bearer token table)");
@@ -158,6 +163,11 @@ int main(int argc, char** argv) {
       zeroshard::ParsePlacement(absl::GetFlag(FLAGS_placement));
   if (!placement.ok()) return Fail(placement.status().ToString());
   options.placement = *placement;
+  if (*placement != zeroshard::Placement::kHost) {
+    const absl::Status device =
+        zeroshard::SelectStateDevice(absl::GetFlag(FLAGS_cuda_device));
+    if (!device.ok()) return Fail(device.ToString());
+  }
 
   // Declared before the server and the HTTP endpoint: both use it.
   zeroshard::MetricsRegistry metrics;

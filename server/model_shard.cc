@@ -141,10 +141,10 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   state->tracker_ =
       std::make_unique<StepTracker>(owned, request.chunk_elems());
   if (request.init().source_case() == v1::InitValues::kSeed) {
-    state->store_->FillSeeded(state->layout_, request.init().seed(),
-                              request.init().init_std());
+    RETURN_IF_ERROR(state->store_->FillSeeded(
+        state->layout_, request.init().seed(), request.init().init_std()));
   } else {
-    state->store_->FillZeros();
+    RETURN_IF_ERROR(state->store_->FillZeros());
   }
   state->request_ = std::move(request);
   return state;
@@ -216,6 +216,9 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
   }
   if (!params.skip) {
     ApplyClaimed(claim, params, pieces, result.applied_elems);
+    // A device error leaves the claimed chunks incomplete and the store
+    // refusing every later call; the step fails here.
+    RETURN_IF_ERROR(store_->fault());
     updated_elems_ += result.applied_elems;
   }
   result.chunks_completed = tracker_->Complete(claim);
@@ -385,7 +388,7 @@ absl::Status ModelShard::RestoreState(uint64_t step, uint64_t adam_t,
   // With no push or arming in flight, nothing can claim or arm between
   // these checks and Reset, so Reset cannot fail after the write.
   RETURN_IF_ERROR(CheckRestorable());
-  store_->WriteState(owned(), master, exp_avg, exp_avg_sq);
+  RETURN_IF_ERROR(store_->WriteState(owned(), master, exp_avg, exp_avg_sq));
   RETURN_IF_ERROR(tracker_->Reset(
       step, std::vector<uint64_t>(store_->num_chunks(), adam_t)));
   // Pushes prepared against the replaced state never apply.
@@ -566,8 +569,10 @@ void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,
                part, span.range});
         }
       }
+      // A device error is the store's fault(), checked by the caller.
       store_->ApplyUpdatesInChunk(claim.segments[order[starts[g]]].chunk,
-                                  updates, pool);
+                                  updates, pool)
+          .IgnoreError();
     }
   };
   OptimizerPool& pool = ApplyPool();

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/device_transfer.h"
 
 #if ZS_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -25,32 +26,26 @@ absl::StatusOr<Placement> ParsePlacement(absl::string_view name) {
 }
 
 absl::Status CheckPlacementAvailable(Placement placement) {
-  switch (placement) {
-    case Placement::kHost:
-      return absl::OkStatus();
-    case Placement::kDevice:
-      return absl::FailedPreconditionError(
-          "--placement=device is not implemented yet; use --placement=host "
-          "or --placement=pinned");
-    case Placement::kPinned: {
+  if (placement == Placement::kHost) return absl::OkStatus();
+  const char* name = placement == Placement::kPinned ? "pinned" : "device";
 #if ZS_HAVE_CUDA
-      int count = 0;  // not written by the runtime when it fails
-      const cudaError_t err = cudaGetDeviceCount(&count);
-      if (err != cudaSuccess || count <= 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "--placement=pinned needs a CUDA device, but none is usable (",
-            err != cudaSuccess ? cudaGetErrorString(err) : "0 devices",
-            "); use --placement=host"));
-      }
-      return absl::OkStatus();
-#else
-      return absl::FailedPreconditionError(
-          "--placement=pinned needs CUDA, and this zeroshard-server was built "
-          "without it; use --placement=host");
-#endif
-    }
+  int count = 0;  // not written by the runtime when it fails
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count <= StateDevice()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--placement=", name, " needs a CUDA device, but device ",
+        StateDevice(), " is not usable (",
+        err != cudaSuccess ? cudaGetErrorString(err)
+                           : absl::StrCat(count, " devices").c_str(),
+        "); use --placement=host"));
   }
-  return absl::InvalidArgumentError("unknown placement");
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--placement=", name,
+      " needs CUDA, and this zeroshard-server was built without it; use "
+      "--placement=host"));
+#endif
 }
 
 StateBuffer::~StateBuffer() { Release(); }
@@ -58,7 +53,8 @@ StateBuffer::~StateBuffer() { Release(); }
 StateBuffer::StateBuffer(StateBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
-      placement_(other.placement_) {}
+      placement_(other.placement_),
+      device_(other.device_) {}
 
 StateBuffer& StateBuffer::operator=(StateBuffer&& other) noexcept {
   if (this != &other) {
@@ -66,6 +62,7 @@ StateBuffer& StateBuffer::operator=(StateBuffer&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     placement_ = other.placement_;
+    device_ = other.device_;
   }
   return *this;
 }
@@ -75,6 +72,12 @@ void StateBuffer::Release() {
 #if ZS_HAVE_CUDA
   if (placement_ == Placement::kPinned) {
     cudaFreeHost(data_);
+    data_ = nullptr;
+    return;
+  }
+  if (placement_ == Placement::kDevice) {
+    cudaSetDevice(device_);
+    cudaFree(data_);
     data_ = nullptr;
     return;
   }
@@ -100,6 +103,22 @@ absl::StatusOr<StateBuffer> StateBuffer::Allocate(Placement placement,
       return absl::ResourceExhaustedError(
           absl::StrCat("cudaHostAlloc of ", rounded,
                        " bytes failed: ", cudaGetErrorString(err)));
+    }
+    buffer.data_ = p;
+    return buffer;
+#endif
+  }
+  if (placement == Placement::kDevice) {
+#if ZS_HAVE_CUDA
+    buffer.device_ = StateDevice();
+    const cudaError_t set = cudaSetDevice(buffer.device_);
+    void* p = nullptr;
+    const cudaError_t err = set != cudaSuccess ? set : cudaMalloc(&p, rounded);
+    if (err != cudaSuccess) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cudaMalloc of ", rounded, " bytes on device ", buffer.device_,
+          " failed: ", cudaGetErrorString(err),
+          " (add servers, or use --placement=pinned)"));
     }
     buffer.data_ = p;
     return buffer;

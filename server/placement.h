@@ -1,5 +1,6 @@
 // Where a shard keeps its state: ordinary host RAM, pinned host RAM
-// (cudaHostAlloc, for fast GPU transfers) or GPU memory.
+// (cudaHostAlloc, for fast GPU transfers) or GPU memory (cudaMalloc on the
+// device SelectStateDevice chose; only device_transfer.h's calls touch it).
 //
 // StateBuffer is one allocation of a placement, freed on destruction. Host
 // buffers are 64-byte aligned and not touched here: the owner's first write
@@ -29,8 +30,8 @@ namespace zeroshard {
 absl::StatusOr<Placement> ParsePlacement(absl::string_view name);
 
 // OK when buffers of this placement can be allocated on this machine;
-// FAILED_PRECONDITION naming --placement otherwise ("device" is not
-// implemented yet; "pinned" needs CUDA and a device).
+// FAILED_PRECONDITION naming --placement otherwise ("pinned" and "device"
+// need CUDA in the build and the selected device: device_transfer.h).
 absl::Status CheckPlacementAvailable(Placement placement);
 
 // One owned allocation. Move-only.
@@ -57,6 +58,7 @@ class StateBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Placement placement_ = Placement::kHost;
+  int device_ = 0;  // kDevice: the CUDA device it was allocated on
 };
 
 }  // namespace zeroshard

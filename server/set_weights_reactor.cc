@@ -75,11 +75,11 @@ absl::Status SetWeightsReactor::Buffer() {
   return absl::OkStatus();
 }
 
-uint64_t SetWeightsReactor::Apply() {
+absl::StatusOr<uint64_t> SetWeightsReactor::Apply() {
   const ModelShard& state = **state_;
   uint64_t written = 0;
   for (const Piece& p : pieces_) {
-    state.store().WriteWeights(p.range, p.dtype, p.data.data());
+    RETURN_IF_ERROR(state.store().WriteWeights(p.range, p.dtype, p.data.data()));
     written += p.range.size();
   }
   return written;
@@ -107,8 +107,13 @@ void SetWeightsReactor::OnReadDone(bool ok) {
     End(state_.status());
     return;
   }
+  const absl::StatusOr<uint64_t> written = Apply();
+  if (!written.ok()) {
+    End(written.status());
+    return;
+  }
   v1::SetWeightsResponse response;
-  response.set_elems_written(Apply());
+  response.set_elems_written(*written);
   *response_ = ProtoToByteBuffer(response);
   End(absl::OkStatus());
 }

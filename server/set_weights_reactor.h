@@ -52,7 +52,7 @@ class SetWeightsReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // Parses, validates and buffers the message just read.
   absl::Status Buffer();
   // Writes every buffered piece; the elements written.
-  uint64_t Apply();
+  absl::StatusOr<uint64_t> Apply();
   void End(const absl::Status& status);
 
   grpc::CallbackServerContext* const context_;

@@ -281,7 +281,7 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   for (const auto& [kind, bytes] : store.BytesByKind()) {
     (*response->mutable_bytes_by_kind())[kind] = bytes;
   }
-  const StateNorms norms = store.Norms();
+  ASSIGN_OR_RETURN(const StateNorms norms, store.Norms());
   response->mutable_norms()->set_master(norms.master);
   response->mutable_norms()->set_exp_avg(norms.exp_avg);
   response->mutable_norms()->set_exp_avg_sq(norms.exp_avg_sq);

@@ -95,7 +95,7 @@ bool ShardSnapshot::Capture(const ShardStore& store, size_t c,
   if (copied_[c].load(std::memory_order_acquire)) return false;
   bool copied_now = false;
   const absl::Time t0 = absl::Now();
-  store.WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
+  const absl::Status copied = store.WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
     // Checked again under the lock: only the first thread copies, and it
     // does so before any update of this step can take the lock.
     if (copied_[c].load(std::memory_order_relaxed)) return;
@@ -108,6 +108,11 @@ bool ShardSnapshot::Capture(const ShardStore& store, size_t c,
     copied_[c].store(true, std::memory_order_release);
     copied_now = true;
   });
+  if (!copied.ok()) {
+    // The store lost its device state: this snapshot cannot be taken.
+    Complete(copied);
+    return false;
+  }
   if (!copied_now) return false;
   copy_nanos_ += absl::ToInt64Nanoseconds(absl::Now() - t0);
   return remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1;
@@ -167,6 +172,7 @@ void ShardSnapshot::Complete(absl::StatusOr<SnapshotResult> result) {
       waiters;
   {
     absl::MutexLock lock(&mu_);
+    if (result_.has_value()) return;  // the first result stands
     result_ = result;
     waiters.swap(waiters_);
   }

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/init_values.h"
 #include "common/status_macros.h"
+#include "server/device_transfer.h"
 
 namespace zeroshard {
 
@@ -29,7 +31,7 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
   const unsigned __int128 have =
       static_cast<unsigned __int128>(sysconf(_SC_PHYS_PAGES)) *
       static_cast<unsigned __int128>(sysconf(_SC_PAGESIZE));
-  if (have > 0 && need > have) {
+  if (placement != Placement::kDevice && have > 0 && need > have) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the owned range of ", owned.size(), " elements needs ",
         static_cast<uint64_t>(need), " bytes of state; this machine has ",
@@ -64,48 +66,111 @@ size_t ShardStore::ChunkOf(uint64_t offset) const {
   return (offset - owned_.begin) / chunk_elems_;
 }
 
-void ShardStore::FillSeeded(const FlatLayout& layout, uint64_t seed,
-                            double std) {
+absl::Status ShardStore::Record(absl::Status status) const {
+  if (!status.ok()) {
+    absl::MutexLock lock(&fault_mu_);
+    if (fault_.ok()) {
+      fault_ = absl::Status(status.code(),
+                            absl::StrCat("the shard's device state is lost: ",
+                                         status.message()));
+    }
+  }
+  return status;
+}
+
+absl::Status ShardStore::fault() const {
+  absl::MutexLock lock(&fault_mu_);
+  return fault_;
+}
+
+absl::Status ShardStore::PutMasterAndMirror(size_t i, const float* master,
+                                            size_t n) {
+  // Device only: the mirror is rounded on the host (the same FloatToBf16
+  // as every other path) and both are copied up.
+  thread_local std::vector<uint16_t> mirror;
+  mirror.resize(n);
+  FloatToBf16Array(master, mirror.data(), n);
+  RETURN_IF_ERROR(Record(CopyHostToDevice(master_ + i, master, n * sizeof(float))));
+  return Record(CopyHostToDevice(mirror_ + i, mirror.data(), n * sizeof(uint16_t)));
+}
+
+absl::Status ShardStore::FillSeeded(const FlatLayout& layout, uint64_t seed,
+                                    double std) {
+  RETURN_IF_ERROR(fault());
+  thread_local std::vector<float> staging;
   // Chunk by chunk, so that each page is first touched by its fill.
-  for (size_t c = 0; c < num_chunks_; ++c) {
-    const FlatRange r = ChunkRange(c);
-    absl::MutexLock lock(&chunk_mu_[c]);
-    FillInitialValues(layout, seed, std, r, master_ + (r.begin - owned_.begin));
-  }
-  FinishFill();
-}
-
-void ShardStore::FillZeros() {
-  if (owned_.size() > 0) {
-    std::memset(master_, 0, owned_.size() * sizeof(float));
-  }
-  FinishFill();
-}
-
-void ShardStore::FinishFill() {
   for (size_t c = 0; c < num_chunks_; ++c) {
     const FlatRange r = ChunkRange(c);
     const size_t i = r.begin - owned_.begin;
     absl::MutexLock lock(&chunk_mu_[c]);
-    std::memset(exp_avg_ + i, 0, r.size() * sizeof(float));
-    std::memset(exp_avg_sq_ + i, 0, r.size() * sizeof(float));
-    FloatToBf16Array(master_ + i, mirror_ + i, r.size());
+    if (on_device()) {
+      staging.resize(r.size());
+      FillInitialValues(layout, seed, std, r, staging.data());
+      RETURN_IF_ERROR(PutMasterAndMirror(i, staging.data(), r.size()));
+    } else {
+      FillInitialValues(layout, seed, std, r, master_ + i);
+    }
   }
+  return FinishFill();
 }
 
-void ShardStore::ApplyUpdatesInChunk(size_t c,
-                                     absl::Span<const ChunkUpdate> updates,
-                                     OptimizerPool* pool) {
+absl::Status ShardStore::FillZeros() {
+  RETURN_IF_ERROR(fault());
+  if (owned_.size() > 0) {
+    if (on_device()) {
+      // BF16(0.0f) is the zero bit pattern too.
+      RETURN_IF_ERROR(Record(ZeroDevice(master_, owned_.size() * sizeof(float))));
+      RETURN_IF_ERROR(
+          Record(ZeroDevice(mirror_, owned_.size() * sizeof(uint16_t))));
+    } else {
+      std::memset(master_, 0, owned_.size() * sizeof(float));
+    }
+  }
+  return FinishFill();
+}
+
+absl::Status ShardStore::FinishFill() {
+  for (size_t c = 0; c < num_chunks_; ++c) {
+    const FlatRange r = ChunkRange(c);
+    const size_t i = r.begin - owned_.begin;
+    absl::MutexLock lock(&chunk_mu_[c]);
+    if (on_device()) {
+      RETURN_IF_ERROR(Record(ZeroDevice(exp_avg_ + i, r.size() * sizeof(float))));
+      RETURN_IF_ERROR(
+          Record(ZeroDevice(exp_avg_sq_ + i, r.size() * sizeof(float))));
+    } else {
+      std::memset(exp_avg_ + i, 0, r.size() * sizeof(float));
+      std::memset(exp_avg_sq_ + i, 0, r.size() * sizeof(float));
+      FloatToBf16Array(master_ + i, mirror_ + i, r.size());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::ApplyUpdatesInChunk(
+    size_t c, absl::Span<const ChunkUpdate> updates, OptimizerPool* pool) {
+  RETURN_IF_ERROR(fault());
+  absl::Mutex error_mu;
+  absl::Status first_error;
   auto apply = [&](size_t lo, size_t hi) {
     for (size_t k = lo; k < hi; ++k) {
       const ChunkUpdate& u = updates[k];
       const size_t i = u.range.begin - owned_.begin;
-      AdamUpdate(u.step, u.grad,
-                 {.master = master_ + i,
-                  .exp_avg = exp_avg_ + i,
-                  .exp_avg_sq = exp_avg_sq_ + i,
-                  .mirror = mirror_ + i,
-                  .n = u.range.size()});
+      const AdamSlice slice{.master = master_ + i,
+                            .exp_avg = exp_avg_ + i,
+                            .exp_avg_sq = exp_avg_sq_ + i,
+                            .mirror = mirror_ + i,
+                            .n = u.range.size()};
+      if (!on_device()) {
+        AdamUpdate(u.step, u.grad, slice);
+        continue;
+      }
+      absl::Status s = Record(AdamUpdateFromHost(u.step, u.grad, slice));
+      if (!s.ok()) {
+        absl::MutexLock lock(&error_mu);
+        if (first_error.ok()) first_error = std::move(s);
+        return;
+      }
     }
   };
   absl::MutexLock lock(&chunk_mu_[c]);
@@ -114,59 +179,98 @@ void ShardStore::ApplyUpdatesInChunk(size_t c,
   } else {
     pool->ParallelFor(updates.size(), 1, apply);
   }
+  return first_error;
 }
 
-void ShardStore::Read(FlatRange range, DType dtype, void* out) const {
+absl::Status ShardStore::Read(FlatRange range, DType dtype, void* out) const {
+  RETURN_IF_ERROR(fault());
   const size_t i = range.begin - owned_.begin;
+  const bool bf16 = dtype == DType::kBf16;
+  const void* src = bf16 ? static_cast<const void*>(mirror_ + i)
+                         : static_cast<const void*>(master_ + i);
+  const size_t bytes = range.size() * (bf16 ? sizeof(uint16_t) : sizeof(float));
   absl::MutexLock lock(&chunk_mu_[ChunkOf(range.begin)]);
-  if (dtype == DType::kBf16) {
-    std::memcpy(out, mirror_ + i, range.size() * sizeof(uint16_t));
-  } else {
-    std::memcpy(out, master_ + i, range.size() * sizeof(float));
-  }
+  if (on_device()) return Record(CopyDeviceToHost(out, src, bytes));
+  std::memcpy(out, src, bytes);
+  return absl::OkStatus();
 }
 
-void ShardStore::ForEachChunkRun(
-    FlatRange range, absl::FunctionRef<void(size_t, size_t, size_t)> f) {
+absl::Status ShardStore::ForEachChunkRun(
+    FlatRange range, absl::FunctionRef<absl::Status(size_t, size_t, size_t)> f) {
   uint64_t pos = range.begin;
   while (pos < range.end) {
     const size_t c = ChunkOf(pos);
     const uint64_t end = std::min(range.end, ChunkRange(c).end);
     absl::MutexLock lock(&chunk_mu_[c]);
-    f(pos - owned_.begin, pos - range.begin, end - pos);
+    RETURN_IF_ERROR(f(pos - owned_.begin, pos - range.begin, end - pos));
     pos = end;
   }
+  return absl::OkStatus();
 }
 
-void ShardStore::WriteWeights(FlatRange range, DType dtype, const void* data) {
-  ForEachChunkRun(range, [&](size_t i, size_t src, size_t n) {
+absl::Status ShardStore::WriteWeights(FlatRange range, DType dtype,
+                                      const void* data) {
+  RETURN_IF_ERROR(fault());
+  thread_local std::vector<float> staging;
+  return ForEachChunkRun(range, [&](size_t i, size_t src, size_t n) {
+    float* master = master_ + i;
+    if (on_device()) {
+      staging.resize(n);
+      master = staging.data();
+    }
     if (dtype == DType::kBf16) {
-      Bf16ToFloatArray(static_cast<const uint16_t*>(data) + src, master_ + i,
-                       n);
+      Bf16ToFloatArray(static_cast<const uint16_t*>(data) + src, master, n);
     } else {
-      std::memcpy(master_ + i, static_cast<const float*>(data) + src,
+      std::memcpy(master, static_cast<const float*>(data) + src,
                   n * sizeof(float));
     }
-    FloatToBf16Array(master_ + i, mirror_ + i, n);
+    if (on_device()) return PutMasterAndMirror(i, master, n);
+    FloatToBf16Array(master, mirror_ + i, n);
+    return absl::OkStatus();
   });
 }
 
-void ShardStore::WriteState(FlatRange range, const float* master,
-                            const float* exp_avg, const float* exp_avg_sq) {
-  ForEachChunkRun(range, [&](size_t i, size_t src, size_t n) {
-    std::memcpy(master_ + i, master + src, n * sizeof(float));
-    std::memcpy(exp_avg_ + i, exp_avg + src, n * sizeof(float));
-    std::memcpy(exp_avg_sq_ + i, exp_avg_sq + src, n * sizeof(float));
+absl::Status ShardStore::WriteState(FlatRange range, const float* master,
+                                    const float* exp_avg,
+                                    const float* exp_avg_sq) {
+  RETURN_IF_ERROR(fault());
+  return ForEachChunkRun(range, [&](size_t i, size_t src, size_t n) {
+    const size_t bytes = n * sizeof(float);
+    if (on_device()) {
+      RETURN_IF_ERROR(
+          Record(CopyHostToDevice(exp_avg_ + i, exp_avg + src, bytes)));
+      RETURN_IF_ERROR(
+          Record(CopyHostToDevice(exp_avg_sq_ + i, exp_avg_sq + src, bytes)));
+      return PutMasterAndMirror(i, master + src, n);
+    }
+    std::memcpy(master_ + i, master + src, bytes);
+    std::memcpy(exp_avg_ + i, exp_avg + src, bytes);
+    std::memcpy(exp_avg_sq_ + i, exp_avg_sq + src, bytes);
     FloatToBf16Array(master_ + i, mirror_ + i, n);
+    return absl::OkStatus();
   });
 }
 
-void ShardStore::WithChunkLocked(
+absl::Status ShardStore::WithChunkLocked(
     size_t c, absl::FunctionRef<void(const ChunkArrays&)> f) const {
+  RETURN_IF_ERROR(fault());
   const FlatRange r = ChunkRange(c);
   const size_t i = r.begin - owned_.begin;
   absl::MutexLock lock(&chunk_mu_[c]);
-  f({r, master_ + i, exp_avg_ + i, exp_avg_sq_ + i});
+  if (!on_device()) {
+    f({r, master_ + i, exp_avg_ + i, exp_avg_sq_ + i});
+    return absl::OkStatus();
+  }
+  // Host copies of the chunk, taken under its lock.
+  thread_local std::vector<float> copies[3];
+  const float* arrays[3] = {master_ + i, exp_avg_ + i, exp_avg_sq_ + i};
+  for (int k = 0; k < 3; ++k) {
+    copies[k].resize(r.size());
+    RETURN_IF_ERROR(Record(CopyDeviceToHost(copies[k].data(), arrays[k],
+                                            r.size() * sizeof(float))));
+  }
+  f({r, copies[0].data(), copies[1].data(), copies[2].data()});
+  return absl::OkStatus();
 }
 
 bool ShardStore::TryAddPendingGradBytes(uint64_t bytes) {
@@ -182,19 +286,18 @@ bool ShardStore::TryAddPendingGradBytes(uint64_t bytes) {
   return true;
 }
 
-StateNorms ShardStore::Norms() const {
+absl::StatusOr<StateNorms> ShardStore::Norms() const {
   double sm = 0, sa = 0, sq = 0;
   for (size_t c = 0; c < num_chunks_; ++c) {
-    const FlatRange r = ChunkRange(c);
-    const size_t i = r.begin - owned_.begin;
-    absl::MutexLock lock(&chunk_mu_[c]);
-    for (size_t k = i; k < i + r.size(); ++k) {
-      sm += static_cast<double>(master_[k]) * master_[k];
-      sa += static_cast<double>(exp_avg_[k]) * exp_avg_[k];
-      sq += static_cast<double>(exp_avg_sq_[k]) * exp_avg_sq_[k];
-    }
+    RETURN_IF_ERROR(WithChunkLocked(c, [&](const ChunkArrays& a) {
+      for (size_t k = 0; k < a.range.size(); ++k) {
+        sm += static_cast<double>(a.master[k]) * a.master[k];
+        sa += static_cast<double>(a.exp_avg[k]) * a.exp_avg[k];
+        sq += static_cast<double>(a.exp_avg_sq[k]) * a.exp_avg_sq[k];
+      }
+    }));
   }
-  return {std::sqrt(sm), std::sqrt(sa), std::sqrt(sq)};
+  return StateNorms{std::sqrt(sm), std::sqrt(sa), std::sqrt(sq)};
 }
 
 std::map<std::string, uint64_t> ShardStore::BytesByKind() const {

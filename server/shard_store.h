@@ -17,6 +17,10 @@
 //
 // Contracts: every range passed in must lie inside owned() (and, where noted,
 // inside one chunk); callers validate first. All methods are thread-safe.
+// Placements (placement.h): host and pinned state is read and written in
+// place; device state (--placement=device) only through device_transfer.h,
+// so every method that touches the arrays returns a Status (always OK on the
+// host placements).
 #ifndef ZEROSHARD_SERVER_SHARD_STORE_H_
 #define ZEROSHARD_SERVER_SHARD_STORE_H_
 
@@ -67,8 +71,8 @@ class ShardStore {
 
   // Initial state: master from FillInitialValues(layout, seed, std) or
   // zeros, m = v = 0, mirror = BF16(master). Touches every page first.
-  void FillSeeded(const FlatLayout& layout, uint64_t seed, double std);
-  void FillZeros();
+  absl::Status FillSeeded(const FlatLayout& layout, uint64_t seed, double std);
+  absl::Status FillZeros();
 
   // Several updates inside chunk c, under one hold of its lock, spread over
   // `pool`'s threads (the caller's only when pool is null).
@@ -77,35 +81,43 @@ class ShardStore {
     GradView grad;
     FlatRange range;  // inside chunk c
   };
-  void ApplyUpdatesInChunk(size_t c, absl::Span<const ChunkUpdate> updates,
-                           OptimizerPool* pool);
+  absl::Status ApplyUpdatesInChunk(size_t c,
+                                   absl::Span<const ChunkUpdate> updates,
+                                   OptimizerPool* pool);
 
   // Copies `range` (inside one chunk) as FP32 (master) or BF16 (mirror) to
   // `out`, which holds range.size() * DTypeSize(dtype) bytes.
-  void Read(FlatRange range, DType dtype, void* out) const;
+  absl::Status Read(FlatRange range, DType dtype, void* out) const;
 
   // Overwrites master and mirror for `range` (inside owned(), any chunks)
   // from FP32 or BF16 `data`; m and v are unchanged.
-  void WriteWeights(FlatRange range, DType dtype, const void* data);
+  absl::Status WriteWeights(FlatRange range, DType dtype, const void* data);
 
   // Overwrites master, m, v (and the mirror, BF16(master)) for `range`
   // (inside owned(), any chunks) from FP32 arrays of range.size() elements:
   // a restore.
-  void WriteState(FlatRange range, const float* master, const float* exp_avg,
-                  const float* exp_avg_sq);
+  absl::Status WriteState(FlatRange range, const float* master,
+                          const float* exp_avg, const float* exp_avg_sq);
 
   // Calls `f` with chunk c's arrays while holding its lock: nothing updates
-  // the chunk meanwhile (a snapshot's copy).
+  // the chunk meanwhile (a snapshot's copy). With the device placement the
+  // arrays are host copies taken under the lock.
   struct ChunkArrays {
     FlatRange range;
     const float* master;
     const float* exp_avg;
     const float* exp_avg_sq;
   };
-  void WithChunkLocked(size_t c,
-                       absl::FunctionRef<void(const ChunkArrays&)> f) const;
+  absl::Status WithChunkLocked(
+      size_t c, absl::FunctionRef<void(const ChunkArrays&)> f) const;
 
-  StateNorms Norms() const;
+  absl::StatusOr<StateNorms> Norms() const;
+
+  // OK, or the first device error: a failed copy or update leaves the
+  // device state unknown, so every later call fails with it (the server
+  // reports NOT_SERVING and the run restores from a checkpoint). Always OK
+  // for the host placements.
+  absl::Status fault() const;
 
   // Bytes held by kind: "master", "exp_avg", "exp_avg_sq", "mirror",
   // "pending_grads".
@@ -131,12 +143,19 @@ class ShardStore {
 
  private:
   ShardStore() = default;
-  void FinishFill();
+  bool on_device() const { return placement_ == Placement::kDevice; }
+  absl::Status FinishFill();
+  // Records a device error as the store's fault; returns `status`.
+  absl::Status Record(absl::Status status) const;
+  // Device: writes master[i, i + n) from host `master` and the mirror from
+  // its rounding.
+  absl::Status PutMasterAndMirror(size_t i, const float* master, size_t n);
   // Calls f(i, src, n) for each run of `range` inside one chunk, under that
   // chunk's lock: i is the run's index into the owned arrays, src its index
   // into `range`, n its length.
-  void ForEachChunkRun(FlatRange range,
-                       absl::FunctionRef<void(size_t, size_t, size_t)> f);
+  absl::Status ForEachChunkRun(
+      FlatRange range,
+      absl::FunctionRef<absl::Status(size_t, size_t, size_t)> f);
 
   // Constant after construction.
   FlatRange owned_;
@@ -153,6 +172,8 @@ class ShardStore {
   std::unique_ptr<absl::Mutex[]> chunk_mu_;
   std::atomic<int64_t> pending_grad_bytes_{0};
   uint64_t pending_grad_limit_ = 0;  // set before the store is shared
+  mutable absl::Mutex fault_mu_;
+  mutable absl::Status fault_ ABSL_GUARDED_BY(fault_mu_);
 };
 
 }  // namespace zeroshard

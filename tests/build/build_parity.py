@@ -33,14 +33,18 @@ CMAKE_ONLY = {
     "bench/device_bench.cc": "CUDA: the device benchmarks",
     "tests/optim/adam_device_test.cc": "CUDA: adam_device_test's source",
     "tests/worker/kernels_cuda_test.cc": "CUDA: kernels_cuda_test's source",
+    "tests/server/shard_store_device_test.cc":
+        "CUDA: shard_store_device_test's source",
 }
 # Test binaries and targets that exist only in CUDA builds of CMake.
 CMAKE_ONLY_TESTS = {
     "adam_device_test": "CUDA: the device AdamW against the reference",
     "kernels_cuda_test": "CUDA: the GPU kernels against their CPU twins",
+    "shard_store_device_test": "CUDA: --placement=device against host",
 }
 CMAKE_ONLY_TARGETS = {
     "zs_kernels_cuda": "CUDA: the GPU kernels (worker/kernels/cuda)",
+    "zs_model_cuda": "CUDA: the GPT model on a device (worker/model/cuda)",
 }
 
 # Folders that hold no project sources.

@@ -197,10 +197,19 @@ TEST(ServerBinaryTest, StartUpErrorsAreClear) {
     EXPECT_NE(err.find("--placement"), std::string::npos) << err;
   }
   {
-    Child child({binary, "--placement=device", "--no_auth"});
+    // A device that cannot exist (no machine has 1000 GPUs), so the refusal
+    // is checked on GPU machines too.
+    Child child(
+        {binary, "--placement=device", "--cuda_device=999", "--no_auth"});
     const std::string err = child.ReadStderr(absl::Seconds(30));
     EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
-    EXPECT_NE(err.find("not implemented yet"), std::string::npos) << err;
+    EXPECT_NE(err.find("--cuda_device=999"), std::string::npos) << err;
+  }
+  {
+    Child child({binary, "--placement=device", "--cuda_device=-1", "--no_auth"});
+    const std::string err = child.ReadStderr(absl::Seconds(30));
+    EXPECT_EQ(child.Wait(absl::Seconds(30)), 1);
+    EXPECT_NE(err.find("negative"), std::string::npos) << err;
   }
   {
     Child child({binary, "--server_index=2", "--num_servers=2", "--no_auth"});

@@ -376,29 +376,47 @@ TEST(ShardServerTest, KvSetGetWaitAndTimeout) {
   EXPECT_EQ(set("", "x").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
-TEST(ShardServerTest, PinnedPlacementWithoutAGpuIsAClearError) {
-  const absl::Status available = CheckPlacementAvailable(Placement::kPinned);
+class GpuPlacementTest : public ::testing::TestWithParam<Placement> {};
+
+TEST_P(GpuPlacementTest, WorksWithAGpuAndIsAClearErrorWithout) {
+  const Placement placement = GetParam();
+  const std::string name(PlacementName(placement));
+  const absl::Status available = CheckPlacementAvailable(placement);
   ShardServer::Options options;
-  options.placement = Placement::kPinned;
+  options.placement = placement;
   absl::StatusOr<std::unique_ptr<ShardServer>> server =
       ShardServer::Start(options);
   if (available.ok()) {
-    // A machine with a CUDA device: pinned memory must work end to end.
+    // A machine with a CUDA device: the placement must work end to end,
+    // and its state must equal a host server's.
     ASSERT_TRUE(server.ok()) << server.status();
     auto stub = testing::Connect((*server)->port());
     ASSERT_TRUE(InitServer(*stub, MakeInit(SmallManifest(1), 1, 0, 3, 4096))
                     .ok());
-    EXPECT_EQ(Inspect(*stub).placement(), "pinned");
+    const v1::InspectResponse info = Inspect(*stub);
+    EXPECT_EQ(info.placement(), name);
+    ShardServer::Options host_options;
+    auto host = ShardServer::Start(host_options);
+    ASSERT_TRUE(host.ok()) << host.status();
+    auto host_stub = testing::Connect((*host)->port());
+    ASSERT_TRUE(
+        InitServer(*host_stub, MakeInit(SmallManifest(1), 1, 0, 3, 4096)).ok());
+    EXPECT_EQ(info.norms().master(), Inspect(*host_stub).norms().master());
     return;
   }
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(server.status().message().find("--placement=pinned"),
+  EXPECT_NE(server.status().message().find("--placement=" + name),
             std::string::npos)
       << server.status();
-  EXPECT_EQ(CheckPlacementAvailable(Placement::kDevice).code(),
-            absl::StatusCode::kFailedPrecondition);
 }
+
+INSTANTIATE_TEST_SUITE_P(PinnedAndDevice, GpuPlacementTest,
+                         ::testing::Values(Placement::kPinned,
+                                           Placement::kDevice),
+                         [](const auto& info) {
+                           return std::string(PlacementName(info.param));
+                         });
 
 }  // namespace
 }  // namespace zeroshard

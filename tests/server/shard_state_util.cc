@@ -1,6 +1,7 @@
 #include "tests/server/shard_state_util.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -46,13 +47,16 @@ ShardState ReadState(const ModelShard& shard) {
   const FlatRange owned = shard.owned();
   for (auto& a : s.arrays) a.resize(owned.size());
   for (size_t c = 0; c < shard.store().num_chunks(); ++c) {
-    shard.store().WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
+    const absl::Status read =
+        shard.store().WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
       const size_t i = a.range.begin - owned.begin;
       const size_t bytes = a.range.size() * sizeof(float);
       std::memcpy(s.arrays[0].data() + i, a.master, bytes);
       std::memcpy(s.arrays[1].data() + i, a.exp_avg, bytes);
       std::memcpy(s.arrays[2].data() + i, a.exp_avg_sq, bytes);
     });
+    // Host placements cannot fail; a device fault shows as a NaN state.
+    if (!read.ok()) s.arrays[0].assign(owned.size(), std::nanf(""));
     s.versions.push_back(shard.tracker().version(c));
     s.adam_t.push_back(shard.tracker().adam_t(c));
   }

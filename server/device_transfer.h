@@ -1,0 +1,54 @@
+// The data movement of --placement=device: the shard's master, m, v and BF16
+// mirror live in GPU memory, and everything that reads or writes them from
+// the host (fills, gathers, SetWeights, restores, snapshots, norms, updates)
+// goes through these calls. docs/DESIGN.md, "State placement".
+//
+// One device per server process (--cuda_device, default 0). Each calling
+// thread gets its own non-blocking CUDA stream, pinned staging buffer and
+// device gradient buffer (grow-only, kept for the thread's life), so the
+// gRPC and optimizer-pool threads copy and update different chunks at once;
+// every call waits for its own stream before returning, so the caller's
+// host memory is free to reuse when it returns.
+//
+//   RETURN_IF_ERROR(SelectStateDevice(0));
+//   RETURN_IF_ERROR(CopyHostToDevice(d_master + i, host, n * 4));
+//   RETURN_IF_ERROR(AdamUpdateFromHost(step, GradView::Fp32(g),
+//                                      {d_master, d_m, d_v, d_mirror, n}));
+//
+// Without CUDA in the build every call is FAILED_PRECONDITION (the device
+// placement is refused before any state exists: placement.h).
+#ifndef ZEROSHARD_SERVER_DEVICE_TRANSFER_H_
+#define ZEROSHARD_SERVER_DEVICE_TRANSFER_H_
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "optim/optimizer.h"
+
+namespace zeroshard {
+
+// Chooses the device for state placed on the device: INVALID_ARGUMENT for a
+// negative ordinal, FAILED_PRECONDITION when there is no such device. Call
+// before any device StateBuffer is allocated.
+absl::Status SelectStateDevice(int ordinal);
+// The selected device (0 unless SelectStateDevice chose another).
+int StateDevice();
+
+// Device <-> host copies of `bytes`, through the thread's pinned staging
+// buffer (so that `host` may be ordinary pageable memory).
+absl::Status CopyHostToDevice(void* device_dst, const void* host_src,
+                              size_t bytes);
+absl::Status CopyDeviceToHost(void* host_dst, const void* device_src,
+                              size_t bytes);
+absl::Status ZeroDevice(void* device_dst, size_t bytes);
+
+// One AdamW update of `slice` (device arrays; mirror may be null) from a
+// gradient in host memory (`grad`, slice.n elements of FP32 or BF16, any
+// alignment): the gradient is copied to the device and the device AdamW
+// (optim/adam_device.h: the reference's own element function) applied.
+absl::Status AdamUpdateFromHost(const AdamStep& step, GradView grad,
+                                const AdamSlice& slice);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_SERVER_DEVICE_TRANSFER_H_
