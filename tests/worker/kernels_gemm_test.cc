@@ -219,6 +219,68 @@ TEST(GemmTest, WidenedBf16PathMatchesReference) {
   ForceBf16WideningForTesting(false);
 }
 
+// A strided batch, laid out as attention's per-head products are (heads
+// side by side in one row of width H * hd, ld = 3C-like strides): the fast
+// path and the column-major form (what cuBLASLt is given, batch strides
+// swapped with the operands) each equal the per-item reference.
+TEST(GemmTest, StridedBatchIsEachItemsProduct) {
+  const uint64_t seed = zeroshard::testing::TestSeed();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const DType dt : {DType::kFp32, DType::kBf16}) {
+    const int64_t heads = 3, T = 13, hd = 8, ld = 3 * heads * hd;
+    std::vector<float> qkv(T * ld), scores(heads * T * T), want(heads * T * T);
+    for (float& v : qkv) v = u(rng);
+    std::vector<uint16_t> qkv16(qkv.size());
+    FloatToBf16Array(qkv.data(), qkv16.data(), qkv.size());
+    const void* base = dt == DType::kBf16 ? static_cast<const void*>(qkv16.data())
+                                          : qkv.data();
+    const size_t es = DTypeSize(dt);
+    // S_h = Q_h K_h^T for every head h.
+    GemmDesc g{.m = T, .n = T, .k = hd,
+               .a = {base, dt, ld, false},
+               .b = {static_cast<const char*>(base) + heads * hd * es, dt, ld, true},
+               .c = scores.data(), .ldc = T,
+               .batch = heads, .stride_a = hd, .stride_b = hd, .stride_c = T * T};
+    ASSERT_TRUE(Gemm(g).ok());
+    for (int64_t h = 0; h < heads; ++h) {
+      GemmDesc one = BatchItem(g, h);
+      one.c = want.data() + h * T * T;
+      ASSERT_TRUE(GemmReference(one).ok());
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(scores[i], want[i], 1e-4f) << DTypeName(dt) << " at " << i;
+    }
+    // The column-major form, item by item with its own strides.
+    const ColumnMajorGemm cm = ToColumnMajor(g);
+    ASSERT_EQ(cm.batch, heads);
+    std::vector<float> col(heads * T * T, 0.0f);
+    for (int64_t h = 0; h < heads; ++h) {
+      ColumnMajorGemm item = cm;
+      item.a.data = static_cast<const char*>(cm.a.data) + h * cm.stride_a * es;
+      item.b.data = static_cast<const char*>(cm.b.data) + h * cm.stride_b * es;
+      item.c = col.data() + h * cm.stride_c;
+      RunColumnMajor(item);
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(col[i], want[i], 1e-4f) << DTypeName(dt) << " at " << i;
+    }
+  }
+  // Refusals: no epilogue on a batch, no negative stride, batch >= 1.
+  std::vector<float> a(16), b(16), c(64), bias(4);
+  GemmDesc bad{.m = 4, .n = 4, .k = 4, .a = {a.data(), DType::kFp32, 4},
+               .b = {b.data(), DType::kFp32, 4}, .c = c.data(), .ldc = 4,
+               .bias = bias.data(), .batch = 2, .stride_c = 16};
+  EXPECT_EQ(Gemm(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad.bias = nullptr;
+  bad.stride_a = -1;
+  EXPECT_EQ(Gemm(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad.stride_a = 0;
+  bad.batch = 0;
+  EXPECT_EQ(Gemm(bad).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(GemmTest, RejectsBadArguments) {
   std::vector<float> a(16), b(16), c(16);
   GemmDesc g{.m = 4, .n = 4, .k = 4, .a = {a.data(), DType::kFp32, 4},

@@ -42,8 +42,29 @@ absl::Status ValidateGemm(const GemmDesc& g) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gemm: bad output (null or ldc ", g.ldc, " < n ", g.n, ")"));
   }
+  if (g.batch < 1 || g.stride_a < 0 || g.stride_b < 0 || g.stride_c < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm: batch ", g.batch, " must be >= 1 and strides (", g.stride_a,
+        ", ", g.stride_b, ", ", g.stride_c, ") non-negative"));
+  }
+  if (g.batch > 1 && (g.bias != nullptr || g.gelu)) {
+    return absl::InvalidArgumentError(
+        "gemm: a batched product takes no bias or GELU epilogue");
+  }
   if (absl::Status s = CheckOperand("A", g.a, g.m, g.k); !s.ok()) return s;
   return CheckOperand("B", g.b, g.k, g.n);
+}
+
+GemmDesc BatchItem(const GemmDesc& g, int64_t i) {
+  GemmDesc one = g;
+  one.batch = 1;
+  one.stride_a = one.stride_b = one.stride_c = 0;
+  one.a.data = static_cast<const char*>(g.a.data) +
+               i * g.stride_a * static_cast<int64_t>(DTypeSize(g.a.dtype));
+  one.b.data = static_cast<const char*>(g.b.data) +
+               i * g.stride_b * static_cast<int64_t>(DTypeSize(g.b.dtype));
+  one.c = g.c + i * g.stride_c;
+  return one;
 }
 
 ColumnMajorGemm ToColumnMajor(const GemmDesc& g) {
@@ -74,6 +95,10 @@ ColumnMajorGemm ToColumnMajor(const GemmDesc& g) {
   cm.beta = g.accumulate ? 1.0f : 0.0f;
   cm.bias = g.bias;
   cm.gelu = g.gelu;
+  cm.batch = g.batch;
+  cm.stride_a = g.stride_b;  // the operands swap
+  cm.stride_b = g.stride_a;
+  cm.stride_c = g.stride_c;
   return cm;
 }
 

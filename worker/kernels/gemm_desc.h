@@ -45,7 +45,15 @@ struct GemmDesc {
   // every row, act = GELU (tanh approximation) when gelu is set.
   const float* bias = nullptr;
   bool gelu = false;
+  // Strided batch: `batch` products, the i-th on A + i * stride_a, B + i *
+  // stride_b, C + i * stride_c (elements), as the per-head products of
+  // attention are. No epilogue with batch > 1.
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
+
+// Product i of a strided batch as a single product (batch 1).
+GemmDesc BatchItem(const GemmDesc& g, int64_t i);
 
 // The epilogue of one element of C (the CPU path's; cuBLASLt's own GELU is
 // within a few ulp of it).
@@ -59,7 +67,8 @@ StoredShape StoredShapeOf(const MatRef& x, int64_t logical_rows,
                           int64_t logical_cols);
 
 // Positive sizes, non-null operands of dtype fp32 or bf16, ld >= the stored
-// row length, ldc >= n: INVALID_ARGUMENT naming the operand otherwise.
+// row length, ldc >= n, batch >= 1 with non-negative strides and no
+// epilogue when batched: INVALID_ARGUMENT naming the operand otherwise.
 absl::Status ValidateGemm(const GemmDesc& g);
 
 // The same product in BLAS's column-major terms. A row-major [r, c] matrix
@@ -82,6 +91,8 @@ struct ColumnMajorGemm {
   float beta = 0;  // 1 when accumulating
   const float* bias = nullptr;  // [m] here: one per column of row-major C
   bool gelu = false;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // of a, b, c here
 };
 ColumnMajorGemm ToColumnMajor(const GemmDesc& g);
 

@@ -110,6 +110,12 @@ void ForceBf16WideningForTesting(bool widen) { ForceWidening().store(widen); }
 
 absl::Status Gemm(const GemmDesc& g0) {
   if (absl::Status s = Check(g0); !s.ok()) return s;
+  if (g0.batch > 1) {
+    for (int64_t i = 0; i < g0.batch; ++i) {
+      if (absl::Status s = Gemm(BatchItem(g0, i)); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   GemmDesc g = g0;
   thread_local std::vector<uint16_t> scratch_a, scratch_b;
   if (g.a.dtype != g.b.dtype) {
@@ -172,6 +178,12 @@ absl::Status Gemm(const GemmDesc& g0) {
 
 absl::Status GemmReference(const GemmDesc& g) {
   if (absl::Status s = Check(g); !s.ok()) return s;
+  if (g.batch > 1) {
+    for (int64_t i = 0; i < g.batch; ++i) {
+      if (absl::Status s = GemmReference(BatchItem(g, i)); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   const bool mixed = g.a.dtype != g.b.dtype;
   auto load = [&](const MatRef& x, int64_t r, int64_t c) -> double {
     const int64_t idx = x.trans ? c * x.ld + r : r * x.ld + c;
