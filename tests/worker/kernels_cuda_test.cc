@@ -23,12 +23,15 @@
 #include "worker/kernels/cpu/cpu_kernels.h"
 #include "worker/kernels/cpu/twins.h"
 #include "worker/kernels/cuda/attention.h"
+#include "worker/kernels/cuda/attention_gemm.h"
 #include "worker/kernels/cuda/cross_entropy.h"
+#include "worker/kernels/cuda/cublaslt_api.h"
 #include "worker/kernels/cuda/elementwise.h"
 #include "worker/kernels/cuda/embedding.h"
 #include "worker/kernels/cuda/gemm.h"
 #include "worker/kernels/cuda/grad_norm.h"
 #include "worker/kernels/cuda/layernorm.h"
+#include "worker/kernels/cuda/linear.h"
 
 namespace zeroshard::kernels {
 namespace {
@@ -329,8 +332,11 @@ TEST_F(CudaKernelTest, CublasLtMatchesTheReference) {
 // probabilities. FP32 within 1e-5 (probabilities) and 4e-5; BF16 within one
 // BF16 ulp of a probability (8e-3) and 4x that, as the CPU fast path is held
 // (kernels_ops_test).
+// `gemm_attention` null: the row-per-block kernels (attention.h); else the
+// cuBLASLt per-head products (attention_gemm.h).
 void CompareDeviceAttention(std::mt19937_64& rng, DType dt, float tol,
-                            int64_t seq) {
+                            int64_t seq,
+                            cuda::GemmAttention* gemm_attention = nullptr) {
   const AttentionShape s{.batch = 2, .seq = seq, .width = 48, .heads = 3,
                          .dtype = dt};
   SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " seq " << seq);
@@ -359,7 +365,12 @@ void CompareDeviceAttention(std::mt19937_64& rng, DType dt, float tol,
                              : static_cast<const void*>(dq32.get());
   void* dprobs = bf16 ? static_cast<void*>(dp16.get())
                       : static_cast<void*>(dp32.get());
-  ASSERT_TRUE(cuda::AttentionForward(s, dqkv_in, dprobs, dy_out.get(), nullptr).ok());
+  ASSERT_TRUE((gemm_attention != nullptr
+                   ? gemm_attention->Forward(s, dqkv_in, dprobs, dy_out.get(),
+                                             nullptr)
+                   : cuda::AttentionForward(s, dqkv_in, dprobs, dy_out.get(),
+                                            nullptr))
+                  .ok());
   std::vector<float> p_got(np), p_want(np);
   if (bf16) {
     const std::vector<uint16_t> h = dp16.Host();
@@ -388,8 +399,11 @@ void CompareDeviceAttention(std::mt19937_64& rng, DType dt, float tol,
   ASSERT_TRUE(cpu::AttentionBackwardReference(s, qkv_host, p_dev_host, dy.data(),
                                               dqkv_ref.data())
                   .ok());
-  ASSERT_TRUE(cuda::AttentionBackward(s, dqkv_in, dprobs, ddy.get(),
-                                      ddqkv.get(), nullptr)
+  ASSERT_TRUE((gemm_attention != nullptr
+                   ? gemm_attention->Backward(s, dqkv_in, dprobs, ddy.get(),
+                                              ddqkv.get(), nullptr)
+                   : cuda::AttentionBackward(s, dqkv_in, dprobs, ddy.get(),
+                                             ddqkv.get(), nullptr))
                   .ok());
   ExpectClose(ddqkv.Host(), dqkv_ref, 4 * tol, 1e-4f, "dqkv");
 }
@@ -400,6 +414,71 @@ TEST_F(CudaKernelTest, AttentionMatchesTheReference) {
   for (const int64_t seq : {1, 37, 300}) {
     CompareDeviceAttention(rng_, DType::kFp32, 1e-5f, seq);
     CompareDeviceAttention(rng_, DType::kBf16, 8e-3f, seq);
+  }
+}
+
+TEST_F(CudaKernelTest, GemmAttentionMatchesTheReference) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  auto lt = cuda::CublasLtGemm::Create();
+  ASSERT_TRUE(lt.ok()) << lt.status();
+  cuda::GemmAttention attention(lt->get());
+  for (const int64_t seq : {1, 37, 300}) {
+    CompareDeviceAttention(rng_, DType::kFp32, 2e-5f, seq, &attention);
+    CompareDeviceAttention(rng_, DType::kBf16, 8e-3f, seq, &attention);
+  }
+}
+
+// The linear layer with the CPU op's contract: the products within the GEMM
+// tolerance, dbias (the same FP32 rows summed in the same order) bit for bit,
+// dw and dbias accumulated onto what was there.
+TEST_F(CudaKernelTest, LinearMatchesTheCpuOp) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  auto lt = cuda::CublasLtGemm::Create();
+  ASSERT_TRUE(lt.ok()) << lt.status();
+  cuda::DeviceScratch scratch;
+  cuda::Linear lin(lt->get(), &scratch);
+  for (const DType dt : {DType::kFp32, DType::kBf16}) {
+    SCOPED_TRACE(DTypeName(dt));
+    const int64_t m = 77, in = 96, out = 160;
+    const std::vector<float> xf = Random(m * in), wf = Random(in * out, 0.1f),
+                             bias = Random(out), dy = Random(m * out),
+                             dw0 = Random(in * out), db0 = Random(out);
+    std::vector<uint16_t> xh(xf.size()), wh(wf.size());
+    FloatToBf16Array(xf.data(), xh.data(), xf.size());
+    FloatToBf16Array(wf.data(), wh.data(), wf.size());
+    const bool bf16 = dt == DType::kBf16;
+    const void* xc = bf16 ? static_cast<const void*>(xh.data()) : xf.data();
+    const void* wc = bf16 ? static_cast<const void*>(wh.data()) : wf.data();
+    // CPU.
+    std::vector<float> y(m * out), dx(m * in), dw = dw0, db = db0;
+    ASSERT_TRUE(cpu::LinearForward({xc, dt}, {wc, dt}, bias.data(), m, in, out,
+                                   y.data())
+                    .ok());
+    ASSERT_TRUE(cpu::LinearBackward(dy.data(), {xc, dt}, {wc, dt}, m, in, out,
+                                    dx.data(), dw.data(), db.data())
+                    .ok());
+    // Device.
+    Dev<float> dxf(xf), dwf(wf), dbias(bias), ddy(dy), ddw(dw0), ddb(db0),
+        dyo(Sentinel(m * out)), ddx(Sentinel(m * in));
+    Dev<uint16_t> dxh(xh), dwh(wh);
+    const void* xd = bf16 ? static_cast<const void*>(dxh.get()) : dxf.get();
+    const void* wd = bf16 ? static_cast<const void*>(dwh.get()) : dwf.get();
+    ASSERT_TRUE(lin.Forward({xd, dt}, {wd, dt}, dbias.get(), m, in, out,
+                            dyo.get(), nullptr)
+                    .ok());
+    ASSERT_TRUE(lin.Backward(ddy.get(), {xd, dt}, {wd, dt}, m, in, out,
+                             ddx.get(), ddw.get(), ddb.get(), nullptr)
+                    .ok());
+    const float tol = bf16 ? 2e-2f : 1e-4f;
+    ExpectClose(dyo.Host(), y, tol, tol, "y");
+    ExpectClose(ddx.Host(), dx, tol, tol, "dx");
+    ExpectClose(ddw.Host(), dw, tol, tol, "dw");
+    const std::vector<float> got_db = ddb.Host();
+    EXPECT_EQ(std::memcmp(got_db.data(), db.data(), db.size() * sizeof(float)),
+              0)
+        << "dbias is not the CPU's bits";
   }
 }
 
@@ -425,9 +504,38 @@ TEST(CudaKernelArgsTest, BadArgumentsAreRefusedBeforeLaunch) {
   const AttentionShape bad_heads{.batch = 1, .seq = 4, .width = 10, .heads = 3};
   EXPECT_EQ(cuda::AttentionForward(bad_heads, x, x, x, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+  cuda::GemmAttention no_handle(nullptr);
+  EXPECT_EQ(no_handle.Forward({.batch = 1, .seq = 4, .width = 8, .heads = 2},
+                              x, x, x, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(no_handle.Forward(bad_heads, x, x, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   const AttentionShape too_long{.batch = 1, .seq = 20000, .width = 8, .heads = 1};
   EXPECT_EQ(cuda::AttentionBackward(too_long, x, x, x, x, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::ColumnSumAccumulate(x, -1, 4, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::ColumnSumAccumulate(nullptr, 2, 2, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  cuda::Linear lin(nullptr, nullptr);  // refused before either is used
+  EXPECT_EQ(lin.Forward({x, DType::kFp32}, {x, DType::kFp32}, nullptr, 0, 2, 2,
+                        x, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(lin.Backward(nullptr, {x, DType::kFp32}, {x, DType::kFp32}, 2, 2,
+                         2, x, x, x, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// cuBLASLt is loaded at run time (cublaslt_api.h): the toolkit's library is
+// found (every CUDA build has it), device or not.
+TEST(CudaKernelArgsTest, CublasLtLoadsAtRunTime) {
+  const auto lt = cuda::LoadCublasLt();
+  ASSERT_TRUE(lt.ok()) << lt.status();
+  EXPECT_NE((*lt)->Matmul, nullptr);
+  EXPECT_EQ(*lt, *cuda::LoadCublasLt());  // loaded once
 }
 
 // Without a device a well-formed launch is a clear error, never a crash.

@@ -2,12 +2,18 @@
 
 #include <cublasLt.h>
 
+#include <type_traits>
+
 #include "absl/strings/str_cat.h"
 #include "common/cuda_status.h"
 #include "common/status_macros.h"
+#include "worker/kernels/cuda/cublaslt_api.h"
 
 namespace zeroshard::kernels::cuda {
 namespace {
+
+// The loaded library (Create succeeded before any other call runs).
+const CublasLtApi& Lt() { return **LoadCublasLt(); }
 
 absl::Status LtStatus(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
@@ -18,8 +24,8 @@ absl::Status LtStatus(cublasStatus_t s, const char* what) {
       : s == CUBLAS_STATUS_NOT_INITIALIZED ? absl::StatusCode::kFailedPrecondition
                                            : absl::StatusCode::kInternal;
   return absl::Status(code, absl::StrCat("cuBLASLt: ", what, ": ",
-                                         cublasLtGetStatusName(s), " (",
-                                         cublasLtGetStatusString(s), ")"));
+                                         Lt().GetStatusName(s), " (",
+                                         Lt().GetStatusString(s), ")"));
 }
 
 cudaDataType_t LtType(DType d) {
@@ -32,28 +38,57 @@ struct Descriptors {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~Descriptors() {
-    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
-    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+    if (pref != nullptr) Lt().MatmulPreferenceDestroy(pref);
+    if (c != nullptr) Lt().MatrixLayoutDestroy(c);
+    if (b != nullptr) Lt().MatrixLayoutDestroy(b);
+    if (a != nullptr) Lt().MatrixLayoutDestroy(a);
+    if (op != nullptr) Lt().MatmulDescDestroy(op);
   }
 };
 
-absl::Status Layout(cublasLtMatrixLayout_t* out, const ColumnMajorOperand& o) {
-  return LtStatus(cublasLtMatrixLayoutCreate(
-                      out, LtType(o.dtype), static_cast<uint64_t>(o.rows),
-                      static_cast<uint64_t>(o.cols), o.ld),
-                  "operand layout");
+// The alignment cuBLASLt may assume for an operand: the largest power of two
+// (at most 256, its default assumption) dividing its address and, in a
+// batch, its stride in bytes. Without it the heuristic may pick an
+// algorithm that needs 256-byte alignment, which strided per-head operands
+// do not have.
+uint32_t Alignment(const void* p, int64_t stride_bytes, int64_t batch) {
+  uint64_t a = reinterpret_cast<uintptr_t>(p) | 256;
+  if (batch > 1 && stride_bytes > 0) a |= static_cast<uint64_t>(stride_bytes);
+  return static_cast<uint32_t>(a & (~a + 1));  // lowest set bit
+}
+
+// A strided batch on a layout (batch > 1): the count and the element stride.
+absl::Status Batch(cublasLtMatrixLayout_t layout, int64_t batch,
+                   int64_t stride) {
+  if (batch <= 1) return absl::OkStatus();
+  const int32_t count = static_cast<int32_t>(batch);
+  RETURN_IF_ERROR(LtStatus(
+      Lt().MatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                    &count, sizeof(count)),
+      "batch count"));
+  return LtStatus(Lt().MatrixLayoutSetAttribute(
+                      layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                      &stride, sizeof(stride)),
+                  "batch stride");
+}
+
+absl::Status Layout(cublasLtMatrixLayout_t* out, const ColumnMajorOperand& o,
+                    int64_t batch, int64_t stride) {
+  RETURN_IF_ERROR(LtStatus(Lt().MatrixLayoutCreate(
+                               out, LtType(o.dtype), static_cast<uint64_t>(o.rows),
+                               static_cast<uint64_t>(o.cols), o.ld),
+                           "operand layout"));
+  return Batch(*out, batch, stride);
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
     size_t workspace_bytes) {
+  ASSIGN_OR_RETURN(const CublasLtApi* lt, LoadCublasLt());
   std::unique_ptr<CublasLtGemm> g(new CublasLtGemm());
   cublasLtHandle_t h = nullptr;
-  RETURN_IF_ERROR(LtStatus(cublasLtCreate(&h), "creating the handle"));
+  RETURN_IF_ERROR(LtStatus(lt->Create(&h), "creating the handle"));
   g->handle_ = h;
   if (workspace_bytes > 0) {
     RETURN_IF_ERROR(CudaStatus(cudaMalloc(&g->workspace_, workspace_bytes),
@@ -65,7 +100,7 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
 
 CublasLtGemm::~CublasLtGemm() {
   if (workspace_ != nullptr) cudaFree(workspace_);
-  if (handle_ != nullptr) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+  if (handle_ != nullptr) Lt().Destroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
 absl::Status CublasLtGemm::Run(const GemmDesc& g, cudaStream_t stream) {
@@ -79,16 +114,16 @@ absl::Status CublasLtGemm::Run(const GemmDesc& g, cudaStream_t stream) {
   const ColumnMajorGemm cm = ToColumnMajor(g);
   Descriptors d;
   RETURN_IF_ERROR(LtStatus(
-      cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      Lt().MatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
       "matmul descriptor"));
   const cublasOperation_t ta = cm.a.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = cm.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   RETURN_IF_ERROR(LtStatus(
-      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+      Lt().MatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
                                      sizeof(ta)),
       "transa"));
   RETURN_IF_ERROR(LtStatus(
-      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+      Lt().MatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
                                      sizeof(tb)),
       "transb"));
   if (cm.bias != nullptr || cm.gelu) {
@@ -97,35 +132,58 @@ absl::Status CublasLtGemm::Run(const GemmDesc& g, cudaStream_t stream) {
             ? (cm.gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
             : CUBLASLT_EPILOGUE_GELU;
     RETURN_IF_ERROR(LtStatus(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
+        Lt().MatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
                                        sizeof(ep)),
         "epilogue"));
     if (cm.bias != nullptr) {
       RETURN_IF_ERROR(LtStatus(
-          cublasLtMatmulDescSetAttribute(d.op,
+          Lt().MatmulDescSetAttribute(d.op,
                                          CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                          &cm.bias, sizeof(cm.bias)),
           "bias pointer"));
     }
   }
-  RETURN_IF_ERROR(Layout(&d.a, cm.a));
-  RETURN_IF_ERROR(Layout(&d.b, cm.b));
+  if (g.batch > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gemm on the device: batch ", g.batch, " > 2^31 - 1"));
+  }
+  RETURN_IF_ERROR(Layout(&d.a, cm.a, cm.batch, cm.stride_a));
+  RETURN_IF_ERROR(Layout(&d.b, cm.b, cm.batch, cm.stride_b));
   RETURN_IF_ERROR(LtStatus(
-      cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, static_cast<uint64_t>(cm.m),
+      Lt().MatrixLayoutCreate(&d.c, CUDA_R_32F, static_cast<uint64_t>(cm.m),
                                  static_cast<uint64_t>(cm.n), cm.ldc),
       "output layout"));
-  RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&d.pref),
+  RETURN_IF_ERROR(Batch(d.c, cm.batch, cm.stride_c));
+  RETURN_IF_ERROR(LtStatus(Lt().MatmulPreferenceCreate(&d.pref),
                            "preference"));
   RETURN_IF_ERROR(LtStatus(
-      cublasLtMatmulPreferenceSetAttribute(
+      Lt().MatmulPreferenceSetAttribute(
           d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
           sizeof(workspace_bytes_)),
       "workspace preference"));
+  const int64_t ea = static_cast<int64_t>(DTypeSize(cm.a.dtype));
+  const int64_t eb = static_cast<int64_t>(DTypeSize(cm.b.dtype));
+  const uint32_t align[4] = {
+      Alignment(cm.a.data, cm.stride_a * ea, cm.batch),
+      Alignment(cm.b.data, cm.stride_b * eb, cm.batch),
+      Alignment(cm.c, cm.stride_c * 4, cm.batch),
+      Alignment(cm.c, cm.stride_c * 4, cm.batch)};
+  const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    RETURN_IF_ERROR(LtStatus(
+        Lt().MatmulPreferenceSetAttribute(d.pref, align_attr[i], &align[i],
+                                          sizeof(align[i])),
+        "alignment preference"));
+  }
   auto* handle = static_cast<cublasLtHandle_t>(handle_);
   cublasLtMatmulHeuristicResult_t result = {};
   int found = 0;
   RETURN_IF_ERROR(LtStatus(
-      cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.pref,
+      Lt().MatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.pref,
                                      1, &result, &found),
       "choosing an algorithm"));
   if (found == 0) {
@@ -135,7 +193,7 @@ absl::Status CublasLtGemm::Run(const GemmDesc& g, cudaStream_t stream) {
   }
   const float alpha = 1.0f;
   return LtStatus(
-      cublasLtMatmul(handle, d.op, &alpha, cm.a.data, d.a, cm.b.data, d.b,
+      Lt().Matmul(handle, d.op, &alpha, cm.a.data, d.a, cm.b.data, d.b,
                      &cm.beta, cm.c, d.c, cm.c, d.c, &result.algo, workspace_,
                      workspace_bytes_, stream),
       "matmul");
