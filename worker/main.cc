@@ -2,7 +2,7 @@
 //
 //   zeroshard-worker --rank=0 --world_size=2 --servers=h:p,h:p
 //       --config=out/main/config.resolved.json [--run_id=ID]
-//       [--init_from=MODEL.safetensors]
+//       [--init_from=MODEL.safetensors] [--device=auto|cpu|cuda|cuda:K]
 //
 // The config is the resolved configuration (common/resolved_config.h) that
 // zeroshard-train or `zeroshard-ctl config` wrote; its worker and server
@@ -54,11 +54,13 @@
 #include "common/status_macros.h"
 #include "worker/comm/advertised_address.h"
 #include "worker/comm/collectives.h"
+#include "worker/compute_device.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/data/dataset.h"
 #include "worker/engine/auto_attempt.h"
 #include "worker/engine/checkpoint_coordinator.h"
 #include "worker/engine/init_from.h"
+#include "worker/engine/precision.h"
 #include "worker/engine/resume.h"
 #include "worker/engine/server_init.h"
 #include "worker/engine/step_engine.h"
@@ -90,6 +92,9 @@ ABSL_FLAG(std::string, hostname, "",
           "peers; empty: the local address of this host's route to server 0 "
           "(loopback exactly when the servers are)");
 ABSL_FLAG(std::string, comm, "gloo", "collectives backend: gloo or nccl");
+ABSL_FLAG(std::string, device, "auto",
+          "where the model computes: auto (a CUDA device when there is one "
+          "and the run is bf16/fp32, else the CPU), cpu, cuda, cuda:K");
 ABSL_FLAG(int, threads, 0,
           "compute threads (OpenMP / oneDNN); 0: OMP_NUM_THREADS or all cores. "
           "Several workers on one host should split the cores between them");
@@ -289,6 +294,13 @@ absl::Status Run() {
   }
   ASSIGN_OR_RETURN(const TrainingConfig cfg,
                    LoadResolvedConfig(absl::GetFlag(FLAGS_config)));
+  // Decided before joining, so that a bad --device fails fast.
+  ASSIGN_OR_RETURN(const DeviceRequest device_request,
+                   ParseDeviceFlag(absl::GetFlag(FLAGS_device)));
+  ASSIGN_OR_RETURN(const ComputeChoice compute,
+                   ChooseCompute(device_request, rank,
+                                 ParamDTypeFor(cfg.precision)));
+  ZS_LOG(INFO) << compute.description;
   std::vector<std::string> servers = cfg.cluster.server_addresses;
   if (!absl::GetFlag(FLAGS_servers).empty() || servers.empty()) {
     ASSIGN_OR_RETURN(servers, ParseServerList(absl::GetFlag(FLAGS_servers)));
@@ -341,7 +353,7 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(const Validation validation, Validation::Create(cfg, data));
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client,
-                                      group, &sampler));
+                                      group, &sampler, compute.make_model));
   if (absl::GetFlag(FLAGS_inject_partial_apply_at_step) >= 0) {
     engine->InjectPartialApplyAt(static_cast<uint64_t>(
         absl::GetFlag(FLAGS_inject_partial_apply_at_step)));

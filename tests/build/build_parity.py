@@ -31,8 +31,10 @@ CMAKE_ONLY = {
     "optim/adam_device.cc": "CUDA: the device AdamW (nvcc)",
     "worker/kernels/cuda/gemm.cc": "CUDA: cuBLASLt matrix products",
     "bench/device_bench.cc": "CUDA: the device benchmarks",
+    "bench/device_gpt_bench.cc": "CUDA: the GPT-2-124M device benchmark",
     "tests/optim/adam_device_test.cc": "CUDA: adam_device_test's source",
     "tests/worker/kernels_cuda_test.cc": "CUDA: kernels_cuda_test's source",
+    "tests/worker/device_gpt_test.cc": "CUDA: device_gpt_test's source",
     "tests/server/shard_store_device_test.cc":
         "CUDA: shard_store_device_test's source",
 }
@@ -41,6 +43,7 @@ CMAKE_ONLY_TESTS = {
     "adam_device_test": "CUDA: the device AdamW against the reference",
     "kernels_cuda_test": "CUDA: the GPU kernels against their CPU twins",
     "shard_store_device_test": "CUDA: --placement=device against host",
+    "device_gpt_test": "CUDA: the device model against the CPU model",
 }
 CMAKE_ONLY_TARGETS = {
     "zs_kernels_cuda": "CUDA: the GPU kernels (worker/kernels/cuda)",

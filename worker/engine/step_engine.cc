@@ -54,9 +54,18 @@ void StepEngine::CancelPrefetch() {
   prefetched_step_ = -1;
 }
 
+absl::StatusOr<std::unique_ptr<model::UnitModel>> MakeCpuModel(
+    const FlatLayout& layout, const GptShape& shape, DType param_dtype,
+    const model::CheckpointPolicy& policy) {
+  ASSIGN_OR_RETURN(model::GptModel m,
+                   model::GptModel::Create(layout, shape, param_dtype, policy));
+  return std::make_unique<model::GptModel>(std::move(m));
+}
+
 absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     const TrainingConfig& config, const FlatLayout* layout, int rank,
-    ShardClient* client, WorkerGroup* group, const BatchSampler* sampler) {
+    ShardClient* client, WorkerGroup* group, const BatchSampler* sampler,
+    const ModelFactory& make_model) {
   if (group->size() != static_cast<int>(layout->num_workers()) ||
       group->rank() != rank) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -81,10 +90,8 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
                                                std::move(scaler)));
   model::CheckpointPolicy policy =
       ModelCheckpointPolicy(config.activation_checkpointing);
-  ASSIGN_OR_RETURN(model::GptModel m,
-                   model::GptModel::Create(*layout, config.cluster.model,
-                                           e->param_dtype_, policy));
-  e->model_ = std::make_unique<model::GptModel>(std::move(m));
+  ASSIGN_OR_RETURN(e->model_, make_model(*layout, config.cluster.model,
+                                         e->param_dtype_, policy));
   e->cache_ = std::make_unique<UnitCache>(layout, rank, e->param_dtype_,
                                           /*resident=*/config.zero.stage < 3,
                                           group, &e->queue_);

@@ -90,13 +90,27 @@ struct EngineMemory {
   }
 };
 
+// Makes the model the engine drives; the default makes the CPU GptModel. The
+// worker passes one that makes the CUDA model for --device=cuda:K (the engine
+// itself does not depend on CUDA).
+using ModelFactory =
+    std::function<absl::StatusOr<std::unique_ptr<model::UnitModel>>(
+        const FlatLayout& layout, const GptShape& shape, DType param_dtype,
+        const model::CheckpointPolicy& policy)>;
+
+// The CPU model (GptModel).
+absl::StatusOr<std::unique_ptr<model::UnitModel>> MakeCpuModel(
+    const FlatLayout& layout, const GptShape& shape, DType param_dtype,
+    const model::CheckpointPolicy& policy);
+
 class StepEngine {
  public:
   // `layout` must be FlatLayout::Create(MakeGptManifest(model, N), S, N).
   // The pointers must outlive the engine.
   static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
       const TrainingConfig& config, const FlatLayout* layout, int rank,
-      ShardClient* client, WorkerGroup* group, const BatchSampler* sampler);
+      ShardClient* client, WorkerGroup* group, const BatchSampler* sampler,
+      const ModelFactory& make_model = MakeCpuModel);
   ~StepEngine();
 
   // The step to run next: the servers' lowest chunk version (agreed among
@@ -134,7 +148,7 @@ class StepEngine {
   void InjectOverflowAt(uint64_t step) { inject_overflow_step_ = step; }
 
   const EngineMemory& memory() const { return memory_; }
-  const model::GptModel& model() const { return *model_; }
+  const model::UnitModel& model() const { return *model_; }
   const LossScaler& loss_scaler() const { return scaler_; }
   // Resumes the loss scaler (from a checkpoint, or the state the previous
   // incarnation of rank 0 left in the key-value store); every rank must
@@ -203,7 +217,7 @@ class StepEngine {
   CommTicket prefetch_;
   CallCanceller prefetch_cancel_;
   std::unique_ptr<UnitCache> cache_;
-  std::unique_ptr<model::GptModel> model_;
+  std::unique_ptr<model::UnitModel> model_;
   std::vector<float> grad_shard_;            // this worker's partition, FP32
   std::vector<size_t> shard_offset_;         // element offset of unit u's part
   // Per unit: the sum of squares of its final part (comm thread; read after

@@ -53,11 +53,12 @@
 #include "worker/model/activation_buffer.h"
 #include "worker/model/checkpoint_policy.h"
 #include "worker/model/gpt_block.h"
+#include "worker/model/unit_model.h"
 #include "worker/model/unit_weights.h"
 
 namespace zeroshard::model {
 
-class GptModel {
+class GptModel final : public UnitModel {
  public:
   // `layout` must come from MakeGptManifest(shape, any partition count).
   static absl::StatusOr<GptModel> Create(const FlatLayout& layout,
@@ -65,19 +66,17 @@ class GptModel {
                                          DType param_dtype,
                                          const CheckpointPolicy& policy);
 
-  int num_blocks() const { return shape_.layers; }
-  static int embedding_unit() { return 0; }
-  static int block_unit(int l) { return 1 + l; }
-  int final_unit() const { return shape_.layers + 1; }
-  DType param_dtype() const { return param_dtype_; }
-  const CheckpointPolicy& policy() const { return policy_; }
+  int num_blocks() const override { return shape_.layers; }
+  DType param_dtype() const override { return param_dtype_; }
+  const CheckpointPolicy& policy() const override { return policy_; }
+  const char* device_name() const override { return "cpu"; }
 
   // Starts a micro-batch: tokens and targets [batch, seq] (seq <= context),
   // each in [0, vocab). Drops anything held from an unfinished micro-batch.
   absl::Status Begin(int batch, int seq, absl::Span<const int32_t> tokens,
-                     absl::Span<const int32_t> targets);
-  absl::Status EmbeddingForward(const UnitParams& embedding);
-  absl::Status BlockForward(int l, const UnitParams& block);
+                     absl::Span<const int32_t> targets) override;
+  absl::Status EmbeddingForward(const UnitParams& embedding) override;
+  absl::Status BlockForward(int l, const UnitParams& block) override;
   // ln_f + tied LM head + mean cross-entropy, then their backward. The loss's
   // gradient is multiplied by loss_scale (1 for BF16/FP32; the FP16 dynamic
   // scale), so every gradient is scaled by it. Returns the unscaled loss.
@@ -85,29 +84,29 @@ class GptModel {
                                               const UnitParams& embedding,
                                               float loss_scale,
                                               absl::Span<float> final_grad,
-                                              absl::Span<float> embedding_grad);
+                                              absl::Span<float> embedding_grad) override;
   // Forward only (validation): ln_f + tied LM head + mean cross-entropy
   // after the last block's forward; returns the loss and ends the
   // micro-batch (the model is idle again, nothing held for a backward).
   absl::StatusOr<double> FinalForwardLoss(const UnitParams& final_params,
-                                          const UnitParams& embedding);
+                                          const UnitParams& embedding) override;
   // Whether block l's internals are missing (must be recomputed first).
-  bool NeedsRecompute(int l) const;
+  bool NeedsRecompute(int l) const override;
   // The first block to recompute before BlockBackward(l): the nearest block
   // j <= l whose input is held.
-  int RecomputeStart(int l) const;
+  int RecomputeStart(int l) const override;
   // Forward of block j again from its held input, keeping its internals and
   // its output (the input of j+1).
-  absl::Status RecomputeBlock(int j, const UnitParams& block);
+  absl::Status RecomputeBlock(int j, const UnitParams& block) override;
   absl::Status BlockBackward(int l, const UnitParams& block,
-                             absl::Span<float> grad);
-  absl::Status EmbeddingBackward(absl::Span<float> embedding_grad);
+                             absl::Span<float> grad) override;
+  absl::Status EmbeddingBackward(absl::Span<float> embedding_grad) override;
 
   // Bytes of activations held now and the peak since the last ResetPeak():
   // block inputs, block internals, the residual stream and its gradient
   // (not the transient FP32 scratch of the op being computed).
-  const ActivationMemory& memory() const { return *mem_; }
-  void ResetPeak() { mem_->ResetPeak(); }
+  const ActivationMemory& memory() const override { return *mem_; }
+  void ResetPeak() override { mem_->ResetPeak(); }
 
  private:
   enum class Phase { kIdle, kForward, kBackward, kEmbeddingBackward };

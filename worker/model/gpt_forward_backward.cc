@@ -15,7 +15,7 @@ absl::StatusOr<GptStepResult> GptForwardBackward(
 }
 
 absl::StatusOr<GptStepResult> GptForwardBackward(
-    GptModel& model, const FlatLayout& layout, const void* params,
+    UnitModel& model, const FlatLayout& layout, const void* params,
     const GptBatch& batch, float loss_scale, absl::Span<float> grads) {
   if (params == nullptr) return absl::InvalidArgumentError("params are null");
   if (grads.size() != layout.total_elems()) {
@@ -36,26 +36,26 @@ absl::StatusOr<GptStepResult> GptForwardBackward(
   };
   const int L = model.num_blocks();
   RETURN_IF_ERROR(model.Begin(batch.batch, batch.seq, batch.tokens, batch.targets));
-  RETURN_IF_ERROR(model.EmbeddingForward(unit(GptModel::embedding_unit())));
+  RETURN_IF_ERROR(model.EmbeddingForward(unit(UnitModel::embedding_unit())));
   for (int l = 0; l < L; ++l) {
-    RETURN_IF_ERROR(model.BlockForward(l, unit(GptModel::block_unit(l))));
+    RETURN_IF_ERROR(model.BlockForward(l, unit(UnitModel::block_unit(l))));
   }
   GptStepResult result;
   ASSIGN_OR_RETURN(result.loss, model.FinalForwardBackward(
                                     unit(model.final_unit()),
-                                    unit(GptModel::embedding_unit()), loss_scale,
+                                    unit(UnitModel::embedding_unit()), loss_scale,
                                     grad(model.final_unit()),
-                                    grad(GptModel::embedding_unit())));
+                                    grad(UnitModel::embedding_unit())));
   for (int l = L - 1; l >= 0; --l) {
     if (model.NeedsRecompute(l)) {
       for (int j = model.RecomputeStart(l); j <= l; ++j) {
-        RETURN_IF_ERROR(model.RecomputeBlock(j, unit(GptModel::block_unit(j))));
+        RETURN_IF_ERROR(model.RecomputeBlock(j, unit(UnitModel::block_unit(j))));
       }
     }
-    RETURN_IF_ERROR(model.BlockBackward(l, unit(GptModel::block_unit(l)),
-                                        grad(GptModel::block_unit(l))));
+    RETURN_IF_ERROR(model.BlockBackward(l, unit(UnitModel::block_unit(l)),
+                                        grad(UnitModel::block_unit(l))));
   }
-  RETURN_IF_ERROR(model.EmbeddingBackward(grad(GptModel::embedding_unit())));
+  RETURN_IF_ERROR(model.EmbeddingBackward(grad(UnitModel::embedding_unit())));
   result.peak_activation_bytes = model.memory().peak();
   return result;
 }

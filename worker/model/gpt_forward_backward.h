@@ -43,9 +43,11 @@ absl::StatusOr<GptStepResult> GptForwardBackward(
     float loss_scale, absl::Span<float> grads);
 
 // The same on an existing model (its shape, dtype and checkpointing policy),
-// e.g. one kept across micro-batches so that its buffers are reused.
+// e.g. one kept across micro-batches so that its buffers are reused, or the
+// device model (worker/model/cuda/device_gpt.h; params and grads may then
+// be device memory).
 absl::StatusOr<GptStepResult> GptForwardBackward(
-    GptModel& model, const FlatLayout& layout, const void* params,
+    UnitModel& model, const FlatLayout& layout, const void* params,
     const GptBatch& batch, float loss_scale, absl::Span<float> grads);
 
 }  // namespace zeroshard::model

@@ -1,0 +1,129 @@
+#include "worker/compute_device.h"
+
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+#if ZS_HAVE_CUDA_MODEL
+#include <cuda_runtime_api.h>
+
+#include "worker/model/cuda/device_gpt.h"
+#endif
+
+namespace zeroshard {
+namespace {
+
+// The device for auto / "cuda": $LOCAL_RANK (one process per GPU, as
+// torchrun and the Kubernetes manifests start them) or rank % devices.
+int DefaultIndex(int rank, int devices) {
+  const char* local = std::getenv("LOCAL_RANK");
+  int k = 0;
+  if (local != nullptr && absl::SimpleAtoi(local, &k) && k >= 0) {
+    return k % devices;
+  }
+  return rank % devices;
+}
+
+ComputeChoice Cpu(std::string why) {
+  ComputeChoice c;
+  c.name = "cpu";
+  c.description = absl::StrCat("compute: cpu (", why, ")");
+  c.make_model = MakeCpuModel;
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceRequest> ParseDeviceFlag(absl::string_view flag) {
+  DeviceRequest r;
+  if (flag == "auto" || flag.empty()) return r;
+  if (flag == "cpu") {
+    r.kind = DeviceRequest::Kind::kCpu;
+    return r;
+  }
+  if (flag == "cuda") {
+    r.kind = DeviceRequest::Kind::kCuda;
+    return r;
+  }
+  int k = -1;
+  if (absl::ConsumePrefix(&flag, "cuda:") && absl::SimpleAtoi(flag, &k) &&
+      k >= 0) {
+    r.kind = DeviceRequest::Kind::kCuda;
+    r.index = k;
+    return r;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--device='", flag,
+                   "' is not one of auto, cpu, cuda, cuda:K (K >= 0)"));
+}
+
+bool BuiltWithCudaModel() {
+#if ZS_HAVE_CUDA_MODEL
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
+                                            int rank, DType param_dtype) {
+  using Kind = DeviceRequest::Kind;
+  if (request.kind == Kind::kCpu) return Cpu("--device=cpu");
+#if ZS_HAVE_CUDA_MODEL
+  absl::StatusOr<int> devices = model::CudaDeviceCount();
+  if (!devices.ok()) {
+    if (request.kind == Kind::kAuto) {
+      return Cpu(std::string(devices.status().message()));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=cuda", request.index >= 0 ? absl::StrCat(":", request.index) : "",
+        ": ", devices.status().message(), "; use --device=cpu"));
+  }
+  if (param_dtype == DType::kFp16) {
+    if (request.kind == Kind::kAuto) {
+      return Cpu("fp16 training runs on the CPU path; bf16 trains on the GPU");
+    }
+    return absl::InvalidArgumentError(
+        "--device=cuda: the CUDA model trains in bf16 or fp32, and this run "
+        "is fp16; set bf16 in the config, or use --device=cpu");
+  }
+  const int k = request.index >= 0 ? request.index : DefaultIndex(rank, *devices);
+  if (k >= *devices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device=cuda:", k, ": this machine has ", *devices,
+        " CUDA device(s), cuda:0..cuda:", *devices - 1));
+  }
+  cudaDeviceProp prop{};
+  std::string device_name = "?";
+  if (cudaGetDeviceProperties(&prop, k) == cudaSuccess) device_name = prop.name;
+  ComputeChoice c;
+  c.name = absl::StrCat("cuda:", k);
+  c.description = absl::StrCat(
+      "compute: ", c.name, " (", device_name, ", ", DTypeName(param_dtype),
+      " on cuBLASLt; each unit's parameters are copied to the device and its "
+      "gradients back to the host)");
+  c.make_model = [k](const FlatLayout& layout, const GptShape& shape,
+                     DType dtype, const model::CheckpointPolicy& policy)
+      -> absl::StatusOr<std::unique_ptr<model::UnitModel>> {
+    absl::StatusOr<std::unique_ptr<model::DeviceGptModel>> m =
+        model::DeviceGptModel::Create(layout, shape, dtype, policy, k);
+    if (!m.ok()) return m.status();
+    return std::unique_ptr<model::UnitModel>(*std::move(m));
+  };
+  return c;
+#else
+  (void)rank;
+  (void)param_dtype;
+  if (request.kind == Kind::kAuto) {
+    return Cpu("this zeroshard-worker was built without CUDA");
+  }
+  return absl::FailedPreconditionError(
+      "--device=cuda: this zeroshard-worker was built without CUDA (CMake "
+      "builds it when /usr/local/cuda has nvcc); use --device=cpu");
+#endif
+}
+
+}  // namespace zeroshard
