@@ -21,7 +21,8 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
                      const std::vector<std::string>& servers,
                      RendezvousStore* store, const std::string& group_name,
                      const BatchSampler& sampler, RigRun* out,
-                     EngineMemory* memory, const RigStepHook& before_step) {
+                     EngineMemory* memory, const RigStepHook& before_step,
+                     const ModelFactory& make_model) {
   ASSIGN_OR_RETURN(ModelManifest manifest,
                    MakeGptManifest(cfg.cluster.model, cfg.cluster.workers));
   ASSIGN_OR_RETURN(FlatLayout layout,
@@ -42,7 +43,7 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
   RETURN_IF_ERROR(InitializeServers(cfg, rank, client.get(), group.get()));
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client.get(),
-                                      group.get(), &sampler));
+                                      group.get(), &sampler, make_model));
   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
   for (; step < cfg.cluster.steps; ++step) {
     if (rank == 0 && before_step) {
@@ -102,7 +103,8 @@ absl::StatusOr<BatchSampler> BenchSampler(const TrainingConfig& config) {
 
 absl::StatusOr<RigRun> RunEngineRig(const TrainingConfig& config,
                                     const BatchSampler& sampler,
-                                    const RigStepHook& before_step) {
+                                    const RigStepHook& before_step,
+                                    const ModelFactory& make_model) {
   static std::atomic<int> counter{0};
   std::vector<std::unique_ptr<ShardServer>> servers;
   std::vector<std::string> addresses;
@@ -110,6 +112,7 @@ absl::StatusOr<RigRun> RunEngineRig(const TrainingConfig& config,
     ShardServer::Options o;
     o.server_index = k;
     o.num_servers = config.cluster.servers;
+    o.placement = config.cluster.placement;
     ASSIGN_OR_RETURN(std::unique_ptr<ShardServer> s, ShardServer::Start(o));
     addresses.push_back(absl::StrCat("127.0.0.1:", s->port()));
     servers.push_back(std::move(s));
@@ -124,7 +127,7 @@ absl::StatusOr<RigRun> RunEngineRig(const TrainingConfig& config,
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       status[r] = RunRank(r, config, addresses, &store, group, sampler, &run,
-                          &memory[r], before_step);
+                          &memory[r], before_step, make_model);
     });
   }
   for (auto& t : threads) t.join();

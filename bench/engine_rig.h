@@ -47,9 +47,13 @@ struct RigRun {
 using RigStepHook =
     std::function<absl::Status(uint64_t step, const ShardChannels& channels)>;
 
+// The servers take config.cluster.placement; the workers' model comes from
+// `make_model` (the CPU model unless the device benchmark passes the CUDA
+// one).
 absl::StatusOr<RigRun> RunEngineRig(const TrainingConfig& config,
                                     const BatchSampler& sampler,
-                                    const RigStepHook& before_step = nullptr);
+                                    const RigStepHook& before_step = nullptr,
+                                    const ModelFactory& make_model = MakeCpuModel);
 
 // Matrix-product FLOPs of one optimizer step (forward + backward = 3x
 // forward) for `tokens` tokens of sequence length T: the linear layers

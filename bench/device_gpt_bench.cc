@@ -1,0 +1,256 @@
+// zeroshard-bench device-gpt (CUDA builds; on a GPU machine): the GPT-2-124M
+// shape (12 layers, 12 heads, width 768, context 1024, vocab 50257) in BF16
+// on one GPU.
+//
+// 1. The model alone: forward + backward of the CUDA model
+//    (worker/model/cuda/device_gpt.h) with its parameters and gradients in
+//    device memory, no checkpointing; tokens/s and model FLOP utilization
+//    (matrix-product FLOPs of the step, bench/engine_rig.h's
+//    StepMatmulFlops, over the time) against two peaks measured or known in
+//    the same run: this device's own cuBLASLt BF16 rate on 8192^3 products,
+//    and the vendor's dense BF16 figure where the device is one we know.
+//    Peak activation bytes against the estimator's (common/memory_estimate).
+// 2. The whole step: 1 worker (the CUDA model, parameters staged from the
+//    host per unit) + 1 in-process server, ZeRO-3, with the server's state
+//    on the host (its AdamW on the CPU), then on the device
+//    (--placement=device); tokens/s and MFU of the median step.
+//
+//   zeroshard-bench device-gpt [--batch=8] [--steps=4] [--layers=12]
+//
+// Ends with "device-gpt ratio=MFU target=0.40" (the model alone, against
+// the vendor peak when known, else the measured GEMM rate).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+#include "bench/bench.h"
+#include "bench/engine_rig.h"
+#include "common/dtype.h"
+#include "common/init_values.h"
+#include "common/memory_estimate.h"
+#include "server/device_transfer.h"
+#include "worker/kernels/cuda/gemm.h"
+#include "worker/model/cuda/device_gpt.h"
+#include "worker/model/gpt_forward_backward.h"
+
+namespace zeroshard::bench {
+namespace {
+
+// Dense BF16 tensor FLOP/s the vendor states (no sparsity), by device name.
+double VendorBf16Peak(const std::string& name) {
+  struct Known {
+    const char* match;
+    double flops;
+  } known[] = {{"H200", 989e12}, {"H100 SXM", 989e12}, {"H100 80GB HBM3", 989e12},
+               {"H100 PCIe", 756e12}, {"H100", 756e12}, {"A100", 312e12},
+               {"L40S", 362e12}};
+  for (const Known& k : known) {
+    if (absl::StrContains(name, k.match)) return k.flops;
+  }
+  return 0;
+}
+
+double Seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+// cuBLASLt BF16 products [n,n] x [n,n] -> FP32, best of 5: FLOP/s.
+double MeasureDeviceGemm(int64_t n) {
+  auto gemm = kernels::cuda::CublasLtGemm::Create();
+  if (!gemm.ok()) return 0;
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  if (cudaMalloc(&a, n * n * 2) != cudaSuccess ||
+      cudaMalloc(&b, n * n * 2) != cudaSuccess ||
+      cudaMalloc(&c, n * n * 4) != cudaSuccess) {
+    return 0;
+  }
+  cudaMemset(a, 0x3c, n * n * 2);
+  cudaMemset(b, 0x3c, n * n * 2);
+  const kernels::GemmDesc g{.m = n, .n = n, .k = n,
+                            .a = {a, DType::kBf16, n}, .b = {b, DType::kBf16, n},
+                            .c = static_cast<float*>(c), .ldc = n};
+  double best = 1e30;
+  for (int r = 0; r < 6; ++r) {
+    cudaDeviceSynchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!(*gemm)->Run(g, nullptr).ok()) return 0;
+    cudaDeviceSynchronize();
+    if (r > 0) best = std::min(best, Seconds(t0));
+  }
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return 2.0 * n * n * n / best;
+}
+
+int Flag(const std::vector<std::string>& args, const char* name, int def) {
+  const std::string prefix = std::string("--") + name + "=";
+  for (const std::string& a : args) {
+    int v = 0;
+    if (a.rfind(prefix, 0) == 0 && absl::SimpleAtoi(a.substr(prefix.size()), &v)) {
+      return v;
+    }
+  }
+  return def;
+}
+
+int DeviceGpt(const std::vector<std::string>& args) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
+    std::printf("no CUDA device: nothing measured\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  const std::string name = prop.name;
+  const GptShape shape{.layers = Flag(args, "layers", 12), .heads = 12,
+                       .width = 768, .vocab = 50257, .context = 1024};
+  const int B = Flag(args, "batch", 8), T = shape.context;
+  const int steps = Flag(args, "steps", 4);
+  const double vendor = VendorBf16Peak(name);
+  const double gemm_rate = MeasureDeviceGemm(8192);
+  std::printf("device: %s, %.1f GiB; cuBLASLt BF16 8192^3: %.0f TFLOP/s; "
+              "vendor dense BF16: %s\n",
+              name.c_str(), prop.totalGlobalMem / double(1 << 30),
+              gemm_rate / 1e12,
+              vendor > 0 ? std::to_string(vendor / 1e12).substr(0, 5).c_str()
+                         : "unknown");
+  const double peak = vendor > 0 ? vendor : gemm_rate;
+
+  // 1. The model alone, device-resident.
+  auto layout = FlatLayout::Create(*MakeGptManifest(shape, 1), 1, 1);
+  if (!layout.ok()) {
+    std::printf("device-gpt: %s\n", layout.status().ToString().c_str());
+    return 1;
+  }
+  const size_t n = layout->total_elems();
+  std::vector<float> init(n);
+  FillInitialValues(*layout, 7, 0.02, {0, n}, init.data());
+  std::vector<uint16_t> bf16(n);
+  FloatToBf16Array(init.data(), bf16.data(), n);
+  init.clear();
+  init.shrink_to_fit();
+  size_t free0 = 0, total = 0;
+  cudaMemGetInfo(&free0, &total);
+  void* dparams = nullptr;
+  float* dgrads = nullptr;
+  if (cudaMalloc(&dparams, n * 2) != cudaSuccess ||
+      cudaMalloc(reinterpret_cast<void**>(&dgrads), n * 4) != cudaSuccess) {
+    std::printf("device-gpt: cannot allocate the parameters\n");
+    return 1;
+  }
+  cudaMemcpy(dparams, bf16.data(), n * 2, cudaMemcpyHostToDevice);
+  const model::CheckpointPolicy none{model::CheckpointMode::kNone};
+  auto m = model::DeviceGptModel::Create(*layout, shape, DType::kBf16, none, 0);
+  if (!m.ok()) {
+    std::printf("device-gpt: %s\n", m.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    tokens[i] = (i * 7919) % shape.vocab;
+    targets[i] = (i * 104729 + 1) % shape.vocab;
+  }
+  const model::GptBatch batch{B, T, tokens, targets};
+  double best = 1e30, loss = 0;
+  int64_t act_peak = 0;
+  for (int s = 0; s < steps + 1; ++s) {
+    cudaMemset(dgrads, 0, n * 4);
+    cudaDeviceSynchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = model::GptForwardBackward(**m, *layout, dparams, batch, 1.0f,
+                                       absl::Span<float>(dgrads, n));
+    cudaDeviceSynchronize();
+    if (!r.ok()) {
+      std::printf("device-gpt: %s\n", r.status().ToString().c_str());
+      return 1;
+    }
+    if (s > 0) best = std::min(best, Seconds(t0));
+    loss = r->loss;
+    act_peak = std::max(act_peak, r->peak_activation_bytes);
+  }
+  size_t free1 = 0;
+  cudaMemGetInfo(&free1, &total);
+  const double tokens_per_step = double(B) * T;
+  const double flops = StepMatmulFlops(shape, T, tokens_per_step);
+  const double mfu = flops / best / peak;
+  EstimateInput in;
+  in.model = shape;
+  in.micro_batch = B;
+  in.precision = Precision::kBf16;
+  in.checkpointing = CheckpointPolicy::kNone;
+  auto est = EstimateMemory(in);
+  const double est_act = est.ok() ? est->activations.chosen : 0;
+  std::printf("model alone (params %.1f M, batch %d x %d, no checkpointing): "
+              "%.3f s/step, %.0f tokens/s, loss %.3f, MFU %.1f%% of %s "
+              "(%.1f%% of the measured GEMM rate)\n",
+              n / 1e6, B, T, best, tokens_per_step / best, loss, 100 * mfu,
+              vendor > 0 ? "the vendor peak" : "the measured GEMM rate",
+              100 * flops / best / gemm_rate);
+  std::printf("peak activations %.0f MiB (estimator %.0f MiB); device memory "
+              "used %.0f MiB (model state 6 B/param = %.0f MiB, workspace "
+              "%.0f MiB)\n",
+              act_peak / 1048576.0, est_act / 1048576.0,
+              (double(free0) - double(free1)) / 1048576.0, n * 6 / 1048576.0,
+              (*m)->workspace_bytes() / 1048576.0);
+  m->reset();
+  cudaFree(dparams);
+  cudaFree(dgrads);
+
+  // 2. The whole step: 1 worker + 1 in-process server.
+  const ModelFactory cuda_model =
+      [](const FlatLayout& l, const GptShape& s, DType dt,
+         const model::CheckpointPolicy& p)
+      -> absl::StatusOr<std::unique_ptr<model::UnitModel>> {
+    auto dm = model::DeviceGptModel::Create(l, s, dt, p, 0);
+    if (!dm.ok()) return dm.status();
+    return std::unique_ptr<model::UnitModel>(*std::move(dm));
+  };
+  for (const Placement placement : {Placement::kHost, Placement::kDevice}) {
+    auto cfg = BenchConfig(shape, "bf16", 3, 1, 1, B, steps + 1);
+    if (!cfg.ok()) {
+      std::printf("device-gpt: %s\n", cfg.status().ToString().c_str());
+      return 1;
+    }
+    cfg->cluster.placement = placement;
+    auto sampler = BenchSampler(*cfg);
+    if (!sampler.ok()) {
+      std::printf("device-gpt: %s\n", sampler.status().ToString().c_str());
+      return 1;
+    }
+    auto run = RunEngineRig(*cfg, *sampler, nullptr, cuda_model);
+    if (!run.ok()) {
+      std::printf("step, server %s: %s\n", PlacementName(placement),
+                  run.status().ToString().c_str());
+      continue;
+    }
+    std::vector<double> secs;
+    for (size_t i = 1; i < run->steps.size(); ++i) {
+      secs.push_back(run->steps[i].seconds);
+    }
+    std::sort(secs.begin(), secs.end());
+    const double med = secs.empty() ? 0 : secs[secs.size() / 2];
+    std::printf("step, 1 worker + 1 server (%s): %.3f s/step, %.0f tokens/s, "
+                "MFU %.1f%%, loss %.3f -> %.3f\n",
+                PlacementName(placement), med, tokens_per_step / med,
+                100 * flops / med / peak, run->steps.front().loss,
+                run->steps.back().loss);
+  }
+  std::printf("device-gpt ratio=%.2f target=0.40\n", mfu);
+  return 0;
+}
+
+ZS_REGISTER_BENCH("device-gpt",
+                  "GPT-2-124M BF16 on one GPU: tokens/s, MFU, peak memory (GPU)",
+                  DeviceGpt);
+
+}  // namespace
+}  // namespace zeroshard::bench
