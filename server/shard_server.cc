@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "wire/grpc_tuning.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/authorizer.h"
 #include "server/shard_service_impl.h"
@@ -60,7 +61,14 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(
       .authorizer = std::move(authorizer),
       .max_pending_grad_bytes = options.max_pending_grad_bytes,
       .push_idle_timeout = options.push_idle_timeout,
-      .metrics = server->metrics_.get()});
+      .metrics = server->metrics_.get(),
+      .on_state_lost =
+          [srv = server.get()](const absl::Status& fault) {
+            ZS_LOG(ERROR) << fault << "; reporting NOT_SERVING";
+            if (srv->server_ != nullptr) {
+              srv->server_->GetHealthCheckService()->SetServingStatus(false);
+            }
+          }});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ApplyServerTuning(builder);
@@ -95,6 +103,11 @@ void ShardServer::Shutdown(absl::Duration grace) {
   if (server_ != nullptr) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   }
+}
+
+absl::StatusOr<std::shared_ptr<ModelShard>> ShardServer::StateForTesting()
+    const {
+  return service_->state();
 }
 
 void ShardServer::Wait() {

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "server/model_shard.h"
 #include "server/placement.h"
 #include "server/server_metrics.h"
 #include "wire/credentials.h"
@@ -77,6 +78,8 @@ class ShardServer {
   void Shutdown(absl::Duration grace = absl::Seconds(2));
   // Blocks until Shutdown has completed (from another thread).
   void Wait();
+  // The initialized shard (tests); FAILED_PRECONDITION before Init.
+  absl::StatusOr<std::shared_ptr<ModelShard>> StateForTesting() const;
 
  private:
   ShardServer() = default;

@@ -187,6 +187,7 @@ absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
                    ModelShard::Create(request, config_.identity,
                                       config_.placement));
   state->store().set_pending_grad_limit(config_.max_pending_grad_bytes);
+  state->store().set_fault_listener(config_.on_state_lost);
   FillInitResponse(*state, /*already=*/false, response);
   const std::string run_id = state->run_id();
   {

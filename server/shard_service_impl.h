@@ -22,6 +22,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -72,6 +73,9 @@ class ShardServiceImpl final : public ShardServiceBase {
     // Null: no metrics. Otherwise told of each checkpoint snapshot a
     // Checkpoint call arms or names (its durations); outlives the service.
     ServerMetrics* metrics = nullptr;
+    // Called once when the shard's state is lost (a device error,
+    // ShardStore::fault()); the server reports NOT_SERVING.
+    std::function<void(const absl::Status&)> on_state_lost;
   };
   explicit ShardServiceImpl(Config config);
 

@@ -67,14 +67,17 @@ size_t ShardStore::ChunkOf(uint64_t offset) const {
 }
 
 absl::Status ShardStore::Record(absl::Status status) const {
-  if (!status.ok()) {
+  if (status.ok()) return status;
+  absl::Status first;
+  {
     absl::MutexLock lock(&fault_mu_);
-    if (fault_.ok()) {
-      fault_ = absl::Status(status.code(),
-                            absl::StrCat("the shard's device state is lost: ",
-                                         status.message()));
-    }
+    if (!fault_.ok()) return status;
+    fault_ = absl::Status(status.code(),
+                          absl::StrCat("the shard's device state is lost: ",
+                                       status.message()));
+    first = fault_;
   }
+  if (fault_listener_) fault_listener_(first);
   return status;
 }
 

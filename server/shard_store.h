@@ -25,6 +25,7 @@
 #define ZEROSHARD_SERVER_SHARD_STORE_H_
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -118,6 +119,16 @@ class ShardStore {
   // reports NOT_SERVING and the run restores from a checkpoint). Always OK
   // for the host placements.
   absl::Status fault() const;
+  // Called once, with the fault, when the first one is recorded (the server
+  // then reports NOT_SERVING). Set before the store is shared.
+  void set_fault_listener(std::function<void(const absl::Status&)> f) {
+    fault_listener_ = std::move(f);
+  }
+  // Records `fault` as a device error would (tests of the fault path on any
+  // placement).
+  void RecordFaultForTesting(absl::Status fault) const {
+    Record(std::move(fault)).IgnoreError();
+  }
 
   // Bytes held by kind: "master", "exp_avg", "exp_avg_sq", "mirror",
   // "pending_grads".
@@ -174,6 +185,7 @@ class ShardStore {
   uint64_t pending_grad_limit_ = 0;  // set before the store is shared
   mutable absl::Mutex fault_mu_;
   mutable absl::Status fault_ ABSL_GUARDED_BY(fault_mu_);
+  std::function<void(const absl::Status&)> fault_listener_;
 };
 
 }  // namespace zeroshard

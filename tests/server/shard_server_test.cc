@@ -12,6 +12,7 @@
 #include "wire/proto_convert.h"
 #include "gtest/gtest.h"
 #include "optim/optimizer.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "server/placement.h"
 #include "tests/server/server_test_util.h"
 
@@ -374,6 +375,44 @@ TEST(ShardServerTest, KvSetGetWaitAndTimeout) {
   waiter.join();
   EXPECT_TRUE(waited.ok()) << waited.error_message();
   EXPECT_EQ(set("", "x").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// A lost state (what a device error records; injected here on the host
+// placement) poisons the shard: health says NOT_SERVING, every state call
+// fails with the fault, and nothing is served from the unknown state.
+TEST(ShardServerTest, LostStateIsNotServingAndRefusesEveryCall) {
+  auto server = ShardServer::Start({});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = testing::Connect((*server)->port());
+  ASSERT_TRUE(InitServer(*stub, MakeInit(SmallManifest(1), 1, 0, 3, 4096)).ok());
+  auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()),
+      grpc::InsecureChannelCredentials()));
+  auto serving = [&] {
+    grpc::ClientContext ctx;
+    grpc::health::v1::HealthCheckResponse r;
+    EXPECT_TRUE(health->Check(&ctx, {}, &r).ok());
+    return r.status();
+  };
+  EXPECT_EQ(serving(), grpc::health::v1::HealthCheckResponse::SERVING);
+  auto state = (*server)->StateForTesting();
+  ASSERT_TRUE(state.ok()) << state.status();
+  (*state)->store().RecordFaultForTesting(
+      absl::InternalError("cudaMemcpyAsync: cudaErrorECCUncorrectable"));
+  EXPECT_EQ(serving(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  const absl::Status fault = (*state)->store().fault();
+  EXPECT_EQ(fault.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(fault.message().find("device state is lost"), std::string::npos);
+  std::vector<float> out(64);
+  EXPECT_EQ((*state)->store().Read({0, 64}, DType::kFp32, out.data()).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_FALSE((*state)->store().Norms().ok());
+  // Over the wire: Inspect, which reads the state's norms, fails with it.
+  grpc::ClientContext ctx;
+  v1::InspectRequest req;
+  v1::InspectResponse resp;
+  EXPECT_EQ(stub->Inspect(&ctx, req, &resp).error_code(),
+            grpc::StatusCode::INTERNAL);
 }
 
 class GpuPlacementTest : public ::testing::TestWithParam<Placement> {};
