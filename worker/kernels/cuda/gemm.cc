@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 
+#include <string>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -83,6 +84,14 @@ absl::Status Layout(cublasLtMatrixLayout_t* out, const ColumnMajorOperand& o,
 
 }  // namespace
 
+// One product shape's descriptors and chosen algorithm, built on its first
+// call and reused: building them and asking the heuristic costs tens of
+// microseconds, as long as a small product takes on the device.
+struct CublasLtGemm::Plan {
+  Descriptors d;
+  cublasLtMatmulAlgo_t algo;
+};
+
 absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
     size_t workspace_bytes) {
   ASSIGN_OR_RETURN(const CublasLtApi* lt, LoadCublasLt());
@@ -99,20 +108,33 @@ absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
 }
 
 CublasLtGemm::~CublasLtGemm() {
+  plans_.clear();  // their descriptors before the handle
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (handle_ != nullptr) Lt().Destroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-absl::Status CublasLtGemm::Run(const GemmDesc& g, cudaStream_t stream) {
-  RETURN_IF_ERROR(ValidateGemm(g));
-  if (g.a.dtype != g.b.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gemm on the device: A is ", DTypeName(g.a.dtype), " and B ",
-        DTypeName(g.b.dtype), "; convert both to one dtype first "
-        "(cuda::FloatsToBf16)"));
-  }
-  const ColumnMajorGemm cm = ToColumnMajor(g);
-  Descriptors d;
+absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::PlanFor(
+    const GemmDesc& g, const ColumnMajorGemm& cm) {
+  const int64_t ea = static_cast<int64_t>(DTypeSize(cm.a.dtype));
+  const int64_t eb = static_cast<int64_t>(DTypeSize(cm.b.dtype));
+  const uint32_t align[4] = {
+      Alignment(cm.a.data, cm.stride_a * ea, cm.batch),
+      Alignment(cm.b.data, cm.stride_b * eb, cm.batch),
+      Alignment(cm.c, cm.stride_c * 4, cm.batch),
+      Alignment(cm.c, cm.stride_c * 4, cm.batch)};
+  const int epilogue = (cm.bias != nullptr ? 1 : 0) + (cm.gelu ? 2 : 0);
+  // Everything the descriptors and the algorithm depend on (not the
+  // pointers, beyond their alignment; the bias pointer is set per call).
+  std::string key = absl::StrCat(
+      cm.m, ",", cm.n, ",", cm.k, ",", static_cast<int>(cm.a.dtype), ",",
+      cm.a.trans, ",", cm.a.ld, ",", cm.a.rows, ",", cm.a.cols, ",",
+      cm.b.trans, ",", cm.b.ld, ",", cm.b.rows, ",", cm.b.cols, ",", cm.ldc,
+      ",", cm.batch, ",", cm.stride_a, ",", cm.stride_b, ",", cm.stride_c,
+      ",", epilogue, ",", align[0], ",", align[1], ",", align[2]);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+  auto plan = std::make_unique<Plan>();
+  Descriptors& d = plan->d;
   RETURN_IF_ERROR(LtStatus(
       Lt().MatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
       "matmul descriptor"));
@@ -120,28 +142,28 @@ absl::Status CublasLtGemm::Run(const GemmDesc& g, cudaStream_t stream) {
   const cublasOperation_t tb = cm.b.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   RETURN_IF_ERROR(LtStatus(
       Lt().MatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                     sizeof(ta)),
+                                  sizeof(ta)),
       "transa"));
   RETURN_IF_ERROR(LtStatus(
       Lt().MatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                     sizeof(tb)),
+                                  sizeof(tb)),
       "transb"));
-  if (cm.bias != nullptr || cm.gelu) {
+  if (epilogue != 0) {
     const cublasLtEpilogue_t ep =
         cm.bias != nullptr
             ? (cm.gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
             : CUBLASLT_EPILOGUE_GELU;
     RETURN_IF_ERROR(LtStatus(
         Lt().MatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
-                                       sizeof(ep)),
+                                    sizeof(ep)),
         "epilogue"));
-    if (cm.bias != nullptr) {
-      RETURN_IF_ERROR(LtStatus(
-          Lt().MatmulDescSetAttribute(d.op,
-                                         CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                         &cm.bias, sizeof(cm.bias)),
-          "bias pointer"));
-    }
+  }
+  if (cm.bias != nullptr) {
+    // The heuristic wants a bias pointer to plan with; each call sets its own.
+    RETURN_IF_ERROR(LtStatus(
+        Lt().MatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                    &cm.bias, sizeof(cm.bias)),
+        "bias pointer"));
   }
   if (g.batch > INT32_MAX) {
     return absl::InvalidArgumentError(
@@ -151,23 +173,15 @@ absl::Status CublasLtGemm::Run(const GemmDesc& g, cudaStream_t stream) {
   RETURN_IF_ERROR(Layout(&d.b, cm.b, cm.batch, cm.stride_b));
   RETURN_IF_ERROR(LtStatus(
       Lt().MatrixLayoutCreate(&d.c, CUDA_R_32F, static_cast<uint64_t>(cm.m),
-                                 static_cast<uint64_t>(cm.n), cm.ldc),
+                              static_cast<uint64_t>(cm.n), cm.ldc),
       "output layout"));
   RETURN_IF_ERROR(Batch(d.c, cm.batch, cm.stride_c));
-  RETURN_IF_ERROR(LtStatus(Lt().MatmulPreferenceCreate(&d.pref),
-                           "preference"));
+  RETURN_IF_ERROR(LtStatus(Lt().MatmulPreferenceCreate(&d.pref), "preference"));
   RETURN_IF_ERROR(LtStatus(
       Lt().MatmulPreferenceSetAttribute(
           d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
           sizeof(workspace_bytes_)),
       "workspace preference"));
-  const int64_t ea = static_cast<int64_t>(DTypeSize(cm.a.dtype));
-  const int64_t eb = static_cast<int64_t>(DTypeSize(cm.b.dtype));
-  const uint32_t align[4] = {
-      Alignment(cm.a.data, cm.stride_a * ea, cm.batch),
-      Alignment(cm.b.data, cm.stride_b * eb, cm.batch),
-      Alignment(cm.c, cm.stride_c * 4, cm.batch),
-      Alignment(cm.c, cm.stride_c * 4, cm.batch)};
   const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -179,23 +193,47 @@ absl::Status CublasLtGemm::Run(const GemmDesc& g, cudaStream_t stream) {
                                           sizeof(align[i])),
         "alignment preference"));
   }
-  auto* handle = static_cast<cublasLtHandle_t>(handle_);
   cublasLtMatmulHeuristicResult_t result = {};
   int found = 0;
   RETURN_IF_ERROR(LtStatus(
-      Lt().MatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.pref,
-                                     1, &result, &found),
+      Lt().MatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), d.op,
+                                  d.a, d.b, d.c, d.c, d.pref, 1, &result,
+                                  &found),
       "choosing an algorithm"));
   if (found == 0) {
     return absl::UnimplementedError(absl::StrCat(
         "cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k,
         " dtype ", DTypeName(g.a.dtype)));
   }
+  plan->algo = result.algo;
+  Plan* raw = plan.get();
+  plans_.emplace(std::move(key), std::move(plan));
+  return raw;
+}
+
+absl::Status CublasLtGemm::Run(const GemmDesc& g, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateGemm(g));
+  if (g.a.dtype != g.b.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm on the device: A is ", DTypeName(g.a.dtype), " and B ",
+        DTypeName(g.b.dtype), "; convert both to one dtype first "
+        "(cuda::FloatsToBf16)"));
+  }
+  const ColumnMajorGemm cm = ToColumnMajor(g);
+  ASSIGN_OR_RETURN(Plan * plan, PlanFor(g, cm));
+  if (cm.bias != nullptr) {
+    RETURN_IF_ERROR(LtStatus(
+        Lt().MatmulDescSetAttribute(plan->d.op,
+                                    CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                    &cm.bias, sizeof(cm.bias)),
+        "bias pointer"));
+  }
   const float alpha = 1.0f;
   return LtStatus(
-      Lt().Matmul(handle, d.op, &alpha, cm.a.data, d.a, cm.b.data, d.b,
-                     &cm.beta, cm.c, d.c, cm.c, d.c, &result.algo, workspace_,
-                     workspace_bytes_, stream),
+      Lt().Matmul(static_cast<cublasLtHandle_t>(handle_), plan->d.op, &alpha,
+                  cm.a.data, plan->d.a, cm.b.data, plan->d.b, &cm.beta, cm.c,
+                  plan->d.c, cm.c, plan->d.c, &plan->algo, workspace_,
+                  workspace_bytes_, stream),
       "matmul");
 }
 

@@ -9,9 +9,10 @@
 //
 // A and B must have the same dtype here (the CPU path rounds a mixed FP32
 // operand to BF16 itself; on the device the worker keeps both in BF16):
-// mixed dtypes are INVALID_ARGUMENT. One CublasLtGemm per thread and device
-// (the handle is thread-safe, its workspace is not shared across concurrent
-// streams).
+// mixed dtypes are INVALID_ARGUMENT. Each product shape's descriptors and
+// algorithm (cuBLASLt's first heuristic choice, told the operands' real
+// alignment) are built on its first call and cached. Not thread-safe: one
+// CublasLtGemm per thread and device.
 #ifndef ZEROSHARD_WORKER_KERNELS_CUDA_GEMM_H_
 #define ZEROSHARD_WORKER_KERNELS_CUDA_GEMM_H_
 
@@ -19,6 +20,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <unordered_map>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,12 +38,16 @@ class CublasLtGemm {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
-  // Validates (ValidateGemm, same dtypes), picks cuBLASLt's first heuristic
-  // algorithm for the shape and enqueues the product on `stream`.
+  // Validates (ValidateGemm, same dtypes), takes the shape's cached plan (or
+  // builds it) and enqueues the product on `stream`.
   absl::Status Run(const GemmDesc& g, cudaStream_t stream);
 
  private:
+  struct Plan;  // one shape's descriptors and algorithm (gemm.cc)
   CublasLtGemm() = default;
+  absl::StatusOr<Plan*> PlanFor(const GemmDesc& g, const ColumnMajorGemm& cm);
+
+  std::unordered_map<std::string, std::unique_ptr<Plan>> plans_;
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
