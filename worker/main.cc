@@ -91,7 +91,9 @@ ABSL_FLAG(std::string, hostname, "",
           "address this worker listens on for Gloo and advertises to its "
           "peers; empty: the local address of this host's route to server 0 "
           "(loopback exactly when the servers are)");
-ABSL_FLAG(std::string, comm, "gloo", "collectives backend: gloo or nccl");
+ABSL_FLAG(std::string, comm, "gloo",
+          "collectives backend: gloo (nccl is refused until the engine keeps "
+          "units on the device)");
 ABSL_FLAG(std::string, device, "auto",
           "where the model computes: auto (a CUDA device when there is one "
           "and the run is bf16/fp32, else the CPU), cpu, cuda, cuda:K");
@@ -301,6 +303,14 @@ absl::Status Run() {
                    ChooseCompute(device_request, rank,
                                  ParamDTypeFor(cfg.precision)));
   ZS_LOG(INFO) << compute.description;
+  if (absl::GetFlag(FLAGS_comm) == "nccl") {
+    // NcclWorkerGroup takes device buffers; the engine's are host memory.
+    return absl::FailedPreconditionError(
+        "--comm=nccl: the step engine all-gathers units and reduce-scatters "
+        "gradients in host memory, and NCCL needs them on the device (the "
+        "device engine is not built yet: docs/DESIGN.md, \"The GPU path\"); "
+        "use --comm=gloo, the default");
+  }
   std::vector<std::string> servers = cfg.cluster.server_addresses;
   if (!absl::GetFlag(FLAGS_servers).empty() || servers.empty()) {
     ASSIGN_OR_RETURN(servers, ParseServerList(absl::GetFlag(FLAGS_servers)));

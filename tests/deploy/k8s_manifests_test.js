@@ -9,7 +9,7 @@
 // requires each break to be reported: the checks can fail.
 //
 //   node tests/deploy/k8s_manifests_test.js --overlay=deploy/k8s/overlays/gpu \
-//     --comm=nccl --gpus=1 [--bin=build/bin/zeroshard-ctl]... [--kubectl=K]... [--mutations]
+//     --comm=gloo --gpus=1 [--bin=build/bin/zeroshard-ctl]... [--kubectl=K]... [--mutations]
 //
 // --bin names a zeroshard binary of this build (zeroshard-ctl resolves the
 // config; for each binary given, the flags the manifests pass it must be

@@ -175,6 +175,27 @@ TEST(CtlTest, ConfigWritesWhatAWorkerReadsAndWorkersCheckIt) {
   EXPECT_NE(r->err.find("was resolved for 2 workers and 3 servers"),
             std::string::npos)
       << r->err;
+  // --device and --comm are checked before the worker joins anything.
+  const std::string one = dir + "/one.json";
+  r = RunBinary("zeroshard-ctl",
+                {"config", "--config=examples/gpt-small.json", "--workers=1",
+                 "--num_servers=1", "--out=" + one},
+                kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--device=gpu", "--device='gpu' is not one of auto, cpu, cuda"},
+      {"--device=cuda:999", "--device=cuda"},
+      {"--comm=nccl", "use --comm=gloo"}};
+  for (const auto& [flag, want] : refused) {
+    r = RunBinary("zeroshard-worker",
+                  {"--rank=0", "--world_size=1", "--servers=127.0.0.1:1",
+                   "--config=" + one, flag},
+                  kTimeout);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status.code, 1) << flag;
+    EXPECT_NE(r->err.find(want), std::string::npos) << flag << ": " << r->err;
+  }
   // A DeepSpeed-style file is not what a worker reads.
   r = RunBinary("zeroshard-worker",
                 {"--rank=0", "--world_size=1", "--servers=127.0.0.1:1",
