@@ -92,8 +92,8 @@ ABSL_FLAG(std::string, hostname, "",
           "peers; empty: the local address of this host's route to server 0 "
           "(loopback exactly when the servers are)");
 ABSL_FLAG(std::string, comm, "gloo",
-          "collectives backend: gloo (nccl is refused until the engine keeps "
-          "units on the device)");
+          "collectives backend among workers: gloo (TCP) or nccl (GPUs; the "
+          "engine's host buffers are staged through the device)");
 ABSL_FLAG(std::string, device, "auto",
           "where the model computes: auto (a CUDA device when there is one "
           "and the run is bf16/fp32, else the CPU), cpu, cuda, cuda:K");
@@ -215,6 +215,14 @@ struct Joined {
 // worker group. With --attempt=auto, an attempt that a peer's restart
 // replaced while this rank was joining (ABORTED from the store) is left for
 // the newer one, a bounded number of times.
+// The WorkerGroup backend for --comm: the engine's units and gradients are
+// host memory, so NCCL runs on them staged through the device
+// (worker/comm/nccl_host_group.h).
+std::string CommBackend() {
+  const std::string comm = absl::GetFlag(FLAGS_comm);
+  return comm == "nccl" ? "nccl-host" : comm;
+}
+
 absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
                             const std::vector<std::string>& servers,
                             const FlatLayout& layout,
@@ -258,7 +266,7 @@ absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
     group_options.timeout = client_options.call_timeout;
     group_options.hostname = hostname;
     absl::StatusOr<std::unique_ptr<WorkerGroup>> group =
-        CreateWorkerGroup(absl::GetFlag(FLAGS_comm), rank, world, j.kv.get(),
+        CreateWorkerGroup(CommBackend(), rank, world, j.kv.get(),
                           group_options);
     absl::Status s = group.status();
     if (s.ok()) {
@@ -303,13 +311,10 @@ absl::Status Run() {
                    ChooseCompute(device_request, rank,
                                  ParamDTypeFor(cfg.precision)));
   ZS_LOG(INFO) << compute.description;
-  if (absl::GetFlag(FLAGS_comm) == "nccl") {
-    // NcclWorkerGroup takes device buffers; the engine's are host memory.
-    return absl::FailedPreconditionError(
-        "--comm=nccl: the step engine all-gathers units and reduce-scatters "
-        "gradients in host memory, and NCCL needs them on the device (the "
-        "device engine is not built yet: docs/DESIGN.md, \"The GPU path\"); "
-        "use --comm=gloo, the default");
+  if (absl::Status usable = CheckBackendUsable(CommBackend()); !usable.ok()) {
+    return absl::Status(usable.code(),
+                        absl::StrCat("--comm=", absl::GetFlag(FLAGS_comm),
+                                     ": ", usable.message()));
   }
   std::vector<std::string> servers = cfg.cluster.server_addresses;
   if (!absl::GetFlag(FLAGS_servers).empty() || servers.empty()) {

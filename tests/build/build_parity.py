@@ -28,6 +28,7 @@ import sys
 CMAKE_ONLY = {
     "worker/comm/nccl_collectives.cc":
         "CUDA/NCCL: the Bazel build has no CUDA toolchain",
+    "worker/comm/nccl_host_group.cc": "CUDA/NCCL: host buffers over NCCL",
     "optim/adam_device.cc": "CUDA: the device AdamW (nvcc)",
     "worker/kernels/cuda/gemm.cc": "CUDA: cuBLASLt matrix products",
     "bench/device_bench.cc": "CUDA: the device benchmarks",

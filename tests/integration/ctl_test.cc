@@ -186,7 +186,7 @@ TEST(CtlTest, ConfigWritesWhatAWorkerReadsAndWorkersCheckIt) {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"--device=gpu", "--device='gpu' is not one of auto, cpu, cuda"},
       {"--device=cuda:999", "--device=cuda"},
-      {"--comm=nccl", "use --comm=gloo"}};
+      {"--comm=mpi", "--comm=mpi: unknown collectives backend"}};
   for (const auto& [flag, want] : refused) {
     r = RunBinary("zeroshard-worker",
                   {"--rank=0", "--world_size=1", "--servers=127.0.0.1:1",

@@ -9,6 +9,7 @@
 #include "worker/comm/gloo_collectives.h"
 #ifdef ZS_HAVE_NCCL
 #include "worker/comm/nccl_collectives.h"
+#include "worker/comm/nccl_host_group.h"
 #endif
 
 namespace zeroshard {
@@ -97,11 +98,36 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> CreateWorkerGroup(
                      GlooWorkerGroup::Create(rank, size, store, options));
     return std::unique_ptr<WorkerGroup>(std::move(group));
   }
+  if (backend == "nccl-host") {
+#ifdef ZS_HAVE_NCCL
+    return CreateHostStagedNcclGroup(rank, size, store, options);
+#else
+    return absl::UnimplementedError(
+        "collectives backend 'nccl' is not built (no CUDA/NCCL at configure "
+        "time); use 'gloo'");
+#endif
+  }
   if (backend == "nccl") {
 #ifdef ZS_HAVE_NCCL
     ASSIGN_OR_RETURN(std::unique_ptr<NcclWorkerGroup> group,
                      NcclWorkerGroup::Create(rank, size, store, options));
     return std::unique_ptr<WorkerGroup>(std::move(group));
+#else
+    return absl::UnimplementedError(
+        "collectives backend 'nccl' is not built (no CUDA/NCCL at configure "
+        "time); use 'gloo'");
+#endif
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown collectives backend '", backend,
+      "' (want 'gloo', 'nccl' or 'nccl-host')"));
+}
+
+absl::Status CheckBackendUsable(absl::string_view backend) {
+  if (backend == "gloo") return absl::OkStatus();
+  if (backend == "nccl" || backend == "nccl-host") {
+#ifdef ZS_HAVE_NCCL
+    return VisibleCudaDevices().status();
 #else
     return absl::UnimplementedError(
         "collectives backend 'nccl' is not built (no CUDA/NCCL at configure "

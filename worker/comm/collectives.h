@@ -156,12 +156,18 @@ class WorkerGroup {
 
 // Creates and connects a group: blocks until all `size` ranks have joined
 // through `store` or GroupOptions::timeout passes (DEADLINE_EXCEEDED naming
-// the ranks that did not join). `backend` is "gloo" or "nccl"; "nccl" gives
-// FAILED_PRECONDITION when no GPU is visible and UNIMPLEMENTED in a build
-// without CUDA/NCCL. `store` must outlive the call only.
+// the ranks that did not join). `backend` is "gloo", "nccl" (device buffers)
+// or "nccl-host" (host buffers staged through the device:
+// nccl_host_group.h); the NCCL ones give FAILED_PRECONDITION when no GPU is
+// visible and UNIMPLEMENTED in a build without CUDA/NCCL. `store` must
+// outlive the call only.
 absl::StatusOr<std::unique_ptr<WorkerGroup>> CreateWorkerGroup(
     absl::string_view backend, int rank, int size, RendezvousStore* store,
     const GroupOptions& options);
+
+// Whether `backend` can be created on this machine and build, without
+// joining anything (the checks CreateWorkerGroup would fail on first).
+absl::Status CheckBackendUsable(absl::string_view backend);
 
 // Validation shared by the backends (INVALID_ARGUMENT with what was wrong).
 absl::Status ValidateGroupShape(int rank, int size);
