@@ -90,13 +90,18 @@ class HostStagedNcclGroup final : public WorkerGroup {
   }
 
   absl::Status Broadcast(std::string* bytes, int root) override {
+    RETURN_IF_ERROR(Select());
     return inner_->Broadcast(bytes, root);
   }
-  absl::Status Barrier() override { return inner_->Barrier(); }
+  absl::Status Barrier() override {
+    RETURN_IF_ERROR(Select());
+    return inner_->Barrier();
+  }
 
  protected:
   absl::Status AllReduceHost(ReduceType type, void* values, size_t count,
                              ReduceOp op) override {
+    RETURN_IF_ERROR(Select());
     switch (type) {
       case ReduceType::kF32:
         return inner_->AllReduce({static_cast<float*>(values), count}, op);
