@@ -53,17 +53,28 @@ struct ThreadDeviceContext {
 absl::StatusOr<ThreadDeviceContext*> Context() {
   thread_local ThreadDeviceContext ctx;
   const int want = g_state_device.load(std::memory_order_relaxed);
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(want), "selecting the state device"));
   if (ctx.device != want) {
-    ctx.Release();
-    ctx.device = want;
+    ctx.Release();  // selects the old device to free its resources
+    // Built into locals and committed only whole: a failure leaves the
+    // context empty, to be built again by the next call.
+    RETURN_IF_ERROR(
+        CudaStatus(cudaSetDevice(want), "selecting the state device"));
+    cudaStream_t stream = nullptr;
+    void* staging = nullptr;
     RETURN_IF_ERROR(CudaStatus(
-        cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking),
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
         "creating a state stream"));
-    RETURN_IF_ERROR(CudaStatus(
-        cudaHostAlloc(&ctx.staging, kStagingBytes, cudaHostAllocDefault),
-        "allocating pinned staging for the device state"));
+    const cudaError_t e =
+        cudaHostAlloc(&staging, kStagingBytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      cudaStreamDestroy(stream);
+      return CudaStatus(e, "allocating pinned staging for the device state");
+    }
+    ctx.stream = stream;
+    ctx.staging = staging;
+    ctx.device = want;
   }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(want), "selecting the state device"));
   return &ctx;
 }
 

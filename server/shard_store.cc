@@ -67,6 +67,13 @@ size_t ShardStore::ChunkOf(uint64_t offset) const {
 }
 
 absl::Status ShardStore::Record(absl::Status status) const {
+  // A failed allocation (device_transfer allocates before it writes) changed
+  // nothing: the call fails, the state stands.
+  if (status.ok() || absl::IsResourceExhausted(status)) return status;
+  return RecordAny(std::move(status));
+}
+
+absl::Status ShardStore::RecordAny(absl::Status status) const {
   if (status.ok()) return status;
   absl::Status first;
   {
@@ -168,7 +175,9 @@ absl::Status ShardStore::ApplyUpdatesInChunk(
         AdamUpdate(u.step, u.grad, slice);
         continue;
       }
-      absl::Status s = Record(AdamUpdateFromHost(u.step, u.grad, slice));
+      // Any failure poisons: the step's claim on the chunk stands, so an
+      // update that did not happen must not pass for one.
+      absl::Status s = RecordAny(AdamUpdateFromHost(u.step, u.grad, slice));
       if (!s.ok()) {
         absl::MutexLock lock(&error_mu);
         if (first_error.ok()) first_error = std::move(s);
@@ -193,7 +202,7 @@ absl::Status ShardStore::Read(FlatRange range, DType dtype, void* out) const {
                          : static_cast<const void*>(master_ + i);
   const size_t bytes = range.size() * (bf16 ? sizeof(uint16_t) : sizeof(float));
   absl::MutexLock lock(&chunk_mu_[ChunkOf(range.begin)]);
-  if (on_device()) return Record(CopyDeviceToHost(out, src, bytes));
+  if (on_device()) return CopyDeviceToHost(out, src, bytes);  // state intact
   std::memcpy(out, src, bytes);
   return absl::OkStatus();
 }
@@ -269,8 +278,8 @@ absl::Status ShardStore::WithChunkLocked(
   const float* arrays[3] = {master_ + i, exp_avg_ + i, exp_avg_sq_ + i};
   for (int k = 0; k < 3; ++k) {
     copies[k].resize(r.size());
-    RETURN_IF_ERROR(Record(CopyDeviceToHost(copies[k].data(), arrays[k],
-                                            r.size() * sizeof(float))));
+    RETURN_IF_ERROR(CopyDeviceToHost(copies[k].data(), arrays[k],
+                                     r.size() * sizeof(float)));
   }
   f({r, copies[0].data(), copies[1].data(), copies[2].data()});
   return absl::OkStatus();

@@ -127,7 +127,7 @@ class ShardStore {
   // Records `fault` as a device error would (tests of the fault path on any
   // placement).
   void RecordFaultForTesting(absl::Status fault) const {
-    Record(std::move(fault)).IgnoreError();
+    RecordAny(std::move(fault)).IgnoreError();
   }
 
   // Bytes held by kind: "master", "exp_avg", "exp_avg_sq", "mirror",
@@ -156,8 +156,11 @@ class ShardStore {
   ShardStore() = default;
   bool on_device() const { return placement_ == Placement::kDevice; }
   absl::Status FinishFill();
-  // Records a device error as the store's fault; returns `status`.
+  // Records a device error from a write of the state as the store's fault
+  // (not a failed allocation: nothing was written); returns `status`.
   absl::Status Record(absl::Status status) const;
+  // The same for every error code (updates: see ApplyUpdatesInChunk).
+  absl::Status RecordAny(absl::Status status) const;
   // Device: writes master[i, i + n) from host `master` and the mirror from
   // its rounding.
   absl::Status PutMasterAndMirror(size_t i, const float* master, size_t n);

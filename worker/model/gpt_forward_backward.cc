@@ -56,6 +56,7 @@ absl::StatusOr<GptStepResult> GptForwardBackward(
                                         grad(UnitModel::block_unit(l))));
   }
   RETURN_IF_ERROR(model.EmbeddingBackward(grad(UnitModel::embedding_unit())));
+  RETURN_IF_ERROR(model.Synchronize());  // the grads are complete on return
   result.peak_activation_bytes = model.memory().peak();
   return result;
 }

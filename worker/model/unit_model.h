@@ -55,6 +55,12 @@ class UnitModel {
                                      absl::Span<float> grad) = 0;
   virtual absl::Status EmbeddingBackward(absl::Span<float> embedding_grad) = 0;
 
+  // Waits until the model's work enqueued so far has finished (the CUDA
+  // model's stream; the CPU model's calls finish before they return). A
+  // caller that passes device or pinned buffers calls it before reusing or
+  // reading them; pageable host buffers are free when a call returns.
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
+
   // Activation bytes held now and at the peak (host or device memory).
   virtual const ActivationMemory& memory() const = 0;
   virtual void ResetPeak() = 0;

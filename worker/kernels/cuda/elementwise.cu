@@ -13,14 +13,14 @@ namespace {
                    threadIdx.x;                                            \
        i < (n); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-__global__ void GeluForwardKernel(const float* __restrict__ x,
-                                  float* __restrict__ y, int64_t n) {
+// x and y (dy and dx below) may be the same array: each element is read and
+// then written by one thread, so no __restrict__ on them.
+__global__ void GeluForwardKernel(const float* x, float* y, int64_t n) {
   ZS_FOR_EACH_ELEMENT(i, n) y[i] = GeluForwardElement(x[i]);
 }
 
 __global__ void GeluBackwardKernel(const float* __restrict__ x,
-                                   const float* __restrict__ dy,
-                                   float* __restrict__ dx, int64_t n) {
+                                   const float* dy, float* dx, int64_t n) {
   ZS_FOR_EACH_ELEMENT(i, n) dx[i] = GeluBackwardElement(x[i], dy[i]);
 }
 

@@ -94,12 +94,22 @@ absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceGptModel::Create(
 }
 
 DeviceGptModel::~DeviceGptModel() {
+  Select().IgnoreError();
   Clear();
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     runner_.reset();
     cudaStreamDestroy(stream_);
   }
+}
+
+absl::Status DeviceGptModel::Select() const {
+  return CudaStatus(cudaSetDevice(device_), "selecting the model's device");
+}
+
+absl::Status DeviceGptModel::Synchronize() {
+  RETURN_IF_ERROR(Select());
+  return CudaStatus(cudaStreamSynchronize(stream_), "waiting for the model");
 }
 
 int64_t DeviceGptModel::workspace_bytes() const {
@@ -228,6 +238,7 @@ absl::Status DeviceGptModel::FinishGrad(const GradTarget& g) {
 absl::Status DeviceGptModel::Begin(int batch, int seq,
                                    absl::Span<const int32_t> tokens,
                                    absl::Span<const int32_t> targets) {
+  RETURN_IF_ERROR(Select());
   Clear();
   if (batch <= 0 || seq <= 0 || seq > shape_.context) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -263,6 +274,7 @@ absl::Status DeviceGptModel::Begin(int batch, int seq,
 }
 
 absl::Status DeviceGptModel::EmbeddingForward(const UnitParams& embedding) {
+  RETURN_IF_ERROR(Select());
   RETURN_IF_ERROR(CheckPhase(Phase::kForward, "EmbeddingForward"));
   if (next_ != -1) {
     return absl::FailedPreconditionError("EmbeddingForward called twice");
@@ -282,6 +294,7 @@ absl::Status DeviceGptModel::EmbeddingForward(const UnitParams& embedding) {
 }
 
 absl::Status DeviceGptModel::BlockForward(int l, const UnitParams& block) {
+  RETURN_IF_ERROR(Select());
   RETURN_IF_ERROR(CheckPhase(Phase::kForward, "BlockForward"));
   if (l != next_) {
     return absl::FailedPreconditionError(
@@ -355,6 +368,7 @@ absl::StatusOr<double> DeviceGptModel::FinalForwardBackward(
     const UnitParams& final_params, const UnitParams& embedding,
     float loss_scale, absl::Span<float> final_grad,
     absl::Span<float> embedding_grad) {
+  RETURN_IF_ERROR(Select());
   RETURN_IF_ERROR(CheckPhase(Phase::kForward, "FinalForwardBackward"));
   if (next_ != shape_.layers) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -417,6 +431,7 @@ absl::StatusOr<double> DeviceGptModel::FinalForwardBackward(
 
 absl::StatusOr<double> DeviceGptModel::FinalForwardLoss(
     const UnitParams& final_params, const UnitParams& embedding) {
+  RETURN_IF_ERROR(Select());
   RETURN_IF_ERROR(CheckPhase(Phase::kForward, "FinalForwardLoss"));
   if (next_ != shape_.layers) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -441,6 +456,7 @@ int DeviceGptModel::RecomputeStart(int l) const {
 }
 
 absl::Status DeviceGptModel::RecomputeBlock(int j, const UnitParams& block) {
+  RETURN_IF_ERROR(Select());
   RETURN_IF_ERROR(CheckPhase(Phase::kBackward, "RecomputeBlock"));
   if (j < 0 || j > next_ || inputs_[j].empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -460,6 +476,7 @@ absl::Status DeviceGptModel::RecomputeBlock(int j, const UnitParams& block) {
 
 absl::Status DeviceGptModel::BlockBackward(int l, const UnitParams& block,
                                            absl::Span<float> grad) {
+  RETURN_IF_ERROR(Select());
   RETURN_IF_ERROR(CheckPhase(Phase::kBackward, "BlockBackward"));
   if (l != next_) {
     return absl::FailedPreconditionError(
@@ -488,6 +505,7 @@ absl::Status DeviceGptModel::BlockBackward(int l, const UnitParams& block,
 
 absl::Status DeviceGptModel::EmbeddingBackward(
     absl::Span<float> embedding_grad) {
+  RETURN_IF_ERROR(Select());
   RETURN_IF_ERROR(CheckPhase(Phase::kEmbeddingBackward, "EmbeddingBackward"));
   ASSIGN_OR_RETURN(GradTarget g, StageGrad(embedding_unit(), embedding_grad, 0));
   const UnitInfo& u = layout_->units()[embedding_unit()];

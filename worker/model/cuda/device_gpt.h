@@ -7,7 +7,9 @@
 // host unit is copied to a device staging slot before use, and a host
 // gradient span is copied to the device, accumulated into there, and copied
 // back before the call returns, so the engine's contract (+= into its
-// buffers) holds either way. The staged path is what the step engine uses
+// buffers) holds either way. Device buffers (and pinned host ones, whose
+// copies are asynchronous) are used by work that may still run when a call
+// returns: call Synchronize() before reusing or reading them. The staged path is what the step engine uses
 // today; a caller that keeps its units on the device (the device benchmark,
 // and the NCCL engine once it exists) passes device pointers and nothing
 // crosses the bus.
@@ -73,6 +75,7 @@ class DeviceGptModel final : public UnitModel {
 
   const ActivationMemory& memory() const override { return *mem_; }
   void ResetPeak() override { mem_->ResetPeak(); }
+  absl::Status Synchronize() override;
 
   cudaStream_t stream() const { return stream_; }
   // Device bytes of the staging slots and scratch (not activations).
@@ -94,6 +97,9 @@ class DeviceGptModel final : public UnitModel {
   };
 
   DeviceGptModel() = default;
+  // Makes the model's device current on the calling thread (the CUDA
+  // runtime's current device is per thread); every public call starts so.
+  absl::Status Select() const;
   absl::StatusOr<DeviceUnitWeights> Weights(int unit, const UnitParams& p,
                                             int slot);
   absl::StatusOr<GradTarget> StageGrad(int unit, absl::Span<float> grad,
