@@ -94,19 +94,7 @@ absl::Status GptModel::CheckGrad(int unit, absl::Span<float> grad) const {
 absl::Status GptModel::Begin(int batch, int seq, absl::Span<const int32_t> tokens,
                              absl::Span<const int32_t> targets) {
   Clear();
-  if (batch <= 0 || seq <= 0 || seq > shape_.context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "micro-batch shape batch=", batch, " seq=", seq,
-        " must be positive with seq <= context ", shape_.context));
-  }
-  const size_t n = static_cast<size_t>(batch) * seq;
-  if (tokens.size() != n || targets.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "micro-batch needs ", n, " tokens and targets, got ", tokens.size(),
-        " and ", targets.size()));
-  }
-  RETURN_IF_ERROR(k::CheckTokens(tokens.data(), n, shape_.vocab, "token"));
-  RETURN_IF_ERROR(k::CheckTokens(targets.data(), n, shape_.vocab, "target"));
+  RETURN_IF_ERROR(ValidateMicroBatch(shape_, batch, seq, tokens, targets));
   tokens_.assign(tokens.begin(), tokens.end());
   targets_.assign(targets.begin(), targets.end());
   dims_ = BlockDims{batch, seq, shape_.width, shape_.heads, ComputeDType(param_dtype_)};

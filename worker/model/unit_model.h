@@ -17,11 +17,19 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
+#include "common/gpt_manifest.h"
 #include "worker/model/activation_buffer.h"
 #include "worker/model/checkpoint_policy.h"
 #include "worker/model/unit_weights.h"
 
 namespace zeroshard::model {
+
+// The checks both models' Begin makes before anything else: positive batch
+// and seq with seq <= the context, batch * seq tokens and targets, each in
+// [0, vocab) (INVALID_ARGUMENT naming what is wrong).
+absl::Status ValidateMicroBatch(const GptShape& shape, int batch, int seq,
+                                absl::Span<const int32_t> tokens,
+                                absl::Span<const int32_t> targets);
 
 class UnitModel {
  public:

@@ -2,22 +2,15 @@
 
 #include <math.h>
 
-#include <cub/block/block_reduce.cuh>
-
 #include "common/bf16_bits.h"
 #include "worker/kernels/cuda/launch.h"
+#include "worker/kernels/cuda/row_block.cuh"
 
 namespace zeroshard::kernels::cuda {
 namespace {
 
 constexpr int64_t kMaxSeq = 12288;  // 48 KiB of float scores per row
 
-using BlockFloat = cub::BlockReduce<float, kThreads>;
-
-__device__ inline float Ld(float x) { return x; }
-__device__ inline float Ld(uint16_t x) { return Bf16BitsToFloat(x); }
-__device__ inline void St(float* p, float v) { *p = v; }
-__device__ inline void St(uint16_t* p, float v) { *p = FloatToBf16Bits(v); }
 // An FP32 value as a product operand of the qkv dtype (BF16: rounded).
 template <typename E>
 __device__ inline float AsOperand(float v);
@@ -28,18 +21,6 @@ __device__ inline float AsOperand<float>(float v) {
 template <>
 __device__ inline float AsOperand<uint16_t>(float v) {
   return Bf16BitsToFloat(FloatToBf16Bits(v));
-}
-
-// The block's reduction of v, returned to every thread.
-template <typename Op>
-__device__ float BlockAll(float v, Op op, BlockFloat::TempStorage& tmp,
-                          float* broadcast) {
-  const float r = BlockFloat(tmp).Reduce(v, op);
-  if (threadIdx.x == 0) *broadcast = r;
-  __syncthreads();
-  const float out = *broadcast;
-  __syncthreads();
-  return out;
 }
 
 struct Geometry {

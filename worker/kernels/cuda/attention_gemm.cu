@@ -2,35 +2,16 @@
 
 #include <math.h>
 
-#include <cub/block/block_reduce.cuh>
-
 #include "absl/strings/str_cat.h"
 #include "common/bf16_bits.h"
 #include "worker/kernels/cuda/elementwise.h"
 #include "worker/kernels/cuda/launch.h"
+#include "worker/kernels/cuda/row_block.cuh"
 #include "worker/kernels/gemm_desc.h"
 
 namespace zeroshard::kernels::cuda {
 namespace {
 
-using BlockFloat = cub::BlockReduce<float, kThreads>;
-
-__device__ inline float Ld(float x) { return x; }
-__device__ inline float Ld(uint16_t x) { return Bf16BitsToFloat(x); }
-__device__ inline void St(float* p, float v) { *p = v; }
-__device__ inline void St(uint16_t* p, float v) { *p = FloatToBf16Bits(v); }
-
-// The block's reduction of v, returned to every thread.
-template <typename Op>
-__device__ float BlockAll(float v, Op op, BlockFloat::TempStorage& tmp,
-                          float* broadcast) {
-  const float r = BlockFloat(tmp).Reduce(v, op);
-  if (threadIdx.x == 0) *broadcast = r;
-  __syncthreads();
-  const float out = *broadcast;
-  __syncthreads();
-  return out;
-}
 
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_status.h"
 #include "common/status_macros.h"
-#include "worker/kernels/cpu/cpu_kernels.h"
 #include "worker/kernels/cuda/cross_entropy.h"
 #include "worker/kernels/cuda/elementwise.h"
 #include "worker/kernels/cuda/embedding.h"
@@ -240,22 +239,9 @@ absl::Status DeviceGptModel::Begin(int batch, int seq,
                                    absl::Span<const int32_t> targets) {
   RETURN_IF_ERROR(Select());
   Clear();
-  if (batch <= 0 || seq <= 0 || seq > shape_.context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "micro-batch shape batch=", batch, " seq=", seq,
-        " must be positive with seq <= context ", shape_.context));
-  }
+  // Tokens checked here: the device kernels cannot report a bad one.
+  RETURN_IF_ERROR(ValidateMicroBatch(shape_, batch, seq, tokens, targets));
   const size_t n = static_cast<size_t>(batch) * seq;
-  if (tokens.size() != n || targets.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "micro-batch needs ", n, " tokens and targets, got ", tokens.size(),
-        " and ", targets.size()));
-  }
-  // Checked here: the device kernels cannot report a bad token.
-  RETURN_IF_ERROR(
-      kernels::cpu::CheckTokens(tokens.data(), n, shape_.vocab, "token"));
-  RETURN_IF_ERROR(
-      kernels::cpu::CheckTokens(targets.data(), n, shape_.vocab, "target"));
   RETURN_IF_ERROR(tokens_d_.Reserve(n * sizeof(int32_t), stream_));
   RETURN_IF_ERROR(targets_d_.Reserve(n * sizeof(int32_t), stream_));
   RETURN_IF_ERROR(CudaStatus(
