@@ -110,7 +110,12 @@ absl::Status SelectStateDevice(int ordinal) {
   g_state_device.store(ordinal, std::memory_order_relaxed);
   return absl::OkStatus();
 #else
-  if (ordinal != 0) return NoCuda();
+  if (ordinal != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--cuda_device=", ordinal,
+        ": this zeroshard-server was built without CUDA; use "
+        "--placement=host"));
+  }
   return absl::OkStatus();
 #endif
 }

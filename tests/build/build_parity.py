@@ -29,6 +29,11 @@ CMAKE_ONLY = {
     "worker/comm/nccl_collectives.cc":
         "CUDA/NCCL: the Bazel build has no CUDA toolchain",
     "worker/comm/nccl_host_group.cc": "CUDA/NCCL: host buffers over NCCL",
+    "worker/kernels/cuda/cublaslt_api.cc": "CUDA: cuBLASLt loaded at run time",
+    "worker/kernels/cuda/device_scratch.cc": "CUDA: grow-only device buffers",
+    "worker/model/cuda/device_block.cc": "CUDA: a GPT block on the device",
+    "worker/model/cuda/device_buffer.cc": "CUDA: device activations",
+    "worker/model/cuda/device_gpt.cc": "CUDA: the GPT model on the device",
     "optim/adam_device.cc": "CUDA: the device AdamW (nvcc)",
     "worker/kernels/cuda/gemm.cc": "CUDA: cuBLASLt matrix products",
     "bench/device_bench.cc": "CUDA: the device benchmarks",
