@@ -6,17 +6,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
 #include "common/status_macros.h"
 #include "worker/comm/nccl_collectives.h"
 
 namespace zeroshard {
 namespace {
 
+// The shared CUDA-error conversion (common/cuda_status.h), named for this
+// group.
 absl::Status Cuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("nccl-host: ", what, ": ",
-                                          cudaGetErrorName(e), " (",
-                                          cudaGetErrorString(e), ")"));
+  return CudaStatus(e, absl::StrCat("nccl-host: ", what));
 }
 
 // A device buffer that only grows.
