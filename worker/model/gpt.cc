@@ -12,11 +12,6 @@ namespace {
 
 namespace k = kernels::cpu;
 
-const char* PhaseName(int p) {
-  static const char* kNames[] = {"idle", "forward", "backward", "embedding backward"};
-  return kNames[p];
-}
-
 }  // namespace
 
 absl::StatusOr<GptModel> GptModel::Create(const FlatLayout& layout,
@@ -61,15 +56,6 @@ void GptModel::Clear() {
   dx_.Release();
   phase_ = Phase::kIdle;
   next_ = 0;
-}
-
-absl::Status GptModel::CheckPhase(Phase want, const char* call) const {
-  if (phase_ != want) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        call, " called in the ", PhaseName(static_cast<int>(phase_)),
-        " phase; it belongs to the ", PhaseName(static_cast<int>(want)), " phase"));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<UnitWeights> GptModel::Weights(int unit, const UnitParams& p) const {

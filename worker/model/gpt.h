@@ -109,11 +109,9 @@ class GptModel final : public UnitModel {
   void ResetPeak() override { mem_->ResetPeak(); }
 
  private:
-  enum class Phase { kIdle, kForward, kBackward, kEmbeddingBackward };
   GptModel() = default;
   absl::StatusOr<UnitWeights> Weights(int unit, const UnitParams& p) const;
   absl::Status CheckGrad(int unit, absl::Span<float> grad) const;
-  absl::Status CheckPhase(Phase want, const char* call) const;
   void Clear();
   // The final unit's forward, shared by training and validation: x = x_L in
   // FP32, ln = ln_f(x) (mean, rstd for backward), lnq = ln rounded to the
@@ -132,7 +130,6 @@ class GptModel final : public UnitModel {
   std::unique_ptr<ActivationMemory> mem_ = std::make_unique<ActivationMemory>();
   BlockDims dims_;
   std::vector<int32_t> tokens_, targets_;
-  Phase phase_ = Phase::kIdle;
   int next_ = 0;                  // next block to run forward / backward
   std::vector<ActBuffer> inputs_; // [L + 1]: x_l, kept per policy
   std::vector<BlockActs> acts_;   // [L]

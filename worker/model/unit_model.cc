@@ -25,4 +25,16 @@ absl::Status ValidateMicroBatch(const GptShape& shape, int batch, int seq,
   return kernels::cpu::CheckTokens(targets.data(), n, shape.vocab, "target");
 }
 
+absl::Status UnitModel::CheckPhase(Phase want, const char* call) const {
+  static const char* kNames[] = {"idle", "forward", "backward",
+                                 "embedding backward"};
+  if (phase_ != want) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        call, " called in the ", kNames[static_cast<int>(phase_)],
+        " phase; it belongs to the ", kNames[static_cast<int>(want)],
+        " phase"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace zeroshard::model

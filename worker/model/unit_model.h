@@ -72,6 +72,14 @@ class UnitModel {
   // Activation bytes held now and at the peak (host or device memory).
   virtual const ActivationMemory& memory() const = 0;
   virtual void ResetPeak() = 0;
+
+ protected:
+  // Where a micro-batch stands (the call order of gpt.h), and the check every
+  // call makes against it: FAILED_PRECONDITION naming the call and both
+  // phases.
+  enum class Phase { kIdle, kForward, kBackward, kEmbeddingBackward };
+  absl::Status CheckPhase(Phase want, const char* call) const;
+  Phase phase_ = Phase::kIdle;
 };
 
 }  // namespace zeroshard::model

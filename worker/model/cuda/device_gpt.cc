@@ -19,12 +19,6 @@ namespace {
 namespace k = kernels::cuda;
 using kernels::MatRef;
 
-const char* PhaseName(int p) {
-  static const char* kNames[] = {"idle", "forward", "backward",
-                                 "embedding backward"};
-  return kNames[p];
-}
-
 // Whether the device can use p in place (device or managed memory). Pinned
 // and pageable host memory are copied like any host buffer.
 bool IsDeviceMemory(const void* p) {
@@ -127,16 +121,6 @@ void DeviceGptModel::Clear() {
   dx_.Release();
   phase_ = Phase::kIdle;
   next_ = 0;
-}
-
-absl::Status DeviceGptModel::CheckPhase(Phase want, const char* call) const {
-  if (phase_ != want) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        call, " called in the ", PhaseName(static_cast<int>(phase_)),
-        " phase; it belongs to the ", PhaseName(static_cast<int>(want)),
-        " phase"));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<DeviceUnitWeights> DeviceGptModel::Weights(int unit,

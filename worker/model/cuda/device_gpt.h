@@ -82,7 +82,6 @@ class DeviceGptModel final : public UnitModel {
   int64_t workspace_bytes() const;
 
  private:
-  enum class Phase { kIdle, kForward, kBackward, kEmbeddingBackward };
   // A unit's parameters on the device (copied there when given on the host)
   // and its FP32 vectors.
   struct Slot {
@@ -105,7 +104,6 @@ class DeviceGptModel final : public UnitModel {
   absl::StatusOr<GradTarget> StageGrad(int unit, absl::Span<float> grad,
                                        int slot);
   absl::Status FinishGrad(const GradTarget& g);
-  absl::Status CheckPhase(Phase want, const char* call) const;
   void Clear();
   // ln_f + tied head into logits_ (FP32 [M, V]); ln (FP32), lnq (compute
   // dtype), mean, rstd kept for the backward.
@@ -128,7 +126,6 @@ class DeviceGptModel final : public UnitModel {
   kernels::cuda::DeviceScratch tokens_d_, targets_d_, loss_d_;
   kernels::cuda::DeviceScratch head_[5];  // x, ln, logits, mean/rstd, lnq
   BlockDims dims_;
-  Phase phase_ = Phase::kIdle;
   int next_ = 0;
   std::vector<DeviceBuffer> inputs_;  // [L + 1]
   std::vector<DeviceBlockActs> acts_;  // [L]
