@@ -101,10 +101,9 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
   if (cudaGetDeviceProperties(&prop, k) == cudaSuccess) device_name = prop.name;
   ComputeChoice c;
   c.name = absl::StrCat("cuda:", k);
-  c.description = absl::StrCat(
-      "compute: ", c.name, " (", device_name, ", ", DTypeName(param_dtype),
-      " on cuBLASLt; each unit's parameters are copied to the device and its "
-      "gradients back to the host)");
+  c.cuda_device = k;
+  c.description = absl::StrCat("compute: ", c.name, " (", device_name, ", ",
+                               DTypeName(param_dtype), " on cuBLASLt)");
   c.make_model = [k](const FlatLayout& layout, const GptShape& shape,
                      DType dtype, const model::CheckpointPolicy& policy)
       -> absl::StatusOr<std::unique_ptr<model::UnitModel>> {

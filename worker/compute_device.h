@@ -40,6 +40,7 @@ bool BuiltWithCudaModel();
 
 struct ComputeChoice {
   std::string name;         // "cpu" or "cuda:K"
+  int cuda_device = -1;     // K, or -1 for the CPU
   std::string description;  // the one log line
   ModelFactory make_model;
 };

@@ -215,17 +215,20 @@ struct Joined {
 // worker group. With --attempt=auto, an attempt that a peer's restart
 // replaced while this rank was joining (ABORTED from the store) is left for
 // the newer one, a bounded number of times.
-// The WorkerGroup backend for --comm: the engine's units and gradients are
-// host memory, so NCCL runs on them staged through the device
-// (worker/comm/nccl_host_group.h).
-std::string CommBackend() {
+// The WorkerGroup backend for --comm: with the CUDA model, NCCL on the
+// device buffers where the engine keeps its units and gradients; with the
+// CPU model they are host memory, and NCCL runs on them staged through the
+// device (worker/comm/nccl_host_group.h).
+std::string CommBackend(const ComputeChoice& compute) {
   const std::string comm = absl::GetFlag(FLAGS_comm);
-  return comm == "nccl" ? "nccl-host" : comm;
+  if (comm != "nccl") return comm;
+  return compute.cuda_device >= 0 ? "nccl" : "nccl-host";
 }
 
 absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
                             const std::vector<std::string>& servers,
                             const FlatLayout& layout,
+                            const ComputeChoice& compute,
                             ShardClientOptions client_options) {
   const std::string attempt_flag = absl::GetFlag(FLAGS_attempt);
   const bool auto_attempt = attempt_flag == "auto";
@@ -265,8 +268,9 @@ absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
     group_options.group = absl::GetFlag(FLAGS_run_id) + "/workers";
     group_options.timeout = client_options.call_timeout;
     group_options.hostname = hostname;
+    group_options.cuda_device = compute.cuda_device;
     absl::StatusOr<std::unique_ptr<WorkerGroup>> group =
-        CreateWorkerGroup(CommBackend(), rank, world, j.kv.get(),
+        CreateWorkerGroup(CommBackend(compute), rank, world, j.kv.get(),
                           group_options);
     absl::Status s = group.status();
     if (s.ok()) {
@@ -311,7 +315,8 @@ absl::Status Run() {
                    ChooseCompute(device_request, rank,
                                  ParamDTypeFor(cfg.precision)));
   ZS_LOG(INFO) << compute.description;
-  if (absl::Status usable = CheckBackendUsable(CommBackend()); !usable.ok()) {
+  if (absl::Status usable = CheckBackendUsable(CommBackend(compute));
+      !usable.ok()) {
     return absl::Status(usable.code(),
                         absl::StrCat("--comm=", absl::GetFlag(FLAGS_comm),
                                      ": ", usable.message()));
@@ -342,7 +347,8 @@ absl::Status Run() {
                    LoadClientCredentials(absl::GetFlag(FLAGS_credentials),
                                          role));
   ASSIGN_OR_RETURN(Joined joined,
-                   Join(cfg, rank, world, servers, layout, client_options));
+                   Join(cfg, rank, world, servers, layout, compute,
+                        client_options));
   ShardClient* const client = joined.client.get();
   KvClient* const kv = joined.kv.get();
   WorkerGroup* const group = joined.group.get();
@@ -369,6 +375,18 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client,
                                       group, &sampler, compute.make_model));
+  if (compute.cuda_device >= 0) {
+    ZS_LOG(INFO) << (engine->units_in_model_memory()
+                         ? absl::StrCat("engine: units and gradients in ",
+                                        compute.name, " memory, collectives "
+                                        "over ", group->backend())
+                         : absl::StrCat("engine: units and gradients in host "
+                                        "memory, copied to ", compute.name,
+                                        " per call (the '", group->backend(),
+                                        "' group takes host buffers; "
+                                        "--comm=nccl keeps them on the "
+                                        "device)"));
+  }
   if (absl::GetFlag(FLAGS_inject_partial_apply_at_step) >= 0) {
     engine->InjectPartialApplyAt(static_cast<uint64_t>(
         absl::GetFlag(FLAGS_inject_partial_apply_at_step)));

@@ -34,6 +34,8 @@ CMAKE_ONLY = {
     "worker/model/cuda/device_block.cc": "CUDA: a GPT block on the device",
     "worker/model/cuda/device_buffer.cc": "CUDA: device activations",
     "worker/model/cuda/device_gpt.cc": "CUDA: the GPT model on the device",
+    "worker/model/cuda/device_memory.cc":
+        "CUDA: the engine's units and gradients in device memory",
     "optim/adam_device.cc": "CUDA: the device AdamW (nvcc)",
     "worker/kernels/cuda/gemm.cc": "CUDA: cuBLASLt matrix products",
     "bench/device_bench.cc": "CUDA: the device benchmarks",

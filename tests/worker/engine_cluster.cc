@@ -60,7 +60,7 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
   ASSIGN_OR_RETURN(BatchSampler sampler, TestSampler(cfg));
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client.get(),
-                                      group.get(), &sampler));
+                                      group.get(), &sampler, o.make_model));
   if (o.inject_overflow_step >= 0 && rank == o.inject_overflow_rank) {
     engine->InjectOverflowAt(static_cast<uint64_t>(o.inject_overflow_step));
   }

@@ -98,6 +98,8 @@ struct TrainOptions {
   // steps); -1: trains to config.cluster.steps. A later TrainWorkers on the
   // same cluster resumes from the servers' version.
   int64_t stop_before_step = -1;
+  // Makes each rank's model (the CPU model by default).
+  ModelFactory make_model = MakeCpuModel;
   // Runs on each rank's thread after each successful step.
   std::function<void(int rank, const StepEngine& engine, const StepResult& r)>
       on_step;

@@ -92,8 +92,12 @@ class WorkerGroup {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // "gloo" or "nccl".
+  // "gloo", "nccl" or "nccl-host".
   virtual absl::string_view backend() const = 0;
+  // Whether AllGather / AllGatherInPlace / ReduceScatter take device
+  // memory (NCCL: enqueued on the group's stream, complete after
+  // Synchronize()); false: host memory, complete on return.
+  virtual bool device_buffers() const { return false; }
 
   // out = concatenation of every rank's `local`, in rank order.
   // Requires out.size() == size() * local.size(); `local` must not overlap

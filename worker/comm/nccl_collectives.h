@@ -47,6 +47,7 @@ class NcclWorkerGroup : public WorkerGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   absl::string_view backend() const override { return "nccl"; }
+  bool device_buffers() const override { return true; }
 
   absl::Status AllGather(absl::Span<const uint8_t> local,
                          absl::Span<uint8_t> out) override;

@@ -39,12 +39,15 @@ StepEngine::StepEngine(const TrainingConfig& config, const FlatLayout* layout,
       param_dtype_(ParamDTypeFor(config.precision)),
       wire_dtype_(config.precision == Precision::kBf16 ? DType::kBf16
                                                        : DType::kFp32),
-      stage_(config.zero.stage),
-      direct_grads_(group->size() == 1 && config.zero.stage >= 2) {}
+      stage_(config.zero.stage) {}
 
 StepEngine::~StepEngine() {
   CancelPrefetch();
   (void)queue_.Drain();
+  // Model memory is returned before the model that owns it goes.
+  resident_grads_.clear();
+  cache_.reset();
+  if (rs_model_ != nullptr) mem_->Free(rs_model_);
 }
 
 void StepEngine::CancelPrefetch() {
@@ -92,9 +95,22 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
       ModelCheckpointPolicy(config.activation_checkpointing);
   ASSIGN_OR_RETURN(e->model_, make_model(*layout, config.cluster.model,
                                          e->param_dtype_, policy));
+  model::ModelMemory* mem = e->model_->memory_space();
+  if (mem != nullptr && (group->size() == 1 || group->device_buffers() ||
+                         mem->host_addressable())) {
+    e->mem_ = mem;
+  }
+  if (group->device_buffers() && e->mem_ == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the '", group->backend(), "' worker group takes device buffers and "
+        "the model computes in host memory; use a host-memory group "
+        "(gloo, nccl-host) with the CPU model"));
+  }
+  e->direct_grads_ =
+      group->size() == 1 && config.zero.stage >= 2 && e->mem_ == nullptr;
   e->cache_ = std::make_unique<UnitCache>(layout, rank, e->param_dtype_,
                                           /*resident=*/config.zero.stage < 3,
-                                          group, &e->queue_);
+                                          group, &e->queue_, e->mem_);
   size_t off = 0;
   for (size_t u = 0; u < layout->units().size(); ++u) {
     e->shard_offset_.push_back(off);
@@ -110,9 +126,8 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
   }
   if (config.zero.stage == 1) {
     for (const UnitInfo& u : layout->units()) {
-      e->resident_grads_.push_back(
-          std::make_shared<std::vector<float>>(u.padded, 0.0f));
-      e->live_grad_bytes_ += u.padded * sizeof(float);
+      ASSIGN_OR_RETURN(UnitGradPtr g, e->NewUnitGrad(u.padded));
+      e->resident_grads_.push_back(std::move(g));
     }
     e->memory_.unit_grads_peak = e->live_grad_bytes_;
   }
@@ -171,40 +186,76 @@ absl::Status StepEngine::Fetch(uint64_t step) {
   return absl::OkStatus();
 }
 
-std::shared_ptr<std::vector<float>> StepEngine::UnitGradBuffer(int unit,
-                                                               bool accumulate) {
-  if (stage_ == 1) return resident_grads_[unit];
-  // The shard itself (GradSpan) on the first micro-batch; later ones sum a
-  // whole micro-batch's gradient first and then add it, in the same order as
-  // N workers and the LocalTrainer do.
-  if (direct_grads_ && !accumulate) return nullptr;
-  const uint64_t n = layout_->units()[unit].padded;
+absl::StatusOr<StepEngine::UnitGradPtr> StepEngine::NewUnitGrad(size_t n) {
+  auto g = std::make_unique<UnitGrad>();
+  g->size = n;
+  if (mem_ == nullptr) {
+    g->host.assign(n, 0.0f);
+    g->data = g->host.data();
+  } else {
+    ASSIGN_OR_RETURN(void* p, mem_->Allocate(n * sizeof(float)));
+    g->data = static_cast<float*>(p);
+    if (absl::Status s = mem_->Zero(p, n * sizeof(float)); !s.ok()) {
+      mem_->Free(p);
+      return s;
+    }
+  }
   // Atomic: the deleter below subtracts on the comm thread.
   const uint64_t live = __atomic_add_fetch(&live_grad_bytes_, n * sizeof(float),
                                            __ATOMIC_RELAXED);
   memory_.unit_grads_peak = std::max(memory_.unit_grads_peak, live);
   auto* self = this;
-  return std::shared_ptr<std::vector<float>>(
-      new std::vector<float>(n, 0.0f), [self](std::vector<float>* p) {
-        // Runs on whichever thread drops the last reference; the counter is
-        // only read by the compute thread after the queue drained.
-        __atomic_fetch_sub(&self->live_grad_bytes_, p->size() * sizeof(float),
-                           __ATOMIC_RELAXED);
-        delete p;
-      });
+  return UnitGradPtr(g.release(), [self](UnitGrad* p) {
+    // Runs on whichever thread drops the last reference (after the
+    // reduce-scatter that read it); the counter is only read by the compute
+    // thread after the queue drained.
+    __atomic_fetch_sub(&self->live_grad_bytes_, p->size * sizeof(float),
+                       __ATOMIC_RELAXED);
+    if (self->mem_ != nullptr) self->mem_->Free(p->data);
+    delete p;
+  });
 }
 
-absl::Span<float> StepEngine::GradSpan(
-    int unit, const std::shared_ptr<std::vector<float>>& buffer) {
-  if (buffer != nullptr) return absl::MakeSpan(*buffer);
+absl::StatusOr<StepEngine::UnitGradPtr> StepEngine::UnitGradBuffer(
+    int unit, bool accumulate) {
+  if (stage_ == 1) return resident_grads_[unit];
+  // The shard itself (GradSpan) on the first micro-batch; later ones sum a
+  // whole micro-batch's gradient first and then add it, in the same order as
+  // N workers and the LocalTrainer do.
+  if (direct_grads_ && !accumulate) return UnitGradPtr();
+  return NewUnitGrad(layout_->units()[unit].padded);
+}
+
+absl::Span<float> StepEngine::GradSpan(int unit, const UnitGradPtr& buffer) {
+  if (buffer != nullptr) return absl::MakeSpan(buffer->data, buffer->size);
   // One worker under ZeRO-2/3: its part of the unit is the whole padded
   // unit, and the model accumulates straight into the FP32 shard.
   return absl::MakeSpan(grad_shard_.data() + shard_offset_[unit],
                         layout_->units()[unit].padded);
 }
 
-void StepEngine::QueueReduceScatter(int unit,
-                                    std::shared_ptr<std::vector<float>> grad,
+absl::Status StepEngine::ReduceScatterFromModel(const UnitGrad& grad,
+                                                absl::Span<float> out) {
+  if (world_ == 1) {
+    // The identity: the whole unit is this worker's part.
+    return mem_->CopyFromModel(out.data(), grad.data, out.size() * sizeof(float));
+  }
+  if (rs_model_size_ < out.size()) {
+    if (rs_model_ != nullptr) mem_->Free(rs_model_);
+    rs_model_ = nullptr;
+    rs_model_size_ = 0;
+    ASSIGN_OR_RETURN(void* p, mem_->Allocate(out.size() * sizeof(float)));
+    rs_model_ = static_cast<float*>(p);
+    rs_model_size_ = out.size();
+  }
+  RETURN_IF_ERROR(group_->ReduceScatter(
+      absl::MakeConstSpan(grad.data, grad.size),
+      absl::MakeSpan(rs_model_, out.size()), 1.0f));
+  RETURN_IF_ERROR(group_->Synchronize());
+  return mem_->CopyFromModel(out.data(), rs_model_, out.size() * sizeof(float));
+}
+
+void StepEngine::QueueReduceScatter(int unit, UnitGradPtr grad,
                                     bool accumulate, PushSession* push) {
   const FlatRange part = layout_->WorkerUnitRange(rank_, unit);
   float* shard = grad_shard_.data() + shard_offset_[unit];
@@ -216,14 +267,25 @@ void StepEngine::QueueReduceScatter(int unit,
     }
     return;
   }
+  // Model memory: the model's writes to `grad` may still run; the comm
+  // thread waits for them.
+  absl::StatusOr<std::shared_ptr<model::ModelFence>> fence;
+  if (mem_ != nullptr) fence = mem_->Fence();
   queue_.Submit([this, unit, grad = std::move(grad), accumulate, push, part,
-                 shard]() mutable -> absl::Status {
+                 shard, fence = std::move(fence)]() mutable -> absl::Status {
     const size_t n = part.size();
     if (accumulate && rs_scratch_.size() < n) rs_scratch_.resize(n);
     absl::Span<float> out = accumulate
                                 ? absl::MakeSpan(rs_scratch_.data(), n)
                                 : absl::MakeSpan(shard, n);
-    absl::Status s = group_->ReduceScatter(*grad, out, 1.0f);
+    absl::Status s;
+    if (mem_ == nullptr) {
+      s = group_->ReduceScatter(absl::MakeConstSpan(grad->data, grad->size),
+                                out, 1.0f);
+    } else {
+      s = fence.ok() ? (*fence)->Wait() : fence.status();
+      if (s.ok()) s = ReduceScatterFromModel(*grad, out);
+    }
     grad.reset();
     if (!s.ok()) {
       return absl::Status(s.code(),
@@ -301,8 +363,8 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
   // Forward.
   RETURN_IF_ERROR(ForwardBlocks());
   // Final: ln_f + tied head + loss, then the start of backward.
-  auto grad_fin = UnitGradBuffer(fin, accumulate);
-  auto grad_emb = UnitGradBuffer(emb, accumulate);
+  ASSIGN_OR_RETURN(UnitGradPtr grad_fin, UnitGradBuffer(fin, accumulate));
+  ASSIGN_OR_RETURN(UnitGradPtr grad_emb, UnitGradBuffer(emb, accumulate));
   {
     cache_->Prefetch(emb);
     ASSIGN_OR_RETURN(model::UnitParams pf, cache_->Acquire(fin));
@@ -334,7 +396,7 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
     ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
     const int next = NextBackwardUnit(l);
     if (next >= 0) cache_->Prefetch(next);
-    auto grad = UnitGradBuffer(u, accumulate);
+    ASSIGN_OR_RETURN(UnitGradPtr grad, UnitGradBuffer(u, accumulate));
     RETURN_IF_ERROR(model_->BlockBackward(l, p, GradSpan(u, grad)));
     cache_->Release(u);
     if (per_unit_rs) {
@@ -363,6 +425,7 @@ absl::StatusOr<double> StepEngine::EvalLoss(uint64_t version, const BatchSampler
     RETURN_IF_ERROR(Fetch(version));
   }
   fetched_step_ = static_cast<int64_t>(version);
+  RETURN_IF_ERROR(cache_->UploadPartition());
   if (stage_ < 3) RETURN_IF_ERROR(cache_->GatherAll());
   const int b = config_.micro_batch_size;
   const int T = sampler.context();
@@ -415,12 +478,19 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
     RETURN_IF_ERROR(Fetch(step));
   }
   fetched_step_ = -1;
+  RETURN_IF_ERROR(cache_->UploadPartition());
   if (stage_ < 3) RETURN_IF_ERROR(cache_->GatherAll());
   r.fetch_seconds = Since(t0);
 
   std::fill(grad_shard_.begin(), grad_shard_.end(), 0.0f);
   units_finished_ = 0;
-  for (auto& g : resident_grads_) std::fill(g->begin(), g->end(), 0.0f);
+  for (const UnitGradPtr& g : resident_grads_) {
+    if (mem_ == nullptr) {
+      std::fill(g->host.begin(), g->host.end(), 0.0f);
+    } else {
+      RETURN_IF_ERROR(mem_->Zero(g->data, g->size * sizeof(float)));
+    }
+  }
 
   const int gas = config_.gradient_accumulation_steps;
   double loss_sum = 0;

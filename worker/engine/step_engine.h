@@ -27,6 +27,15 @@
 //      on the comm queue as soon as the commit is sent, so it overlaps the
 //      servers' update; a failed commit cancels it.
 //
+// Where the model computes in its own memory (the CUDA model,
+// UnitModel::memory_space()) and the group can reach it (NCCL on device
+// buffers, or one worker), the full units, the partition's copy and the
+// full-unit gradients live there: a unit is gathered device to device, the
+// gradient is reduce-scattered there and only this worker's part comes back
+// to the host, after a fence on the model's work (docs/DESIGN.md, "The GPU
+// path"). Otherwise everything is host memory and a device model copies
+// what it uses.
+//
 // Every rank runs the same schedule, so collectives line up. Errors from the
 // servers, the group or the model end the step with a status naming the
 // unit, server or peer; the push is aborted so nothing of the step applies
@@ -149,6 +158,8 @@ class StepEngine {
 
   const EngineMemory& memory() const { return memory_; }
   const model::UnitModel& model() const { return *model_; }
+  // Whether units and gradients live in the model's memory (see above).
+  bool units_in_model_memory() const { return mem_ != nullptr; }
   const LossScaler& loss_scaler() const { return scaler_; }
   // Resumes the loss scaler (from a checkpoint, or the state the previous
   // incarnation of rank 0 left in the key-value store); every rank must
@@ -164,6 +175,15 @@ class StepEngine {
              ShardClient* client, WorkerGroup* group,
              const BatchSampler* sampler, LossScaler scaler);
 
+  // A full unit's FP32 gradient: host memory, or model memory (mem_). The
+  // deleter returns it and counts it out of live_grad_bytes_.
+  struct UnitGrad {
+    float* data = nullptr;
+    size_t size = 0;
+    std::vector<float> host;
+  };
+  using UnitGradPtr = std::shared_ptr<UnitGrad>;
+
   // Fetches this worker's partition at version `step` into the cache
   // (cancellable through prefetch_cancel_).
   absl::Status Fetch(uint64_t step);
@@ -178,8 +198,11 @@ class StepEngine {
   // Queues the reduce-scatter of unit u's full gradient `grad` into this
   // worker's shard (accumulating after the first micro-batch) and, when
   // `push` is set, the push of the finished part.
-  void QueueReduceScatter(int unit, std::shared_ptr<std::vector<float>> grad,
-                          bool accumulate, PushSession* push);
+  void QueueReduceScatter(int unit, UnitGradPtr grad, bool accumulate,
+                          PushSession* push);
+  // Model memory: the reduce-scatter of `grad` (after `fence`) into `out`
+  // on the host. Comm thread.
+  absl::Status ReduceScatterFromModel(const UnitGrad& grad, absl::Span<float> out);
   absl::Status ReduceScatterResident(PushSession* push);
   // Unit u's part of the grad shard is final for this step: records its sum
   // of squares and adds it to `push`, as FP32 or, for
@@ -188,10 +211,11 @@ class StepEngine {
   // A zeroed FP32 buffer for unit u's full gradient (ZeRO-2/3), the resident
   // one (ZeRO-1), or null where the gradient goes straight into the shard
   // (one worker, first micro-batch).
-  std::shared_ptr<std::vector<float>> UnitGradBuffer(int unit, bool accumulate);
+  absl::StatusOr<UnitGradPtr> UnitGradBuffer(int unit, bool accumulate);
+  // A new zeroed gradient buffer of n floats (host or model memory).
+  absl::StatusOr<UnitGradPtr> NewUnitGrad(size_t n);
   // Where the model writes unit u's gradient: `buffer`, or the shard.
-  absl::Span<float> GradSpan(int unit,
-                             const std::shared_ptr<std::vector<float>>& buffer);
+  absl::Span<float> GradSpan(int unit, const UnitGradPtr& buffer);
   int NextBackwardUnit(int l) const;
 
   const TrainingConfig config_;
@@ -205,9 +229,15 @@ class StepEngine {
   const DType param_dtype_;
   const DType wire_dtype_;
   const int stage_;
-  // One worker under ZeRO-2/3: the reduce-scatter is the identity, so the
-  // model accumulates into the shard and no full-unit buffer exists.
-  const bool direct_grads_;
+  // One worker under ZeRO-2/3 on host memory: the reduce-scatter is the
+  // identity, so the model accumulates into the shard and no full-unit
+  // buffer exists.
+  bool direct_grads_ = false;
+  // The model's memory when units and gradients live there; null: host.
+  model::ModelMemory* mem_ = nullptr;
+  // Model memory: the reduce-scatter's output (comm thread).
+  float* rs_model_ = nullptr;
+  size_t rs_model_size_ = 0;
   CommQueue queue_;
   // The next step's fetch, started when this step's commit was sent:
   // its step (-1: none), its ticket on queue_, and its canceller.
@@ -229,7 +259,7 @@ class StepEngine {
   // grad_shard_; valid until the push commits.
   std::vector<uint16_t> push_bf16_;
   // ZeRO-1: full FP32 grads of every unit, kept across micro-batches.
-  std::vector<std::shared_ptr<std::vector<float>>> resident_grads_;
+  std::vector<UnitGradPtr> resident_grads_;
   uint64_t live_grad_bytes_ = 0;
   uint64_t adam_steps_ = 0;                  // non-skipped steps so far
   uint64_t inject_overflow_step_ = UINT64_MAX;

@@ -2,19 +2,32 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace zeroshard {
+namespace {
+
+CommTicket Failed(absl::Status s) {
+  std::promise<absl::Status> p;
+  p.set_value(std::move(s));
+  return CommTicket(p.get_future().share());
+}
+
+}  // namespace
 
 UnitCache::UnitCache(const FlatLayout* layout, int rank, DType dtype,
-                     bool resident, WorkerGroup* group, CommQueue* queue)
+                     bool resident, WorkerGroup* group, CommQueue* queue,
+                     model::ModelMemory* space)
     : layout_(layout),
       rank_(rank),
       dtype_(dtype),
       resident_(resident),
       group_(group),
-      queue_(queue) {
+      queue_(queue),
+      space_(space) {
   const size_t es = DTypeSize(dtype_);
   size_t off = 0;
   for (size_t u = 0; u < layout_->units().size(); ++u) {
@@ -25,7 +38,52 @@ UnitCache::UnitCache(const FlatLayout* layout, int rank, DType dtype,
   slots_.resize(layout_->units().size());
 }
 
-UnitCache::~UnitCache() { (void)ReleaseAll(); }
+UnitCache::~UnitCache() {
+  (void)ReleaseAll();
+  for (Buffer& b : spare_) Free(&b);
+  if (partition_model_ != nullptr) space_->Free(partition_model_);
+}
+
+absl::Status UnitCache::Allocate(size_t bytes, Buffer* b) {
+  if (space_ == nullptr) {
+    b->host.resize(bytes);
+    b->data = b->host.data();
+  } else {
+    ASSIGN_OR_RETURN(void* p, space_->Allocate(bytes));
+    b->data = static_cast<uint8_t*>(p);
+  }
+  b->size = bytes;
+  return absl::OkStatus();
+}
+
+void UnitCache::Free(Buffer* b) {
+  if (space_ != nullptr && b->data != nullptr) {
+    // Work that still reads it finishes first.
+    if (b->fence != nullptr) (void)b->fence->Wait();
+    space_->Free(b->data);
+  }
+  *b = Buffer();
+}
+
+const uint8_t* UnitCache::Part(int unit) const {
+  return (partition_model_ != nullptr ? partition_model_ : partition_.data()) +
+         part_offset_[unit];
+}
+
+absl::Status UnitCache::UploadPartition() {
+  if (space_ == nullptr || partition_.empty()) return absl::OkStatus();
+  if (partition_model_ == nullptr) {
+    ASSIGN_OR_RETURN(void* p, space_->Allocate(partition_.size()));
+    partition_model_ = static_cast<uint8_t*>(p);
+  } else {
+    // One worker's model reads its units from here in place: its work on
+    // the previous version ends first.
+    ASSIGN_OR_RETURN(std::shared_ptr<model::ModelFence> fence, space_->Fence());
+    RETURN_IF_ERROR(fence->Wait());
+  }
+  return space_->CopyToModel(partition_model_, partition_.data(),
+                             partition_.size());
+}
 
 void UnitCache::StartGather(int unit) {
   Slot& slot = slots_[unit];
@@ -38,28 +96,49 @@ void UnitCache::StartGather(int unit) {
   // Reuse a released buffer that is large enough: no allocation, no zero
   // fill, no page faults (every byte is overwritten by the gather).
   for (size_t i = 0; i < spare_.size(); ++i) {
-    if (spare_[i].size() >= padded * es) {
+    if (spare_[i].size >= padded * es) {
       slot.buffer = std::move(spare_[i]);
+      spare_[i] = Buffer();
       spare_.erase(spare_.begin() + i);
+      spare_bytes_ -= slot.buffer.size;
       break;
     }
   }
-  if (slot.buffer.size() < padded * es) {
-    slot.buffer.resize(padded * es);
-  } else {
-    spare_bytes_ -= slot.buffer.size();
+  if (slot.buffer.size < padded * es) {
+    Free(&slot.buffer);
+    if (absl::Status s = Allocate(padded * es, &slot.buffer); !s.ok()) {
+      slot.present = true;
+      slot.ticket = Failed(absl::Status(
+          s.code(), absl::StrCat("unit '", layout_->units()[unit].name,
+                                 "': ", s.message())));
+      return;
+    }
   }
-  live_bytes_ += slot.buffer.size();
+  live_bytes_ += slot.buffer.size;
   peak_bytes_ = std::max(peak_bytes_, live_bytes_ + spare_bytes_);
   slot.present = true;
   const size_t part_bytes =
       layout_->WorkerUnitRange(rank_, unit).size() * es;
-  uint8_t* dst = slot.buffer.data();
-  const uint8_t* src = partition_.data() + part_offset_[unit];
-  slot.ticket = queue_->Submit([this, dst, src, part_bytes, unit] {
-    std::memcpy(dst + static_cast<size_t>(rank_) * part_bytes, src, part_bytes);
+  uint8_t* dst = slot.buffer.data;
+  const uint8_t* src = Part(unit);
+  std::shared_ptr<model::ModelFence> fence = std::move(slot.buffer.fence);
+  slot.ticket = queue_->Submit([this, dst, src, part_bytes, unit,
+                                fence = std::move(fence)] {
     absl::Span<uint8_t> out(dst, part_bytes * group_->size());
-    absl::Status s = group_->AllGatherInPlace(out);
+    absl::Status s;
+    if (space_ == nullptr) {
+      std::memcpy(dst + static_cast<size_t>(rank_) * part_bytes, src,
+                  part_bytes);
+      s = group_->AllGatherInPlace(out);
+    } else {
+      // The model's last reads of this buffer finish before it is
+      // overwritten; the group's work finishes before the unit is used.
+      if (fence != nullptr) s = fence->Wait();
+      if (s.ok()) {
+        s = group_->AllGather(absl::MakeConstSpan(src, part_bytes), out);
+      }
+      if (s.ok()) s = group_->Synchronize();
+    }
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("all-gather of unit '",
                                                  layout_->units()[unit].name,
@@ -82,9 +161,13 @@ absl::StatusOr<model::UnitParams> UnitCache::Acquire(int unit) {
   if (!slot.present) StartGather(unit);
   absl::Status s = slot.ticket.Wait();
   if (!s.ok()) return s;
+  if (direct() && space_ != nullptr && partition_model_ == nullptr &&
+      !partition_.empty()) {
+    return absl::FailedPreconditionError(
+        "the partition was not uploaded to model memory");
+  }
   model::UnitParams p;
-  p.data = direct() ? partition_.data() + part_offset_[unit]
-                    : slot.buffer.data();
+  p.data = direct() ? Part(unit) : slot.buffer.data;
   p.length = layout_->units()[unit].padded;
   p.dtype = dtype_;
   return p;
@@ -99,14 +182,25 @@ void UnitCache::Release(int unit) {
     return;
   }
   (void)slot.ticket.Wait();  // never free a buffer a gather still writes
-  live_bytes_ -= slot.buffer.size();
-  if (spare_.size() < kMaxSpares) {
-    // Kept for the next gather; counted in the peak with the live buffers.
-    spare_bytes_ += slot.buffer.size();
-    spare_.push_back(std::move(slot.buffer));
-    peak_bytes_ = std::max(peak_bytes_, live_bytes_ + spare_bytes_);
+  live_bytes_ -= slot.buffer.size;
+  if (space_ != nullptr && slot.buffer.data != nullptr) {
+    absl::StatusOr<std::shared_ptr<model::ModelFence>> fence = space_->Fence();
+    // Without a fence the buffer is not reused (Free waits for the device).
+    if (fence.ok()) {
+      slot.buffer.fence = *std::move(fence);
+    } else {
+      Free(&slot.buffer);
+    }
   }
-  std::vector<uint8_t>().swap(slot.buffer);
+  if (slot.buffer.data != nullptr && spare_.size() < kMaxSpares) {
+    // Kept for the next gather; counted in the peak with the live buffers.
+    spare_bytes_ += slot.buffer.size;
+    spare_.push_back(std::move(slot.buffer));
+    slot.buffer = Buffer();
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_ + spare_bytes_);
+  } else {
+    Free(&slot.buffer);
+  }
   slot.ticket = CommTicket();
   slot.present = false;
 }
@@ -117,8 +211,13 @@ absl::Status UnitCache::ReleaseAll() {
     if (!slot.present) continue;
     absl::Status s = slot.ticket.Wait();
     if (first.ok() && !s.ok()) first = s;
-    live_bytes_ -= slot.buffer.size();
-    std::vector<uint8_t>().swap(slot.buffer);
+    live_bytes_ -= slot.buffer.size;
+    if (space_ != nullptr && slot.buffer.data != nullptr) {
+      absl::StatusOr<std::shared_ptr<model::ModelFence>> fence =
+          space_->Fence();
+      if (fence.ok()) slot.buffer.fence = *std::move(fence);
+    }
+    Free(&slot.buffer);
     slot.ticket = CommTicket();
     slot.present = false;
   }

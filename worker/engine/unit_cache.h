@@ -20,6 +20,13 @@
 // is the full (padded) unit, so Acquire hands out the partition itself, with
 // no buffer, copy or queue task.
 //
+// With a ModelMemory (the CUDA model's device, worker/model/model_memory.h)
+// the full units and a copy of the partition live in model memory:
+// UploadPartition() copies the fetched partition there, each gather runs
+// from it into a model-memory buffer (a group of device buffers, then
+// Synchronize), and Release takes a fence so that a buffer the model may
+// still read is not gathered into again before that work finished.
+//
 // Not thread-safe: one compute thread calls it; gathers run on the queue.
 #ifndef ZEROSHARD_WORKER_ENGINE_UNIT_CACHE_H_
 #define ZEROSHARD_WORKER_ENGINE_UNIT_CACHE_H_
@@ -33,14 +40,17 @@
 #include "common/layout.h"
 #include "worker/comm/collectives.h"
 #include "worker/engine/comm_queue.h"
+#include "worker/model/model_memory.h"
 #include "worker/model/unit_weights.h"
 
 namespace zeroshard {
 
 class UnitCache {
  public:
+  // `space`: null for host memory; otherwise it must outlive the cache.
   UnitCache(const FlatLayout* layout, int rank, DType dtype, bool resident,
-            WorkerGroup* group, CommQueue* queue);
+            WorkerGroup* group, CommQueue* queue,
+            model::ModelMemory* space = nullptr);
   ~UnitCache();
   UnitCache(const UnitCache&) = delete;
   UnitCache& operator=(const UnitCache&) = delete;
@@ -50,6 +60,9 @@ class UnitCache {
   // order (layout.WorkerRanges(rank)), in dtype().
   uint8_t* partition() { return partition_.data(); }
   size_t partition_bytes() const { return partition_.size(); }
+  // Copies the partition to model memory after a fetch (no-op without a
+  // ModelMemory). Call with no gather in flight (after ReleaseAll).
+  absl::Status UploadPartition();
 
   // Starts the all-gather of unit u on the queue unless it is present or in
   // flight.
@@ -57,6 +70,8 @@ class UnitCache {
   // Returns unit u's full parameters, gathering them (and waiting) if needed.
   absl::StatusOr<model::UnitParams> Acquire(int unit);
   // Frees unit u's full buffer (ZeRO-3); a no-op when resident.
+  // With a ModelMemory, a fence after the model's use of the unit is taken
+  // here.
   void Release(int unit);
   // Frees every full buffer (waits for gathers in flight first).
   absl::Status ReleaseAll();
@@ -70,12 +85,25 @@ class UnitCache {
   void ResetPeak() { peak_bytes_ = live_bytes_ + spare_bytes_; }
 
  private:
+  // A full unit's memory: host bytes, or an allocation of space_.
+  struct Buffer {
+    uint8_t* data = nullptr;
+    size_t size = 0;
+    std::vector<uint8_t> host;
+    // Model work that may still read the buffer (model memory).
+    std::shared_ptr<model::ModelFence> fence;
+  };
   struct Slot {
-    std::vector<uint8_t> buffer;  // padded unit, dtype_
-    CommTicket ticket;            // the gather in flight, if any
-    bool present = false;         // gathered (or in flight)
+    Buffer buffer;         // padded unit, dtype_
+    CommTicket ticket;     // the gather in flight, if any
+    bool present = false;  // gathered (or in flight)
   };
   void StartGather(int unit);
+  absl::Status Allocate(size_t bytes, Buffer* b);
+  void Free(Buffer* b);
+  // This worker's part of unit u where gathers read it (model memory when
+  // uploaded).
+  const uint8_t* Part(int unit) const;
   // One worker: units are read straight from the partition.
   bool direct() const { return group_->size() == 1; }
 
@@ -85,12 +113,14 @@ class UnitCache {
   const bool resident_;
   WorkerGroup* group_;
   CommQueue* queue_;
+  model::ModelMemory* space_;
   std::vector<uint8_t> partition_;
+  uint8_t* partition_model_ = nullptr;  // its copy in model memory
   std::vector<size_t> part_offset_;
   std::vector<Slot> slots_;
   // Released buffers kept for reuse (at most kMaxSpares).
   static constexpr size_t kMaxSpares = 2;
-  std::vector<std::vector<uint8_t>> spare_;
+  std::vector<Buffer> spare_;
   uint64_t spare_bytes_ = 0;
   uint64_t live_bytes_ = 0;
   uint64_t peak_bytes_ = 0;

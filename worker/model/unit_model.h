@@ -20,6 +20,7 @@
 #include "common/gpt_manifest.h"
 #include "worker/model/activation_buffer.h"
 #include "worker/model/checkpoint_policy.h"
+#include "worker/model/model_memory.h"
 #include "worker/model/unit_weights.h"
 
 namespace zeroshard::model {
@@ -68,6 +69,11 @@ class UnitModel {
   // caller that passes device or pinned buffers calls it before reusing or
   // reading them; pageable host buffers are free when a call returns.
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
+
+  // The memory the model computes in when it is not the host's (model_memory.h),
+  // or null (the CPU model). The engine keeps its units and full-unit
+  // gradients there when its group can reach it.
+  virtual ModelMemory* memory_space() { return nullptr; }
 
   // Activation bytes held now and at the peak (host or device memory).
   virtual const ActivationMemory& memory() const = 0;

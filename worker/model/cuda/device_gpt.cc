@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceGptModel::Create(
       "creating the compute stream"));
   ASSIGN_OR_RETURN(m->gemm_, k::CublasLtGemm::Create());
   m->runner_ = std::make_unique<DeviceBlockRunner>(m->gemm_.get(), m->stream_);
+  m->memory_ = std::make_unique<DeviceMemory>(device, m->stream_);
   m->inputs_.resize(shape.layers + 1);
   m->acts_.resize(shape.layers);
   return m;
@@ -92,6 +93,7 @@ DeviceGptModel::~DeviceGptModel() {
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     runner_.reset();
+    memory_.reset();
     cudaStreamDestroy(stream_);
   }
 }

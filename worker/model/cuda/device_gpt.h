@@ -9,10 +9,11 @@
 // back before the call returns, so the engine's contract (+= into its
 // buffers) holds either way. Device buffers (and pinned host ones, whose
 // copies are asynchronous) are used by work that may still run when a call
-// returns: call Synchronize() before reusing or reading them. The staged path is what the step engine uses
-// today; a caller that keeps its units on the device (the device benchmark,
-// and the NCCL engine once it exists) passes device pointers and nothing
-// crosses the bus.
+// returns: call Synchronize() (or take a fence of memory_space()) before
+// reusing or reading them. The step engine keeps its units and gradients in
+// memory_space() when its group takes device buffers (NCCL) or there is
+// one worker, so nothing crosses the bus per call; with a host-memory
+// group (Gloo, nccl-host) it passes host buffers, which are staged.
 //
 // Parameter dtypes: BF16 (compute BF16) and FP32 (compute FP32); FP16 is
 // refused (train in bf16 on a GPU).
@@ -36,6 +37,7 @@
 #include "worker/kernels/cuda/linear.h"
 #include "worker/model/cuda/device_block.h"
 #include "worker/model/cuda/device_buffer.h"
+#include "worker/model/cuda/device_memory.h"
 #include "worker/model/unit_model.h"
 
 namespace zeroshard::model {
@@ -76,6 +78,9 @@ class DeviceGptModel final : public UnitModel {
   const ActivationMemory& memory() const override { return *mem_; }
   void ResetPeak() override { mem_->ResetPeak(); }
   absl::Status Synchronize() override;
+  // The device's memory, ordered with the compute stream: the engine keeps
+  // units and gradients there when its group takes device buffers.
+  ModelMemory* memory_space() override { return memory_.get(); }
 
   cudaStream_t stream() const { return stream_; }
   // Device bytes of the staging slots and scratch (not activations).
@@ -120,6 +125,7 @@ class DeviceGptModel final : public UnitModel {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<kernels::cuda::CublasLtGemm> gemm_;
   std::unique_ptr<DeviceBlockRunner> runner_;
+  std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<ActivationMemory> mem_ = std::make_unique<ActivationMemory>();
   Slot slots_[2];
   kernels::cuda::DeviceScratch grad_stage_[2];

@@ -1,0 +1,147 @@
+#include "worker/model/cuda/device_memory.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
+#include "common/status_macros.h"
+
+namespace zeroshard::model {
+namespace {
+
+class EventFence final : public ModelFence {
+ public:
+  EventFence(int device, cudaEvent_t event) : device_(device), event_(event) {}
+  ~EventFence() override {
+    cudaSetDevice(device_);
+    cudaEventDestroy(event_);
+  }
+  absl::Status Wait() override {
+    RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "selecting the device"));
+    return CudaStatus(cudaEventSynchronize(event_),
+                      "waiting for the model's work");
+  }
+
+ private:
+  const int device_;
+  const cudaEvent_t event_;
+};
+
+}  // namespace
+
+DeviceMemory::DeviceMemory(int device, cudaStream_t stream)
+    : device_(device), stream_(stream), name_(absl::StrCat("cuda:", device)) {}
+
+DeviceMemory::~DeviceMemory() {
+  cudaSetDevice(device_);
+  cudaDeviceSynchronize();
+  for (const auto& [p, bytes] : size_of_) cudaFree(p);
+}
+
+absl::Status DeviceMemory::Select() const {
+  return CudaStatus(cudaSetDevice(device_), "selecting the model's device");
+}
+
+uint64_t DeviceMemory::reserved_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserved_;
+}
+
+absl::StatusOr<void*> DeviceMemory::Allocate(size_t bytes) {
+  if (bytes == 0) {
+    return absl::InvalidArgumentError("device memory: allocation of 0 bytes");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(bytes);
+    if (it != free_.end()) {
+      void* p = it->second;
+      free_.erase(it);
+      return p;
+    }
+  }
+  RETURN_IF_ERROR(Select());
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clears the error the runtime keeps for it
+    // Pooled buffers of other sizes go back to the device, then one retry.
+    std::vector<void*> pooled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [size, q] : free_) {
+        pooled.push_back(q);
+        size_of_.erase(q);
+        reserved_ -= size;
+      }
+      free_.clear();
+    }
+    for (void* q : pooled) cudaFree(q);
+    e = cudaMalloc(&p, bytes);
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(e, absl::StrCat("allocating ", bytes, " bytes on ",
+                                      name_));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  size_of_[p] = bytes;
+  reserved_ += bytes;
+  return p;
+}
+
+void DeviceMemory::Free(void* p) {
+  if (p == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = size_of_.find(p);
+  if (it == size_of_.end()) return;  // not ours: ignored, never freed twice
+  free_.emplace(it->second, p);
+}
+
+absl::Status DeviceMemory::CopyToModel(void* dst, const void* host,
+                                       size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Select());
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, host, bytes,
+                                             cudaMemcpyHostToDevice,
+                                             cudaStreamPerThread),
+                             "copying to the device"));
+  return CudaStatus(cudaStreamSynchronize(cudaStreamPerThread),
+                    "copying to the device");
+}
+
+absl::Status DeviceMemory::CopyFromModel(void* host, const void* src,
+                                         size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Select());
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(host, src, bytes,
+                                             cudaMemcpyDeviceToHost,
+                                             cudaStreamPerThread),
+                             "copying from the device"));
+  return CudaStatus(cudaStreamSynchronize(cudaStreamPerThread),
+                    "copying from the device");
+}
+
+absl::Status DeviceMemory::Zero(void* p, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Select());
+  return CudaStatus(cudaMemsetAsync(p, 0, bytes, stream_), "zeroing");
+}
+
+absl::StatusOr<std::shared_ptr<ModelFence>> DeviceMemory::Fence() {
+  RETURN_IF_ERROR(Select());
+  cudaEvent_t event = nullptr;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+      "creating a fence"));
+  if (absl::Status s = CudaStatus(cudaEventRecord(event, stream_),
+                                  "recording a fence");
+      !s.ok()) {
+    cudaEventDestroy(event);
+    return s;
+  }
+  return std::shared_ptr<ModelFence>(std::make_shared<EventFence>(device_, event));
+}
+
+}  // namespace zeroshard::model
