@@ -43,6 +43,7 @@ CMAKE_ONLY = {
     "tests/optim/adam_device_test.cc": "CUDA: adam_device_test's source",
     "tests/worker/kernels_cuda_test.cc": "CUDA: kernels_cuda_test's source",
     "tests/worker/device_gpt_test.cc": "CUDA: device_gpt_test's source",
+    "tests/worker/engine_device_test.cc": "CUDA: engine_device_test's source",
     "tests/server/shard_store_device_test.cc":
         "CUDA: shard_store_device_test's source",
 }
@@ -52,6 +53,7 @@ CMAKE_ONLY_TESTS = {
     "kernels_cuda_test": "CUDA: the GPU kernels against their CPU twins",
     "shard_store_device_test": "CUDA: --placement=device against host",
     "device_gpt_test": "CUDA: the device model against the CPU model",
+    "engine_device_test": "CUDA: the engine on a device against the CPU",
 }
 CMAKE_ONLY_TARGETS = {
     "zs_kernels_cuda": "CUDA: the GPU kernels (worker/kernels/cuda)",

@@ -7,7 +7,8 @@
 # the device, then the whole step with 1 worker + 1 server, the server's
 # state on the host and then on the device), servers with pinned and device
 # placement, and the main job (zeroshard-train, whose worker picks the GPU by
-# itself: its "compute:" line is printed). Exits non-zero on the first
+# itself: its "compute:" and "engine:" lines are printed) with 2 workers
+# and with 1 (the engine's units and gradients in device memory). Exits non-zero on the first
 # failure.
 #
 # The lent machines cannot build zeroshard (no Debian C++ packages, no
@@ -41,7 +42,7 @@ else
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   fi
   cmake --build "$BUILD" -j "$(nproc)" --target adam_device_test kernels_cuda_test \
-    comm_nccl_test shard_store_device_test device_gpt_test compute_device_test \
+    comm_nccl_test shard_store_device_test device_gpt_test engine_device_test compute_device_test \
     zeroshard-bench zeroshard-server zeroshard-ctl zeroshard-train \
     zeroshard-worker >/dev/null
   BIN="$BUILD/bin"; TESTS="$BUILD/tests"
@@ -49,7 +50,7 @@ else
 fi
 echo "== GPU tests"
 for t in adam_device_test kernels_cuda_test comm_nccl_test \
-    shard_store_device_test device_gpt_test compute_device_test; do
+    shard_store_device_test device_gpt_test engine_device_test compute_device_test; do
   "$TESTS/$t" --gtest_brief=1
 done
 echo "== device AdamW"
@@ -69,10 +70,16 @@ for placement in pinned device; do
   "$BIN/zeroshard-ctl" inspect --servers="127.0.0.1:$(cat "$tmp/port")"
   kill "$pid"; wait "$pid" || true
 done
-echo "== main job on the GPU (30 steps)"
+echo "== main job on the GPU (30 steps; 2 workers share it over gloo, host buffers)"
 out=$(mktemp -d)
 "$BIN/zeroshard-train" --config=examples/gpt-small.json --steps=30 --out="$out" \
   --quiet || { tail -20 "$out"/logs/*.log; exit 1; }
-grep -h "compute:" "$out"/logs/worker*.log
+grep -h "compute:\|engine:" "$out"/logs/worker*.log
 head -1 "$out/metrics.csv"; tail -2 "$out/metrics.csv"
+echo "== main job, 1 worker: units and gradients in device memory (30 steps)"
+out1=$(mktemp -d)
+"$BIN/zeroshard-train" --config=examples/gpt-small.json --workers=1 --steps=30 \
+  --out="$out1" --quiet || { tail -20 "$out1"/logs/*.log; exit 1; }
+grep -h "compute:\|engine:" "$out1"/logs/worker*.log
+head -1 "$out1/metrics.csv"; tail -2 "$out1/metrics.csv"
 echo "== device check done in $((SECONDS - t0)) s"

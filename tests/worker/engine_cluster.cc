@@ -53,14 +53,17 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
   GroupOptions go;
   go.group = group_name;
   go.timeout = o.group_timeout;
+  if (o.backend == "nccl") go.cuda_device = rank;
   ASSIGN_OR_RETURN(std::unique_ptr<WorkerGroup> group,
-                   CreateWorkerGroup("gloo", rank, world, store, go));
+                   CreateWorkerGroup(o.backend, rank, world, store, go));
   RETURN_IF_ERROR(group->AgreeOn("config", ConfigFingerprint(cfg)));
   RETURN_IF_ERROR(InitializeServers(cfg, rank, client.get(), group.get()));
   ASSIGN_OR_RETURN(BatchSampler sampler, TestSampler(cfg));
   ASSIGN_OR_RETURN(std::unique_ptr<StepEngine> engine,
                    StepEngine::Create(cfg, &layout, rank, client.get(),
-                                      group.get(), &sampler, o.make_model));
+                                      group.get(), &sampler,
+                                      o.model_for_rank ? o.model_for_rank(rank)
+                                                       : o.make_model));
   if (o.inject_overflow_step >= 0 && rank == o.inject_overflow_rank) {
     engine->InjectOverflowAt(static_cast<uint64_t>(o.inject_overflow_step));
   }

@@ -98,8 +98,12 @@ struct TrainOptions {
   // steps); -1: trains to config.cluster.steps. A later TrainWorkers on the
   // same cluster resumes from the servers' version.
   int64_t stop_before_step = -1;
-  // Makes each rank's model (the CPU model by default).
+  // Makes each rank's model (the CPU model by default); model_for_rank,
+  // when set, gives each rank its own factory (a device per rank).
   ModelFactory make_model = MakeCpuModel;
+  std::function<ModelFactory(int rank)> model_for_rank;
+  // The worker group's backend; "nccl" puts rank r on CUDA device r.
+  std::string backend = "gloo";
   // Runs on each rank's thread after each successful step.
   std::function<void(int rank, const StepEngine& engine, const StepResult& r)>
       on_step;
