@@ -68,6 +68,10 @@ class StandInMemory final : public model::ModelMemory {
       record_->Violation(absl::StrCat(blocks_.size(),
                                       " allocations never freed"));
     }
+    if (!pinned_.empty()) {
+      record_->Violation(absl::StrCat(pinned_.size(),
+                                      " host ranges never unpinned"));
+    }
     for (auto& [p, bytes] : blocks_) delete[] p;
   }
 
@@ -100,9 +104,24 @@ class StandInMemory final : public model::ModelMemory {
     blocks_.erase(it);
   }
 
+  absl::Status PinHost(void* host, size_t bytes) override {
+    absl::MutexLock lock(&mu_);
+    if (!pinned_.emplace(static_cast<uint8_t*>(host), bytes).second) {
+      record_->Violation("PinHost of a range pinned already");
+    }
+    return absl::OkStatus();
+  }
+  void UnpinHost(void* host) override {
+    absl::MutexLock lock(&mu_);
+    if (pinned_.erase(static_cast<uint8_t*>(host)) != 1) {
+      record_->Violation("UnpinHost of a range not pinned");
+    }
+  }
+
   absl::Status CopyToModel(void* dst, const void* host,
                            size_t bytes) override {
     Check(dst, bytes, "CopyToModel");
+    CheckPinned(host, bytes, "CopyToModel");
     std::memcpy(dst, host, bytes);
     record_->CountCopy(bytes, 0);
     return absl::OkStatus();
@@ -110,6 +129,7 @@ class StandInMemory final : public model::ModelMemory {
   absl::Status CopyFromModel(void* host, const void* src,
                              size_t bytes) override {
     Check(src, bytes, "CopyFromModel");
+    CheckPinned(host, bytes, "CopyFromModel");
     std::memcpy(host, src, bytes);
     record_->CountCopy(0, bytes);
     return absl::OkStatus();
@@ -131,6 +151,18 @@ class StandInMemory final : public model::ModelMemory {
                                                  last_fence_, record_);
     pending_.clear();
     return std::shared_ptr<model::ModelFence>(last_fence_);
+  }
+
+  // Every copy is to or from page-locked host memory.
+  void CheckPinned(const void* p, size_t bytes, const char* what) {
+    absl::MutexLock lock(&mu_);
+    const auto* b = static_cast<const uint8_t*>(p);
+    auto it = pinned_.upper_bound(const_cast<uint8_t*>(b));
+    if (it == pinned_.begin() ||
+        (--it, b + bytes > it->first + it->second)) {
+      record_->Violation(absl::StrCat(what, ": ", bytes,
+                                      " bytes of host memory not pinned"));
+    }
   }
 
   // The model's side.
@@ -184,6 +216,7 @@ class StandInMemory final : public model::ModelMemory {
   StandInRecord* const record_;
   absl::Mutex mu_;
   std::map<uint8_t*, size_t> blocks_ ABSL_GUARDED_BY(mu_);
+  std::map<uint8_t*, size_t> pinned_ ABSL_GUARDED_BY(mu_);
   Writes pending_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<StandInFence> last_fence_ ABSL_GUARDED_BY(mu_);
 };

@@ -12,8 +12,9 @@
 //   (or the model is synchronised). A reduce-scatter that does not wait for
 //   its fence reads NaN. Fences are ordered: waiting on one applies every
 //   earlier one, as a CUDA event does.
-// - Every unit, gradient span and copy must lie inside an allocation, and
-//   every allocation must be freed once: violations() lists what was not.
+// - Every unit, gradient span and copy must lie inside an allocation, every
+//   copy's host side inside a pinned range, every allocation must be freed
+//   and every range unpinned once: violations() lists what was not.
 //
 //   StandInRecord record;
 //   options.make_model = StandInModelFactory(&record);

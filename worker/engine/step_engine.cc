@@ -48,6 +48,7 @@ StepEngine::~StepEngine() {
   resident_grads_.clear();
   cache_.reset();
   if (rs_model_ != nullptr) mem_->Free(rs_model_);
+  for (void* p : pinned_) mem_->UnpinHost(p);
 }
 
 void StepEngine::CancelPrefetch() {
@@ -130,6 +131,27 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
       e->resident_grads_.push_back(std::move(g));
     }
     e->memory_.unit_grads_peak = e->live_grad_bytes_;
+  }
+  if (e->mem_ != nullptr) {
+    // The gradient parts come down into these (the comm thread never
+    // resizes rs_scratch_ then): page-locked, so the copies run at the
+    // bus's speed.
+    size_t largest = 0;
+    for (size_t u = 0; u < layout->units().size(); ++u) {
+      largest = std::max<size_t>(
+          largest, layout->WorkerUnitRange(rank, static_cast<int>(u)).size());
+    }
+    e->rs_scratch_.resize(largest);
+    for (std::vector<float>* v : {&e->grad_shard_, &e->rs_scratch_}) {
+      if (v->empty()) continue;
+      absl::Status s = e->mem_->PinHost(v->data(), v->size() * sizeof(float));
+      if (s.ok()) {
+        e->pinned_.push_back(v->data());
+      } else {
+        ZS_LOG(WARNING) << "gradient buffers stay pageable (slower copies): "
+                        << s.message();
+      }
+    }
   }
   const size_t tokens = static_cast<size_t>(config.micro_batch_size) *
                         sampler->context();

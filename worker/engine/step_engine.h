@@ -238,6 +238,9 @@ class StepEngine {
   // Model memory: the reduce-scatter's output (comm thread).
   float* rs_model_ = nullptr;
   size_t rs_model_size_ = 0;
+  // Model memory: host buffers page-locked by mem_ (unpinned first on
+  // destruction).
+  std::vector<void*> pinned_;
   CommQueue queue_;
   // The next step's fetch, started when this step's commit was sent:
   // its step (-1: none), its ticket on queue_, and its canceller.

@@ -116,6 +116,7 @@ class UnitCache {
   model::ModelMemory* space_;
   std::vector<uint8_t> partition_;
   uint8_t* partition_model_ = nullptr;  // its copy in model memory
+  bool partition_pinned_ = false;
   std::vector<size_t> part_offset_;
   std::vector<Slot> slots_;
   // Released buffers kept for reuse (at most kMaxSpares).

@@ -63,6 +63,11 @@ class ModelMemory {
                                    size_t bytes) = 0;
   virtual absl::Status CopyFromModel(void* host, const void* src,
                                      size_t bytes) = 0;
+  // Registers host memory for fast copies (CUDA: page-locked, so copies
+  // run at the bus's speed without a bounce buffer); Unpin before it is
+  // freed. A failure leaves the memory usable, only slower to copy.
+  virtual absl::Status PinHost(void* host, size_t bytes) = 0;
+  virtual void UnpinHost(void* host) = 0;
   // Zeroes model memory in the model's order: before the model's work
   // enqueued after it.
   virtual absl::Status Zero(void* p, size_t bytes) = 0;

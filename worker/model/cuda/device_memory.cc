@@ -123,6 +123,23 @@ absl::Status DeviceMemory::CopyFromModel(void* host, const void* src,
                     "copying from the device");
 }
 
+absl::Status DeviceMemory::PinHost(void* host, size_t bytes) {
+  if (host == nullptr || bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Select());
+  cudaError_t e = cudaHostRegister(host, bytes, cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return CudaStatus(e, absl::StrCat("page-locking ", bytes, " host bytes"));
+  }
+  return absl::OkStatus();
+}
+
+void DeviceMemory::UnpinHost(void* host) {
+  if (host == nullptr) return;
+  cudaSetDevice(device_);
+  if (cudaHostUnregister(host) != cudaSuccess) cudaGetLastError();
+}
+
 absl::Status DeviceMemory::Zero(void* p, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Select());

@@ -2,6 +2,8 @@
 // (worker/model/model_memory.h), ordered with one compute stream (the
 // DeviceGptModel's).
 //
+// Host buffers the engine copies to and from (the partition, the gradient
+// shard) are page-locked in place with cudaHostRegister.
 // Allocations are pooled by size: the engine frees and allocates the same
 // few unit sizes every step, and cudaMalloc / cudaFree synchronise the
 // device. Copies run on the calling thread's per-thread stream and wait;
@@ -42,6 +44,8 @@ class DeviceMemory final : public ModelMemory {
   absl::Status CopyToModel(void* dst, const void* host, size_t bytes) override;
   absl::Status CopyFromModel(void* host, const void* src,
                              size_t bytes) override;
+  absl::Status PinHost(void* host, size_t bytes) override;
+  void UnpinHost(void* host) override;
   absl::Status Zero(void* p, size_t bytes) override;
   absl::StatusOr<std::shared_ptr<ModelFence>> Fence() override;
 
