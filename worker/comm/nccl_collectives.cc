@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -18,11 +19,12 @@ const char* Basename(const char* path) {
   return slash == nullptr ? path : slash + 1;
 }
 
+// common/cuda_status.h's codes (out of memory RESOURCE_EXHAUSTED, ...),
+// with the call's file:line.
 absl::Status CudaError(cudaError_t e, const char* expr, const char* file,
                        int line) {
-  return absl::InternalError(absl::StrCat(Basename(file), ":", line, ": ", expr,
-                                          " failed: ", cudaGetErrorName(e),
-                                          " (", cudaGetErrorString(e), ")"));
+  return CudaStatus(
+      e, absl::StrCat(Basename(file), ":", line, ": ", expr, " failed"));
 }
 
 absl::Status NcclError(ncclResult_t r, const char* expr, const char* file,
