@@ -3,12 +3,14 @@
 // the host (fills, gathers, SetWeights, restores, snapshots, norms, updates)
 // goes through these calls. docs/DESIGN.md, "State placement".
 //
-// One device per server process (--cuda_device, default 0). Each calling
-// thread gets its own non-blocking CUDA stream, pinned staging buffer and
-// device gradient buffer (grow-only, kept for the thread's life), so the
-// gRPC and optimizer-pool threads copy and update different chunks at once;
-// every call waits for its own stream before returning, so the caller's
-// host memory is free to reuse when it returns.
+// One device per server process (--cuda_device, default 0). Each call
+// borrows a context — a non-blocking CUDA stream, a pinned staging buffer
+// and a grow-only device gradient buffer — from a pool of at most one per
+// core (at least 4; a caller waits for a free one), so the gRPC and
+// optimizer-pool threads copy and update different chunks at once while
+// pinned and device memory stay bounded however many threads run. Every
+// call waits for its own stream before returning, so the caller's host
+// memory is free to reuse when it returns.
 //
 //   RETURN_IF_ERROR(SelectStateDevice(0));
 //   RETURN_IF_ERROR(CopyHostToDevice(d_master + i, host, n * 4));
