@@ -32,6 +32,8 @@
 #include "worker/kernels/cuda/grad_norm.h"
 #include "worker/kernels/cuda/layernorm.h"
 #include "worker/kernels/cuda/linear.h"
+#include "worker/kernels/cuda/online_attention.h"
+#include "worker/kernels/cpu/online_attention.h"
 
 namespace zeroshard::kernels {
 namespace {
@@ -429,6 +431,61 @@ TEST_F(CudaKernelTest, GemmAttentionMatchesTheReference) {
   }
 }
 
+// The online-softmax attention against its twin (the same row functions over
+// the same tiles): what differs is the device's expf/logf and its fused
+// multiply-adds. Every output written (NaN sentinels), lse included.
+TEST_F(CudaKernelTest, OnlineAttentionMatchesTheTwin) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  const AttentionShape shapes[] = {
+      {.batch = 2, .seq = 300, .width = 128, .heads = 2},  // hd 64
+      {.batch = 1, .seq = 37, .width = 64, .heads = 2},    // hd 32
+      {.batch = 1, .seq = 70, .width = 128, .heads = 1},   // hd 128
+      {.batch = 3, .seq = 1, .width = 64, .heads = 4},     // hd 16
+  };
+  for (AttentionShape s : shapes) {
+    for (DType dt : {DType::kFp32, DType::kBf16}) {
+      s.dtype = dt;
+      SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " T=" << s.seq
+                                        << " hd=" << s.width / s.heads);
+      const size_t nqkv = s.batch * s.seq * 3 * s.width;
+      const size_t ny = s.batch * s.seq * s.width;
+      const size_t nl = s.batch * s.heads * s.seq;
+      std::vector<float> qkv_f = Random(nqkv, 1.5f), dy = Random(ny);
+      std::vector<uint16_t> qkv_h(nqkv);
+      FloatToBf16Array(qkv_f.data(), qkv_h.data(), nqkv);
+      const bool bf16 = dt == DType::kBf16;
+      const void* host_qkv = bf16 ? static_cast<const void*>(qkv_h.data())
+                                  : static_cast<const void*>(qkv_f.data());
+      std::vector<float> y_twin(ny), lse_twin(nl), dqkv_twin(nqkv);
+      ASSERT_TRUE(cpu::OnlineAttentionForwardTwin(s, host_qkv, lse_twin.data(),
+                                                  y_twin.data())
+                      .ok());
+      ASSERT_TRUE(cpu::OnlineAttentionBackwardTwin(s, host_qkv, lse_twin.data(),
+                                                   y_twin.data(), dy.data(),
+                                                   dqkv_twin.data())
+                      .ok());
+      Dev<float> dq32(qkv_f), dy_d(dy), y_d(Sentinel(ny)), lse_d(Sentinel(nl)),
+          dqkv_d(Sentinel(nqkv));
+      Dev<uint16_t> dq16(qkv_h);
+      const void* dev_qkv = bf16 ? static_cast<const void*>(dq16.get())
+                                 : static_cast<const void*>(dq32.get());
+      ASSERT_TRUE(cuda::OnlineAttentionForward(s, dev_qkv, lse_d.get(),
+                                               y_d.get(), nullptr)
+                      .ok());
+      ExpectClose(y_d.Host(), y_twin, 1e-5f, 1e-4f, "y");
+      ExpectClose(lse_d.Host(), lse_twin, 1e-5f, 1e-5f, "lse");
+      // The backward from the twin's forward, so only the backward differs.
+      Dev<float> y_in(y_twin), lse_in(lse_twin);
+      ASSERT_TRUE(cuda::OnlineAttentionBackward(s, dev_qkv, lse_in.get(),
+                                                y_in.get(), dy_d.get(),
+                                                dqkv_d.get(), nullptr)
+                      .ok());
+      ExpectClose(dqkv_d.Host(), dqkv_twin, 1e-4f, 1e-3f, "dqkv");
+    }
+  }
+}
+
 // The linear layer with the CPU op's contract: the products within the GEMM
 // tolerance, dbias (the same FP32 rows summed in the same order) bit for bit,
 // dw and dbias accumulated onto what was there.
@@ -510,6 +567,13 @@ TEST(CudaKernelArgsTest, BadArgumentsAreRefusedBeforeLaunch) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(no_handle.Forward(bad_heads, x, x, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  const AttentionShape hd48{.batch = 1, .seq = 4, .width = 96, .heads = 2};
+  EXPECT_EQ(cuda::OnlineAttentionForward(hd48, x, x, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  const AttentionShape hd16{.batch = 1, .seq = 4, .width = 32, .heads = 2};
+  EXPECT_EQ(cuda::OnlineAttentionBackward(hd16, x, x, x, nullptr, x, nullptr)
+                .code(),
             absl::StatusCode::kInvalidArgument);
   const AttentionShape too_long{.batch = 1, .seq = 20000, .width = 8, .heads = 1};
   EXPECT_EQ(cuda::AttentionBackward(too_long, x, x, x, x, nullptr).code(),
