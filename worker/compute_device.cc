@@ -27,7 +27,13 @@ int DefaultIndex(int rank, int devices) {
   return rank % devices;
 }
 
-ComputeChoice Cpu(std::string why) {
+absl::StatusOr<ComputeChoice> Cpu(const DeviceRequest& request,
+                                  std::string why) {
+  if (request.online_attention) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attention=online runs on the CUDA model, and this worker computes "
+        "on the CPU (", why, "); use --attention=probs"));
+  }
   ComputeChoice c;
   c.name = "cpu";
   c.description = absl::StrCat("compute: cpu (", why, ")");
@@ -60,6 +66,20 @@ absl::StatusOr<DeviceRequest> ParseDeviceFlag(absl::string_view flag) {
                    "' is not one of auto, cpu, cuda, cuda:K (K >= 0)"));
 }
 
+absl::Status ParseAttentionFlag(absl::string_view flag,
+                                DeviceRequest* request) {
+  if (flag == "probs" || flag.empty()) {
+    request->online_attention = false;
+    return absl::OkStatus();
+  }
+  if (flag == "online") {
+    request->online_attention = true;
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--attention='", flag, "' is not one of probs, online"));
+}
+
 bool BuiltWithCudaModel() {
 #if ZS_HAVE_CUDA_MODEL
   return true;
@@ -71,12 +91,12 @@ bool BuiltWithCudaModel() {
 absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
                                             int rank, DType param_dtype) {
   using Kind = DeviceRequest::Kind;
-  if (request.kind == Kind::kCpu) return Cpu("--device=cpu");
+  if (request.kind == Kind::kCpu) return Cpu(request, "--device=cpu");
 #if ZS_HAVE_CUDA_MODEL
   absl::StatusOr<int> devices = model::CudaDeviceCount();
   if (!devices.ok()) {
     if (request.kind == Kind::kAuto) {
-      return Cpu(std::string(devices.status().message()));
+      return Cpu(request, std::string(devices.status().message()));
     }
     return absl::FailedPreconditionError(absl::StrCat(
         "--device=cuda", request.index >= 0 ? absl::StrCat(":", request.index) : "",
@@ -84,7 +104,8 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
   }
   if (param_dtype == DType::kFp16) {
     if (request.kind == Kind::kAuto) {
-      return Cpu("fp16 training runs on the CPU path; bf16 trains on the GPU");
+      return Cpu(request,
+                 "fp16 training runs on the CPU path; bf16 trains on the GPU");
     }
     return absl::InvalidArgumentError(
         "--device=cuda: the CUDA model trains in bf16 or fp32, and this run "
@@ -102,13 +123,21 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
   ComputeChoice c;
   c.name = absl::StrCat("cuda:", k);
   c.cuda_device = k;
-  c.description = absl::StrCat("compute: ", c.name, " (", device_name, ", ",
-                               DTypeName(param_dtype), " on cuBLASLt)");
-  c.make_model = [k](const FlatLayout& layout, const GptShape& shape,
-                     DType dtype, const model::CheckpointPolicy& policy)
+  const model::DeviceAttention attention =
+      request.online_attention ? model::DeviceAttention::kOnline
+                               : model::DeviceAttention::kProbs;
+  c.description = absl::StrCat(
+      "compute: ", c.name, " (", device_name, ", ", DTypeName(param_dtype),
+      " on cuBLASLt", request.online_attention ? ", online-softmax attention"
+                                                : "",
+      ")");
+  c.make_model = [k, attention](const FlatLayout& layout,
+                                const GptShape& shape, DType dtype,
+                                const model::CheckpointPolicy& policy)
       -> absl::StatusOr<std::unique_ptr<model::UnitModel>> {
     absl::StatusOr<std::unique_ptr<model::DeviceGptModel>> m =
-        model::DeviceGptModel::Create(layout, shape, dtype, policy, k);
+        model::DeviceGptModel::Create(layout, shape, dtype, policy, k,
+                                      attention);
     if (!m.ok()) return m.status();
     return std::unique_ptr<model::UnitModel>(*std::move(m));
   };
@@ -117,7 +146,7 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
   (void)rank;
   (void)param_dtype;
   if (request.kind == Kind::kAuto) {
-    return Cpu("this zeroshard-worker was built without CUDA");
+    return Cpu(request, "this zeroshard-worker was built without CUDA");
   }
   return absl::FailedPreconditionError(
       "--device=cuda: this zeroshard-worker was built without CUDA (CMake "

@@ -97,6 +97,10 @@ ABSL_FLAG(std::string, comm, "gloo",
 ABSL_FLAG(std::string, device, "auto",
           "where the model computes: auto (a CUDA device when there is one "
           "and the run is bf16/fp32, else the CPU), cpu, cuda, cuda:K");
+ABSL_FLAG(std::string, attention, "probs",
+          "the CUDA model's attention: probs (saves the T x T probabilities; "
+          "products on cuBLASLt) or online (online softmax: saves the row "
+          "log-sum-exp, memory linear in T, for long contexts)");
 ABSL_FLAG(int, threads, 0,
           "compute threads (OpenMP / oneDNN); 0: OMP_NUM_THREADS or all cores. "
           "Several workers on one host should split the cores between them");
@@ -309,8 +313,10 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(const TrainingConfig cfg,
                    LoadResolvedConfig(absl::GetFlag(FLAGS_config)));
   // Decided before joining, so that a bad --device fails fast.
-  ASSIGN_OR_RETURN(const DeviceRequest device_request,
+  ASSIGN_OR_RETURN(DeviceRequest device_request,
                    ParseDeviceFlag(absl::GetFlag(FLAGS_device)));
+  RETURN_IF_ERROR(
+      ParseAttentionFlag(absl::GetFlag(FLAGS_attention), &device_request));
   ASSIGN_OR_RETURN(const ComputeChoice compute,
                    ChooseCompute(device_request, rank,
                                  ParamDTypeFor(cfg.precision)));

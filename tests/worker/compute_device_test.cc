@@ -36,6 +36,26 @@ TEST(ComputeDeviceTest, ParsesTheFlag) {
   }
 }
 
+TEST(ComputeDeviceTest, AttentionFlag) {
+  DeviceRequest r;
+  ASSERT_TRUE(ParseAttentionFlag("online", &r).ok());
+  EXPECT_TRUE(r.online_attention);
+  ASSERT_TRUE(ParseAttentionFlag("probs", &r).ok());
+  EXPECT_FALSE(r.online_attention);
+  const absl::Status bad = ParseAttentionFlag("flash", &r);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("--attention"), std::string::npos);
+  // The CPU model keeps the probabilities: online is refused there.
+  const absl::StatusOr<ComputeChoice> cpu =
+      ChooseCompute({Kind::kCpu, -1, /*online_attention=*/true}, 0,
+                    DType::kBf16);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_EQ(cpu.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cpu.status().message().find("--attention=online"),
+            std::string::npos);
+  EXPECT_NE(cpu.status().message().find("--device=cpu"), std::string::npos);
+}
+
 TEST(ComputeDeviceTest, CpuIsAlwaysTheCpu) {
   auto c = ChooseCompute({Kind::kCpu, -1}, 0, DType::kBf16);
   ASSERT_TRUE(c.ok()) << c.status();

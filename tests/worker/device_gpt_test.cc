@@ -158,6 +158,38 @@ TEST_F(DeviceGptTest, CheckpointingPoliciesReproduceTheSameLoss) {
   }
 }
 
+// The online-softmax attention (DeviceAttention::kOnline) trains the same
+// function: against the CPU model (which keeps P, rounded to BF16 in bf16)
+// within the same tolerances, with less saved activation memory than the
+// probabilities' version.
+TEST_F(DeviceGptTest, OnlineAttentionMatchesTheCpuModel) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const DType dt : {DType::kFp32, DType::kBf16}) {
+    SCOPED_TRACE(DTypeName(dt));
+    const CheckpointPolicy policy{CheckpointMode::kNone};
+    std::vector<float> want(layout_->total_elems(), 0.0f);
+    auto cpu = GptForwardBackward(*layout_, shape_, Params(dt), dt, Batch(),
+                                  policy, 1.0f, absl::MakeSpan(want));
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    int64_t peak[2] = {0, 0};
+    for (const DeviceAttention a :
+         {DeviceAttention::kProbs, DeviceAttention::kOnline}) {
+      auto dev = DeviceGptModel::Create(*layout_, shape_, dt, policy, 0, a);
+      ASSERT_TRUE(dev.ok()) << dev.status();
+      std::vector<float> got(layout_->total_elems(), 0.0f);
+      auto r = GptForwardBackward(**dev, *layout_, Params(dt), Batch(), 1.0f,
+                                  absl::MakeSpan(got));
+      ASSERT_TRUE(r.ok()) << r.status();
+      const double loss_tol = dt == DType::kBf16 ? 3e-3 : 1e-5;
+      const double grad_tol = dt == DType::kBf16 ? 5e-2 : 1e-4;
+      EXPECT_NEAR(r->loss, cpu->loss, loss_tol * cpu->loss);
+      EXPECT_LT(RelError(got, want), grad_tol);
+      peak[a == DeviceAttention::kOnline] = r->peak_activation_bytes;
+    }
+    EXPECT_LT(peak[1], peak[0]) << "lse [B, H, T] instead of P [B, H, T, T]";
+  }
+}
+
 TEST_F(DeviceGptTest, MisuseIsRefused) {
   ZS_SKIP_WITHOUT_CUDA_DEVICE();
   auto dev = DeviceGptModel::Create(*layout_, shape_, DType::kBf16,
@@ -186,6 +218,18 @@ TEST_F(DeviceGptTest, CreateRefusesWhatItCannotRun) {
                                      {CheckpointMode::kEveryBlock}, 0);
   ASSERT_FALSE(fp16.ok());
   EXPECT_NE(fp16.status().message().find("bf16"), std::string::npos);
+  // Head dimension 48: no online kernel for it.
+  GptShape hd48 = shape_;
+  hd48.width = 96;
+  auto l48 = FlatLayout::Create(*MakeGptManifest(hd48, 1), 1, 1);
+  ASSERT_TRUE(l48.ok());
+  auto online48 = DeviceGptModel::Create(*l48, hd48, DType::kBf16,
+                                         {CheckpointMode::kNone}, 0,
+                                         DeviceAttention::kOnline);
+  ASSERT_FALSE(online48.ok());
+  EXPECT_EQ(online48.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(online48.status().message().find("head dimension 48"),
+            std::string::npos);
   auto far = DeviceGptModel::Create(*layout_, shape_, DType::kBf16,
                                     {CheckpointMode::kEveryBlock}, 999);
   ASSERT_FALSE(far.ok());

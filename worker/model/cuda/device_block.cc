@@ -19,7 +19,7 @@ enum : int {
 };
 
 // Scratch slots.
-enum : int { kX, kT, kWide, kH, kDWide, kDQkv, kGelu, kDx2 };
+enum : int { kX, kT, kWide, kH, kDWide, kDQkv, kGelu, kDx2, kY };
 
 k::DeviceTensor View(const DeviceBuffer& b) { return {b.data(), b.dtype()}; }
 
@@ -45,7 +45,7 @@ absl::Status StoreAs(DType dt, const float* x, void* out, int64_t n,
 }  // namespace
 
 void DeviceBlockActs::Release() {
-  for (DeviceBuffer* b : {&ln1, &qkv, &probs, &atty, &x2, &ln2, &h, &mean1,
+  for (DeviceBuffer* b : {&ln1, &qkv, &probs, &lse, &atty, &x2, &ln2, &h, &mean1,
                           &rstd1, &mean2, &rstd2}) {
     b->Release();
   }
@@ -78,8 +78,15 @@ absl::Status DeviceBlockRunner::Forward(const BlockDims& d,
   cudaStream_t s = stream_;
   ASSIGN_OR_RETURN(a->ln1, DeviceBuffer::Allocate(mem, dt, M * C, s));
   ASSIGN_OR_RETURN(a->qkv, DeviceBuffer::Allocate(mem, dt, M * 3 * C, s));
-  ASSIGN_OR_RETURN(a->probs, DeviceBuffer::Allocate(
-                                 mem, dt, d.batch * d.heads * d.seq * d.seq, s));
+  const bool online = attention_kind_ == DeviceAttention::kOnline;
+  if (online) {
+    ASSIGN_OR_RETURN(a->lse, DeviceBuffer::Allocate(
+                                 mem, DType::kFp32, d.batch * d.heads * d.seq, s));
+  } else {
+    ASSIGN_OR_RETURN(a->probs,
+                     DeviceBuffer::Allocate(
+                         mem, dt, d.batch * d.heads * d.seq * d.seq, s));
+  }
   ASSIGN_OR_RETURN(a->atty, DeviceBuffer::Allocate(mem, dt, M * C, s));
   ASSIGN_OR_RETURN(a->x2, DeviceBuffer::Allocate(mem, dt, M * C, s));
   ASSIGN_OR_RETURN(a->ln2, DeviceBuffer::Allocate(mem, dt, M * C, s));
@@ -100,7 +107,13 @@ absl::Status DeviceBlockRunner::Forward(const BlockDims& d,
                                   w.Vector(kAttnB), M, C, 3 * C, wide, s));
   RETURN_IF_ERROR(a->qkv.FromFloat(wide));
   const kernels::AttentionShape as{d.batch, d.seq, C, d.heads, dt};
-  RETURN_IF_ERROR(attention_.Forward(as, a->qkv.data(), a->probs.data(), t, s));
+  if (online) {
+    RETURN_IF_ERROR(k::OnlineAttentionForward(as, a->qkv.data(), a->lse.f32(),
+                                              t, s));
+  } else {
+    RETURN_IF_ERROR(
+        attention_.Forward(as, a->qkv.data(), a->probs.data(), t, s));
+  }
   RETURN_IF_ERROR(a->atty.FromFloat(t));
   RETURN_IF_ERROR(linear_.Forward(View(a->atty), w.Matrix(kProjW),
                                   w.Vector(kProjB), M, C, C, t, s));
@@ -164,8 +177,17 @@ absl::Status DeviceBlockRunner::Backward(const BlockDims& d,
                                    C, t, G(kProjW), G(kProjB), s));
   ASSIGN_OR_RETURN(float* dqkv, Scratch(kDQkv, M * 3 * C));
   const kernels::AttentionShape as{d.batch, d.seq, C, d.heads, dt};
-  RETURN_IF_ERROR(
-      attention_.Backward(as, a.qkv.data(), a.probs.data(), t, dqkv, s));
+  if (attention_kind_ == DeviceAttention::kOnline) {
+    // D = dy . y from the saved (rounded) attention output, as
+    // FlashAttention does with a BF16 output.
+    ASSIGN_OR_RETURN(float* y, Scratch(kY, M * C));
+    RETURN_IF_ERROR(a.atty.ToFloat(y));
+    RETURN_IF_ERROR(k::OnlineAttentionBackward(as, a.qkv.data(), a.lse.f32(),
+                                               y, t, dqkv, s));
+  } else {
+    RETURN_IF_ERROR(
+        attention_.Backward(as, a.qkv.data(), a.probs.data(), t, dqkv, s));
+  }
   RETURN_IF_ERROR(linear_.Backward(dqkv, View(a.ln1), w.Matrix(kAttnW), M, C,
                                    3 * C, t, G(kAttnW), G(kAttnB), s));
   RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dx_in, dx2, M * C * sizeof(float),

@@ -21,6 +21,7 @@
 #include "worker/kernels/cuda/attention_gemm.h"
 #include "worker/kernels/cuda/gemm.h"
 #include "worker/kernels/cuda/linear.h"
+#include "worker/kernels/cuda/online_attention.h"
 #include "worker/model/cuda/device_buffer.h"
 #include "worker/model/gpt_block.h"
 
@@ -40,18 +41,30 @@ struct DeviceUnitWeights {
   const float* Vector(int t) const { return vector[t]; }
 };
 
+// How a block runs causal attention: kProbs saves the probabilities
+// [B, H, T, T] in the compute dtype, as the CPU model does (GemmAttention:
+// the products on cuBLASLt); kOnline saves lse [B, H, T] (FP32) and
+// recomputes them in the backward (online_attention.h: memory linear in T,
+// FP32 SIMT arithmetic), for contexts whose T x T would not fit.
+enum class DeviceAttention { kProbs, kOnline };
+
 // A block's saved internals on the device (gpt_block.h's BlockActs).
 struct DeviceBlockActs {
   DeviceBuffer ln1, qkv, probs, atty, x2, ln2, h;  // compute dtype
   DeviceBuffer mean1, rstd1, mean2, rstd2;         // FP32, [rows]
+  DeviceBuffer lse;                                // FP32, kOnline only
   bool held() const { return !x2.empty(); }
   void Release();
 };
 
 class DeviceBlockRunner {
  public:
-  DeviceBlockRunner(kernels::cuda::CublasLtGemm* gemm, cudaStream_t stream)
-      : stream_(stream), linear_(gemm, &dy_bf16_), attention_(gemm) {}
+  DeviceBlockRunner(kernels::cuda::CublasLtGemm* gemm, cudaStream_t stream,
+                    DeviceAttention attention = DeviceAttention::kProbs)
+      : stream_(stream),
+        attention_kind_(attention),
+        linear_(gemm, &dy_bf16_),
+        attention_(gemm) {}
 
   absl::Status Forward(const BlockDims& d, const DeviceUnitWeights& w,
                        const DeviceBuffer& x_in, DeviceBuffer* x_out,
@@ -70,8 +83,9 @@ class DeviceBlockRunner {
 
  private:
   cudaStream_t stream_;
+  DeviceAttention attention_kind_;
   kernels::cuda::DeviceScratch dy_bf16_;
-  kernels::cuda::DeviceScratch scratch_[8];
+  kernels::cuda::DeviceScratch scratch_[9];
   kernels::cuda::Linear linear_;
   kernels::cuda::GemmAttention attention_;  // per-head products on cuBLASLt
 };

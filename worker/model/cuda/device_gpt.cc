@@ -10,6 +10,7 @@
 #include "worker/kernels/cuda/elementwise.h"
 #include "worker/kernels/cuda/embedding.h"
 #include "worker/kernels/cuda/layernorm.h"
+#include "worker/kernels/online_softmax.h"
 #include "worker/kernels/gemm_desc.h"
 #include "worker/model/gpt.h"
 
@@ -53,11 +54,16 @@ absl::StatusOr<int> CudaDeviceCount() {
 
 absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceGptModel::Create(
     const FlatLayout& layout, const GptShape& shape, DType param_dtype,
-    const CheckpointPolicy& policy, int device) {
+    const CheckpointPolicy& policy, int device, DeviceAttention attention) {
   if (param_dtype == DType::kFp16) {
     return absl::InvalidArgumentError(
         "the CUDA model trains in bf16 or fp32; fp16 (with loss scaling) runs "
         "on the CPU path only: set bf16 in the config, or --device=cpu");
+  }
+  if (attention == DeviceAttention::kOnline) {
+    // The shapes the online kernels are instantiated for.
+    RETURN_IF_ERROR(kernels::CheckOnlineAttentionShape(
+        {1, shape.context, shape.width, shape.heads, param_dtype}));
   }
   // The same checks as the CPU model (shape, policy, dtype, layout).
   RETURN_IF_ERROR(
@@ -80,7 +86,8 @@ absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceGptModel::Create(
       cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking),
       "creating the compute stream"));
   ASSIGN_OR_RETURN(m->gemm_, k::CublasLtGemm::Create());
-  m->runner_ = std::make_unique<DeviceBlockRunner>(m->gemm_.get(), m->stream_);
+  m->runner_ = std::make_unique<DeviceBlockRunner>(m->gemm_.get(), m->stream_,
+                                                   attention);
   m->memory_ = std::make_unique<DeviceMemory>(device, m->stream_);
   m->inputs_.resize(shape.layers + 1);
   m->acts_.resize(shape.layers);

@@ -48,9 +48,11 @@ absl::StatusOr<int> CudaDeviceCount();
 
 class DeviceGptModel final : public UnitModel {
  public:
+  // `attention`: how the blocks run attention (device_block.h).
   static absl::StatusOr<std::unique_ptr<DeviceGptModel>> Create(
       const FlatLayout& layout, const GptShape& shape, DType param_dtype,
-      const CheckpointPolicy& policy, int device);
+      const CheckpointPolicy& policy, int device,
+      DeviceAttention attention = DeviceAttention::kProbs);
   ~DeviceGptModel() override;
 
   int num_blocks() const override { return shape_.layers; }
