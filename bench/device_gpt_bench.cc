@@ -243,6 +243,12 @@ int DeviceGpt(const std::vector<std::string>& args) {
                 PlacementName(placement), med, tokens_per_step / med,
                 100 * flops / med / peak, run->steps.front().loss,
                 run->steps.back().loss);
+    // The worker's model state at its peak (partition, its copy on the
+    // device, unit and gradient buffers) against the estimator's terms.
+    const double est_state = est.ok() ? est->worker[2].model_state_bytes() : 0;
+    std::printf("  worker model state peak %.0f MiB (estimator %.0f MiB)\n",
+                run->max_memory.total_peak() / 1048576.0,
+                est_state / 1048576.0);
   }
   std::printf("device-gpt ratio=%.2f target=0.40\n", mfu);
   return 0;
