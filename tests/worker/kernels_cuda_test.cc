@@ -19,6 +19,7 @@
 #include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "tests/support/cuda_device.h"
+#include "tests/support/expect_close.h"
 #include "tests/support/test_seed.h"
 #include "worker/kernels/cpu/cpu_kernels.h"
 #include "worker/kernels/cpu/twins.h"
@@ -81,22 +82,12 @@ class CudaKernelTest : public ::testing::Test {
   std::mt19937_64 rng_;
 };
 
+// NaN where the twin has a number (an unwritten sentinel or a bad
+// reduction) fails the comparison too.
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                  float abs, float rel, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int misses = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float tol = abs + rel * std::fabs(want[i]);
-    // NaN where the twin has a number (an unwritten sentinel or a bad
-    // reduction) fails this comparison too.
-    if (!(std::fabs(got[i] - want[i]) <= tol)) {
-      if (++misses <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: device " << got[i]
-                      << " twin " << want[i] << " (tolerance " << tol << ")";
-      }
-    }
-  }
-  EXPECT_EQ(misses, 0) << what;
+  zeroshard::testing::ExpectAllClose(got, want, abs, rel, what, "device",
+                                     "twin");
 }
 
 std::vector<float> Sentinel(size_t n) {

@@ -18,6 +18,7 @@
 
 #include "common/bf16_bits.h"
 #include "gtest/gtest.h"
+#include "tests/support/expect_close.h"
 #include "tests/support/test_seed.h"
 #include "worker/kernels/cpu/attention.h"
 #include "worker/kernels/cpu/online_attention.h"
@@ -43,22 +44,10 @@ class OnlineAttentionTest : public ::testing::Test {
   std::mt19937_64 rng_;
 };
 
-// |a - b| <= abs + rel * |b| everywhere (and a finite), first misses shown.
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                  float abs, float rel, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int misses = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float tol = abs + rel * std::fabs(want[i]);
-    if (!(std::fabs(got[i] - want[i]) <= tol)) {
-      if (++misses <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: online " << got[i]
-                      << " reference " << want[i] << " (tolerance " << tol
-                      << ")";
-      }
-    }
-  }
-  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size();
+  zeroshard::testing::ExpectAllClose(got, want, abs, rel, what, "online",
+                                     "reference");
 }
 
 // Runs both on one shape and compares y, dqkv, and lse against the

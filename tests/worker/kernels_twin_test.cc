@@ -12,6 +12,7 @@
 #include "absl/types/span.h"
 #include "common/grad_clip.h"
 #include "gtest/gtest.h"
+#include "tests/support/expect_close.h"
 #include "tests/support/test_seed.h"
 #include "worker/kernels/cpu/cpu_kernels.h"
 #include "worker/kernels/cpu/twins.h"
@@ -35,22 +36,10 @@ class TwinTest : public ::testing::Test {
   std::mt19937_64 rng_;
 };
 
-// |a - b| <= abs + rel * |b| for every element, reporting the first misses.
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                  float abs, float rel, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int misses = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float tol = abs + rel * std::fabs(want[i]);
-    if (!(std::fabs(got[i] - want[i]) <= tol)) {
-      if (++misses <= 5) {
-        ADD_FAILURE() << what << "[" << i << "]: twin " << got[i]
-                      << " reference " << want[i] << " (tolerance " << tol
-                      << ")";
-      }
-    }
-  }
-  EXPECT_EQ(misses, 0) << what;
+  zeroshard::testing::ExpectAllClose(got, want, abs, rel, what, "twin",
+                                     "reference");
 }
 
 TEST_F(TwinTest, GeluMatchesTheReference) {
