@@ -67,6 +67,8 @@ void RunBoth(const Case& c) {
   EXPECT_TRUE(violations.empty()) << absl::StrJoin(violations, "; ");
   EXPECT_GT(record.model_calls(), 0u);
   EXPECT_GT(record.fence_waits(), 0u);
+  // Fences and copies are bounded by the step timeout.
+  EXPECT_EQ(record.timeout(), absl::Seconds(cfg.cluster.step_timeout_s));
   ExpectBitIdentical(host.weights, dev.weights, "model memory vs host");
   for (int r = 0; r < c.workers; ++r) {
     for (size_t s = 0; s < host.ranks[r].steps.size(); ++s) {

@@ -146,6 +146,7 @@ class StandInMemory final : public model::ModelMemory {
     return absl::OkStatus();
   }
   absl::StatusOr<std::shared_ptr<model::ModelFence>> Fence() override {
+    record_->SeeTimeout(timeout());
     absl::MutexLock lock(&mu_);
     last_fence_ = std::make_shared<StandInFence>(std::move(pending_),
                                                  last_fence_, record_);

@@ -52,10 +52,20 @@ class StandInRecord {
   uint64_t bytes_to_model() const { return to_model_.load(); }
   uint64_t bytes_from_model() const { return from_model_.load(); }
   uint64_t model_calls() const { return model_calls_.load(); }
+  // The memory's timeout when the engine took its last fence.
+  void SeeTimeout(absl::Duration t) {
+    absl::MutexLock lock(&mu_);
+    timeout_ = t;
+  }
+  absl::Duration timeout() const {
+    absl::MutexLock lock(&mu_);
+    return timeout_;
+  }
 
  private:
   mutable absl::Mutex mu_;
   std::vector<std::string> violations_ ABSL_GUARDED_BY(mu_);
+  absl::Duration timeout_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> fence_waits_{0}, to_model_{0}, from_model_{0},
       model_calls_{0};
 };

@@ -100,6 +100,8 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
   if (mem != nullptr && (group->size() == 1 || group->device_buffers() ||
                          mem->host_addressable())) {
     e->mem_ = mem;
+    // A fence or copy that the device does not finish fails the step.
+    mem->set_timeout(absl::Seconds(config.cluster.step_timeout_s));
   }
   if (group->device_buffers() && e->mem_ == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace zeroshard::model {
 
@@ -73,6 +74,16 @@ class ModelMemory {
   virtual absl::Status Zero(void* p, size_t bytes) = 0;
   // A fence after the model's work enqueued so far.
   virtual absl::StatusOr<std::shared_ptr<ModelFence>> Fence() = 0;
+
+  // How long a fence's Wait or a copy may take before it gives
+  // DEADLINE_EXCEEDED instead of waiting on (a stuck kernel): the engine
+  // sets its step timeout. A copy that timed out may still land, so the
+  // step that saw the error must not reuse its buffers (the worker exits).
+  void set_timeout(absl::Duration timeout) { timeout_ = timeout; }
+  absl::Duration timeout() const { return timeout_; }
+
+ private:
+  absl::Duration timeout_ = absl::Minutes(10);
 };
 
 }  // namespace zeroshard::model

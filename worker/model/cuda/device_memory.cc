@@ -1,5 +1,8 @@
 #include "worker/model/cuda/device_memory.h"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -10,23 +13,56 @@
 namespace zeroshard::model {
 namespace {
 
+// Waits until `event` completed, polling, at most `timeout`: a stuck kernel
+// becomes DEADLINE_EXCEEDED instead of a hang.
+absl::Status AwaitEvent(cudaEvent_t event, absl::Duration timeout,
+                        const char* what) {
+  const absl::Time deadline = absl::Now() + timeout;
+  auto pause = std::chrono::microseconds(20);
+  while (true) {
+    const cudaError_t e = cudaEventQuery(event);
+    if (e == cudaSuccess) return absl::OkStatus();
+    if (e != cudaErrorNotReady) return CudaStatus(e, what);
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": the device did not finish within ",
+                       absl::FormatDuration(timeout), " (a stuck kernel?)"));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
 class EventFence final : public ModelFence {
  public:
-  EventFence(int device, cudaEvent_t event) : device_(device), event_(event) {}
+  EventFence(int device, cudaEvent_t event, absl::Duration timeout)
+      : device_(device), event_(event), timeout_(timeout) {}
   ~EventFence() override {
     cudaSetDevice(device_);
     cudaEventDestroy(event_);
   }
   absl::Status Wait() override {
     RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device_), "selecting the device"));
-    return CudaStatus(cudaEventSynchronize(event_),
-                      "waiting for the model's work");
+    return AwaitEvent(event_, timeout_, "waiting for the model's work");
   }
 
  private:
   const int device_;
   const cudaEvent_t event_;
+  const absl::Duration timeout_;
 };
+
+// Waits for the calling thread's per-thread stream, bounded by `timeout`.
+absl::Status AwaitPerThreadStream(absl::Duration timeout, const char* what) {
+  cudaEvent_t event = nullptr;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaEventCreateWithFlags(&event, cudaEventDisableTiming), what));
+  absl::Status s =
+      CudaStatus(cudaEventRecord(event, cudaStreamPerThread), what);
+  if (s.ok()) s = AwaitEvent(event, timeout, what);
+  cudaEventDestroy(event);
+  return s;
+}
 
 }  // namespace
 
@@ -107,8 +143,7 @@ absl::Status DeviceMemory::CopyToModel(void* dst, const void* host,
                                              cudaMemcpyHostToDevice,
                                              cudaStreamPerThread),
                              "copying to the device"));
-  return CudaStatus(cudaStreamSynchronize(cudaStreamPerThread),
-                    "copying to the device");
+  return AwaitPerThreadStream(timeout(), "copying to the device");
 }
 
 absl::Status DeviceMemory::CopyFromModel(void* host, const void* src,
@@ -119,8 +154,7 @@ absl::Status DeviceMemory::CopyFromModel(void* host, const void* src,
                                              cudaMemcpyDeviceToHost,
                                              cudaStreamPerThread),
                              "copying from the device"));
-  return CudaStatus(cudaStreamSynchronize(cudaStreamPerThread),
-                    "copying from the device");
+  return AwaitPerThreadStream(timeout(), "copying from the device");
 }
 
 absl::Status DeviceMemory::PinHost(void* host, size_t bytes) {
@@ -158,7 +192,8 @@ absl::StatusOr<std::shared_ptr<ModelFence>> DeviceMemory::Fence() {
     cudaEventDestroy(event);
     return s;
   }
-  return std::shared_ptr<ModelFence>(std::make_shared<EventFence>(device_, event));
+  return std::shared_ptr<ModelFence>(
+      std::make_shared<EventFence>(device_, event, timeout()));
 }
 
 }  // namespace zeroshard::model

@@ -4,6 +4,8 @@
 //
 // Host buffers the engine copies to and from (the partition, the gradient
 // shard) are page-locked in place with cudaHostRegister.
+// Fence waits and copies poll the device, bounded by timeout() (the
+// engine's step timeout): a stuck kernel is DEADLINE_EXCEEDED, not a hang.
 // Allocations are pooled by size: the engine frees and allocates the same
 // few unit sizes every step, and cudaMalloc / cudaFree synchronise the
 // device. Copies run on the calling thread's per-thread stream and wait;
