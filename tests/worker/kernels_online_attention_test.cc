@@ -6,10 +6,13 @@
 // dimension the kernels are instantiated for, FP32 and BF16 qkv. The device
 // kernels are compared with this twin in kernels_cuda_test (on a GPU).
 //
-// Tolerances: in FP32 the two differ only in summation order and in when the
-// exponentials are normalised (measured max error ~1e-6 of the values'
-// scale), so 2e-5 absolute + 1e-4 relative. With BF16 qkv the reference
-// rounds P, dY and dS to BF16 for its products and the twin does not: 2e-2.
+// Tolerances (ExpectClose below: of the tensor's scale, plus 5x relative): in
+// FP32 the two differ only in summation order and in when the exponentials
+// are normalised, 2e-5. With BF16 qkv the reference rounds P, dY and dS to
+// BF16 for its products and the twin does not: 2e-2. Over 500 random seeds
+// the worst element used 0.28 of its tolerance in BF16 (dqkv) and 0.09 in
+// FP32 (200 seeds); an absolute 2e-2 alone failed 1 seed in CI.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -44,10 +47,16 @@ class OnlineAttentionTest : public ::testing::Test {
   std::mt19937_64 rng_;
 };
 
+// Within tol of the tensor's scale (its largest magnitude, at least 1) plus
+// 5 tol relative, element by element: the BF16 reference's roundings of P,
+// dY and dS are relative to the operands of each product, so a small
+// element of a sum of large terms moves by tol of the terms, not of itself.
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
-                 float abs, float rel, const char* what) {
-  zeroshard::testing::ExpectAllClose(got, want, abs, rel, what, "online",
-                                     "reference");
+                 float tol, const char* what) {
+  float scale = 1.0f;
+  for (float w : want) scale = std::max(scale, std::fabs(w));
+  zeroshard::testing::ExpectAllClose(got, want, tol * scale, 5 * tol, what,
+                                     "online", "reference");
 }
 
 // Runs both on one shape and compares y, dqkv, and lse against the
@@ -87,8 +96,8 @@ void Compare(OnlineAttentionTest* t, const AttentionShape& s, float tol) {
   ASSERT_TRUE(OnlineAttentionBackwardTwin(s, qkv, lse.data(), y.data(),
                                           dy.data(), dqkv.data())
                   .ok());
-  ExpectClose(y, y_ref, tol, 5 * tol, "y");
-  ExpectClose(dqkv, dqkv_ref, tol, 5 * tol, "dqkv");
+  ExpectClose(y, y_ref, tol, "y");
+  ExpectClose(dqkv, dqkv_ref, tol, "dqkv");
 
   // lse through the reference's probability of key 0 (never masked).
   const int64_t hd = C / H;
@@ -109,7 +118,7 @@ void Compare(OnlineAttentionTest* t, const AttentionShape& s, float tol) {
       }
     }
   }
-  ExpectClose(p0, p0_ref, tol, 5 * tol, "p(key 0) from lse");
+  ExpectClose(p0, p0_ref, tol, "p(key 0) from lse");
 }
 
 TEST_F(OnlineAttentionTest, Fp32MatchesTheReferenceForEveryHeadDimension) {
