@@ -76,6 +76,18 @@ void UnitCache::Free(Buffer* b) {
   *b = Buffer();
 }
 
+void UnitCache::Retire(Buffer* b) {
+  if (space_ == nullptr || b->data == nullptr) return;
+  absl::StatusOr<std::shared_ptr<model::ModelFence>> fence = space_->Fence();
+  if (fence.ok()) {
+    b->fence = *std::move(fence);
+    return;
+  }
+  ZS_LOG(WARNING) << "a unit buffer is dropped, not reused: no fence ("
+                  << fence.status().message() << ")";
+  *b = Buffer();
+}
+
 const uint8_t* UnitCache::Part(int unit) const {
   return (partition_model_ != nullptr ? partition_model_ : partition_.data()) +
          part_offset_[unit];
@@ -194,15 +206,7 @@ void UnitCache::Release(int unit) {
   }
   (void)slot.ticket.Wait();  // never free a buffer a gather still writes
   live_bytes_ -= slot.buffer.size;
-  if (space_ != nullptr && slot.buffer.data != nullptr) {
-    absl::StatusOr<std::shared_ptr<model::ModelFence>> fence = space_->Fence();
-    // Without a fence the buffer is not reused (Free waits for the device).
-    if (fence.ok()) {
-      slot.buffer.fence = *std::move(fence);
-    } else {
-      Free(&slot.buffer);
-    }
-  }
+  Retire(&slot.buffer);
   if (slot.buffer.data != nullptr && spare_.size() < kMaxSpares) {
     // Kept for the next gather; counted in the peak with the live buffers.
     spare_bytes_ += slot.buffer.size;
@@ -223,11 +227,7 @@ absl::Status UnitCache::ReleaseAll() {
     absl::Status s = slot.ticket.Wait();
     if (first.ok() && !s.ok()) first = s;
     live_bytes_ -= slot.buffer.size;
-    if (space_ != nullptr && slot.buffer.data != nullptr) {
-      absl::StatusOr<std::shared_ptr<model::ModelFence>> fence =
-          space_->Fence();
-      if (fence.ok()) slot.buffer.fence = *std::move(fence);
-    }
+    Retire(&slot.buffer);
     Free(&slot.buffer);
     slot.ticket = CommTicket();
     slot.present = false;

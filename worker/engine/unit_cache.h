@@ -101,6 +101,12 @@ class UnitCache {
   void StartGather(int unit);
   absl::Status Allocate(size_t bytes, Buffer* b);
   void Free(Buffer* b);
+  // Model memory: `b`, which the model may still read, gets a fence after
+  // the model's work so far (waited on before the buffer is written again
+  // or freed). Without one it is dropped, never returned to the pool: work
+  // may still read it, and a device that cannot record an event is failing
+  // anyway.
+  void Retire(Buffer* b);
   // This worker's part of unit u where gathers read it (model memory when
   // uploaded).
   const uint8_t* Part(int unit) const;

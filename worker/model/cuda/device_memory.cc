@@ -135,26 +135,25 @@ void DeviceMemory::Free(void* p) {
   free_.emplace(it->second, p);
 }
 
-absl::Status DeviceMemory::CopyToModel(void* dst, const void* host,
-                                       size_t bytes) {
+absl::Status DeviceMemory::Copy(void* dst, const void* src, size_t bytes,
+                                cudaMemcpyKind kind, const char* what) {
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Select());
-  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, host, bytes,
-                                             cudaMemcpyHostToDevice,
-                                             cudaStreamPerThread),
-                             "copying to the device"));
-  return AwaitPerThreadStream(timeout(), "copying to the device");
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(dst, src, bytes, kind, cudaStreamPerThread), what));
+  return AwaitPerThreadStream(timeout(), what);
+}
+
+absl::Status DeviceMemory::CopyToModel(void* dst, const void* host,
+                                       size_t bytes) {
+  return Copy(dst, host, bytes, cudaMemcpyHostToDevice,
+              "copying to the device");
 }
 
 absl::Status DeviceMemory::CopyFromModel(void* host, const void* src,
                                          size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Select());
-  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(host, src, bytes,
-                                             cudaMemcpyDeviceToHost,
-                                             cudaStreamPerThread),
-                             "copying from the device"));
-  return AwaitPerThreadStream(timeout(), "copying from the device");
+  return Copy(host, src, bytes, cudaMemcpyDeviceToHost,
+              "copying from the device");
 }
 
 absl::Status DeviceMemory::PinHost(void* host, size_t bytes) {

@@ -56,6 +56,10 @@ class DeviceMemory final : public ModelMemory {
 
  private:
   absl::Status Select() const;
+  // A copy on the calling thread's per-thread stream, waited for (bounded
+  // by timeout()).
+  absl::Status Copy(void* dst, const void* src, size_t bytes,
+                    cudaMemcpyKind kind, const char* what);
 
   const int device_;
   const cudaStream_t stream_;
