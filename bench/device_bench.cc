@@ -83,7 +83,7 @@ double CopyBandwidth(size_t bytes) {
 }
 
 int DeviceAdam(const std::vector<std::string>& args) {
-  if (!HaveDevice()) return 0;
+  if (!HaveDevice()) return NoDeviceExitCode();
   const size_t n = size_t{256} << 20;
   const double copy = CopyBandwidth(size_t{1} << 30);
   float *master, *m, *v, *g;
@@ -126,7 +126,7 @@ int DeviceAdam(const std::vector<std::string>& args) {
 }
 
 int DeviceNccl(const std::vector<std::string>& args) {
-  if (!HaveDevice()) return 0;
+  if (!HaveDevice()) return NoDeviceExitCode();
   InMemoryRendezvousStore store;
   GroupOptions options;
   options.group = "device-bench";

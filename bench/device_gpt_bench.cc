@@ -106,7 +106,7 @@ int DeviceGpt(const std::vector<std::string>& args) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
     std::printf("no CUDA device: nothing measured\n");
-    return 0;
+    return NoDeviceExitCode();
   }
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);

@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +16,11 @@ std::map<std::string, BenchInfo>& Registry() {
 
 double MeasureTriadBytesPerSecond(size_t bytes_per_array, int threads,
                                   int reps);
+
+int NoDeviceExitCode() {
+  const char* v = std::getenv("ZS_EXPECT_CUDA_DEVICE");
+  return v != nullptr && std::string(v) == "1" ? 1 : 0;
+}
 
 }  // namespace zeroshard::bench
 

@@ -28,7 +28,9 @@
 #   the command runs, so apt-get install inside reuses them. The root itself,
 #   package lists included, is new on every run.
 #
-# Environment: ZS_FRESH_ROOT_CACHE (.deb cache), ZS_FRESH_ROOT_TMP (where the
+# Environment: ZS_FRESH_ROOT_CARRY (space-separated paths of the checkout
+# that git ignores, copied too: a prebuilt pack, say), ZS_FRESH_ROOT_CACHE
+# (.deb cache), ZS_FRESH_ROOT_TMP (where the
 # root is made, default /var/tmp), ZS_FRESH_ROOT_SOURCES (apt sources, default
 # the host's /etc/apt/sources.list.d/debian.sources; other lists there, such
 # as third-party repositories, are not used; its Suites: lines decide what
@@ -86,6 +88,11 @@ if [ "${1:-}" = "--inner" ]; then
     tar -C "$SRC" --exclude=./.git --exclude='./build*' --exclude='./bazel-*' \
       --exclude=./out -cf - . | tar -C "$ROOT$DEST" -xpf -
   fi
+  for c in ${ZS_FR_CARRY:-}; do
+    [ -e "$SRC/$c" ] || die "ZS_FRESH_ROOT_CARRY: no $SRC/$c"
+    tar -C "$SRC" -cf - "$c" | tar -C "$ROOT$DEST" -xpf -
+    log "carried $c"
+  done
   log "copied $(find "$ROOT$DEST" -type f | wc -l) files of $SRC to $DEST"
   phase_done copy
 
@@ -193,7 +200,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 
-export ZS_FR_WORK=$WORK ZS_FR_SRC=$SRC ZS_FR_CACHE=$CACHE ZS_FR_SOURCES=$SOURCES
+export ZS_FR_WORK=$WORK ZS_FR_SRC=$SRC ZS_FR_CACHE=$CACHE ZS_FR_SOURCES=$SOURCES \
+  ZS_FR_CARRY=${ZS_FRESH_ROOT_CARRY:-}
 # In the background so that a signal runs the trap at once (bash delays traps
 # while a foreground command runs); stdin passed on explicitly.
 { exec 3<&0; } 2>/dev/null || exec 3</dev/null    # CI may close stdin

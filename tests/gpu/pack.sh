@@ -6,11 +6,14 @@
 # zeroshard-server and zeroshard-ctl here (CMake with CUDA), copies them
 # stripped with every shared library they load except glibc's and the CUDA
 # toolkit's (the device machine has its own, matched to its driver), and
-# writes one compressed archive:
-#   bash tests/gpu/pack.sh [BUILD_DIR]        # -> .gpu/pack.tar.xz
+# writes one gzip archive (gzip is on every machine; xz and Python may not
+# be, and the archive with the working tree stays under the device tool's
+# 64 MiB):
+#   bash tests/gpu/pack.sh [BUILD_DIR]        # -> .gpu/pack.tar.gz
 # Then carry `.gpu` to the device machine and run
-#   bash tests/gpu/device_check.sh            # finds .gpu/pack.tar.xz
-# (.gpu/ is in .gitignore.)
+#   bash tests/gpu/device_check.sh            # finds .gpu/pack.tar.gz
+# (.gpu/ is in .gitignore.) tests/gpu/rehearse.sh tries the pack first in a
+# fresh Debian 12 root, which lacks every library the pack brings.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
@@ -40,7 +43,8 @@ for f in "${files[@]}"; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' | sort -
   grep -v -E '/usr/local/cuda|/libc\.so|/libm\.so|/libpthread\.so|/libdl\.so|/librt\.so|/ld-linux|/libcuda\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 strip --strip-unneeded "$stage"/lib/*.so* 2>/dev/null || true
-git rev-parse HEAD >"$stage/COMMIT" 2>/dev/null || echo unknown >"$stage/COMMIT"
+git describe --always --dirty >"$stage/COMMIT" 2>/dev/null || echo unknown >"$stage/COMMIT"
 mkdir -p .gpu
-tar -C "$stage" -cJf .gpu/pack.tar.xz .
-echo "pack: .gpu/pack.tar.xz ($(du -h .gpu/pack.tar.xz | cut -f1)): ${#files[@]} programs, $(ls "$stage/lib" | wc -l) libraries; carry .gpu"
+rm -f .gpu/pack.tar.xz
+tar -C "$stage" -czf .gpu/pack.tar.gz .
+echo "pack: .gpu/pack.tar.gz ($(du -h .gpu/pack.tar.gz | cut -f1)): ${#files[@]} programs, $(ls "$stage/lib" | wc -l) libraries; carry .gpu"

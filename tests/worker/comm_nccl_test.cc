@@ -9,6 +9,7 @@
 #ifdef ZS_HAVE_NCCL
 #include <cuda_runtime.h>
 
+#include "tests/support/cuda_device.h"
 #include "worker/comm/nccl_collectives.h"
 #endif
 
@@ -48,7 +49,10 @@ TEST(NcclWorkerGroupTest, FactoryRefusesClearlyWithoutGpu) {
 // One rank per GPU; a single GPU runs a group of one.
 TEST(NcclWorkerGroupTest, CollectivesOnDeviceBuffers) {
   auto devices = VisibleCudaDevices();
-  if (!devices.ok()) GTEST_SKIP() << devices.status();
+  if (!devices.ok()) {
+    if (testing::CudaDeviceExpected()) GTEST_FAIL() << devices.status();
+    GTEST_SKIP() << devices.status();
+  }
   const int n = std::min(*devices, 4);
   const size_t part = 1001;
   auto statuses = RunGroup("nccl", n, TestGroupOptions(), [&](WorkerGroup& g) {
@@ -91,7 +95,10 @@ TEST(NcclWorkerGroupTest, CollectivesOnDeviceBuffers) {
 // The engine's contract (host buffers) over NCCL, staged through the device.
 TEST(NcclWorkerGroupTest, HostStagedCollectives) {
   auto devices = VisibleCudaDevices();
-  if (!devices.ok()) GTEST_SKIP() << devices.status();
+  if (!devices.ok()) {
+    if (testing::CudaDeviceExpected()) GTEST_FAIL() << devices.status();
+    GTEST_SKIP() << devices.status();
+  }
   const int n = std::min(*devices, 4);
   const size_t part = 777;
   auto statuses =
