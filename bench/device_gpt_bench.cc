@@ -4,7 +4,9 @@
 //
 // 1. The model alone: forward + backward of the CUDA model
 //    (worker/model/cuda/device_gpt.h) with its parameters and gradients in
-//    device memory, no checkpointing; tokens/s and model FLOP utilization
+//    device memory, no checkpointing, with the default attention (the
+//    probabilities kept, products on cuBLASLt) and then the online-softmax
+//    kernels (--attention=online); tokens/s and model FLOP utilization
 //    (matrix-product FLOPs of the step, bench/engine_rig.h's
 //    StepMatmulFlops, over the time) against two peaks measured or known in
 //    the same run: this device's own cuBLASLt BF16 rate on 8192^3 products,
@@ -138,8 +140,6 @@ int DeviceGpt(const std::vector<std::string>& args) {
   FloatToBf16Array(init.data(), bf16.data(), n);
   init.clear();
   init.shrink_to_fit();
-  size_t free0 = 0, total = 0;
-  cudaMemGetInfo(&free0, &total);
   void* dparams = nullptr;
   float* dgrads = nullptr;
   if (cudaMalloc(&dparams, n * 2) != cudaSuccess ||
@@ -149,59 +149,83 @@ int DeviceGpt(const std::vector<std::string>& args) {
   }
   cudaMemcpy(dparams, bf16.data(), n * 2, cudaMemcpyHostToDevice);
   const model::CheckpointPolicy none{model::CheckpointMode::kNone};
-  auto m = model::DeviceGptModel::Create(*layout, shape, DType::kBf16, none, 0);
-  if (!m.ok()) {
-    std::printf("device-gpt: %s\n", m.status().ToString().c_str());
-    return 1;
-  }
   std::vector<int32_t> tokens(B * T), targets(B * T);
   for (int i = 0; i < B * T; ++i) {
     tokens[i] = (i * 7919) % shape.vocab;
     targets[i] = (i * 104729 + 1) % shape.vocab;
   }
   const model::GptBatch batch{B, T, tokens, targets};
-  double best = 1e30, loss = 0;
-  int64_t act_peak = 0;
-  for (int s = 0; s < steps + 1; ++s) {
-    cudaMemset(dgrads, 0, n * 4);
-    cudaDeviceSynchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    auto r = model::GptForwardBackward(**m, *layout, dparams, batch, 1.0f,
-                                       absl::Span<float>(dgrads, n));
-    cudaDeviceSynchronize();
-    if (!r.ok()) {
-      std::printf("device-gpt: %s\n", r.status().ToString().c_str());
-      return 1;
-    }
-    if (s > 0) best = std::min(best, Seconds(t0));
-    loss = r->loss;
-    act_peak = std::max(act_peak, r->peak_activation_bytes);
-  }
-  size_t free1 = 0;
-  cudaMemGetInfo(&free1, &total);
   const double tokens_per_step = double(B) * T;
   const double flops = StepMatmulFlops(shape, T, tokens_per_step);
-  const double mfu = flops / best / peak;
   EstimateInput in;
   in.model = shape;
   in.micro_batch = B;
   in.precision = Precision::kBf16;
   in.checkpointing = CheckpointPolicy::kNone;
   auto est = EstimateMemory(in);
-  const double est_act = est.ok() ? est->activations.chosen : 0;
-  std::printf("model alone (params %.1f M, batch %d x %d, no checkpointing): "
-              "%.3f s/step, %.0f tokens/s, loss %.3f, MFU %.1f%% of %s "
-              "(%.1f%% of the measured GEMM rate)\n",
-              n / 1e6, B, T, best, tokens_per_step / best, loss, 100 * mfu,
-              vendor > 0 ? "the vendor peak" : "the measured GEMM rate",
-              100 * flops / best / gemm_rate);
-  std::printf("peak activations %.0f MiB (estimator %.0f MiB); device memory "
-              "used %.0f MiB (model state 6 B/param = %.0f MiB, workspace "
-              "%.0f MiB)\n",
-              act_peak / 1048576.0, est_act / 1048576.0,
-              (double(free0) - double(free1)) / 1048576.0, n * 6 / 1048576.0,
-              (*m)->workspace_bytes() / 1048576.0);
-  m->reset();
+  // The fastest of `steps` timed steps (after one warm-up) of the model with
+  // `attention`; false after printing why when it could not run.
+  struct Alone {
+    double seconds = 1e30, loss = 0;
+    int64_t act_peak = 0;
+  };
+  auto model_alone = [&](model::DeviceAttention attention, Alone* out) {
+    size_t free0 = 0, free1 = 0, total = 0;
+    cudaMemGetInfo(&free0, &total);
+    auto m = model::DeviceGptModel::Create(*layout, shape, DType::kBf16, none,
+                                           0, attention);
+    if (!m.ok()) {
+      std::printf("device-gpt: %s\n", m.status().ToString().c_str());
+      return false;
+    }
+    for (int s = 0; s < steps + 1; ++s) {
+      cudaMemset(dgrads, 0, n * 4);
+      cudaDeviceSynchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = model::GptForwardBackward(**m, *layout, dparams, batch, 1.0f,
+                                         absl::Span<float>(dgrads, n));
+      cudaDeviceSynchronize();
+      if (!r.ok()) {
+        std::printf("device-gpt: %s\n", r.status().ToString().c_str());
+        return false;
+      }
+      if (s > 0) out->seconds = std::min(out->seconds, Seconds(t0));
+      out->loss = r->loss;
+      out->act_peak = std::max(out->act_peak, r->peak_activation_bytes);
+    }
+    cudaMemGetInfo(&free1, &total);
+    const bool online = attention == model::DeviceAttention::kOnline;
+    EstimateInput ain = in;
+    ain.online_attention = online;
+    auto aest = EstimateMemory(ain);
+    const double est_act = aest.ok() ? aest->activations.chosen : 0;
+    std::printf("model alone, %s attention (params %.1f M, batch %d x %d, no "
+                "checkpointing): %.3f s/step, %.0f tokens/s, loss %.3f, MFU "
+                "%.1f%% of %s (%.1f%% of the measured GEMM rate)\n",
+                online ? "online" : "probs", n / 1e6, B, T, out->seconds,
+                tokens_per_step / out->seconds, out->loss,
+                100 * flops / out->seconds / peak,
+                vendor > 0 ? "the vendor peak" : "the measured GEMM rate",
+                100 * flops / out->seconds / gemm_rate);
+    std::printf("  peak activations %.0f MiB (estimator %.0f MiB); device "
+                "memory used by the model %.0f MiB (workspace %.0f MiB)\n",
+                out->act_peak / 1048576.0, est_act / 1048576.0,
+                (double(free0) - double(free1)) / 1048576.0,
+                (*m)->workspace_bytes() / 1048576.0);
+    return true;
+  };
+  std::printf("parameters and gradients on the device: %.0f MiB (6 B/param)\n",
+              n * 6 / 1048576.0);
+  Alone probs, online;
+  if (!model_alone(model::DeviceAttention::kProbs, &probs)) return 1;
+  // The online kernels are FP32 SIMT: timed next to the default, which they
+  // replace only where the probabilities would not fit.
+  if (model_alone(model::DeviceAttention::kOnline, &online)) {
+    std::printf("  online / probs: time x%.2f, activations x%.2f\n",
+                online.seconds / probs.seconds,
+                double(online.act_peak) / double(probs.act_peak));
+  }
+  const double mfu = flops / probs.seconds / peak;
   cudaFree(dparams);
   cudaFree(dgrads);
 

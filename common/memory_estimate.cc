@@ -191,7 +191,8 @@ double ProcessEstimate::total() const {
 
 ActivationEstimate EstimateActivations(const GptShape& shape, int micro_batch,
                                        int seq, Precision precision,
-                                       CheckpointPolicy policy, int k) {
+                                       CheckpointPolicy policy, int k,
+                                       bool online_attention) {
   ActivationEstimate a;
   a.known = true;
   const double b = micro_batch, t = seq > 0 ? seq : shape.context;
@@ -199,8 +200,10 @@ ActivationEstimate EstimateActivations(const GptShape& shape, int micro_batch,
   const double layers = shape.layers, m = b * t, s = ActBytes(precision);
   // worker/model/gpt_block.cc BlockActs: ln1, atty, x2, ln2 (MC each), qkv
   // (3MC), h (4MC), probs (B·H·T²) in the compute dtype; mean/rstd of both
-  // LayerNorms in FP32.
-  a.per_block_internals = 11 * m * c * s + b * h * t * t * s + 4 * m * 4;
+  // LayerNorms in FP32. Online attention (worker/model/cuda/device_block.h)
+  // keeps lse (B·H·T, FP32) in place of probs.
+  const double attention = online_attention ? b * h * t * 4 : b * h * t * t * s;
+  a.per_block_internals = 11 * m * c * s + attention + 4 * m * 4;
   a.block_input = m * c * s;
   const double dx = m * c * 4;  // FP32 gradient of the residual stream
   // None: every input and every block's internals at the end of forward,
@@ -267,7 +270,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
     e.activations =
         EstimateActivations(*input.model, input.micro_batch, seq,
                             input.precision, input.checkpointing,
-                            input.checkpoint_k);
+                            input.checkpoint_k, input.online_attention);
   }
   for (int stage = 1; stage <= 3; ++stage) {
     e.worker[stage - 1] = WorkerAt(input, psi, stage, units, e.activations);

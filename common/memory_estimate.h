@@ -71,6 +71,10 @@ struct EstimateInput {
   int grad_accum = 1;       // micro-batches per optimizer step
   CheckpointPolicy checkpointing = CheckpointPolicy::kNone;
   int checkpoint_k = 1;     // kEveryK segment length
+  // The GPU worker's --attention=online: each block saves its rows'
+  // log-sum-exp (B·H·T, FP32) instead of the probabilities (B·H·T², compute
+  // dtype) and recomputes them in backward.
+  bool online_attention = false;
   // Step-time model (per worker unless named).
   double link_gbps = 100;        // network, Gbit/s each direction
   double mem_gbps = 2000;        // accelerator memory bandwidth, GB/s
@@ -170,10 +174,12 @@ struct MemoryEstimate {
 absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input);
 
 // One worker's activation peak for a shape (exposed for tests): the bytes
-// GptModel::memory() tracks plus the kernels' FP32 scratch.
+// GptModel::memory() (DeviceGptModel's, with online attention) tracks plus
+// the kernels' FP32 scratch.
 ActivationEstimate EstimateActivations(const GptShape& shape, int micro_batch,
                                        int seq, Precision precision,
-                                       CheckpointPolicy policy, int k);
+                                       CheckpointPolicy policy, int k,
+                                       bool online_attention = false);
 
 }  // namespace zeroshard
 

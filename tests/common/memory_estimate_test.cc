@@ -141,6 +141,38 @@ TEST(MemoryEstimateTest, ShapeGivesPaddedPsiAndActivations) {
   EXPECT_GT(e->time.flops_per_worker, none->time.flops_per_worker);
 }
 
+// Online attention keeps each row's log-sum-exp (B·H·T FP32) instead of the
+// probabilities (B·H·T² in the compute dtype): the only per-block change.
+TEST(MemoryEstimateTest, OnlineAttentionSavesLseInsteadOfProbabilities) {
+  const GptShape shape{.layers = 12, .heads = 12, .width = 768, .vocab = 50304,
+                       .context = 1024};
+  EstimateInput in;
+  in.model = shape;
+  in.micro_batch = 8;
+  absl::StatusOr<MemoryEstimate> probs = EstimateMemory(in);
+  in.online_attention = true;
+  absl::StatusOr<MemoryEstimate> online = EstimateMemory(in);
+  ASSERT_TRUE(probs.ok() && online.ok());
+  const double b = 8, h = 12, t = 1024;
+  EXPECT_DOUBLE_EQ(probs->activations.per_block_internals -
+                       online->activations.per_block_internals,
+                   b * h * t * t * 2 - b * h * t * 4);
+  EXPECT_DOUBLE_EQ(probs->activations.block_input,
+                   online->activations.block_input);
+  // GPT-2-124M at T = 1024, batch 8: the probabilities are 201 MB a block,
+  // most of what a block saves; without them the peak is under half.
+  EXPECT_LT(online->activations.none, 0.5 * probs->activations.none);
+  // fp32 saves probabilities in FP32: twice the BF16 difference.
+  in.precision = Precision::kFp32;
+  absl::StatusOr<MemoryEstimate> online32 = EstimateMemory(in);
+  in.online_attention = false;
+  absl::StatusOr<MemoryEstimate> probs32 = EstimateMemory(in);
+  ASSERT_TRUE(probs32.ok() && online32.ok());
+  EXPECT_DOUBLE_EQ(probs32->activations.per_block_internals -
+                       online32->activations.per_block_internals,
+                   b * h * t * t * 4 - b * h * t * 4);
+}
+
 TEST(MemoryEstimateTest, BadInputIsInvalidArgument) {
   auto bad = [](auto mutate) {
     EstimateInput in = SeedExample();

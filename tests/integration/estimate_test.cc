@@ -54,6 +54,7 @@ TEST(EstimateCtlTest, BadInputIsAUsageError) {
       {"--params=7e9", "--workers=8", "--servers=4", "--stage=4"},
       {"--params=7e9", "--workers=8", "--servers=4", "--precision=int8"},
       {"--params=7e9", "--workers=8", "--servers=4", "--link_gbps=0"},
+      {"--params=7e9", "--workers=8", "--servers=4", "--attention=flash"},
       {"--workers=8", "--servers=4"},  // no Ψ and no shape
       {"--params=7e9", "--config=/nonexistent.json"},
   };
@@ -83,6 +84,31 @@ TEST(EstimateCtlTest, SevenBillionJsonAndText) {
   ASSERT_TRUE(r.status.success()) << r.err;
   EXPECT_NE(r.out.find("ZeRO-1 *"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("* the seed document"), std::string::npos) << r.out;
+}
+
+TEST(EstimateCtlTest, OnlineAttentionIsCountedWhenAsked) {
+  const std::vector<std::string> shape = {
+      "--layers=12", "--heads=12", "--width=768", "--vocab=50304",
+      "--context=1024", "--micro_batch=8", "--json"};
+  std::vector<std::string> online = shape;
+  online.push_back("--attention=online");
+  CommandResult p = Ctl(shape), o = Ctl(online);
+  ASSERT_TRUE(p.status.success()) << p.err;
+  ASSERT_TRUE(o.status.success()) << o.err;
+  nlohmann::json jp = nlohmann::json::parse(p.out);
+  nlohmann::json jo = nlohmann::json::parse(o.out);
+  EXPECT_EQ(jp["activations"]["attention"], "probs");
+  EXPECT_EQ(jo["activations"]["attention"], "online");
+  // B·H·T² BF16 probabilities out, B·H·T FP32 log-sum-exp in.
+  EXPECT_DOUBLE_EQ(jp["activations"]["per_block_internals_bytes"].get<double>() -
+                       jo["activations"]["per_block_internals_bytes"].get<double>(),
+                   8.0 * 12 * 1024 * 1024 * 2 - 8.0 * 12 * 1024 * 4);
+  online.pop_back();
+  online.pop_back();  // --json: the text names the attention too
+  online.push_back("--attention=online");
+  CommandResult text = Ctl(online);
+  ASSERT_TRUE(text.status.success()) << text.err;
+  EXPECT_NE(text.out.find("online attention"), std::string::npos) << text.out;
 }
 
 // VmHWM of every live child of `parent`, by pid, with its /proc comm.
