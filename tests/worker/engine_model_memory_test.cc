@@ -102,5 +102,67 @@ TEST(EngineModelMemory, Bf16WithCheckpointing) {
   RunBoth({1, 2, 2, "bf16", "every_block"});
 }
 
+// A group that takes device buffers (as NCCL's does) and is never called:
+// StepEngine::Create decides where units live before any collective runs.
+class DeviceBufferGroup : public WorkerGroup {
+ public:
+  DeviceBufferGroup(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::string_view backend() const override { return "device-buffers"; }
+  bool device_buffers() const override { return true; }
+  absl::Status AllGather(absl::Span<const uint8_t>, absl::Span<uint8_t>) override {
+    return Unexpected();
+  }
+  absl::Status AllGatherInPlace(absl::Span<uint8_t>) override { return Unexpected(); }
+  absl::Status ReduceScatter(absl::Span<const float>, absl::Span<float>,
+                             float) override {
+    return Unexpected();
+  }
+  absl::Status Broadcast(std::string*, int) override { return Unexpected(); }
+  absl::Status Barrier() override { return Unexpected(); }
+
+ protected:
+  absl::Status AllReduceHost(ReduceType, void*, size_t, ReduceOp) override {
+    return Unexpected();
+  }
+
+ private:
+  static absl::Status Unexpected() {
+    ADD_FAILURE() << "a collective ran in StepEngine::Create";
+    return absl::InternalError("not expected");
+  }
+  const int rank_, size_;
+};
+
+// A group on device buffers cannot serve a model that computes in host
+// memory (the CPU model): Create refuses it rather than hand the group host
+// pointers. A model with its own memory is accepted and keeps units there.
+TEST(EngineModelMemory, DeviceBufferGroupNeedsAModelWithItsOwnMemory) {
+  TinyKnobs k;
+  k.stage = 3;
+  ASSERT_OK_AND_ASSIGN(TrainingConfig cfg, TinyConfig(k, 2, 2));
+  ASSERT_OK_AND_ASSIGN(ModelManifest manifest,
+                       MakeGptManifest(cfg.cluster.model, 2));
+  ASSERT_OK_AND_ASSIGN(FlatLayout layout, FlatLayout::Create(manifest, 2, 2));
+  ASSERT_OK_AND_ASSIGN(BatchSampler sampler, TestSampler(cfg));
+  DeviceBufferGroup group(0, 2);
+  absl::StatusOr<std::unique_ptr<StepEngine>> cpu = StepEngine::Create(
+      cfg, &layout, 0, /*client=*/nullptr, &group, &sampler, MakeCpuModel);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_EQ(cpu.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(cpu.status().message().find("device buffers"), std::string::npos)
+      << cpu.status();
+  EXPECT_NE(cpu.status().message().find("device-buffers"), std::string::npos)
+      << cpu.status();
+
+  StandInRecord record;
+  absl::StatusOr<std::unique_ptr<StepEngine>> dev =
+      StepEngine::Create(cfg, &layout, 0, /*client=*/nullptr, &group, &sampler,
+                         StandInModelFactory(&record));
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  EXPECT_TRUE((*dev)->units_in_model_memory());
+}
+
 }  // namespace
 }  // namespace zeroshard::testing
