@@ -485,7 +485,7 @@ TEST_F(CudaKernelTest, LinearMatchesTheCpuOp) {
   SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
   auto lt = cuda::CublasLtGemm::Create();
   ASSERT_TRUE(lt.ok()) << lt.status();
-  cuda::DeviceScratch scratch;
+  DeviceScratch scratch;
   cuda::Linear lin(lt->get(), &scratch);
   for (const DType dt : {DType::kFp32, DType::kBf16}) {
     SCOPED_TRACE(DTypeName(dt));

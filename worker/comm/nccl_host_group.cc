@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda_status.h"
+#include "common/device_scratch.h"
 #include "common/status_macros.h"
 #include "worker/comm/nccl_collectives.h"
 
@@ -18,28 +19,6 @@ namespace {
 absl::Status Cuda(cudaError_t e, const char* what) {
   return CudaStatus(e, absl::StrCat("nccl-host: ", what));
 }
-
-// A device buffer that only grows.
-class DeviceBytes {
- public:
-  ~DeviceBytes() {
-    if (p_ != nullptr) cudaFree(p_);
-  }
-  absl::StatusOr<uint8_t*> Reserve(size_t bytes) {
-    if (bytes > bytes_) {
-      if (p_ != nullptr) cudaFree(p_);
-      p_ = nullptr;
-      bytes_ = 0;
-      RETURN_IF_ERROR(Cuda(cudaMalloc(&p_, bytes), "allocating staging"));
-      bytes_ = bytes;
-    }
-    return static_cast<uint8_t*>(p_);
-  }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 class HostStagedNcclGroup final : public WorkerGroup {
  public:
@@ -54,7 +33,7 @@ class HostStagedNcclGroup final : public WorkerGroup {
                          absl::Span<uint8_t> out) override {
     RETURN_IF_ERROR(ValidateAllGather(size(), local.size(), out.size()));
     RETURN_IF_ERROR(Select());
-    ASSIGN_OR_RETURN(uint8_t * d, a_.Reserve(out.size()));
+    ASSIGN_OR_RETURN(uint8_t * d, Staging(a_, out.size()));
     const size_t part = local.size();
     RETURN_IF_ERROR(Up(d + rank() * part, local.data(), part));
     RETURN_IF_ERROR(inner_->AllGatherInPlace({d, out.size()}));
@@ -70,7 +49,7 @@ class HostStagedNcclGroup final : public WorkerGroup {
     const size_t part = out.size() / size();
     RETURN_IF_ERROR(ValidateAllGather(size(), part, out.size()));
     RETURN_IF_ERROR(Select());
-    ASSIGN_OR_RETURN(uint8_t * d, a_.Reserve(out.size()));
+    ASSIGN_OR_RETURN(uint8_t * d, Staging(a_, out.size()));
     RETURN_IF_ERROR(Up(d + rank() * part, out.data() + rank() * part, part));
     RETURN_IF_ERROR(inner_->AllGatherInPlace({d, out.size()}));
     return Down(out.data(), d, out.size());
@@ -80,8 +59,8 @@ class HostStagedNcclGroup final : public WorkerGroup {
                              float scale) override {
     RETURN_IF_ERROR(ValidateReduceScatter(size(), in.size(), out.size(), scale));
     RETURN_IF_ERROR(Select());
-    ASSIGN_OR_RETURN(uint8_t * din, a_.Reserve(in.size() * sizeof(float)));
-    ASSIGN_OR_RETURN(uint8_t * dout, b_.Reserve(out.size() * sizeof(float)));
+    ASSIGN_OR_RETURN(uint8_t * din, Staging(a_, in.size() * sizeof(float)));
+    ASSIGN_OR_RETURN(uint8_t * dout, Staging(b_, out.size() * sizeof(float)));
     RETURN_IF_ERROR(Up(din, in.data(), in.size() * sizeof(float)));
     RETURN_IF_ERROR(inner_->ReduceScatter(
         {reinterpret_cast<const float*>(din), in.size()},
@@ -138,7 +117,12 @@ class HostStagedNcclGroup final : public WorkerGroup {
   }
 
   std::unique_ptr<NcclWorkerGroup> inner_;
-  DeviceBytes a_, b_;
+  // Device staging that only grows; a growth waits for the group's stream.
+  absl::StatusOr<uint8_t*> Staging(DeviceScratch& s, size_t bytes) {
+    RETURN_IF_ERROR(s.Reserve(bytes, inner_->stream()));
+    return static_cast<uint8_t*>(s.data());
+  }
+  DeviceScratch a_, b_;
 };
 
 }  // namespace

@@ -37,6 +37,7 @@ UnitCache::UnitCache(const FlatLayout* layout, int rank, DType dtype,
   }
   partition_.resize(off);
   slots_.resize(layout_->units().size());
+  uploaded_.assign(layout_->units().size(), false);
   if (space_ != nullptr && !partition_.empty()) {
     // Uploaded every step: page-locked, the copy runs at the bus's speed.
     absl::Status s = space_->PinHost(partition_.data(), partition_.size());
@@ -98,20 +99,47 @@ absl::Status UnitCache::UploadPartition() {
   if (partition_model_ == nullptr) {
     ASSIGN_OR_RETURN(void* p, space_->Allocate(partition_.size()));
     partition_model_ = static_cast<uint8_t*>(p);
+    upload_fence_.reset();
   } else {
     // One worker's model reads its units from here in place: its work on
-    // the previous version ends first.
-    ASSIGN_OR_RETURN(std::shared_ptr<model::ModelFence> fence, space_->Fence());
-    RETURN_IF_ERROR(fence->Wait());
+    // the previous version ends before a part is overwritten (waited on by
+    // the first upload).
+    ASSIGN_OR_RETURN(upload_fence_, space_->Fence());
   }
-  return space_->CopyToModel(partition_model_, partition_.data(),
-                             partition_.size());
+  // Each unit's part goes up on the queue when the unit is first gathered
+  // (StartGather), so the copy of the next unit overlaps this one's compute.
+  std::fill(uploaded_.begin(), uploaded_.end(), false);
+  return absl::OkStatus();
+}
+
+absl::Status UnitCache::UploadPart(int unit) {
+  if (upload_fence_ != nullptr) RETURN_IF_ERROR(upload_fence_->Wait());
+  const size_t bytes =
+      layout_->WorkerUnitRange(rank_, unit).size() * DTypeSize(dtype_);
+  if (bytes == 0) return absl::OkStatus();
+  return space_->CopyToModel(partition_model_ + part_offset_[unit],
+                             partition_.data() + part_offset_[unit], bytes);
 }
 
 void UnitCache::StartGather(int unit) {
   Slot& slot = slots_[unit];
+  // Model memory: this unit's part goes up first, once per version.
+  const bool upload = partition_model_ != nullptr && !uploaded_[unit];
+  if (upload) uploaded_[unit] = true;
   if (direct()) {
     slot.present = true;
+    if (upload) {
+      slot.ticket = queue_->Submit([this, unit]() -> absl::Status {
+        absl::Status s = UploadPart(unit);
+        if (!s.ok()) {
+          return absl::Status(s.code(), absl::StrCat("uploading unit '",
+                                                     layout_->units()[unit].name,
+                                                     "': ", s.message()));
+        }
+        return absl::OkStatus();
+      });
+    }
+    // Otherwise the ticket of the upload (done or in flight) stays.
     return;
   }
   const size_t es = DTypeSize(dtype_);
@@ -145,10 +173,16 @@ void UnitCache::StartGather(int unit) {
   uint8_t* dst = slot.buffer.data;
   const uint8_t* src = Part(unit);
   std::shared_ptr<model::ModelFence> fence = std::move(slot.buffer.fence);
-  slot.ticket = queue_->Submit([this, dst, src, part_bytes, unit,
+  slot.ticket = queue_->Submit([this, dst, src, part_bytes, unit, upload,
                                 fence = std::move(fence)] {
     absl::Span<uint8_t> out(dst, part_bytes * group_->size());
     absl::Status s;
+    if (upload) s = UploadPart(unit);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("uploading unit '",
+                                                 layout_->units()[unit].name,
+                                                 "': ", s.message()));
+    }
     if (space_ == nullptr) {
       std::memcpy(dst + static_cast<size_t>(rank_) * part_bytes, src,
                   part_bytes);
@@ -222,10 +256,17 @@ void UnitCache::Release(int unit) {
 
 absl::Status UnitCache::ReleaseAll() {
   absl::Status first;
-  for (Slot& slot : slots_) {
-    if (!slot.present) continue;
+  for (size_t u = 0; u < slots_.size(); ++u) {
+    Slot& slot = slots_[u];
+    // Direct: an upload may be in flight for a released unit; a failed one
+    // is tried again at the next gather.
     absl::Status s = slot.ticket.Wait();
-    if (first.ok() && !s.ok()) first = s;
+    if (!s.ok()) uploaded_[u] = false;
+    if (slot.present && first.ok() && !s.ok()) first = s;
+    if (!slot.present) {
+      slot.ticket = CommTicket();
+      continue;
+    }
     live_bytes_ -= slot.buffer.size;
     Retire(&slot.buffer);
     Free(&slot.buffer);

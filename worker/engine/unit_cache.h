@@ -21,11 +21,13 @@
 // no buffer, copy or queue task.
 //
 // With a ModelMemory (the CUDA model's device, worker/model/model_memory.h)
-// the full units and a copy of the partition live in model memory:
-// UploadPartition() copies the fetched partition there, each gather runs
-// from it into a model-memory buffer (a group of device buffers, then
-// Synchronize), and Release takes a fence so that a buffer the model may
-// still read is not gathered into again before that work finished.
+// the full units and a copy of the partition live in model memory: after
+// UploadPartition() each unit's part of the fetched partition is copied
+// there on the queue when the unit is first gathered (so the next unit's
+// copy overlaps this one's compute), each gather runs from it into a
+// model-memory buffer (a group of device buffers, then Synchronize), and
+// Release takes a fence so that a buffer the model may still read is not
+// gathered into again before that work finished.
 //
 // Not thread-safe: one compute thread calls it; gathers run on the queue.
 #ifndef ZEROSHARD_WORKER_ENGINE_UNIT_CACHE_H_
@@ -60,8 +62,9 @@ class UnitCache {
   // order (layout.WorkerRanges(rank)), in dtype().
   uint8_t* partition() { return partition_.data(); }
   size_t partition_bytes() const { return partition_.size(); }
-  // Copies the partition to model memory after a fetch (no-op without a
-  // ModelMemory). Call with no gather in flight (after ReleaseAll).
+  // A new version of the partition was fetched: with a ModelMemory, each
+  // unit's part is copied there before its next gather (no-op without
+  // one). Call with no gather in flight (after ReleaseAll).
   absl::Status UploadPartition();
 
   // Starts the all-gather of unit u on the queue unless it is present or in
@@ -110,6 +113,9 @@ class UnitCache {
   // This worker's part of unit u where gathers read it (model memory when
   // uploaded).
   const uint8_t* Part(int unit) const;
+  // Copies unit u's part of the partition to model memory, after the fence
+  // on the model's work with the previous version. Queue thread.
+  absl::Status UploadPart(int unit);
   // One worker: units are read straight from the partition.
   bool direct() const { return group_->size() == 1; }
 
@@ -122,6 +128,11 @@ class UnitCache {
   model::ModelMemory* space_;
   std::vector<uint8_t> partition_;
   uint8_t* partition_model_ = nullptr;  // its copy in model memory
+  // Per unit: its part of this version is uploaded (or queued).
+  std::vector<char> uploaded_;
+  // The model's work with the previous version (waited on before an upload
+  // overwrites what it reads).
+  std::shared_ptr<model::ModelFence> upload_fence_;
   bool partition_pinned_ = false;
   std::vector<size_t> part_offset_;
   std::vector<Slot> slots_;

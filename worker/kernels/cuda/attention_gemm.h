@@ -25,7 +25,7 @@
 
 #include "absl/status/status.h"
 #include "worker/kernels/attention_shape.h"
-#include "worker/kernels/cuda/device_scratch.h"
+#include "common/device_scratch.h"
 #include "worker/kernels/cuda/gemm.h"
 
 namespace zeroshard::kernels::cuda {

@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "common/dtype.h"
-#include "worker/kernels/cuda/device_scratch.h"
+#include "common/device_scratch.h"
 #include "worker/kernels/cuda/gemm.h"
 
 namespace zeroshard::kernels::cuda {

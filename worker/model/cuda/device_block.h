@@ -84,8 +84,8 @@ class DeviceBlockRunner {
  private:
   cudaStream_t stream_;
   DeviceAttention attention_kind_;
-  kernels::cuda::DeviceScratch dy_bf16_;
-  kernels::cuda::DeviceScratch scratch_[9];
+  DeviceScratch dy_bf16_;
+  DeviceScratch scratch_[9];
   kernels::cuda::Linear linear_;
   kernels::cuda::GemmAttention attention_;  // per-head products on cuBLASLt
 };

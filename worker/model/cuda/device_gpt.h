@@ -92,7 +92,7 @@ class DeviceGptModel final : public UnitModel {
   // A unit's parameters on the device (copied there when given on the host)
   // and its FP32 vectors.
   struct Slot {
-    kernels::cuda::DeviceScratch params, f32;
+    DeviceScratch params, f32;
   };
   // A unit's gradient on the device: the caller's span, or a staged copy
   // of it written back by FinishGrad.
@@ -130,9 +130,9 @@ class DeviceGptModel final : public UnitModel {
   std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<ActivationMemory> mem_ = std::make_unique<ActivationMemory>();
   Slot slots_[2];
-  kernels::cuda::DeviceScratch grad_stage_[2];
-  kernels::cuda::DeviceScratch tokens_d_, targets_d_, loss_d_;
-  kernels::cuda::DeviceScratch head_[5];  // x, ln, logits, mean/rstd, lnq
+  DeviceScratch grad_stage_[2];
+  DeviceScratch tokens_d_, targets_d_, loss_d_;
+  DeviceScratch head_[5];  // x, ln, logits, mean/rstd, lnq
   BlockDims dims_;
   int next_ = 0;
   std::vector<DeviceBuffer> inputs_;  // [L + 1]

@@ -1,0 +1,60 @@
+// A device buffer that only grows (cudaMalloc), for scratch that CUDA code
+// reuses call after call: the kernels' (the linear layer's BF16 gradient,
+// attention's scores, the model's staging) and the host-staged NCCL group's
+// staging (worker/comm/nccl_host_group.cc). CUDA builds only, like
+// common/cuda_status.h (the Bazel build leaves it out of common's headers).
+//
+//   DeviceScratch s;
+//   RETURN_IF_ERROR(s.Reserve(bytes, stream));  // contents undefined
+#ifndef ZEROSHARD_COMMON_DEVICE_SCRATCH_H_
+#define ZEROSHARD_COMMON_DEVICE_SCRATCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
+
+namespace zeroshard {
+
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  ~DeviceScratch() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+
+  // At least `bytes`; a growth first waits for `stream` (the old buffer may
+  // still be in use by work enqueued on it).
+  absl::Status Reserve(size_t bytes, cudaStream_t stream) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (data_ != nullptr) {
+      const absl::Status s =
+          CudaStatus(cudaStreamSynchronize(stream), "DeviceScratch: waiting");
+      if (!s.ok()) return s;
+      cudaFree(data_);
+      data_ = nullptr;
+      bytes_ = 0;
+    }
+    const absl::Status s = CudaStatus(
+        cudaMalloc(&data_, bytes),
+        absl::StrCat("DeviceScratch: allocating ", bytes, " bytes"));
+    if (!s.ok()) return s;
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_COMMON_DEVICE_SCRATCH_H_
