@@ -30,7 +30,6 @@ CMAKE_ONLY = {
         "CUDA/NCCL: the Bazel build has no CUDA toolchain",
     "worker/comm/nccl_host_group.cc": "CUDA/NCCL: host buffers over NCCL",
     "worker/kernels/cuda/cublaslt_api.cc": "CUDA: cuBLASLt loaded at run time",
-    "worker/kernels/cuda/device_scratch.cc": "CUDA: grow-only device buffers",
     "worker/model/cuda/device_block.cc": "CUDA: a GPT block on the device",
     "worker/model/cuda/device_buffer.cc": "CUDA: device activations",
     "worker/model/cuda/device_gpt.cc": "CUDA: the GPT model on the device",

@@ -32,6 +32,8 @@
 # writes .gpu/pack.tar.gz; the device run carries `.gpu` and this script
 # unpacks it. On a GPU machine with the Debian packages it builds instead:
 #   bash tests/gpu/device_check.sh [BUILD_DIR]
+# ZS_CHECK_BUILD=DIR takes the programs of a CUDA build in DIR as they are
+# (CTest runs the script so, without a GPU, as device_check_rehearsal_test).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 t0=$SECONDS
@@ -54,7 +56,12 @@ fi
 
 pack=""
 for p in .gpu/pack.tar.gz .gpu/pack.tar.xz; do [ -f "$p" ] && { pack=$p; break; }; done
-if [ -n "$pack" ]; then
+if [ -n "${ZS_CHECK_BUILD:-}" ]; then
+  # A CMake build with CUDA that holds every program already (CTest's
+  # device_check_rehearsal_test).
+  BIN="$ZS_CHECK_BUILD/bin"; TESTS="$ZS_CHECK_BUILD/tests"
+  echo "== programs of $ZS_CHECK_BUILD"
+elif [ -n "$pack" ]; then
   root=/tmp/zs-pack
   rm -rf "$root"; mkdir -p "$root"
   if ! tar -C "$root" -xaf "$pack"; then
@@ -115,7 +122,15 @@ stage() {
   start=$SECONDS
   setsid "$@" &
   pid=$!
-  (sleep "$limit"; kill -TERM -- "-$pid" 2>/dev/null; sleep 5; kill -KILL -- "-$pid" 2>/dev/null) &
+  # The watcher holds no output (a reader of the log would wait for it) and
+  # takes its sleep with it when it is stopped.
+  (
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    sleep "$limit" & nap=$!; wait "$nap"
+    kill -TERM -- "-$pid" 2>/dev/null
+    sleep 5 & nap=$!; wait "$nap"
+    kill -KILL -- "-$pid" 2>/dev/null
+  ) >/dev/null 2>&1 &
   watcher=$!
   wait "$pid" || rc=$?
   kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
