@@ -65,6 +65,9 @@ TEST(NcclWorkerGroupTest, CollectivesOnDeviceBuffers) {
       return absl::InternalError("cudaMalloc");
     }
     cudaMemcpy(d_in, host_in.data(), host_in.size() * 4, cudaMemcpyHostToDevice);
+    // A pageable copy may return before its DMA lands, and the group's
+    // non-blocking stream does not wait for the legacy stream.
+    cudaDeviceSynchronize();
     absl::Status s = g.ReduceScatter({d_in, host_in.size()}, {d_out, part}, 1.0f);
     if (s.ok()) s = g.AllGatherInPlace({reinterpret_cast<uint8_t*>(d_in), host_in.size() * 4});
     if (s.ok()) s = g.Synchronize();

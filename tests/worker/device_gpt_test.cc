@@ -113,6 +113,9 @@ TEST_F(DeviceGptTest, MatchesTheCpuModelWithHostAndDeviceBuffers) {
                          cudaMemcpyHostToDevice),
               cudaSuccess);
     ASSERT_EQ(cudaMemset(dgrads, 0, want.size() * sizeof(float)), cudaSuccess);
+    // The copy and the memset ran on the legacy stream, which the model's
+    // non-blocking stream does not wait for.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     auto in_place = GptForwardBackward(
         **dev, *layout_, dparams, Batch(), 1.0f,
         absl::Span<float>(dgrads, want.size()));

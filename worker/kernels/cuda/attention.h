@@ -12,8 +12,8 @@
 // float accumulation; the backward keeps dS [B, H, T, T] (FP32) in
 // stream-ordered scratch. It is the device's correctness baseline, tested
 // against the CPU reference; a fused kernel (cuDNN's, or an online-softmax
-// one) is what a fast GPT-2 step needs. T is at most 12288 (the row's
-// scores in 48 KiB of shared memory).
+// one) is what a fast GPT-2 step needs. T is at most 12000 (the row's
+// scores and the kernels' own shared memory within 48 KiB).
 #ifndef ZEROSHARD_WORKER_KERNELS_CUDA_ATTENTION_H_
 #define ZEROSHARD_WORKER_KERNELS_CUDA_ATTENTION_H_
 
