@@ -46,6 +46,16 @@ absl::Status NcclError(ncclResult_t r, const char* expr, const char* file,
     }                                                               \
   } while (0)
 
+// CUDA calls inside a collective: this rank cannot take part, so the group
+// breaks (peers would otherwise wait for it until their timeout).
+#define ZS_CUDA_FAIL_IF_ERROR(expr)                                      \
+  do {                                                                   \
+    cudaError_t zs_cuda_e_ = (expr);                                     \
+    if (zs_cuda_e_ != cudaSuccess) {                                     \
+      return Fail(CudaError(zs_cuda_e_, #expr, __FILE__, __LINE__));     \
+    }                                                                    \
+  } while (0)
+
 // NCCL calls on the communicator: an error breaks the group.
 #define ZS_NCCL_RETURN_IF_ERROR(expr)                                   \
   do {                                                                  \
@@ -105,7 +115,26 @@ NcclWorkerGroup::NcclWorkerGroup(int rank, int size,
 NcclWorkerGroup::~NcclWorkerGroup() {
   cudaSetDevice(device_);
   if (comm_ != nullptr) {
+    // A healthy non-blocking communicator is finalised first (its work
+    // flushed, polled within the timeout) so that the destroy cannot block;
+    // a broken one, or one whose finalise fails or outlasts the timeout
+    // (a peer gone), is aborted.
+    bool finalized = false;
     if (broken_.ok()) {
+      ncclResult_t r = ncclCommFinalize(comm_);
+      const absl::Time deadline = absl::Now() + timeout_;
+      while (r == ncclSuccess || r == ncclInProgress) {
+        ncclResult_t state = ncclSuccess;
+        if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+        if (state == ncclSuccess) {
+          finalized = true;
+          break;
+        }
+        if (state != ncclInProgress || absl::Now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    if (finalized) {
       ncclCommDestroy(comm_);
     } else {
       ncclCommAbort(comm_);
@@ -224,6 +253,9 @@ absl::Status NcclWorkerGroup::AwaitStream(absl::Time deadline,
     if (e != cudaErrorNotReady) {
       return Fail(CudaError(e, "cudaStreamQuery", __FILE__, __LINE__));
     }
+    // "Not ready" is recorded as the thread's last error; left there, a
+    // kernel launch checked on this thread would report it.
+    (void)cudaGetLastError();
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(comm_, &state);
     if (state != ncclSuccess && state != ncclInProgress) {
@@ -242,11 +274,11 @@ absl::Status NcclWorkerGroup::AwaitStream(absl::Time deadline,
 absl::Status NcclWorkerGroup::EnsureScratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return absl::OkStatus();
   if (scratch_ != nullptr) {
-    ZS_CUDA_RETURN_IF_ERROR(cudaFree(scratch_));
+    ZS_CUDA_FAIL_IF_ERROR(cudaFree(scratch_));
     scratch_ = nullptr;
     scratch_bytes_ = 0;
   }
-  ZS_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, bytes));
+  ZS_CUDA_FAIL_IF_ERROR(cudaMalloc(&scratch_, bytes));
   scratch_bytes_ = bytes;
   return absl::OkStatus();
 }
@@ -256,7 +288,7 @@ absl::Status NcclWorkerGroup::AllGather(absl::Span<const uint8_t> local,
   RETURN_IF_ERROR(CheckUsable("all-gather"));
   RETURN_IF_ERROR(ValidateAllGather(size_, local.size(), out.size()));
   if (local.empty()) return absl::OkStatus();
-  ZS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  ZS_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
   // In place when local is exactly this rank's slot of out (NCCL allows it).
   ZS_NCCL_RETURN_IF_ERROR(ncclAllGather(local.data(), out.data(), local.size(),
                                         ncclUint8, comm_, stream_));
@@ -279,7 +311,7 @@ absl::Status NcclWorkerGroup::ReduceScatter(absl::Span<const float> in,
   RETURN_IF_ERROR(CheckUsable("reduce-scatter"));
   RETURN_IF_ERROR(ValidateReduceScatter(size_, in.size(), out.size(), scale));
   if (out.empty()) return absl::OkStatus();
-  ZS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  ZS_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
   ncclRedOp_t op = ncclSum;
   const bool scaled = scale != 1.0f;
   if (scaled) {
@@ -289,9 +321,12 @@ absl::Status NcclWorkerGroup::ReduceScatter(absl::Span<const float> in,
   }
   ncclResult_t r = ncclReduceScatter(in.data(), out.data(), out.size(),
                                      ncclFloat32, op, comm_, stream_);
-  if (scaled) ncclRedOpDestroy(op, comm_);
   ZS_NCCL_RETURN_IF_ERROR(r);
-  return AwaitComm(absl::Now() + timeout_, "reduce-scatter");
+  RETURN_IF_ERROR(AwaitComm(absl::Now() + timeout_, "reduce-scatter"));
+  // A non-blocking communicator takes no call until the previous one is
+  // complete: the op goes once the reduce-scatter is enqueued.
+  if (scaled) ZS_NCCL_RETURN_IF_ERROR(ncclRedOpDestroy(op, comm_));
+  return absl::OkStatus();
 }
 
 absl::Status NcclWorkerGroup::AllReduceHost(ReduceType type, void* values,
@@ -304,15 +339,18 @@ absl::Status NcclWorkerGroup::AllReduceHost(ReduceType type, void* values,
   }
   if (count == 0) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + timeout_;
-  ZS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  ZS_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
+  // Copies to and from pageable host memory wait for the stream without a
+  // deadline: the stream is made idle, within the deadline, before each.
+  RETURN_IF_ERROR(AwaitStream(deadline, "all-reduce"));
   RETURN_IF_ERROR(EnsureScratch(bytes));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scratch_, values, bytes,
+  ZS_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(scratch_, values, bytes,
                                           cudaMemcpyHostToDevice, stream_));
   ZS_NCCL_RETURN_IF_ERROR(ncclAllReduce(scratch_, scratch_, count,
                                         NcclType(type), NcclOp(op), comm_,
                                         stream_));
-  RETURN_IF_ERROR(AwaitComm(deadline, "all-reduce"));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(values, scratch_, bytes,
+  RETURN_IF_ERROR(AwaitStream(deadline, "all-reduce"));
+  ZS_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(values, scratch_, bytes,
                                           cudaMemcpyDeviceToHost, stream_));
   return AwaitStream(deadline, "all-reduce");
 }
@@ -327,15 +365,17 @@ absl::Status NcclWorkerGroup::Broadcast(std::string* bytes, int root) {
         "broadcast: root ", root, " out of range for group size ", size_));
   }
   const absl::Time deadline = absl::Now() + timeout_;
-  ZS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  ZS_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
   uint64_t length = rank_ == root ? bytes->size() : 0;
+  // As in AllReduceHost: the stream idle before each pageable copy.
+  RETURN_IF_ERROR(AwaitStream(deadline, "broadcast"));
   RETURN_IF_ERROR(EnsureScratch(sizeof(length)));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scratch_, &length, sizeof(length),
+  ZS_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(scratch_, &length, sizeof(length),
                                           cudaMemcpyHostToDevice, stream_));
   ZS_NCCL_RETURN_IF_ERROR(ncclBroadcast(scratch_, scratch_, 1, ncclUint64,
                                         root, comm_, stream_));
-  RETURN_IF_ERROR(AwaitComm(deadline, "broadcast"));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&length, scratch_, sizeof(length),
+  RETURN_IF_ERROR(AwaitStream(deadline, "broadcast"));
+  ZS_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(&length, scratch_, sizeof(length),
                                           cudaMemcpyDeviceToHost, stream_));
   RETURN_IF_ERROR(AwaitStream(deadline, "broadcast"));
   if (length > kMaxBroadcastBytes) {
@@ -348,14 +388,14 @@ absl::Status NcclWorkerGroup::Broadcast(std::string* bytes, int root) {
   }
   RETURN_IF_ERROR(EnsureScratch(length));
   if (rank_ == root) {
-    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(scratch_, bytes->data(), length,
+    ZS_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(scratch_, bytes->data(), length,
                                             cudaMemcpyHostToDevice, stream_));
   }
   ZS_NCCL_RETURN_IF_ERROR(ncclBroadcast(scratch_, scratch_, length, ncclUint8,
                                         root, comm_, stream_));
-  RETURN_IF_ERROR(AwaitComm(deadline, "broadcast"));
+  RETURN_IF_ERROR(AwaitStream(deadline, "broadcast"));
   bytes->resize(length);
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bytes->data(), scratch_, length,
+  ZS_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(bytes->data(), scratch_, length,
                                           cudaMemcpyDeviceToHost, stream_));
   return AwaitStream(deadline, "broadcast");
 }
@@ -367,7 +407,7 @@ absl::Status NcclWorkerGroup::Barrier() {
 
 absl::Status NcclWorkerGroup::Synchronize() {
   RETURN_IF_ERROR(CheckUsable("synchronize"));
-  ZS_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  ZS_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
   return AwaitStream(absl::Now() + timeout_, "synchronize");
 }
 

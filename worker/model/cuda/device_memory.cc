@@ -23,6 +23,9 @@ absl::Status AwaitEvent(cudaEvent_t event, absl::Duration timeout,
     const cudaError_t e = cudaEventQuery(event);
     if (e == cudaSuccess) return absl::OkStatus();
     if (e != cudaErrorNotReady) return CudaStatus(e, what);
+    // "Not ready" is recorded as the thread's last error; left there, the
+    // next kernel launch's check would report it.
+    (void)cudaGetLastError();
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(what, ": the device did not finish within ",
