@@ -85,6 +85,18 @@ absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceGptModel::Create(
   RETURN_IF_ERROR(CudaStatus(
       cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking),
       "creating the compute stream"));
+  // Activations and kernel scratch are allocated stream-ordered from the
+  // device's default pool, which by default gives freed memory back to the
+  // device at every synchronisation: each step would map its gigabytes
+  // anew. The pool keeps them (DeviceMemory trims it before it gives up on
+  // an allocation).
+  cudaMemPool_t pool = nullptr;
+  RETURN_IF_ERROR(CudaStatus(cudaDeviceGetDefaultMemPool(&pool, device),
+                             "the device's memory pool"));
+  uint64_t keep = UINT64_MAX;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+      "keeping freed activations in the pool"));
   ASSIGN_OR_RETURN(m->gemm_, k::CublasLtGemm::Create());
   m->runner_ = std::make_unique<DeviceBlockRunner>(m->gemm_.get(), m->stream_,
                                                    attention);

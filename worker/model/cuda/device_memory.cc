@@ -117,6 +117,14 @@ absl::StatusOr<void*> DeviceMemory::Allocate(size_t bytes) {
       free_.clear();
     }
     for (void* q : pooled) cudaFree(q);
+    // So does what the stream-ordered pool keeps (the model's activations
+    // are freed into it and kept: DeviceGptModel::Create).
+    cudaMemPool_t stream_pool = nullptr;
+    if (cudaDeviceGetDefaultMemPool(&stream_pool, device_) == cudaSuccess) {
+      cudaDeviceSynchronize();
+      cudaMemPoolTrimTo(stream_pool, 0);
+    }
+    cudaGetLastError();
     e = cudaMalloc(&p, bytes);
   }
   if (e != cudaSuccess) {
