@@ -26,6 +26,14 @@ inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 inline constexpr float kGeluCube = 0.044715f;
 inline constexpr float kLayerNormEpsilon = 1e-5f;  // torch's default
 
+// The bias gradient's column sums, dbias[j] += sum over rows i of dy[i, j],
+// in one order on every device: rows in chunks of kColumnSumRows, each
+// chunk summed in row order from 0, the chunks' sums added to dbias[j] in
+// chunk order. The chunks let a GPU run a thread per (column, chunk) rather
+// than one per column over every row; the CPU twin sums in the same order,
+// so both give the same bits.
+inline constexpr int64_t kColumnSumRows = 64;
+
 // GELU, tanh approximation (GPT-2; torch's gelu(approximate="tanh")):
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 ZS_HOST_DEVICE inline float GeluForwardElement(float x) {

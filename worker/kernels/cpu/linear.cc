@@ -7,6 +7,7 @@
 #include "worker/kernels/cpu/bf16_convert.h"
 #include "worker/kernels/cpu/gemm.h"
 #include "worker/kernels/cpu/threading.h"
+#include "worker/kernels/element_math.h"
 
 namespace zeroshard::kernels::cpu {
 namespace {
@@ -66,8 +67,9 @@ absl::Status LinearBackward(const float* dy, ConstTensor x, ConstTensor w,
              .c = dw, .ldc = out, .accumulate = true};
   if (absl::Status s = Gemm(g); !s.ok()) return s;
   if (dbias != nullptr) {
-    // Column blocks over the threads, each column summing rows 0..m-1 in
-    // order: the same bits for any thread count.
+    // Column blocks over the threads; each column sums its rows in chunks
+    // of kColumnSumRows (element_math.h), the order the CUDA kernel uses:
+    // the same bits for any thread count and on either device.
     constexpr int64_t kCols = 64;
     const int64_t blocks = (out + kCols - 1) / kCols;
 #pragma omp parallel for schedule(static) if (ParallelWorth(m * out))
@@ -75,10 +77,16 @@ absl::Status LinearBackward(const float* dy, ConstTensor x, ConstTensor w,
       const int64_t j0 = bl * kCols, n = std::min(out - j0, kCols);
       float acc[kCols];  // a register-resident copy of dbias[j0, j0 + n)
       std::copy(dbias + j0, dbias + j0 + n, acc);
-      for (int64_t i = 0; i < m; ++i) {
-        const float* row = dy + i * out + j0;
+      for (int64_t i0 = 0; i0 < m; i0 += kColumnSumRows) {
+        const int64_t i1 = std::min(m, i0 + kColumnSumRows);
+        float chunk[kCols] = {};
+        for (int64_t i = i0; i < i1; ++i) {
+          const float* row = dy + i * out + j0;
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) acc[j] += row[j];
+          for (int64_t j = 0; j < n; ++j) chunk[j] += row[j];
+        }
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) acc[j] += chunk[j];
       }
       std::copy(acc, acc + n, dbias + j0);
     }

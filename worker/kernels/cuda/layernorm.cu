@@ -52,7 +52,13 @@ __global__ void LayerNormForwardKernel(const float* __restrict__ x,
 
 // Rows row0, row0 + gridDim.x, ...: dx += per element; this block's partial
 // dgamma / dbeta per channel into part_g / part_b [gridDim.x, c] (each
-// channel's partial belongs to one thread, summed in row order).
+// channel's partial belongs to one thread, summed in row order). With
+// kInRegisters (c <= kMaxRegisterColumns) a thread's partials stay in
+// registers and are written once; otherwise they are added in place.
+constexpr int kColumnsPerThread = 8;
+constexpr int64_t kMaxRegisterColumns = int64_t{kColumnsPerThread} * kThreads;
+
+template <bool kInRegisters>
 __global__ void LayerNormBackwardKernel(
     const float* __restrict__ dy, const float* __restrict__ x,
     const float* __restrict__ gamma, const float* __restrict__ mean,
@@ -62,48 +68,96 @@ __global__ void LayerNormBackwardKernel(
   __shared__ float broadcast;
   float* pg = part_g + static_cast<int64_t>(blockIdx.x) * c;
   float* pb = part_b + static_cast<int64_t>(blockIdx.x) * c;
-  for (int j = threadIdx.x; j < c; j += blockDim.x) {
-    pg[j] = 0;
-    pb[j] = 0;
+  float rg[kColumnsPerThread] = {}, rb[kColumnsPerThread] = {};
+  if (!kInRegisters) {
+    for (int j = threadIdx.x; j < c; j += kThreads) {
+      pg[j] = 0;
+      pb[j] = 0;
+    }
   }
   for (int64_t row = blockIdx.x; row < m; row += gridDim.x) {
     const float* dyr = dy + row * c;
     const float* xr = x + row * c;
     const float mu = mean[row], rs = rstd[row];
     float s1 = 0, s2 = 0;
-    for (int j = threadIdx.x; j < c; j += blockDim.x) {
-      const float xhat = (xr[j] - mu) * rs;
-      const float dnorm = dyr[j] * gamma[j];
-      s1 += dnorm;
-      s2 += dnorm * xhat;
-      pg[j] += dyr[j] * xhat;
-      pb[j] += dyr[j];
+    if (kInRegisters) {
+#pragma unroll
+      for (int k = 0; k < kColumnsPerThread; ++k) {
+        const int j = threadIdx.x + k * kThreads;
+        if (j < c) {
+          const float xhat = (xr[j] - mu) * rs;
+          const float dnorm = dyr[j] * gamma[j];
+          s1 += dnorm;
+          s2 += dnorm * xhat;
+          rg[k] += dyr[j] * xhat;
+          rb[k] += dyr[j];
+        }
+      }
+    } else {
+      for (int j = threadIdx.x; j < c; j += kThreads) {
+        const float xhat = (xr[j] - mu) * rs;
+        const float dnorm = dyr[j] * gamma[j];
+        s1 += dnorm;
+        s2 += dnorm * xhat;
+        pg[j] += dyr[j] * xhat;
+        pb[j] += dyr[j];
+      }
     }
     const float mean_dnorm = BlockAllSum(s1, tmp, &broadcast) / c;
     const float mean_dnorm_xhat = BlockAllSum(s2, tmp, &broadcast) / c;
     float* dxr = dx + row * c;
-    for (int j = threadIdx.x; j < c; j += blockDim.x) {
+    for (int j = threadIdx.x; j < c; j += kThreads) {
       const float xhat = (xr[j] - mu) * rs;
       dxr[j] += LayerNormBackwardElement(dyr[j], gamma[j], xhat, rs,
                                          mean_dnorm, mean_dnorm_xhat);
     }
   }
+  if (kInRegisters) {
+#pragma unroll
+    for (int k = 0; k < kColumnsPerThread; ++k) {
+      const int j = threadIdx.x + k * kThreads;
+      if (j < c) {
+        pg[j] = rg[k];
+        pb[j] = rb[k];
+      }
+    }
+  }
 }
 
-// dgamma[j] += sum over blocks of part_g[b, j], in block order.
+// dgamma[j] += the sum over the row kernel's blocks of part_g[b, j] (and
+// dbeta of part_b). A block is 32 adjacent channels x 32 groups of parts:
+// each thread sums the parts of its group (b = group, group + 32, ...) in
+// order, reading a coalesced row of 32 channels per warp, then the first
+// group adds the 32 group sums in group order. The same order every run.
+constexpr int kSumColumns = 32;
+constexpr int kSumGroups = 32;
+
 __global__ void SumPartsKernel(const float* __restrict__ part_g,
                                const float* __restrict__ part_b, int blocks,
                                int c, float* __restrict__ dgamma,
                                float* __restrict__ dbeta) {
-  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < c;
-       j += gridDim.x * blockDim.x) {
-    float g = 0, b = 0;
-    for (int k = 0; k < blocks; ++k) {
+  __shared__ float sg[kSumGroups][kSumColumns];
+  __shared__ float sb[kSumGroups][kSumColumns];
+  const int col = threadIdx.x % kSumColumns, group = threadIdx.x / kSumColumns;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kSumColumns + col;
+  float g = 0, b = 0;
+  if (j < c) {
+    for (int k = group; k < blocks; k += kSumGroups) {
       g += part_g[static_cast<int64_t>(k) * c + j];
       b += part_b[static_cast<int64_t>(k) * c + j];
     }
-    dgamma[j] += g;
-    dbeta[j] += b;
+  }
+  sg[group][col] = g;
+  sb[group][col] = b;
+  __syncthreads();
+  if (group == 0 && j < c) {
+    float tg = 0, tb = 0;
+    for (int q = 0; q < kSumGroups; ++q) {
+      tg += sg[q][col];
+      tb += sb[q][col];
+    }
+    dgamma[j] += tg;
+    dbeta[j] += tb;
   }
 }
 
@@ -158,12 +212,19 @@ absl::Status LayerNormBackward(const float* dy, const float* x,
   }
   float* part_g = parts;
   float* part_b = parts + static_cast<size_t>(blocks) * c;
-  LayerNormBackwardKernel<<<blocks, kThreads, 0, stream>>>(
-      dy, x, gamma, mean, rstd, m, static_cast<int>(c), dx, part_g, part_b);
+  if (c <= kMaxRegisterColumns) {
+    LayerNormBackwardKernel<true><<<blocks, kThreads, 0, stream>>>(
+        dy, x, gamma, mean, rstd, m, static_cast<int>(c), dx, part_g, part_b);
+  } else {
+    LayerNormBackwardKernel<false><<<blocks, kThreads, 0, stream>>>(
+        dy, x, gamma, mean, rstd, m, static_cast<int>(c), dx, part_g, part_b);
+  }
   const absl::Status rows = LaunchStatus(op);
   if (rows.ok()) {
-    SumPartsKernel<<<GridFor(c), kThreads, 0, stream>>>(
-        part_g, part_b, blocks, static_cast<int>(c), dgamma, dbeta);
+    const int64_t grid = (c + kSumColumns - 1) / kSumColumns;
+    SumPartsKernel<<<static_cast<unsigned>(grid), kSumColumns * kSumGroups, 0,
+                     stream>>>(part_g, part_b, blocks, static_cast<int>(c),
+                               dgamma, dbeta);
   }
   const absl::Status launched = rows.ok() ? LaunchStatus(op) : rows;
   // Freed in stream order, after the kernels that use it.

@@ -4,20 +4,44 @@
 #include "common/cuda_status.h"
 #include "worker/kernels/cuda/elementwise.h"
 #include "worker/kernels/cuda/launch.h"
+#include "worker/kernels/element_math.h"
 #include "worker/kernels/gemm_desc.h"
 
 namespace zeroshard::kernels::cuda {
 namespace {
 
-// One thread per column: a warp reads 32 adjacent columns of a row at once
-// (coalesced), and each column adds its rows in order, as the CPU does.
-__global__ void ColumnSumKernel(const float* __restrict__ dy, int64_t m,
-                                int64_t n, float* __restrict__ dbias) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= n) return;
-  float acc = dbias[j];
-  for (int64_t i = 0; i < m; ++i) acc += dy[i * n + j];
-  dbias[j] = acc;
+// The bias gradient in kColumnSumRows chunks (element_math.h), the CPU's
+// order. Pass 1: a thread per (column, chunk) sums the chunk's rows in order
+// from 0 into part[chunk, column]; a warp is 32 adjacent columns of one
+// chunk, so each row's read is coalesced, and the grid's chunks spread the
+// rows over the whole device.
+constexpr int kColumnsPerBlock = 32;
+constexpr int kChunksPerBlock = kThreads / kColumnsPerBlock;
+
+__global__ void ColumnChunkSumKernel(const float* __restrict__ dy, int64_t m,
+                                     int64_t n, float* __restrict__ part) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnsPerBlock +
+                    threadIdx.x % kColumnsPerBlock;
+  const int64_t chunk = static_cast<int64_t>(blockIdx.y) * kChunksPerBlock +
+                        threadIdx.x / kColumnsPerBlock;
+  const int64_t i0 = chunk * kColumnSumRows;
+  if (j >= n || i0 >= m) return;
+  const int64_t i1 = i0 + kColumnSumRows < m ? i0 + kColumnSumRows : m;
+  float acc = 0;
+  for (int64_t i = i0; i < i1; ++i) acc += dy[i * n + j];
+  part[chunk * n + j] = acc;
+}
+
+// Pass 2: dbias[j] += part[0, j] + part[1, j] + ..., in chunk order.
+__global__ void AddChunkSumsKernel(const float* __restrict__ part,
+                                   int64_t chunks, int64_t n,
+                                   float* __restrict__ dbias) {
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       j < n; j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float acc = dbias[j];
+    for (int64_t c = 0; c < chunks; ++c) acc += part[c * n + j];
+    dbias[j] = acc;
+  }
 }
 
 // y[i, j] += bias[j]: the bias when it cannot ride in the epilogue.
@@ -50,9 +74,35 @@ absl::Status ColumnSumAccumulate(const float* dy, int64_t m, int64_t n,
     return absl::InvalidArgumentError(
         "cuda::ColumnSumAccumulate: dy and dbias must be set");
   }
-  const unsigned grid = static_cast<unsigned>((n + kThreads - 1) / kThreads);
-  ColumnSumKernel<<<grid, kThreads, 0, stream>>>(dy, m, n, dbias);
-  return LaunchStatus("cuda::ColumnSumAccumulate");
+  const char* op = "cuda::ColumnSumAccumulate";
+  const int64_t chunks = (m + kColumnSumRows - 1) / kColumnSumRows;
+  const int64_t grid_x = (n + kColumnsPerBlock - 1) / kColumnsPerBlock;
+  const int64_t grid_y = (chunks + kChunksPerBlock - 1) / kChunksPerBlock;
+  if (grid_x > 0x7fffffff || grid_y > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", m, " rows x ", n, " columns exceed one launch"));
+  }
+  float* part = nullptr;
+  const size_t part_bytes = sizeof(float) * static_cast<size_t>(chunks * n);
+  if (absl::Status s = CudaStatus(
+          cudaMallocAsync(reinterpret_cast<void**>(&part), part_bytes, stream),
+          absl::StrCat(op, ": scratch of ", part_bytes, " B"));
+      !s.ok()) {
+    return s;
+  }
+  ColumnChunkSumKernel<<<dim3(static_cast<unsigned>(grid_x),
+                              static_cast<unsigned>(grid_y)),
+                         kThreads, 0, stream>>>(dy, m, n, part);
+  absl::Status launched = LaunchStatus(op);
+  if (launched.ok()) {
+    AddChunkSumsKernel<<<GridFor(n), kThreads, 0, stream>>>(part, chunks, n,
+                                                             dbias);
+    launched = LaunchStatus(op);
+  }
+  // Freed in stream order, after the kernels that use it.
+  const absl::Status freed =
+      CudaStatus(cudaFreeAsync(part, stream), absl::StrCat(op, ": scratch"));
+  return launched.ok() ? freed : launched;
 }
 
 absl::Status Linear::Forward(DeviceTensor x, DeviceTensor w, const float* bias,

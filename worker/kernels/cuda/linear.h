@@ -32,7 +32,8 @@ struct DeviceTensor {
   DType dtype = DType::kFp32;
 };
 
-// dbias[j] += sum over rows i (in order) of dy[i, j]; dy [m, n], FP32.
+// dbias[j] += sum over rows i of dy[i, j]; dy [m, n], FP32. Summed in
+// kColumnSumRows chunks (element_math.h), the CPU's order: the same bits.
 absl::Status ColumnSumAccumulate(const float* dy, int64_t m, int64_t n,
                                  float* dbias, cudaStream_t stream);
 
