@@ -1,6 +1,9 @@
 // zeroshard-bench device-gpt (CUDA builds; on a GPU machine): the GPT-2-124M
-// shape (12 layers, 12 heads, width 768, context 1024, vocab 50257) in BF16
-// on one GPU.
+// shape (12 layers, 12 heads, width 768, context 1024) in BF16 on one GPU,
+// with the vocabulary padded from 50257 to 50304 (= 393 x 128) as llm.c
+// does: with 50257 every row of the logits and their gradient is 2- or
+// 4-byte aligned and cuBLASLt falls back to slow kernels for the three
+// largest products of the step. `--vocab=50257` measures the unpadded one.
 //
 // 1. The model alone: forward + backward of the CUDA model
 //    (worker/model/cuda/device_gpt.h) with its parameters and gradients in
@@ -18,6 +21,7 @@
 //    (--placement=device); tokens/s and MFU of the median step.
 //
 //   zeroshard-bench device-gpt [--batch=8] [--steps=4] [--layers=12]
+//                              [--vocab=50304]
 //
 // Ends with "device-gpt ratio=MFU target=0.40" (the model alone, against
 // the vendor peak when known, else the measured GEMM rate).
@@ -114,7 +118,8 @@ int DeviceGpt(const std::vector<std::string>& args) {
   cudaGetDeviceProperties(&prop, 0);
   const std::string name = prop.name;
   const GptShape shape{.layers = Flag(args, "layers", 12), .heads = 12,
-                       .width = 768, .vocab = 50257, .context = 1024};
+                       .width = 768, .vocab = Flag(args, "vocab", 50304),
+                       .context = 1024};
   const int B = Flag(args, "batch", 8), T = shape.context;
   const int steps = Flag(args, "steps", 4);
   const double vendor = VendorBf16Peak(name);
