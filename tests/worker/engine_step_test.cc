@@ -76,7 +76,7 @@ TEST(EngineStep, ClippingFollowsTorchClipGradNorm) {
   TrainOptions o;
   o.on_step = [&](int rank, const StepEngine& e, const StepResult& r) {
     absl::MutexLock lock(&mu);
-    shards[{r.step, rank}] = e.grad_shard();
+    shards[{r.step, rank}].assign(e.grad_shard().begin(), e.grad_shard().end());
   };
   ASSERT_OK_AND_ASSIGN(ClusterResult r, RunCluster(cfg, o));
   const double denom = static_cast<double>(cfg.cluster.workers) *

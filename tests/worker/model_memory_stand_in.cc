@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/page_aligned.h"
 #include "common/status_macros.h"
 
 namespace zeroshard::testing {
@@ -106,6 +107,18 @@ class StandInMemory final : public model::ModelMemory {
 
   absl::Status PinHost(void* host, size_t bytes) override {
     absl::MutexLock lock(&mu_);
+    // cudaHostRegister locks whole pages: a range sharing a page with one
+    // pinned already is refused as registered already.
+    const uintptr_t page = HostPageBytes();
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(host) / page;
+    const uintptr_t hi = (reinterpret_cast<uintptr_t>(host) + bytes + page - 1) / page;
+    for (const auto& [p, n] : pinned_) {
+      const uintptr_t plo = reinterpret_cast<uintptr_t>(p) / page;
+      const uintptr_t phi = (reinterpret_cast<uintptr_t>(p) + n + page - 1) / page;
+      if (lo < phi && plo < hi) {
+        record_->Violation("PinHost of a range that shares a page with a pinned one");
+      }
+    }
     if (!pinned_.emplace(static_cast<uint8_t*>(host), bytes).second) {
       record_->Violation("PinHost of a range pinned already");
     }

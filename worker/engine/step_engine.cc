@@ -144,7 +144,7 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
           largest, layout->WorkerUnitRange(rank, static_cast<int>(u)).size());
     }
     e->rs_scratch_.resize(largest);
-    for (std::vector<float>* v : {&e->grad_shard_, &e->rs_scratch_}) {
+    for (PageAlignedVector<float>* v : {&e->grad_shard_, &e->rs_scratch_}) {
       if (v->empty()) continue;
       absl::Status s = e->mem_->PinHost(v->data(), v->size() * sizeof(float));
       if (s.ok()) {

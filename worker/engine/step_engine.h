@@ -57,10 +57,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/shard_client.h"
 #include "common/config.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
+#include "common/page_aligned.h"
 #include "worker/comm/collectives.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/engine/comm_queue.h"
@@ -168,7 +170,7 @@ class StepEngine {
     return scaler_.Restore(state);
   }
   // This worker's FP32 gradient partition from the last step (tests).
-  const std::vector<float>& grad_shard() const { return grad_shard_; }
+  absl::Span<const float> grad_shard() const { return grad_shard_; }
 
  private:
   StepEngine(const TrainingConfig& config, const FlatLayout* layout, int rank,
@@ -251,13 +253,15 @@ class StepEngine {
   CallCanceller prefetch_cancel_;
   std::unique_ptr<UnitCache> cache_;
   std::unique_ptr<model::UnitModel> model_;
-  std::vector<float> grad_shard_;            // this worker's partition, FP32
+  // This worker's partition, FP32 (page-aligned: page-locked with model
+  // memory).
+  PageAlignedVector<float> grad_shard_;
   std::vector<size_t> shard_offset_;         // element offset of unit u's part
   // Per unit: the sum of squares of its final part (comm thread; read after
   // the queue drained), and how many units finished this step.
   std::vector<double> unit_sumsq_;
   size_t units_finished_ = 0;
-  std::vector<float> rs_scratch_;            // reduce-scatter output
+  PageAlignedVector<float> rs_scratch_;      // reduce-scatter output
   // communication_data_type bf16: the shard's BF16 wire form, indexed like
   // grad_shard_; valid until the push commits.
   std::vector<uint16_t> push_bf16_;

@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/layout.h"
+#include "common/page_aligned.h"
 #include "worker/comm/collectives.h"
 #include "worker/engine/comm_queue.h"
 #include "worker/model/model_memory.h"
@@ -126,7 +127,7 @@ class UnitCache {
   WorkerGroup* group_;
   CommQueue* queue_;
   model::ModelMemory* space_;
-  std::vector<uint8_t> partition_;
+  PageAlignedVector<uint8_t> partition_;  // page-locked with model memory
   uint8_t* partition_model_ = nullptr;  // its copy in model memory
   // Per unit: its part of this version is uploaded (or queued).
   std::vector<char> uploaded_;
