@@ -15,6 +15,8 @@
 //    the same run: this device's own cuBLASLt BF16 rate on 8192^3 products,
 //    and the vendor's dense BF16 figure where the device is one we know.
 //    Peak activation bytes against the estimator's (common/memory_estimate).
+//    Then one step with every op marked on the stream (OpTimer): each op's
+//    milliseconds and share, so a device run shows which kernel to work on.
 // 2. The whole step: 1 worker (the CUDA model, parameters staged from the
 //    host per unit) + 1 in-process server, ZeRO-3, with the server's state
 //    on the host (its AdamW on the CPU), then on the device
@@ -43,6 +45,7 @@
 #include "common/memory_estimate.h"
 #include "server/device_transfer.h"
 #include "worker/kernels/cuda/gemm.h"
+#include "worker/kernels/cuda/op_timer.h"
 #include "worker/model/cuda/device_gpt.h"
 #include "worker/model/gpt_forward_backward.h"
 
@@ -199,6 +202,25 @@ int DeviceGpt(const std::vector<std::string>& args) {
       out->act_peak = std::max(out->act_peak, r->peak_activation_bytes);
     }
     cudaMemGetInfo(&free1, &total);
+    // One more step with every op marked on the stream: where the time goes.
+    kernels::cuda::OpTimer timer;
+    (*m)->set_op_timer(&timer);
+    cudaMemset(dgrads, 0, n * 4);
+    cudaDeviceSynchronize();
+    absl::StatusOr<std::vector<kernels::cuda::OpTime>> ops =
+        absl::UnknownError("not run");
+    if (absl::Status started = timer.Start((*m)->stream()); !started.ok()) {
+      ops = started;
+    } else {
+      auto r = model::GptForwardBackward(**m, *layout, dparams, batch, 1.0f,
+                                         absl::Span<float>(dgrads, n));
+      if (r.ok()) {
+        ops = timer.Finish();
+      } else {
+        ops = r.status();
+      }
+    }
+    (*m)->set_op_timer(nullptr);
     const bool online = attention == model::DeviceAttention::kOnline;
     EstimateInput ain = in;
     ain.online_attention = online;
@@ -217,6 +239,21 @@ int DeviceGpt(const std::vector<std::string>& args) {
                 out->act_peak / 1048576.0, est_act / 1048576.0,
                 (double(free0) - double(free1)) / 1048576.0,
                 (*m)->workspace_bytes() / 1048576.0);
+    if (!ops.ok()) {
+      std::printf("  op breakdown: %s\n", ops.status().ToString().c_str());
+      return true;
+    }
+    double marked = 0;
+    for (const kernels::cuda::OpTime& t : *ops) marked += t.ms;
+    std::sort(ops->begin(), ops->end(),
+              [](const auto& a, const auto& b) { return a.ms > b.ms; });
+    std::printf("  op breakdown of one step (CUDA events between ops; %.2f ms "
+                "marked, the untimed step %.2f ms):\n",
+                marked, out->seconds * 1e3);
+    for (const kernels::cuda::OpTime& t : *ops) {
+      std::printf("    %-24s %8.3f ms %5.1f%% %5d calls\n", t.label.c_str(),
+                  t.ms, 100 * t.ms / marked, t.calls);
+    }
     return true;
   };
   std::printf("parameters and gradients on the device: %.0f MiB (6 B/param)\n",

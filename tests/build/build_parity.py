@@ -37,6 +37,7 @@ CMAKE_ONLY = {
         "CUDA: the engine's units and gradients in device memory",
     "optim/adam_device.cc": "CUDA: the device AdamW (nvcc)",
     "worker/kernels/cuda/gemm.cc": "CUDA: cuBLASLt matrix products",
+    "worker/kernels/cuda/op_timer.cc": "CUDA: per-op times on a stream",
     "bench/device_bench.cc": "CUDA: the device benchmarks",
     "bench/device_gpt_bench.cc": "CUDA: the GPT-2-124M device benchmark",
     "tests/optim/adam_device_test.cc": "CUDA: adam_device_test's source",

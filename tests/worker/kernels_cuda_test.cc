@@ -33,6 +33,7 @@
 #include "worker/kernels/cuda/grad_norm.h"
 #include "worker/kernels/cuda/layernorm.h"
 #include "worker/kernels/cuda/linear.h"
+#include "worker/kernels/cuda/op_timer.h"
 #include "worker/kernels/cuda/online_attention.h"
 #include "worker/kernels/cpu/online_attention.h"
 
@@ -547,7 +548,41 @@ TEST_F(CudaKernelTest, LinearMatchesTheCpuOp) {
   }
 }
 
+// The op timer sums each label's intervals, in the order labels appear.
+TEST_F(CudaKernelTest, OpTimerSumsEachLabel) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t n = 1 << 22;
+  Dev<float> a(Random(n)), b(Random(n)), out(Sentinel(n));
+  cuda::OpTimer timer;
+  ASSERT_TRUE(timer.Start(nullptr).ok());
+  ASSERT_TRUE(cuda::GeluForward(a.get(), out.get(), n, nullptr).ok());
+  timer.Mark("gelu");
+  ASSERT_TRUE(cuda::ResidualForward(a.get(), b.get(), out.get(), n, nullptr).ok());
+  timer.Mark("residual");
+  ASSERT_TRUE(cuda::GeluForward(b.get(), out.get(), n, nullptr).ok());
+  timer.Mark("gelu");
+  absl::StatusOr<std::vector<cuda::OpTime>> times = timer.Finish();
+  ASSERT_TRUE(times.ok()) << times.status();
+  ASSERT_EQ(times->size(), 2u);
+  EXPECT_EQ((*times)[0].label, "gelu");
+  EXPECT_EQ((*times)[0].calls, 2);
+  EXPECT_EQ((*times)[1].label, "residual");
+  EXPECT_EQ((*times)[1].calls, 1);
+  EXPECT_GT((*times)[0].ms, 0.0);
+  EXPECT_GT((*times)[1].ms, 0.0);
+}
+
 // Decided before any CUDA call: these run on every machine.
+// Outside a span the timer records nothing and costs no CUDA call.
+TEST(CudaKernelArgsTest, OpTimerOutsideASpanIsANoOp) {
+  cuda::OpTimer timer;
+  timer.Mark("nothing");
+  cuda::MarkOp(nullptr, "nothing either");
+  absl::StatusOr<std::vector<cuda::OpTime>> times = timer.Finish();
+  ASSERT_TRUE(times.ok()) << times.status();
+  EXPECT_TRUE(times->empty());
+}
+
 TEST(CudaKernelArgsTest, BadArgumentsAreRefusedBeforeLaunch) {
   float x[4] = {};
   EXPECT_EQ(cuda::GeluForward(x, x, -1, nullptr).code(),

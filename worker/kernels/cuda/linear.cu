@@ -120,8 +120,12 @@ absl::Status Linear::Forward(DeviceTensor x, DeviceTensor w, const float* bias,
              .b = {w.data, w.dtype, out, false},
              .c = y, .ldc = out, .accumulate = false,
              .bias = fused ? bias : nullptr};
-  if (absl::Status s = gemm_->Run(g, stream); !s.ok() || fused) return s;
+  if (absl::Status s = gemm_->Run(g, stream); !s.ok() || fused) {
+    MarkOp(timer_, "matmul fwd");
+    return s;
+  }
   AddBiasKernel<<<GridFor(m * out), kThreads, 0, stream>>>(y, bias, m, out);
+  MarkOp(timer_, "matmul fwd");
   return LaunchStatus("cuda::Linear::Forward: bias");
 }
 
@@ -143,6 +147,7 @@ absl::Status Linear::Backward(const float* dy, DeviceTensor x, DeviceTensor w,
     auto* q = static_cast<uint16_t*>(dy_bf16_->data());
     if (absl::Status s = FloatsToBf16(dy, q, m * out, stream); !s.ok()) return s;
     dy_ref = {q, DType::kBf16, out, false};
+    MarkOp(timer_, "casts");
   }
   if (dx != nullptr) {
     GemmDesc g{.m = m, .n = in, .k = out,
@@ -154,8 +159,11 @@ absl::Status Linear::Backward(const float* dy, DeviceTensor x, DeviceTensor w,
              .a = {x.data, x.dtype, in, true}, .b = dy_ref,
              .c = dw, .ldc = out, .accumulate = true};
   if (absl::Status s = gemm_->Run(g, stream); !s.ok()) return s;
-  if (dbias != nullptr) return ColumnSumAccumulate(dy, m, out, dbias, stream);
-  return absl::OkStatus();
+  MarkOp(timer_, "matmul bwd");
+  if (dbias == nullptr) return absl::OkStatus();
+  absl::Status s = ColumnSumAccumulate(dy, m, out, dbias, stream);
+  MarkOp(timer_, "bias grad");
+  return s;
 }
 
 }  // namespace zeroshard::kernels::cuda

@@ -23,6 +23,7 @@
 #include "common/dtype.h"
 #include "common/device_scratch.h"
 #include "worker/kernels/cuda/gemm.h"
+#include "worker/kernels/cuda/op_timer.h"
 
 namespace zeroshard::kernels::cuda {
 
@@ -53,9 +54,14 @@ class Linear {
                         int64_t m, int64_t in, int64_t out, float* dx,
                         float* dw, float* dbias, cudaStream_t stream);
 
+  // Marks its parts (products, dy's cast, the bias gradient) on `timer`
+  // (null: none).
+  void set_timer(OpTimer* timer) { timer_ = timer; }
+
  private:
   CublasLtGemm* gemm_;
   DeviceScratch* dy_bf16_;
+  OpTimer* timer_ = nullptr;
 };
 
 }  // namespace zeroshard::kernels::cuda

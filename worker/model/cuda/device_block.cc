@@ -99,13 +99,17 @@ absl::Status DeviceBlockRunner::Forward(const BlockDims& d,
   ASSIGN_OR_RETURN(float* wide, Scratch(kWide, M * 4 * C));
   ASSIGN_OR_RETURN(float* g, Scratch(kGelu, M * 4 * C));  // dt storage
   RETURN_IF_ERROR(x_in.ToFloat(x));
+  Mark("casts");
   // Attention half.
   RETURN_IF_ERROR(k::LayerNormForward(x, w.Vector(kLn1W), w.Vector(kLn1B), M,
                                       C, t, a->mean1.f32(), a->rstd1.f32(), s));
+  Mark("layernorm fwd");
   RETURN_IF_ERROR(a->ln1.FromFloat(t));
+  Mark("casts");
   RETURN_IF_ERROR(linear_.Forward(View(a->ln1), w.Matrix(kAttnW),
                                   w.Vector(kAttnB), M, C, 3 * C, wide, s));
   RETURN_IF_ERROR(a->qkv.FromFloat(wide));
+  Mark("casts");
   const kernels::AttentionShape as{d.batch, d.seq, C, d.heads, dt};
   if (online) {
     RETURN_IF_ERROR(k::OnlineAttentionForward(as, a->qkv.data(), a->lse.f32(),
@@ -114,25 +118,37 @@ absl::Status DeviceBlockRunner::Forward(const BlockDims& d,
     RETURN_IF_ERROR(
         attention_.Forward(as, a->qkv.data(), a->probs.data(), t, s));
   }
+  Mark("attention fwd");
   RETURN_IF_ERROR(a->atty.FromFloat(t));
+  Mark("casts");
   RETURN_IF_ERROR(linear_.Forward(View(a->atty), w.Matrix(kProjW),
                                   w.Vector(kProjB), M, C, C, t, s));
   RETURN_IF_ERROR(k::ResidualForward(x, t, x, M * C, s));  // x2
+  Mark("residual");
   RETURN_IF_ERROR(StoreRounded(x, a->x2));
+  Mark("casts");
   // MLP half.
   RETURN_IF_ERROR(k::LayerNormForward(x, w.Vector(kLn2W), w.Vector(kLn2B), M,
                                       C, t, a->mean2.f32(), a->rstd2.f32(), s));
+  Mark("layernorm fwd");
   RETURN_IF_ERROR(a->ln2.FromFloat(t));
+  Mark("casts");
   RETURN_IF_ERROR(linear_.Forward(View(a->ln2), w.Matrix(kFcW), w.Vector(kFcB),
                                   M, C, 4 * C, wide, s));
   RETURN_IF_ERROR(StoreRounded(wide, a->h));
+  Mark("casts");
   RETURN_IF_ERROR(k::GeluForward(wide, wide, M * 4 * C, s));
+  Mark("gelu");
   RETURN_IF_ERROR(StoreAs(dt, wide, g, M * 4 * C, s));
+  Mark("casts");
   RETURN_IF_ERROR(linear_.Forward({g, dt}, w.Matrix(kFc2W), w.Vector(kFc2B), M,
                                   4 * C, C, t, s));
   RETURN_IF_ERROR(k::ResidualForward(x, t, x, M * C, s));
+  Mark("residual");
   ASSIGN_OR_RETURN(*x_out, DeviceBuffer::Allocate(mem, dt, M * C, s));
-  return x_out->FromFloat(x);
+  RETURN_IF_ERROR(x_out->FromFloat(x));
+  Mark("casts");
+  return absl::OkStatus();
 }
 
 absl::Status DeviceBlockRunner::Backward(const BlockDims& d,
@@ -159,19 +175,26 @@ absl::Status DeviceBlockRunner::Backward(const BlockDims& d,
   RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dx2, dx_out, M * C * sizeof(float),
                                              cudaMemcpyDeviceToDevice, s),
                              "device block backward: copying dx"));
+  Mark("copies");
   // MLP: recompute gelu(h) from the saved pre-activation.
   RETURN_IF_ERROR(a.h.ToFloat(h));
+  Mark("casts");
   RETURN_IF_ERROR(k::GeluForward(h, dwide, M * 4 * C, s));
+  Mark("gelu");
   RETURN_IF_ERROR(StoreAs(dt, dwide, g, M * 4 * C, s));
+  Mark("casts");
   RETURN_IF_ERROR(linear_.Backward(dx_out, {g, dt}, w.Matrix(kFc2W), M, 4 * C,
                                    C, dwide, G(kFc2W), G(kFc2B), s));
   RETURN_IF_ERROR(k::GeluBackward(h, dwide, dwide, M * 4 * C, s));
+  Mark("gelu");
   RETURN_IF_ERROR(linear_.Backward(dwide, View(a.ln2), w.Matrix(kFcW), M, C,
                                    4 * C, t, G(kFcW), G(kFcB), s));
   RETURN_IF_ERROR(a.x2.ToFloat(x));
+  Mark("casts");
   RETURN_IF_ERROR(k::LayerNormBackward(t, x, w.Vector(kLn2W), a.mean2.f32(),
                                        a.rstd2.f32(), M, C, dx2, G(kLn2W),
                                        G(kLn2B), s));
+  Mark("layernorm bwd");
   // Attention.
   RETURN_IF_ERROR(linear_.Backward(dx2, View(a.atty), w.Matrix(kProjW), M, C,
                                    C, t, G(kProjW), G(kProjB), s));
@@ -182,21 +205,27 @@ absl::Status DeviceBlockRunner::Backward(const BlockDims& d,
     // FlashAttention does with a BF16 output.
     ASSIGN_OR_RETURN(float* y, Scratch(kY, M * C));
     RETURN_IF_ERROR(a.atty.ToFloat(y));
+    Mark("casts");
     RETURN_IF_ERROR(k::OnlineAttentionBackward(as, a.qkv.data(), a.lse.f32(),
                                                y, t, dqkv, s));
   } else {
     RETURN_IF_ERROR(
         attention_.Backward(as, a.qkv.data(), a.probs.data(), t, dqkv, s));
   }
+  Mark("attention bwd");
   RETURN_IF_ERROR(linear_.Backward(dqkv, View(a.ln1), w.Matrix(kAttnW), M, C,
                                    3 * C, t, G(kAttnW), G(kAttnB), s));
   RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dx_in, dx2, M * C * sizeof(float),
                                              cudaMemcpyDeviceToDevice, s),
                              "device block backward: copying dx"));
+  Mark("copies");
   RETURN_IF_ERROR(x_in.ToFloat(x));
-  return k::LayerNormBackward(t, x, w.Vector(kLn1W), a.mean1.f32(),
-                              a.rstd1.f32(), M, C, dx_in, G(kLn1W), G(kLn1B),
-                              s);
+  Mark("casts");
+  RETURN_IF_ERROR(k::LayerNormBackward(t, x, w.Vector(kLn1W), a.mean1.f32(),
+                                       a.rstd1.f32(), M, C, dx_in, G(kLn1W),
+                                       G(kLn1B), s));
+  Mark("layernorm bwd");
+  return absl::OkStatus();
 }
 
 }  // namespace zeroshard::model

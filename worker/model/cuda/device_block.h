@@ -80,14 +80,22 @@ class DeviceBlockRunner {
   absl::StatusOr<float*> Scratch(int slot, int64_t n);
   // The bytes of scratch held (for the peak-memory report).
   int64_t scratch_bytes() const;
+  // Marks each op of the block on `timer` (null: none; op_timer.h).
+  void set_timer(kernels::cuda::OpTimer* timer) {
+    timer_ = timer;
+    linear_.set_timer(timer);
+  }
 
  private:
+  void Mark(const char* label) const { kernels::cuda::MarkOp(timer_, label); }
+
   cudaStream_t stream_;
   DeviceAttention attention_kind_;
   DeviceScratch dy_bf16_;
   DeviceScratch scratch_[9];
   kernels::cuda::Linear linear_;
   kernels::cuda::GemmAttention attention_;  // per-head products on cuBLASLt
+  kernels::cuda::OpTimer* timer_ = nullptr;
 };
 
 }  // namespace zeroshard::model

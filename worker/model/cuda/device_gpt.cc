@@ -126,6 +126,11 @@ absl::Status DeviceGptModel::Synchronize() {
   return CudaStatus(cudaStreamSynchronize(stream_), "waiting for the model");
 }
 
+void DeviceGptModel::set_op_timer(kernels::cuda::OpTimer* timer) {
+  timer_ = timer;
+  runner_->set_timer(timer);
+}
+
 int64_t DeviceGptModel::workspace_bytes() const {
   int64_t total = runner_ != nullptr ? runner_->scratch_bytes() : 0;
   for (const Slot& s : slots_) {
@@ -243,6 +248,7 @@ absl::Status DeviceGptModel::Begin(int batch, int seq,
                                    absl::Span<const int32_t> tokens,
                                    absl::Span<const int32_t> targets) {
   RETURN_IF_ERROR(Select());
+  Mark("host gaps");
   Clear();
   // Tokens checked here: the device kernels cannot report a bad one.
   RETURN_IF_ERROR(ValidateMicroBatch(shape_, batch, seq, tokens, targets));
@@ -257,6 +263,7 @@ absl::Status DeviceGptModel::Begin(int batch, int seq,
       cudaMemcpyAsync(targets_d_.data(), targets.data(), n * sizeof(int32_t),
                       cudaMemcpyHostToDevice, stream_),
       "copying the targets"));
+  Mark("copies");
   dims_ = BlockDims{batch, seq, shape_.width, shape_.heads,
                     ComputeDType(param_dtype_)};
   phase_ = Phase::kForward;
@@ -270,16 +277,20 @@ absl::Status DeviceGptModel::EmbeddingForward(const UnitParams& embedding) {
   if (next_ != -1) {
     return absl::FailedPreconditionError("EmbeddingForward called twice");
   }
+  Mark("host gaps");
   ASSIGN_OR_RETURN(DeviceUnitWeights w, Weights(embedding_unit(), embedding, 0));
+  Mark("param and grad staging");
   const int64_t M = dims_.rows(), C = dims_.width;
   RETURN_IF_ERROR(head_[kHeadX].Reserve(M * C * sizeof(float), stream_));
   float* x = static_cast<float*>(head_[kHeadX].data());
   RETURN_IF_ERROR(k::EmbeddingForward(
       static_cast<const int32_t*>(tokens_d_.data()), dims_.batch, dims_.seq, C,
       shape_.vocab, w.Vector(0), w.Vector(1), x, stream_));
+  Mark("embedding");
   ASSIGN_OR_RETURN(inputs_[0],
                    DeviceBuffer::Allocate(mem_.get(), dims_.dtype, M * C, stream_));
   RETURN_IF_ERROR(inputs_[0].FromFloat(x));
+  Mark("casts");
   next_ = 0;
   return absl::OkStatus();
 }
@@ -291,7 +302,9 @@ absl::Status DeviceGptModel::BlockForward(int l, const UnitParams& block) {
     return absl::FailedPreconditionError(
         absl::StrCat("BlockForward(", l, ") called; expected block ", next_));
   }
+  Mark("host gaps");
   ASSIGN_OR_RETURN(DeviceUnitWeights w, Weights(block_unit(l), block, 0));
+  Mark("param and grad staging");
   DeviceBlockActs acts;
   RETURN_IF_ERROR(runner_->Forward(dims_, w, inputs_[l], &inputs_[l + 1],
                                    &acts, mem_.get()));
@@ -317,8 +330,10 @@ absl::Status DeviceGptModel::FinalHeadForward(const DeviceUnitWeights& wf,
   float* ln = static_cast<float*>(head_[kHeadLn].data());
   float* stats = static_cast<float*>(head_[kHeadStats].data());
   RETURN_IF_ERROR(inputs_[shape_.layers].ToFloat(x));
+  Mark("casts");
   RETURN_IF_ERROR(k::LayerNormForward(x, wf.Vector(0), wf.Vector(1), M, C, ln,
                                       stats, stats + M, stream_));
+  Mark("layernorm fwd");
   void* lnq = head_[kHeadLnq].data();
   if (dt == DType::kBf16) {
     RETURN_IF_ERROR(
@@ -329,13 +344,16 @@ absl::Status DeviceGptModel::FinalHeadForward(const DeviceUnitWeights& wf,
                                                stream_),
                                "copying ln_f"));
   }
+  Mark("casts");
   // logits[M,V] = ln_f(x) wte^T
-  return gemm_->Run({.m = M, .n = V, .k = C,
-                     .a = {lnq, dt, C, false},
-                     .b = {we.matrix[0], dt, C, true},
-                     .c = static_cast<float*>(head_[kHeadLogits].data()),
-                     .ldc = V},
-                    stream_);
+  RETURN_IF_ERROR(gemm_->Run({.m = M, .n = V, .k = C,
+                              .a = {lnq, dt, C, false},
+                              .b = {we.matrix[0], dt, C, true},
+                              .c = static_cast<float*>(head_[kHeadLogits].data()),
+                              .ldc = V},
+                             stream_));
+  Mark("head matmul fwd");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> DeviceGptModel::Loss(float loss_scale) {
@@ -345,6 +363,7 @@ absl::StatusOr<double> DeviceGptModel::Loss(float loss_scale) {
   RETURN_IF_ERROR(k::SoftmaxCrossEntropy(
       logits, static_cast<const int32_t*>(targets_d_.data()), M, V, loss_scale,
       static_cast<double*>(loss_d_.data()), logits, stream_));
+  Mark("cross-entropy");
   double loss = 0;
   RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(&loss, loss_d_.data(),
                                              sizeof(double),
@@ -352,6 +371,7 @@ absl::StatusOr<double> DeviceGptModel::Loss(float loss_scale) {
                              "reading the loss"));
   RETURN_IF_ERROR(
       CudaStatus(cudaStreamSynchronize(stream_), "waiting for the loss"));
+  Mark("host gaps");
   return loss;
 }
 
@@ -369,10 +389,12 @@ absl::StatusOr<double> DeviceGptModel::FinalForwardBackward(
     return absl::InvalidArgumentError(absl::StrCat(
         "loss_scale must be positive and finite, got ", loss_scale));
   }
+  Mark("host gaps");
   ASSIGN_OR_RETURN(GradTarget gf, StageGrad(final_unit(), final_grad, 0));
   ASSIGN_OR_RETURN(GradTarget ge, StageGrad(embedding_unit(), embedding_grad, 1));
   ASSIGN_OR_RETURN(DeviceUnitWeights wf, Weights(final_unit(), final_params, 0));
   ASSIGN_OR_RETURN(DeviceUnitWeights we, Weights(embedding_unit(), embedding, 1));
+  Mark("param and grad staging");
   const int64_t M = dims_.rows(), C = dims_.width, V = shape_.vocab;
   const DType dt = dims_.dtype;
   RETURN_IF_ERROR(FinalHeadForward(wf, we));
@@ -388,6 +410,7 @@ absl::StatusOr<double> DeviceGptModel::FinalForwardBackward(
     auto* q = reinterpret_cast<uint16_t*>(dlogits + M * V);
     RETURN_IF_ERROR(k::FloatsToBf16(dlogits, q, M * V, stream_));
     dl = {q, DType::kBf16, V, false};
+    Mark("casts");
   }
   // d ln = dlogits wte (into ln, no longer needed); d wte += dlogits^T lnq.
   RETURN_IF_ERROR(gemm_->Run({.m = M, .n = C, .k = V,
@@ -403,16 +426,20 @@ absl::StatusOr<double> DeviceGptModel::FinalForwardBackward(
                               .c = ge.device + we.offset[0], .ldc = C,
                               .accumulate = true},
                              stream_));
+  Mark("head matmul bwd");
   ASSIGN_OR_RETURN(dx_, DeviceBuffer::Allocate(mem_.get(), DType::kFp32, M * C,
                                                stream_));
   RETURN_IF_ERROR(CudaStatus(
       cudaMemsetAsync(dx_.data(), 0, M * C * sizeof(float), stream_),
       "zeroing dx"));
+  Mark("copies");
   RETURN_IF_ERROR(k::LayerNormBackward(ln, x, wf.Vector(0), stats, stats + M,
                                        M, C, dx_.f32(), gf.device + wf.offset[0],
                                        gf.device + wf.offset[1], stream_));
+  Mark("layernorm bwd");
   RETURN_IF_ERROR(FinishGrad(gf));
   RETURN_IF_ERROR(FinishGrad(ge));
+  Mark("param and grad staging");
   inputs_[shape_.layers].Release();
   phase_ = Phase::kBackward;
   next_ = shape_.layers - 1;
@@ -455,7 +482,9 @@ absl::Status DeviceGptModel::RecomputeBlock(int j, const UnitParams& block) {
         "): the block's input is not held (next backward is block ", next_,
         "; recompute from RecomputeStart)"));
   }
+  Mark("host gaps");
   ASSIGN_OR_RETURN(DeviceUnitWeights w, Weights(block_unit(j), block, 0));
+  Mark("param and grad staging");
   DeviceBuffer out;
   DeviceBlockActs acts;
   RETURN_IF_ERROR(
@@ -479,14 +508,17 @@ absl::Status DeviceGptModel::BlockBackward(int l, const UnitParams& block,
         "): activations not held; call RecomputeBlock for blocks ",
         RecomputeStart(l), "..", l, " first"));
   }
+  Mark("host gaps");
   ASSIGN_OR_RETURN(GradTarget g, StageGrad(block_unit(l), grad, 0));
   ASSIGN_OR_RETURN(DeviceUnitWeights w, Weights(block_unit(l), block, 0));
+  Mark("param and grad staging");
   ASSIGN_OR_RETURN(DeviceBuffer dx_in,
                    DeviceBuffer::Allocate(mem_.get(), DType::kFp32,
                                           dims_.rows() * dims_.width, stream_));
   RETURN_IF_ERROR(runner_->Backward(dims_, w, inputs_[l], acts_[l], dx_.f32(),
                                     dx_in.f32(), g.device));
   RETURN_IF_ERROR(FinishGrad(g));
+  Mark("param and grad staging");
   dx_ = std::move(dx_in);
   acts_[l].Release();
   inputs_[l].Release();
@@ -498,7 +530,9 @@ absl::Status DeviceGptModel::EmbeddingBackward(
     absl::Span<float> embedding_grad) {
   RETURN_IF_ERROR(Select());
   RETURN_IF_ERROR(CheckPhase(Phase::kEmbeddingBackward, "EmbeddingBackward"));
+  Mark("host gaps");
   ASSIGN_OR_RETURN(GradTarget g, StageGrad(embedding_unit(), embedding_grad, 0));
+  Mark("param and grad staging");
   const UnitInfo& u = layout_->units()[embedding_unit()];
   const uint64_t wte = layout_->tensors()[u.tensors[0]].offset - u.offset;
   const uint64_t wpe = layout_->tensors()[u.tensors[1]].offset - u.offset;
@@ -506,7 +540,9 @@ absl::Status DeviceGptModel::EmbeddingBackward(
       dx_.f32(), static_cast<const int32_t*>(tokens_d_.data()), dims_.batch,
       dims_.seq, dims_.width, shape_.vocab, g.device + wte, g.device + wpe,
       stream_));
+  Mark("embedding");
   RETURN_IF_ERROR(FinishGrad(g));
+  Mark("param and grad staging");
   Clear();
   return absl::OkStatus();
 }

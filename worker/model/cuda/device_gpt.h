@@ -35,6 +35,7 @@
 #include "common/layout.h"
 #include "worker/kernels/cuda/gemm.h"
 #include "worker/kernels/cuda/linear.h"
+#include "worker/kernels/cuda/op_timer.h"
 #include "worker/model/cuda/device_block.h"
 #include "worker/model/cuda/device_buffer.h"
 #include "worker/model/cuda/device_memory.h"
@@ -87,6 +88,10 @@ class DeviceGptModel final : public UnitModel {
   cudaStream_t stream() const { return stream_; }
   // Device bytes of the staging slots and scratch (not activations).
   int64_t workspace_bytes() const;
+  // Marks every op of the step on `timer`, started on stream() (null:
+  // none; worker/kernels/cuda/op_timer.h). Host time between the model's
+  // calls, when the device waits for work, is marked "host gaps".
+  void set_op_timer(kernels::cuda::OpTimer* timer);
 
  private:
   // A unit's parameters on the device (copied there when given on the host)
@@ -125,6 +130,8 @@ class DeviceGptModel final : public UnitModel {
   int device_ = 0;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
+  kernels::cuda::OpTimer* timer_ = nullptr;
+  void Mark(const char* label) const { kernels::cuda::MarkOp(timer_, label); }
   std::unique_ptr<kernels::cuda::CublasLtGemm> gemm_;
   std::unique_ptr<DeviceBlockRunner> runner_;
   std::unique_ptr<DeviceMemory> memory_;
