@@ -298,17 +298,31 @@ int DeviceGpt(const std::vector<std::string>& args) {
                   run.status().ToString().c_str());
       continue;
     }
-    std::vector<double> secs;
+    // The median step (the first, with no fetch overlapped, left out) and
+    // its parts: fetch (what the previous commit's overlap left), compute,
+    // the wait for the comm thread, commit.
+    std::vector<const StepResult*> by_time;
     for (size_t i = 1; i < run->steps.size(); ++i) {
-      secs.push_back(run->steps[i].seconds);
+      by_time.push_back(&run->steps[i]);
     }
-    std::sort(secs.begin(), secs.end());
-    const double med = secs.empty() ? 0 : secs[secs.size() / 2];
+    std::sort(by_time.begin(), by_time.end(),
+              [](const StepResult* a, const StepResult* b) {
+                return a->seconds < b->seconds;
+              });
+    const StepResult* mid =
+        by_time.empty() ? nullptr : by_time[by_time.size() / 2];
+    const double med = mid == nullptr ? 0 : mid->seconds;
     std::printf("step, 1 worker + 1 server (%s): %.3f s/step, %.0f tokens/s, "
                 "MFU %.1f%%, loss %.3f -> %.3f\n",
                 PlacementName(placement), med, tokens_per_step / med,
                 100 * flops / med / peak, run->steps.front().loss,
                 run->steps.back().loss);
+    if (mid != nullptr) {
+      std::printf("  that step: fetch %.3f s, compute %.3f s, comm wait %.3f "
+                  "s, commit %.3f s\n",
+                  mid->fetch_seconds, mid->compute_seconds,
+                  mid->comm_wait_seconds, mid->commit_seconds);
+    }
     // The worker's model state at its peak (partition, its copy on the
     // device, unit and gradient buffers) against the estimator's terms.
     const double est_state = est.ok() ? est->worker[2].model_state_bytes() : 0;
