@@ -80,28 +80,24 @@ __global__ void LayerNormBackwardKernel(
     const float* xr = x + row * c;
     const float mu = mean[row], rs = rstd[row];
     float s1 = 0, s2 = 0;
+    // Channel j's share of the row sums, and its dgamma / dbeta terms added
+    // to *g, *b.
+    auto terms = [&](int j, float* g, float* b) {
+      const float xhat = (xr[j] - mu) * rs;
+      const float dnorm = dyr[j] * gamma[j];
+      s1 += dnorm;
+      s2 += dnorm * xhat;
+      *g += dyr[j] * xhat;
+      *b += dyr[j];
+    };
     if (kInRegisters) {
 #pragma unroll
       for (int k = 0; k < kColumnsPerThread; ++k) {
         const int j = threadIdx.x + k * kThreads;
-        if (j < c) {
-          const float xhat = (xr[j] - mu) * rs;
-          const float dnorm = dyr[j] * gamma[j];
-          s1 += dnorm;
-          s2 += dnorm * xhat;
-          rg[k] += dyr[j] * xhat;
-          rb[k] += dyr[j];
-        }
+        if (j < c) terms(j, &rg[k], &rb[k]);
       }
     } else {
-      for (int j = threadIdx.x; j < c; j += kThreads) {
-        const float xhat = (xr[j] - mu) * rs;
-        const float dnorm = dyr[j] * gamma[j];
-        s1 += dnorm;
-        s2 += dnorm * xhat;
-        pg[j] += dyr[j] * xhat;
-        pb[j] += dyr[j];
-      }
+      for (int j = threadIdx.x; j < c; j += kThreads) terms(j, &pg[j], &pb[j]);
     }
     const float mean_dnorm = BlockAllSum(s1, tmp, &broadcast) / c;
     const float mean_dnorm_xhat = BlockAllSum(s2, tmp, &broadcast) / c;
