@@ -19,6 +19,22 @@
 
 namespace zeroshard {
 
+// Gives back to the device what the current device's stream-ordered pool
+// keeps: allocations freed with cudaFreeAsync whose frees have run. The
+// device model keeps its activations there between steps
+// (worker/model/cuda/device_gpt.cc), so a plain cudaMalloc that finds the
+// device full calls this and tries once more, and the model calls it when
+// it goes.
+inline void TrimStreamOrderedPool() {
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    cudaMemPoolTrimTo(pool, 0);
+  }
+  (void)cudaGetLastError();
+}
+
 class DeviceScratch {
  public:
   DeviceScratch() = default;
@@ -40,9 +56,21 @@ class DeviceScratch {
       data_ = nullptr;
       bytes_ = 0;
     }
+    cudaError_t e = cudaMalloc(&data_, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      // What the stream-ordered pool keeps goes back first, once.
+      (void)cudaGetLastError();
+      if (cudaStreamSynchronize(stream) == cudaSuccess) {
+        TrimStreamOrderedPool();
+        e = cudaMalloc(&data_, bytes);
+      }
+    }
+    if (e != cudaSuccess) {
+      data_ = nullptr;
+      (void)cudaGetLastError();
+    }
     const absl::Status s = CudaStatus(
-        cudaMalloc(&data_, bytes),
-        absl::StrCat("DeviceScratch: allocating ", bytes, " bytes"));
+        e, absl::StrCat("DeviceScratch: allocating ", bytes, " bytes"));
     if (!s.ok()) return s;
     bytes_ = bytes;
     return absl::OkStatus();

@@ -32,8 +32,10 @@
 # writes .gpu/pack.tar.gz; the device run carries `.gpu` and this script
 # unpacks it. On a GPU machine with the Debian packages it builds instead:
 #   bash tests/gpu/device_check.sh [BUILD_DIR]
-# ZS_CHECK_BUILD=DIR takes the programs of a CUDA build in DIR as they are
-# (CTest runs the script so, without a GPU, as device_check_rehearsal_test).
+# ZS_CHECK_BUILD=DIR takes the programs of a CUDA build in DIR as they are;
+# ZS_CHECK_REHEARSAL=1 hides CUDA's devices, so nothing runs on a GPU even
+# where there is one (CTest runs the script with both, as
+# device_check_rehearsal_test).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 t0=$SECONDS
@@ -41,10 +43,31 @@ BUDGET=${ZS_CHECK_BUDGET_S:-480}
 log=${OUT:+$OUT/device_check.log}
 log=${log:-$(mktemp /tmp/device_check.XXXXXX.log)}
 exec > >(tee -a "$log") 2>&1
+tee_pid=$!
+# The stage running now (its process group) and its watcher: killed with
+# the script, so a stage never outlives a check that was stopped.
+pid="" watcher=""
+on_exit() {
+  local rc=$?
+  [ -n "$pid" ] && kill -KILL -- "-$pid" 2>/dev/null
+  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null
+  # Everything reaches the log before the script ends.
+  exec >&- 2>&-
+  wait "$tee_pid" 2>/dev/null
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 echo "== device"
 have_gpu=0
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+if [ "${ZS_CHECK_REHEARSAL:-}" = 1 ]; then
+  # CTest's rehearsal: the script and the programs, never a device run, even
+  # on a machine with a GPU.
+  export CUDA_VISIBLE_DEVICES=""
+  echo "rehearsal: CUDA devices hidden, the stages that need one are skipped"
+elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   have_gpu=1
   # A runtime that sees no device fails the tests and benchmarks here
   # instead of skipping them (tests/support/cuda_device.h).
@@ -101,9 +124,10 @@ summary=()
 bad=0
 # stage NAME LIMIT_S NEEDS_GPU COMMAND...: runs COMMAND in its own process
 # group, killed (TERM, then KILL 5 s later) after LIMIT_S or when the budget
-# runs out, whichever is first.
+# runs out, whichever is first; what is left of the group when COMMAND ends
+# (a server, a worker) is killed then.
 stage() {
-  local name=$1 limit=$2 gpu=$3 left start rc=0 pid watcher
+  local name=$1 limit=$2 gpu=$3 left start rc=0
   shift 3
   if [ "$gpu" = 1 ] && [ "$have_gpu" = 0 ]; then
     summary+=("$(printf '%-34s %-10s' "$name" skipped) (no GPU)")
@@ -133,7 +157,9 @@ stage() {
   ) >/dev/null 2>&1 &
   watcher=$!
   wait "$pid" || rc=$?
+  kill -KILL -- "-$pid" 2>/dev/null
   kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
+  pid="" watcher=""
   local took=$((SECONDS - start)) result=ok
   if [ "$rc" != 0 ]; then
     bad=1

@@ -505,9 +505,17 @@ TEST_F(CudaKernelTest, LinearMatchesTheCpuOp) {
   ASSERT_TRUE(lt.ok()) << lt.status();
   DeviceScratch scratch;
   cuda::Linear lin(lt->get(), &scratch);
-  for (const DType dt : {DType::kFp32, DType::kBf16}) {
-    SCOPED_TRACE(DTypeName(dt));
-    const int64_t m = 77, in = 96, out = 160;
+  // m = 77: two 64-row chunks of the bias gradient, the last partial; m =
+  // 1601 with 200 columns: chunks beyond the first row of blocks (grid y)
+  // and a column tile that is not full.
+  struct Shape { int64_t m, in, out; };
+  for (const auto& [dt, shape] :
+       {std::pair{DType::kFp32, Shape{77, 96, 160}},
+        std::pair{DType::kBf16, Shape{77, 96, 160}},
+        std::pair{DType::kFp32, Shape{1601, 64, 200}},
+        std::pair{DType::kBf16, Shape{1601, 64, 200}}}) {
+    SCOPED_TRACE(::testing::Message() << DTypeName(dt) << " m " << shape.m);
+    const int64_t m = shape.m, in = shape.in, out = shape.out;
     const std::vector<float> xf = Random(m * in), wf = Random(in * out, 0.1f),
                              bias = Random(out), dy = Random(m * out),
                              dw0 = Random(in * out), db0 = Random(out);

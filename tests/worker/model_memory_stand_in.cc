@@ -1,5 +1,6 @@
 #include "tests/worker/model_memory_stand_in.h"
 
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <utility>

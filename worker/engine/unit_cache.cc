@@ -96,6 +96,10 @@ const uint8_t* UnitCache::Part(int unit) const {
 
 absl::Status UnitCache::UploadPartition() {
   if (space_ == nullptr || partition_.empty()) return absl::OkStatus();
+  // Each unit's part goes up on the queue when the unit is first gathered
+  // (StartGather), so the copy of the next unit overlaps this one's compute.
+  // Marked first: whatever fails below, no unit passes for uploaded.
+  std::fill(uploaded_.begin(), uploaded_.end(), false);
   if (partition_model_ == nullptr) {
     ASSIGN_OR_RETURN(void* p, space_->Allocate(partition_.size()));
     partition_model_ = static_cast<uint8_t*>(p);
@@ -106,9 +110,6 @@ absl::Status UnitCache::UploadPartition() {
     // the first upload).
     ASSIGN_OR_RETURN(upload_fence_, space_->Fence());
   }
-  // Each unit's part goes up on the queue when the unit is first gathered
-  // (StartGather), so the copy of the next unit overlaps this one's compute.
-  std::fill(uploaded_.begin(), uploaded_.end(), false);
   return absl::OkStatus();
 }
 

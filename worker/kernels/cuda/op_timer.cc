@@ -2,6 +2,10 @@
 
 #include <map>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 #include "common/cuda_status.h"
 
 namespace zeroshard::kernels::cuda {
@@ -25,12 +29,19 @@ void OpTimer::Mark(const char* label) {
   if (used_ == events_.size()) {
     cudaEvent_t e = nullptr;
     error_ = CudaStatus(cudaEventCreate(&e), "OpTimer: creating an event");
-    if (!error_.ok()) return;
+    if (!error_.ok()) {
+      // Finish reports it; the model's next launch check must not.
+      (void)cudaGetLastError();
+      return;
+    }
     events_.push_back(e);
   }
   error_ = CudaStatus(cudaEventRecord(events_[used_], stream_),
                       "OpTimer: recording an event");
-  if (!error_.ok()) return;
+  if (!error_.ok()) {
+    (void)cudaGetLastError();
+    return;
+  }
   if (used_ > 0) labels_.push_back(label);
   ++used_;
 }
@@ -40,10 +51,23 @@ absl::StatusOr<std::vector<OpTime>> OpTimer::Finish() {
   if (!error_.ok()) return error_;
   std::vector<OpTime> out;
   if (used_ < 2) return out;
-  if (absl::Status s = CudaStatus(cudaEventSynchronize(events_[used_ - 1]),
-                                  "OpTimer: waiting for the stream");
-      !s.ok()) {
-    return s;
+  // The span's work, waited for within kWait (a stuck kernel is an error,
+  // not a hang).
+  constexpr absl::Duration kWait = absl::Seconds(120);
+  const absl::Time deadline = absl::Now() + kWait;
+  while (true) {
+    const cudaError_t e = cudaEventQuery(events_[used_ - 1]);
+    if (e == cudaSuccess) break;
+    if (e != cudaErrorNotReady) {
+      return CudaStatus(e, "OpTimer: waiting for the stream");
+    }
+    (void)cudaGetLastError();  // "not ready" is not an error to keep
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "OpTimer: the stream did not finish within ",
+          absl::FormatDuration(kWait)));
+    }
+    absl::SleepFor(absl::Microseconds(200));
   }
   std::map<std::string, size_t> index;
   for (size_t i = 0; i + 1 < used_; ++i) {

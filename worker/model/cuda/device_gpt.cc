@@ -88,8 +88,8 @@ absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceGptModel::Create(
   // Activations and kernel scratch are allocated stream-ordered from the
   // device's default pool, which by default gives freed memory back to the
   // device at every synchronisation: each step would map its gigabytes
-  // anew. The pool keeps them (DeviceMemory trims it before it gives up on
-  // an allocation).
+  // anew. The pool keeps them; DeviceMemory and DeviceScratch trim it
+  // before they give up on an allocation, and the destructor trims it.
   cudaMemPool_t pool = nullptr;
   RETURN_IF_ERROR(CudaStatus(cudaDeviceGetDefaultMemPool(&pool, device),
                              "the device's memory pool"));
@@ -114,6 +114,9 @@ DeviceGptModel::~DeviceGptModel() {
     runner_.reset();
     memory_.reset();
     cudaStreamDestroy(stream_);
+    // The activations the pool kept for the next step go back to the device
+    // (Create told the pool to keep them).
+    TrimStreamOrderedPool();
   }
 }
 

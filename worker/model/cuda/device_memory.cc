@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda_status.h"
+#include "common/device_scratch.h"
 #include "common/status_macros.h"
 
 namespace zeroshard::model {
@@ -118,13 +119,19 @@ absl::StatusOr<void*> DeviceMemory::Allocate(size_t bytes) {
     }
     for (void* q : pooled) cudaFree(q);
     // So does what the stream-ordered pool keeps (the model's activations
-    // are freed into it and kept: DeviceGptModel::Create).
-    cudaMemPool_t stream_pool = nullptr;
-    if (cudaDeviceGetDefaultMemPool(&stream_pool, device_) == cudaSuccess) {
-      cudaDeviceSynchronize();
-      cudaMemPoolTrimTo(stream_pool, 0);
+    // are freed into it on the compute stream and kept:
+    // DeviceGptModel::Create), once the compute stream has run those frees:
+    // a bounded wait, never the whole device (a collective stuck on a
+    // missing peer would hold a device-wide one forever).
+    cudaEvent_t freed = nullptr;
+    if (cudaEventCreateWithFlags(&freed, cudaEventDisableTiming) ==
+            cudaSuccess &&
+        cudaEventRecord(freed, stream_) == cudaSuccess &&
+        AwaitEvent(freed, timeout(), "waiting for the model's frees").ok()) {
+      TrimStreamOrderedPool();
     }
-    cudaGetLastError();
+    if (freed != nullptr) cudaEventDestroy(freed);
+    (void)cudaGetLastError();
     e = cudaMalloc(&p, bytes);
   }
   if (e != cudaSuccess) {
