@@ -126,7 +126,9 @@ TEST(Bf16Test, AllBf16ValuesWidenExactlyAndRoundTrip) {
     EXPECT_EQ(FloatBits(f), h << 16);
     if (!std::isnan(f)) {
       ASSERT_EQ(FloatToBf16(f), h) << std::hex << h;
-      if (!std::isinf(f)) ASSERT_EQ(static_cast<double>(f), Decode(kBf16, h));
+      if (!std::isinf(f)) {
+        ASSERT_EQ(static_cast<double>(f), Decode(kBf16, h));
+      }
     }
   }
 }

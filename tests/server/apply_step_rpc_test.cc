@@ -82,7 +82,7 @@ std::vector<GradPiece> AsGradPieces(const std::vector<std::vector<Piece>>& w) {
 
 std::vector<float> RefMaster(const ModelShard& shard) {
   std::vector<float> out(shard.owned().size());
-  shard.store().Read(shard.owned(), DType::kFp32, out.data());
+  EXPECT_TRUE(shard.store().Read(shard.owned(), DType::kFp32, out.data()).ok());
   return out;
 }
 

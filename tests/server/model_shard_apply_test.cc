@@ -106,7 +106,7 @@ TEST(ModelShardApplyTest, LargeThreadedApplyMatchesScalarReference) {
     EXPECT_EQ(testing::Diff(got, want), "");
     // The mirror is BF16(master), written in the same pass.
     std::vector<uint16_t> mirror(own.size());
-    shard->store().Read(own, DType::kBf16, mirror.data());
+    ASSERT_TRUE(shard->store().Read(own, DType::kBf16, mirror.data()).ok());
     size_t bad = 0;
     for (size_t i = 0; i < own.size(); ++i) bad += mirror[i] != want_mirror[i];
     EXPECT_EQ(bad, 0u) << "mirror elements differ from the reference";

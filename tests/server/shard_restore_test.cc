@@ -232,8 +232,10 @@ TEST_F(ShardRestoreTest, RestoresIntoOtherServerAndWorkerCountsByTensor) {
         std::vector<uint16_t> mirror(owned.size());
         for (size_t c = 0; c < shard->store().num_chunks(); ++c) {
           const FlatRange r = shard->store().ChunkRange(c);
-          shard->store().Read(r, DType::kBf16,
-                              mirror.data() + (r.begin - owned.begin));
+          ASSERT_TRUE(shard->store()
+                          .Read(r, DType::kBf16,
+                                mirror.data() + (r.begin - owned.begin))
+                          .ok());
         }
         for (size_t i = 0; i < owned.size(); ++i) {
           if (mirror[i] != FloatToBf16(s.arrays[0][i])) {
