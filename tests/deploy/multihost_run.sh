@@ -36,7 +36,11 @@ OVERLAY=$2
 IMAGE_ROOT=${3:-${ZS_IMAGE_ROOT:-}}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-STEPS=${ZS_MULTIHOST_STEPS:-12}
+# 16 steps, a checkpoint every 4: the two cuts follow the first two
+# checkpoints seen, and a checkpoint is left after them even when a step is
+# fast enough that two land between the script's looks (with 12, a run once
+# wrote step 4 and 8 within one look and ended at 12 after one cut).
+STEPS=${ZS_MULTIHOST_STEPS:-16}
 EVERY=${ZS_MULTIHOST_CKPT_EVERY:-4}
 DOWN_S=${ZS_MULTIHOST_DOWN_S:-6}
 DEADLINE_S=${ZS_MULTIHOST_DEADLINE_S:-400}
@@ -303,7 +307,7 @@ while :; do
     log "server $victim's link is up again"
     cuts=$((cuts + 1))
   fi
-  sleep 1
+  sleep 0.2
 done
 wait "${wpid[0]}"
 rc0=$?
