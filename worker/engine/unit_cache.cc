@@ -114,12 +114,21 @@ absl::Status UnitCache::UploadPartition() {
 }
 
 absl::Status UnitCache::UploadPart(int unit) {
-  if (upload_fence_ != nullptr) RETURN_IF_ERROR(upload_fence_->Wait());
-  const size_t bytes =
-      layout_->WorkerUnitRange(rank_, unit).size() * DTypeSize(dtype_);
-  if (bytes == 0) return absl::OkStatus();
-  return space_->CopyToModel(partition_model_ + part_offset_[unit],
-                             partition_.data() + part_offset_[unit], bytes);
+  absl::Status s =
+      upload_fence_ != nullptr ? upload_fence_->Wait() : absl::OkStatus();
+  if (s.ok()) {
+    const size_t bytes =
+        layout_->WorkerUnitRange(rank_, unit).size() * DTypeSize(dtype_);
+    if (bytes == 0) return absl::OkStatus();
+    s = space_->CopyToModel(partition_model_ + part_offset_[unit],
+                            partition_.data() + part_offset_[unit], bytes);
+  }
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("uploading unit '",
+                                               layout_->units()[unit].name,
+                                               "': ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 void UnitCache::StartGather(int unit) {
@@ -130,15 +139,7 @@ void UnitCache::StartGather(int unit) {
   if (direct()) {
     slot.present = true;
     if (upload) {
-      slot.ticket = queue_->Submit([this, unit]() -> absl::Status {
-        absl::Status s = UploadPart(unit);
-        if (!s.ok()) {
-          return absl::Status(s.code(), absl::StrCat("uploading unit '",
-                                                     layout_->units()[unit].name,
-                                                     "': ", s.message()));
-        }
-        return absl::OkStatus();
-      });
+      slot.ticket = queue_->Submit([this, unit] { return UploadPart(unit); });
     }
     // Otherwise the ticket of the upload (done or in flight) stays.
     return;
@@ -179,11 +180,7 @@ void UnitCache::StartGather(int unit) {
     absl::Span<uint8_t> out(dst, part_bytes * group_->size());
     absl::Status s;
     if (upload) s = UploadPart(unit);
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("uploading unit '",
-                                                 layout_->units()[unit].name,
-                                                 "': ", s.message()));
-    }
+    if (!s.ok()) return s;
     if (space_ == nullptr) {
       std::memcpy(dst + static_cast<size_t>(rank_) * part_bytes, src,
                   part_bytes);
