@@ -8,8 +8,9 @@
 // 1. The model alone: forward + backward of the CUDA model
 //    (worker/model/cuda/device_gpt.h) with its parameters and gradients in
 //    device memory, no checkpointing, with the default attention (the
-//    probabilities kept, products on cuBLASLt) and then the online-softmax
-//    kernels (--attention=online); tokens/s and model FLOP utilization
+//    probabilities kept, products on cuBLASLt), then the online-softmax
+//    kernels (--attention=online, FP32 SIMT) and the flash kernels
+//    (--attention=flash, tensor cores); tokens/s and model FLOP utilization
 //    (matrix-product FLOPs of the step, bench/engine_rig.h's
 //    StepMatmulFlops, over the time) against two peaks measured or known in
 //    the same run: this device's own cuBLASLt BF16 rate on 8192^3 products,
@@ -18,15 +19,17 @@
 //    Then one step with every op marked on the stream (OpTimer): each op's
 //    milliseconds and share, so a device run shows which kernel to work on.
 // 2. The whole step: 1 worker (the CUDA model, parameters staged from the
-//    host per unit) + 1 in-process server, ZeRO-3, with the server's state
-//    on the host (its AdamW on the CPU), then on the device
-//    (--placement=device); tokens/s and MFU of the median step.
+//    host per unit, the faster attention of 1.) + 1 in-process server,
+//    ZeRO-3, with the server's state on the host (its AdamW on the CPU),
+//    then on the device (--placement=device); tokens/s and MFU of the
+//    median step.
 //
 //   zeroshard-bench device-gpt [--batch=8] [--steps=4] [--layers=12]
 //                              [--vocab=50304]
 //
-// Ends with "device-gpt ratio=MFU target=0.40" (the model alone, against
-// the vendor peak when known, else the measured GEMM rate).
+// Ends with "device-gpt ratio=MFU target=0.40" (the model alone with the
+// faster of the probs and flash attentions, against the vendor peak when
+// known, else the measured GEMM rate).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -221,15 +224,17 @@ int DeviceGpt(const std::vector<std::string>& args) {
       }
     }
     (*m)->set_op_timer(nullptr);
-    const bool online = attention == model::DeviceAttention::kOnline;
+    const char* name = attention == model::DeviceAttention::kOnline ? "online"
+                       : attention == model::DeviceAttention::kFlash ? "flash"
+                                                                      : "probs";
     EstimateInput ain = in;
-    ain.online_attention = online;
+    ain.online_attention = attention != model::DeviceAttention::kProbs;
     auto aest = EstimateMemory(ain);
     const double est_act = aest.ok() ? aest->activations.chosen : 0;
     std::printf("model alone, %s attention (params %.1f M, batch %d x %d, no "
                 "checkpointing): %.3f s/step, %.0f tokens/s, loss %.3f, MFU "
                 "%.1f%% of %s (%.1f%% of the measured GEMM rate)\n",
-                online ? "online" : "probs", n / 1e6, B, T, out->seconds,
+                name, n / 1e6, B, T, out->seconds,
                 tokens_per_step / out->seconds, out->loss,
                 100 * flops / out->seconds / peak,
                 vendor > 0 ? "the vendor peak" : "the measured GEMM rate",
@@ -258,7 +263,7 @@ int DeviceGpt(const std::vector<std::string>& args) {
   };
   std::printf("parameters and gradients on the device: %.0f MiB (6 B/param)\n",
               n * 6 / 1048576.0);
-  Alone probs, online;
+  Alone probs, online, flash;
   if (!model_alone(model::DeviceAttention::kProbs, &probs)) return 1;
   // The online kernels are FP32 SIMT: timed next to the default, which they
   // replace only where the probabilities would not fit.
@@ -267,16 +272,28 @@ int DeviceGpt(const std::vector<std::string>& args) {
                 online.seconds / probs.seconds,
                 double(online.act_peak) / double(probs.act_peak));
   }
-  const double mfu = flops / probs.seconds / peak;
+  // The flash kernels: the same recurrence with tensor-core products.
+  const bool flash_ran = model_alone(model::DeviceAttention::kFlash, &flash);
+  if (flash_ran) {
+    std::printf("  flash / probs: time x%.2f, activations x%.2f\n",
+                flash.seconds / probs.seconds,
+                double(flash.act_peak) / double(probs.act_peak));
+  }
+  const bool flash_best = flash_ran && flash.seconds < probs.seconds;
+  const double mfu =
+      flops / (flash_best ? flash.seconds : probs.seconds) / peak;
   cudaFree(dparams);
   cudaFree(dgrads);
 
-  // 2. The whole step: 1 worker + 1 in-process server.
+  // 2. The whole step: 1 worker + 1 in-process server, with the faster
+  // attention of the model alone.
+  const model::DeviceAttention best =
+      flash_best ? model::DeviceAttention::kFlash : model::DeviceAttention::kProbs;
   const ModelFactory cuda_model =
-      [](const FlatLayout& l, const GptShape& s, DType dt,
-         const model::CheckpointPolicy& p)
+      [best](const FlatLayout& l, const GptShape& s, DType dt,
+             const model::CheckpointPolicy& p)
       -> absl::StatusOr<std::unique_ptr<model::UnitModel>> {
-    auto dm = model::DeviceGptModel::Create(l, s, dt, p, 0);
+    auto dm = model::DeviceGptModel::Create(l, s, dt, p, 0, best);
     if (!dm.ok()) return dm.status();
     return std::unique_ptr<model::UnitModel>(*std::move(dm));
   };
@@ -312,9 +329,10 @@ int DeviceGpt(const std::vector<std::string>& args) {
     const StepResult* mid =
         by_time.empty() ? nullptr : by_time[by_time.size() / 2];
     const double med = mid == nullptr ? 0 : mid->seconds;
-    std::printf("step, 1 worker + 1 server (%s): %.3f s/step, %.0f tokens/s, "
-                "MFU %.1f%%, loss %.3f -> %.3f\n",
-                PlacementName(placement), med, tokens_per_step / med,
+    std::printf("step, 1 worker + 1 server (%s, %s attention): %.3f s/step, "
+                "%.0f tokens/s, MFU %.1f%%, loss %.3f -> %.3f\n",
+                PlacementName(placement), flash_best ? "flash" : "probs", med,
+                tokens_per_step / med,
                 100 * flops / med / peak, run->steps.front().loss,
                 run->steps.back().loss);
     if (mid != nullptr) {
@@ -330,6 +348,8 @@ int DeviceGpt(const std::vector<std::string>& args) {
                 run->max_memory.total_peak() / 1048576.0,
                 est_state / 1048576.0);
   }
+  std::printf("device-gpt: the ratio is the model alone with %s attention\n",
+              flash_best ? "flash" : "probs");
   std::printf("device-gpt ratio=%.2f target=0.40\n", mfu);
   return 0;
 }

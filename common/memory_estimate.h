@@ -71,7 +71,7 @@ struct EstimateInput {
   int grad_accum = 1;       // micro-batches per optimizer step
   CheckpointPolicy checkpointing = CheckpointPolicy::kNone;
   int checkpoint_k = 1;     // kEveryK segment length
-  // The GPU worker's --attention=online: each block saves its rows'
+  // The GPU worker's --attention=online or flash: each block saves its rows'
   // log-sum-exp (B·H·T, FP32) instead of the probabilities (B·H·T², compute
   // dtype) and recomputes them in backward.
   bool online_attention = false;

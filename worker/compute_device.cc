@@ -27,12 +27,21 @@ int DefaultIndex(int rank, int devices) {
   return rank % devices;
 }
 
+const char* AttentionName(DeviceRequest::Attention a) {
+  switch (a) {
+    case DeviceRequest::Attention::kOnline: return "online";
+    case DeviceRequest::Attention::kFlash: return "flash";
+    default: return "probs";
+  }
+}
+
 absl::StatusOr<ComputeChoice> Cpu(const DeviceRequest& request,
                                   std::string why) {
-  if (request.online_attention) {
+  if (request.attention != DeviceRequest::Attention::kProbs) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--attention=online runs on the CUDA model, and this worker computes "
-        "on the CPU (", why, "); use --attention=probs"));
+        "--attention=", AttentionName(request.attention),
+        " runs on the CUDA model, and this worker computes on the CPU (", why,
+        "); use --attention=probs"));
   }
   ComputeChoice c;
   c.name = "cpu";
@@ -68,16 +77,21 @@ absl::StatusOr<DeviceRequest> ParseDeviceFlag(absl::string_view flag) {
 
 absl::Status ParseAttentionFlag(absl::string_view flag,
                                 DeviceRequest* request) {
+  using A = DeviceRequest::Attention;
   if (flag == "probs" || flag.empty()) {
-    request->online_attention = false;
+    request->attention = A::kProbs;
     return absl::OkStatus();
   }
   if (flag == "online") {
-    request->online_attention = true;
+    request->attention = A::kOnline;
+    return absl::OkStatus();
+  }
+  if (flag == "flash") {
+    request->attention = A::kFlash;
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "--attention='", flag, "' is not one of probs, online"));
+      "--attention='", flag, "' is not one of probs, online, flash"));
 }
 
 bool BuiltWithCudaModel() {
@@ -123,13 +137,17 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
   ComputeChoice c;
   c.name = absl::StrCat("cuda:", k);
   c.cuda_device = k;
+  using A = DeviceRequest::Attention;
   const model::DeviceAttention attention =
-      request.online_attention ? model::DeviceAttention::kOnline
-                               : model::DeviceAttention::kProbs;
+      request.attention == A::kOnline  ? model::DeviceAttention::kOnline
+      : request.attention == A::kFlash ? model::DeviceAttention::kFlash
+                                       : model::DeviceAttention::kProbs;
   c.description = absl::StrCat(
       "compute: ", c.name, " (", device_name, ", ", DTypeName(param_dtype),
-      " on cuBLASLt", request.online_attention ? ", online-softmax attention"
-                                                : "",
+      " on cuBLASLt",
+      request.attention == A::kOnline  ? ", online-softmax attention"
+      : request.attention == A::kFlash ? ", flash attention on tensor cores"
+                                       : "",
       ")");
   c.make_model = [k, attention](const FlatLayout& layout,
                                 const GptShape& shape, DType dtype,

@@ -30,15 +30,18 @@ namespace zeroshard {
 struct DeviceRequest {
   enum class Kind { kAuto, kCpu, kCuda } kind = Kind::kAuto;
   int index = -1;  // kCuda: the K of cuda:K; -1 = chosen by rank
-  // --attention=online: the CUDA model's online-softmax attention
-  // (worker/model/cuda/device_block.h, DeviceAttention); the CPU model
-  // has none, so a run that computes on the CPU refuses it.
-  bool online_attention = false;
+  // --attention: the CUDA model's attention (worker/model/cuda/
+  // device_block.h, DeviceAttention): probs, online (online softmax, FP32
+  // SIMT) or flash (online softmax, tensor-core products, BF16). The CPU
+  // model keeps the probabilities, so a run that computes on the CPU
+  // refuses online and flash.
+  enum class Attention { kProbs, kOnline, kFlash };
+  Attention attention = Attention::kProbs;
 };
 
 // Parses the flag; INVALID_ARGUMENT naming --device otherwise.
 absl::StatusOr<DeviceRequest> ParseDeviceFlag(absl::string_view flag);
-// Parses --attention=probs|online into `request`; INVALID_ARGUMENT naming
+// Parses --attention=probs|online|flash into `request`; INVALID_ARGUMENT naming
 // --attention otherwise.
 absl::Status ParseAttentionFlag(absl::string_view flag, DeviceRequest* request);
 

@@ -99,8 +99,9 @@ ABSL_FLAG(std::string, device, "auto",
           "and the run is bf16/fp32, else the CPU), cpu, cuda, cuda:K");
 ABSL_FLAG(std::string, attention, "probs",
           "the CUDA model's attention: probs (saves the T x T probabilities; "
-          "products on cuBLASLt) or online (online softmax: saves the row "
-          "log-sum-exp, memory linear in T, for long contexts)");
+          "products on cuBLASLt), online (online softmax: saves the row "
+          "log-sum-exp, memory linear in T, for long contexts; FP32 SIMT) or "
+          "flash (the online softmax with tensor-core products; bf16 only)");
 ABSL_FLAG(int, threads, 0,
           "compute threads (OpenMP / oneDNN); 0: OMP_NUM_THREADS or all cores. "
           "Several workers on one host should split the cores between them");

@@ -58,8 +58,8 @@ ABSL_FLAG(std::string, checkpointing, "",
 ABSL_FLAG(int, checkpoint_k, 0, "estimate: every_k's k");
 ABSL_FLAG(std::string, attention, "probs",
           "estimate: the GPU worker's attention, probs (saves the "
-          "probabilities, B·H·T² per block) or online (saves each row's "
-          "log-sum-exp, B·H·T)");
+          "probabilities, B·H·T² per block), online or flash (both save each "
+          "row's log-sum-exp, B·H·T)");
 ABSL_FLAG(double, link_gbps, 100, "estimate: network Gbit/s per process, "
                                   "each direction");
 ABSL_FLAG(double, mem_gbps, 2000, "estimate: accelerator memory GB/s");
@@ -239,11 +239,11 @@ std::optional<int> BuildInput(EstimateInput* in) {
   }
   if (Given("checkpoint_k")) in->checkpoint_k = absl::GetFlag(FLAGS_checkpoint_k);
   const std::string attention = absl::GetFlag(FLAGS_attention);
-  if (attention != "probs" && attention != "online") {
-    return Usage(absl::StrCat("--attention must be probs or online, got '",
-                              attention, "'"));
+  if (attention != "probs" && attention != "online" && attention != "flash") {
+    return Usage(absl::StrCat(
+        "--attention must be probs, online or flash, got '", attention, "'"));
   }
-  in->online_attention = attention == "online";
+  in->online_attention = attention != "probs";
   if (Given("micro_batch")) in->micro_batch = absl::GetFlag(FLAGS_micro_batch);
   if (Given("grad_accum")) in->grad_accum = absl::GetFlag(FLAGS_grad_accum);
   in->seq = absl::GetFlag(FLAGS_seq);
@@ -350,7 +350,7 @@ nlohmann::json ToJson(const MemoryEstimate& e) {
   }
   const ActivationEstimate& a = e.activations;
   j["activations"] = {{"known", a.known},
-                      {"attention", in.online_attention ? "online" : "probs"},
+                      {"attention", absl::GetFlag(FLAGS_attention)},
                       {"per_block_internals_bytes", a.per_block_internals},
                       {"block_input_bytes", a.block_input},
                       {"none_bytes", a.none},
@@ -462,7 +462,7 @@ void PrintText(const MemoryEstimate& e) {
     std::printf("Activations per worker (micro batch %d, T = %d, %s, %s "
                 "attention):\n",
                 in.micro_batch, seq, PrecisionName(in.precision),
-                in.online_attention ? "online" : "probs");
+                absl::GetFlag(FLAGS_attention).c_str());
     PrintRows({{"  one block's saved internals", HumanBytes(a.per_block_internals)},
                 {"  one block input", HumanBytes(a.block_input)},
                 {"  peak, no checkpointing", HumanBytes(a.none)},

@@ -54,7 +54,7 @@ TEST(EstimateCtlTest, BadInputIsAUsageError) {
       {"--params=7e9", "--workers=8", "--servers=4", "--stage=4"},
       {"--params=7e9", "--workers=8", "--servers=4", "--precision=int8"},
       {"--params=7e9", "--workers=8", "--servers=4", "--link_gbps=0"},
-      {"--params=7e9", "--workers=8", "--servers=4", "--attention=flash"},
+      {"--params=7e9", "--workers=8", "--servers=4", "--attention=fused"},
       {"--workers=8", "--servers=4"},  // no Ψ and no shape
       {"--params=7e9", "--config=/nonexistent.json"},
   };
@@ -90,15 +90,22 @@ TEST(EstimateCtlTest, OnlineAttentionIsCountedWhenAsked) {
   const std::vector<std::string> shape = {
       "--layers=12", "--heads=12", "--width=768", "--vocab=50304",
       "--context=1024", "--micro_batch=8", "--json"};
-  std::vector<std::string> online = shape;
+  std::vector<std::string> online = shape, flash = shape;
   online.push_back("--attention=online");
-  CommandResult p = Ctl(shape), o = Ctl(online);
+  flash.push_back("--attention=flash");
+  CommandResult p = Ctl(shape), o = Ctl(online), f = Ctl(flash);
   ASSERT_TRUE(p.status.success()) << p.err;
   ASSERT_TRUE(o.status.success()) << o.err;
+  ASSERT_TRUE(f.status.success()) << f.err;
   nlohmann::json jp = nlohmann::json::parse(p.out);
   nlohmann::json jo = nlohmann::json::parse(o.out);
+  nlohmann::json jf = nlohmann::json::parse(f.out);
   EXPECT_EQ(jp["activations"]["attention"], "probs");
   EXPECT_EQ(jo["activations"]["attention"], "online");
+  EXPECT_EQ(jf["activations"]["attention"], "flash");
+  // Flash saves what online saves.
+  EXPECT_EQ(jf["activations"]["per_block_internals_bytes"],
+            jo["activations"]["per_block_internals_bytes"]);
   // B·H·T² BF16 probabilities out, B·H·T FP32 log-sum-exp in.
   EXPECT_DOUBLE_EQ(jp["activations"]["per_block_internals_bytes"].get<double>() -
                        jo["activations"]["per_block_internals_bytes"].get<double>(),

@@ -4,6 +4,7 @@
 // explicit cuda request is a clear error).
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "worker/compute_device.h"
@@ -37,23 +38,30 @@ TEST(ComputeDeviceTest, ParsesTheFlag) {
 }
 
 TEST(ComputeDeviceTest, AttentionFlag) {
+  using A = DeviceRequest::Attention;
   DeviceRequest r;
   ASSERT_TRUE(ParseAttentionFlag("online", &r).ok());
-  EXPECT_TRUE(r.online_attention);
+  EXPECT_EQ(r.attention, A::kOnline);
+  ASSERT_TRUE(ParseAttentionFlag("flash", &r).ok());
+  EXPECT_EQ(r.attention, A::kFlash);
   ASSERT_TRUE(ParseAttentionFlag("probs", &r).ok());
-  EXPECT_FALSE(r.online_attention);
-  const absl::Status bad = ParseAttentionFlag("flash", &r);
+  EXPECT_EQ(r.attention, A::kProbs);
+  const absl::Status bad = ParseAttentionFlag("fused", &r);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("--attention"), std::string::npos);
-  // The CPU model keeps the probabilities: online is refused there.
-  const absl::StatusOr<ComputeChoice> cpu =
-      ChooseCompute({Kind::kCpu, -1, /*online_attention=*/true}, 0,
-                    DType::kBf16);
-  ASSERT_FALSE(cpu.ok());
-  EXPECT_EQ(cpu.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(cpu.status().message().find("--attention=online"),
-            std::string::npos);
-  EXPECT_NE(cpu.status().message().find("--device=cpu"), std::string::npos);
+  EXPECT_EQ(r.attention, A::kProbs);
+  // The CPU model keeps the probabilities: online and flash are refused
+  // there, by name.
+  for (const auto& [a, name] : {std::pair{A::kOnline, "--attention=online"},
+                                std::pair{A::kFlash, "--attention=flash"}}) {
+    const absl::StatusOr<ComputeChoice> cpu =
+        ChooseCompute({Kind::kCpu, -1, a}, 0, DType::kBf16);
+    ASSERT_FALSE(cpu.ok()) << name;
+    EXPECT_EQ(cpu.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(cpu.status().message().find(name), std::string::npos)
+        << cpu.status();
+    EXPECT_NE(cpu.status().message().find("--device=cpu"), std::string::npos);
+  }
 }
 
 TEST(ComputeDeviceTest, CpuIsAlwaysTheCpu) {

@@ -161,10 +161,11 @@ TEST_F(DeviceGptTest, CheckpointingPoliciesReproduceTheSameLoss) {
   }
 }
 
-// The online-softmax attention (DeviceAttention::kOnline) trains the same
-// function: against the CPU model (which keeps P, rounded to BF16 in bf16)
-// within the same tolerances, with less saved activation memory than the
-// probabilities' version.
+// The online-softmax attentions train the same function: kOnline (FP32 SIMT)
+// and, in bf16, kFlash (tensor-core products, P and dS rounded to BF16 for
+// them), against the CPU model (which keeps P, rounded to BF16 in bf16)
+// within the same tolerances, both with less saved activation memory than
+// the probabilities' version, and the same as each other.
 TEST_F(DeviceGptTest, OnlineAttentionMatchesTheCpuModel) {
   ZS_SKIP_WITHOUT_CUDA_DEVICE();
   for (const DType dt : {DType::kFp32, DType::kBf16}) {
@@ -174,9 +175,12 @@ TEST_F(DeviceGptTest, OnlineAttentionMatchesTheCpuModel) {
     auto cpu = GptForwardBackward(*layout_, shape_, Params(dt), dt, Batch(),
                                   policy, 1.0f, absl::MakeSpan(want));
     ASSERT_TRUE(cpu.ok()) << cpu.status();
-    int64_t peak[2] = {0, 0};
-    for (const DeviceAttention a :
-         {DeviceAttention::kProbs, DeviceAttention::kOnline}) {
+    std::vector<DeviceAttention> kinds = {DeviceAttention::kProbs,
+                                          DeviceAttention::kOnline};
+    if (dt == DType::kBf16) kinds.push_back(DeviceAttention::kFlash);
+    int64_t peak[3] = {0, 0, 0};
+    for (const DeviceAttention a : kinds) {
+      SCOPED_TRACE(static_cast<int>(a));
       auto dev = DeviceGptModel::Create(*layout_, shape_, dt, policy, 0, a);
       ASSERT_TRUE(dev.ok()) << dev.status();
       std::vector<float> got(layout_->total_elems(), 0.0f);
@@ -187,9 +191,12 @@ TEST_F(DeviceGptTest, OnlineAttentionMatchesTheCpuModel) {
       const double grad_tol = dt == DType::kBf16 ? 5e-2 : 1e-4;
       EXPECT_NEAR(r->loss, cpu->loss, loss_tol * cpu->loss);
       EXPECT_LT(RelError(got, want), grad_tol);
-      peak[a == DeviceAttention::kOnline] = r->peak_activation_bytes;
+      peak[static_cast<int>(a)] = r->peak_activation_bytes;
     }
     EXPECT_LT(peak[1], peak[0]) << "lse [B, H, T] instead of P [B, H, T, T]";
+    if (dt == DType::kBf16) {
+      EXPECT_EQ(peak[2], peak[1]) << "flash saves what online saves";
+    }
   }
 }
 
@@ -233,6 +240,18 @@ TEST_F(DeviceGptTest, CreateRefusesWhatItCannotRun) {
   EXPECT_EQ(online48.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(online48.status().message().find("head dimension 48"),
             std::string::npos);
+  auto flash48 = DeviceGptModel::Create(*l48, hd48, DType::kBf16,
+                                        {CheckpointMode::kNone}, 0,
+                                        DeviceAttention::kFlash);
+  ASSERT_FALSE(flash48.ok());
+  EXPECT_EQ(flash48.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(flash48.status().message().find("head dimension 48"),
+            std::string::npos);
+  auto flash32 = DeviceGptModel::Create(*layout_, shape_, DType::kFp32,
+                                        {CheckpointMode::kNone}, 0,
+                                        DeviceAttention::kFlash);
+  ASSERT_FALSE(flash32.ok());
+  EXPECT_EQ(flash32.status().code(), absl::StatusCode::kInvalidArgument);
   auto far = DeviceGptModel::Create(*layout_, shape_, DType::kBf16,
                                     {CheckpointMode::kEveryBlock}, 999);
   ASSERT_FALSE(far.ok());

@@ -79,7 +79,8 @@ absl::Status DeviceBlockRunner::Forward(const BlockDims& d,
   ASSIGN_OR_RETURN(a->ln1, DeviceBuffer::Allocate(mem, dt, M * C, s));
   ASSIGN_OR_RETURN(a->qkv, DeviceBuffer::Allocate(mem, dt, M * 3 * C, s));
   const bool online = attention_kind_ == DeviceAttention::kOnline;
-  if (online) {
+  const bool flash = attention_kind_ == DeviceAttention::kFlash;
+  if (online || flash) {
     ASSIGN_OR_RETURN(a->lse, DeviceBuffer::Allocate(
                                  mem, DType::kFp32, d.batch * d.heads * d.seq, s));
   } else {
@@ -114,6 +115,8 @@ absl::Status DeviceBlockRunner::Forward(const BlockDims& d,
   if (online) {
     RETURN_IF_ERROR(k::OnlineAttentionForward(as, a->qkv.data(), a->lse.f32(),
                                               t, s));
+  } else if (flash) {
+    RETURN_IF_ERROR(flash_.Forward(as, a->qkv.data(), a->lse.f32(), t, s));
   } else {
     RETURN_IF_ERROR(
         attention_.Forward(as, a->qkv.data(), a->probs.data(), t, s));
@@ -200,14 +203,19 @@ absl::Status DeviceBlockRunner::Backward(const BlockDims& d,
                                    C, t, G(kProjW), G(kProjB), s));
   ASSIGN_OR_RETURN(float* dqkv, Scratch(kDQkv, M * 3 * C));
   const kernels::AttentionShape as{d.batch, d.seq, C, d.heads, dt};
-  if (attention_kind_ == DeviceAttention::kOnline) {
+  if (attention_kind_ != DeviceAttention::kProbs) {
     // D = dy . y from the saved (rounded) attention output, as
     // FlashAttention does with a BF16 output.
     ASSIGN_OR_RETURN(float* y, Scratch(kY, M * C));
     RETURN_IF_ERROR(a.atty.ToFloat(y));
     Mark("casts");
-    RETURN_IF_ERROR(k::OnlineAttentionBackward(as, a.qkv.data(), a.lse.f32(),
-                                               y, t, dqkv, s));
+    if (attention_kind_ == DeviceAttention::kFlash) {
+      RETURN_IF_ERROR(
+          flash_.Backward(as, a.qkv.data(), a.lse.f32(), y, t, dqkv, s));
+    } else {
+      RETURN_IF_ERROR(k::OnlineAttentionBackward(as, a.qkv.data(),
+                                                 a.lse.f32(), y, t, dqkv, s));
+    }
   } else {
     RETURN_IF_ERROR(
         attention_.Backward(as, a.qkv.data(), a.probs.data(), t, dqkv, s));

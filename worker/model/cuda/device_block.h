@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "worker/kernels/cuda/attention_gemm.h"
+#include "worker/kernels/cuda/flash_attention.h"
 #include "worker/kernels/cuda/gemm.h"
 #include "worker/kernels/cuda/linear.h"
 #include "worker/kernels/cuda/online_attention.h"
@@ -45,14 +46,16 @@ struct DeviceUnitWeights {
 // [B, H, T, T] in the compute dtype, as the CPU model does (GemmAttention:
 // the products on cuBLASLt); kOnline saves lse [B, H, T] (FP32) and
 // recomputes them in the backward (online_attention.h: memory linear in T,
-// FP32 SIMT arithmetic), for contexts whose T x T would not fit.
-enum class DeviceAttention { kProbs, kOnline };
+// FP32 SIMT arithmetic), for contexts whose T x T would not fit; kFlash
+// saves lse too, with the products on tensor cores (flash_attention.h:
+// BF16 only).
+enum class DeviceAttention { kProbs, kOnline, kFlash };
 
 // A block's saved internals on the device (gpt_block.h's BlockActs).
 struct DeviceBlockActs {
   DeviceBuffer ln1, qkv, probs, atty, x2, ln2, h;  // compute dtype
   DeviceBuffer mean1, rstd1, mean2, rstd2;         // FP32, [rows]
-  DeviceBuffer lse;                                // FP32, kOnline only
+  DeviceBuffer lse;                       // FP32, kOnline and kFlash only
   bool held() const { return !x2.empty(); }
   void Release();
 };
@@ -95,6 +98,7 @@ class DeviceBlockRunner {
   DeviceScratch scratch_[9];
   kernels::cuda::Linear linear_;
   kernels::cuda::GemmAttention attention_;  // per-head products on cuBLASLt
+  kernels::cuda::FlashAttention flash_;
   kernels::cuda::OpTimer* timer_ = nullptr;
 };
 

@@ -65,6 +65,10 @@ absl::StatusOr<std::unique_ptr<DeviceGptModel>> DeviceGptModel::Create(
     RETURN_IF_ERROR(kernels::CheckOnlineAttentionShape(
         {1, shape.context, shape.width, shape.heads, param_dtype}));
   }
+  if (attention == DeviceAttention::kFlash) {
+    RETURN_IF_ERROR(kernels::cuda::CheckFlashAttentionShape(
+        {1, shape.context, shape.width, shape.heads, param_dtype}));
+  }
   // The same checks as the CPU model (shape, policy, dtype, layout).
   RETURN_IF_ERROR(
       GptModel::Create(layout, shape, param_dtype, policy).status());
