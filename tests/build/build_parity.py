@@ -46,6 +46,9 @@ CMAKE_ONLY = {
     "tests/worker/engine_device_test.cc": "CUDA: engine_device_test's source",
     "tests/server/shard_store_device_test.cc":
         "CUDA: shard_store_device_test's source",
+    "tests/worker/flash_attention_emulation_test.cc":
+        "runs the CUDA kernels' source (worker/kernels/cuda, which the Bazel "
+        "build leaves out) on the host",
 }
 # Test binaries and targets that exist only in CUDA builds of CMake.
 CMAKE_ONLY_TESTS = {
@@ -54,6 +57,8 @@ CMAKE_ONLY_TESTS = {
     "shard_store_device_test": "CUDA: --placement=device against host",
     "device_gpt_test": "CUDA: the device model against the CPU model",
     "engine_device_test": "CUDA: the engine on a device against the CPU",
+    "flash_attention_emulation_test":
+        "the flash attention's CUDA kernel source run on the host",
 }
 CMAKE_ONLY_TARGETS = {
     "zs_kernels_cuda": "CUDA: the GPU kernels (worker/kernels/cuda)",

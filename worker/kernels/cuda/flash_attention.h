@@ -45,9 +45,9 @@ namespace zeroshard::kernels::cuda {
 // The shapes the kernels take: positive sizes, C divisible by H, a head
 // dimension of 16, 32, 64 or 128, BF16 qkv, B and H within a grid's y/z
 // (65535). Host-only. At launch the device is checked too: compute
-// capability 8.0+, and the opt-in shared memory per block, 64 KiB forward
-// and 97 KiB backward at head dim 64, 104 / 145 KiB at 128 (more than
-// sm_86/89 offer: head dim 128 runs on sm_80 and sm_90).
+// capability 8.0+, and the opt-in shared memory per block, 70 KiB forward
+// and 105.5 KiB backward at head dim 64, 110 / 153.5 KiB at 128 (an sm_80 or
+// sm_90 part; sm_86/89 offer 99 KiB).
 absl::Status CheckFlashAttentionShape(const AttentionShape& s);
 
 class FlashAttention {
