@@ -29,33 +29,45 @@ void ReleaseData(void* user_data) {
 
 void NoRelease(void*) {}
 
+// The longest length-delimited field protobuf parses (INT_MAX less its
+// 16 slop bytes).
+constexpr uint64_t kMaxProtobufLength =
+    static_cast<uint64_t>(std::numeric_limits<int>::max()) - 16;
+
 // The canonical piece encoding, data left in the slices; false when the
 // message is anything else (protobuf then decides).
 bool DecodeCanonicalPiece(std::vector<grpc::Slice>& slices, size_t total,
                           PushGradPieceInput* out) {
   SliceCursor cur(slices);
   uint64_t tag, len;
-  if (!cur.ReadVarint(&tag) || tag != ((2 << 3) | kLengthDelimited) ||
-      !cur.ReadVarint(&len) || len != total - cur.consumed()) {
+  // Tags of one byte (fields 1-3), lengths as protobuf reads them: at most
+  // 5 bytes and below its 2 GiB limit. Anything else is not the canonical
+  // encoding, and protobuf decides (it refuses a 10-byte length, say, that
+  // a plain varint read would take for 0).
+  if (!cur.ReadVarint(&tag, 1) || tag != ((2 << 3) | kLengthDelimited) ||
+      !cur.ReadVarint(&len, 5) || len > kMaxProtobufLength ||
+      len != total - cur.consumed()) {
     return false;
   }
   bool seen[4] = {false, false, false, false};
   std::vector<std::pair<const uint8_t*, size_t>> segments;
   while (!cur.AtEnd()) {
-    if (!cur.ReadVarint(&tag)) return false;
+    if (!cur.ReadVarint(&tag, 1)) return false;
     const uint64_t field = tag >> 3;
     const int wire = static_cast<int>(tag & 7);
     if (field < 1 || field > 3 || seen[field]) return false;
     seen[field] = true;
     uint64_t v;
-    if (!cur.ReadVarint(&v)) return false;
+    if (!cur.ReadVarint(&v, wire == kLengthDelimited ? 5 : 10)) return false;
     if (field == 1 && wire == kVarint) {
       out->offset = v;
     } else if (field == 2 && wire == kVarint &&
                v <= static_cast<uint64_t>(std::numeric_limits<int>::max())) {
       out->dtype = static_cast<int>(v);
     } else if (field == 3 && wire == kLengthDelimited) {
-      if (v > total || !cur.Take(v, &segments)) return false;
+      if (v > total || v > kMaxProtobufLength || !cur.Take(v, &segments)) {
+        return false;
+      }
       out->bytes = v;
     } else {
       return false;

@@ -43,12 +43,17 @@ class SliceCursor {
     return true;
   }
 
-  // A base-128 varint of at most 10 bytes; false when truncated or too long.
-  bool ReadVarint(uint64_t* v) {
+  // A base-128 varint of at most `max_bytes` (<= 10) bytes; false when
+  // truncated, longer, or holding bits past the 64th (a tenth byte above 1:
+  // read carelessly, 2 << 63 wraps to 0). Protobuf reads tags and lengths
+  // in at most 5 bytes, so a decoder that must agree with it passes 5 (or
+  // less) for those.
+  bool ReadVarint(uint64_t* v, int max_bytes = 10) {
     *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
+    for (int i = 0, shift = 0; i < max_bytes && shift < 64; ++i, shift += 7) {
       uint8_t b;
       if (!ReadByte(&b)) return false;
+      if (shift == 63 && (b & 0x7E) != 0) return false;
       *v |= static_cast<uint64_t>(b & 0x7F) << shift;
       if ((b & 0x80) == 0) return true;
     }

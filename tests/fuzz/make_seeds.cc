@@ -187,6 +187,12 @@ void PushGradCodec(const fs::path& root) {
   FuzzInputWriter e;
   e.Byte(1).Byte(4).Byte(1).Uint(1 << 12, 8).Byte(1).Raw(Floats(16, 5));
   c.Add("encode", e.bytes());
+  // The crash this fuzzer found in CI: a piece length as a 10-byte varint
+  // with bits past the 64th, which the decoder once read as 0.
+  FuzzInputWriter o;
+  o.Byte(2).Byte(1).Byte(0).Raw(
+      std::string("\x12\x80\x80\x80\x80\x80\x80\x80\x80\x80\x02", 11));
+  c.Add("overflowing-length", o.bytes());
 }
 
 void GatherPlan(const fs::path& root) {

@@ -136,6 +136,48 @@ TEST(PushGradCodecTest, TruncatedPieceIsRejected) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
 }
 
+// Found by the push_grad_codec fuzzer in CI: a piece whose length is a
+// 10-byte varint. Protobuf reads a length in at most 5 bytes and refuses
+// it; the fast path once read it as 0 (bits past the 64th wrapped away, or
+// there were none) and took an empty piece. An overlong length of 5 bytes
+// protobuf accepts, and so must the decoder; a 10-byte varint field that
+// fits (tenth byte 1) is accepted by both.
+TEST(PushGradCodecTest, LongLengthVarintsAreTakenExactlyAsProtobufTakesThem) {
+  for (const char tenth : {'\x02', '\x00'}) {
+    const std::string bad =
+        std::string("\x12\x80\x80\x80\x80\x80\x80\x80\x80\x80", 10) + tenth;
+    v1::PushGradMessage want;
+    ASSERT_FALSE(want.ParseFromString(bad)) << int(tenth);
+    grpc::Slice slice(bad.data(), bad.size());
+    grpc::ByteBuffer buffer(&slice, 1);
+    ReceivedPushGrad out;
+    EXPECT_EQ(DecodePushGradMessage(buffer, &out).code(),
+              absl::StatusCode::kInvalidArgument)
+        << int(tenth);
+  }
+  // Length 0 in 5 bytes: protobuf takes an empty piece.
+  const std::string five("\x12\x80\x80\x80\x80\x00", 6);
+  v1::PushGradMessage five_want;
+  ASSERT_TRUE(five_want.ParseFromString(five));
+  grpc::Slice five_slice(five.data(), five.size());
+  grpc::ByteBuffer five_buffer(&five_slice, 1);
+  ReceivedPushGrad five_out;
+  ASSERT_TRUE(DecodePushGradMessage(five_buffer, &five_out).ok());
+  EXPECT_TRUE(five_out.is_piece);
+  // Field 1 of the piece (offset) as a 10-byte varint that fits in 64 bits.
+  v1::PushGradMessage fits_want;
+  const std::string inner("\x08\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01", 11);
+  const std::string fits = std::string("\x12") +
+                           static_cast<char>(inner.size()) + inner;
+  ASSERT_TRUE(fits_want.ParseFromString(fits));
+  grpc::Slice fits_slice(fits.data(), fits.size());
+  grpc::ByteBuffer fits_buffer(&fits_slice, 1);
+  ReceivedPushGrad fits_out;
+  ASSERT_TRUE(DecodePushGradMessage(fits_buffer, &fits_out).ok());
+  ASSERT_TRUE(fits_out.is_piece);
+  EXPECT_EQ(fits_out.piece.offset, fits_want.piece().offset());
+  EXPECT_EQ(fits_out.piece.offset, uint64_t{1} << 63);
+}
 
 // Encoder to decoder, the way the bytes travel from a worker to a server.
 TEST(PushGradCodecTest, EncodedPieceRoundTripsThroughTheDecoder) {
