@@ -33,6 +33,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -279,7 +280,16 @@ int DeviceGpt(const std::vector<std::string>& args) {
                 flash.seconds / probs.seconds,
                 double(flash.act_peak) / double(probs.act_peak));
   }
-  const bool flash_best = flash_ran && flash.seconds < probs.seconds;
+  // Flash stands in for the default only when it trains the same loss: a
+  // fast wrong kernel must not raise the ratio.
+  const bool flash_agrees =
+      flash_ran && std::isfinite(flash.loss) &&
+      std::fabs(flash.loss - probs.loss) <= 2e-2 * std::fabs(probs.loss);
+  if (flash_ran && !flash_agrees) {
+    std::printf("  flash's loss %.4f is not probs' %.4f: not used\n",
+                flash.loss, probs.loss);
+  }
+  const bool flash_best = flash_agrees && flash.seconds < probs.seconds;
   const double mfu =
       flops / (flash_best ? flash.seconds : probs.seconds) / peak;
   cudaFree(dparams);

@@ -5,10 +5,12 @@
 #                over the whole tree, plus the libFuzzer targets of
 #                tests/fuzz/: runs the whole CTest suite, each fuzz target
 #                for ZS_FUZZ_SECONDS (default 20).
-#   build-tsan/  ThreadSanitizer over the shard server's concurrency tests:
+#   build-tsan/  ThreadSanitizer over the shard server's concurrency tests
+#                and the flash kernels' emulation (its threads and barriers):
 #                server_unit_test (step tracker and capture, ModelShard
 #                snapshot / prepare / apply, restore races, push receiver,
-#                KV store), with libzs_tsan_absl_preload.so preloaded
+#                KV store) and flash_attention_emulation_test (one OpenMP
+#                thread), with libzs_tsan_absl_preload.so preloaded
 #                (tests/sanitizers/absl_sync_tsan.cc: abseil's prebuilt locks
 #                made visible to TSan) and tests/sanitizers/tsan.supp.
 #                server_rpc_test is not run under TSan: Debian's gRPC core is
@@ -103,27 +105,30 @@ run_tsan() {
   t0=$(date +%s)
   if ! configure build-tsan thread ||
      ! cmake --build build-tsan -j "$JOBS" --target server_unit_test \
-         zs_tsan_absl_preload; then
+         flash_attention_emulation_test zs_tsan_absl_preload; then
     echo "== tsan: build FAILED after $(( $(date +%s) - t0 )) s"
     failed=$((failed + 1))
     return
   fi
   t1=$(date +%s)
   echo "== tsan: build done in $((t1 - t0)) s"
-  # Only server_unit_test was built: run exactly its tests (CTest's numbers,
-  # from its JSON listing; the tree's other tests are the ASan run's).
+  # Only those two were built: run exactly their tests (CTest's numbers,
+  # from its JSON listing; the tree's other tests are the ASan run's). The
+  # emulation runs the flash kernels' threads as real threads, so a missing
+  # barrier between a shared-memory write and its read is a race TSan sees.
   local numbers
   numbers=$(ctest --test-dir build-tsan --show-only=json-v1 | python3 -c '
 import json, sys
 tests = json.load(sys.stdin)["tests"]
 print(",".join(str(i + 1) for i, t in enumerate(tests)
                if t.get("command") and t["command"][0].endswith(
-                   "/server_unit_test")))')
+                   ("/server_unit_test", "/flash_attention_emulation_test"))))')
   if [ -z "$numbers" ]; then
     echo "== tsan: no server tests found"
     failed=$((failed + 1))
     return
   fi
+  OMP_NUM_THREADS=1 \
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/sanitizers/tsan.supp" \
   LD_PRELOAD=$ROOT/build-tsan/lib/libzs_tsan_absl_preload.so \
     ctest --test-dir build-tsan --output-on-failure --no-tests=error \

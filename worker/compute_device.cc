@@ -106,6 +106,14 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
                                             int rank, DType param_dtype) {
   using Kind = DeviceRequest::Kind;
   if (request.kind == Kind::kCpu) return Cpu(request, "--device=cpu");
+  // Refused before the worker joins, like the rest of the choice.
+  if (request.attention == DeviceRequest::Attention::kFlash &&
+      param_dtype != DType::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--attention=flash multiplies on BF16 tensor cores, and this run is ",
+        DTypeName(param_dtype),
+        "; set bf16 in the config, or use --attention=online or probs"));
+  }
 #if ZS_HAVE_CUDA_MODEL
   absl::StatusOr<int> devices = model::CudaDeviceCount();
   if (!devices.ok()) {
@@ -133,7 +141,15 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
   }
   cudaDeviceProp prop{};
   std::string device_name = "?";
-  if (cudaGetDeviceProperties(&prop, k) == cudaSuccess) device_name = prop.name;
+  const bool have_prop = cudaGetDeviceProperties(&prop, k) == cudaSuccess;
+  if (have_prop) device_name = prop.name;
+  if (request.attention == DeviceRequest::Attention::kFlash && have_prop &&
+      prop.major < 8) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--attention=flash needs BF16 tensor cores (compute capability 8.0 "
+        "or later); cuda:", k, " (", device_name, ") is ", prop.major, ".",
+        prop.minor, ": use --attention=online or probs"));
+  }
   ComputeChoice c;
   c.name = absl::StrCat("cuda:", k);
   c.cuda_device = k;

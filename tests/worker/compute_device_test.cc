@@ -62,6 +62,16 @@ TEST(ComputeDeviceTest, AttentionFlag) {
         << cpu.status();
     EXPECT_NE(cpu.status().message().find("--device=cpu"), std::string::npos);
   }
+  // Flash multiplies in BF16: an fp32 run is refused before any device is
+  // looked for, whatever --device says (but cpu, refused above).
+  for (const Kind kind : {Kind::kAuto, Kind::kCuda}) {
+    const absl::StatusOr<ComputeChoice> fp32 =
+        ChooseCompute({kind, -1, A::kFlash}, 0, DType::kFp32);
+    ASSERT_FALSE(fp32.ok());
+    EXPECT_EQ(fp32.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(fp32.status().message().find("bf16"), std::string::npos)
+        << fp32.status();
+  }
 }
 
 TEST(ComputeDeviceTest, CpuIsAlwaysTheCpu) {

@@ -32,6 +32,7 @@
 #include <barrier>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <type_traits>
@@ -51,7 +52,9 @@ struct EmulatedDim3 {
 };
 inline thread_local EmulatedDim3 threadIdx, blockIdx, blockDim, gridDim;
 
-struct uint4 {
+// 16-byte aligned, as CUDA's: a misaligned vector access is UB that UBSan
+// (the ASan build) reports, where a device would fault.
+struct alignas(16) uint4 {
   uint32_t x, y, z, w;
 };
 inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
@@ -83,12 +86,16 @@ inline std::atomic<int>& WmmaViolations() {
 
 inline int Lane() { return static_cast<int>(threadIdx.x % 32); }
 
-// Runs kernel() over `grid` blocks of `threads` threads (a multiple of 32).
+// Runs kernel() over `grid` blocks of `threads` threads (a multiple of 32),
+// calling before_block() (if any) before each block starts: to poison its
+// shared memory, say, so that a read of what the last block left shows.
 template <typename F>
-void Launch(EmulatedDim3 grid, int threads, F kernel) {
+void Launch(EmulatedDim3 grid, int threads, F kernel,
+            const std::function<void()>& before_block = nullptr) {
   for (unsigned z = 0; z < grid.z; ++z) {
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
+        if (before_block) before_block();
         Block block(threads);
         std::vector<std::thread> ts;
         ts.reserve(threads);

@@ -6,10 +6,15 @@
 // index arithmetic, checked without a GPU. The tolerances are the device
 // test's (kernels_cuda_test, OnlineAttentionMatchesTheTwin): the kernels
 // round P, dO and dS to BF16 for their products. Every WMMA load and store
-// must keep WMMA's alignment rules, and every output element is written
-// (NaN sentinels; dQ is summed into zeros, as the launcher clears it).
+// must keep WMMA's alignment rules; every output element is written (NaN
+// sentinels; dQ is summed into zeros, as the launcher clears its columns);
+// each block's shared memory starts as NaN bytes, so a read of something
+// the kernel did not write there shows, and nothing past the kernel's
+// stated size is touched.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -39,6 +44,17 @@ std::vector<float> Sentinel(size_t n) {
   return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN());
 }
 
+// 0xFF bytes: NaN as FP32 and as BF16.
+void PoisonSharedMemory() {
+  std::memset(cuda::flash::smem, 0xFF, sizeof(cuda::flash::smem));
+}
+bool UntouchedPast(size_t used) {
+  for (size_t i = used; i < sizeof(cuda::flash::smem); ++i) {
+    if (cuda::flash::smem[i] != 0xFF) return false;
+  }
+  return true;
+}
+
 // Forward and backward of the flash kernels for head dim HD, as
 // flash_attention.cu launches them (D from the BF16 dO).
 template <int HD>
@@ -50,10 +66,15 @@ void RunFlash(const AttentionShape& s, const std::vector<uint16_t>& qkv,
                           static_cast<unsigned>(s.heads),
                           static_cast<unsigned>(s.batch)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  emu::Launch(grid, cuda::flash::kBlock, [&] {
-    cuda::flash::FlashForwardKernel<HD>(qkv.data(), s.seq, s.width, s.heads,
-                                        scale, lse->data(), y->data());
-  });
+  emu::Launch(
+      grid, cuda::flash::kBlock,
+      [&] {
+        cuda::flash::FlashForwardKernel<HD>(qkv.data(), s.seq, s.width,
+                                            s.heads, scale, lse->data(),
+                                            y->data());
+      },
+      PoisonSharedMemory);
+  EXPECT_TRUE(UntouchedPast(cuda::flash::ForwardSmem<HD>()));
   std::vector<uint16_t> dy16(dy.size());
   FloatToBf16Array(dy.data(), dy16.data(), dy.size());
   const int64_t rows = s.batch * s.heads * s.seq;
@@ -62,13 +83,20 @@ void RunFlash(const AttentionShape& s, const std::vector<uint16_t>& qkv,
     cuda::flash::RowDotKernel<HD>(y_in.data(), dy16.data(), s.seq, s.width,
                                   s.heads, rows, dsum.data());
   });
-  dqkv->assign(dqkv->size(), 0.0f);
-  emu::Launch(grid, cuda::flash::kBlock, [&] {
-    cuda::flash::FlashBackwardKernel<HD>(qkv.data(), dy16.data(),
-                                         lse_in.data(), dsum.data(), s.seq,
-                                         s.width, s.heads, scale,
-                                         dqkv->data());
-  });
+  // The launcher clears dQ's columns only; dK and dV keep their sentinels.
+  for (int64_t row = 0; row < s.batch * s.seq; ++row) {
+    std::fill_n(dqkv->begin() + row * 3 * s.width, s.width, 0.0f);
+  }
+  emu::Launch(
+      grid, cuda::flash::kBlock,
+      [&] {
+        cuda::flash::FlashBackwardKernel<HD>(qkv.data(), dy16.data(),
+                                             lse_in.data(), dsum.data(), s.seq,
+                                             s.width, s.heads, scale,
+                                             dqkv->data());
+      },
+      PoisonSharedMemory);
+  EXPECT_TRUE(UntouchedPast(cuda::flash::BackwardSmem<HD>()));
 }
 
 TEST(FlashAttentionEmulationTest, KernelsMatchTheOnlineTwin) {

@@ -94,12 +94,13 @@ absl::Status LaunchBackward(const char* op, const AttentionShape& s,
   RowDotKernel<HD><<<GridFor(rows), kThreads, 0, stream>>>(
       y, dy16, s.seq, s.width, s.heads, rows, dsum);
   RETURN_IF_ERROR(LaunchStatus(op));
-  // dQ is summed into dqkv with atomics; dK and dV are stored whole.
+  // dQ is summed into dqkv with atomics, so its columns start at zero; dK
+  // and dV are stored whole (left as they are here, so a test's sentinel
+  // shows an element the kernel missed).
   RETURN_IF_ERROR(CudaStatus(
-      cudaMemsetAsync(dqkv, 0,
-                      sizeof(float) * static_cast<size_t>(s.batch * s.seq *
-                                                          3 * s.width),
-                      stream),
+      cudaMemset2DAsync(dqkv, sizeof(float) * 3 * s.width, 0,
+                        sizeof(float) * s.width,
+                        static_cast<size_t>(s.batch * s.seq), stream),
       op));
   const dim3 grid(static_cast<unsigned>((s.seq + kTile - 1) / kTile),
                   static_cast<unsigned>(s.heads),

@@ -28,9 +28,13 @@
 //
 // Its oracle is the online attention's CPU twin (worker/kernels/cpu/
 // online_attention.h, itself held to the CPU attention), within BF16
-// tolerances (CudaKernelTest.OnlineAttentionMatchesTheTwin), and the CPU
-// model (DeviceGptTest.OnlineAttentionMatchesTheCpuModel), on a device
-// only. It has no host twin: the products are the tensor cores' own.
+// tolerances. The kernels (flash_attention_kernels.cuh) are also compiled
+// by the host compiler and run on the CPU under an emulation of a block and
+// of WMMA (tests/worker/flash_attention_emulation_test.cc), which checks
+// their tiles, mask and indices in every CI run; on a device,
+// CudaKernelTest.OnlineAttentionMatchesTheTwin and
+// DeviceGptTest.OnlineAttentionMatchesTheCpuModel check the hardware's
+// arithmetic.
 #ifndef ZEROSHARD_WORKER_KERNELS_CUDA_FLASH_ATTENTION_H_
 #define ZEROSHARD_WORKER_KERNELS_CUDA_FLASH_ATTENTION_H_
 
