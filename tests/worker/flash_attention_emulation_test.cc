@@ -62,7 +62,8 @@ void RunFlash(const AttentionShape& s, const std::vector<uint16_t>& qkv,
               const std::vector<float>& lse_in, const std::vector<float>& y_in,
               const std::vector<float>& dy, std::vector<float>* y,
               std::vector<float>* lse, std::vector<float>* dqkv) {
-  const EmulatedDim3 grid{static_cast<unsigned>((s.seq + 63) / 64),
+  constexpr int kTile = cuda::flash::kTile;
+  const EmulatedDim3 grid{static_cast<unsigned>((s.seq + kTile - 1) / kTile),
                           static_cast<unsigned>(s.heads),
                           static_cast<unsigned>(s.batch)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));

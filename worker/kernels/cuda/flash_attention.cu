@@ -59,6 +59,13 @@ size_t BackwardSmemFor(int64_t hd) {
   }
 }
 
+// Both kernels' grid: a block per kTile rows of its own side, head and
+// sequence.
+dim3 GridOf(const AttentionShape& s) {
+  return dim3(static_cast<unsigned>((s.seq + kTile - 1) / kTile),
+              static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
+}
+
 template <int HD>
 absl::Status LaunchForward(const char* op, const AttentionShape& s,
                            const uint16_t* qkv, float* lse, float* y,
@@ -70,11 +77,8 @@ absl::Status LaunchForward(const char* op, const AttentionShape& s,
                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kSmem)),
       op));
-  const dim3 grid(static_cast<unsigned>((s.seq + kTile - 1) / kTile),
-                  static_cast<unsigned>(s.heads),
-                  static_cast<unsigned>(s.batch));
   const float scale = 1.0f / sqrtf(static_cast<float>(HD));
-  FlashForwardKernel<HD><<<grid, kBlock, kSmem, stream>>>(
+  FlashForwardKernel<HD><<<GridOf(s), kBlock, kSmem, stream>>>(
       qkv, s.seq, s.width, s.heads, scale, lse, y);
   return LaunchStatus(op);
 }
@@ -102,11 +106,8 @@ absl::Status LaunchBackward(const char* op, const AttentionShape& s,
                         sizeof(float) * s.width,
                         static_cast<size_t>(s.batch * s.seq), stream),
       op));
-  const dim3 grid(static_cast<unsigned>((s.seq + kTile - 1) / kTile),
-                  static_cast<unsigned>(s.heads),
-                  static_cast<unsigned>(s.batch));
   const float scale = 1.0f / sqrtf(static_cast<float>(HD));
-  FlashBackwardKernel<HD><<<grid, kBlock, kSmem, stream>>>(
+  FlashBackwardKernel<HD><<<GridOf(s), kBlock, kSmem, stream>>>(
       qkv, dy16, lse, dsum, s.seq, s.width, s.heads, scale, dqkv);
   return LaunchStatus(op);
 }
