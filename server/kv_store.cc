@@ -95,26 +95,37 @@ absl::Status KvStore::Set(const KvScope& scope, const std::string& key,
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<Run*> entered = Enter(scope, &wakes);
-    if (!entered.ok()) {
+    // The limits are checked against the run as it would be once entered
+    // (a newer attempt starts empty) before Enter changes anything: a
+    // refused Set neither drops the older attempt's keys nor creates a run.
+    const auto found = runs_.find(scope.run_id);
+    const bool fresh =
+        found == runs_.end() || scope.attempt > found->second.attempt;
+    const Run empty;
+    const Run& seen = fresh ? empty : found->second;
+    const auto old = seen.values.find(key);
+    const bool is_new = old == seen.values.end();
+    const size_t old_bytes = is_new ? 0 : key.size() + old->second.size();
+    const size_t new_bytes = seen.bytes - old_bytes + key.size() + value.size();
+    if (found != runs_.end() && scope.attempt < found->second.attempt) {
+      status = Enter(scope, &wakes).status();  // ABORTED, changing nothing
+    } else if (is_new && seen.values.size() >= limits_.max_keys_per_run) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "run '", scope.run_id, "' holds ", seen.values.size(),
+          " keys in the key-value store, its limit of keys per run; key '",
+          key, "' not set"));
+    } else if (new_bytes > limits_.max_bytes_per_run) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "setting key '", key, "' would bring run '", scope.run_id,
+          "' to ", new_bytes, " bytes of keys and values, over the limit "
+          "of bytes per run of ", limits_.max_bytes_per_run));
+    } else if (absl::StatusOr<Run*> entered = Enter(scope, &wakes);
+               !entered.ok()) {
       status = entered.status();
     } else {
       Run& run = **entered;
       auto it = run.values.find(key);
-      const bool is_new = it == run.values.end();
-      const size_t old_bytes = is_new ? 0 : key.size() + it->second.size();
-      const size_t new_bytes = run.bytes - old_bytes + key.size() + value.size();
-      if (is_new && run.values.size() >= limits_.max_keys_per_run) {
-        status = absl::ResourceExhaustedError(absl::StrCat(
-            "run '", scope.run_id, "' holds ", run.values.size(),
-            " keys in the key-value store, its limit of keys per run; key '",
-            key, "' not set"));
-      } else if (new_bytes > limits_.max_bytes_per_run) {
-        status = absl::ResourceExhaustedError(absl::StrCat(
-            "setting key '", key, "' would bring run '", scope.run_id,
-            "' to ", new_bytes, " bytes of keys and values, over the limit "
-            "of bytes per run of ", limits_.max_bytes_per_run));
-      } else {
+      {
         run.bytes = new_bytes;
         if (is_new) {
           run.values.emplace(key, std::move(value));

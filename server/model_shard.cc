@@ -162,6 +162,22 @@ absl::Status ModelShard::CheckOwned(uint64_t offset, uint64_t length,
   return absl::OkStatus();
 }
 
+std::string ModelShard::DescribeElement(uint64_t offset) const {
+  for (const TensorInfo& t : layout_.tensors()) {
+    if (offset >= t.offset && offset - t.offset < t.numel) {
+      return absl::StrCat("element ", offset - t.offset, " of tensor '",
+                          t.name, "' (flat offset ", offset, ")");
+    }
+  }
+  for (const UnitInfo& u : layout_.units()) {
+    if (offset >= u.offset && offset - u.offset < u.padded) {
+      return absl::StrCat("flat offset ", offset, " (padding of unit '",
+                          u.name, "')");
+    }
+  }
+  return absl::StrCat("flat offset ", offset);
+}
+
 absl::Status ModelShard::CheckPusher(uint32_t worker, uint64_t offset,
                                      uint64_t length) const {
   if (worker >= layout_.num_workers()) {
@@ -222,6 +238,8 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
     updated_elems_ += result.applied_elems;
   }
   result.chunks_completed = tracker_->Complete(claim);
+  // Pushes prepared for a step this commit completed can never apply.
+  if (result.chunks_completed > 0) DropAppliedPrepared();
   // A chunk that just reached a snapshot's version is copied now: no claim
   // of that step may ever come (the run's last step).
   if (result.chunks_completed > 0 && armed_.load() > 0) {
@@ -241,13 +259,81 @@ void ModelShard::DropPreparedBefore(uint64_t step, uint64_t attempt) {
                   prepared_.end());
 }
 
-absl::Status ModelShard::Prepare(PreparedPush push) {
+absl::Status ModelShard::ClassifyPrepared(uint64_t step,
+                                          absl::Span<const GradPiece> pieces,
+                                          uint64_t* at_step,
+                                          uint64_t* applied) const {
+  *at_step = 0;
+  *applied = 0;
+  for (const GradPiece& g : pieces) {
+    uint64_t pos = g.range.begin;
+    while (pos < g.range.end) {
+      const size_t c = store_->ChunkOf(pos);
+      const uint64_t end = std::min(g.range.end, store_->ChunkRange(c).end);
+      const uint64_t v = tracker_->version(c);
+      if (v == step) {
+        *at_step += end - pos;
+      } else if (v == step + 1) {
+        *applied += end - pos;
+      } else {
+        const FlatRange chunk = store_->ChunkRange(c);
+        return absl::AbortedError(absl::StrCat(
+            "prepare for step ", step, " is ", v > step ? "stale" : "ahead",
+            ": chunk [", chunk.begin, ", ", chunk.end, ") is at version ", v,
+            " (steps applied) and accepts step ", v, " only"));
+      }
+      pos = end;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ModelShard::Prepare(PreparedPush push) {
   absl::ReaderMutexLock restore(&restore_mu_);
-  if (absl::Status s = tracker_->NoteAttempt(push.attempt); !s.ok()) {
+  // Every check first; only an accepted prepare records its attempt.
+  auto refuse = [&](absl::Status s) -> absl::StatusOr<uint64_t> {
     store_->AddPendingGradBytes(-push.pending_bytes);
     return s;
+  };
+  if (absl::Status s = tracker_->CheckAttempt(push.attempt); !s.ok()) {
+    return refuse(s);
+  }
+  if (absl::Status s = tracker_->CheckParams(push.step, push.params);
+      !s.ok()) {
+    return refuse(s);
   }
   absl::MutexLock lock(&prepared_mu_);
+  // Read under prepared_mu_: a commit that completes these chunks sweeps
+  // the prepared pushes after it publishes their versions, so a push held
+  // here is either seen as applied now or dropped by that sweep.
+  uint64_t at_step = 0, applied = 0;
+  if (absl::Status s =
+          ClassifyPrepared(push.step, push.pieces, &at_step, &applied);
+      !s.ok()) {
+    return refuse(s);
+  }
+  for (const PreparedPush& p : prepared_) {
+    if (p.step == push.step && p.attempt == push.attempt &&
+        p.worker != push.worker &&
+        (p.params.coefficient != push.params.coefficient ||
+         p.params.skip != push.params.skip)) {
+      return refuse(absl::InvalidArgumentError(absl::StrCat(
+          "prepare for step ", push.step, " from worker ", push.worker,
+          " has coefficient ", push.params.coefficient, " skip=",
+          push.params.skip, ", but worker ", p.worker, " prepared coefficient ",
+          p.params.coefficient, " skip=", p.params.skip,
+          "; every push of one step must agree")));
+    }
+  }
+  if (at_step == 0) {
+    // Nothing of it can apply any more (or it is empty): acknowledged as a
+    // duplicate and held by no one.
+    store_->AddPendingGradBytes(-push.pending_bytes);
+    return applied;
+  }
+  if (absl::Status s = tracker_->NoteAttempt(push.attempt); !s.ok()) {
+    return refuse(s);
+  }
   DropPreparedBefore(push.step, push.attempt);
   for (PreparedPush& p : prepared_) {
     if (p.step == push.step && p.attempt == push.attempt &&
@@ -255,11 +341,34 @@ absl::Status ModelShard::Prepare(PreparedPush push) {
       // A retried stream of the same worker: the newer copy stands.
       store_->AddPendingGradBytes(-p.pending_bytes);
       p = std::move(push);
-      return absl::OkStatus();
+      return uint64_t{0};
     }
   }
   prepared_.push_back(std::move(push));
-  return absl::OkStatus();
+  return uint64_t{0};
+}
+
+void ModelShard::DropAppliedPrepared() {
+  absl::MutexLock lock(&prepared_mu_);
+  auto applied = [&](const PreparedPush& p) {
+    for (const GradPiece& g : p.pieces) {
+      uint64_t pos = g.range.begin;
+      while (pos < g.range.end) {
+        const size_t c = store_->ChunkOf(pos);
+        if (tracker_->version(c) <= p.step) return false;
+        pos = std::min(g.range.end, store_->ChunkRange(c).end);
+      }
+    }
+    return true;
+  };
+  for (auto it = prepared_.begin(); it != prepared_.end();) {
+    if (applied(*it)) {
+      store_->AddPendingGradBytes(-it->pending_bytes);
+      it = prepared_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 ModelShard::PreparedSummary ModelShard::prepared() const {
@@ -281,11 +390,12 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
   // ApplyStep told "don't retry" although the step was being applied).
   absl::MutexLock one_at_a_time(&apply_step_mu_);
   absl::ReaderMutexLock restore(&restore_mu_);
-  RETURN_IF_ERROR(tracker_->NoteAttempt(attempt));
+  // Every check before any change: a refused ApplyStep drops no prepared
+  // push and records no attempt (the claim below records it).
+  RETURN_IF_ERROR(tracker_->CheckAttempt(attempt));
   std::vector<PreparedPush> mine;
   {
     absl::MutexLock lock(&prepared_mu_);
-    DropPreparedBefore(step, attempt);
     // Elements of chunks still at `step`, and how many of them the
     // prepared pushes hold (workers' partitions are disjoint, and one push
     // per worker is kept).
@@ -293,8 +403,18 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
     for (size_t c = 0; c < store_->num_chunks(); ++c) {
       if (tracker_->version(c) == step) needed += store_->ChunkRange(c).size();
     }
+    const PreparedPush* first = nullptr;
     for (const PreparedPush& p : prepared_) {
       if (p.step != step || p.attempt != attempt) continue;
+      if (first == nullptr) first = &p;
+      if (p.params.coefficient != first->params.coefficient ||
+          p.params.skip != first->params.skip) {
+        // Prepare refuses this; kept as the stated rule.
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ApplyStep ", step, ": workers ", first->worker, " and ",
+            p.worker, " prepared different coefficients or skip flags; "
+            "nothing applied"));
+      }
       for (const GradPiece& g : p.pieces) {
         uint64_t pos = g.range.begin;
         while (pos < g.range.end) {
@@ -321,6 +441,9 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
           "hold ", covered, " of the ", needed, " elements still at version ",
           step, "; a worker has not prepared here"));
     }
+    // The claim below must not fail once the pushes are taken.
+    RETURN_IF_ERROR(tracker_->CheckParams(step, first->params));
+    DropPreparedBefore(step, attempt);
     for (auto it = prepared_.begin(); it != prepared_.end();) {
       if (it->step == step && it->attempt == attempt) {
         mine.push_back(std::move(*it));
@@ -333,16 +456,6 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
   std::vector<GradPiece> pieces;
   int64_t bytes = 0;
   for (const PreparedPush& p : mine) {
-    if (p.params.coefficient != mine.front().params.coefficient ||
-        p.params.skip != mine.front().params.skip) {
-      for (const PreparedPush& q : mine) {
-        store_->AddPendingGradBytes(-q.pending_bytes);
-      }
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ApplyStep ", step, ": workers ", mine.front().worker, " and ",
-          p.worker, " prepared different coefficients or skip flags; "
-          "nothing applied"));
-    }
     pieces.insert(pieces.end(), p.pieces.begin(), p.pieces.end());
     bytes += p.pending_bytes;
   }

@@ -114,6 +114,10 @@ class ModelShard {
   // range; `what` names the thing checked in the message.
   absl::Status CheckOwned(uint64_t offset, uint64_t length,
                           absl::string_view what) const;
+  // "element E of tensor 'NAME' (flat offset F)", or the unit whose padding
+  // holds F: for messages about one element.
+  std::string DescribeElement(uint64_t offset) const;
+
   // PERMISSION_DENIED unless [offset, offset + length) (owned) lies inside
   // worker `worker`'s partitions (FlatLayout::WorkerUnitRange with the run's
   // num_workers): a worker pushes only its own part of every unit. With
@@ -129,14 +133,22 @@ class ModelShard {
                                        uint64_t attempt = 0);
 
   // Two-phase commit (docs/DESIGN.md, "Crash recovery"). Prepare holds
-  // `push` (replacing an earlier one of the same step, attempt and worker);
-  // ABORTED when a newer attempt was seen. Holding a push of a newer
-  // attempt or step drops the older ones.
-  absl::Status Prepare(PreparedPush push);
+  // `push` (replacing an earlier one of the same step, attempt and worker)
+  // and returns 0; when every chunk it covers has applied its step already
+  // (a retried stream) it holds nothing and returns the elements it covers,
+  // acknowledged as duplicates. Refused, changing nothing (its bytes are
+  // released, the attempt stays): ABORTED when a newer attempt was seen or
+  // a chunk it covers is past the step or not yet at it; INVALID_ARGUMENT
+  // when another worker prepared the same step with another coefficient or
+  // skip flag. Holding a push of a newer attempt or step drops the older
+  // ones.
+  absl::StatusOr<uint64_t> Prepare(PreparedPush push);
   // Applies every push prepared for (step, attempt) as one commit.
-  // FAILED_PRECONDITION (nothing changes) unless they cover every element
-  // of the chunks still at version `step`; OK with nothing applied when no
-  // chunk is at `step` any more.
+  // Refused, changing nothing (no prepared push dropped, the attempt as it
+  // was): ABORTED for an older attempt or a step ahead of the chunks;
+  // FAILED_PRECONDITION unless the pushes cover every element of the chunks
+  // still at version `step`. OK with nothing applied when no chunk is at
+  // `step` any more.
   absl::StatusOr<ApplyResult> ApplyPrepared(uint64_t step, uint64_t attempt);
   struct PreparedSummary {
     uint64_t elems = 0, step = 0, attempt = 0;
@@ -214,6 +226,14 @@ class ModelShard {
   // Drops prepared pushes older than (step, attempt), releasing their bytes.
   void DropPreparedBefore(uint64_t step, uint64_t attempt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(prepared_mu_);
+  // Drops prepared pushes that can never apply: every chunk they cover is
+  // past their step (a plain commit or another apply completed it).
+  void DropAppliedPrepared() ABSL_LOCKS_EXCLUDED(prepared_mu_);
+  // Elements of `pieces` in chunks at version `step` (*at_step) and at
+  // `step` + 1 (*applied); ABORTED when a chunk is at neither.
+  absl::Status ClassifyPrepared(uint64_t step,
+                                absl::Span<const GradPiece> pieces,
+                                uint64_t* at_step, uint64_t* applied) const;
   mutable absl::Mutex prepared_mu_;
   std::vector<PreparedPush> prepared_ ABSL_GUARDED_BY(prepared_mu_);
 

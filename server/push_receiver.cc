@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "wire/proto_convert.h"
 #include "common/status_macros.h"
+#include "optim/grad_scan.h"
 
 namespace zeroshard {
 
@@ -56,7 +57,9 @@ absl::Status PushReceiver::OnHeader(const v1::PushGradHeader& header) {
     RETURN_IF_ERROR(state_->tracker().CheckParams(
         header.step(), {header.coefficient(), header.skip()}));
   }
-  RETURN_IF_ERROR(state_->tracker().NoteAttempt(header.attempt()));
+  // Checked, not recorded: the attempt is the servers' only once a claim or
+  // a prepare of this stream is accepted.
+  RETURN_IF_ERROR(state_->tracker().CheckAttempt(header.attempt()));
   header_ = header;
   have_header_ = true;
   return absl::OkStatus();
@@ -125,7 +128,9 @@ absl::Status PushReceiver::OnPiece(PushGradPieceInput piece) {
   }
   payload_bytes_ += bytes;
   Buffered parts = SplitIntoParts(range, dtype, piece);
+  Scan(range, parts.parts);
   if (header_.coefficient_known()) {
+    if (!header_.skip()) RETURN_IF_ERROR(CheckMagnitude(header_.coefficient()));
     RETURN_IF_ERROR(
         Apply({header_.coefficient(), header_.skip()}, parts.parts));
     ranges_.emplace(range.begin, range.end);
@@ -199,6 +204,7 @@ absl::Status PushReceiver::OnCommit(const v1::PushGradCommit& commit) {
         "coefficient (coefficient_known); no commit may follow");
   }
   RETURN_IF_ERROR(ValidateCoefficient(commit.coefficient()));
+  if (!commit.skip()) RETURN_IF_ERROR(CheckMagnitude(commit.coefficient()));
   std::vector<GradPiece> pieces;
   pieces.reserve(buffered_.size());
   for (const Buffered& b : buffered_) {
@@ -220,11 +226,63 @@ absl::Status PushReceiver::OnCommit(const v1::PushGradCommit& commit) {
     buffered_.clear();
     buffered_bytes_ = 0;  // the prepared push releases them
     finished_ = true;
-    return state_->Prepare(std::move(push));
+    ASSIGN_OR_RETURN(const uint64_t duplicates,
+                     state_->Prepare(std::move(push)));
+    response_.set_duplicate_elems(duplicates);
+    return absl::OkStatus();
   }
   RETURN_IF_ERROR(Apply({commit.coefficient(), commit.skip()}, pieces));
   FreeBuffers();
   finished_ = true;
+  return absl::OkStatus();
+}
+
+void PushReceiver::Scan(FlatRange range, const std::vector<GradPiece>& parts) {
+  uint32_t bits = 0;
+  bool bf16 = false;
+  for (const GradPiece& p : parts) {
+    bf16 = p.dtype == DType::kBf16;
+    bits = std::max(
+        bits, ScanGrad({p.data, bf16}, p.range.size()).max_abs_bits);
+  }
+  const GradScan scan{bits, bf16};
+  if (!scan.finite()) {
+    if (nonfinite_) return;
+    nonfinite_ = true;
+    nonfinite_piece_ = range;
+    for (const GradPiece& p : parts) {
+      const size_t i = FirstNonFinite({p.data, bf16}, p.range.size());
+      if (i < p.range.size()) {
+        nonfinite_at_ = p.range.begin + i;
+        break;
+      }
+    }
+  } else if (scan.max_abs() > max_abs_) {
+    max_abs_ = scan.max_abs();
+    max_abs_piece_ = range;
+  }
+}
+
+absl::Status PushReceiver::CheckMagnitude(double coefficient) const {
+  if (nonfinite_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: step ", header_.step(), " from worker ", header_.worker(),
+        ": the gradient holds NaN or Inf at ",
+        state_->DescribeElement(nonfinite_at_), ", in the piece [",
+        nonfinite_piece_.begin, ", ", nonfinite_piece_.end,
+        "); a step that is not skipped must be finite (an overflow is pushed "
+        "with skip); nothing of this stream is applied"));
+  }
+  if (static_cast<double>(max_abs_) * coefficient > kMaxScaledGrad) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: step ", header_.step(), " from worker ", header_.worker(),
+        ": the gradient piece [", max_abs_piece_.begin, ", ",
+        max_abs_piece_.end, ") (from ",
+        state_->DescribeElement(max_abs_piece_.begin), ") holds |g| = ",
+        max_abs_, ", which the coefficient ", coefficient,
+        " scales past 2^60: its square would overflow the optimizer's second "
+        "moment; nothing of this stream is applied"));
+  }
   return absl::OkStatus();
 }
 

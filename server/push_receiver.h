@@ -14,7 +14,11 @@
 // message is validated completely before memory is touched: pieces must be
 // FP32 or BF16, hold a whole number of elements (at most
 // kMaxPiecePayloadBytes), lie inside the owned range and not overlap another
-// piece of the stream. Buffered pieces are freed when the session is
+// piece of the stream. Each piece's largest magnitude is read as it arrives
+// (optim/grad_scan.h, while its bytes are still in cache); a step that is
+// not skipped is refused, nothing of the stream applied, when a piece holds
+// NaN or Inf or a value that the coefficient scales past kMaxScaledGrad.
+// Buffered pieces are freed when the session is
 // destroyed; a session destroyed before its commit applies nothing.
 // A piece's bytes are never copied here: they stay with the owner they
 // arrived in (received gRPC slices, or the proto's string) until applied.
@@ -81,6 +85,12 @@ class PushReceiver {
   absl::Status OnCommit(const v1::PushGradCommit& commit);
   absl::Status Apply(const StepParams& params,
                      absl::Span<const GradPiece> pieces);
+  // Records the largest magnitude of a piece's parts (and where the first
+  // NaN or Inf is).
+  void Scan(FlatRange range, const std::vector<GradPiece>& parts);
+  // INVALID_ARGUMENT naming the tensor and range when the stream's pieces
+  // may not apply with `coefficient` (see the class comment).
+  absl::Status CheckMagnitude(double coefficient) const;
   void FreeBuffers();
 
   std::shared_ptr<ModelShard> state_;
@@ -93,6 +103,12 @@ class PushReceiver {
   int64_t buffered_bytes_ = 0;
   uint64_t payload_bytes_ = 0;
   v1::PushGradResponse response_;
+  // What Scan found over the stream's pieces so far.
+  bool nonfinite_ = false;
+  FlatRange nonfinite_piece_;   // the first piece with a NaN or Inf
+  uint64_t nonfinite_at_ = 0;   // and its first such element (flat)
+  float max_abs_ = 0;           // the largest finite magnitude
+  FlatRange max_abs_piece_;     // the piece that holds it
 };
 
 }  // namespace zeroshard

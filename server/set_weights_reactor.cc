@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "optim/grad_scan.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_buffer.h"
 #include "wire/proto_convert.h"
@@ -67,6 +68,15 @@ absl::Status SetWeightsReactor::Buffer() {
     return absl::ResourceExhaustedError(absl::StrCat(
         "SetWeights: the stream would buffer ", buffered_bytes_ + bytes,
         " bytes, more than the owned range's ", cap, "; nothing is written"));
+  }
+  // Master weights are never made non-finite by a pushed value.
+  const GradView values{piece.data().data(), dtype == DType::kBf16};
+  if (!ScanGrad(values, n).finite()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SetWeights: piece [", range.begin, ", ", range.end,
+        ") holds NaN or Inf at ",
+        state.DescribeElement(range.begin + FirstNonFinite(values, n)),
+        "; nothing is written"));
   }
   counters_->AddBytesIn(bytes);
   ranges_.emplace(range.begin, range.end);

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace zeroshard {
 namespace {
@@ -83,17 +84,23 @@ absl::Status StepTracker::CheckParamsLocked(uint64_t step,
 
 absl::Status StepTracker::NoteAttempt(uint64_t attempt) {
   absl::MutexLock lock(&mu_);
-  return NoteAttemptLocked(attempt);
+  RETURN_IF_ERROR(CheckAttemptLocked(attempt));
+  attempt_ = attempt;
+  return absl::OkStatus();
 }
 
-absl::Status StepTracker::NoteAttemptLocked(uint64_t attempt) {
+absl::Status StepTracker::CheckAttempt(uint64_t attempt) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return CheckAttemptLocked(attempt);
+}
+
+absl::Status StepTracker::CheckAttemptLocked(uint64_t attempt) const {
   if (attempt < attempt_) {
     return absl::AbortedError(absl::StrCat(
         "push of attempt ", attempt, " refused: the workers were restarted "
         "(attempt ", attempt_, " has pushed since); a replaced worker's "
         "pieces are never applied"));
   }
-  attempt_ = attempt;
   return absl::OkStatus();
 }
 
@@ -179,7 +186,7 @@ absl::StatusOr<StepClaim> StepTracker::Claim(
   claim.step = step;
   claim.skip = params.skip;
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = NoteAttemptLocked(attempt); !s.ok()) return s;
+  if (absl::Status s = CheckAttemptLocked(attempt); !s.ok()) return s;
   if (absl::Status s = CheckParamsLocked(step, params); !s.ok()) return s;
   claim.capture = capture_steps_.contains(step);
   // Pass 1: classify every segment; nothing changes until all pass.
@@ -220,7 +227,8 @@ absl::StatusOr<StepClaim> StepTracker::Claim(
       }
     }
   }
-  // Pass 2: record.
+  // Pass 2: record (the attempt too: the claim is accepted).
+  attempt_ = attempt;
   params_.emplace(step, params);
   for (const ClaimedSegment& seg : claim.segments) {
     AddClaimed(chunks_[seg.chunk], seg.range);

@@ -33,6 +33,8 @@
 // Attempts: a claim carries the attempt (incarnation) of the workers that
 // sent it; the tracker remembers the highest seen and refuses lower ones, so
 // pieces of a replaced worker group never apply once its successor spoke.
+// A claim records its attempt only when it succeeds: a refused claim leaves
+// the attempt as it was.
 //
 // Thread-safe. version() may be read without any lock: it is published only
 // after the data of the completed step was written (release / acquire).
@@ -95,7 +97,11 @@ class StepTracker {
                                   uint64_t attempt = 0);
 
   // Records `attempt` as seen; ABORTED when a higher one was seen before.
+  // Only a call that is accepted may record its attempt: a handler checks
+  // everything else first (CheckAttempt), then notes it.
   absl::Status NoteAttempt(uint64_t attempt);
+  // ABORTED when a higher attempt was seen; records nothing.
+  absl::Status CheckAttempt(uint64_t attempt) const;
   uint64_t attempt() const;
 
   // Arms (counted: each ArmCapture needs one DisarmCapture) a capture of
@@ -162,8 +168,8 @@ class StepTracker {
   static void AddClaimed(ChunkState& chunk, FlatRange r);
   absl::Status CheckParamsLocked(uint64_t step, const StepParams& params) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status NoteAttemptLocked(uint64_t attempt)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckAttemptLocked(uint64_t attempt) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const FlatRange owned_;

@@ -118,8 +118,9 @@ std::string PrepareConcurrently(ModelShard& shard,
     threads.emplace_back([&, i] {
       while (!go.load()) std::this_thread::yield();
       const uint32_t w = workers[i];
-      absl::Status s = shard.Prepare(
-          MakePrepared(shard, grads[w], step, attempt, w, params));
+      absl::Status s =
+          shard.Prepare(MakePrepared(shard, grads[w], step, attempt, w, params))
+              .status();
       if (!s.ok()) errors[i] = absl::StrCat("worker ", w, ": ", s.ToString());
     });
   }
@@ -338,8 +339,9 @@ TEST_F(PrepareTest, NewerAttemptDropsOlderAndOlderIsAborted) {
   EXPECT_EQ(old_apply.status().code(), absl::StatusCode::kAborted)
       << old_apply.status();
   const uint32_t late = (first + 1) % workers_;
-  absl::Status old_prepare = shard_->Prepare(
-      MakePrepared(*shard_, old_grads[late], 0, a, late, params));
+  absl::Status old_prepare =
+      shard_->Prepare(MakePrepared(*shard_, old_grads[late], 0, a, late, params))
+          .status();
   EXPECT_EQ(old_prepare.code(), absl::StatusCode::kAborted) << old_prepare;
   EXPECT_EQ(shard_->store().pending_grad_bytes(),
             static_cast<uint64_t>(grads[first].Bytes()))
@@ -359,15 +361,16 @@ TEST_F(PrepareTest, NewerAttemptDropsOlderAndOlderIsAborted) {
   EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
   EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
 
-  // A newer step of the same attempt drops an older step's leftovers (a
-  // prepare that arrived after its step was applied).
+  // A prepare that arrives after its step was applied (a retried stream)
+  // is acknowledged as a duplicate and held by no one: its bytes go at once.
   const StepParams p1 = RandomParams(rng_);
   const auto g1 = MakeStepGrads(rng_, shard_->owned(), workers_);
-  ASSERT_TRUE(
-      shard_->Prepare(MakePrepared(*shard_, grads[0], 0, a + 1, 0, params))
-          .ok());
-  ASSERT_EQ(shard_->store().pending_grad_bytes(),
-            static_cast<uint64_t>(grads[0].Bytes()));
+  auto late_prepare =
+      shard_->Prepare(MakePrepared(*shard_, grads[0], 0, a + 1, 0, params));
+  ASSERT_TRUE(late_prepare.ok()) << late_prepare.status();
+  EXPECT_EQ(*late_prepare, grads[0].Elems());
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+  EXPECT_EQ(shard_->prepared().elems, 0u);
   ASSERT_EQ(PrepareAll(g1, 1, a + 1, p1), "");
   int64_t b1 = 0;
   for (const auto& g : g1) b1 += g.Bytes();
@@ -414,33 +417,100 @@ TEST_F(PrepareTest, RePrepareBySameWorkerReplaces) {
   EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
 }
 
-TEST_F(PrepareTest, DifferentCoefficientsAreInvalidArgumentNothingApplied) {
+TEST_F(PrepareTest, DifferentCoefficientsAreInvalidArgumentNothingChanges) {
   SCOPED_TRACE(Trace());
   const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
   const StepParams params = RandomParams(rng_);
-  const uint32_t odd = rng_() % workers_;
+  const uint32_t odd = 1 + rng_() % (workers_ - 1);  // not the first
   StepParams other = params;
   other.coefficient *= 1.5;
   const State before = ReadState(*shard_);
+  int64_t held = 0;
   for (uint32_t w = 0; w < static_cast<uint32_t>(workers_); ++w) {
-    ASSERT_TRUE(shard_
-                    ->Prepare(MakePrepared(*shard_, grads[w], 0, 0, w,
-                                           w == odd ? other : params))
-                    .ok());
+    auto r = shard_->Prepare(
+        MakePrepared(*shard_, grads[w], 0, 0, w, w == odd ? other : params));
+    if (w != odd) {
+      ASSERT_TRUE(r.ok()) << r.status();
+      held += grads[w].Bytes();
+      continue;
+    }
+    // Refused at once, naming both workers; its bytes are released and the
+    // others' pushes stay.
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+        << r.status();
+    EXPECT_NE(r.status().message().find(absl::StrCat("from worker ", odd)),
+              std::string::npos)
+        << r.status();
+    EXPECT_NE(r.status().message().find("but worker 0 prepared"),
+              std::string::npos)
+        << r.status();
   }
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), static_cast<uint64_t>(held));
+  // The step cannot apply without the refused worker...
   auto r = shard_->ApplyPrepared(0, 0);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
-      << r.status();
-  EXPECT_NE(r.status().message().find("nothing applied"), std::string::npos)
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition)
       << r.status();
   EXPECT_EQ(Diff(ReadState(*shard_), before), "");
   EXPECT_EQ(shard_->tracker().Summarize().partial_chunks, 0u);
-  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
-  // The step can still be done (redone by the workers) with one coefficient.
-  ASSERT_EQ(PrepareAll(grads, 0, 0, params), "");
+  // ... and applies whole once it prepares with the agreed coefficient.
+  ASSERT_TRUE(
+      shard_->Prepare(MakePrepared(*shard_, grads[odd], 0, 0, odd, params))
+          .ok());
   ASSERT_TRUE(shard_->ApplyPrepared(0, 0).ok());
   ASSERT_NO_FATAL_FAILURE(ApplyPlain(*ref_, grads, 0, params));
   EXPECT_EQ(Diff(ReadState(*shard_), ReadState(*ref_)), "");
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+}
+
+// Pending bytes return to zero whenever no step is in flight: after a
+// prepare for an applied step, after a plain commit that completes a
+// prepared step, and after refused ApplySteps, which drop nothing and
+// record no attempt.
+TEST_F(PrepareTest, PendingBytesReturnToZeroAndRefusedApplyStepsChangeNothing) {
+  SCOPED_TRACE(Trace());
+  const StepParams params = RandomParams(rng_);
+  const auto grads = MakeStepGrads(rng_, shard_->owned(), workers_);
+  ASSERT_EQ(PrepareAll(grads, 0, 0, params), "");
+  int64_t bytes = 0;
+  for (const auto& g : grads) bytes += g.Bytes();
+  const State before = ReadState(*shard_);
+  // Refused ApplySteps: a future step with a newer attempt (ABORTED), and
+  // the right step with a newer attempt that prepared nothing
+  // (FAILED_PRECONDITION). Neither drops the prepared pushes or raises the
+  // attempt.
+  auto ahead = shard_->ApplyPrepared(7, 5);
+  EXPECT_EQ(ahead.status().code(), absl::StatusCode::kAborted)
+      << ahead.status();
+  auto empty = shard_->ApplyPrepared(0, 1);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kFailedPrecondition)
+      << empty.status();
+  EXPECT_EQ(shard_->tracker().attempt(), 0u);
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), static_cast<uint64_t>(bytes));
+  EXPECT_EQ(shard_->prepared().elems, shard_->owned().size());
+  EXPECT_EQ(Diff(ReadState(*shard_), before), "");
+  // A plain commit of the same step (another client's) completes every
+  // chunk: the prepared pushes can never apply, and their bytes go.
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*shard_, grads, 0, params));
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+  EXPECT_EQ(shard_->prepared().elems, 0u);
+  // A prepare for a step two behind is stale; one for a step ahead of the
+  // chunks is refused too; both release their bytes.
+  ASSERT_NO_FATAL_FAILURE(ApplyPlain(*shard_, grads, 1, params));
+  for (uint64_t step : {uint64_t{0}, uint64_t{5}}) {
+    auto r = shard_->Prepare(MakePrepared(*shard_, grads[0], step, 0, 0, params));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted)
+        << step << ": " << r.status();
+    EXPECT_NE(r.status().message().find(step == 0 ? "stale" : "ahead"),
+              std::string::npos)
+        << r.status();
+    EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+  }
+  // A prepare for the step just applied is a duplicate.
+  auto dup = shard_->Prepare(MakePrepared(*shard_, grads[0], 1, 0, 0, params));
+  ASSERT_TRUE(dup.ok()) << dup.status();
+  EXPECT_EQ(*dup, grads[0].Elems());
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+  EXPECT_EQ(shard_->prepared().elems, 0u);
 }
 
 // A snapshot's copy as a State (versions and Adam steps from its header).

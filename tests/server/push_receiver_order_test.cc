@@ -1,10 +1,11 @@
 // PushReceiver's message-order and agreement rules without gRPC: a message
 // after the commit, a commit before the header, a stream that ends without
 // its commit or without a header, a coefficient at the header that
-// conflicts with an earlier push of the step, an invalid coefficient, and an
-// attempt older than one seen. Each is INVALID_ARGUMENT (ABORTED for the
-// attempt) naming the rule, and leaves the shard's state and its pending
-// gradient bytes exactly as they were.
+// conflicts with an earlier push of the step, an invalid coefficient, an
+// attempt older than one accepted, and gradients that are not finite. Each
+// is INVALID_ARGUMENT (ABORTED for the attempt) naming the rule, and leaves
+// the shard's state, its attempt and its pending gradient bytes exactly as
+// they were.
 #include "server/push_receiver.h"
 
 #include <cmath>
@@ -208,14 +209,128 @@ TEST_F(PushReceiverOrderTest, InvalidCoefficientIsRefusedAtHeaderAndCommit) {
   EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
 }
 
-TEST_F(PushReceiverOrderTest, OlderAttemptIsAbortedAtTheHeader) {
+TEST_F(PushReceiverOrderTest, OlderAttemptIsAbortedOnceANewerOneWasAccepted) {
+  // A newer attempt's header alone records nothing: its stream may still be
+  // refused.
+  PushReceiver header_only(shard_);
+  ASSERT_TRUE(Feed(header_only, Header(0, /*attempt=*/2)).ok());
+  EXPECT_EQ(shard_->tracker().attempt(), 0u);
+  // Its accepted commit does.
   PushReceiver newer(shard_);
   ASSERT_TRUE(Feed(newer, Header(0, /*attempt=*/2)).ok());
+  ASSERT_TRUE(Feed(newer, Piece(FirstHalf())).ok());
+  ASSERT_TRUE(Feed(newer, Commit(0.5)).ok());
+  EXPECT_EQ(shard_->tracker().attempt(), 2u);
   PushReceiver older(shard_);
   ExpectRejected(Feed(older, Header(0, /*attempt=*/1)),
                  absl::StatusCode::kAborted, "attempt 1 refused");
   PushReceiver same(shard_);
   EXPECT_TRUE(Feed(same, Header(0, /*attempt=*/2)).ok());
+}
+
+TEST_F(PushReceiverOrderTest, ARefusedStreamOfANewerAttemptKeepsTheAttempt) {
+  const testing::ShardState before = testing::ReadState(*shard_);
+  // A piece outside the owned range, a step ahead of the chunks: each
+  // refused after a header of attempt 5.
+  PushReceiver outside(shard_);
+  ASSERT_TRUE(Feed(outside, Header(0, /*attempt=*/5)).ok());
+  ExpectRejected(Feed(outside, Piece({owned_.end - 1, owned_.end + 1})),
+                 absl::StatusCode::kInvalidArgument, "outside");
+  PushReceiver ahead(shard_);
+  ASSERT_TRUE(Feed(ahead, Header(3, /*attempt=*/5)).ok());
+  ASSERT_TRUE(Feed(ahead, Piece(FirstHalf())).ok());
+  ExpectRejected(Feed(ahead, Commit(0.5)), absl::StatusCode::kAborted,
+                 "ahead");
+  ahead.Discard();
+  EXPECT_EQ(shard_->tracker().attempt(), 0u);
+  EXPECT_EQ(testing::Diff(testing::ReadState(*shard_), before), "");
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+  // The run's own attempt goes on.
+  PushReceiver real(shard_);
+  ASSERT_TRUE(Feed(real, Header(0)).ok());
+  ASSERT_TRUE(Feed(real, Piece(FirstHalf())).ok());
+  EXPECT_TRUE(Feed(real, Commit(0.5)).ok());
+}
+
+// A gradient that would make the state non-finite is refused whole,
+// naming the tensor and element, unless the step is skipped: NaN and Inf
+// in FP32 and BF16, buffered (commit, prepare) or applied as it arrives
+// (coefficient at the header), and a finite value that the coefficient
+// scales past the bound.
+TEST_F(PushReceiverOrderTest, NonFiniteGradientsAreRefusedUnlessSkipped) {
+  const testing::ShardState before = testing::ReadState(*shard_);
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  const uint64_t at = owned_.begin + owned_.size() / 2 + 7;  // second half
+  float& g = grad_[at - owned_.begin];
+  // Buffered for a commit, or for a prepare: refused whole at the commit.
+  for (int mode = 0; mode < 2; ++mode) {
+    for (float v : bad) {
+      SCOPED_TRACE(::testing::Message() << "value " << v << " mode " << mode);
+      g = v;
+      PushReceiver r(shard_);
+      ASSERT_TRUE(Feed(r, Header(0)).ok());
+      ASSERT_TRUE(Feed(r, Piece(FirstHalf())).ok());
+      ASSERT_TRUE(Feed(r, Piece(SecondHalf())).ok());
+      v1::PushGradMessage commit = Commit(0.5);
+      commit.mutable_commit()->set_prepare(mode == 1);
+      const absl::Status s = Feed(r, commit);
+      ExpectRejected(s, absl::StatusCode::kInvalidArgument, "NaN or Inf");
+      EXPECT_NE(s.message().find(shard_->DescribeElement(at)),
+                std::string::npos)
+          << s;
+      EXPECT_NE(s.message().find("of tensor '"), std::string::npos) << s;
+      r.Discard();
+      EXPECT_EQ(testing::Diff(testing::ReadState(*shard_), before), "");
+      EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
+      EXPECT_EQ(shard_->prepared().elems, 0u);
+    }
+  }
+  // Finite, but too large once scaled: |g| = 2^40 with coefficient 2^21.
+  g = std::ldexp(1.0f, 40);
+  PushReceiver large(shard_);
+  ASSERT_TRUE(Feed(large, Header(0)).ok());
+  ASSERT_TRUE(Feed(large, Piece(FirstHalf())).ok());
+  ASSERT_TRUE(Feed(large, Piece(SecondHalf())).ok());
+  ExpectRejected(Feed(large, Commit(std::ldexp(1.0, 21))),
+                 absl::StatusCode::kInvalidArgument, "past 2^60");
+  large.Discard();
+  EXPECT_EQ(testing::Diff(testing::ReadState(*shard_), before), "");
+  // ... and accepted with a coefficient that keeps it in bounds.
+  PushReceiver fine(shard_);
+  ASSERT_TRUE(Feed(fine, Header(0)).ok());
+  ASSERT_TRUE(Feed(fine, Piece(FirstHalf())).ok());
+  ASSERT_TRUE(Feed(fine, Piece(SecondHalf())).ok());
+  ASSERT_TRUE(Feed(fine, Commit(std::ldexp(1.0, 19))).ok());
+  const testing::ShardState after_fine = testing::ReadState(*shard_);
+  // Skipped (step 1), NaN is fine: nothing of it applies.
+  g = std::numeric_limits<float>::quiet_NaN();
+  PushReceiver skipped(shard_);
+  ASSERT_TRUE(Feed(skipped, Header(1)).ok());
+  ASSERT_TRUE(Feed(skipped, Piece(FirstHalf())).ok());
+  ASSERT_TRUE(Feed(skipped, Piece(SecondHalf())).ok());
+  ASSERT_TRUE(Feed(skipped, Commit(0, /*skip=*/true)).ok());
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_EQ(testing::FirstDifference(testing::ReadState(*shard_).arrays[a],
+                                       after_fine.arrays[a]),
+              SIZE_MAX)
+        << testing::kArrayNames[a];
+  }
+  // Applied as they arrive (coefficient at the header, step 2): the finite
+  // piece applies, the one with NaN or Inf is refused.
+  for (float v : bad) {
+    g = v;
+    PushReceiver r(shard_);
+    ASSERT_TRUE(Feed(r, KnownHeader(2, 0.5, false)).ok());
+    ASSERT_TRUE(Feed(r, Piece(FirstHalf())).ok());
+    const testing::ShardState first_half = testing::ReadState(*shard_);
+    ExpectRejected(Feed(r, Piece(SecondHalf())),
+                   absl::StatusCode::kInvalidArgument, "NaN or Inf");
+    r.Discard();
+    EXPECT_EQ(testing::Diff(testing::ReadState(*shard_), first_half), "");
+  }
+  EXPECT_EQ(shard_->store().pending_grad_bytes(), 0u);
 }
 
 }  // namespace

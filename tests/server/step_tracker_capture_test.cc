@@ -276,20 +276,24 @@ TEST(StepTrackerCaptureTest, LowerAttemptsAreAbortedOnceAHigherOneWasSeen) {
   ASSERT_EQ(now->segments.size(), 1u);  // claimable: not a duplicate
   t.Complete(*now);
 
-  // A claim of a newer attempt raises the attempt even when it is refused
-  // for another reason (here a step ahead of the chunks): the successor has
-  // spoken, as its stream header did already (PushReceiver::NoteAttempt).
+  // A claim of a newer attempt that is refused for another reason (here a
+  // step ahead of the chunks) records nothing, its attempt included: one
+  // bad call cannot make the run's workers restart.
   const FlatRange r1 = ChunkRange(1);
   auto ahead = t.Claim(5, {1.0, false}, {&r1, 1}, /*attempt=*/4);
   EXPECT_EQ(ahead.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(ahead.status().message().find("ahead"), std::string::npos);
-  EXPECT_EQ(t.attempt(), 4u);
-  EXPECT_EQ(t.Claim(0, {0.125, false}, {&r1, 1}, 3).status().code(),
-            absl::StatusCode::kAborted);
-  // ... but records nothing else: chunk 1 is still whole for step 0.
+  EXPECT_EQ(t.attempt(), 3u);
+  EXPECT_TRUE(t.CheckAttempt(3).ok());
+  // An accepted claim of attempt 4 records it; attempt 3 is then refused.
   auto fine = t.Claim(0, {0.125, false}, {&r1, 1}, 4);
   ASSERT_TRUE(fine.ok()) << fine.status();
   EXPECT_EQ(fine->segments.size(), 1u);
+  EXPECT_EQ(t.attempt(), 4u);
+  EXPECT_EQ(t.CheckAttempt(3).code(), absl::StatusCode::kAborted);
+  const FlatRange r2 = ChunkRange(2);
+  EXPECT_EQ(t.Claim(0, {0.125, false}, {&r2, 1}, 3).status().code(),
+            absl::StatusCode::kAborted);
 }
 
 }  // namespace
