@@ -27,9 +27,15 @@ using model::CheckpointMode;
 using model::CheckpointPolicy;
 
 int RunActivation(const std::vector<std::string>& args) {
-  const int steps = args.empty() ? 2 : std::max(1, std::atoi(args[0].c_str()));
-  const GptShape shape{.layers = 8, .heads = 8, .width = 512, .vocab = 256, .context = 256};
-  const int B = 4, T = 256;
+  const int steps = Smoke() ? 1
+                    : args.empty() ? 2
+                                   : std::max(1, std::atoi(args[0].c_str()));
+  const GptShape shape =
+      Smoke() ? GptShape{.layers = 2, .heads = 2, .width = 64, .vocab = 256,
+                         .context = 32}
+              : GptShape{.layers = 8, .heads = 8, .width = 512, .vocab = 256,
+                         .context = 256};
+  const int B = Smoke() ? 1 : 4, T = shape.context;
   auto manifest = MakeGptManifest(shape, 1);
   auto layout = manifest.ok() ? FlatLayout::Create(*manifest, 1, 1)
                               : absl::StatusOr<FlatLayout>(manifest.status());

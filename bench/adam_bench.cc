@@ -28,6 +28,7 @@
 #include "bench/bench.h"
 #include "common/dtype.h"
 #include "common/optimizer_config.h"
+#include "optim/grad_scan.h"
 #include "optim/optimizer.h"
 
 namespace zeroshard::bench {
@@ -58,11 +59,15 @@ void SplitOverThreads(size_t n, int threads, Body body) {
 }
 
 int RunAdam(const std::vector<std::string>& args) {
-  uint64_t n = 100'000'000;
+  uint64_t n = Smoke() ? 1'000'000 : 100'000'000;
   bool bf16 = true;
-  int reps = 5;
+  int reps = Smoke() ? 1 : 5;
+  uint64_t piece_kib = 1024;
+  const size_t triad_bytes = Smoke() ? size_t{8} << 20 : size_t{512} << 20;
   for (const std::string& a : args) {
     if (absl::StartsWith(a, "--n=") && absl::SimpleAtoi(a.substr(4), &n) && n > 0) {
+    } else if (absl::StartsWith(a, "--piece_kib=") &&
+               absl::SimpleAtoi(a.substr(12), &piece_kib) && piece_kib > 0) {
     } else if (a == "--grad=bf16") {
       bf16 = true;
     } else if (a == "--grad=fp32") {
@@ -72,7 +77,8 @@ int RunAdam(const std::vector<std::string>& args) {
     } else {
       std::fprintf(stderr,
                    "usage: zeroshard-bench adam [--n=100000000] "
-                   "[--grad=bf16|fp32] [--reps=5]\n  bad argument: %s\n",
+                   "[--grad=bf16|fp32] [--reps=5] [--piece_kib=1024]\n  bad argument: "
+                   "%s\n",
                    a.c_str());
       return 2;
     }
@@ -106,7 +112,7 @@ int RunAdam(const std::vector<std::string>& args) {
   uint64_t t = 2;
   for (int r = 0; r < reps; ++r) {
     triad_stream = std::max(
-        triad_stream, MeasureTriadBytesPerSecond(size_t{512} << 20, threads, 2));
+        triad_stream, MeasureTriadBytesPerSecond(triad_bytes, threads, 2));
     for (int k = 0; k < 2; ++k) {
       const AdamStep step = MakeAdamStep(config, t++, 1.0f);
       const auto t0 = std::chrono::steady_clock::now();
@@ -115,6 +121,34 @@ int RunAdam(const std::vector<std::string>& args) {
                                 std::chrono::steady_clock::now() - t0).count());
     }
   }
+  // The servers' check of every received gradient (optim/grad_scan.h), as
+  // they run it: one piece at a time right after it arrived, its bytes still
+  // in cache from the receive (here a copy into a receive buffer stands for
+  // it), on one thread; and, for comparison, over the whole gradient from
+  // memory. Against the update's time for the same elements.
+  const size_t esize = bf16 ? 2 : 4;
+  const size_t piece_elems = (piece_kib << 10) / esize;  // as pushed
+  std::vector<char> received(piece_elems * esize);
+  double scan_hot = 0;
+  uint32_t seen = 0;
+  for (size_t at = 0; at < n; at += piece_elems) {
+    const size_t k = std::min<size_t>(piece_elems, n - at);
+    std::memcpy(received.data(), static_cast<const char*>(grad.data) + at * esize,
+                k * esize);
+    const auto t0 = std::chrono::steady_clock::now();
+    seen = std::max(seen, ScanGrad({received.data(), bf16}, k).max_abs_bits);
+    scan_hot += std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - t0).count();
+  }
+  double scan_cold = 1e30;
+  for (int r = 0; r < 2; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    seen = std::max(seen, ScanGrad(grad, n).max_abs_bits);
+    scan_cold = std::min(scan_cold, std::chrono::duration<double>(
+                                        std::chrono::steady_clock::now() - t0)
+                                        .count());
+  }
+  if (!GradScan{seen, bf16}.finite()) std::printf("(the gradient is not finite)\n");
   const double triad_dram = triad_stream * 32.0 / 24.0;
   const double params_per_s = n / best;
   const double grad_bytes = bf16 ? 2 : 4;
@@ -142,6 +176,16 @@ int RunAdam(const std::vector<std::string>& args) {
               triad_stream / update_bytes / 1e9);
   std::printf("AdamUpdate: %.3f G params/s (%.1f ms per step, %.1f GB/s moved)\n",
               params_per_s / 1e9, best * 1e3, params_per_s * update_bytes / 1e9);
+  // The update's CPU time: it runs on every core.
+  const double update_cpu = best * threads;
+  std::printf("gradient scan (%s kernel): %.2f ms over %llu KiB pieces just "
+              "received, one thread = %.1f%% of the update's CPU time "
+              "(%.2f ms x %d threads); over the whole gradient from memory "
+              "%.2f ms = %.1f%%\n",
+              std::string(AvailableGradScanKernels().front().name).c_str(),
+              scan_hot * 1e3, static_cast<unsigned long long>(piece_kib), 100 * scan_hot / update_cpu, best * 1e3, threads,
+              scan_cold * 1e3, 100 * scan_cold / update_cpu);
+  std::printf("adam scan_ratio=%.3f target=0.03\n", scan_hot / update_cpu);
   std::printf("adam ratio=%.2f target=0.8\n", ratio);
   return 0;
 }

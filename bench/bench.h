@@ -4,7 +4,9 @@
 // machine's own limit or a peer, and ends with one line
 //   NAME ratio=X target=Y
 // A benchmark registers itself with ZS_REGISTER_BENCH in its own file
-// (bench/*_bench.cc); bench/main.cc dispatches on argv[1].
+// (bench/*_bench.cc); bench/main.cc dispatches on argv[1]. With --smoke
+// (Smoke() below) each runs at a tiny size; the test suite runs every one so
+// (tests/bench/smoke.sh).
 #ifndef ZEROSHARD_BENCH_BENCH_H_
 #define ZEROSHARD_BENCH_BENCH_H_
 
@@ -25,6 +27,13 @@ struct BenchInfo {
 };
 
 std::map<std::string, BenchInfo>& Registry();
+
+// `zeroshard-bench NAME --smoke`: every benchmark once at a tiny size, end
+// to end, so that the test suite sees each one run and print its ratio line
+// (the figures themselves mean nothing then). Set by main before the
+// benchmark runs; the flag is taken out of the benchmark's arguments.
+bool Smoke();
+void SetSmoke(bool smoke);
 
 struct Registrar {
   Registrar(const std::string& name, const std::string& help, BenchFn fn) {

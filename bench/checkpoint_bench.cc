@@ -73,7 +73,8 @@ double PlainWriteSeconds(const std::string& prefix, uint64_t bytes) {
 }
 
 int RunCheckpoint(const std::vector<std::string>& args) {
-  const int checkpoints = args.size() > 0 ? std::max(1, std::atoi(args[0].c_str())) : 4;
+  const int checkpoints =
+      Smoke() ? 1 : args.size() > 0 ? std::max(1, std::atoi(args[0].c_str())) : 4;
   std::string dir = args.size() > 1 ? args[1] : "";
   bool own_dir = false;
   if (dir.empty()) {
@@ -82,21 +83,25 @@ int RunCheckpoint(const std::vector<std::string>& args) {
     dir = tmpl;
     own_dir = true;
   }
-  const GptShape shape{.layers = 8, .heads = 8, .width = 512, .vocab = 256,
-                       .context = 256};
+  const GptShape shape =
+      Smoke() ? GptShape{.layers = 1, .heads = 2, .width = 64, .vocab = 256,
+                         .context = 32}
+              : GptShape{.layers = 8, .heads = 8, .width = 512, .vocab = 256,
+                         .context = 256};
   const uint64_t steps = 1 + kEvery * checkpoints + 2;
-  auto cfg = BenchConfig(shape, "bf16", 3, 2, 1, 4, steps);
+  auto cfg = BenchConfig(shape, "bf16", 3, 2, 1, Smoke() ? 1 : 4, steps);
   auto sampler = cfg.ok() ? BenchSampler(*cfg)
                           : absl::StatusOr<BatchSampler>(cfg.status());
   if (!sampler.ok()) {
     std::fprintf(stderr, "setup: %s\n", sampler.status().ToString().c_str());
     return 1;
   }
-  std::printf("checkpoint: GPT T=256 layers=8 heads=8 width=512 vocab=256 "
-              "batch=4, bf16, ZeRO-3, 2 servers x 1 worker, %llu steps "
+  std::printf("checkpoint: GPT T=%d layers=%d heads=%d width=%d vocab=%d, "
+              "bf16, ZeRO-3, 2 servers x 1 worker, %llu steps "
               "without checkpoints, then with one every %llu steps (%d), in "
               "%s\n",
-              static_cast<unsigned long long>(steps),
+              shape.context, shape.layers, shape.heads, shape.width,
+              shape.vocab, static_cast<unsigned long long>(steps),
               static_cast<unsigned long long>(kEvery), checkpoints,
               dir.c_str());
   auto base = RunEngineRig(*cfg, *sampler);

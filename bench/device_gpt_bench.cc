@@ -115,9 +115,87 @@ int Flag(const std::vector<std::string>& args, const char* name, int def) {
   return def;
 }
 
+// The whole step: 1 worker + 1 in-process server (one run per server
+// placement), `model` the worker's model, timed as the engine reports it.
+// False when a run could not be set up; a run that fails is reported and
+// the next placement goes on.
+bool WholeStepRuns(const GptShape& shape, int B, int steps,
+                   const ModelFactory& model, const char* attention,
+                   const std::vector<Placement>& placements, double flops,
+                   double peak, double est_state) {
+  bool all_ran = true;
+  const double tokens_per_step = double(B) * shape.context;
+  for (const Placement placement : placements) {
+    auto cfg = BenchConfig(shape, "bf16", 3, 1, 1, B, steps + 1);
+    if (!cfg.ok()) {
+      std::printf("device-gpt: %s\n", cfg.status().ToString().c_str());
+      return false;
+    }
+    cfg->cluster.placement = placement;
+    auto sampler = BenchSampler(*cfg);
+    if (!sampler.ok()) {
+      std::printf("device-gpt: %s\n", sampler.status().ToString().c_str());
+      return false;
+    }
+    auto run = RunEngineRig(*cfg, *sampler, nullptr, model);
+    if (!run.ok()) {
+      std::printf("step, server %s: %s\n", PlacementName(placement),
+                  run.status().ToString().c_str());
+      all_ran = false;
+      continue;
+    }
+    // The median step (the first, with no fetch overlapped, left out) and
+    // its parts: fetch (what the previous commit's overlap left), compute,
+    // the wait for the comm thread, commit.
+    std::vector<const StepResult*> by_time;
+    for (size_t i = 1; i < run->steps.size(); ++i) {
+      by_time.push_back(&run->steps[i]);
+    }
+    std::sort(by_time.begin(), by_time.end(),
+              [](const StepResult* a, const StepResult* b) {
+                return a->seconds < b->seconds;
+              });
+    const StepResult* mid =
+        by_time.empty() ? nullptr : by_time[by_time.size() / 2];
+    const double med = mid == nullptr ? 0 : mid->seconds;
+    std::printf("step, 1 worker + 1 server (%s, %s attention): %.3f s/step, "
+                "%.0f tokens/s, MFU %.1f%%, loss %.3f -> %.3f\n",
+                PlacementName(placement), attention, med,
+                tokens_per_step / med,
+                100 * flops / med / peak, run->steps.front().loss,
+                run->steps.back().loss);
+    if (mid != nullptr) {
+      std::printf("  that step: fetch %.3f s, compute %.3f s, comm wait %.3f "
+                  "s, commit %.3f s\n",
+                  mid->fetch_seconds, mid->compute_seconds,
+                  mid->comm_wait_seconds, mid->commit_seconds);
+    }
+    // The worker's model state at its peak (partition, its copy on the
+    // device, unit and gradient buffers) against the estimator's terms.
+    std::printf("  worker model state peak %.0f MiB (estimator %.0f MiB)\n",
+                run->max_memory.total_peak() / 1048576.0,
+                est_state / 1048576.0);
+  }
+  return all_ran;
+}
+
 int DeviceGpt(const std::vector<std::string>& args) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
+    if (Smoke()) {
+      // The rehearsal and the test suite still run the whole-step rig the
+      // device runs share, on the CPU model at a tiny shape.
+      std::printf("no CUDA device: the whole-step runs on the CPU model\n");
+      const GptShape tiny{.layers = 1, .heads = 2, .width = 64, .vocab = 256,
+                          .context = 32};
+      if (!WholeStepRuns(tiny, 1, 2, MakeCpuModel, "cpu", {Placement::kHost},
+                         StepMatmulFlops(tiny, tiny.context, tiny.context),
+                         1e12, 0)) {
+        return 1;
+      }
+      std::printf("device-gpt ratio=0.00 target=0.40 (smoke, no device)\n");
+      return NoDeviceExitCode();
+    }
     std::printf("no CUDA device: nothing measured\n");
     return NoDeviceExitCode();
   }
@@ -307,57 +385,9 @@ int DeviceGpt(const std::vector<std::string>& args) {
     if (!dm.ok()) return dm.status();
     return std::unique_ptr<model::UnitModel>(*std::move(dm));
   };
-  for (const Placement placement : {Placement::kHost, Placement::kDevice}) {
-    auto cfg = BenchConfig(shape, "bf16", 3, 1, 1, B, steps + 1);
-    if (!cfg.ok()) {
-      std::printf("device-gpt: %s\n", cfg.status().ToString().c_str());
-      return 1;
-    }
-    cfg->cluster.placement = placement;
-    auto sampler = BenchSampler(*cfg);
-    if (!sampler.ok()) {
-      std::printf("device-gpt: %s\n", sampler.status().ToString().c_str());
-      return 1;
-    }
-    auto run = RunEngineRig(*cfg, *sampler, nullptr, cuda_model);
-    if (!run.ok()) {
-      std::printf("step, server %s: %s\n", PlacementName(placement),
-                  run.status().ToString().c_str());
-      continue;
-    }
-    // The median step (the first, with no fetch overlapped, left out) and
-    // its parts: fetch (what the previous commit's overlap left), compute,
-    // the wait for the comm thread, commit.
-    std::vector<const StepResult*> by_time;
-    for (size_t i = 1; i < run->steps.size(); ++i) {
-      by_time.push_back(&run->steps[i]);
-    }
-    std::sort(by_time.begin(), by_time.end(),
-              [](const StepResult* a, const StepResult* b) {
-                return a->seconds < b->seconds;
-              });
-    const StepResult* mid =
-        by_time.empty() ? nullptr : by_time[by_time.size() / 2];
-    const double med = mid == nullptr ? 0 : mid->seconds;
-    std::printf("step, 1 worker + 1 server (%s, %s attention): %.3f s/step, "
-                "%.0f tokens/s, MFU %.1f%%, loss %.3f -> %.3f\n",
-                PlacementName(placement), flash_best ? "flash" : "probs", med,
-                tokens_per_step / med,
-                100 * flops / med / peak, run->steps.front().loss,
-                run->steps.back().loss);
-    if (mid != nullptr) {
-      std::printf("  that step: fetch %.3f s, compute %.3f s, comm wait %.3f "
-                  "s, commit %.3f s\n",
-                  mid->fetch_seconds, mid->compute_seconds,
-                  mid->comm_wait_seconds, mid->commit_seconds);
-    }
-    // The worker's model state at its peak (partition, its copy on the
-    // device, unit and gradient buffers) against the estimator's terms.
-    const double est_state = est.ok() ? est->worker[2].model_state_bytes() : 0;
-    std::printf("  worker model state peak %.0f MiB (estimator %.0f MiB)\n",
-                run->max_memory.total_peak() / 1048576.0,
-                est_state / 1048576.0);
-  }
+  WholeStepRuns(shape, B, steps, cuda_model, flash_best ? "flash" : "probs",
+                {Placement::kHost, Placement::kDevice}, flops, peak,
+                est.ok() ? est->worker[2].model_state_bytes() : 0);
   std::printf("device-gpt: the ratio is the model alone with %s attention\n",
               flash_best ? "flash" : "probs");
   std::printf("device-gpt ratio=%.2f target=0.40\n", mfu);

@@ -31,6 +31,8 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
   ShardClientOptions co;
   co.call_timeout = absl::Seconds(cfg.cluster.step_timeout_s);
   co.control_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
+  // The servers serve one run; Init refuses an empty run id.
+  co.run_id = "bench";
   ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
                    ShardClient::Create(servers, layout, co));
   GroupOptions go;

@@ -6,6 +6,7 @@
 // i.e. how much faster the chosen path is than the alternative (>= 1 keeps
 // the choice).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -42,14 +43,18 @@ double OpenBlasSgemmFlops(int m, int n, int k, int reps) {
 }
 
 int RunGemm(const std::vector<std::string>&) {
-  const int shapes[][3] = {{1024, 2048, 512}, {1024, 512, 2048}, {2048, 2048, 1024}};
+  const std::vector<std::array<int, 3>> shapes =
+      Smoke() ? std::vector<std::array<int, 3>>{{128, 128, 128}}
+              : std::vector<std::array<int, 3>>{
+                    {1024, 2048, 512}, {1024, 512, 2048}, {2048, 2048, 1024}};
+  const int reps = Smoke() ? 1 : 5;
   std::printf("%-18s %14s %14s %16s\n", "m x n x k", "oneDNN bf16", "oneDNN fp32",
               "OpenBLAS sgemm");
   double last_bf16 = 0, last_sgemm = 0;
   for (const auto& s : shapes) {
-    const double bf = MeasureGemmFlops(s[0], s[1], s[2], DType::kBf16, 5);
-    const double f32 = MeasureGemmFlops(s[0], s[1], s[2], DType::kFp32, 5);
-    const double ob = OpenBlasSgemmFlops(s[0], s[1], s[2], 5);
+    const double bf = MeasureGemmFlops(s[0], s[1], s[2], DType::kBf16, reps);
+    const double f32 = MeasureGemmFlops(s[0], s[1], s[2], DType::kFp32, reps);
+    const double ob = OpenBlasSgemmFlops(s[0], s[1], s[2], reps);
     std::printf("%5d x %4d x %4d %10.1f GF/s %10.1f GF/s %12.1f GF/s\n", s[0], s[1],
                 s[2], bf / 1e9, f32 / 1e9, ob / 1e9);
     last_bf16 = bf;

@@ -32,8 +32,13 @@ std::string SelfDir() {
 
 int RunLoad(const std::vector<std::string>& args) {
   testing::ShardLoadOptions o;
-  o.steps = 10;
-  o.unit_elems = 384 * 1024;
+  o.steps = Smoke() ? 2 : 10;
+  o.unit_elems = Smoke() ? 16 * 1024 : 384 * 1024;
+  if (Smoke()) {
+    o.pushers = 4;
+    o.readers = 2;
+    o.units = 2;
+  }
   bool plaintext = false;
   for (const std::string& a : args) {
     absl::string_view v = a;

@@ -17,6 +17,13 @@ std::map<std::string, BenchInfo>& Registry() {
 double MeasureTriadBytesPerSecond(size_t bytes_per_array, int threads,
                                   int reps);
 
+namespace {
+bool smoke = false;
+}  // namespace
+
+bool Smoke() { return smoke; }
+void SetSmoke(bool on) { smoke = on; }
+
 int NoDeviceExitCode() {
   const char* v = std::getenv("ZS_EXPECT_CUDA_DEVICE");
   return v != nullptr && std::string(v) == "1" ? 1 : 0;
@@ -30,12 +37,23 @@ int main(int argc, char** argv) {
   zeroshard::TuneMallocForLargeBuffers();
   auto& reg = zeroshard::bench::Registry();
   if (argc < 2 || reg.find(argv[1]) == reg.end()) {
-    std::fprintf(stderr, "usage: zeroshard-bench NAME [args...]\n");
+    std::fprintf(stderr, "usage: zeroshard-bench NAME [--smoke] [args...]\n");
     for (const auto& [name, info] : reg) {
       std::fprintf(stderr, "  %-8s %s\n", name.c_str(), info.help.c_str());
     }
     return 2;
   }
-  std::vector<std::string> args(argv + 2, argv + argc);
+  std::vector<std::string> args;
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]) == "--smoke") {
+      zeroshard::bench::SetSmoke(true);
+    } else {
+      args.emplace_back(argv[i]);
+    }
+  }
+  if (zeroshard::bench::Smoke()) {
+    std::printf("%s: smoke run (tiny sizes: the figures mean nothing)\n",
+                argv[1]);
+  }
   return reg[argv[1]].fn(args);
 }

@@ -33,12 +33,15 @@ int RunMemory(const std::vector<std::string>&) {
               "scaling", "blocks", "N", "params(M)", "partition", "grad shard",
               "working set", "total MiB");
   double ratio = 0;
+  const std::vector<int> depths =
+      Smoke() ? std::vector<int>{2, 4} : std::vector<int>{4, 8, 16};
+  const int width = Smoke() ? 64 : 256;
   for (int stage : {3, 1}) {
     for (const char* scaling : {"fixed N", "N=L/2"}) {
       const bool weak = scaling[0] == 'N';
       double first = 0;
-      for (int layers : {4, 8, 16}) {
-        const GptShape shape{.layers = layers, .heads = 4, .width = 256,
+      for (int layers : depths) {
+        const GptShape shape{.layers = layers, .heads = 4, .width = width,
                              .vocab = 256, .context = 32};
         const int n = weak ? layers / 2 : 2;
         auto cfg = BenchConfig(shape, "bf16", stage, 1, n, 1, 1);
@@ -53,14 +56,14 @@ int RunMemory(const std::vector<std::string>&) {
         }
         const EngineMemory& m = run->max_memory;
         const uint64_t total = m.total_peak();
-        if (layers == 4) first = static_cast<double>(total);
+        if (layers == depths.front()) first = static_cast<double>(total);
         std::printf("%-5d %-9s %6d %3d %12.2f %12.2f %12.2f %12.2f %12.2f\n",
                     stage, scaling, layers, n, GptParamCount(shape) / 1e6,
                     MiB(m.partition_bytes), MiB(m.grad_shard_bytes),
                     MiB(m.unit_params_peak + m.unit_grads_peak), MiB(total));
-        if (layers == 16) {
-          std::printf("      %-9s growth 16/4 blocks: %.3f\n", scaling,
-                      total / first);
+        if (layers == depths.back()) {
+          std::printf("      %-9s growth %d/%d blocks: %.3f\n", scaling,
+                      depths.back(), depths.front(), total / first);
           if (stage == 3 && weak) ratio = total / first;
         }
       }

@@ -315,6 +315,10 @@ class RpcTarget {
 
 int RunRpc(const std::vector<std::string>& args) {
   RpcArgs a;
+  if (Smoke()) {
+    a.bytes = 16ull << 20;
+    a.model_elems = 1ull << 20;
+  }
   if (!ParseArgs(args, &a)) return 2;
   TcpFigures tcp;
   TcpPair pair;

@@ -39,6 +39,11 @@ struct Shape {
 
 Shape ParseArgs(const std::vector<std::string>& args) {
   Shape s;
+  if (Smoke()) {
+    s.gpt = {.layers = 1, .heads = 2, .width = 64, .vocab = 256, .context = 32};
+    s.batch = 1;
+    s.steps = 1;
+  }
   if (args.size() > 0) s.steps = std::max(1, std::atoi(args[0].c_str()));
   if (args.size() > 1) s.gpt.layers = std::max(1, std::atoi(args[1].c_str()));
   if (args.size() > 2) s.gpt.width = std::max(64, std::atoi(args[2].c_str()));

@@ -87,7 +87,7 @@ run_asan() {
   # build) train or build with unchanged binaries' code paths already run
   # above; they stay in the plain build's CTest only, to keep CI's time.
   ctest --test-dir build-asan --output-on-failure --no-tests=error \
-    -j "$JOBS" --timeout 900 -LE 'multihost|image' 2>&1 | tee "$log"
+    -j "$JOBS" --timeout 900 -LE 'multihost|image|bench' 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   echo "== asan: ctest done in $(( $(date +%s) - t1 )) s"
   count "$log" "$rc" asan
