@@ -20,7 +20,7 @@ PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libgloo-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
-  zlib1g-dev libxxhash-dev
+  zlib1g-dev libxxhash-dev libssl-dev
   bazel-bootstrap gnuplot-nox
   python3 openssl
   clang libclang-rt-14-dev libomp-14-dev llvm-14

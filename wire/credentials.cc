@@ -15,6 +15,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "wire/tls_version.h"
 
 namespace zeroshard {
 namespace {
@@ -128,6 +129,7 @@ absl::StatusOr<std::shared_ptr<const ClientSecurity>> ClientSecurity::Load(
           std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
               ca, RefreshSeconds(refresh));
     }
+    if (absl::Status t = RequireTls13(); !t.ok()) return t;
     grpc::experimental::TlsChannelCredentialsOptions options;
     options.set_certificate_provider(provider);
     options.watch_root_certs();
@@ -191,6 +193,7 @@ LoadServerTls(const std::string& dir, absl::Duration refresh) {
         Exists(ca) ? "" : "ca.pem ", Exists(cert) ? "" : "server.pem ",
         Exists(key) ? "" : "server.key", ")"));
   }
+  if (absl::Status s = RequireTls13(); !s.ok()) return s;
   auto provider =
       std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
           key, cert, ca, RefreshSeconds(refresh));

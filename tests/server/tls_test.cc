@@ -1,8 +1,9 @@
 // Mutual TLS over real gRPC, with certificates made by
 // scripts/make-dev-credentials.sh (openssl): the role comes from the client
 // certificate's CN; a client without a certificate, with one from another CA,
-// or trusting another CA gets no connection; the negotiated protocol is TLS
-// 1.3; and rotated certificate files are used without a restart.
+// or trusting another CA gets no connection; only TLS 1.3 is served (a
+// client limited to TLS 1.2 fails its handshake); and rotated certificate
+// files are used without a restart.
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -129,12 +130,32 @@ TEST_F(TlsTest, NoCertificateOrAnotherCaGetsNoConnection) {
   EXPECT_FALSE(InspectAs(*admin).initialized());
 }
 
-TEST_F(TlsTest, NegotiatesTls13) {
+// What `openssl s_client` limited to `version` (-tls1_2, -tls1_3) prints
+// when it connects to the server with a valid client certificate.
+std::string Handshake(int port, const std::string& dir,
+                      const std::string& version) {
+  const std::string out = MakeTempDir("zs_tls_s_client_") + "/out";
   const std::string cmd = absl::StrCat(
-      "echo | openssl s_client -connect 127.0.0.1:", server_->port(),
-      " -alpn h2 -CAfile '", dir_, "/ca.pem' -cert '", dir_,
-      "/ctl.pem' -key '", dir_, "/ctl.key' 2>/dev/null | grep -q 'TLSv1.3'");
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
+      "echo | timeout 20 openssl s_client -connect 127.0.0.1:", port, " ",
+      version, " -alpn h2 -CAfile '", dir, "/ca.pem' -cert '", dir,
+      "/ctl.pem' -key '", dir, "/ctl.key' >'", out, "' 2>&1");
+  (void)std::system(cmd.c_str());
+  return ReadFile(out);
+}
+
+// TLS 1.3 only: a client limited to TLS 1.2, with a valid certificate, gets
+// no session; one that speaks 1.3 negotiates it.
+TEST_F(TlsTest, OnlyTls13IsServed) {
+  const std::string v13 = Handshake(server_->port(), dir_, "-tls1_3");
+  EXPECT_NE(v13.find("New, TLSv1.3, Cipher is TLS_"), std::string::npos)
+      << v13;
+  EXPECT_NE(v13.find("Verify return code: 0 (ok)"), std::string::npos) << v13;
+  const std::string any = Handshake(server_->port(), dir_, "");
+  EXPECT_NE(any.find("New, TLSv1.3"), std::string::npos) << any;
+  const std::string v12 = Handshake(server_->port(), dir_, "-tls1_2");
+  EXPECT_NE(v12.find("Cipher is (NONE)"), std::string::npos) << v12;
+  EXPECT_EQ(v12.find("New, TLSv1.2, Cipher is ECDHE"), std::string::npos)
+      << v12;
 }
 
 TEST_F(TlsTest, RotatedCertificatesAreUsedWithoutARestart) {
