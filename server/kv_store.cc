@@ -124,24 +124,21 @@ absl::Status KvStore::Set(const KvScope& scope, const std::string& key,
       status = entered.status();
     } else {
       Run& run = **entered;
-      auto it = run.values.find(key);
-      {
-        run.bytes = new_bytes;
-        if (is_new) {
-          run.values.emplace(key, std::move(value));
+      run.bytes = new_bytes;
+      if (auto it = run.values.find(key); it == run.values.end()) {
+        run.values.emplace(key, std::move(value));
+      } else {
+        it->second = std::move(value);
+      }
+      for (auto w = run.waiters.begin(); w != run.waiters.end();) {
+        auto wit = waiters_.find(*w);
+        wit->second.missing.erase(key);
+        if (wit->second.missing.empty()) {
+          wakes.emplace_back(std::move(wit->second.wake), absl::OkStatus());
+          waiters_.erase(wit);
+          run.waiters.erase(w++);
         } else {
-          it->second = std::move(value);
-        }
-        for (auto w = run.waiters.begin(); w != run.waiters.end();) {
-          auto wit = waiters_.find(*w);
-          wit->second.missing.erase(key);
-          if (wit->second.missing.empty()) {
-            wakes.emplace_back(std::move(wit->second.wake), absl::OkStatus());
-            waiters_.erase(wit);
-            run.waiters.erase(w++);
-          } else {
-            ++w;
-          }
+          ++w;
         }
       }
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <thread>
@@ -121,6 +122,92 @@ TEST_F(BadInputTest, RangeOutsideTheOwnedSlice) {
                                     v1::DTYPE_BF16, -1, 20000, &out);
       },
       grpc::StatusCode::INVALID_ARGUMENT, "outside");
+}
+
+grpc::Status SetWeights(v1::ShardService::Stub& stub, uint64_t offset,
+                        size_t n) {
+  grpc::ClientContext c;
+  testing::SetDeadline(c, 20000);
+  v1::SetWeightsResponse resp;
+  auto writer = stub.SetWeights(&c, &resp);
+  v1::WeightPiece piece;
+  piece.set_offset(offset);
+  piece.set_dtype(v1::DTYPE_FP32);
+  const std::vector<float> values(n, 0.5f);
+  piece.set_data(std::string(reinterpret_cast<const char*>(values.data()),
+                             n * sizeof(float)));
+  writer->Write(piece);
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+// Exactly one element past each end of the owned range, for a push piece,
+// a gather range and a weight piece; the exact fit is served.
+TEST_F(BadInputTest, ExactlyOneElementPastEitherEndIsRefused) {
+  // A second server owns the upper part of the flat space, so that its
+  // range has a lower end to step over.
+  testing::TestServer upper = testing::StartServer(1, 2);
+  ASSERT_NE(upper.stub, nullptr);
+  v1::InitResponse init;
+  ASSERT_TRUE(testing::InitServer(*upper.stub,
+                                  testing::MakeInit(manifest_, 2, 1, 5, 1024),
+                                  &init)
+                  .ok());
+  const FlatRange high{init.owned_begin(), init.owned_end()};
+  ASSERT_EQ(high.begin, owned_.end);
+  const std::string why = "outside this server's owned range";
+  struct Edge {
+    v1::ShardService::Stub* stub;
+    uint64_t offset, n;
+  };
+  const Edge edges[] = {
+      {t_.stub.get(), owned_.end - 3, 4},  // [end - 3, end + 1)
+      {t_.stub.get(), owned_.end, 1},      // [end, end + 1)
+      {upper.stub.get(), high.begin - 1, 4},  // [begin - 1, begin + 3)
+      {upper.stub.get(), high.end - 3, 4},
+  };
+  for (const Edge& e : edges) {
+    SCOPED_TRACE(::testing::Message() << "[" << e.offset << ", "
+                                      << e.offset + e.n << ")");
+    auto check = [&](const std::function<grpc::Status()>& bad) {
+      if (e.stub == t_.stub.get()) {
+        ExpectRejected(bad, grpc::StatusCode::INVALID_ARGUMENT, why);
+        return;
+      }
+      const v1::InspectResponse was = Inspect(*e.stub);
+      const grpc::Status s = bad();
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << s.error_message();
+      EXPECT_NE(s.error_message().find(why), std::string::npos)
+          << s.error_message();
+      const v1::InspectResponse now = Inspect(*e.stub);
+      EXPECT_EQ(now.norms().master(), was.norms().master());
+      EXPECT_EQ(now.min_version(), was.min_version());
+      EXPECT_EQ(now.pending_grad_bytes(), 0u);
+    };
+    check([&] {
+      return Push(*e.stub, Header(0), {Fp32Piece(e.offset, Grad(e.n))}, 1.0,
+                  false);
+    });
+    check([&] {
+      std::string out;
+      return testing::GatherBytes(*e.stub, {{e.offset, e.offset + e.n}},
+                                  v1::DTYPE_FP32, -1, 20000, &out);
+    });
+    check([&] { return SetWeights(*e.stub, e.offset, e.n); });
+  }
+  // The exact fits at both ends of both servers are served.
+  for (const auto& [stub, r] :
+       {std::pair{t_.stub.get(), FlatRange{owned_.end - 4, owned_.end}},
+        std::pair{upper.stub.get(), FlatRange{high.begin, high.begin + 4}},
+        std::pair{upper.stub.get(), FlatRange{high.end - 4, high.end}}}) {
+    std::string out;
+    EXPECT_TRUE(testing::GatherBytes(*stub, {r}, v1::DTYPE_FP32, -1, 20000,
+                                     &out)
+                    .ok());
+    EXPECT_EQ(out.size(), 16u);
+    EXPECT_TRUE(SetWeights(*stub, r.begin, r.size()).ok());
+  }
 }
 
 TEST_F(BadInputTest, OverlappingRangesInOnePush) {

@@ -114,6 +114,34 @@ TEST(KvStoreTest, ANewerAttemptDropsTheOlderAttemptsKeys) {
   EXPECT_TRUE(kv.Get({"other", 0}, "k")->has_value());
 }
 
+// A Set of a newer attempt that is refused (over a limit) moves nothing:
+// the older attempt's keys, its waiters and the attempt stay.
+TEST(KvStoreTest, ARefusedSetOfANewerAttemptDropsNothing) {
+  KvStore::Limits limits;
+  limits.max_value_bytes = 100;
+  limits.max_bytes_per_run = 50;
+  limits.max_runs = 2;
+  KvStore kv(limits);
+  ASSERT_TRUE(kv.Set({"run", 0}, "k", "v").ok());
+  std::atomic<int> woke{0};
+  auto id = kv.WaitForKeys({"run", 0}, {"later"},
+                           [&](absl::Status s) { woke += s.ok() ? 1 : 100; });
+  ASSERT_TRUE(id.ok());
+  const absl::Status s = kv.Set({"run", 1}, "big", std::string(80, 'v'));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_EQ(kv.Usage("run").attempt, 0u);
+  EXPECT_EQ(kv.Usage("run").keys, 1u);
+  EXPECT_EQ(woke.load(), 0);
+  EXPECT_EQ(**kv.Get({"run", 0}, "k"), "v");
+  // A refused Set of an unknown run creates none: the second slot of runs
+  // is still free.
+  EXPECT_FALSE(kv.Set({"new-run", 0}, "big", std::string(80, 'v')).ok());
+  EXPECT_TRUE(kv.Set({"third", 0}, "k", "v").ok());
+  // The older attempt goes on.
+  ASSERT_TRUE(kv.Set({"run", 0}, "later", "x").ok());
+  EXPECT_EQ(woke.load(), 1);
+}
+
 TEST(KvStoreTest, AnOlderAttemptIsAborted) {
   KvStore kv;
   ASSERT_TRUE(kv.Set({"run", 3}, "k", "v").ok());

@@ -301,6 +301,38 @@ TEST_F(ShardRestoreTest, DamagedFilesAreNamedAndChangeNothing) {
   EXPECT_EQ(shard->tracker().Summarize().max_version, 2u);
 }
 
+// A shard file that is whole and valid on its own, of the same model, step,
+// server and owned range, but from another run: only the manifest's
+// checksum tells it apart, and the restore refuses it.
+TEST_F(ShardRestoreTest, AValidFileThatIsNotTheManifestsIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(run_.Write(dir_, rng_, {2}));
+  const std::string other_dir = testing::MakeTempDir("zs_restore_other_");
+  SourceRun other;
+  ASSERT_NO_FATAL_FAILURE(other.Write(other_dir, rng_, {2}));
+  const uint32_t k = rng_() % kSourceServers;
+  const std::string name = ShardFileName(k, kSourceServers);
+  const std::string folder = absl::StrCat("/", CheckpointFolderName(2), "/");
+  const std::string mine = testing::ReadFile(dir_ + folder + name);
+  const std::string theirs = testing::ReadFile(other_dir + folder + name);
+  ASSERT_EQ(mine.size(), theirs.size());
+  ASSERT_NE(mine, theirs);
+  ASSERT_TRUE(testing::WriteFile(dir_ + folder + name, theirs));
+  auto shard = MakeShard(testing::SmallManifest(3), 1, 0, 5, 1024);
+  ASSERT_NE(shard, nullptr);
+  const State before = ReadState(*shard);
+  auto stats = RestoreShard(*shard, dir_, std::nullopt);
+  ASSERT_TRUE(absl::IsDataLoss(stats.status())) << stats.status();
+  EXPECT_NE(stats.status().message().find(name), std::string::npos)
+      << stats.status();
+  EXPECT_NE(stats.status().message().find("is not the manifest's"),
+            std::string::npos)
+      << stats.status();
+  EXPECT_TRUE(ReadState(*shard) == before) << "the target shard changed";
+  // Its own file back: it restores.
+  ASSERT_TRUE(testing::WriteFile(dir_ + folder + name, mine));
+  EXPECT_TRUE(RestoreShard(*shard, dir_, std::nullopt).ok());
+}
+
 TEST_F(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
   ASSERT_NO_FATAL_FAILURE(run_.Write(dir_, rng_, {2, 4}));
 
