@@ -94,10 +94,12 @@ absl::Status Number(const json& j, const char* key, bool required,
   return absl::OkStatus();
 }
 
-// A JSON number, or null where the value is not finite (an overflow step's
-// gradient norm).
+// A JSON number; a value that is not finite as printf spells it (inf,
+// -inf, nan), which ParseWorkerEvent reads back (QuoteNonFinite): an
+// overflow step's gradient norm stays inf all the way to metrics.csv.
 std::string JsonNumber(double v) {
-  if (!std::isfinite(v)) return "null";
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return absl::StrFormat("%.6f", v);
 }
 

@@ -29,6 +29,7 @@
 #include <omp.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -272,6 +273,11 @@ absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
     GroupOptions group_options;
     group_options.group = absl::GetFlag(FLAGS_run_id) + "/workers";
     group_options.timeout = client_options.call_timeout;
+    // A restarted rank waits for its peers to be restarted too (the old ones
+    // first notice the death, within a step timeout, then exit and start
+    // again): joining is start-up, bounded by the start-up timeout.
+    group_options.rendezvous_timeout =
+        std::max(client_options.control_timeout, client_options.call_timeout);
     group_options.hostname = hostname;
     group_options.cuda_device = compute.cuda_device;
     absl::StatusOr<std::unique_ptr<WorkerGroup>> group =

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/train/loss_plot.h"
 #include "client/train/metrics_writer.h"
@@ -133,6 +135,72 @@ ServerStand InspectStand(const ShardChannels& channels) {
 }
 
 // How the launcher reaches its servers: as admin, for the run.
+// What the given servers serve: the run (and its newest attempt) when any
+// is initialised. A server restarted between two runs on the same servers
+// comes back uninitialised, or fresh at step 0 when an earlier try already
+// initialised it again: the run cannot go on there without a restore, and
+// the message says which server and what to do, instead of the workers'
+// "mid-step" refusal later. `resuming`: the workers restore every server.
+struct LiveRun {
+  bool initialized = false;
+  std::string run_id;
+  uint64_t attempt = 0;
+};
+absl::StatusOr<LiveRun> InspectLiveRun(
+    const ShardChannels& probe, const std::vector<std::string>& addresses,
+    bool resuming) {
+  const std::vector<absl::StatusOr<v1::InspectResponse>> all =
+      probe.InspectAll();
+  auto who = [&](size_t k) {
+    return absl::StrCat("server ", k, " (", addresses[k], ")");
+  };
+  LiveRun live;
+  size_t newest = 0;
+  uint64_t newest_version = 0;
+  for (size_t k = 0; k < all.size(); ++k) {
+    if (!all[k].ok()) {
+      return absl::Status(all[k].status().code(),
+                          absl::StrCat(who(k), ": Inspect: ",
+                                       all[k].status().message()));
+    }
+    const v1::InspectResponse& r = *all[k];
+    if (!r.initialized()) continue;
+    if (live.initialized && r.run_id() != live.run_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who(k), " serves run '", r.run_id(), "' but ", who(newest),
+          " serves run '", live.run_id, "': a server was restarted and "
+          "initialised by another run; restart every server, or give the "
+          "servers of one run"));
+    }
+    live.initialized = true;
+    live.run_id = r.run_id();
+    live.attempt = std::max({live.attempt, r.attempt(), r.prepared_attempt()});
+    if (r.max_version() >= newest_version) {
+      newest_version = r.max_version();
+      newest = k;
+    }
+  }
+  if (!live.initialized || resuming || newest_version == 0) return live;
+  std::vector<std::string> lost;
+  for (size_t k = 0; k < all.size(); ++k) {
+    const v1::InspectResponse& r = *all[k];
+    if (!r.initialized()) {
+      lost.push_back(absl::StrCat(who(k), " is not initialised"));
+    } else if (r.max_version() == 0 && r.partial_chunks() == 0 &&
+               newest_version >= 2) {
+      lost.push_back(absl::StrCat(who(k), " is fresh, at step 0"));
+    }
+  }
+  if (lost.empty()) return live;
+  return absl::FailedPreconditionError(absl::StrCat(
+      absl::StrJoin(lost, "; "), ", while ", who(newest), " serves run '",
+      live.run_id, "' at step ", newest_version, ": ",
+      lost.size() == 1 ? "it was" : "they were",
+      " restarted and lost the run's state, which cannot go on without it. "
+      "Pass --resume=DIR to restore every server from the newest checkpoint "
+      "in DIR, or restart every server to train from step 0"));
+}
+
 absl::StatusOr<ShardClientOptions> LauncherClientOptions(
     const TrainClusterPlan& plan) {
   ShardClientOptions options;
@@ -360,10 +428,12 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
     ASSIGN_OR_RETURN(std::unique_ptr<ShardChannels> probe,
                      ShardChannels::Connect(plan.server_addresses,
                                             probe_options));
-    ASSIGN_OR_RETURN(const v1::InspectResponse first, probe->Inspect(0));
-    if (first.initialized()) {
-      plan.run_id = first.run_id();
-      plan.attempt = first.attempt() + 1;
+    ASSIGN_OR_RETURN(const LiveRun live,
+                     InspectLiveRun(*probe, plan.server_addresses,
+                                    !o.resume_dir.empty()));
+    if (live.initialized) {
+      plan.run_id = live.run_id;
+      plan.attempt = live.attempt + 1;
       ZS_LOG(INFO) << "the given servers serve run " << plan.run_id
                    << "; joining it as attempt " << plan.attempt;
     }

@@ -37,13 +37,6 @@ nlohmann::json Config(uint64_t steps) {
   return cfg;
 }
 
-size_t MetricsRows(const std::string& out) {
-  std::ifstream in(out + "/metrics.csv");
-  size_t n = 0;
-  for (std::string line; std::getline(in, line);) n += !line.empty();
-  return n > 0 ? n - 1 : 0;  // the header
-}
-
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)),
@@ -92,13 +85,7 @@ Background StartTrain(const TrainDir& dir, const std::string& name,
 
 // Waits (bounded) until the run has written `rows` metrics rows.
 bool WaitForRows(const std::string& out, size_t rows, Subprocess* p) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline) {
-    if (MetricsRows(out) >= rows) return true;
-    if (p->Poll().has_value()) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return false;
+  return WaitForStep(out, rows, *p, absl::Seconds(60)).ok;
 }
 
 TEST(ConnectionFaultTest, AStalledServerEndsTheRunWithinItsDeadline) {

@@ -1,10 +1,11 @@
 // Crash recovery under random faults, with real processes (docs/DESIGN.md,
 // "Crash recovery"): zeroshard-train --max_restarts runs a 2 x 2 cluster
 // while the test kills (SIGKILL) a random server or worker at a random
-// moment — mid-step, mid-push, mid-checkpoint-write, wherever it falls —
-// until ten trials have killed a live process. Every trial must finish, and finish with the weights of
-// the uninterrupted run, bit for bit. The seed is printed; ZS_FAULT_SEED
-// repeats a sequence.
+// point of the run — mid-step, mid-push, mid-checkpoint-write, wherever it
+// falls — chosen by the run's own progress (a random step, a random part of
+// it), never by a clock, until ten trials have killed a live process. Every
+// trial must finish, and finish with the weights of the uninterrupted run,
+// bit for bit. The seed is printed; ZS_FAULT_SEED repeats a sequence.
 #include <signal.h>
 
 #include <cstdlib>
@@ -27,17 +28,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Trials go on until kKills of them killed a live process (a kill drawn
-// after the run ended kills nothing), at most kMaxTrials.
+// Trials go on until kKills of them killed a live process, at most
+// kMaxTrials (with kill points chosen by the run's progress every trial
+// should; the cap only bounds a broken test).
 constexpr int kKills = 10;
-constexpr int kMaxTrials = 25;
+constexpr int kMaxTrials = 14;
+constexpr size_t kSteps = 24;  // Config()'s steps
 const absl::Duration kRunTimeout = absl::Seconds(240);
 
 nlohmann::json Config(const std::string& ckpt) {
   nlohmann::json cfg = SmallConfig();
   cfg["zeroshard"]["servers"] = 2;
   cfg["zeroshard"]["workers"] = 2;
-  cfg["zeroshard"]["steps"] = 24;
+  cfg["zeroshard"]["steps"] = kSteps;
   cfg["zeroshard"]["checkpoint"] = {
       {"dir", ckpt}, {"every_steps", 4}, {"keep_last", 2}};
   // A killed peer shows as a broken connection at once; the step timeout
@@ -98,7 +101,11 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
     o.stderr_path = dir.path(absl::StrCat("t", t, ".err"));
     absl::StatusOr<std::unique_ptr<Subprocess>> train = Subprocess::Start(o);
     ASSERT_TRUE(train.ok()) << train.status();
-    // Wait for the processes, then kill one at a random moment of the run.
+    // Wait for the processes, then kill one at a point chosen by the run's
+    // own progress: once step k is done (k = 0: during start-up, Init and
+    // the rendezvous), a random fraction of this run's own step time into
+    // step k. k <= kSteps - 2 leaves a step after it, so every process of
+    // cluster.json is still alive then, however slow the machine.
     std::vector<std::pair<std::string, int>> pids;
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
     while ((pids = ClusterPids(out)).size() < 4 && absl::Now() < deadline &&
@@ -106,14 +113,26 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
       absl::SleepFor(absl::Milliseconds(10));
     }
     ASSERT_EQ(pids.size(), 4u) << "trial " << t << ": no cluster.json";
-    const double at = std::uniform_real_distribution<double>(
-        0.05, 0.9 * ref.seconds)(rng);
+    const size_t k = std::uniform_int_distribution<size_t>(0, kSteps - 2)(rng);
+    const double frac = std::uniform_real_distribution<double>(0, 1)(rng);
     const auto& victim = pids[rng() % pids.size()];
-    absl::SleepFor(absl::Seconds(at));
+    const StepReached reached = WaitForStep(out, k, **train, kRunTimeout);
+    ASSERT_TRUE(reached.ok) << "trial " << t << ": step " << k
+                            << " not reached (" << StepsDone(out) << " done)\n"
+                            << ReadFile(o.stderr_path);
+    // Step 0's time holds the start-up: from step 2 on, the last step
+    // measures this run's pace.
+    const absl::Duration into = k <= 1 ? frac * absl::Milliseconds(200)
+                                       : frac * reached.last_step;
+    absl::SleepFor(into);
+    const size_t landed = StepsDone(out);
     const bool hit = kill(victim.second, SIGKILL) == 0;
     killed += hit;
-    std::printf("trial %d: SIGKILL %s (pid %d) after %.2f s%s\n", t,
-                victim.first.c_str(), victim.second, at,
+    const std::string at = absl::StrCat(
+        "step ", landed, " (aimed: ", k, " steps done + ",
+        static_cast<int>(100 * frac), "% of a step)");
+    std::printf("trial %d: SIGKILL %s (pid %d) in %s%s\n", t,
+                victim.first.c_str(), victim.second, at.c_str(),
                 hit ? "" : " (already gone)");
     absl::StatusOr<ExitStatus> st = (*train)->Wait(kRunTimeout);
     ASSERT_TRUE(st.ok()) << "trial " << t << " did not end within "
@@ -125,7 +144,7 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
                                << "\n" << err;
     WeightDiff d = CompareWeights(ReadWeights(out), want);
     EXPECT_TRUE(d.bit_identical) << "trial " << t << " (" << victim.first
-                                 << " at " << at << " s): max_abs "
+                                 << " in " << at << "): max_abs "
                                  << d.max_abs << " in " << d.worst_tensor;
   }
   std::printf("%d of %d trials killed a live process; all survived\n", killed,

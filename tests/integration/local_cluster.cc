@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace zeroshard::testing {
 
@@ -19,24 +20,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->dir_ = MakeTempDir("zs_cluster_");
   if (c->dir_.empty()) return absl::InternalError("mkdtemp failed");
+  c->extra_flags_ = extra_flags;
+  c->num_servers_ = num_servers;
   for (int k = 0; k < num_servers; ++k) {
-    SubprocessOptions o;
-    o.argv = {BinDir() + "/zeroshard-server", "--listen=127.0.0.1:0",
-              absl::StrCat("--server_index=", k),
-              absl::StrCat("--num_servers=", num_servers),
-              absl::StrCat("--port_file=", c->dir_, "/", k, ".port")};
-    o.argv.insert(o.argv.end(), extra_flags.begin(), extra_flags.end());
-    if (std::none_of(extra_flags.begin(), extra_flags.end(),
-                     [](const std::string& f) {
-                       return f.rfind("--credentials=", 0) == 0;
-                     })) {
-      o.argv.push_back("--no_auth");
-    }
-    o.stdout_mode = SubprocessOptions::Output::kDiscard;
-    o.stderr_mode = SubprocessOptions::Output::kFile;
-    o.stderr_path = c->log_path(k);
-    o.env = {{"ZEROSHARD_OPTIMIZER_THREADS", "1"}};
-    auto p = Subprocess::Start(o);
+    auto p = c->Spawn(k, "127.0.0.1:0");
     if (!p.ok()) return p.status();
     c->servers_.push_back(std::move(*p));
   }
@@ -61,6 +48,37 @@ LocalCluster::~LocalCluster() {
 
 std::string LocalCluster::server_list() const {
   return absl::StrJoin(addresses_, ",");
+}
+
+absl::StatusOr<std::unique_ptr<Subprocess>> LocalCluster::Spawn(
+    int k, const std::string& listen) const {
+  SubprocessOptions o;
+  o.argv = {BinDir() + "/zeroshard-server", "--listen=" + listen,
+            absl::StrCat("--server_index=", k),
+            absl::StrCat("--num_servers=", num_servers_),
+            absl::StrCat("--port_file=", dir_, "/", k, ".port")};
+  o.argv.insert(o.argv.end(), extra_flags_.begin(), extra_flags_.end());
+  if (std::none_of(extra_flags_.begin(), extra_flags_.end(),
+                   [](const std::string& f) {
+                     return f.rfind("--credentials=", 0) == 0;
+                   })) {
+    o.argv.push_back("--no_auth");
+  }
+  o.stdout_mode = SubprocessOptions::Output::kDiscard;
+  o.stderr_mode = SubprocessOptions::Output::kFile;
+  o.stderr_path = log_path(k);
+  o.env = {{"ZEROSHARD_OPTIMIZER_THREADS", "1"}};
+  return Subprocess::Start(o);
+}
+
+absl::Status LocalCluster::Restart(int k) {
+  Kill(k);
+  std::error_code ec;
+  const std::string port_file = absl::StrCat(dir_, "/", k, ".port");
+  std::filesystem::remove(port_file, ec);
+  ASSIGN_OR_RETURN(servers_[k], Spawn(k, addresses_[k]));
+  return WaitForPortFile(port_file, absl::Seconds(60), servers_[k].get())
+      .status();
 }
 
 void LocalCluster::Kill(int k) {

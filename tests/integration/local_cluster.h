@@ -33,12 +33,18 @@ class LocalCluster {
   std::string server_list() const;
   // SIGKILL server k and reap it.
   void Kill(int k);
+  // Kills server k and starts it again, empty, on the same address.
+  absl::Status Restart(int k);
   // Where server k's stderr goes.
   std::string log_path(int k) const;
 
  private:
   LocalCluster() = default;
+  absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(
+      int k, const std::string& listen) const;
   std::string dir_;
+  std::vector<std::string> extra_flags_;
+  int num_servers_ = 0;
   std::vector<std::unique_ptr<Subprocess>> servers_;
   std::vector<std::string> addresses_;
 };

@@ -46,6 +46,9 @@ TEST(TrainFaultTest, InjectedFp16OverflowSkipsTheStepAndHalvesTheScale) {
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(rows[i].at("skipped"), i == 2 ? "true" : "false") << "step " << i;
   }
+  // The overflow's gradient norm is inf, as the scaler saw it.
+  EXPECT_EQ(rows[2].at("grad_norm"), "inf");
+  EXPECT_NE(rows[1].at("grad_norm"), "inf");
   const double before = std::stod(rows[2].at("loss_scale"));
   EXPECT_DOUBLE_EQ(before, 256);  // 2^initial_scale_power, no earlier overflow
   EXPECT_DOUBLE_EQ(std::stod(rows[1].at("loss_scale")), before);

@@ -2,12 +2,14 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -233,6 +235,28 @@ std::string NotTrained(const std::string& out_dir,
     return absl::StrCat("the loss did not fall: ", first, " -> ", last);
   }
   return "";
+}
+
+size_t StepsDone(const std::string& out_dir) {
+  const std::string text = ReadFile(out_dir + "/metrics.csv");
+  const size_t lines = std::count(text.begin(), text.end(), '\n');
+  return lines > 0 ? lines - 1 : 0;  // the header
+}
+
+StepReached WaitForStep(const std::string& out_dir, size_t steps,
+                        Subprocess& run, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::optional<absl::Time> saw_previous;
+  while (absl::Now() < deadline && !run.Poll().has_value()) {
+    const size_t n = StepsDone(out_dir);
+    if (n >= steps) {
+      return {true, saw_previous.has_value() ? absl::Now() - *saw_previous
+                                             : absl::ZeroDuration()};
+    }
+    if (n + 1 == steps && !saw_previous.has_value()) saw_previous = absl::Now();
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return {};
 }
 
 }  // namespace zeroshard::testing

@@ -82,6 +82,23 @@ WeightDiff CompareWeights(const std::map<std::string, std::vector<float>>& a,
 std::map<std::string, std::vector<float>> InitialWeights(
     const nlohmann::json& config);
 
+// Steps a zeroshard-train run in `out_dir` has reported: the complete rows
+// of its metrics.csv (one per applied step, flushed as it is written, never
+// repeated after a restart). A half-written last row is not counted.
+size_t StepsDone(const std::string& out_dir);
+
+// Waits (polling every 5 ms, bounded by `timeout`) until StepsDone(out_dir)
+// reaches `steps`. `ok` false when `run` ended or the time ran out first;
+// `last_step` is the time between the polls that first saw steps - 1 and
+// steps rows (zero when both were first seen at once), a measure of this
+// run's own step time.
+struct StepReached {
+  bool ok = false;
+  absl::Duration last_step = absl::ZeroDuration();
+};
+StepReached WaitForStep(const std::string& out_dir, size_t steps,
+                        Subprocess& run, absl::Duration timeout);
+
 // ||a - b||_2 / ||b - init||_2 over all tensors: how much two runs' weight
 // updates differ, relative to the update itself.
 double RelativeUpdateDiff(

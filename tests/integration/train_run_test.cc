@@ -195,6 +195,27 @@ TEST(TrainRunTest, TrainsOnGivenServerAddresses) {
   auto rows = ReadMetricsCsv(dir.path("more") + "/metrics.csv");
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].at("step"), "3");
+  // Server 1 restarted (empty) on its address: a third run names it and
+  // says what to do, before starting any worker.
+  ASSERT_TRUE((*cluster)->Restart(1).ok());
+  TrainRun after = RunTrain({"--config=" + dir.WriteConfig("c.json", cfg),
+                             "--out=" + dir.path("after"), "--quiet",
+                             "--steps=7",
+                             "--server_addresses=" + (*cluster)->server_list()},
+                            kRunTimeout);
+  EXPECT_FALSE(after.status.success());
+  EXPECT_NE(after.err.find(absl::StrCat("server 1 (",
+                                        (*cluster)->addresses()[1],
+                                        ") is not initialised, while server 0")),
+            std::string::npos)
+      << after.err;
+  EXPECT_NE(after.err.find("at step 5: it was restarted and lost the run's "
+                           "state"),
+            std::string::npos)
+      << after.err;
+  EXPECT_NE(after.err.find("--resume=DIR"), std::string::npos) << after.err;
+  EXPECT_EQ(after.err.find("did not finish its step"), std::string::npos)
+      << after.err;
 }
 
 }  // namespace

@@ -66,8 +66,18 @@ struct GroupOptions {
   // group over the same store (a restart, a resize) needs a new name, e.g.
   // "<run id>/workers/<attempt>".
   std::string group = "workers";
-  // Bound on every call, including creation (rendezvous + connect).
+  // Bound on every call, including creation (rendezvous + connect) unless
+  // rendezvous_timeout says otherwise.
   absl::Duration timeout = absl::Seconds(60);
+  // Bound on creation's rendezvous and connect alone; zero: `timeout`.
+  // Joining waits for peers that may still be starting, or being restarted
+  // after a peer died (zeroshard-worker passes its start-up timeout), which
+  // takes longer than a collective may.
+  absl::Duration rendezvous_timeout = absl::ZeroDuration();
+  absl::Duration join_timeout() const {
+    return rendezvous_timeout > absl::ZeroDuration() ? rendezvous_timeout
+                                                     : timeout;
+  }
   // Gloo TCP: the address this rank listens on and advertises. Loopback by
   // default; a host name or IP of this machine for multi-host groups
   // (zeroshard-worker passes the address it reaches server 0 from:

@@ -79,12 +79,12 @@ void AddScaled(float* dst, const float* a, const float* b, size_t n,
 absl::Status ExchangeAddresses(int rank, int size, RendezvousStore* store,
                                const GroupOptions& options) {
   ASSIGN_OR_RETURN(const std::string mine,
-                   ResolveHost(options.hostname, options.timeout));
+                   ResolveHost(options.hostname, options.join_timeout()));
   std::vector<std::string> all(size);
   try {
     GlooRendezvousStore addr_store(
         store, absl::StrCat("zs/comm/", options.group, "/addr/"),
-        options.group, options.timeout);
+        options.group, options.join_timeout());
     addr_store.set(std::to_string(rank),
                    std::vector<char>(mine.begin(), mine.end()));
     std::vector<std::string> keys;
@@ -155,10 +155,12 @@ absl::StatusOr<std::unique_ptr<GlooWorkerGroup>> GlooWorkerGroup::Create(
       }
       group->device_ = gloo::transport::tcp::CreateDevice(attr);
       auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-      context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
+      context->setTimeout(absl::ToChronoMilliseconds(options.join_timeout()));
       GlooRendezvousStore gloo_store(store, prefix, options.group,
-                                     options.timeout);
+                                     options.join_timeout());
       context->connectFullMesh(gloo_store, group->device_);
+      // The collectives' own bound from here on.
+      context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
       group->context_ = std::move(context);
     } catch (const RendezvousFailure& e) {
       return e.status();  // a rank never arrived: retrying will not help
@@ -172,7 +174,7 @@ absl::StatusOr<std::unique_ptr<GlooWorkerGroup>> GlooWorkerGroup::Create(
     for (int q = 0; q < size; ++q) {
       ASSIGN_OR_RETURN(std::string vote,
                        store->Get(absl::StrCat(prefix, "vote/", q),
-                                  options.timeout));
+                                  options.join_timeout()));
       all_ok = all_ok && vote == "ok";
     }
     if (all_ok) {

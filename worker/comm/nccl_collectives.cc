@@ -169,7 +169,7 @@ absl::StatusOr<std::unique_ptr<NcclWorkerGroup>> NcclWorkerGroup::Create(
     group->own_stream_ = true;
   }
 
-  const absl::Time deadline = absl::Now() + options.timeout;
+  const absl::Time deadline = absl::Now() + options.join_timeout();
   const std::string key = absl::StrCat("zs/comm/", options.group, "/nccl_id");
   ncclUniqueId id;
   if (rank == 0) {
@@ -178,7 +178,8 @@ absl::StatusOr<std::unique_ptr<NcclWorkerGroup>> NcclWorkerGroup::Create(
     RETURN_IF_ERROR(store->Set(
         key, std::string(reinterpret_cast<const char*>(&id), sizeof(id))));
   } else {
-    absl::StatusOr<std::string> value = store->Get(key, options.timeout);
+    absl::StatusOr<std::string> value =
+        store->Get(key, options.join_timeout());
     if (!value.ok()) {
       return absl::Status(
           value.status().code(),
