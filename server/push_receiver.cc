@@ -128,7 +128,8 @@ absl::Status PushReceiver::OnPiece(PushGradPieceInput piece) {
   }
   payload_bytes_ += bytes;
   Buffered parts = SplitIntoParts(range, dtype, piece);
-  Scan(range, parts.parts);
+  // A step known to be skipped applies nothing: its values need no check.
+  if (!(header_.coefficient_known() && header_.skip())) Scan(range, parts.parts);
   if (header_.coefficient_known()) {
     if (!header_.skip()) RETURN_IF_ERROR(CheckMagnitude(header_.coefficient()));
     RETURN_IF_ERROR(
