@@ -348,6 +348,38 @@ TEST(PodModeTest, RestartedServerIsRestoredFromTheNewestCheckpoint) {
   EXPECT_EQ(Summarize(servers.addresses()).version, kSteps);
 }
 
+// The same restart with no checkpoint to restore from (--resume empty):
+// the restarted workers say which server lost its state and what to do,
+// instead of "the previous run did not finish its step", and exit.
+TEST(PodModeTest, RestartedServerWithNoCheckpointIsNamed) {
+  TrainDir dir("pods_lost");
+  Servers servers(dir, "run");
+  ASSERT_TRUE(servers.Start().ok());
+  const std::string config =
+      WriteResolvedConfig(dir, "run", servers.addresses(), kSteps);
+  ASSERT_FALSE(config.empty());
+  Workers w(dir, "run", config, "");
+  for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(w.Start(r).ok());
+  ASSERT_TRUE(w.WaitForSteps(4, absl::Seconds(40))) << w.Logs();
+  servers.Kill(1);
+  ASSERT_TRUE(servers.StartOne(1).ok());
+  for (int r = 0; r < kWorkers; ++r) {
+    auto st = w.proc(r).Wait(absl::Seconds(40));
+    ASSERT_TRUE(st.ok()) << "rank " << r << " hung\n" << w.Logs();
+  }
+  for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(w.Start(r).ok());
+  for (int r = 0; r < kWorkers; ++r) {
+    auto st = w.proc(r).Wait(absl::Seconds(60));
+    ASSERT_TRUE(st.ok()) << "rank " << r << " hung\n" << w.Logs();
+    EXPECT_FALSE(st->success()) << "rank " << r;
+  }
+  const std::string logs = w.Logs();
+  EXPECT_TRUE(Contains(logs, "server " + servers.addresses()[1] +
+                                 " is fresh at step 0 while the run stands"))
+      << logs;
+  EXPECT_TRUE(Contains(logs, "it was restarted and lost its state")) << logs;
+}
+
 // Rank 0 dies having applied step 5 on server 0 only (the two-phase
 // commit's second phase cut short); worker 1 fails with it. Restarted with
 // the same flags, rank 0 finishes step 5 from the prepared pushes (there is

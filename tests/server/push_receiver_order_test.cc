@@ -234,8 +234,12 @@ TEST_F(PushReceiverOrderTest, ARefusedStreamOfANewerAttemptKeepsTheAttempt) {
   // refused after a header of attempt 5.
   PushReceiver outside(shard_);
   ASSERT_TRUE(Feed(outside, Header(0, /*attempt=*/5)).ok());
-  ExpectRejected(Feed(outside, Piece({owned_.end - 1, owned_.end + 1})),
-                 absl::StatusCode::kInvalidArgument, "outside");
+  v1::PushGradMessage past;  // two elements, the second past the end
+  past.mutable_piece()->set_offset(owned_.end - 1);
+  past.mutable_piece()->set_dtype(v1::DTYPE_FP32);
+  past.mutable_piece()->set_data(std::string(2 * sizeof(float), '\0'));
+  ExpectRejected(Feed(outside, past), absl::StatusCode::kInvalidArgument,
+                 "outside");
   PushReceiver ahead(shard_);
   ASSERT_TRUE(Feed(ahead, Header(3, /*attempt=*/5)).ok());
   ASSERT_TRUE(Feed(ahead, Piece(FirstHalf())).ok());

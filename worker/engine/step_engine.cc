@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/apply_step.h"
 #include "common/grad_clip.h"
 #include "common/logging.h"
@@ -165,19 +166,37 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
 absl::StatusOr<uint64_t> StepEngine::StartStep() {
   uint64_t lo = UINT64_MAX, hi = 0, adam = UINT64_MAX;
   auto all = client_->channels().InspectAll();
+  std::vector<std::string> stands, fresh;
   for (size_t k = 0; k < all.size(); ++k) {
     if (!all[k].ok()) return all[k].status();
+    const std::string& address = client_->channels().address(k);
     if (!all[k]->initialized()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "server ", client_->channels().address(k), " is not initialised"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("server ", address, " is not initialised"));
     }
     lo = std::min<uint64_t>(lo, all[k]->min_version());
     hi = std::max<uint64_t>(hi, all[k]->max_version());
     adam = std::min<uint64_t>(adam, all[k]->adam_step());
+    stands.push_back(absl::StrCat(address, " at ", all[k]->min_version(),
+                                  "..", all[k]->max_version()));
+    if (all[k]->max_version() == 0 && all[k]->partial_chunks() == 0) {
+      fresh.push_back(address);
+    }
   }
   if (lo != hi) {
+    // A server at step 0 with nothing applied beside others two or more
+    // steps on was restarted (and initialised anew): its state is gone.
+    if (!fresh.empty() && hi >= 2) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", absl::StrJoin(fresh, ", "), " is fresh at step 0 while "
+          "the run stands at step ", hi, " (", absl::StrJoin(stands, ", "),
+          "): it was restarted and lost its state; restore every server from "
+          "a checkpoint (--resume, or zeroshard-ctl restore), or restart "
+          "every server to train from step 0"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
-        "servers are mid-step (chunk versions ", lo, "..", hi,
+        "servers are mid-step (chunk versions ", lo, "..", hi, ": ",
+        absl::StrJoin(stands, ", "),
         "); the previous run did not finish its step"));
   }
   int64_t v[2] = {static_cast<int64_t>(lo), -static_cast<int64_t>(lo)};
