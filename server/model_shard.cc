@@ -30,6 +30,24 @@ absl::Status Prefixed(absl::string_view prefix, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
 
+// Calls fn(chunk, elems) for each part of `pieces` that falls in one chunk
+// of `store`, in order; stops at the first call that returns false, and
+// returns whether none did.
+template <typename Fn>
+bool ForEachChunkPart(const ShardStore& store,
+                      absl::Span<const GradPiece> pieces, Fn fn) {
+  for (const GradPiece& g : pieces) {
+    uint64_t pos = g.range.begin;
+    while (pos < g.range.end) {
+      const size_t c = store.ChunkOf(pos);
+      const uint64_t end = std::min(g.range.end, store.ChunkRange(c).end);
+      if (!fn(c, end - pos)) return false;
+      pos = end;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::Status ValidateCoefficient(double coefficient) {
@@ -265,27 +283,26 @@ absl::Status ModelShard::ClassifyPrepared(uint64_t step,
                                           uint64_t* applied) const {
   *at_step = 0;
   *applied = 0;
-  for (const GradPiece& g : pieces) {
-    uint64_t pos = g.range.begin;
-    while (pos < g.range.end) {
-      const size_t c = store_->ChunkOf(pos);
-      const uint64_t end = std::min(g.range.end, store_->ChunkRange(c).end);
-      const uint64_t v = tracker_->version(c);
-      if (v == step) {
-        *at_step += end - pos;
-      } else if (v == step + 1) {
-        *applied += end - pos;
-      } else {
-        const FlatRange chunk = store_->ChunkRange(c);
-        return absl::AbortedError(absl::StrCat(
-            "prepare for step ", step, " is ", v > step ? "stale" : "ahead",
-            ": chunk [", chunk.begin, ", ", chunk.end, ") is at version ", v,
-            " (steps applied) and accepts step ", v, " only"));
-      }
-      pos = end;
+  size_t wrong = SIZE_MAX;
+  ForEachChunkPart(*store_, pieces, [&](size_t c, uint64_t elems) {
+    const uint64_t v = tracker_->version(c);
+    if (v == step) {
+      *at_step += elems;
+    } else if (v == step + 1) {
+      *applied += elems;
+    } else {
+      wrong = c;
+      return false;
     }
-  }
-  return absl::OkStatus();
+    return true;
+  });
+  if (wrong == SIZE_MAX) return absl::OkStatus();
+  const FlatRange chunk = store_->ChunkRange(wrong);
+  const uint64_t v = tracker_->version(wrong);
+  return absl::AbortedError(absl::StrCat(
+      "prepare for step ", step, " is ", v > step ? "stale" : "ahead",
+      ": chunk [", chunk.begin, ", ", chunk.end, ") is at version ", v,
+      " (steps applied) and accepts step ", v, " only"));
 }
 
 absl::StatusOr<uint64_t> ModelShard::Prepare(PreparedPush push) {
@@ -351,15 +368,9 @@ absl::StatusOr<uint64_t> ModelShard::Prepare(PreparedPush push) {
 void ModelShard::DropAppliedPrepared() {
   absl::MutexLock lock(&prepared_mu_);
   auto applied = [&](const PreparedPush& p) {
-    for (const GradPiece& g : p.pieces) {
-      uint64_t pos = g.range.begin;
-      while (pos < g.range.end) {
-        const size_t c = store_->ChunkOf(pos);
-        if (tracker_->version(c) <= p.step) return false;
-        pos = std::min(g.range.end, store_->ChunkRange(c).end);
-      }
-    }
-    return true;
+    return ForEachChunkPart(*store_, p.pieces, [&](size_t c, uint64_t) {
+      return tracker_->version(c) > p.step;
+    });
   };
   for (auto it = prepared_.begin(); it != prepared_.end();) {
     if (applied(*it)) {
@@ -415,15 +426,10 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
             p.worker, " prepared different coefficients or skip flags; "
             "nothing applied"));
       }
-      for (const GradPiece& g : p.pieces) {
-        uint64_t pos = g.range.begin;
-        while (pos < g.range.end) {
-          const size_t c = store_->ChunkOf(pos);
-          const uint64_t end = std::min(g.range.end, store_->ChunkRange(c).end);
-          if (tracker_->version(c) == step) covered += end - pos;
-          pos = end;
-        }
-      }
+      ForEachChunkPart(*store_, p.pieces, [&](size_t c, uint64_t elems) {
+        if (tracker_->version(c) == step) covered += elems;
+        return true;
+      });
     }
     if (needed == 0) {
       // No chunk at `step`: every one is past it (applied already), or
