@@ -70,6 +70,17 @@ failures=$( { sed -n '/The following tests FAILED:/,/^Errors while running CTest
               grep -E '^layering: .*(NOT refused| [1-9][0-9]* accepted$)' "$log" ;
               grep -hE '^== .*FAILED' "$log" "$san_log" ; } 2>/dev/null | sed 's/^/  /' )
 if [ -n "$failures" ]; then
+  echo "== why (each failed CTest test's own lines, gtest's frame left out):"
+  # The output CTest printed under each failed test, up to the next test's
+  # line: enough of it lands in the tail CI keeps to tell why.
+  awk '
+    /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception)/ {
+      on = 1; n = 0; print "  " $0; next }
+    /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / || /^ +Start +[0-9]+: / { on = 0 }
+    on && !/^\[( RUN|==========|----------|  PASSED|  FAILED) *\]/ &&
+        !/^(Running main|Note: Google Test filter|$| [0-9]+ FAILED TEST)/ {
+      if (++n <= 20) print "    " $0 }
+  ' "$log" "$san_log" | head -150
   echo "== what failed:"
   echo "$failures"
 fi
