@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "bench/bench.h"
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "common/init_values.h"
-#include "worker/model/gpt_forward_backward.h"
+#include "model/gpt_forward_backward.h"
 
 namespace zeroshard::bench {
 namespace {

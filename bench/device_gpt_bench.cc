@@ -6,7 +6,7 @@
 // largest products of the step. `--vocab=50257` measures the unpadded one.
 //
 // 1. The model alone: forward + backward of the CUDA model
-//    (worker/model/cuda/device_gpt.h) with its parameters and gradients in
+//    (model/cuda/device_gpt.h) with its parameters and gradients in
 //    device memory, no checkpointing, with the default attention (the
 //    probabilities kept, products on cuBLASLt), then the online-softmax
 //    kernels (--attention=online, FP32 SIMT) and the flash kernels
@@ -15,7 +15,7 @@
 //    StepMatmulFlops, over the time) against two peaks measured or known in
 //    the same run: this device's own cuBLASLt BF16 rate on 8192^3 products,
 //    and the vendor's dense BF16 figure where the device is one we know.
-//    Peak activation bytes against the estimator's (common/memory_estimate).
+//    Peak activation bytes against the estimator's (model/memory_estimate).
 //    Then one step with every op marked on the stream (OpTimer): each op's
 //    milliseconds and share, so a device run shows which kernel to work on.
 // 2. The whole step: 1 worker (the CUDA model, parameters staged from the
@@ -46,12 +46,12 @@
 #include "bench/engine_rig.h"
 #include "common/dtype.h"
 #include "common/init_values.h"
-#include "common/memory_estimate.h"
+#include "model/memory_estimate.h"
 #include "server/device_transfer.h"
-#include "worker/kernels/cuda/gemm.h"
-#include "worker/kernels/cuda/op_timer.h"
-#include "worker/model/cuda/device_gpt.h"
-#include "worker/model/gpt_forward_backward.h"
+#include "model/kernels/cuda/gemm.h"
+#include "model/kernels/cuda/op_timer.h"
+#include "model/cuda/device_gpt.h"
+#include "model/gpt_forward_backward.h"
 
 namespace zeroshard::bench {
 namespace {

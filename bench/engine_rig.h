@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "client/shard_channels.h"
 #include "common/config.h"
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/engine/step_engine.h"
 

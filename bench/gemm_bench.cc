@@ -1,5 +1,5 @@
 // zeroshard-bench gemm: the matrix-product rates behind the BLAS choice of
-// worker/kernels/cpu/gemm.h, measured in one run: oneDNN BF16 and FP32
+// model/kernels/cpu/gemm.h, measured in one run: oneDNN BF16 and FP32
 // (the path the worker uses) against OpenBLAS cblas_sgemm (linked
 // explicitly; Debian's OpenBLAS exports no cblas_sbgemm). Last line:
 //   gemm ratio=<oneDNN BF16 / OpenBLAS FP32> target=1.0

@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "worker/kernels/cpu/gemm.h"
+#include "model/kernels/cpu/gemm.h"
 
 namespace zeroshard::bench {
 

@@ -1,5 +1,5 @@
 // The large-GEMM rate of the matrix-product path the GPT worker uses
-// (worker/kernels/cpu/gemm.h: oneDNN, BF16 operands, FP32 accumulation), so
+// (model/kernels/cpu/gemm.h: oneDNN, BF16 operands, FP32 accumulation), so
 // a step benchmark can state its achieved FLOP/s as a fraction of it.
 //
 //   const double peak = zeroshard::bench::MeasureBlasGemmFlops();  // FLOP/s

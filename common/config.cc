@@ -133,7 +133,7 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("config key \"zero_optimization.stage\" must be 1, 2 or 3, got ", c.zero.stage));
   }
-  if (absl::Status s = ValidateGptShape(c.cluster.model); !s.ok()) {
+  if (absl::Status s = ValidateModelShape(c.cluster.model); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("config key \"zeroshard.model\": ", s.message()));
   }
@@ -245,7 +245,8 @@ std::string CanonicalJson(const TrainingConfig& c) {
   j["activation_checkpointing"] = {
       {"policy", CheckpointPolicyName(c.activation_checkpointing.policy)},
       {"k", c.activation_checkpointing.k}};
-  j["model"] = {{"layers", z.model.layers},
+  j["model"] = {{"arch", z.model.arch},
+                {"layers", z.model.layers},
                 {"heads", z.model.heads},
                 {"width", z.model.width},
                 {"vocab", z.model.vocab},

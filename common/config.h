@@ -61,7 +61,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/gpt_manifest.h"
+#include "common/model_shape.h"
 #include "common/optimizer_config.h"
 #include "common/param_groups.h"
 
@@ -163,8 +163,8 @@ struct CheckpointConfig {
 };
 
 // zeroshard.sample: the text zeroshard-train generates from the trained
-// model before it stops the servers (common/sample_text.h,
-// worker/model/generate.h). An empty prompt means SampleText's default.
+// model before it stops the servers (model/sample_text.h,
+// model/generate.h). An empty prompt means SampleText's default.
 struct SampleConfig {
   bool enabled = true;
   std::string prompt;        // text, or "ids:ID,ID,..."
@@ -180,7 +180,7 @@ struct ClusterConfig {
   std::vector<std::string> server_addresses;  // "host:port"; empty = local
   int workers = 1;                            // N = world_size, >= 1
   Placement placement = Placement::kHost;
-  GptShape model;                             // validated by ValidateGptShape
+  ModelShape model;                           // validated by ValidateModelShape
   DataConfig data;
   uint64_t steps = 100;                       // optimizer steps, >= 1
   uint64_t seed = 42;                         // init weights (and data default)

@@ -525,6 +525,7 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   ASSIGN_OR_RETURN(int placement, s.Choice("placement", {"host", "pinned", "device"}));
   if (placement >= 0) z.placement = static_cast<Placement>(placement);
   ASSIGN_OR_RETURN(Section m, s.Child("model"));
+  RETURN_IF_ERROR(m.String("arch", &z.model.arch));
   RETURN_IF_ERROR(m.Int("layers", 1, 4096, &z.model.layers));
   RETURN_IF_ERROR(m.Int("heads", 1, 4096, &z.model.heads));
   RETURN_IF_ERROR(m.Int("width", 1, 1 << 20, &z.model.width));

@@ -22,7 +22,7 @@ namespace zeroshard {
 // Gives back to the device what the current device's stream-ordered pool
 // keeps: allocations freed with cudaFreeAsync whose frees have run. The
 // device model keeps its activations there between steps
-// (worker/model/cuda/device_gpt.cc), so a plain cudaMalloc that finds the
+// (model/cuda/device_gpt.cc), so a plain cudaMalloc that finds the
 // device full calls this and tries once more, and the model calls it when
 // it goes.
 inline void TrimStreamOrderedPool() {

@@ -2,7 +2,7 @@
 //
 // The per-element and per-row arithmetic of the kernels is written once, in
 // headers, as ZS_HOST_DEVICE inline functions: nvcc compiles them into the
-// device kernels (worker/kernels/cuda, optim/adam_device_kernel.cu), and the
+// device kernels (model/kernels/cuda, optim/adam_device_kernel.cu), and the
 // host compiler into the CPU twins the tests compare those kernels with, so
 // the CPU tests exercise the exact formulas the device runs. Without nvcc the
 // macro is empty and the headers are plain C++ (the Bazel build, the

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "absl/strings/match.h"
 #include "common/hash.h"
 
 namespace zeroshard {
@@ -22,24 +21,17 @@ float CounterNormal(uint64_t seed, uint64_t index) {
 void FillInitialValues(const FlatLayout& layout, uint64_t seed, double std,
                        FlatRange range, float* out) {
   std::memset(out, 0, range.size() * sizeof(float));
-  int blocks = 0;
-  for (const UnitInfo& u : layout.units()) {
-    if (absl::StartsWith(u.name, "block_")) ++blocks;
-  }
-  const double proj_std = std / std::sqrt(2.0 * std::max(blocks, 1));
   for (const TensorInfo& t : layout.tensors()) {
     const FlatRange tr{t.offset, t.offset + t.numel};
     const FlatRange piece = Intersect(tr, range);
     if (piece.empty()) continue;
     float* dst = out + (piece.begin - range.begin);
-    const bool is_bias = absl::EndsWith(t.name, ".bias");
-    const bool is_gain = t.shape.size() == 1 && absl::EndsWith(t.name, ".weight");
-    if (is_bias) continue;  // zeros
-    if (is_gain) {
+    if (t.init.kind == InitRule::Kind::kZeros) continue;
+    if (t.init.kind == InitRule::Kind::kOnes) {
       std::fill(dst, dst + piece.size(), 1.0f);
       continue;
     }
-    const double s = absl::EndsWith(t.name, "c_proj.weight") ? proj_std : std;
+    const double s = std / t.init.std_divisor;
     // Seeded by (tensor index, offset inside the tensor), not by the flat
     // offset, so that the weights do not depend on the unit padding (which
     // depends on the worker count).

@@ -3,11 +3,11 @@
 // number of servers, each filling only its own range, produce the same model,
 // and so does any worker count (which changes the unit padding).
 //
-// Rule by tensor: 1-D tensors whose name ends in ".weight" (LayerNorm gains)
-// are ones; tensors whose name ends in ".bias" are zeros; every other tensor
-// is N(0, std). Following GPT-2, the residual projections
-// ("attn.c_proj.weight", "mlp.c_proj.weight") use std / sqrt(2 * layers),
-// where layers is the number of units named "block_*". Padding is zero.
+// Rule by tensor, as the manifest states it (TensorSpec::init; the
+// architecture chooses, model/arch.h): zeros, ones, or N(0, std /
+// std_divisor) (GPT-2's residual projections have std_divisor
+// sqrt(2 * layers), model/gpt_manifest.cc). No tensor name is read here.
+// Padding is zero.
 #ifndef ZEROSHARD_COMMON_INIT_VALUES_H_
 #define ZEROSHARD_COMMON_INIT_VALUES_H_
 

@@ -1,6 +1,7 @@
 #include "common/layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
@@ -121,9 +122,27 @@ absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelManifest& manifest,
         }
         numel *= static_cast<uint64_t>(d);
       }
+      const int kind = static_cast<int>(t.init.kind);
+      if (kind < 0 || kind > static_cast<int>(InitRule::Kind::kOnes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", t.name, "' has an unknown init rule ", kind));
+      }
+      if (t.init.kind == InitRule::Kind::kNormal &&
+          !(std::isfinite(t.init.std_divisor) && t.init.std_divisor > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", t.name, "': init std_divisor ", t.init.std_divisor,
+            " is not finite and > 0"));
+      }
+      const int cls = static_cast<int>(t.param_class);
+      if (cls < 0 || cls >= kNumTensorClasses) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", t.name, "' has an unknown parameter class ", cls));
+      }
       TensorInfo info;
       info.name = t.name;
       info.shape = t.shape;
+      info.init = t.init;
+      info.param_class = t.param_class;
       info.numel = numel;
       info.offset = offset + unit.numel;
       info.unit = static_cast<int>(u);

@@ -30,9 +30,26 @@ namespace zeroshard {
 // range.
 inline constexpr uint64_t kFlatAlignment = 64;
 
+// How a server fills a tensor's initial master weights (common/init_values.h):
+// normal draws with the Init request's std divided by std_divisor, zeros or
+// ones. The architecture states it per tensor (model/arch.h), so the servers
+// match no tensor names.
+struct InitRule {
+  enum class Kind { kNormal = 0, kZeros = 1, kOnes = 2 };
+  Kind kind = Kind::kNormal;
+  double std_divisor = 1.0;  // kNormal only; finite and > 0
+};
+
+// The parameter class of a tensor, which names its parameter group
+// (common/param_groups.h); the architecture states it per tensor.
+enum class TensorClass { kMatrix = 0, kEmbedding = 1, kBias = 2, kNorm = 3 };
+inline constexpr int kNumTensorClasses = 4;
+
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
+  InitRule init;
+  TensorClass param_class = TensorClass::kMatrix;
 };
 
 struct UnitSpec {
@@ -44,6 +61,9 @@ struct ModelManifest {
   std::vector<UnitSpec> units;
   // Units are padded to split evenly over this many workers; >= 1.
   uint32_t partition_count = 1;
+  // The architecture that made it (model/arch.h), carried for the tools
+  // that read a manifest back from the servers; the servers never read it.
+  std::string arch;
 };
 
 // A half-open range [begin, end) of flat element offsets.
@@ -74,6 +94,8 @@ struct TensorInfo {
   uint64_t numel = 0;
   uint64_t offset = 0;  // global flat offset of element 0
   int unit = 0;         // index into FlatLayout::units()
+  InitRule init;
+  TensorClass param_class = TensorClass::kMatrix;
 };
 
 // Placement of one unit in the flat space.

@@ -1,6 +1,6 @@
 // PageAlignedVector<T>: a std::vector whose buffer starts on a page and owns
 // whole pages. Host buffers that are page-locked for device copies
-// (cudaHostRegister, through worker/model/model_memory.h's PinHost) are
+// (cudaHostRegister, through model/model_memory.h's PinHost) are
 // kept in these: registration works on whole pages, so two heap buffers
 // that shared a page could not both be registered (the second would fail
 // as already registered and its copies would run pageable).

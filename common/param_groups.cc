@@ -51,19 +51,6 @@ absl::string_view TensorClassName(TensorClass c) {
   return "?";
 }
 
-TensorClass ClassifyTensor(absl::string_view name,
-                           absl::Span<const int64_t> shape) {
-  if (shape.size() >= 2) {
-    for (absl::string_view part : absl::StrSplit(name, '.')) {
-      if (part == "wte" || part == "wpe" || absl::StrContains(part, "embed")) {
-        return TensorClass::kEmbedding;
-      }
-    }
-    return TensorClass::kMatrix;
-  }
-  return absl::EndsWith(name, "bias") ? TensorClass::kBias : TensorClass::kNorm;
-}
-
 absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text) {
   json v;
   try {
@@ -148,7 +135,7 @@ std::vector<ResolvedGroup> ResolveParamGroups(const FlatLayout& layout,
   for (const TensorInfo& t : layout.tensors()) {
     if (t.numel == 0) continue;
     ResolvedGroup& r =
-        by_class[static_cast<int>(ClassifyTensor(t.name, t.shape))];
+        by_class[static_cast<int>(t.param_class)];
     const FlatRange range{t.offset, t.offset + t.numel};
     if (!r.ranges.empty() && r.ranges.back().end == range.begin) {
       r.ranges.back().end = range.end;

@@ -32,18 +32,8 @@
 
 namespace zeroshard {
 
-enum class TensorClass { kMatrix = 0, kEmbedding = 1, kBias = 2, kNorm = 3 };
-inline constexpr int kNumTensorClasses = 4;
-
 // "matrices", "embeddings", "biases", "norms".
 absl::string_view TensorClassName(TensorClass c);
-
-// The class of a tensor: 2-D and up are embeddings when the name is an
-// embedding's (wte / wpe / a component containing "embed"), else matrices;
-// 1-D and scalars are biases when the name ends in "bias", else norms (the
-// LayerNorm gains, the only other 1-D tensors of a GPT).
-TensorClass ClassifyTensor(absl::string_view name,
-                           absl::Span<const int64_t> shape);
 
 struct GroupSettings {
   // true: the optimizer's weight_decay; false: `weight_decay`.

@@ -141,6 +141,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("workers", z.workers);
     v.Enum("placement", z.placement, kPlacements);
     v.Object("model", [&] {
+      v.Field("arch", z.model.arch);
       v.Field("layers", z.model.layers);
       v.Field("heads", z.model.heads);
       v.Field("width", z.model.width);

@@ -1,6 +1,6 @@
 // Decoding one UTF-8 code point, for the GPT-2 tokenizer's pre-tokenizer
-// (common/gpt2_tokenizer.cc) and the terminal escaping of sampled text
-// (common/sample_text.cc).
+// (model/gpt2_tokenizer.cc) and the terminal escaping of sampled text
+// (model/sample_text.cc).
 //
 //   for (size_t i = 0; i < s.size();) {
 //     const Utf8CodePoint p = DecodeUtf8At(s, i);

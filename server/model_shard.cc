@@ -138,6 +138,9 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
         request.num_servers(), " reached server ", identity.server_index,
         " of ", identity.num_servers, " (--server_index / --num_servers)"));
   }
+  if (absl::Status s = CheckManifestRules(request.manifest()); !s.ok()) {
+    return Prefixed("Init: ", s);
+  }
   const ModelManifest manifest = FromProto(request.manifest());
   absl::StatusOr<FlatLayout> layout = FlatLayout::Create(
       manifest, request.num_servers(), request.num_workers());

@@ -1,5 +1,7 @@
 #include "wire/proto_convert.h"
 
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -8,6 +10,7 @@ namespace zeroshard {
 v1::ModelManifest ToProto(const ModelManifest& manifest) {
   v1::ModelManifest out;
   out.set_partition_count(manifest.partition_count);
+  out.set_arch(manifest.arch);
   for (const UnitSpec& u : manifest.units) {
     v1::UnitSpec* pu = out.add_units();
     pu->set_name(u.name);
@@ -15,19 +18,65 @@ v1::ModelManifest ToProto(const ModelManifest& manifest) {
       v1::TensorSpec* pt = pu->add_tensors();
       pt->set_name(t.name);
       for (int64_t d : t.shape) pt->add_shape(d);
+      // The C++ enums count from 0; the proto's 0 is "unspecified".
+      pt->mutable_init()->set_kind(
+          static_cast<v1::InitRule::Kind>(static_cast<int>(t.init.kind) + 1));
+      if (t.init.kind == InitRule::Kind::kNormal) {
+        pt->mutable_init()->set_std_divisor(t.init.std_divisor);
+      }
+      pt->set_param_class(
+          static_cast<v1::ParamClass>(static_cast<int>(t.param_class) + 1));
     }
   }
   return out;
 }
 
+absl::Status CheckManifestRules(const v1::ModelManifest& manifest) {
+  for (const v1::UnitSpec& u : manifest.units()) {
+    for (const v1::TensorSpec& t : u.tensors()) {
+      const int kind = t.init().kind();
+      if (kind < v1::InitRule::NORMAL || kind > v1::InitRule::ONES) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "manifest tensor '", t.name(), "' of unit '", u.name(),
+            "' has no init rule (init.kind ", kind,
+            "): the architecture states one per tensor"));
+      }
+      if (kind == v1::InitRule::NORMAL &&
+          !(std::isfinite(t.init().std_divisor()) &&
+            t.init().std_divisor() > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "manifest tensor '", t.name(), "': init.std_divisor ",
+            t.init().std_divisor(), " is not finite and > 0"));
+      }
+      if (t.param_class() < v1::MATRIX || t.param_class() > v1::NORM) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "manifest tensor '", t.name(), "' of unit '", u.name(),
+            "' has no parameter class (param_class ", t.param_class(), ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 ModelManifest FromProto(const v1::ModelManifest& manifest) {
   ModelManifest out;
   out.partition_count = manifest.partition_count();
+  out.arch = manifest.arch();
   for (const v1::UnitSpec& pu : manifest.units()) {
     UnitSpec u;
     u.name = pu.name();
     for (const v1::TensorSpec& pt : pu.tensors()) {
-      u.tensors.push_back({pt.name(), {pt.shape().begin(), pt.shape().end()}});
+      TensorSpec t{pt.name(), {pt.shape().begin(), pt.shape().end()}};
+      // Unspecified (0) and unknown values map to -1 or past the end, which
+      // FlatLayout::Create refuses (CheckManifestRules names them first).
+      t.init.kind =
+          static_cast<InitRule::Kind>(static_cast<int>(pt.init().kind()) - 1);
+      if (pt.init().kind() == v1::InitRule::NORMAL) {
+        t.init.std_divisor = pt.init().std_divisor();
+      }
+      t.param_class =
+          static_cast<TensorClass>(static_cast<int>(pt.param_class()) - 1);
+      u.tensors.push_back(std::move(t));
     }
     out.units.push_back(std::move(u));
   }

@@ -14,6 +14,9 @@ namespace zeroshard {
 
 v1::ModelManifest ToProto(const ModelManifest& manifest);
 ModelManifest FromProto(const v1::ModelManifest& manifest);
+// INVALID_ARGUMENT naming the first tensor whose init rule or parameter
+// class is unspecified or out of range (the servers check every Init).
+absl::Status CheckManifestRules(const v1::ModelManifest& manifest);
 
 v1::OptimizerConfig ToProto(const OptimizerConfig& config);
 // INVALID_ARGUMENT for an unknown enum value; ranges are checked separately

@@ -10,7 +10,7 @@
 #if ZS_HAVE_CUDA_MODEL
 #include <cuda_runtime_api.h>
 
-#include "worker/model/cuda/device_gpt.h"
+#include "model/cuda/device_arch.h"
 #endif
 
 namespace zeroshard {
@@ -169,11 +169,7 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
                                 const GptShape& shape, DType dtype,
                                 const model::CheckpointPolicy& policy)
       -> absl::StatusOr<std::unique_ptr<model::UnitModel>> {
-    absl::StatusOr<std::unique_ptr<model::DeviceGptModel>> m =
-        model::DeviceGptModel::Create(layout, shape, dtype, policy, k,
-                                      attention);
-    if (!m.ok()) return m.status();
-    return std::unique_ptr<model::UnitModel>(*std::move(m));
+    return model::MakeDeviceModel(layout, shape, dtype, policy, k, attention);
   };
   return c;
 #else

@@ -4,9 +4,9 @@
 //             machine has a usable device (cuda:K with K = $LOCAL_RANK, or
 //             rank % devices), and the run trains in bf16 or fp32; the CPU
 //             otherwise (the default)
-//   cpu       the CPU model (worker/model/gpt.h)
+//   cpu       the CPU model (model/gpt.h)
 //   cuda      as cuda:K with K chosen as for auto; an error without a device
-//   cuda:K    the CUDA model (worker/model/cuda/device_gpt.h) on device K;
+//   cuda:K    the CUDA model (model/cuda/device_gpt.h) on device K;
 //             an error when there is no such device or the build has no CUDA
 //
 // The choice is logged in one line that says which path runs and why
@@ -30,7 +30,7 @@ namespace zeroshard {
 struct DeviceRequest {
   enum class Kind { kAuto, kCpu, kCuda } kind = Kind::kAuto;
   int index = -1;  // kCuda: the K of cuda:K; -1 = chosen by rank
-  // --attention: the CUDA model's attention (worker/model/cuda/
+  // --attention: the CUDA model's attention (model/cuda/
   // device_block.h, DeviceAttention): probs, online (online softmax, FP32
   // SIMT) or flash (online softmax, tensor-core products, BF16). The CPU
   // model keeps the probabilities, so a run that computes on the CPU

@@ -44,7 +44,7 @@
 #include "client/shard_client.h"
 #include "common/config.h"
 #include "common/atomic_file.h"
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/metrics.h"
@@ -66,6 +66,7 @@
 #include "worker/engine/server_init.h"
 #include "worker/engine/step_engine.h"
 #include "worker/engine/validation.h"
+#include "model/arch.h"
 
 ABSL_FLAG(int, rank, 0, "this worker's rank in [0, world_size)");
 ABSL_FLAG(int, world_size, 1, "number of workers N");
@@ -345,8 +346,10 @@ absl::Status Run() {
         " workers and ", cfg.cluster.servers, " servers; this worker has "
         "--world_size=", world, " and ", servers.size(), " in --servers"));
   }
+  ASSIGN_OR_RETURN(const model::ModelArch* arch,
+                   model::ArchForShape(cfg.cluster.model));
   ASSIGN_OR_RETURN(ModelManifest manifest,
-                   MakeGptManifest(cfg.cluster.model, world));
+                   arch->Manifest(cfg.cluster.model, world));
   ASSIGN_OR_RETURN(FlatLayout layout,
                    FlatLayout::Create(manifest, servers.size(), world));
   const absl::Duration step_timeout = absl::Seconds(cfg.cluster.step_timeout_s);

@@ -29,25 +29,26 @@ CMAKE_ONLY = {
     "worker/comm/nccl_collectives.cc":
         "CUDA/NCCL: the Bazel build has no CUDA toolchain",
     "worker/comm/nccl_host_group.cc": "CUDA/NCCL: host buffers over NCCL",
-    "worker/kernels/cuda/cublaslt_api.cc": "CUDA: cuBLASLt loaded at run time",
-    "worker/model/cuda/device_block.cc": "CUDA: a GPT block on the device",
-    "worker/model/cuda/device_buffer.cc": "CUDA: device activations",
-    "worker/model/cuda/device_gpt.cc": "CUDA: the GPT model on the device",
-    "worker/model/cuda/device_memory.cc":
+    "model/kernels/cuda/cublaslt_api.cc": "CUDA: cuBLASLt loaded at run time",
+    "model/cuda/device_arch.cc": "CUDA: an architecture's CUDA model",
+    "model/cuda/device_block.cc": "CUDA: a GPT block on the device",
+    "model/cuda/device_buffer.cc": "CUDA: device activations",
+    "model/cuda/device_gpt.cc": "CUDA: the GPT model on the device",
+    "model/cuda/device_memory.cc":
         "CUDA: the engine's units and gradients in device memory",
     "optim/adam_device.cc": "CUDA: the device AdamW (nvcc)",
-    "worker/kernels/cuda/gemm.cc": "CUDA: cuBLASLt matrix products",
-    "worker/kernels/cuda/op_timer.cc": "CUDA: per-op times on a stream",
+    "model/kernels/cuda/gemm.cc": "CUDA: cuBLASLt matrix products",
+    "model/kernels/cuda/op_timer.cc": "CUDA: per-op times on a stream",
     "bench/device_bench.cc": "CUDA: the device benchmarks",
     "bench/device_gpt_bench.cc": "CUDA: the GPT-2-124M device benchmark",
     "tests/optim/adam_device_test.cc": "CUDA: adam_device_test's source",
-    "tests/worker/kernels_cuda_test.cc": "CUDA: kernels_cuda_test's source",
-    "tests/worker/device_gpt_test.cc": "CUDA: device_gpt_test's source",
+    "tests/model/kernels_cuda_test.cc": "CUDA: kernels_cuda_test's source",
+    "tests/model/device_gpt_test.cc": "CUDA: device_gpt_test's source",
     "tests/worker/engine_device_test.cc": "CUDA: engine_device_test's source",
     "tests/server/shard_store_device_test.cc":
         "CUDA: shard_store_device_test's source",
-    "tests/worker/flash_attention_emulation_test.cc":
-        "runs the CUDA kernels' source (worker/kernels/cuda, which the Bazel "
+    "tests/model/flash_attention_emulation_test.cc":
+        "runs the CUDA kernels' source (model/kernels/cuda, which the Bazel "
         "build leaves out) on the host",
 }
 # Test binaries and targets that exist only in CUDA builds of CMake.
@@ -61,8 +62,8 @@ CMAKE_ONLY_TESTS = {
         "the flash attention's CUDA kernel source run on the host",
 }
 CMAKE_ONLY_TARGETS = {
-    "zs_kernels_cuda": "CUDA: the GPU kernels (worker/kernels/cuda)",
-    "zs_model_cuda": "CUDA: the GPT model on a device (worker/model/cuda)",
+    "zs_kernels_cuda": "CUDA: the GPU kernels (model/kernels/cuda)",
+    "zs_model_cuda": "CUDA: the GPT model on a device (model/cuda)",
 }
 
 # Folders that hold no project sources.

@@ -75,7 +75,7 @@ TEST(ConfigTest, MainDemoResolves) {
   EXPECT_EQ(c.zero.stage, 3);
   EXPECT_EQ(c.cluster.servers, 2);
   EXPECT_EQ(c.cluster.workers, 2);
-  EXPECT_TRUE(ValidateGptShape(c.cluster.model).ok());
+  EXPECT_TRUE(ValidateModelShape(c.cluster.model).ok());
   // "auto" gas derived from train_batch_size / (micro * workers).
   EXPECT_EQ(c.gradient_accumulation_steps, c.train_batch_size / (c.micro_batch_size * 2));
   // "auto" total_num_steps is the run's step count; data seed defaults to seed.
@@ -113,6 +113,27 @@ TEST(ConfigTest, MinimalConfigTakesDefaults) {
   EXPECT_EQ(c.fp16.loss_scale_window, 1000);
   EXPECT_EQ(c.fp16.hysteresis, 2);
   EXPECT_EQ(c.fp16.min_loss_scale, 1);
+  EXPECT_EQ(c.cluster.model.arch, "gpt2");
+}
+
+// zeroshard.model.arch names the architecture: kept as given (which names
+// exist is model/arch.h's registry, asked by the programs), in the canonical
+// JSON, and a value that is not a name is an error naming the key.
+TEST(ConfigTest, ModelArchIsANameKeptInTheCanonicalJson) {
+  ParsedConfig p = MustParse(
+      R"({"train_micro_batch_size_per_gpu": 1,
+          "zeroshard": {"model": {"arch": "llama", "layers": 2}}})");
+  EXPECT_EQ(p.config.cluster.model.arch, "llama");
+  EXPECT_EQ(p.config.cluster.model.layers, 2);
+  EXPECT_NE(CanonicalJson(p.config).find("\"arch\":\"llama\""),
+            std::string::npos)
+      << CanonicalJson(p.config);
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "zeroshard": {"model": {"arch": 2}}})",
+              {"zeroshard.model.arch", "a string"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "zeroshard": {"model": {"arch": "Llama 3"}}})",
+              {"model arch 'Llama 3'"});
 }
 
 TEST(ConfigTest, UnknownKeysWarnWithFullPath) {

@@ -7,7 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "common/dtype.h"
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_seed.h"
 

@@ -3,6 +3,7 @@
 #include "common/layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -227,6 +228,33 @@ void ExpectInvalid(const ModelManifest& m, uint32_t S, uint32_t N,
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(layout.status().message().find(needle), absl::string_view::npos)
       << layout.status();
+}
+
+// The init rule and class travel with each tensor into TensorInfo; a rule
+// the servers could not apply is refused naming the tensor.
+TEST(FlatLayoutTest, TensorsKeepTheirInitRuleAndClassAndBadOnesAreRefused) {
+  ModelManifest m = SmallManifest();
+  m.units[0].tensors[1].init = {InitRule::Kind::kNormal, 4.0};
+  m.units[0].tensors[1].param_class = TensorClass::kNorm;
+  m.units[1].tensors[0].init = {InitRule::Kind::kOnes};
+  auto layout = FlatLayout::Create(m, 1, 1);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->tensors()[1].init.std_divisor, 4.0);
+  EXPECT_EQ(layout->tensors()[1].param_class, TensorClass::kNorm);
+  EXPECT_EQ(layout->tensors()[2].init.kind, InitRule::Kind::kOnes);
+  EXPECT_EQ(layout->tensors()[0].init.kind, InitRule::Kind::kNormal);
+  EXPECT_EQ(layout->tensors()[0].param_class, TensorClass::kMatrix);
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    m = SmallManifest();
+    m.units[0].tensors[1].init.std_divisor = bad;
+    ExpectInvalid(m, 1, 1, "tensor 'y': init std_divisor");
+  }
+  m = SmallManifest();
+  m.units[1].tensors[0].init.kind = static_cast<InitRule::Kind>(7);
+  ExpectInvalid(m, 1, 1, "tensor 'z' has an unknown init rule");
+  m = SmallManifest();
+  m.units[1].tensors[0].param_class = static_cast<TensorClass>(-1);
+  ExpectInvalid(m, 1, 1, "tensor 'z' has an unknown parameter class");
 }
 
 TEST(FlatLayoutTest, RejectsBadInput) {

@@ -22,11 +22,17 @@ inline v1::ModelManifest FuzzManifest() {
   w->set_name("a.w");
   w->add_shape(40);
   w->add_shape(8);
+  w->mutable_init()->set_kind(v1::InitRule::NORMAL);
+  w->mutable_init()->set_std_divisor(1.0);
+  w->set_param_class(v1::MATRIX);
   v1::UnitSpec* b = m.add_units();
   b->set_name("b");
   v1::TensorSpec* v = b->add_tensors();
   v->set_name("b.v");
   v->add_shape(100);
+  v->mutable_init()->set_kind(v1::InitRule::NORMAL);
+  v->mutable_init()->set_std_divisor(1.0);
+  v->set_param_class(v1::NORM);
   return m;
 }
 

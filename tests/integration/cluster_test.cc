@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/shard_client.h"
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "common/init_values.h"
 #include "gtest/gtest.h"
 #include "optim/optimizer.h"

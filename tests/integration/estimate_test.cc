@@ -1,7 +1,7 @@
 // zeroshard-ctl estimate as a program (bad input is a usage error, --json
 // carries the ZeRO-1 correction), and the estimate against a real run: the
 // peak RSS (VmHWM) of every server and worker of a short zeroshard-train run
-// must lie within 10% of common/memory_estimate's resident estimate for the
+// must lie within 10% of model/memory_estimate's resident estimate for the
 // same config.
 //
 // Peak RSS is sampled from /proc/<pid>/status of zeroshard-train's children
@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/config.h"
-#include "common/memory_estimate.h"
+#include "model/memory_estimate.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"

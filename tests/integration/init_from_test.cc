@@ -6,7 +6,7 @@
 //
 // The fixture is written here, by hand (a JSON header and raw bytes), with
 // the tensor names and [in, out] Conv1D shapes of Hugging Face's GPT-2, so
-// neither direction goes through common/hf_gpt2. A step whose gradient is
+// neither direction goes through model/hf_gpt2. A step whose gradient is
 // made non-finite (--inject_overflow_at_step) is skipped: it applies
 // nothing, so after it the servers still hold exactly what --init_from set,
 // which --save_weights then gathers from their FP32 masters.

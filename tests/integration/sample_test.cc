@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/gpt2_tokenizer.h"
+#include "model/gpt2_tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/train_harness.h"

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "common/init_values.h"
 #include "common/layout.h"
 #include "tests/integration/local_cluster.h"

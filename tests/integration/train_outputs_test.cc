@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "client/train/loss_plot.h"
-#include "client/train/metrics_writer.h"
-#include "client/train/progress_bar.h"
-#include "client/train/run_summary.h"
+#include "tools/train/loss_plot.h"
+#include "tools/train/metrics_writer.h"
+#include "tools/train/progress_bar.h"
+#include "tools/train/run_summary.h"
 #include "common/progress_event.h"
 #include "gtest/gtest.h"
 

@@ -562,6 +562,59 @@ TEST_F(BadInputTest, NotInitialisedAndWrongServer) {
   EXPECT_EQ(info.counters().errors().at("FAILED_PRECONDITION"), 2u);
 }
 
+// The servers match no tensor names: a manifest must state each tensor's
+// init rule and parameter class, and one that leaves either unspecified, or
+// gives a divisor that is not finite and positive, is refused naming the
+// tensor, and the server stays uninitialised.
+TEST_F(BadInputTest, AManifestWithoutInitRulesOrClassesIsRefused) {
+  testing::TestServer fresh = testing::StartServer(0, 2);
+  struct Case {
+    const char* what;
+    std::function<void(v1::TensorSpec*)> spoil;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"no init rule", [](v1::TensorSpec* t) { t->clear_init(); },
+       "has no init rule"},
+      {"zero divisor",
+       [](v1::TensorSpec* t) { t->mutable_init()->set_std_divisor(0); },
+       "std_divisor"},
+      {"NaN divisor",
+       [](v1::TensorSpec* t) {
+         t->mutable_init()->set_std_divisor(std::nan(""));
+       },
+       "std_divisor"},
+      {"unknown init kind",
+       [](v1::TensorSpec* t) {
+         t->mutable_init()->set_kind(static_cast<v1::InitRule::Kind>(9));
+       },
+       "has no init rule"},
+      {"no class",
+       [](v1::TensorSpec* t) { t->set_param_class(v1::PARAM_CLASS_UNSPECIFIED); },
+       "has no parameter class"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    v1::InitRequest req = testing::MakeInit(manifest_, 2, 0, 5, 1024);
+    // The second block's attention matrix (a NORMAL tensor).
+    v1::TensorSpec* t = req.mutable_manifest()->mutable_units(2)->mutable_tensors(2);
+    ASSERT_EQ(t->init().kind(), v1::InitRule::NORMAL);
+    c.spoil(t);
+    const grpc::Status s = testing::InitServer(*fresh.stub, req);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find(c.message), std::string::npos)
+        << s.error_message();
+    EXPECT_NE(s.error_message().find("h.1.attn.c_attn.weight"),
+              std::string::npos)
+        << s.error_message();
+    EXPECT_FALSE(Inspect(*fresh.stub).initialized());
+  }
+  // The same manifest whole is served.
+  EXPECT_TRUE(testing::InitServer(*fresh.stub,
+                                  testing::MakeInit(manifest_, 2, 0, 5, 1024))
+                  .ok());
+}
+
 // ApplyStep must name the run too: another run's (or none) is
 // PERMISSION_DENIED and the prepared push stays held, unapplied; the run's
 // own ApplyStep then applies it.

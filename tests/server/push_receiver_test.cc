@@ -24,6 +24,7 @@ v1::ModelManifest OneTensor(int64_t elems) {
   v1::TensorSpec* t = u->add_tensors();
   t->set_name("w");
   t->add_shape(elems);
+  testing::SetRules(t, v1::InitRule::NORMAL, 1.0, v1::NORM);
   return m;
 }
 

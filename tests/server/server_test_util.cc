@@ -1,14 +1,23 @@
 #include "tests/server/server_test_util.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "wire/grpc_tuning.h"
 #include "gtest/gtest.h"
 
 namespace zeroshard::testing {
+
+void SetRules(v1::TensorSpec* t, v1::InitRule::Kind kind, double std_divisor,
+              v1::ParamClass cls) {
+  t->mutable_init()->set_kind(kind);
+  if (kind == v1::InitRule::NORMAL) t->mutable_init()->set_std_divisor(std_divisor);
+  t->set_param_class(cls);
+}
 
 v1::ModelManifest SmallManifest(uint32_t partition_count) {
   const int64_t d = 32, vocab = 100;
@@ -19,6 +28,19 @@ v1::ModelManifest SmallManifest(uint32_t partition_count) {
     v1::TensorSpec* t = u->add_tensors();
     t->set_name(name);
     for (int64_t s : shape) t->add_shape(s);
+    // GPT-2's rules for its names (model/gpt_manifest.cc), two blocks.
+    const bool bias = absl::EndsWith(name, ".bias");
+    if (bias) {
+      SetRules(t, v1::InitRule::ZEROS, 0, v1::BIAS);
+    } else if (shape.size() == 1) {
+      SetRules(t, v1::InitRule::ONES, 0, v1::NORM);
+    } else if (absl::StartsWith(name, "wte") || absl::StartsWith(name, "wpe")) {
+      SetRules(t, v1::InitRule::NORMAL, 1.0, v1::EMBEDDING);
+    } else {
+      SetRules(t, v1::InitRule::NORMAL,
+               absl::EndsWith(name, "c_proj.weight") ? std::sqrt(2.0 * 2) : 1.0,
+               v1::MATRIX);
+    }
   };
   v1::UnitSpec* emb = m.add_units();
   emb->set_name("embedding");

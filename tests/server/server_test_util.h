@@ -18,6 +18,12 @@
 
 namespace zeroshard::testing {
 
+// States a hand-made tensor's init rule and parameter class, as an
+// architecture would (the servers refuse a manifest without them).
+void SetRules(v1::TensorSpec* t,
+              v1::InitRule::Kind kind = v1::InitRule::NORMAL,
+              double std_divisor = 1.0, v1::ParamClass cls = v1::MATRIX);
+
 // embedding, two blocks and a final LayerNorm of width 32; with
 // partition_count 3 the flat space is a few tens of thousands of elements.
 v1::ModelManifest SmallManifest(uint32_t partition_count);

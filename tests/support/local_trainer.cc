@@ -7,14 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "common/grad_clip.h"
 #include "common/init_values.h"
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
 #include "optim/optimizer.h"
 #include "worker/engine/precision.h"
-#include "worker/model/gpt_forward_backward.h"
+#include "model/gpt_forward_backward.h"
 
 namespace zeroshard {
 namespace {

@@ -39,7 +39,7 @@
 #include "common/loss_scaler.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/engine/step_engine.h"
-#include "worker/model/gpt.h"
+#include "model/gpt.h"
 
 namespace zeroshard {
 

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "common/init_values.h"
 #include "common/layout.h"
 #include "gtest/gtest.h"

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "client/shard_client.h"
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "common/layout.h"
 #include "common/rendezvous.h"
 #include "common/status_macros.h"

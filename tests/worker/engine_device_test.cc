@@ -13,7 +13,7 @@
 #include "tests/support/cuda_device.h"
 #include "tests/worker/engine_checks.h"
 #include "tests/worker/engine_cluster.h"
-#include "worker/model/cuda/device_gpt.h"
+#include "model/cuda/device_gpt.h"
 
 namespace zeroshard::testing {
 namespace {

@@ -22,7 +22,7 @@
 #include <cstring>
 #include <vector>
 
-#include "common/gpt_manifest.h"
+#include "model/gpt_manifest.h"
 #include "gtest/gtest.h"
 #include "tests/worker/engine_checks.h"
 #include "tests/worker/engine_cluster.h"
@@ -199,7 +199,7 @@ TEST(EngineParity, NetworkedMatchesLocalTrainerBf16WithAccumulation) {
 
 // ZeRO-3 with 2 worker threads overlaps gathers, reduce-scatters and
 // compute; two runs must still agree bit for bit (this caught oneDNN
-// primitives shared between threads, worker/kernels/cpu/gemm.cc).
+// primitives shared between threads, model/kernels/cpu/gemm.cc).
 TEST(EngineParity, TwoWorkerRunIsDeterministic) {
   TinyKnobs k;
   ASSERT_OK_AND_ASSIGN(TrainingConfig cfg, TinyConfig(k, 1, 2));

@@ -1,5 +1,5 @@
 // A stand-in for a device's memory, for testing the step engine's
-// model-memory path (worker/model/model_memory.h) where no GPU exists: the
+// model-memory path (model/model_memory.h) where no GPU exists: the
 // CPU model behind a wrapper that behaves, where the engine can get it
 // wrong, as the CUDA model does.
 //
@@ -32,8 +32,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "worker/engine/step_engine.h"
-#include "worker/model/model_memory.h"
-#include "worker/model/unit_model.h"
+#include "model/model_memory.h"
+#include "model/unit_model.h"
 
 namespace zeroshard::testing {
 

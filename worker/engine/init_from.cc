@@ -4,9 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/set_weights.h"
-#include "common/hf_gpt2.h"
+#include "model/hf_gpt2.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "model/arch.h"
 
 namespace zeroshard {
 namespace {
@@ -42,8 +43,10 @@ absl::Status LoadAndSet(const std::string& path, const TrainingConfig& config,
                     "(a restart or a resumed run keeps their weights)";
     return absl::OkStatus();
   }
+  ASSIGN_OR_RETURN(const model::ModelArch* arch,
+                   model::ArchOfManifest(layout.manifest()));
   ASSIGN_OR_RETURN(const std::vector<float> flat,
-                   ReadHfSafetensors(path, layout));
+                   arch->ReadHfSafetensors(path, layout));
   RETURN_IF_ERROR(SetMasterWeights(client->channels(), layout, flat));
   ZS_LOG(INFO) << "--init_from: set " << layout.param_elems()
                << " weights on " << client->num_servers()

@@ -1,6 +1,6 @@
 // Starting weights from a file (zeroshard-worker --init_from=FILE): after
 // InitializeServers, rank 0 reads a Hugging Face GPT-2 safetensors file
-// (common/hf_gpt2.h), checks it against the layout, and overwrites the
+// (model/hf_gpt2.h), checks it against the layout, and overwrites the
 // servers' FP32 master weights over the whole flat space with SetWeights
 // (client/set_weights.h) for the client's layout; padding is written as
 // zero. Adam m and v stay

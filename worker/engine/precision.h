@@ -7,7 +7,7 @@
 
 #include "common/config.h"
 #include "common/dtype.h"
-#include "worker/model/checkpoint_policy.h"
+#include "model/checkpoint_policy.h"
 
 namespace zeroshard {
 

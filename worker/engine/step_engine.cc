@@ -11,6 +11,7 @@
 #include "client/apply_step.h"
 #include "common/grad_clip.h"
 #include "common/logging.h"
+#include "model/arch.h"
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
 #include "worker/engine/precision.h"
@@ -62,9 +63,8 @@ void StepEngine::CancelPrefetch() {
 absl::StatusOr<std::unique_ptr<model::UnitModel>> MakeCpuModel(
     const FlatLayout& layout, const GptShape& shape, DType param_dtype,
     const model::CheckpointPolicy& policy) {
-  ASSIGN_OR_RETURN(model::GptModel m,
-                   model::GptModel::Create(layout, shape, param_dtype, policy));
-  return std::make_unique<model::GptModel>(std::move(m));
+  ASSIGN_OR_RETURN(const model::ModelArch* arch, model::ArchForShape(shape));
+  return arch->MakeCpuModel(layout, shape, param_dtype, policy);
 }
 
 absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
@@ -362,26 +362,26 @@ int StepEngine::NextBackwardUnit(int l) const {
   if (l <= 0) return -1;
   const int prev = l - 1;
   if (model_->NeedsRecompute(prev)) {
-    return model::GptModel::block_unit(model_->RecomputeStart(prev));
+    return model::UnitModel::block_unit(model_->RecomputeStart(prev));
   }
-  return model::GptModel::block_unit(prev);
+  return model::UnitModel::block_unit(prev);
 }
 
 absl::Status StepEngine::ForwardBlocks() {
   const int L = model_->num_blocks();
-  const int emb = model::GptModel::embedding_unit();
+  const int emb = model::UnitModel::embedding_unit();
   const int fin = model_->final_unit();
   cache_->Prefetch(emb);
   {
     ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(emb));
-    cache_->Prefetch(model::GptModel::block_unit(0));
+    cache_->Prefetch(model::UnitModel::block_unit(0));
     RETURN_IF_ERROR(model_->EmbeddingForward(p));
     cache_->Release(emb);
   }
   for (int l = 0; l < L; ++l) {
-    const int u = model::GptModel::block_unit(l);
+    const int u = model::UnitModel::block_unit(l);
     ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
-    cache_->Prefetch(l + 1 < L ? model::GptModel::block_unit(l + 1) : fin);
+    cache_->Prefetch(l + 1 < L ? model::UnitModel::block_unit(l + 1) : fin);
     RETURN_IF_ERROR(model_->BlockForward(l, p));
     cache_->Release(u);
   }
@@ -393,7 +393,7 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
   const int b = config_.micro_batch_size;
   const int T = sampler_->context();
   const int L = model_->num_blocks();
-  const int emb = model::GptModel::embedding_unit();
+  const int emb = model::UnitModel::embedding_unit();
   const int fin = model_->final_unit();
   const bool per_unit_rs = stage_ >= 2;
   const bool accumulate = micro > 0;
@@ -427,15 +427,15 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
   for (int l = L - 1; l >= 0; --l) {
     if (model_->NeedsRecompute(l)) {
       for (int j = model_->RecomputeStart(l); j <= l; ++j) {
-        const int u = model::GptModel::block_unit(j);
+        const int u = model::UnitModel::block_unit(j);
         ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
-        cache_->Prefetch(j < l ? model::GptModel::block_unit(j + 1)
-                               : model::GptModel::block_unit(l));
+        cache_->Prefetch(j < l ? model::UnitModel::block_unit(j + 1)
+                               : model::UnitModel::block_unit(l));
         RETURN_IF_ERROR(model_->RecomputeBlock(j, p));
         if (j < l) cache_->Release(u);
       }
     }
-    const int u = model::GptModel::block_unit(l);
+    const int u = model::UnitModel::block_unit(l);
     ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
     const int next = NextBackwardUnit(l);
     if (next >= 0) cache_->Prefetch(next);
@@ -472,7 +472,7 @@ absl::StatusOr<double> StepEngine::EvalLoss(uint64_t version, const BatchSampler
   if (stage_ < 3) RETURN_IF_ERROR(cache_->GatherAll());
   const int b = config_.micro_batch_size;
   const int T = sampler.context();
-  const int emb = model::GptModel::embedding_unit();
+  const int emb = model::UnitModel::embedding_unit();
   const int fin = model_->final_unit();
   double sum = 0;
   for (int k = 0; k < batches; ++k) {

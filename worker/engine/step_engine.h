@@ -67,7 +67,7 @@
 #include "worker/data/batch_sampler.h"
 #include "worker/engine/comm_queue.h"
 #include "worker/engine/unit_cache.h"
-#include "worker/model/gpt.h"
+#include "model/unit_model.h"
 
 namespace zeroshard {
 
@@ -101,22 +101,24 @@ struct EngineMemory {
   }
 };
 
-// Makes the model the engine drives; the default makes the CPU GptModel. The
-// worker passes one that makes the CUDA model for --device=cuda:K (the engine
-// itself does not depend on CUDA).
+// Makes the model the engine drives; the default makes the shape's
+// architecture's CPU model (model/arch.h). The worker passes one that makes
+// the CUDA model for --device=cuda:K (the engine itself does not depend on
+// CUDA).
 using ModelFactory =
     std::function<absl::StatusOr<std::unique_ptr<model::UnitModel>>(
         const FlatLayout& layout, const GptShape& shape, DType param_dtype,
         const model::CheckpointPolicy& policy)>;
 
-// The CPU model (GptModel).
+// The CPU model of the shape's architecture (ModelArch::MakeCpuModel).
 absl::StatusOr<std::unique_ptr<model::UnitModel>> MakeCpuModel(
     const FlatLayout& layout, const GptShape& shape, DType param_dtype,
     const model::CheckpointPolicy& policy);
 
 class StepEngine {
  public:
-  // `layout` must be FlatLayout::Create(MakeGptManifest(model, N), S, N).
+  // `layout` must be FlatLayout::Create(arch->Manifest(model, N), S, N) for
+  // the configuration's model and its architecture.
   // The pointers must outlive the engine.
   static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
       const TrainingConfig& config, const FlatLayout* layout, int rank,

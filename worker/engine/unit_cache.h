@@ -20,7 +20,7 @@
 // is the full (padded) unit, so Acquire hands out the partition itself, with
 // no buffer, copy or queue task.
 //
-// With a ModelMemory (the CUDA model's device, worker/model/model_memory.h)
+// With a ModelMemory (the CUDA model's device, model/model_memory.h)
 // the full units and a copy of the partition live in model memory: after
 // UploadPartition() each unit's part of the fetched partition is copied
 // there on the queue when the unit is first gathered (so the next unit's
@@ -43,8 +43,8 @@
 #include "common/page_aligned.h"
 #include "worker/comm/collectives.h"
 #include "worker/engine/comm_queue.h"
-#include "worker/model/model_memory.h"
-#include "worker/model/unit_weights.h"
+#include "model/model_memory.h"
+#include "model/unit_weights.h"
 
 namespace zeroshard {
 

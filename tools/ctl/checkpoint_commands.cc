@@ -1,0 +1,183 @@
+// zeroshard-ctl checkpoint, restore and list: coordinated checkpoints of
+// running (or idle) servers, restoring them, and listing a checkpoint
+// directory offline (client/checkpoint_client.h, common/checkpoint_manifest.h).
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/checkpoint_client.h"
+#include "tools/ctl/commands.h"
+#include "client/snapshot_reader.h"
+#include "common/checkpoint_manifest.h"
+#include "wire/grpc_status.h"
+
+namespace zeroshard::ctl {
+namespace {
+
+// Server 0's loss-scaler record, or the default state (with a note).
+LossScalerState LossScalerFromKv(const ShardChannels& channels,
+                                 uint64_t step) {
+  // The record lives in the KV scope of the run's current attempt.
+  absl::StatusOr<v1::InspectResponse> inspected = channels.Inspect(0);
+  v1::KvGetRequest req;
+  req.set_key(LossScalerKvKey(step));
+  if (inspected.ok()) {
+    req.set_run_id(inspected->run_id());
+    req.set_attempt(inspected->attempt());
+  }
+  v1::KvGetResponse resp;
+  grpc::ClientContext ctx;
+  channels.PrepareControlContext(&ctx);
+  const grpc::Status s = channels.stub(0).KvGet(&ctx, req, &resp);
+  if (s.ok() && resp.found()) {
+    auto record = ParseLossScalerRecord(resp.value());
+    if (record.ok() && record->first == step) {
+      std::printf("loss scaler: scale %g from server 0's record of step %llu\n",
+                  record->second.scale, static_cast<unsigned long long>(step));
+      return record->second;
+    }
+  }
+  std::printf("loss scaler: no record of step %llu on server 0 (not FP16, or "
+              "not written by zeroshard-worker); the default state\n",
+              static_cast<unsigned long long>(step));
+  return LossScalerState();
+}
+
+}  // namespace
+
+int RunCheckpoint(const CtlFlags& flags) {
+  if (flags.dir.empty()) {
+    std::fprintf(stderr, "checkpoint needs --dir=DIR\n");
+    return 2;
+  }
+  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  if (!channels.ok()) {
+    std::fprintf(stderr, "checkpoint: %s\n",
+                 channels.status().ToString().c_str());
+    return 2;
+  }
+  auto view = InspectCluster(**channels);
+  if (!view.ok()) {
+    std::fprintf(stderr, "checkpoint: %s\n", view.status().ToString().c_str());
+    return 1;
+  }
+  SnapshotReadOptions options;
+  options.timeout = flags.timeout;
+  std::vector<int> all;
+  for (int k = 0; k < (*channels)->size(); ++k) all.push_back(k);
+  auto armed = SnapshotAtOneStep(**channels, all, flags.dir, flags.step,
+                                 options);
+  if (!armed.ok()) {
+    std::fprintf(stderr, "checkpoint: %s\n", armed.status().ToString().c_str());
+    return 1;
+  }
+  CheckpointInfo info;
+  info.step = armed->step;
+  info.layout = &view->layout;
+  // Rank 0 records the scaler's state for a step before the step before it
+  // is applied, so the record of the armed step exists once it is reached.
+  info.loss_scaler = LossScalerFromKv(**channels, armed->step);
+  if (absl::Status s = CommitCheckpoint(flags.dir, armed->responses, info,
+                                        /*keep_last=*/0);
+      !s.ok()) {
+    std::fprintf(stderr, "checkpoint: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  const std::string folder =
+      (std::filesystem::path(flags.dir) / CheckpointFolderName(armed->step))
+          .string();
+  uint64_t bytes = 0;
+  std::vector<std::vector<std::string>> rows = {
+      {"#", "file", "bytes", "copy s", "write s"}};
+  for (size_t k = 0; k < armed->responses.size(); ++k) {
+    const v1::CheckpointResponse& r = armed->responses[k];
+    bytes += r.bytes();
+    rows.push_back({absl::StrCat(k),
+                    std::filesystem::path(r.path()).filename().string(),
+                    absl::StrCat(r.bytes()),
+                    absl::StrFormat("%.3f", r.copy_seconds()),
+                    absl::StrFormat("%.3f", r.write_seconds())});
+  }
+  std::printf("checkpoint of step %llu: %s (%s)\n",
+              static_cast<unsigned long long>(armed->step), folder.c_str(),
+              HumanBytes(static_cast<double>(bytes)).c_str());
+  PrintTable(rows);
+  return 0;
+}
+
+int RunRestore(const CtlFlags& flags) {
+  if (flags.dir.empty()) {
+    std::fprintf(stderr, "restore needs --dir=DIR\n");
+    return 2;
+  }
+  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  if (!channels.ok()) {
+    std::fprintf(stderr, "restore: %s\n", channels.status().ToString().c_str());
+    return 2;
+  }
+  auto restored = RestoreAll(**channels, flags.dir, flags.step, flags.timeout);
+  if (!restored.ok()) {
+    std::fprintf(stderr, "restore: %s\n", restored.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"#", "address", "version", "adam t", "files", "bytes read", "seconds"}};
+  for (size_t k = 0; k < restored->size(); ++k) {
+    const v1::RestoreResponse& r = (*restored)[k];
+    rows.push_back({absl::StrCat(k), (*channels)->address(k),
+                    absl::StrCat(r.version()), absl::StrCat(r.adam_step()),
+                    absl::StrCat(r.files_verified()),
+                    absl::StrCat(r.bytes_read()),
+                    absl::StrFormat("%.3f", r.seconds())});
+  }
+  std::printf("restored %zu servers from %s at step %llu\n", restored->size(),
+              flags.dir.c_str(),
+              static_cast<unsigned long long>((*restored)[0].version()));
+  PrintTable(rows);
+  return 0;
+}
+
+int RunList(const CtlFlags& flags) {
+  if (flags.dir.empty()) {
+    std::fprintf(stderr, "list needs --dir=DIR\n");
+    return 2;
+  }
+  auto steps = ListCheckpoints(flags.dir);
+  if (!steps.ok()) {
+    std::fprintf(stderr, "list: %s\n", steps.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"step", "servers", "bytes", "model", "config", "folder"}};
+  std::vector<std::string> complete;
+  for (uint64_t step : *steps) {
+    auto m = ReadCheckpointManifest(flags.dir, step);
+    if (!m.ok()) continue;  // listed but gone meanwhile
+    uint64_t bytes = 0;
+    for (const CheckpointShardEntry& e : m->shards) bytes += e.bytes;
+    complete.push_back(CheckpointFolderName(step));
+    rows.push_back({absl::StrCat(step), absl::StrCat(m->num_servers),
+                    absl::StrCat(bytes),
+                    absl::StrFormat("%016x", m->model_fingerprint),
+                    absl::StrFormat("%016x", m->config_fingerprint),
+                    complete.back()});
+  }
+  std::printf("%zu complete checkpoints in %s\n", complete.size(),
+              flags.dir.c_str());
+  if (!complete.empty()) PrintTable(rows);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(flags.dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.rfind("step-", 0) != 0) continue;
+    if (std::find(complete.begin(), complete.end(), name) == complete.end()) {
+      std::printf("incomplete: %s (no valid %s)\n", name.c_str(),
+                  kCheckpointManifestName);
+    }
+  }
+  return 0;
+}
+
+}  // namespace zeroshard::ctl

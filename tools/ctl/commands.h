@@ -1,0 +1,85 @@
+// The subcommands of zeroshard-ctl. Each takes the parsed flags, prints to
+// stdout (errors to stderr) and returns the process exit code: 0 success,
+// 1 a failed operation (unreachable server, not SERVING, bad state), 2 a usage
+// error.
+#ifndef ZEROSHARD_TOOLS_CTL_COMMANDS_H_
+#define ZEROSHARD_TOOLS_CTL_COMMANDS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/shard_client.h"
+#include "model/gpt_manifest.h"
+#include "common/optimizer_config.h"
+#include "common/param_groups.h"
+
+namespace zeroshard::ctl {
+
+struct CtlFlags {
+  std::vector<std::string> servers;
+  absl::Duration timeout = absl::Seconds(30);
+  // Who the tool is on the wire (--credentials, --role); null: no
+  // credentials (servers started with --no_auth).
+  std::shared_ptr<const ClientSecurity> security;
+  // init / smoke: the run the servers are initialised for.
+  std::string run_id;
+  bool json = false;
+  GptShape shape;
+  int workers = 1;
+  int num_servers = 0;  // layout: 0 means len(servers), else 1
+  uint64_t seed = 1;
+  double init_std = 0;
+  uint64_t chunk_elems = 0;
+  OptimizerConfig optimizer;
+  ParamGroups param_groups;  // init: --param_groups
+  int steps = 5;
+  // config: the DeepSpeed-style file, steps override (-1: the file's) and
+  // output path (empty or "-": stdout).
+  std::string config_path;
+  int64_t train_steps = -1;
+  std::string out;
+  // checkpoint / restore / list: the checkpoint directory and step (unset:
+  // the servers' current one / the newest).
+  std::string dir;
+  std::optional<uint64_t> step;
+  // export: safetensors or f32. inspect: --tensor and --state.
+  std::string format = "safetensors";
+  std::string tensor;
+  std::string state;
+};
+
+// Client options derived from the flags (deadlines from --timeout).
+ShardClientOptions ClientOptions(const CtlFlags& flags);
+
+int RunInspect(const CtlFlags& flags);
+int RunHealth(const CtlFlags& flags);
+int RunLayout(const CtlFlags& flags);
+int RunInit(const CtlFlags& flags);
+int RunSmoke(const CtlFlags& flags);
+int RunConfig(const CtlFlags& flags);
+// checkpoint_commands.cc
+int RunCheckpoint(const CtlFlags& flags);
+int RunRestore(const CtlFlags& flags);
+int RunList(const CtlFlags& flags);
+// snapshot_commands.cc: a consistent copy read while training runs.
+int RunExport(const CtlFlags& flags);
+int RunInspectTensor(const CtlFlags& flags);
+// estimate.cc: offline; reads its own flags (--servers is a count there).
+int RunEstimate(int argc, char** argv);
+// sample.cc: text generated from the servers' weights; reads its own flags
+// (--prompt, --max_new_tokens, ...) and which flags were given.
+int RunSample(const CtlFlags& flags, int argc, char** argv);
+
+// "1.5 MiB".
+std::string HumanBytes(double bytes);
+
+// Prints rows as columns padded to their widest cell, two spaces apart.
+void PrintTable(const std::vector<std::vector<std::string>>& rows);
+
+}  // namespace zeroshard::ctl
+
+#endif  // ZEROSHARD_TOOLS_CTL_COMMANDS_H_

@@ -1,0 +1,236 @@
+// zeroshard-ctl inspect and health, and the shared table helpers.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tools/ctl/commands.h"
+#include "client/shard_channels.h"
+
+namespace zeroshard::ctl {
+namespace {
+
+std::string ShortKind(const std::string& kind) {
+  static const std::map<std::string, std::string> kShort = {
+      {"master", "w"}, {"exp_avg", "m"}, {"exp_avg_sq", "v"},
+      {"mirror", "bf16"}, {"pending_grads", "grads"}};
+  auto it = kShort.find(kind);
+  return it == kShort.end() ? kind : it->second;
+}
+
+uint64_t Sum(const google::protobuf::Map<std::string, uint64_t>& m) {
+  uint64_t s = 0;
+  for (const auto& [k, v] : m) s += v;
+  return s;
+}
+
+nlohmann::json ToJson(int k, const std::string& address,
+                      const absl::StatusOr<v1::InspectResponse>& r) {
+  nlohmann::json j;
+  j["index"] = k;
+  j["address"] = address;
+  j["ok"] = r.ok();
+  if (!r.ok()) {
+    j["error"] = r.status().ToString();
+    return j;
+  }
+  j["initialized"] = r->initialized();
+  j["server_index"] = r->server_index();
+  j["num_servers"] = r->num_servers();
+  j["owned_begin"] = r->owned_begin();
+  j["owned_end"] = r->owned_end();
+  j["total_elems"] = r->total_elems();
+  j["chunk_elems"] = r->chunk_elems();
+  j["num_chunks"] = r->num_chunks();
+  j["min_version"] = r->min_version();
+  j["max_version"] = r->max_version();
+  j["adam_step"] = r->adam_step();
+  j["placement"] = r->placement();
+  j["pending_grad_bytes"] = r->pending_grad_bytes();
+  j["pending_grad_limit_bytes"] = r->pending_grad_limit_bytes();
+  j["bytes_by_kind"] = nlohmann::json::object();
+  for (const auto& [kind, b] : r->bytes_by_kind()) j["bytes_by_kind"][kind] = b;
+  j["norms"] = {{"master", r->norms().master()},
+                {"exp_avg", r->norms().exp_avg()},
+                {"exp_avg_sq", r->norms().exp_avg_sq()}};
+  j["calls"] = nlohmann::json::object();
+  for (const auto& [m, n] : r->counters().calls()) j["calls"][m] = n;
+  j["errors"] = nlohmann::json::object();
+  for (const auto& [c, n] : r->counters().errors()) j["errors"][c] = n;
+  j["bytes_in"] = r->counters().bytes_in();
+  j["bytes_out"] = r->counters().bytes_out();
+  j["optimizer"] = {{"kind", r->optimizer().kind() == v1::OptimizerConfig::ADAM
+                                 ? "adam"
+                                 : "adamw"},
+                    {"lr", r->optimizer().lr()},
+                    {"beta1", r->optimizer().beta1()},
+                    {"beta2", r->optimizer().beta2()},
+                    {"eps", r->optimizer().eps()},
+                    {"weight_decay", r->optimizer().weight_decay()}};
+  j["param_groups"] = nlohmann::json::array();
+  for (const v1::ParamGroup& g : r->optimizer().param_groups()) {
+    uint64_t elems = 0;
+    for (const v1::FlatRange& range : g.ranges()) elems += range.length();
+    j["param_groups"].push_back({{"name", g.name()},
+                                 {"weight_decay", g.weight_decay()},
+                                 {"lr_scale", g.lr_scale()},
+                                 {"ranges", g.ranges_size()},
+                                 {"elems", elems}});
+  }
+  return j;
+}
+
+// One line for the run's parameter groups (every server has the same).
+std::string DescribeGroups(const v1::OptimizerConfig& o) {
+  if (o.param_groups().empty()) {
+    return absl::StrCat("parameter groups: single (weight_decay ",
+                        o.weight_decay(), " on every tensor)");
+  }
+  std::vector<std::string> parts;
+  for (const v1::ParamGroup& g : o.param_groups()) {
+    uint64_t elems = 0;
+    for (const v1::FlatRange& range : g.ranges()) elems += range.length();
+    parts.push_back(absl::StrCat(g.name(), " weight_decay ", g.weight_decay(),
+                                 " lr_scale ", g.lr_scale(), " (", elems,
+                                 " elems)"));
+  }
+  return absl::StrCat("parameter groups: ", absl::StrJoin(parts, "; "));
+}
+
+}  // namespace
+
+ShardClientOptions ClientOptions(const CtlFlags& flags) {
+  ShardClientOptions o;
+  o.call_timeout = flags.timeout;
+  o.control_timeout = flags.timeout;
+  o.retry.max_total = flags.timeout;
+  o.security = flags.security;
+  o.run_id = flags.run_id;
+  return o;
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%.0f B", bytes)
+                : absl::StrFormat("%.1f %s", bytes, units[u]);
+}
+
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const bool last = c + 1 == row.size();
+      line += last ? row[c]
+                   : absl::StrFormat("%-*s  ", static_cast<int>(width[c]),
+                                     row[c]);
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+int RunInspect(const CtlFlags& flags) {
+  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  if (!channels.ok()) {
+    std::fprintf(stderr, "%s\n", channels.status().ToString().c_str());
+    return 2;
+  }
+  auto results = (*channels)->InspectAll();
+  int failed = 0;
+  for (const auto& r : results) failed += r.ok() ? 0 : 1;
+  if (flags.json) {
+    nlohmann::json j;
+    j["servers"] = nlohmann::json::array();
+    for (int k = 0; k < (*channels)->size(); ++k) {
+      j["servers"].push_back(ToJson(k, (*channels)->address(k), results[k]));
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return failed == 0 ? 0 : 1;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"#", "address", "owned range", "elems", "versions", "adam t",
+       "placement", "memory", "norm w / m / v", "calls", "errors"}};
+  for (int k = 0; k < (*channels)->size(); ++k) {
+    const auto& r = results[k];
+    if (!r.ok()) {
+      rows.push_back({absl::StrCat(k), (*channels)->address(k),
+                      absl::StrCat("ERROR: ", r.status().ToString())});
+      continue;
+    }
+    if (!r->initialized()) {
+      rows.push_back({absl::StrCat(k), (*channels)->address(k),
+                      "(not initialized)"});
+      continue;
+    }
+    std::vector<std::string> mem;
+    for (const auto& [kind, b] : r->bytes_by_kind()) {
+      mem.push_back(absl::StrCat(ShortKind(kind), " ", HumanBytes(b)));
+    }
+    std::sort(mem.begin(), mem.end());
+    std::vector<std::string> errs;
+    for (const auto& [code, n] : r->counters().errors()) {
+      errs.push_back(absl::StrCat(code, "=", n));
+    }
+    std::sort(errs.begin(), errs.end());
+    rows.push_back(
+        {absl::StrCat(k), (*channels)->address(k),
+         absl::StrCat("[", r->owned_begin(), ", ", r->owned_end(), ")"),
+         absl::StrCat(r->owned_end() - r->owned_begin()),
+         absl::StrCat(r->min_version(), "..", r->max_version()),
+         absl::StrCat(r->adam_step()), r->placement(),
+         absl::StrJoin(mem, ", "),
+         absl::StrFormat("%.4g / %.4g / %.4g", r->norms().master(),
+                         r->norms().exp_avg(), r->norms().exp_avg_sq()),
+         absl::StrCat(Sum(r->counters().calls())),
+         errs.empty() ? "0" : absl::StrJoin(errs, " ")});
+  }
+  PrintTable(rows);
+  for (const auto& r : results) {
+    if (r.ok() && r->initialized()) {
+      std::printf("%s\n", DescribeGroups(r->optimizer()).c_str());
+      break;
+    }
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+int RunHealth(const CtlFlags& flags) {
+  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  if (!channels.ok()) {
+    std::fprintf(stderr, "%s\n", channels.status().ToString().c_str());
+    return 2;
+  }
+  auto results = (*channels)->HealthAll();
+  int bad = 0;
+  std::vector<std::vector<std::string>> rows = {{"#", "address", "status"}};
+  for (int k = 0; k < (*channels)->size(); ++k) {
+    const auto& r = results[k];
+    const std::string s = r.ok() ? *r : absl::StrCat("ERROR: ", r.status().ToString());
+    if (!r.ok() || *r != "SERVING") ++bad;
+    rows.push_back({absl::StrCat(k), (*channels)->address(k), s});
+  }
+  PrintTable(rows);
+  if (bad > 0) {
+    std::fprintf(stderr, "%d of %d servers are not SERVING\n", bad,
+                 (*channels)->size());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace zeroshard::ctl

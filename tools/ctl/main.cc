@@ -1,0 +1,214 @@
+// zeroshard-ctl: inspect, health, layout, init and smoke-test a zeroshard
+// cluster, and resolve a config for hand-started workers. See
+// tools/ctl/commands.h for the subcommands.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "tools/ctl/commands.h"
+#include "client/shard_channels.h"
+
+ABSL_FLAG(std::string, servers, "", "Shard servers, HOST:PORT,... in index order");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "Deadline of each call");
+ABSL_FLAG(std::string, credentials, "",
+          "credentials directory (ca.pem, <role>.pem/.key, <role>.token); "
+          "empty: none (servers started with --no_auth)");
+ABSL_FLAG(std::string, role, "",
+          "worker, ctl or admin (default: ctl for inspect and health, admin "
+          "otherwise)");
+ABSL_FLAG(std::string, run_id, "ctl", "init / smoke: the run id");
+ABSL_FLAG(bool, json, false, "inspect/layout/sample: print JSON");
+ABSL_FLAG(int, layers, 4, "GPT layers");
+ABSL_FLAG(int, heads, 4, "GPT attention heads");
+ABSL_FLAG(int, width, 128, "GPT width (channels)");
+ABSL_FLAG(int, vocab, 256, "GPT vocabulary size");
+ABSL_FLAG(int, context, 128, "GPT context length");
+ABSL_FLAG(std::string, arch, "gpt2",
+          "model architecture (zeroshard.model.arch; known: gpt2)");
+ABSL_FLAG(int, workers, 0, "Workers (layout/init: partition count, default 1; "
+                           "smoke: simulated workers, default the manifest's)");
+ABSL_FLAG(int, num_servers, 0, "layout: servers (default: len(--servers) or 1)");
+ABSL_FLAG(uint64_t, seed, 1, "init: weight seed; smoke: gradient seed; "
+          "sample: sampling seed");
+ABSL_FLAG(double, init_std, 0, "init: std of the normal init (0: 0.02)");
+ABSL_FLAG(uint64_t, chunk_elems, 0, "init: elements per version chunk (0: server default)");
+ABSL_FLAG(std::string, optimizer, "adamw", "init: adamw or adam");
+ABSL_FLAG(double, lr, 1e-3, "init: learning rate");
+ABSL_FLAG(double, beta1, 0.9, "init: Adam beta1");
+ABSL_FLAG(double, beta2, 0.999, "init: Adam beta2");
+ABSL_FLAG(double, eps, 1e-8, "init: Adam eps");
+ABSL_FLAG(double, weight_decay, 0.01, "init: weight decay");
+ABSL_FLAG(std::string, param_groups, "default",
+          "init: default (no decay on biases and norms), single (torch's one "
+          "group) or a JSON object as zeroshard.param_groups");
+ABSL_FLAG(int, steps, 5, "smoke: steps to push");
+ABSL_FLAG(std::string, config, "", "config: the DeepSpeed-style file to resolve; "
+          "sample: the run's file (heads, zeroshard.sample)");
+ABSL_FLAG(int64_t, train_steps, -1, "config: optimizer steps (-1: the file's)");
+ABSL_FLAG(std::string, out, "-", "config: where to write (-: stdout); "
+          "export: the file; inspect --tensor: a .npy of --state");
+ABSL_FLAG(std::string, dir, "", "checkpoint/restore/list: checkpoint directory");
+ABSL_FLAG(int64_t, step, -1, "checkpoint/restore: the step (-1: current / newest)");
+ABSL_FLAG(std::string, format, "safetensors", "export: safetensors or f32");
+ABSL_FLAG(std::string, tensor, "", "inspect: one tensor, e.g. h.0.attn.c_attn.weight");
+ABSL_FLAG(std::string, state, "", "inspect --tensor: master, exp_avg or "
+          "exp_avg_sq (default: all three)");
+
+namespace {
+
+constexpr char kUsage[] =
+    "zeroshard-ctl COMMAND [flags]\n"
+    "  inspect  --servers=...  [--json]   state of every server, as a table\n"
+    "  health   --servers=...             grpc.health.v1 check; exit 1 unless "
+    "all SERVING\n"
+    "  layout   [--num_servers=S] [--workers=N] [shape flags] [--json]\n"
+    "  init     --servers=... [shape flags] [--workers=N] [--seed] [--lr] ...\n"
+    "           [--param_groups=default|single|JSON]\n"
+    "  smoke    --servers=... [--steps=K] [--workers=N]\n"
+    "  config   --config=FILE [--workers=N] [--num_servers=S | --servers=...]\n"
+    "           [--train_steps=K] [--out=FILE]   the resolved configuration\n"
+    "           that zeroshard-worker reads\n"
+    "  inspect  --servers=... --tensor=NAME [--state=S] [--out=FILE.npy]\n"
+    "           one tensor of a consistent snapshot: shape, norm, min, max\n"
+    "  export   --servers=... --out=FILE [--format=safetensors|f32]\n"
+    "           the master weights at one step, without pausing training\n"
+    "  sample   --servers=... (--heads=H | --config=FILE) [--prompt=TEXT|ids:ID,...]\n"
+    "           [--max_new_tokens=N] [--temperature=T] [--top_k=K] [--seed=S]\n"
+    "           [--vocab_file=vocab.json --merges_file=merges.txt] [--json]\n"
+    "           text generated from the servers' weights, without pausing training\n"
+    "  checkpoint --servers=... --dir=DIR [--step=S]   coordinated checkpoint\n"
+    "  restore  --servers=... --dir=DIR [--step=S]\n"
+    "  list     --dir=DIR                 checkpoints in DIR (offline)\n"
+    "  estimate --params=PSI --workers=N --servers=S [--stage=1|2|3]\n"
+    "           [--precision=bf16|fp16|fp32] [--config=FILE] [shape flags]\n"
+    "           [--micro_batch=B] [--checkpointing=none|every_block|every_k]\n"
+    "           [--link_gbps] [--mem_gbps] [--flops] [--json]   memory per\n"
+    "           GPU under DDP/ZeRO-1/2/3, per worker and server, activations,\n"
+    "           wire bytes and step time (offline; --servers is a count)\n"
+    "shape flags: --arch --layers --heads --width --vocab --context";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace zeroshard;
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() != 2) {
+    std::fprintf(stderr, "%s\n", kUsage);
+    return 2;
+  }
+  const std::string command = positional[1];
+  // Offline, and --servers is a count: reads its flags itself.
+  if (command == "estimate") return ctl::RunEstimate(argc, argv);
+  ctl::CtlFlags f;
+  const std::string servers = absl::GetFlag(FLAGS_servers);
+  if (!servers.empty()) {
+    auto list = ParseServerList(servers);
+    if (!list.ok()) {
+      std::fprintf(stderr, "--servers: %s\n", list.status().ToString().c_str());
+      return 2;
+    }
+    f.servers = *list;
+  }
+  f.timeout = absl::GetFlag(FLAGS_timeout);
+  f.run_id = absl::GetFlag(FLAGS_run_id);
+  if (const std::string dir = absl::GetFlag(FLAGS_credentials); !dir.empty()) {
+    std::string role_name = absl::GetFlag(FLAGS_role);
+    if (role_name.empty()) {
+      const bool reads_only =
+          command == "health" ||
+          (command == "inspect" && absl::GetFlag(FLAGS_tensor).empty());
+      role_name = reads_only ? "ctl" : "admin";
+    }
+    absl::StatusOr<Role> role = ParseRole(role_name);
+    if (!role.ok()) {
+      std::fprintf(stderr, "--role: %s\n", role.status().ToString().c_str());
+      return 2;
+    }
+    auto security = ClientSecurity::Load(dir, *role);
+    if (!security.ok()) {
+      std::fprintf(stderr, "--credentials: %s\n",
+                   security.status().ToString().c_str());
+      return 2;
+    }
+    f.security = *std::move(security);
+  }
+  f.json = absl::GetFlag(FLAGS_json);
+  f.shape = {absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_heads),
+             absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_vocab),
+             absl::GetFlag(FLAGS_context), absl::GetFlag(FLAGS_arch)};
+  f.workers = absl::GetFlag(FLAGS_workers);
+  f.num_servers = absl::GetFlag(FLAGS_num_servers);
+  f.seed = absl::GetFlag(FLAGS_seed);
+  f.init_std = absl::GetFlag(FLAGS_init_std);
+  f.chunk_elems = absl::GetFlag(FLAGS_chunk_elems);
+  f.steps = absl::GetFlag(FLAGS_steps);
+  f.config_path = absl::GetFlag(FLAGS_config);
+  f.train_steps = absl::GetFlag(FLAGS_train_steps);
+  f.out = absl::GetFlag(FLAGS_out);
+  f.dir = absl::GetFlag(FLAGS_dir);
+  if (absl::GetFlag(FLAGS_step) >= 0) f.step = absl::GetFlag(FLAGS_step);
+  f.format = absl::GetFlag(FLAGS_format);
+  f.tensor = absl::GetFlag(FLAGS_tensor);
+  f.state = absl::GetFlag(FLAGS_state);
+  const std::string opt = absl::GetFlag(FLAGS_optimizer);
+  if (opt == "adamw") {
+    f.optimizer.kind = OptimizerKind::kAdamW;
+  } else if (opt == "adam") {
+    f.optimizer.kind = OptimizerKind::kAdam;
+  } else {
+    std::fprintf(stderr, "--optimizer must be adamw or adam, not '%s'\n",
+                 opt.c_str());
+    return 2;
+  }
+  f.optimizer.lr = absl::GetFlag(FLAGS_lr);
+  f.optimizer.beta1 = absl::GetFlag(FLAGS_beta1);
+  f.optimizer.beta2 = absl::GetFlag(FLAGS_beta2);
+  f.optimizer.eps = absl::GetFlag(FLAGS_eps);
+  f.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  {
+    std::string g = absl::GetFlag(FLAGS_param_groups);
+    if (g == "default" || g == "single") g = "\"" + g + "\"";
+    absl::StatusOr<ParamGroups> groups = ParseParamGroups(g);
+    if (!groups.ok()) {
+      std::fprintf(stderr, "--param_groups: %s\n",
+                   std::string(groups.status().message()).c_str());
+      return 2;
+    }
+    f.param_groups = *groups;
+  }
+  if (f.timeout <= absl::ZeroDuration()) {
+    std::fprintf(stderr, "--timeout must be positive\n");
+    return 2;
+  }
+  if (f.workers < 0 || f.num_servers < 0 || f.steps < 0) {
+    std::fprintf(stderr, "--workers, --num_servers and --steps must be >= 0\n");
+    return 2;
+  }
+  const bool needs_servers =
+      command != "layout" && command != "config" && command != "list";
+  if (needs_servers && f.servers.empty()) {
+    std::fprintf(stderr, "%s needs --servers=HOST:PORT,...\n", command.c_str());
+    return 2;
+  }
+  if (command == "inspect" && !f.tensor.empty()) {
+    return ctl::RunInspectTensor(f);
+  }
+  if (command == "inspect") return ctl::RunInspect(f);
+  if (command == "export") return ctl::RunExport(f);
+  if (command == "sample") return ctl::RunSample(f, argc, argv);
+  if (command == "checkpoint") return ctl::RunCheckpoint(f);
+  if (command == "restore") return ctl::RunRestore(f);
+  if (command == "list") return ctl::RunList(f);
+  if (command == "health") return ctl::RunHealth(f);
+  if (command == "layout") return ctl::RunLayout(f);
+  if (command == "init") return ctl::RunInit(f);
+  if (command == "smoke") return ctl::RunSmoke(f);
+  if (command == "config") return ctl::RunConfig(f);
+  std::fprintf(stderr, "unknown command '%s'\n%s\n", command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,178 @@
+// zeroshard-ctl export and inspect --tensor: a consistent copy of the
+// servers' state at one step, read while training goes on
+// (client/snapshot_reader.h).
+#include <cmath>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tools/ctl/commands.h"
+#include "tools/ctl/npy.h"
+#include "client/snapshot_reader.h"
+#include "common/atomic_file.h"
+#include "model/hf_gpt2.h"
+#include "model/arch.h"
+
+namespace zeroshard::ctl {
+namespace {
+
+SnapshotReadOptions ReadOptions(const CtlFlags& flags) {
+  SnapshotReadOptions o;
+  o.timeout = flags.timeout;
+  return o;
+}
+
+// Connects and inspects; prints the error and returns null on failure.
+std::unique_ptr<ShardChannels> ConnectOrPrint(const CtlFlags& flags,
+                                              const char* command) {
+  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  if (!channels.ok()) {
+    std::fprintf(stderr, "%s: %s\n", command,
+                 channels.status().ToString().c_str());
+    return nullptr;
+  }
+  return *std::move(channels);
+}
+
+}  // namespace
+
+int RunExport(const CtlFlags& flags) {
+  if (flags.format != "safetensors" && flags.format != "f32") {
+    std::fprintf(stderr, "export: --format must be safetensors or f32, not "
+                 "'%s'\n", flags.format.c_str());
+    return 2;
+  }
+  if (flags.out.empty() || flags.out == "-") {
+    std::fprintf(stderr, "export needs --out=FILE\n");
+    return 2;
+  }
+  auto channels = ConnectOrPrint(flags, "export");
+  if (channels == nullptr) return 2;
+  auto view = InspectCluster(*channels);
+  if (!view.ok()) {
+    std::fprintf(stderr, "export: %s\n", view.status().ToString().c_str());
+    return 1;
+  }
+  const FlatLayout& layout = view->layout;
+  if (flags.format == "safetensors") {
+    if (absl::Status s = CheckGpt2Layout(layout); !s.ok()) {
+      std::fprintf(stderr, "export: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  const absl::Time t0 = absl::Now();
+  auto snap = ReadConsistentSnapshot(*channels, layout,
+                                     {0, layout.total_elems()},
+                                     {SnapshotArray::kMaster},
+                                     ReadOptions(flags));
+  if (!snap.ok()) {
+    std::fprintf(stderr, "export: %s\n", snap.status().ToString().c_str());
+    return 1;
+  }
+  const std::vector<float>& flat = snap->arrays[0];
+  absl::Status written;
+  if (flags.format == "safetensors") {
+    absl::StatusOr<const model::ModelArch*> arch =
+        model::ArchOfManifest(layout.manifest());
+    written = !arch.ok() ? arch.status()
+                         : (*arch)->WriteHfSafetensors(
+                               flags.out, layout, flat,
+                               {{"zeroshard_step", absl::StrCat(snap->step)}});
+  } else {
+    written = WriteFileAtomically(
+        flags.out, absl::string_view(reinterpret_cast<const char*>(flat.data()),
+                                     flat.size() * sizeof(float)));
+  }
+  if (!written.ok()) {
+    std::fprintf(stderr, "export: %s\n", written.ToString().c_str());
+    return 1;
+  }
+  std::printf("exported step %llu: %s (%s, %llu parameters of %llu flat "
+              "elements, %.2f s)\n",
+              static_cast<unsigned long long>(snap->step), flags.out.c_str(),
+              flags.format.c_str(),
+              static_cast<unsigned long long>(layout.param_elems()),
+              static_cast<unsigned long long>(layout.total_elems()),
+              absl::ToDoubleSeconds(absl::Now() - t0));
+  return 0;
+}
+
+int RunInspectTensor(const CtlFlags& flags) {
+  std::vector<SnapshotArray> arrays;
+  if (flags.state.empty()) {
+    arrays = {SnapshotArray::kMaster, SnapshotArray::kExpAvg,
+              SnapshotArray::kExpAvgSq};
+  } else {
+    auto a = ParseSnapshotArray(flags.state);
+    if (!a.ok()) {
+      std::fprintf(stderr, "inspect: --state: %s\n",
+                   std::string(a.status().message()).c_str());
+      return 2;
+    }
+    arrays = {*a};
+  }
+  if (!flags.out.empty() && flags.out != "-" && arrays.size() != 1) {
+    std::fprintf(stderr, "inspect: --out needs one --state "
+                 "(master, exp_avg or exp_avg_sq)\n");
+    return 2;
+  }
+  auto channels = ConnectOrPrint(flags, "inspect");
+  if (channels == nullptr) return 2;
+  auto view = InspectCluster(*channels);
+  if (!view.ok()) {
+    std::fprintf(stderr, "inspect: %s\n", view.status().ToString().c_str());
+    return 1;
+  }
+  const FlatLayout& layout = view->layout;
+  auto index = layout.FindTensor(flags.tensor);
+  if (!index.ok()) {
+    std::fprintf(stderr, "inspect: unknown tensor '%s' (e.g. '%s')\n",
+                 flags.tensor.c_str(), layout.tensors().front().name.c_str());
+    return 2;
+  }
+  const TensorInfo& t = layout.tensors()[*index];
+  auto snap = ReadConsistentSnapshot(*channels, layout,
+                                     {t.offset, t.offset + t.numel}, arrays,
+                                     ReadOptions(flags));
+  if (!snap.ok()) {
+    std::fprintf(stderr, "inspect: %s\n", snap.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("tensor %s shape [%s] at flat offset %llu; step %llu, adam "
+              "step %llu\n",
+              t.name.c_str(), absl::StrJoin(t.shape, ", ").c_str(),
+              static_cast<unsigned long long>(t.offset),
+              static_cast<unsigned long long>(snap->step),
+              static_cast<unsigned long long>(view->min_adam_step));
+  std::vector<std::vector<std::string>> rows = {
+      {"state", "l2_norm", "min", "max", "mean"}};
+  for (size_t a = 0; a < arrays.size(); ++a) {
+    const std::vector<float>& v = snap->arrays[a];
+    double sq = 0, sum = 0;
+    float lo = v.empty() ? 0 : v[0], hi = lo;
+    for (float x : v) {
+      sq += static_cast<double>(x) * x;
+      sum += x;
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+    }
+    const double mean = v.empty() ? 0 : sum / static_cast<double>(v.size());
+    rows.push_back({SnapshotArrayName(arrays[a]),
+                    absl::StrFormat("%.9g", std::sqrt(sq)),
+                    absl::StrFormat("%.9g", lo), absl::StrFormat("%.9g", hi),
+                    absl::StrFormat("%.9g", mean)});
+  }
+  PrintTable(rows);
+  if (!flags.out.empty() && flags.out != "-") {
+    if (absl::Status s = WriteNpyF32(flags.out, t.shape, snap->arrays[0]);
+        !s.ok()) {
+      std::fprintf(stderr, "inspect: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::printf("wrote %s\n", flags.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace zeroshard::ctl

@@ -1,0 +1,516 @@
+#include "tools/train/train_run.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "tools/train/loss_plot.h"
+#include "tools/train/metrics_writer.h"
+#include "tools/train/progress_bar.h"
+#include "tools/train/run_credentials.h"
+#include "tools/train/run_sample.h"
+#include "tools/train/train_cluster.h"
+#include "tools/train/weights_export.h"
+#include "client/apply_step.h"
+#include "client/kv_client.h"
+#include "client/shard_channels.h"
+#include "common/atomic_file.h"
+#include "common/checkpoint_manifest.h"
+#include "common/config.h"
+#include "model/gpt_manifest.h"
+#include "model/hf_gpt2.h"
+#include "common/layout.h"
+#include "common/loss_scaler.h"
+#include "common/logging.h"
+#include "common/progress_event.h"
+#include "common/resolved_config.h"
+#include "common/status_macros.h"
+#include "model/arch.h"
+
+namespace zeroshard {
+namespace {
+
+namespace fs = std::filesystem;
+
+// `path` from the config, inside `out_dir` when relative; "" stays "".
+std::string InOutDir(const std::string& out_dir, const std::string& path) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(out_dir) / path).string();
+}
+
+absl::Status CheckBinary(const std::string& path) {
+  if (access(path.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat(
+        path, " not found or not executable (zeroshard-train looks for its "
+              "sibling binaries in its own directory; build them)"));
+  }
+  return absl::OkStatus();
+}
+
+// Follows the cluster's progress feed until rank 0's "done"; returns the
+// step reached.
+absl::StatusOr<uint64_t> FollowProgress(
+    TrainCluster& cluster, const TrainingConfig& cfg, const TrainOptions& o,
+    MetricsWriter* metrics, std::vector<StepRecord>* records,
+    std::unique_ptr<ProgressBar>* bar) {
+  const absl::Duration step_timeout = absl::Seconds(cfg.cluster.step_timeout_s);
+  absl::Duration timeout =
+      step_timeout + absl::Seconds(cfg.cluster.startup_timeout_s);
+  std::string waiting_for = "the start of training";
+  while (true) {
+    ASSIGN_OR_RETURN(std::string line,
+                     cluster.NextProgressLine(timeout, waiting_for));
+    timeout = step_timeout;
+    absl::StatusOr<WorkerEvent> ev = ParseWorkerEvent(line);
+    if (!ev.ok()) {
+      // Not ours (a stray library print): keep it in the log, don't fail.
+      ZS_LOG(WARNING) << ev.status().message();
+      continue;
+    }
+    switch (ev->kind) {
+      case WorkerEvent::Kind::kStart:
+        waiting_for = absl::StrCat("step ", ev->step);
+        if (!o.quiet) {
+          *bar = std::make_unique<ProgressBar>(
+              o.progress, ev->step, ev->total_steps, cfg.steps_per_print,
+              isatty(fileno(o.progress)) != 0);
+          std::fprintf(o.progress,
+                       "zeroshard-train: %llu parameters, %d servers x %d "
+                       "workers, steps %llu..%llu\n",
+                       static_cast<unsigned long long>(ev->params),
+                       cfg.cluster.servers, cfg.cluster.workers,
+                       static_cast<unsigned long long>(ev->step),
+                       static_cast<unsigned long long>(ev->total_steps));
+        }
+        break;
+      case WorkerEvent::Kind::kStep:
+        waiting_for = absl::StrCat("step ", ev->record.step + 1);
+        // After a restore, steps since the checkpoint are run again: the
+        // first run's record stands.
+        if (!records->empty() && ev->record.step <= records->back().step) {
+          break;
+        }
+        records->push_back(ev->record);
+        if (metrics != nullptr) RETURN_IF_ERROR(metrics->Append(ev->record));
+        if (*bar != nullptr) (*bar)->Update(ev->record);
+        break;
+      case WorkerEvent::Kind::kDone:
+        return ev->step;
+      case WorkerEvent::Kind::kOther:
+        break;
+    }
+  }
+}
+
+// Where the servers stand once nothing is being applied any more: every
+// chunk at `version`, or some (a step whose ApplyStep was under way when
+// its sender died) at version + 1. Waits (bounded) for a server that is
+// still applying.
+struct ServerStand {
+  bool ok = false;
+  uint64_t min_version = 0, max_version = 0;
+};
+ServerStand InspectStand(const ShardChannels& channels) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    ServerStand stand{true, UINT64_MAX, 0};
+    bool busy = false;
+    for (const auto& r : channels.InspectAll()) {
+      if (!r.ok() || !r->initialized()) return ServerStand();
+      busy = busy || r->partial_chunks() != 0;
+      stand.min_version = std::min<uint64_t>(stand.min_version,
+                                             r->min_version());
+      stand.max_version = std::max<uint64_t>(stand.max_version,
+                                             r->max_version());
+    }
+    if (!busy) return stand;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return ServerStand();
+}
+
+// How the launcher reaches its servers: as admin, for the run.
+// What the given servers serve: the run (and its newest attempt) when any
+// is initialised. A server restarted between two runs on the same servers
+// comes back uninitialised, or fresh at step 0 when an earlier try already
+// initialised it again: the run cannot go on there without a restore, and
+// the message says which server and what to do, instead of the workers'
+// "mid-step" refusal later. `resuming`: the workers restore every server.
+struct LiveRun {
+  bool initialized = false;
+  std::string run_id;
+  uint64_t attempt = 0;
+};
+absl::StatusOr<LiveRun> InspectLiveRun(
+    const ShardChannels& probe, const std::vector<std::string>& addresses,
+    bool resuming) {
+  const std::vector<absl::StatusOr<v1::InspectResponse>> all =
+      probe.InspectAll();
+  auto who = [&](size_t k) {
+    return absl::StrCat("server ", k, " (", addresses[k], ")");
+  };
+  LiveRun live;
+  size_t newest = 0;
+  uint64_t newest_version = 0;
+  for (size_t k = 0; k < all.size(); ++k) {
+    if (!all[k].ok()) {
+      return absl::Status(all[k].status().code(),
+                          absl::StrCat(who(k), ": Inspect: ",
+                                       all[k].status().message()));
+    }
+    const v1::InspectResponse& r = *all[k];
+    if (!r.initialized()) continue;
+    if (live.initialized && r.run_id() != live.run_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          who(k), " serves run '", r.run_id(), "' but ", who(newest),
+          " serves run '", live.run_id, "': a server was restarted and "
+          "initialised by another run; restart every server, or give the "
+          "servers of one run"));
+    }
+    live.initialized = true;
+    live.run_id = r.run_id();
+    live.attempt = std::max({live.attempt, r.attempt(), r.prepared_attempt()});
+    if (r.max_version() >= newest_version) {
+      newest_version = r.max_version();
+      newest = k;
+    }
+  }
+  if (!live.initialized || resuming || newest_version == 0) return live;
+  std::vector<std::string> lost;
+  for (size_t k = 0; k < all.size(); ++k) {
+    const v1::InspectResponse& r = *all[k];
+    if (!r.initialized()) {
+      lost.push_back(absl::StrCat(who(k), " is not initialised"));
+    } else if (r.max_version() == 0 && r.partial_chunks() == 0 &&
+               newest_version >= 2) {
+      lost.push_back(absl::StrCat(who(k), " is fresh, at step 0"));
+    }
+  }
+  if (lost.empty()) return live;
+  return absl::FailedPreconditionError(absl::StrCat(
+      absl::StrJoin(lost, "; "), ", while ", who(newest), " serves run '",
+      live.run_id, "' at step ", newest_version, ": ",
+      lost.size() == 1 ? "it was" : "they were",
+      " restarted and lost the run's state, which cannot go on without it. "
+      "Pass --resume=DIR to restore every server from the newest checkpoint "
+      "in DIR, or restart every server to train from step 0"));
+}
+
+absl::StatusOr<ShardClientOptions> LauncherClientOptions(
+    const TrainClusterPlan& plan) {
+  ShardClientOptions options;
+  options.run_id = plan.run_id;
+  ASSIGN_OR_RETURN(options.security,
+                   LoadClientCredentials(plan.credentials_dir, "admin"));
+  return options;
+}
+
+// New workers on live servers speak a newer attempt, which drops the old
+// attempt's keys from server 0's store (the failed rendezvous must not
+// linger). The FP16 loss-scaler records a successor reads for `steps`
+// (worker/engine/resume.h) are copied to the new attempt first.
+absl::Status CarryLossScalerRecords(const std::string& address,
+                                    const ShardClientOptions& options,
+                                    uint64_t attempt,
+                                    std::initializer_list<uint64_t> steps,
+                                    absl::Duration timeout) {
+  if (attempt == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::unique_ptr<KvClient> old_kv,
+                   KvClient::Connect(address, {options.run_id, attempt - 1},
+                                     timeout, options.security));
+  std::vector<std::pair<std::string, std::string>> records;
+  for (uint64_t step : steps) {
+    absl::StatusOr<std::string> rec = old_kv->TryGet(LossScalerKvKey(step));
+    if (rec.ok()) {
+      records.emplace_back(LossScalerKvKey(step), *std::move(rec));
+    } else if (!absl::IsNotFound(rec.status()) &&
+               !absl::IsAborted(rec.status())) {
+      return rec.status();
+    }
+  }
+  if (records.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
+                   KvClient::Connect(address, {options.run_id, attempt}, timeout,
+                                     options.security));
+  for (const auto& [key, value] : records) {
+    RETURN_IF_ERROR(kv->Set(key, value));
+  }
+  return absl::OkStatus();
+}
+
+// Replaces what failed: the workers alone when the servers are alive and
+// clean, otherwise every process, restoring the newest checkpoint. Returns
+// what it did.
+absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
+                                    const TrainOptions& o, uint64_t attempt,
+                                    const std::atomic<bool>* interrupted,
+                                    TrainClusterPlan* plan,
+                                    std::unique_ptr<TrainCluster>* cluster) {
+  plan->attempt = attempt;
+  absl::StatusOr<ShardClientOptions> options = LauncherClientOptions(*plan);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<std::unique_ptr<ShardChannels>> channels =
+      ShardChannels::Connect((*cluster)->server_addresses(), *options);
+  if ((*cluster)->ServersAlive() && channels.ok()) {
+    (*cluster)->StopWorkers();
+    const ServerStand stand = InspectStand(**channels);
+    if (stand.ok && stand.max_version == stand.min_version) {
+      // Nothing of the step is applied anywhere: new workers redo it; the
+      // old attempt's prepared pushes are dropped when the new one speaks.
+      RETURN_IF_ERROR(CarryLossScalerRecords(
+          (*cluster)->server_addresses()[0], *options, attempt,
+          {stand.min_version}, absl::Seconds(cfg.cluster.startup_timeout_s)));
+      RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
+      return absl::StrCat("new workers redo step ", stand.min_version,
+                          " on the same servers");
+    }
+    if (stand.ok && stand.max_version == stand.min_version + 1) {
+      // ApplyStep had reached some servers: every worker had prepared
+      // everywhere, so the step is finished from what the servers hold.
+      const absl::Status applied =
+          ApplyStepAll(**channels, stand.min_version, attempt - 1,
+                       absl::Seconds(cfg.cluster.step_timeout_s))
+              .status();
+      if (applied.ok()) {
+        RETURN_IF_ERROR(CarryLossScalerRecords(
+            (*cluster)->server_addresses()[0], *options, attempt,
+            {stand.min_version + 1},
+            absl::Seconds(cfg.cluster.startup_timeout_s)));
+        RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
+        return absl::StrCat("step ", stand.min_version,
+                            " finished from the servers' prepared pushes; "
+                            "new workers go on from step ",
+                            stand.min_version + 1);
+      }
+      ZS_LOG(WARNING) << "finishing step " << stand.min_version
+                      << " failed: " << applied.message();
+    }
+  }
+  if (!plan->server_addresses.empty()) {
+    return absl::FailedPreconditionError(
+        "the given servers are not at a clean step; restore them "
+        "(zeroshard-ctl restore) and resume");
+  }
+  (*cluster)->StopAll(absl::Seconds(5));
+  cluster->reset();
+  plan->resume_dir = cfg.cluster.checkpoint.dir.empty()
+                         ? o.resume_dir
+                         : cfg.cluster.checkpoint.dir;
+  ASSIGN_OR_RETURN(*cluster, TrainCluster::Start(*plan, interrupted));
+  if (plan->resume_dir.empty()) {
+    return std::string("all processes restarted from step 0 (no checkpoint "
+                       "directory is configured)");
+  }
+  return absl::StrCat("all processes restarted from the newest checkpoint in ",
+                      plan->resume_dir);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ExecutableDir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot read /proc/self/exe: ", ec.message()));
+  }
+  return exe.parent_path().string();
+}
+
+absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
+                                       const std::atomic<bool>* interrupted) {
+  const absl::Time t0 = absl::Now();
+  if (o.config_path.empty()) {
+    return absl::InvalidArgumentError("--config=FILE is required");
+  }
+  ConfigOverrides overrides;
+  overrides.workers = o.workers;
+  overrides.steps = o.steps;
+  overrides.servers = o.servers;
+  if (!o.server_addresses.empty()) {
+    overrides.servers = static_cast<int>(o.server_addresses.size());
+  }
+  ASSIGN_OR_RETURN(ParsedConfig parsed,
+                   LoadTrainingConfig(o.config_path, overrides));
+  for (const std::string& w : parsed.warnings) ZS_LOG(WARNING) << w;
+  const TrainingConfig& cfg = parsed.config;
+  RETURN_IF_ERROR(ValidatePlotPath(cfg.cluster.plot_path));
+  // The closing sample's prompt and vocabulary, checked before anything starts.
+  std::optional<RunSamplePlan> sample;
+  if (o.sample) {
+    ASSIGN_OR_RETURN(sample, PlanRunSample(cfg));
+  }
+  const int servers = cfg.cluster.servers, workers = cfg.cluster.workers;
+  ASSIGN_OR_RETURN(const model::ModelArch* arch,
+                   model::ArchForShape(cfg.cluster.model));
+  ASSIGN_OR_RETURN(ModelManifest manifest,
+                   arch->Manifest(cfg.cluster.model, workers));
+  ASSIGN_OR_RETURN(FlatLayout layout,
+                   FlatLayout::Create(manifest, servers, workers));
+
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create --out=", o.out_dir, ": ", ec.message()));
+  }
+  TrainClusterPlan plan;
+  if (o.bin_dir.empty()) {
+    ASSIGN_OR_RETURN(plan.bin_dir, ExecutableDir());
+  } else {
+    plan.bin_dir = o.bin_dir;
+  }
+  plan.server_addresses = o.server_addresses.empty()
+                              ? cfg.cluster.server_addresses
+                              : o.server_addresses;
+  if (plan.server_addresses.empty()) {
+    RETURN_IF_ERROR(CheckBinary(plan.bin_dir + "/zeroshard-server"));
+  }
+  RETURN_IF_ERROR(CheckBinary(plan.bin_dir + "/zeroshard-worker"));
+  if (!o.init_from.empty()) {
+    // The header alone, so a wrong file fails before any process starts;
+    // rank 0 reads the data (worker/engine/init_from.h).
+    if (absl::Status s = arch->CheckHfSafetensors(o.init_from, layout); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--init_from: ", s.message()));
+    }
+    plan.init_from = fs::absolute(o.init_from).string();
+  }
+  // The one resolved configuration every worker reads
+  // (common/resolved_config.h).
+  plan.config_path = fs::absolute(o.out_dir + "/config.resolved.json").string();
+  RETURN_IF_ERROR(
+      WriteFileAtomically(plan.config_path, ResolvedConfigJson(cfg)));
+  plan.out_dir = o.out_dir;
+  plan.servers = servers;
+  plan.workers = workers;
+  plan.placement = cfg.cluster.placement;
+  if (!cfg.cluster.credentials.empty()) {
+    plan.credentials_dir = fs::absolute(cfg.cluster.credentials).string();
+  } else if (plan.server_addresses.empty()) {
+    // A local cluster without configured credentials still gets some: one
+    // random token per role, readable only by this user.
+    ASSIGN_OR_RETURN(plan.credentials_dir,
+                     MakeRunTokens(o.out_dir + "/credentials"));
+  }
+  plan.inject_overflow_at_step = o.inject_overflow_at_step;
+  plan.inject_partial_apply_at_step = o.inject_partial_apply_at_step;
+  ASSIGN_OR_RETURN(const std::string nonce, RandomHex(8));
+  plan.run_id = absl::StrCat("train-", getpid(), "-", nonce);
+  plan.startup_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
+
+  RunOutputs outputs;
+  outputs.metrics = InOutDir(o.out_dir, cfg.cluster.metrics_path);
+  const std::string plot_path = InOutDir(o.out_dir, cfg.cluster.plot_path);
+  std::unique_ptr<MetricsWriter> metrics;
+  if (!outputs.metrics.empty()) {
+    ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(outputs.metrics,
+                                                  cfg.cluster.metrics_format));
+  }
+
+  plan.resume_dir = o.resume_dir;
+  if (!o.resume_dir.empty()) {
+    ASSIGN_OR_RETURN(std::vector<uint64_t> steps,
+                     ListCheckpoints(o.resume_dir));
+    if (steps.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "--resume=", o.resume_dir, ": no complete checkpoint there"));
+    }
+  }
+  // Given servers that already serve a run (a run continued on live
+  // servers): join it, as a newer attempt, so that the servers accept the
+  // new workers and drop the earlier workers' rendezvous keys.
+  if (!plan.server_addresses.empty()) {
+    ASSIGN_OR_RETURN(const ShardClientOptions probe_options,
+                     LauncherClientOptions(plan));
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardChannels> probe,
+                     ShardChannels::Connect(plan.server_addresses,
+                                            probe_options));
+    ASSIGN_OR_RETURN(const LiveRun live,
+                     InspectLiveRun(*probe, plan.server_addresses,
+                                    !o.resume_dir.empty()));
+    if (live.initialized) {
+      plan.run_id = live.run_id;
+      plan.attempt = live.attempt + 1;
+      ZS_LOG(INFO) << "the given servers serve run " << plan.run_id
+                   << "; joining it as attempt " << plan.attempt;
+    }
+  }
+  const uint64_t base_attempt = plan.attempt;
+  ASSIGN_OR_RETURN(const ShardClientOptions launcher_options,
+                   LauncherClientOptions(plan));
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainCluster> cluster,
+                   TrainCluster::Start(plan, interrupted));
+  outputs.logs = cluster->logs_dir();
+  std::vector<StepRecord> records;
+  std::unique_ptr<ProgressBar> bar;
+  std::vector<std::string> restarts;
+  absl::Status run;
+  for (;;) {
+  run = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(uint64_t done_step,
+                     FollowProgress(*cluster, cfg, o, metrics.get(), &records,
+                                    &bar));
+    const absl::Duration step_timeout =
+        absl::Seconds(cfg.cluster.step_timeout_s);
+    RETURN_IF_ERROR(cluster->WaitWorkers(step_timeout));
+    if (o.save_weights) {
+      RETURN_IF_ERROR(ExportWeights(cluster->server_addresses(), layout,
+                                    static_cast<int64_t>(done_step),
+                                    o.out_dir, step_timeout,
+                                    o.save_safetensors
+                                        ? WeightsFileFormat::kSafetensors
+                                        : WeightsFileFormat::kF32,
+                                    launcher_options));
+      outputs.weights = o.out_dir + "/weights.f32";
+    }
+    return absl::OkStatus();
+  }();
+  if (run.ok() || (interrupted != nullptr && interrupted->load()) ||
+      static_cast<int>(restarts.size()) >= o.max_restarts) {
+    break;
+  }
+  // Crash recovery (docs/DESIGN.md, "Crash recovery").
+  const uint64_t attempt = base_attempt + restarts.size() + 1;
+  absl::StatusOr<std::string> how =
+      Recover(cfg, o, attempt, interrupted, &plan, &cluster);
+  restarts.push_back(absl::StrCat(
+      "restart ", attempt, ": ", run.message(), " -> ",
+      how.ok() ? *how : std::string(how.status().message())));
+  ZS_LOG(WARNING) << restarts.back();
+  if (!how.ok()) {
+    run = how.status();
+    break;
+  }
+  }
+  if (bar != nullptr) bar->Finish();
+  if (run.ok() && sample.has_value()) {
+    PrintRunSample(*sample, cluster->server_addresses(), layout, launcher_options,
+                   absl::Seconds(cfg.cluster.step_timeout_s), o.out_dir, o.progress);
+  }
+  cluster->StopAll(absl::Seconds(5));
+  if (!run.ok()) return run;
+  const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
+
+  if (!plot_path.empty()) {
+    const std::string title = absl::StrFormat(
+        "%s: %d layers, width %d, %d servers x %d workers",
+        fs::path(o.config_path).filename().string(), cfg.cluster.model.layers,
+        cfg.cluster.model.width, servers, workers);
+    ASSIGN_OR_RETURN(outputs.plot, WriteLossPlot(records, plot_path, title));
+  }
+  const uint64_t tokens_per_step =
+      static_cast<uint64_t>(cfg.train_batch_size) * cfg.cluster.model.context;
+  RunSummary summary = Summarize(records, tokens_per_step, wall);
+  summary.restarts = restarts;
+  std::fputs(FormatSummary(summary, outputs).c_str(), o.progress);
+  std::fflush(o.progress);
+  return summary;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,74 @@
+#include "tools/train/weights_export.h"
+
+#include <bit>
+#include <cstdio>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "client/shard_client.h"
+#include "common/atomic_file.h"
+#include "model/hf_gpt2.h"
+#include "common/status_macros.h"
+#include "model/arch.h"
+
+namespace zeroshard {
+std::string WeightsIndexJson(const FlatLayout& layout, int64_t version) {
+  nlohmann::json j;
+  j["format"] = "zeroshard-weights-v1";
+  j["dtype"] = "float32";
+  j["step"] = version;
+  j["total_elems"] = layout.total_elems();
+  j["param_elems"] = layout.param_elems();
+  j["num_workers"] = layout.num_workers();
+  j["num_servers"] = layout.num_servers();
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorInfo& t : layout.tensors()) {
+    tensors.push_back({{"name", t.name},
+                       {"shape", t.shape},
+                       {"offset", t.offset},
+                       {"numel", t.numel},
+                       {"unit", layout.units()[t.unit].name}});
+  }
+  j["tensors"] = std::move(tensors);
+  return j.dump(1) + "\n";
+}
+
+absl::Status ExportWeights(const std::vector<std::string>& servers,
+                           const FlatLayout& layout, int64_t version,
+                           const std::string& dir, absl::Duration timeout,
+                           WeightsFileFormat format,
+                           ShardClientOptions options) {
+  static_assert(std::endian::native == std::endian::little,
+                "weights.f32 is little-endian; add a byte swap here");
+  options.call_timeout = timeout;
+  options.control_timeout = timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
+                   ShardClient::Create(servers, layout, options));
+  std::vector<float> weights(layout.total_elems());
+  const FlatRange all{0, layout.total_elems()};
+  absl::StatusOr<GatherResult> g =
+      client->Gather({&all, 1}, DType::kFp32, version, weights.data(),
+                     weights.size() * sizeof(float));
+  if (!g.ok()) {
+    return absl::Status(g.status().code(),
+                        absl::StrCat("gathering the final weights: ",
+                                     g.status().message()));
+  }
+  if (format == WeightsFileFormat::kSafetensors) {
+    ASSIGN_OR_RETURN(const model::ModelArch* arch,
+                     model::ArchOfManifest(layout.manifest()));
+    RETURN_IF_ERROR(arch->WriteHfSafetensors(
+        dir + "/weights.safetensors", layout, weights,
+        {{"zeroshard_step", absl::StrCat(version)}}));
+  }
+  RETURN_IF_ERROR(WriteFileAtomically(
+      dir + "/weights.f32",
+      absl::string_view(reinterpret_cast<const char*>(weights.data()),
+                        weights.size() * sizeof(float))));
+  return WriteFileAtomically(dir + "/weights.json",
+                             WeightsIndexJson(layout, version));
+}
+
+}  // namespace zeroshard
