@@ -14,51 +14,6 @@
 
 namespace zeroshard {
 
-const char* CommDataTypeName(CommDataType t) {
-  switch (t) {
-    case CommDataType::kFp32: return "fp32";
-    case CommDataType::kBf16: return "bf16";
-  }
-  return "unknown";
-}
-
-const char* PrecisionName(Precision p) {
-  switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-  }
-  return "unknown";
-}
-
-const char* CheckpointPolicyName(CheckpointPolicy p) {
-  switch (p) {
-    case CheckpointPolicy::kNone: return "none";
-    case CheckpointPolicy::kEveryBlock: return "every_block";
-    case CheckpointPolicy::kEveryK: return "every_k";
-  }
-  return "unknown";
-}
-
-const char* PlacementName(Placement p) {
-  switch (p) {
-    case Placement::kHost: return "host";
-    case Placement::kPinned: return "pinned";
-    case Placement::kDevice: return "device";
-  }
-  return "unknown";
-}
-
-const char* DataFormatName(DataFormat f) {
-  switch (f) {
-    case DataFormat::kBytes: return "bytes";
-    case DataFormat::kLlmc: return "llmc";
-    case DataFormat::kUint16: return "uint16";
-    case DataFormat::kAuto: return "auto";
-  }
-  return "unknown";
-}
-
 absl::Status ResolveBatchSizes(std::optional<int> tbs, std::optional<int> mbs,
                                std::optional<int> gas, int world_size, TrainingConfig* c) {
   if (world_size < 1) {
@@ -226,19 +181,17 @@ std::string CanonicalJson(const TrainingConfig& c) {
                  {"consecutive_hysteresis", c.fp16.consecutive_hysteresis},
                  {"max_overflows_at_min_scale", z.max_overflows_at_min_scale}};
   }
-  j["optimizer"] = {{"kind", o.kind == OptimizerKind::kAdamW ? "adamw" : "adam"},
+  j["optimizer"] = {{"kind", NameOf(kOptimizerKindNames, o.kind)},
                     {"lr", o.lr},
                     {"beta1", o.beta1},
                     {"beta2", o.beta2},
                     {"eps", o.eps},
                     {"weight_decay", o.weight_decay},
-                    {"schedule", o.schedule == LrScheduleKind::kConstant       ? "constant"
-                                 : o.schedule == LrScheduleKind::kWarmupLinear ? "warmup_linear"
-                                                                               : "warmup_cosine"},
+                    {"schedule", NameOf(kLrScheduleKindNames, o.schedule)},
                     {"warmup_steps", o.warmup_steps},
                     {"total_steps", o.total_steps},
                     {"min_lr", o.min_lr},
-                    {"warmup_type", o.warmup_type == WarmupType::kLog ? "log" : "linear"},
+                    {"warmup_type", NameOf(kWarmupTypeNames, o.warmup_type)},
                     {"warmup_start_lr", o.warmup_start_lr}};
   j["param_groups"] = DescribeParamGroups(c.param_groups, o.weight_decay);
   j["zero_stage"] = c.zero.stage;

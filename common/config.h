@@ -61,21 +61,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/config_enums.h"
 #include "common/model_shape.h"
 #include "common/optimizer_config.h"
 #include "common/param_groups.h"
 
 namespace zeroshard {
-
-enum class Precision { kFp32 = 0, kBf16 = 1, kFp16 = 2 };
-
-// DeepSpeed's `communication_data_type`, applied to the gradients a worker
-// pushes to the shard servers: "fp32" (default) or "bf16" (half the bytes on
-// the wire and buffered on the servers; each element of the FP32-reduced,
-// FP32-accumulated shard is rounded to BF16 just before it is sent). The
-// reduce-scatter among workers stays FP32. "fp16" is refused: the servers
-// take FP32 or BF16 gradients.
-enum class CommDataType { kFp32 = 0, kBf16 = 1 };
 
 // DeepSpeed's `fp16` section (used when precision == kFp16).
 struct Fp16Config {
@@ -87,8 +78,6 @@ struct Fp16Config {
   double min_loss_scale = 1;      // > 0
   bool consecutive_hysteresis = false;  // see common/loss_scaler.h
 };
-
-enum class OffloadDevice { kNone = 0, kCpu = 1 };
 
 // DeepSpeed's `zero_optimization` section. Only `stage` changes zeroshard's
 // schedule today; the bucket sizes are accepted and recorded (elements).
@@ -106,8 +95,6 @@ struct ZeroConfig {
   uint64_t stage3_max_reuse_distance = 1000000000;
 };
 
-enum class CheckpointPolicy { kNone = 0, kEveryBlock = 1, kEveryK = 2 };
-
 // DeepSpeed's `activation_checkpointing` keys (accepted, recorded) and our
 // policy from `zeroshard.activation_checkpointing`.
 struct ActivationCheckpointingConfig {
@@ -120,15 +107,6 @@ struct ActivationCheckpointingConfig {
   CheckpointPolicy policy = CheckpointPolicy::kNone;
   int k = 1;  // kEveryK: checkpoint blocks 0, k, 2k, ...; >= 1
 };
-
-enum class Placement { kHost = 0, kPinned = 1, kDevice = 2 };
-
-enum class MetricsFormat { kCsv = 0, kJsonl = 1 };
-
-// zeroshard.data.format: text read as bytes (vocab 256), llm.c `.bin`
-// shards, bare uint16 arrays (nanoGPT), or llmc/uint16 by header magic
-// (worker/data/token_file.h).
-enum class DataFormat { kBytes = 0, kLlmc = 1, kUint16 = 2, kAuto = 3 };
 
 // `zeroshard.data`: the corpus, how it is split, and the validation loss.
 struct DataConfig {
@@ -268,11 +246,6 @@ std::string CanonicalJson(const TrainingConfig& config);
 uint64_t ConfigFingerprint(const TrainingConfig& config);
 
 // Lower-case names used in the JSON and in messages.
-const char* PrecisionName(Precision p);
-const char* CommDataTypeName(CommDataType t);
-const char* CheckpointPolicyName(CheckpointPolicy p);
-const char* PlacementName(Placement p);
-const char* DataFormatName(DataFormat f);
 
 }  // namespace zeroshard
 

@@ -155,6 +155,15 @@ class Section {
     return absl::OkStatus();
   }
 
+  // A case-insensitive choice among an enum's canonical names
+  // (common/config_enums.h): sets *out when present.
+  template <typename E, size_t N>
+  absl::Status Enum(absl::string_view key, const EnumNames<E, N>& table, E* out) {
+    ASSIGN_OR_RETURN(int i, Choice(key, NamesOf(table)));
+    if (i >= 0) *out = table[i].value;
+    return absl::OkStatus();
+  }
+
   // A case-insensitive choice among `names`; returns its index, or -1 when
   // absent.
   absl::StatusOr<int> Choice(absl::string_view key, const std::vector<std::string>& names) {
@@ -522,8 +531,7 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
     z.servers = servers->get<int>();
   }
   RETURN_IF_ERROR(s.Int("workers", 1, 4096, &z.workers));
-  ASSIGN_OR_RETURN(int placement, s.Choice("placement", {"host", "pinned", "device"}));
-  if (placement >= 0) z.placement = static_cast<Placement>(placement);
+  RETURN_IF_ERROR(s.Enum("placement", kPlacementNames, &z.placement));
   ASSIGN_OR_RETURN(Section m, s.Child("model"));
   RETURN_IF_ERROR(m.String("arch", &z.model.arch));
   RETURN_IF_ERROR(m.Int("layers", 1, 4096, &z.model.layers));
@@ -559,10 +567,9 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
         "give one");
   }
   RETURN_IF_ERROR(path_list("validation", &z.data.validation_paths));
-  ASSIGN_OR_RETURN(int data_format, d.Choice("format", {"bytes", "llmc", "uint16", "auto"}));
-  z.data.format = data_format >= 0   ? static_cast<DataFormat>(data_format)
-                  : !train.empty()   ? DataFormat::kAuto
-                                     : DataFormat::kBytes;
+  // Absent: by the header's magic for token files, bytes for text.
+  z.data.format = !train.empty() ? DataFormat::kAuto : DataFormat::kBytes;
+  RETURN_IF_ERROR(d.Enum("format", kDataFormatNames, &z.data.format));
   if (!train.empty()) z.data.paths = std::move(train);
   if (z.data.paths.empty() && z.data.format != DataFormat::kBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -586,8 +593,7 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   RETURN_IF_ERROR(s.Int("chunk_elems", 0, kMaxI64, &z.chunk_elems));
   ASSIGN_OR_RETURN(Section met, s.Child("metrics"));
   RETURN_IF_ERROR(met.String("path", &z.metrics_path));
-  ASSIGN_OR_RETURN(int format, met.Choice("format", {"csv", "jsonl"}));
-  if (format >= 0) z.metrics_format = static_cast<MetricsFormat>(format);
+  RETURN_IF_ERROR(met.Enum("format", kMetricsFormatNames, &z.metrics_format));
   met.Finish();
   RETURN_IF_ERROR(s.String("plot", &z.plot_path));
   // "checkpoint_dir" is the older spelling of checkpoint.dir.
@@ -629,8 +635,8 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   RETURN_IF_ERROR(t.Double("startup_seconds", 1e-3, 1e7, &z.startup_timeout_s));
   t.Finish();
   ASSIGN_OR_RETURN(Section ac, s.Child("activation_checkpointing"));
-  ASSIGN_OR_RETURN(int policy, ac.Choice("policy", {"none", "every_block", "every_k"}));
-  if (policy >= 0) c->activation_checkpointing.policy = static_cast<CheckpointPolicy>(policy);
+  RETURN_IF_ERROR(ac.Enum("policy", kCheckpointPolicyNames,
+                          &c->activation_checkpointing.policy));
   RETURN_IF_ERROR(ac.Int("k", 1, 4096, &c->activation_checkpointing.k));
   ac.Finish();
   RETURN_IF_ERROR(s.Int("max_overflows_at_min_scale", 1, kMaxInt, &z.max_overflows_at_min_scale));

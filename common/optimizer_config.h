@@ -6,18 +6,27 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/enum_names.h"
 
 namespace zeroshard {
 
 enum class OptimizerKind { kAdamW = 0, kAdam = 1 };
+inline constexpr EnumNames<OptimizerKind, 2> kOptimizerKindNames = {
+    {{OptimizerKind::kAdamW, "adamw"}, {OptimizerKind::kAdam, "adam"}}};
 
 // kWarmupLinear is DeepSpeed's WarmupDecayLR: warmup, then linear decay to
 // min_lr at total_steps.
 enum class LrScheduleKind { kConstant = 0, kWarmupCosine = 1, kWarmupLinear = 2 };
+inline constexpr EnumNames<LrScheduleKind, 3> kLrScheduleKindNames = {
+    {{LrScheduleKind::kConstant, "constant"},
+     {LrScheduleKind::kWarmupCosine, "warmup_cosine"},
+     {LrScheduleKind::kWarmupLinear, "warmup_linear"}}};
 
 // The warmup's rising function, DeepSpeed's warmup_type: kLinear t / W,
 // kLog log(t + 1) / log(max(W, 2)) (DeepSpeed's default, "log").
 enum class WarmupType { kLinear = 0, kLog = 1 };
+inline constexpr EnumNames<WarmupType, 2> kWarmupTypeNames = {
+    {{WarmupType::kLinear, "linear"}, {WarmupType::kLog, "log"}}};
 
 // Hyperparameters, fixed for a run. Defaults are torch.optim.AdamW's.
 struct OptimizerConfig {

@@ -25,38 +25,6 @@ using nlohmann::json;
 
 constexpr char kMarker[] = "zeroshard_resolved_config";
 
-template <typename E>
-using EnumNames = std::initializer_list<std::pair<E, const char*>>;
-
-const EnumNames<Precision> kPrecisions = {{Precision::kFp32, "fp32"},
-                                          {Precision::kBf16, "bf16"},
-                                          {Precision::kFp16, "fp16"}};
-const EnumNames<CommDataType> kCommDataTypes = {{CommDataType::kFp32, "fp32"},
-                                                {CommDataType::kBf16, "bf16"}};
-const EnumNames<OptimizerKind> kOptimizerKinds = {
-    {OptimizerKind::kAdamW, "adamw"}, {OptimizerKind::kAdam, "adam"}};
-const EnumNames<LrScheduleKind> kSchedules = {
-    {LrScheduleKind::kConstant, "constant"},
-    {LrScheduleKind::kWarmupCosine, "warmup_cosine"},
-    {LrScheduleKind::kWarmupLinear, "warmup_linear"}};
-const EnumNames<WarmupType> kWarmupTypes = {{WarmupType::kLinear, "linear"},
-                                            {WarmupType::kLog, "log"}};
-const EnumNames<OffloadDevice> kOffloadDevices = {{OffloadDevice::kNone, "none"},
-                                                  {OffloadDevice::kCpu, "cpu"}};
-const EnumNames<CheckpointPolicy> kCheckpointPolicies = {
-    {CheckpointPolicy::kNone, "none"},
-    {CheckpointPolicy::kEveryBlock, "every_block"},
-    {CheckpointPolicy::kEveryK, "every_k"}};
-const EnumNames<Placement> kPlacements = {{Placement::kHost, "host"},
-                                          {Placement::kPinned, "pinned"},
-                                          {Placement::kDevice, "device"}};
-const EnumNames<DataFormat> kDataFormats = {{DataFormat::kBytes, "bytes"},
-                                            {DataFormat::kLlmc, "llmc"},
-                                            {DataFormat::kUint16, "uint16"},
-                                            {DataFormat::kAuto, "auto"}};
-const EnumNames<MetricsFormat> kMetricsFormats = {
-    {MetricsFormat::kCsv, "csv"}, {MetricsFormat::kJsonl, "jsonl"}};
-
 // Every field of a TrainingConfig, in file order. V provides
 //   Object(name, fn)        a nested object whose fields fn visits
 //   Field(name, T& value)   a number, bool, string or list of strings
@@ -67,8 +35,8 @@ void VisitConfig(V& v, TrainingConfig& c) {
   v.Field("micro_batch_size", c.micro_batch_size);
   v.Field("gradient_accumulation_steps", c.gradient_accumulation_steps);
   v.Field("gradient_clipping", c.gradient_clipping);
-  v.Enum("precision", c.precision, kPrecisions);
-  v.Enum("communication_data_type", c.communication_data_type, kCommDataTypes);
+  v.Enum("precision", c.precision, kPrecisionNames);
+  v.Enum("communication_data_type", c.communication_data_type, kCommDataTypeNames);
   v.Object("fp16", [&] {
     Fp16Config& f = c.fp16;
     v.Field("loss_scale", f.loss_scale);
@@ -80,17 +48,17 @@ void VisitConfig(V& v, TrainingConfig& c) {
   });
   v.Object("optimizer", [&] {
     OptimizerConfig& o = c.optimizer;
-    v.Enum("kind", o.kind, kOptimizerKinds);
+    v.Enum("kind", o.kind, kOptimizerKindNames);
     v.Field("lr", o.lr);
     v.Field("beta1", o.beta1);
     v.Field("beta2", o.beta2);
     v.Field("eps", o.eps);
     v.Field("weight_decay", o.weight_decay);
-    v.Enum("schedule", o.schedule, kSchedules);
+    v.Enum("schedule", o.schedule, kLrScheduleKindNames);
     v.Field("warmup_steps", o.warmup_steps);
     v.Field("total_steps", o.total_steps);
     v.Field("min_lr", o.min_lr);
-    v.Enum("warmup_type", o.warmup_type, kWarmupTypes);
+    v.Enum("warmup_type", o.warmup_type, kWarmupTypeNames);
     v.Field("warmup_start_lr", o.warmup_start_lr);
   });
   v.Object("param_groups", [&] {
@@ -107,7 +75,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
   v.Object("zero", [&] {
     ZeroConfig& z = c.zero;
     v.Field("stage", z.stage);
-    v.Enum("offload_optimizer", z.offload_optimizer, kOffloadDevices);
+    v.Enum("offload_optimizer", z.offload_optimizer, kOffloadDeviceNames);
     v.Field("offload_pin_memory", z.offload_pin_memory);
     v.Field("overlap_comm", z.overlap_comm);
     v.Field("contiguous_gradients", z.contiguous_gradients);
@@ -129,7 +97,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("synchronize_checkpoint_boundary",
             a.synchronize_checkpoint_boundary);
     v.Field("profile", a.profile);
-    v.Enum("policy", a.policy, kCheckpointPolicies);
+    v.Enum("policy", a.policy, kCheckpointPolicyNames);
     v.Field("k", a.k);
   });
   v.Field("steps_per_print", c.steps_per_print);
@@ -139,7 +107,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("servers", z.servers);
     v.Field("server_addresses", z.server_addresses);
     v.Field("workers", z.workers);
-    v.Enum("placement", z.placement, kPlacements);
+    v.Enum("placement", z.placement, kPlacementNames);
     v.Object("model", [&] {
       v.Field("arch", z.model.arch);
       v.Field("layers", z.model.layers);
@@ -153,7 +121,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
       v.Field("seed", z.data.seed);
       v.Field("validation_fraction", z.data.validation_fraction);
       v.Field("validation_paths", z.data.validation_paths);
-      v.Enum("format", z.data.format, kDataFormats);
+      v.Enum("format", z.data.format, kDataFormatNames);
       v.Field("eval_every_steps", z.data.eval_every_steps);
       v.Field("eval_batches", z.data.eval_batches);
     });
@@ -162,7 +130,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("init_std", z.init_std);
     v.Field("chunk_elems", z.chunk_elems);
     v.Field("metrics_path", z.metrics_path);
-    v.Enum("metrics_format", z.metrics_format, kMetricsFormats);
+    v.Enum("metrics_format", z.metrics_format, kMetricsFormatNames);
     v.Field("plot_path", z.plot_path);
     v.Object("checkpoint", [&] {
       v.Field("dir", z.checkpoint.dir);
@@ -191,8 +159,8 @@ class Writer {
   void Field(const char* name, const T& value) {
     (*stack_.back())[name] = value;
   }
-  template <typename E>
-  void Enum(const char* name, const E& value, EnumNames<E> names) {
+  template <typename E, size_t N>
+  void Enum(const char* name, const E& value, const EnumNames<E, N>& names) {
     for (const auto& [e, text] : names) {
       if (e == value) (*stack_.back())[name] = text;
     }
@@ -250,8 +218,8 @@ class Reader {
       }
     }
   }
-  template <typename E>
-  void Enum(const char* name, E& value, EnumNames<E> names) {
+  template <typename E, size_t N>
+  void Enum(const char* name, E& value, const EnumNames<E, N>& names) {
     const json* j = Find(name);
     if (j == nullptr) return;
     std::vector<std::string> known;

@@ -37,6 +37,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "common/process_flags.h"
 #include "common/process_metrics.h"
 #include "server/device_transfer.h"
 #include "server/shard_server.h"
@@ -51,9 +52,6 @@ ABSL_FLAG(std::string, placement, "host",
 ABSL_FLAG(int, cuda_device, 0,
           "with --placement=device or pinned: the CUDA device K the state "
           "lives on (or is pinned for)");
-ABSL_FLAG(std::string, credentials, "",
-          "directory of credential files: ca.pem + server.pem + server.key "
-          "(mutual TLS) and/or tokens (role -> bearer token table)");
 ABSL_FLAG(bool, no_auth, false,
           "serve without any authentication (loopback addresses only; tests)");
 ABSL_FLAG(std::string, port_file, "",
@@ -65,12 +63,6 @@ ABSL_FLAG(uint64_t, max_pending_grad_mib, 0,
 ABSL_FLAG(double, push_idle_timeout_s, 60,
           "a PushGrad stream that waits longer than this for its next "
           "message is failed and its buffered gradients freed; 0: never");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT to serve Prometheus metrics on (GET /metrics, plain "
-          "HTTP); port 0 picks a free port; empty: no metrics");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "when set with --metrics_listen, the bound metrics port is written "
-          "here (atomically)");
 ABSL_FLAG(bool, plaintext, false,
           "allow plain TCP (no TLS) on a non-loopback --listen address");
 
@@ -171,8 +163,7 @@ int main(int argc, char** argv) {
 
   // Declared before the server and the HTTP endpoint: both use it.
   zeroshard::MetricsRegistry metrics;
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  if (!metrics_listen.empty()) {
+  if (zeroshard::MetricsRequested()) {
     zeroshard::AddProcessMetrics(&metrics);
     options.metrics = &metrics;
   }
@@ -189,28 +180,9 @@ int main(int argc, char** argv) {
                                written.message()));
     }
   }
-  std::unique_ptr<zeroshard::MetricsHttpServer> metrics_http;
-  if (!metrics_listen.empty()) {
-    absl::StatusOr<std::unique_ptr<zeroshard::MetricsHttpServer>> started =
-        zeroshard::MetricsHttpServer::Start(metrics_listen, &metrics);
-    if (!started.ok()) {
-      return Fail(absl::StrCat("--metrics_listen: ",
-                               started.status().message()));
-    }
-    metrics_http = *std::move(started);
-    ZS_LOG(INFO) << "serving metrics on port " << metrics_http->port()
-                 << " (--metrics_listen=" << metrics_listen << ")";
-    const std::string metrics_port_file =
-        absl::GetFlag(FLAGS_metrics_port_file);
-    if (!metrics_port_file.empty()) {
-      const absl::Status written = zeroshard::WriteFileAtomically(
-          metrics_port_file, absl::StrCat(metrics_http->port(), "\n"));
-      if (!written.ok()) {
-        return Fail(absl::StrCat("cannot write --metrics_port_file=",
-                                 metrics_port_file, ": ", written.message()));
-      }
-    }
-  }
+  absl::StatusOr<std::unique_ptr<zeroshard::MetricsHttpServer>> metrics_http =
+      zeroshard::ServeMetricsFromFlags(&metrics);
+  if (!metrics_http.ok()) return Fail(std::string(metrics_http.status().message()));
   std::cout << "zeroshard-server listening on "
             << (host.find(':') != std::string::npos ? absl::StrCat("[", host, "]")
                                                     : host)

@@ -1,9 +1,11 @@
 #include "server/placement.h"
 
 #include <cstdlib>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/device_transfer.h"
 
 #if ZS_HAVE_CUDA
@@ -18,16 +20,15 @@ constexpr size_t kAlignment = 64;
 }  // namespace
 
 absl::StatusOr<Placement> ParsePlacement(absl::string_view name) {
-  if (name == "host") return Placement::kHost;
-  if (name == "pinned") return Placement::kPinned;
-  if (name == "device") return Placement::kDevice;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--placement='", name, "' is not one of host, pinned, device"));
+  if (std::optional<Placement> p = ValueOf(kPlacementNames, name)) return *p;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--placement='", name, "' is not one of ",
+                   absl::StrJoin(NamesOf(kPlacementNames), ", ")));
 }
 
 absl::Status CheckPlacementAvailable(Placement placement) {
   if (placement == Placement::kHost) return absl::OkStatus();
-  const char* name = placement == Placement::kPinned ? "pinned" : "device";
+  const char* name = NameOf(kPlacementNames, placement);
 #if ZS_HAVE_CUDA
   int count = 0;  // not written by the runtime when it fails
   const cudaError_t err = cudaGetDeviceCount(&count);

@@ -20,12 +20,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/config.h"
+#include "common/config_enums.h"
 
 namespace zeroshard {
 
-// Placement itself and PlacementName ("host", "pinned", "device") are
-// common/config.h's, shared with the JSON configuration.
+// Placement itself and its names ("host", "pinned", "device") are
+// common/config_enums.h's, shared with the JSON configuration.
 // Parses the --placement flag value; INVALID_ARGUMENT naming the flag.
 absl::StatusOr<Placement> ParsePlacement(absl::string_view name);
 

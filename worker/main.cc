@@ -49,6 +49,7 @@
 #include "common/malloc_tuning.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
+#include "common/process_flags.h"
 #include "common/process_metrics.h"
 #include "common/progress_event.h"
 #include "common/resolved_config.h"
@@ -78,10 +79,6 @@ ABSL_FLAG(std::string, run_id, "run",
           "the run this worker belongs to (1 to 128 printable ASCII "
           "characters): names its keys in server 0's KV store, with "
           "--attempt");
-ABSL_FLAG(std::string, credentials, "",
-          "credentials directory (ca.pem, <role>.pem/.key, <role>.token; "
-          "docs/DESIGN.md, \"Security\"); empty: none (servers with "
-          "--no_auth)");
 ABSL_FLAG(std::string, role, "worker",
           "the role this worker authenticates as: worker, or admin for the "
           "rank that initialises, checkpoints and restores the servers; "
@@ -116,12 +113,6 @@ ABSL_FLAG(std::string, attempt, "0",
           "count; servers refuse pushes of an older one), or auto: agreed "
           "through server 0's key-value store, a restarted worker starting a "
           "new attempt that its peers join (worker/engine/auto_attempt.h)");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "HOST:PORT to serve Prometheus metrics on (GET /metrics, plain "
-          "HTTP); port 0 picks a free port; empty: no metrics");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "when set with --metrics_listen, the bound metrics port is written "
-          "here (atomically)");
 ABSL_FLAG(int64_t, inject_partial_apply_at_step, -1,
           "testing (rank 0): apply this step on server 0 only, then fail");
 ABSL_FLAG(int64_t, inject_overflow_at_step, -1,
@@ -179,30 +170,6 @@ class WorkerMetrics {
   Histogram& step_;
   std::vector<Counter*> phases_;
 };
-
-// Serves `registry` on --metrics_listen (null when empty), logging the port
-// and writing it to --metrics_port_file.
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(
-    MetricsRegistry* registry) {
-  const std::string listen = absl::GetFlag(FLAGS_metrics_listen);
-  if (listen.empty()) return nullptr;
-  AddProcessMetrics(registry);
-  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
-      MetricsHttpServer::Start(listen, registry);
-  if (!http.ok()) {
-    return absl::Status(http.status().code(),
-                        absl::StrCat("--metrics_listen: ",
-                                     http.status().message()));
-  }
-  ZS_LOG(INFO) << "serving metrics on port " << (*http)->port()
-               << " (--metrics_listen=" << listen << ")";
-  const std::string port_file = absl::GetFlag(FLAGS_metrics_port_file);
-  if (!port_file.empty()) {
-    RETURN_IF_ERROR(WriteFileAtomically(
-        port_file, absl::StrCat((*http)->port(), "\n")));
-  }
-  return http;
-}
 
 // One line of the launcher's progress feed (common/progress_event.h).
 void PrintEvent(const WorkerEvent& event) {
@@ -310,8 +277,9 @@ absl::Status Run() {
   }
   MetricsRegistry registry;
   WorkerMetrics metrics(&registry);
+  if (MetricsRequested()) AddProcessMetrics(&registry);
   ASSIGN_OR_RETURN(std::unique_ptr<MetricsHttpServer> metrics_http,
-                   ServeMetrics(&registry));
+                   ServeMetricsFromFlags(&registry));
   if (absl::GetFlag(FLAGS_threads) > 0) {
     omp_set_num_threads(absl::GetFlag(FLAGS_threads));
   }

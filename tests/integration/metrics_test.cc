@@ -213,10 +213,10 @@ TEST_F(MetricsTest, ServerAndWorkerServeTheirMetrics) {
   // Log lines: UTC time and the process identity.
   const std::regex server_line(
       "^I20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\\.[0-9]{3}Z server 0 "
-      "main\\.cc:[0-9]+\\] serving metrics on port ");
+      "[a-z_]+\\.cc:[0-9]+\\] serving metrics on port ");
   const std::regex worker_line(
       "^I20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\\.[0-9]{3}Z worker 0 "
-      "main\\.cc:[0-9]+\\] serving metrics on port ");
+      "[a-z_]+\\.cc:[0-9]+\\] serving metrics on port ");
   auto has_line = [](const std::string& log, const std::regex& re) {
     for (absl::string_view line : absl::StrSplit(log, '\n')) {
       if (std::regex_search(std::string(line), re)) return true;
