@@ -44,7 +44,7 @@ CMAKE_ONLY = {
     "tests/optim/adam_device_test.cc": "CUDA: adam_device_test's source",
     "tests/model/kernels_cuda_test.cc": "CUDA: kernels_cuda_test's source",
     "tests/model/device_gpt_test.cc": "CUDA: device_gpt_test's source",
-    "tests/worker/engine_device_test.cc": "CUDA: engine_device_test's source",
+    "tests/worker/engine/engine_device_test.cc": "CUDA: engine_device_test's source",
     "tests/server/shard_store_device_test.cc":
         "CUDA: shard_store_device_test's source",
     "tests/model/flash_attention_emulation_test.cc":

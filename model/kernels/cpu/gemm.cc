@@ -69,7 +69,7 @@ struct Context {
 // Primitives are cached per thread: one dnnl::matmul executed from several
 // threads at once gave wrong products here (its library-managed scratchpad
 // is shared by concurrent executions), as worker threads running in one
-// process showed (tests/worker/engine_parity_test.cc).
+// process showed (tests/worker/engine/engine_parity_test.cc).
 std::map<Key, dnnl::matmul>& ThreadCache() {
   thread_local std::map<Key, dnnl::matmul> cache;
   return cache;

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/worker/comm_file_store.h"
+#include "tests/worker/comm/comm_file_store.h"
 #include "worker/comm/collectives.h"
 
 namespace zeroshard {

@@ -24,8 +24,8 @@
 
 #include "model/gpt_manifest.h"
 #include "gtest/gtest.h"
-#include "tests/worker/engine_checks.h"
-#include "tests/worker/engine_cluster.h"
+#include "tests/worker/engine/engine_checks.h"
+#include "tests/worker/engine/engine_cluster.h"
 #include "tests/support/local_trainer.h"
 
 namespace zeroshard::testing {

@@ -1,4 +1,4 @@
-#include "tests/worker/engine_checks.h"
+#include "tests/worker/engine/engine_checks.h"
 
 #include <cmath>
 #include <cstdio>

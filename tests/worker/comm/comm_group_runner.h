@@ -7,8 +7,8 @@
 //   auto statuses = RunGroup("gloo", 3, Options(), [](WorkerGroup& g) {
 //     return g.Barrier();
 //   });
-#ifndef ZEROSHARD_TESTS_WORKER_COMM_GROUP_RUNNER_H_
-#define ZEROSHARD_TESTS_WORKER_COMM_GROUP_RUNNER_H_
+#ifndef ZEROSHARD_TESTS_WORKER_COMM_COMM_GROUP_RUNNER_H_
+#define ZEROSHARD_TESTS_WORKER_COMM_COMM_GROUP_RUNNER_H_
 
 #include <functional>
 #include <string>
@@ -36,4 +36,4 @@ std::vector<absl::Status> RunPartialGroup(const std::string& backend, int size,
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_TESTS_WORKER_COMM_GROUP_RUNNER_H_
+#endif  // ZEROSHARD_TESTS_WORKER_COMM_COMM_GROUP_RUNNER_H_

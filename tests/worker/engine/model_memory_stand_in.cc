@@ -1,4 +1,4 @@
-#include "tests/worker/model_memory_stand_in.h"
+#include "tests/worker/engine/model_memory_stand_in.h"
 
 #include <cstdint>
 #include <cstring>

@@ -9,7 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "tests/worker/engine_cluster.h"
+#include "tests/worker/engine/engine_cluster.h"
 #include "tests/support/local_trainer.h"
 
 namespace zeroshard::testing {

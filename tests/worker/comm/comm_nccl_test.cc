@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/worker/comm_group_runner.h"
+#include "tests/worker/comm/comm_group_runner.h"
 #include "worker/comm/collectives.h"
 #ifdef ZS_HAVE_NCCL
 #include <cuda_runtime.h>

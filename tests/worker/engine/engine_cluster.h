@@ -12,8 +12,8 @@
 //
 // Every wait is bounded: the group timeout, the client's call deadlines, and
 // the servers' shutdown grace. Data: Corpus::FromBytes(TestCorpusText()).
-#ifndef ZEROSHARD_TESTS_WORKER_ENGINE_CLUSTER_H_
-#define ZEROSHARD_TESTS_WORKER_ENGINE_CLUSTER_H_
+#ifndef ZEROSHARD_TESTS_WORKER_ENGINE_ENGINE_CLUSTER_H_
+#define ZEROSHARD_TESTS_WORKER_ENGINE_ENGINE_CLUSTER_H_
 
 #include <functional>
 #include <memory>
@@ -147,4 +147,4 @@ absl::StatusOr<ClusterResult> RunCluster(const TrainingConfig& config,
 
 }  // namespace zeroshard::testing
 
-#endif  // ZEROSHARD_TESTS_WORKER_ENGINE_CLUSTER_H_
+#endif  // ZEROSHARD_TESTS_WORKER_ENGINE_ENGINE_CLUSTER_H_

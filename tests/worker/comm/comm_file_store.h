@@ -6,8 +6,8 @@
 //
 //   FileRendezvousStore store("/tmp/zs-comm-XXXX");
 //   RETURN_IF_ERROR(store.Set("a", "1"));
-#ifndef ZEROSHARD_TESTS_WORKER_COMM_FILE_STORE_H_
-#define ZEROSHARD_TESTS_WORKER_COMM_FILE_STORE_H_
+#ifndef ZEROSHARD_TESTS_WORKER_COMM_COMM_FILE_STORE_H_
+#define ZEROSHARD_TESTS_WORKER_COMM_COMM_FILE_STORE_H_
 
 #include <string>
 #include <vector>
@@ -35,4 +35,4 @@ class FileRendezvousStore : public RendezvousStore {
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_TESTS_WORKER_COMM_FILE_STORE_H_
+#endif  // ZEROSHARD_TESTS_WORKER_COMM_COMM_FILE_STORE_H_

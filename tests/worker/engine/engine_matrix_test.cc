@@ -34,8 +34,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/worker/engine_checks.h"
-#include "tests/worker/engine_cluster.h"
+#include "tests/worker/engine/engine_checks.h"
+#include "tests/worker/engine/engine_cluster.h"
 
 namespace zeroshard::testing {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/rendezvous.h"
 #include "gtest/gtest.h"
-#include "tests/worker/comm_group_runner.h"
+#include "tests/worker/comm/comm_group_runner.h"
 #include "worker/comm/collectives.h"
 #include "worker/comm/gloo_collectives.h"
 

@@ -20,8 +20,8 @@
 //   options.make_model = StandInModelFactory(&record);
 //   ... train ...
 //   EXPECT_TRUE(record.violations().empty());
-#ifndef ZEROSHARD_TESTS_WORKER_MODEL_MEMORY_STAND_IN_H_
-#define ZEROSHARD_TESTS_WORKER_MODEL_MEMORY_STAND_IN_H_
+#ifndef ZEROSHARD_TESTS_WORKER_ENGINE_MODEL_MEMORY_STAND_IN_H_
+#define ZEROSHARD_TESTS_WORKER_ENGINE_MODEL_MEMORY_STAND_IN_H_
 
 #include <atomic>
 #include <cstdint>
@@ -77,4 +77,4 @@ ModelFactory StandInModelFactory(StandInRecord* record);
 
 }  // namespace zeroshard::testing
 
-#endif  // ZEROSHARD_TESTS_WORKER_MODEL_MEMORY_STAND_IN_H_
+#endif  // ZEROSHARD_TESTS_WORKER_ENGINE_MODEL_MEMORY_STAND_IN_H_

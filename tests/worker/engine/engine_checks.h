@@ -7,15 +7,15 @@
 //   ExpectTrained(a, cfg);                    // loss fell, weights moved ~lr
 //   ExpectBitIdentical(a.weights, b.weights, "stage 1 vs 3");
 //   ExpectClose(a.weights, b.weights, cfg, "gas 4 vs 1");
-#ifndef ZEROSHARD_TESTS_WORKER_ENGINE_CHECKS_H_
-#define ZEROSHARD_TESTS_WORKER_ENGINE_CHECKS_H_
+#ifndef ZEROSHARD_TESTS_WORKER_ENGINE_ENGINE_CHECKS_H_
+#define ZEROSHARD_TESTS_WORKER_ENGINE_ENGINE_CHECKS_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "common/config.h"
-#include "tests/worker/engine_cluster.h"
+#include "tests/worker/engine/engine_cluster.h"
 
 namespace zeroshard::testing {
 
@@ -55,4 +55,4 @@ void ExpectTrained(const ClusterResult& r, const TrainingConfig& cfg,
 
 }  // namespace zeroshard::testing
 
-#endif  // ZEROSHARD_TESTS_WORKER_ENGINE_CHECKS_H_
+#endif  // ZEROSHARD_TESTS_WORKER_ENGINE_ENGINE_CHECKS_H_

@@ -11,8 +11,8 @@
 
 #include "gtest/gtest.h"
 #include "tests/support/cuda_device.h"
-#include "tests/worker/engine_checks.h"
-#include "tests/worker/engine_cluster.h"
+#include "tests/worker/engine/engine_checks.h"
+#include "tests/worker/engine/engine_cluster.h"
 #include "model/cuda/device_gpt.h"
 
 namespace zeroshard::testing {

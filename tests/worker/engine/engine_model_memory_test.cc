@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
-#include "tests/worker/engine_checks.h"
-#include "tests/worker/engine_cluster.h"
-#include "tests/worker/model_memory_stand_in.h"
+#include "tests/worker/engine/engine_checks.h"
+#include "tests/worker/engine/engine_cluster.h"
+#include "tests/worker/engine/model_memory_stand_in.h"
 
 namespace zeroshard::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/worker/engine_cluster.h"
+#include "tests/worker/engine/engine_cluster.h"
 
 #include <atomic>
 #include <thread>

@@ -1,4 +1,4 @@
-#include "tests/worker/comm_group_runner.h"
+#include "tests/worker/comm/comm_group_runner.h"
 
 #include <atomic>
 #include <thread>

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/worker/engine_checks.h"
-#include "tests/worker/engine_cluster.h"
+#include "tests/worker/engine/engine_checks.h"
+#include "tests/worker/engine/engine_cluster.h"
 
 namespace zeroshard::testing {
 namespace {
