@@ -8,9 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "common/hash.h"
 #include "common/status_macros.h"
-#include "nlohmann/json.hpp"
 
 namespace zeroshard {
 
@@ -159,69 +157,6 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c) {
         "activation_checkpointing.number_checkpoints >= 0");
   }
   return absl::OkStatus();
-}
-
-std::string CanonicalJson(const TrainingConfig& c) {
-  using nlohmann::json;  // json objects keep keys sorted: the form is canonical
-  const OptimizerConfig& o = c.optimizer;
-  const ClusterConfig& z = c.cluster;
-  json j;
-  j["train_batch_size"] = c.train_batch_size;
-  j["micro_batch_size"] = c.micro_batch_size;
-  j["gradient_accumulation_steps"] = c.gradient_accumulation_steps;
-  j["gradient_clipping"] = c.gradient_clipping;
-  j["precision"] = PrecisionName(c.precision);
-  j["communication_data_type"] = CommDataTypeName(c.communication_data_type);
-  if (c.precision == Precision::kFp16) {
-    j["fp16"] = {{"loss_scale", c.fp16.loss_scale},
-                 {"initial_scale_power", c.fp16.initial_scale_power},
-                 {"loss_scale_window", c.fp16.loss_scale_window},
-                 {"hysteresis", c.fp16.hysteresis},
-                 {"min_loss_scale", c.fp16.min_loss_scale},
-                 {"consecutive_hysteresis", c.fp16.consecutive_hysteresis},
-                 {"max_overflows_at_min_scale", z.max_overflows_at_min_scale}};
-  }
-  j["optimizer"] = {{"kind", NameOf(kOptimizerKindNames, o.kind)},
-                    {"lr", o.lr},
-                    {"beta1", o.beta1},
-                    {"beta2", o.beta2},
-                    {"eps", o.eps},
-                    {"weight_decay", o.weight_decay},
-                    {"schedule", NameOf(kLrScheduleKindNames, o.schedule)},
-                    {"warmup_steps", o.warmup_steps},
-                    {"total_steps", o.total_steps},
-                    {"min_lr", o.min_lr},
-                    {"warmup_type", NameOf(kWarmupTypeNames, o.warmup_type)},
-                    {"warmup_start_lr", o.warmup_start_lr}};
-  j["param_groups"] = DescribeParamGroups(c.param_groups, o.weight_decay);
-  j["zero_stage"] = c.zero.stage;
-  j["activation_checkpointing"] = {
-      {"policy", CheckpointPolicyName(c.activation_checkpointing.policy)},
-      {"k", c.activation_checkpointing.k}};
-  j["model"] = {{"arch", z.model.arch},
-                {"layers", z.model.layers},
-                {"heads", z.model.heads},
-                {"width", z.model.width},
-                {"vocab", z.model.vocab},
-                {"context", z.model.context}};
-  j["data"] = {{"paths", z.data.paths},
-               {"seed", z.data.seed},
-               {"validation_fraction", z.data.validation_fraction},
-               {"validation_paths", z.data.validation_paths},
-               {"format", DataFormatName(z.data.format)},
-               {"eval_every_steps", z.data.eval_every_steps},
-               {"eval_batches", z.data.eval_batches}};
-  j["servers"] = z.servers;
-  j["workers"] = z.workers;
-  j["steps"] = z.steps;
-  j["seed"] = z.seed;
-  j["init_std"] = z.init_std;
-  j["chunk_elems"] = z.chunk_elems;
-  return j.dump();
-}
-
-uint64_t ConfigFingerprint(const TrainingConfig& config) {
-  return Fnv1a64(CanonicalJson(config));
 }
 
 absl::StatusOr<ParsedConfig> LoadTrainingConfig(const std::string& path,

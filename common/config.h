@@ -237,9 +237,12 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& config);
 // every field that changes what is trained: batch sizes, precision and loss
 // scaling, optimizer and schedule, ZeRO stage, checkpointing policy, model,
 // data paths/seed/split, steps, seed, init_std, chunk_elems, server and worker
-// counts. Host-local fields (addresses, TLS files, admin token, metrics/plot/
-// checkpoint paths, timeouts) are left out, so workers on different hosts can
-// compare it. Its keys are zeroshard's field names, not DeepSpeed's.
+// counts (the fp16 section only under fp16). Host-local fields (addresses,
+// TLS files, metrics/plot/checkpoint paths, timeouts) and DeepSpeed keys
+// recorded without effect are left out, so workers on different hosts can
+// compare it. It is the resolved config's field list (common/resolved_config.cc,
+// VisitConfig: the one list of fields) less those, nested and named as the
+// resolved config is, and defined there.
 std::string CanonicalJson(const TrainingConfig& config);
 
 // 64-bit FNV-1a of CanonicalJson(config): a cheap agreement check.

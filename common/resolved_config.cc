@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/hash.h"
 #include "common/json_integer.h"
 #include "nlohmann/json.hpp"
 
@@ -25,10 +26,18 @@ using nlohmann::json;
 
 constexpr char kMarker[] = "zeroshard_resolved_config";
 
-// Every field of a TrainingConfig, in file order. V provides
-//   Object(name, fn)        a nested object whose fields fn visits
+// Every field of a TrainingConfig, in file order: the one list of them that
+// the resolved config's writer and reader and the canonical form
+// (CanonicalJson, ConfigFingerprint) all read. V provides
+//   Object(name, fn, canonical = true)
+//                           a nested object whose fields fn visits; not in
+//                           the canonical form when `canonical` is false
 //   Field(name, T& value)   a number, bool, string or list of strings
 //   Enum(name, E& value, names)
+//   Local(fn)               fields that do not change what the run trains
+//                           (outputs, timeouts, addresses, DeepSpeed keys
+//                           recorded without effect): in the resolved config,
+//                           not in the canonical form
 template <typename V>
 void VisitConfig(V& v, TrainingConfig& c) {
   v.Field("train_batch_size", c.train_batch_size);
@@ -37,6 +46,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
   v.Field("gradient_clipping", c.gradient_clipping);
   v.Enum("precision", c.precision, kPrecisionNames);
   v.Enum("communication_data_type", c.communication_data_type, kCommDataTypeNames);
+  // The fp16 section shapes the run only when it trains in fp16.
   v.Object("fp16", [&] {
     Fp16Config& f = c.fp16;
     v.Field("loss_scale", f.loss_scale);
@@ -45,7 +55,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("hysteresis", f.hysteresis);
     v.Field("min_loss_scale", f.min_loss_scale);
     v.Field("consecutive_hysteresis", f.consecutive_hysteresis);
-  });
+  }, c.precision == Precision::kFp16);
   v.Object("optimizer", [&] {
     OptimizerConfig& o = c.optimizer;
     v.Enum("kind", o.kind, kOptimizerKindNames);
@@ -75,6 +85,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
   v.Object("zero", [&] {
     ZeroConfig& z = c.zero;
     v.Field("stage", z.stage);
+    v.Local([&] {
     v.Enum("offload_optimizer", z.offload_optimizer, kOffloadDeviceNames);
     v.Field("offload_pin_memory", z.offload_pin_memory);
     v.Field("overlap_comm", z.overlap_comm);
@@ -86,9 +97,11 @@ void VisitConfig(V& v, TrainingConfig& c) {
             z.stage3_param_persistence_threshold);
     v.Field("stage3_max_live_parameters", z.stage3_max_live_parameters);
     v.Field("stage3_max_reuse_distance", z.stage3_max_reuse_distance);
+    });
   });
   v.Object("activation_checkpointing", [&] {
     ActivationCheckpointingConfig& a = c.activation_checkpointing;
+    v.Local([&] {
     v.Field("partition_activations", a.partition_activations);
     v.Field("cpu_checkpointing", a.cpu_checkpointing);
     v.Field("contiguous_memory_optimization",
@@ -97,17 +110,20 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("synchronize_checkpoint_boundary",
             a.synchronize_checkpoint_boundary);
     v.Field("profile", a.profile);
+    });
     v.Enum("policy", a.policy, kCheckpointPolicyNames);
     v.Field("k", a.k);
   });
-  v.Field("steps_per_print", c.steps_per_print);
-  v.Field("wall_clock_breakdown", c.wall_clock_breakdown);
+  v.Local([&] {
+    v.Field("steps_per_print", c.steps_per_print);
+    v.Field("wall_clock_breakdown", c.wall_clock_breakdown);
+  });
   v.Object("cluster", [&] {
     ClusterConfig& z = c.cluster;
     v.Field("servers", z.servers);
-    v.Field("server_addresses", z.server_addresses);
+    v.Local([&] { v.Field("server_addresses", z.server_addresses); });
     v.Field("workers", z.workers);
-    v.Enum("placement", z.placement, kPlacementNames);
+    v.Local([&] { v.Enum("placement", z.placement, kPlacementNames); });
     v.Object("model", [&] {
       v.Field("arch", z.model.arch);
       v.Field("layers", z.model.layers);
@@ -129,26 +145,36 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("seed", z.seed);
     v.Field("init_std", z.init_std);
     v.Field("chunk_elems", z.chunk_elems);
-    v.Field("metrics_path", z.metrics_path);
-    v.Enum("metrics_format", z.metrics_format, kMetricsFormatNames);
-    v.Field("plot_path", z.plot_path);
-    v.Object("checkpoint", [&] {
-      v.Field("dir", z.checkpoint.dir);
-      v.Field("every_steps", z.checkpoint.every_steps);
-      v.Field("keep_last", z.checkpoint.keep_last);
+    v.Local([&] {
+      v.Field("metrics_path", z.metrics_path);
+      v.Enum("metrics_format", z.metrics_format, kMetricsFormatNames);
+      v.Field("plot_path", z.plot_path);
+      v.Object("checkpoint", [&] {
+        v.Field("dir", z.checkpoint.dir);
+        v.Field("every_steps", z.checkpoint.every_steps);
+        v.Field("keep_last", z.checkpoint.keep_last);
+      });
+      v.Field("credentials", z.credentials);
+      v.Field("step_timeout_s", z.step_timeout_s);
+      v.Field("startup_timeout_s", z.startup_timeout_s);
     });
-    v.Field("credentials", z.credentials);
-    v.Field("step_timeout_s", z.step_timeout_s);
-    v.Field("startup_timeout_s", z.startup_timeout_s);
     v.Field("max_overflows_at_min_scale", z.max_overflows_at_min_scale);
   });
 }
 
+// Writes every field, or with `canonical_only` only those of the canonical
+// form.
 class Writer {
  public:
-  explicit Writer(json* root) : stack_{root} {}
+  explicit Writer(json* root, bool canonical_only = false)
+      : stack_{root}, canonical_only_(canonical_only) {}
 
-  void Object(const char* name, const std::function<void()>& fields) {
+  void Local(const std::function<void()>& fields) {
+    if (!canonical_only_) fields();
+  }
+  void Object(const char* name, const std::function<void()>& fields,
+              bool canonical = true) {
+    if (canonical_only_ && !canonical) return;
     json* obj = &(*stack_.back())[name];
     *obj = json::object();
     stack_.push_back(obj);
@@ -168,6 +194,7 @@ class Writer {
 
  private:
   std::vector<json*> stack_;
+  bool canonical_only_;
 };
 
 class Reader {
@@ -176,7 +203,9 @@ class Reader {
 
   const absl::Status& status() const { return status_; }
 
-  void Object(const char* name, const std::function<void()>& fields) {
+  void Local(const std::function<void()>& fields) { fields(); }
+  void Object(const char* name, const std::function<void()>& fields,
+              bool /*canonical*/ = true) {
     const json* j = Find(name);
     if (j == nullptr) return;
     if (!j->is_object()) return Fail(name, "is not an object");
@@ -276,6 +305,18 @@ class Reader {
 };
 
 }  // namespace
+
+std::string CanonicalJson(const TrainingConfig& config) {
+  // json objects keep keys sorted: the form is canonical.
+  json j = json::object();
+  Writer writer(&j, /*canonical_only=*/true);
+  VisitConfig(writer, const_cast<TrainingConfig&>(config));
+  return j.dump();
+}
+
+uint64_t ConfigFingerprint(const TrainingConfig& config) {
+  return Fnv1a64(CanonicalJson(config));
+}
 
 std::string ResolvedConfigJson(const TrainingConfig& config) {
   json inner = json::object();

@@ -18,7 +18,8 @@
 // - The file is JSON: {"zeroshard_resolved_config": 1, "config": {...}}, the
 //   inner object holding every field under zeroshard's own names (the keys
 //   of CanonicalJson plus the host-local ones: addresses, paths, timeouts,
-//   the recorded DeepSpeed keys). Numbers round-trip exactly, so
+//   the recorded DeepSpeed keys). One list of fields (VisitConfig) makes
+//   the file, reads it back and makes CanonicalJson. Numbers round-trip exactly, so
 //   ConfigFingerprint(ParseResolvedConfig(ResolvedConfigJson(c))) ==
 //   ConfigFingerprint(c) and the bytes written again are the same.
 // - Reading is strict: a missing key, an unknown key, a wrong type or an
