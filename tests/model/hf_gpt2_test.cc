@@ -25,7 +25,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr GptShape kShape{.layers = 2, .heads = 2, .width = 8, .vocab = 13,
+const GptShape kShape{.layers = 2, .heads = 2, .width = 8, .vocab = 13,
                           .context = 5};
 
 FlatLayout MakeLayout(uint32_t servers, uint32_t workers) {
