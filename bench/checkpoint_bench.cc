@@ -192,8 +192,8 @@ int RunCheckpoint(const std::vector<std::string>& args) {
         h.set_chunk_elems(std::max<uint64_t>(64, (n + 63) / 64 * 64));
         h.add_chunk_versions(0);
         h.add_chunk_adam_steps(0);
-        ShardCheckpointContents c{h, values.data(), values.data(),
-                                  values.data()};
+        ShardCheckpointContents c{h, values.data(),
+                                  {values.data(), values.data()}};
         WriteShardCheckpoint(absl::StrCat(dir, "/write-", k, ".bin"), c)
             .IgnoreError();
       });

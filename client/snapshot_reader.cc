@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/checkpoint_client.h"
 #include "common/status_macros.h"
@@ -25,22 +26,19 @@ absl::StatusOr<uint64_t> MaxVersion(const ShardChannels& channels,
 
 }  // namespace
 
-const char* SnapshotArrayName(SnapshotArray a) {
-  switch (a) {
-    case SnapshotArray::kMaster: return "master";
-    case SnapshotArray::kExpAvg: return "exp_avg";
-    case SnapshotArray::kExpAvgSq: return "exp_avg_sq";
-  }
-  return "?";
+std::vector<std::string> ClusterView::StateNames() const {
+  std::vector<std::string> names = {kMasterState};
+  names.insert(names.end(), state_slots.begin(), state_slots.end());
+  return names;
 }
 
-absl::StatusOr<SnapshotArray> ParseSnapshotArray(const std::string& name) {
-  for (SnapshotArray a : {SnapshotArray::kMaster, SnapshotArray::kExpAvg,
-                          SnapshotArray::kExpAvgSq}) {
-    if (name == SnapshotArrayName(a)) return a;
+absl::Status ClusterView::CheckStateName(const std::string& name) const {
+  const std::vector<std::string> names = StateNames();
+  if (std::find(names.begin(), names.end(), name) != names.end()) {
+    return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "state '", name, "' is not one of master, exp_avg, exp_avg_sq"));
+      "state '", name, "' is not one of ", absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<ClusterView> InspectCluster(const ShardChannels& channels) {
@@ -85,8 +83,23 @@ absl::StatusOr<ClusterView> InspectCluster(const ShardChannels& channels) {
           "), the layout says [", want.begin, ", ", want.end, ")"));
     }
   }
+  // A server from before slots were named reports none: AdamW's.
+  std::vector<std::string> slots(servers[0].state_slots().begin(),
+                                 servers[0].state_slots().end());
+  if (slots.empty()) slots = {"exp_avg", "exp_avg_sq"};
+  for (int k = 1; k < channels.size(); ++k) {
+    std::vector<std::string> other(servers[k].state_slots().begin(),
+                                   servers[k].state_slots().end());
+    if (other.empty()) other = {"exp_avg", "exp_avg_sq"};
+    if (other != slots) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", k, " keeps the optimizer state [",
+          absl::StrJoin(other, ", "), "], server 0 [",
+          absl::StrJoin(slots, ", "), "]"));
+    }
+  }
   return ClusterView{std::move(layout), std::move(servers), max_version,
-                     min_adam_step};
+                     min_adam_step, std::move(slots)};
 }
 
 absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
@@ -131,12 +144,12 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
 
 absl::Status ReadSnapshotRange(const ShardChannels& channels, int k,
                                uint64_t step, FlatRange range,
-                               SnapshotArray array,
+                               const std::string& array,
                                const SnapshotReadOptions& options,
                                float* dst) {
   v1::ReadSnapshotRequest req;
   req.set_step(step);
-  req.set_array(static_cast<v1::ReadSnapshotRequest::Array>(array));
+  req.set_state(array);
   v1::FlatRange* r = req.add_ranges();
   r->set_offset(range.begin);
   r->set_length(range.size());
@@ -178,7 +191,7 @@ absl::Status ReadSnapshotRange(const ShardChannels& channels, int k,
 
 absl::StatusOr<ConsistentSnapshot> ReadConsistentSnapshot(
     const ShardChannels& channels, const FlatLayout& layout, FlatRange range,
-    const std::vector<SnapshotArray>& arrays,
+    const std::vector<std::string>& arrays,
     const SnapshotReadOptions& options) {
   if (range.begin > range.end || range.end > layout.total_elems()) {
     return absl::InvalidArgumentError(absl::StrCat(

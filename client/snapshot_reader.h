@@ -8,7 +8,7 @@
 //   ASSIGN_OR_RETURN(ClusterView view, InspectCluster(*channels));
 //   ASSIGN_OR_RETURN(ConsistentSnapshot snap, ReadConsistentSnapshot(
 //       *channels, view.layout, {0, view.layout.total_elems()},
-//       {SnapshotArray::kMaster}, SnapshotReadOptions{}));
+//       {kMasterState}, SnapshotReadOptions{}));
 //   // snap.step, snap.arrays[0] (snap.range.size() floats)
 //
 // The step: the servers' highest version; when a server is already past it
@@ -30,12 +30,10 @@
 
 namespace zeroshard {
 
-enum class SnapshotArray { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
-
-// "master", "exp_avg", "exp_avg_sq"; ParseSnapshotArray is INVALID_ARGUMENT
-// for anything else.
-const char* SnapshotArrayName(SnapshotArray a);
-absl::StatusOr<SnapshotArray> ParseSnapshotArray(const std::string& name);
+// A snapshot's arrays are named: "master", or one of the servers'
+// optimizer state slots (ClusterView::state_slots; AdamW: exp_avg,
+// exp_avg_sq).
+inline constexpr char kMasterState[] = "master";
 
 // What every server reports, and the layout it implies.
 struct ClusterView {
@@ -43,6 +41,12 @@ struct ClusterView {
   std::vector<v1::InspectResponse> servers;  // in index order
   uint64_t max_version = 0;                  // over servers
   uint64_t min_adam_step = 0;
+  // The optimizer rule's state slots, as every server names them.
+  std::vector<std::string> state_slots;
+  // "master" and the state slots: what a snapshot can read.
+  std::vector<std::string> StateNames() const;
+  // INVALID_ARGUMENT naming the choices unless `name` is one of StateNames().
+  absl::Status CheckStateName(const std::string& name) const;
 };
 
 // Inspects every server: all must answer, be initialised, agree on the
@@ -69,11 +73,12 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
     const std::string& directory, std::optional<uint64_t> step,
     const SnapshotReadOptions& options);
 
-// Reads `range` (inside server k's owned range) of `array` from server k's
+// Reads `range` (inside server k's owned range) of state `array` ("master"
+// or a slot name) from server k's
 // complete in-memory snapshot of `step` into dst (range.size() floats).
 absl::Status ReadSnapshotRange(const ShardChannels& channels, int k,
                                uint64_t step, FlatRange range,
-                               SnapshotArray array,
+                               const std::string& array,
                                const SnapshotReadOptions& options, float* dst);
 
 struct ConsistentSnapshot {
@@ -86,7 +91,7 @@ struct ConsistentSnapshot {
 // A consistent copy of `range` (inside [0, total)) of the requested arrays.
 absl::StatusOr<ConsistentSnapshot> ReadConsistentSnapshot(
     const ShardChannels& channels, const FlatLayout& layout, FlatRange range,
-    const std::vector<SnapshotArray>& arrays,
+    const std::vector<std::string>& arrays,
     const SnapshotReadOptions& options);
 
 }  // namespace zeroshard

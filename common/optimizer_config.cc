@@ -7,6 +7,25 @@
 
 namespace zeroshard {
 
+absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind) {
+  static constexpr StateSlot kAdamSlots[] = {{"exp_avg", DType::kFp32},
+                                             {"exp_avg_sq", DType::kFp32}};
+  switch (kind) {
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdam:
+      return kAdamSlots;
+  }
+  return {};
+}
+
+size_t OptimizerStateBytesPerElement(OptimizerKind kind) {
+  size_t bytes = 0;
+  for (const StateSlot& s : OptimizerStateSlots(kind)) {
+    bytes += DTypeSize(s.dtype);
+  }
+  return bytes;
+}
+
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   auto bad = [](const char* field, double value, const char* want) {
     return absl::InvalidArgumentError(

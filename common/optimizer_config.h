@@ -6,6 +6,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/dtype.h"
 #include "common/enum_names.h"
 
 namespace zeroshard {
@@ -13,6 +15,22 @@ namespace zeroshard {
 enum class OptimizerKind { kAdamW = 0, kAdam = 1 };
 inline constexpr EnumNames<OptimizerKind, 2> kOptimizerKindNames = {
     {{OptimizerKind::kAdamW, "adamw"}, {OptimizerKind::kAdam, "adam"}}};
+
+// One array of optimizer state that a server keeps per parameter element,
+// beside the FP32 master weights and their BF16 mirror. An update rule
+// declares its slots (optim/update_rule.h); the store, checkpoint files,
+// restore, snapshots, Inspect and the memory estimate read them from here
+// instead of naming the arrays.
+struct StateSlot {
+  const char* name;  // e.g. "exp_avg"; unique within a rule
+  DType dtype;       // bytes per element: DTypeSize(dtype)
+};
+
+// The slots of `kind`'s update rule, in their order in the store and in
+// checkpoint files. Adam and AdamW: exp_avg (m), exp_avg_sq (v), FP32.
+absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind);
+// Sum of the slots' element sizes (8 for Adam / AdamW).
+size_t OptimizerStateBytesPerElement(OptimizerKind kind);
 
 // kWarmupLinear is DeepSpeed's WarmupDecayLR: warmup, then linear decay to
 // min_lr at total_steps.

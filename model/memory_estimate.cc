@@ -159,7 +159,14 @@ ProcessEstimate ServerEstimate(const EstimateInput& in, double psi) {
   const double s = in.servers;
   ProcessEstimate v;
   v.terms.push_back({"FP32 master weights", "4Ψ/S", 4 * psi / s});
-  v.terms.push_back({"Adam m, v (FP32)", "8Ψ/S", 8 * psi / s});
+  // The optimizer's state slots, as its rule declares them (AdamW: m, v).
+  std::string slots;
+  for (const StateSlot& slot : OptimizerStateSlots(in.optimizer)) {
+    absl::StrAppend(&slots, slots.empty() ? "" : ", ", slot.name);
+  }
+  const size_t k = OptimizerStateBytesPerElement(in.optimizer);
+  v.terms.push_back({absl::StrCat("optimizer state (", slots, ")"),
+                     absl::StrCat(k, "Ψ/S"), static_cast<double>(k) * psi / s});
   v.terms.push_back({"BF16 mirror", "2Ψ/S", 2 * psi / s});
   v.model_state_terms = 3;
   if (in.grad_wire == CommDataType::kBf16) {

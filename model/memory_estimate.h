@@ -63,6 +63,9 @@ struct EstimateInput {
   int stage = 3;      // this run's ZeRO stage (1, 2, 3)
   Precision precision = Precision::kBf16;
   CommDataType grad_wire = CommDataType::kFp32;  // communication_data_type
+  // The servers' update rule: its state slots (OptimizerStateSlots) size the
+  // server's optimizer state. The ZeRO-paper rows keep the paper's K = 12.
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
   // The model's shape, for activations, unit sizes and FLOPs; without it
   // the unit working set and activations are left out (reported as 0).
   std::optional<ModelShape> model;

@@ -262,12 +262,12 @@ absl::Status ZeroDevice(void* device_dst, size_t bytes) {
 #endif
 }
 
-absl::Status AdamUpdateFromHost(const AdamStep& step, GradView grad,
-                                const AdamSlice& slice) {
+absl::Status UpdateFromHost(const UpdateRule& rule, const AdamStep& step,
+                            GradView grad, const StateSlice& slice) {
 #if ZS_HAVE_CUDA
   if (slice.n == 0) return absl::OkStatus();
   if (grad.data == nullptr) {
-    return absl::InvalidArgumentError("AdamUpdateFromHost: null gradient");
+    return absl::InvalidArgumentError("UpdateFromHost: null gradient");
   }
   ContextLease lease;
   ASSIGN_OR_RETURN(DeviceContext * ctx, lease.Get());
@@ -285,10 +285,10 @@ absl::Status AdamUpdateFromHost(const AdamStep& step, GradView grad,
   }
   RETURN_IF_ERROR(HostToDevice(ctx, ctx->grad, grad.data, bytes));
   const GradView device_grad{ctx->grad, grad.bf16};
-  RETURN_IF_ERROR(AdamUpdateDevice(step, device_grad, slice, ctx->stream));
-  return Sync(ctx, "AdamW on the device");
+  RETURN_IF_ERROR(rule.UpdateOnDevice(step, device_grad, slice, ctx->stream));
+  return Sync(ctx, "the optimizer update on the device");
 #else
-  (void)step, (void)grad, (void)slice;
+  (void)rule, (void)step, (void)grad, (void)slice;
   return NoCuda();
 #endif
 }

@@ -14,8 +14,8 @@
 //
 //   RETURN_IF_ERROR(SelectStateDevice(0));
 //   RETURN_IF_ERROR(CopyHostToDevice(d_master + i, host, n * 4));
-//   RETURN_IF_ERROR(AdamUpdateFromHost(step, GradView::Fp32(g),
-//                                      {d_master, d_m, d_v, d_mirror, n}));
+//   RETURN_IF_ERROR(UpdateFromHost(rule, step, GradView::Fp32(g),
+//                                  {d_master, {d_m, d_v}, d_mirror, n}));
 //
 // Without CUDA in the build every call is FAILED_PRECONDITION (the device
 // placement is refused before any state exists: placement.h).
@@ -25,7 +25,7 @@
 #include <cstddef>
 
 #include "absl/status/status.h"
-#include "optim/optimizer.h"
+#include "optim/update_rule.h"
 
 namespace zeroshard {
 
@@ -44,12 +44,13 @@ absl::Status CopyDeviceToHost(void* host_dst, const void* device_src,
                               size_t bytes);
 absl::Status ZeroDevice(void* device_dst, size_t bytes);
 
-// One AdamW update of `slice` (device arrays; mirror may be null) from a
-// gradient in host memory (`grad`, slice.n elements of FP32 or BF16, any
-// alignment): the gradient is copied to the device and the device AdamW
-// (optim/adam_device.h: the reference's own element function) applied.
-absl::Status AdamUpdateFromHost(const AdamStep& step, GradView grad,
-                                const AdamSlice& slice);
+// One update of `slice` (device arrays; mirror may be null) by `rule` from
+// a gradient in host memory (`grad`, slice.n elements of FP32 or BF16, any
+// alignment): the gradient is copied to the device and the rule's device
+// kernel applied (AdamW: optim/adam_device.h, the reference's own element
+// function).
+absl::Status UpdateFromHost(const UpdateRule& rule, const AdamStep& step,
+                            GradView grad, const StateSlice& slice);
 
 }  // namespace zeroshard
 

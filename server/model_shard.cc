@@ -158,7 +158,8 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   if (!groups.ok()) return Prefixed("Init: ", groups.status());
   state->param_groups_ = *std::move(groups);
   ASSIGN_OR_RETURN(state->store_, ShardStore::Create(
-                                      owned, request.chunk_elems(), placement));
+                                      owned, request.chunk_elems(), placement,
+                                      UpdateRuleFor(config->kind)));
   state->tracker_ =
       std::make_unique<StepTracker>(owned, request.chunk_elems());
   if (request.init().source_case() == v1::InitValues::kSeed) {
@@ -485,6 +486,9 @@ v1::ShardCheckpointHeader ModelShard::CheckpointHeader() const {
   h.set_model_fingerprint(ModelFingerprint(layout_.manifest()));
   *h.mutable_optimizer() = request_.optimizer();
   *h.mutable_manifest() = request_.manifest();
+  for (const StateSlot& slot : store_->rule().slots()) {
+    h.add_state_slots(slot.name);
+  }
   return h;
 }
 
@@ -504,13 +508,12 @@ absl::Status ModelShard::CheckRestorable() const {
 
 absl::Status ModelShard::RestoreState(uint64_t step, uint64_t adam_t,
                                       const float* master,
-                                      const float* exp_avg,
-                                      const float* exp_avg_sq) {
+                                      absl::Span<const float* const> slots) {
   absl::MutexLock restore(&restore_mu_);
   // With no push or arming in flight, nothing can claim or arm between
   // these checks and Reset, so Reset cannot fail after the write.
   RETURN_IF_ERROR(CheckRestorable());
-  RETURN_IF_ERROR(store_->WriteState(owned(), master, exp_avg, exp_avg_sq));
+  RETURN_IF_ERROR(store_->WriteState(owned(), master, slots));
   RETURN_IF_ERROR(tracker_->Reset(
       step, std::vector<uint64_t>(store_->num_chunks(), adam_t)));
   // Pushes prepared against the replaced state never apply.
@@ -685,9 +688,9 @@ void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,
           const GradView part{
               static_cast<const char*>(grad.data) + skip * esize, grad.bf16};
           updates.push_back(
-              {MakeAdamStep(optimizer_, seg.adam_t,
-                            static_cast<float>(params.coefficient),
-                            span.weight_decay, span.lr_scale),
+              {store_->rule().MakeStep(optimizer_, seg.adam_t,
+                                       static_cast<float>(params.coefficient),
+                                       span.weight_decay, span.lr_scale),
                part, span.range});
         }
       }

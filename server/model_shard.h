@@ -104,6 +104,9 @@ class ModelShard {
   // The parameter groups over the owned range (optimizer.param_groups).
   const ParamGroupTable& param_groups() const { return param_groups_; }
   ShardStore& store() const { return *store_; }
+  // The optimizer rule the store applies (its slots: what a checkpoint of
+  // this shard holds).
+  const UpdateRule& rule() const { return store_->rule(); }
   StepTracker& tracker() const { return *tracker_; }
   FlatRange owned() const { return store_->owned(); }
   // Elements AdamW has updated since Create (skipped steps and duplicate
@@ -155,15 +158,15 @@ class ModelShard {
   };
   PreparedSummary prepared() const;
 
-  // Replaces the whole state with a restored one: master, m and v over the
-  // owned range (owned().size() elements each), every chunk at version
+  // Replaces the whole state with a restored one: master and the rule's
+  // slots (its order) over the owned range (owned().size() elements each), every chunk at version
   // `step` with Adam step count `adam_t`; prepared pushes are dropped. Holds
   // out pushes and arming for the call, so it succeeds whole or changes
   // nothing: FAILED_PRECONDITION (CheckRestorable) before any byte is
   // written.
   absl::Status RestoreState(uint64_t step, uint64_t adam_t,
-                            const float* master, const float* exp_avg,
-                            const float* exp_avg_sq);
+                            const float* master,
+                            absl::Span<const float* const> slots);
   // FAILED_PRECONDITION while a snapshot is in progress or a step is partly
   // applied: a restore would be refused.
   absl::Status CheckRestorable() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,13 +15,31 @@ namespace zeroshard {
 absl::StatusOr<ReadSnapshotPlan> PlanReadSnapshot(
     const ModelShard& shard, const v1::ReadSnapshotRequest& request) {
   ReadSnapshotPlan plan;
-  switch (request.array()) {
-    case v1::ReadSnapshotRequest::MASTER: plan.array = 0; break;
-    case v1::ReadSnapshotRequest::EXP_AVG: plan.array = 1; break;
-    case v1::ReadSnapshotRequest::EXP_AVG_SQ: plan.array = 2; break;
-    default:
+  std::string name = request.state();
+  if (name.empty()) {
+    switch (request.array()) {
+      case v1::ReadSnapshotRequest::MASTER: name = "master"; break;
+      case v1::ReadSnapshotRequest::EXP_AVG: name = "exp_avg"; break;
+      case v1::ReadSnapshotRequest::EXP_AVG_SQ: name = "exp_avg_sq"; break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ReadSnapshot: unknown array ", static_cast<int>(request.array())));
+    }
+  }
+  if (name == "master") {
+    plan.array = 0;
+  } else {
+    const int slot = shard.rule().SlotIndex(name);
+    if (slot < 0) {
+      std::string known = "master";
+      for (const StateSlot& s : shard.rule().slots()) {
+        absl::StrAppend(&known, ", ", s.name);
+      }
       return absl::InvalidArgumentError(absl::StrCat(
-          "ReadSnapshot: unknown array ", static_cast<int>(request.array())));
+          "ReadSnapshot: no state '", name.substr(0, 64), "' under optimizer "
+          "rule ", shard.rule().name(), " (it keeps ", known, ")"));
+    }
+    plan.array = 1 + static_cast<size_t>(slot);
   }
   plan.owned = shard.owned();
   for (const v1::FlatRange& r : request.ranges()) {

@@ -3,8 +3,8 @@
 //
 // PlanReadSnapshot validates first: the snapshot of `step` must exist and be
 // complete (NOT_FOUND naming the step otherwise), every range must lie inside
-// the owned range (INVALID_ARGUMENT), the array must be master, exp_avg or
-// exp_avg_sq. The reactor then writes the ranges in request order, one
+// the owned range (INVALID_ARGUMENT), the array must be master or a state
+// slot of the shard's optimizer rule. The reactor then writes the ranges in request order, one
 // message of at most 1 MiB of data at a time, each hand-encoded into one
 // slice (wire/gather_codec.h, on the raw callback API like Gather), so each
 // payload byte is copied once; the snapshot is held (shared)
@@ -37,7 +37,7 @@ inline constexpr uint64_t kReadSnapshotMessageElems = (1 << 20) / 4;
 struct ReadSnapshotPlan {
   std::shared_ptr<ShardSnapshot> snapshot;  // complete
   FlatRange owned;
-  int array = 0;  // 0 master, 1 exp_avg, 2 exp_avg_sq
+  size_t array = 0;  // 0 master, 1 + k the rule's slot k
   std::vector<FlatRange> ranges;
 };
 

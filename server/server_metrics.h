@@ -8,7 +8,7 @@
 //       payload bytes (RpcCounters' totals, as Inspect reports them)
 //   zeroshard_adamw_updated_elements_total  elements AdamW updated
 //   zeroshard_chunk_version{bound="min"|"max"}  the owned chunks' versions
-//   zeroshard_state_bytes{placement,kind}  master, exp_avg, exp_avg_sq,
+//   zeroshard_state_bytes{placement,kind}  master, each optimizer state slot,
 //       mirror and pending_grads bytes, by the --placement they live in
 //   zeroshard_checkpoint_write_seconds, zeroshard_checkpoint_copy_seconds
 //       histograms, one observation per shard snapshot written

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -69,6 +70,20 @@ absl::Status CheckHeader(const v1::ShardCheckpointHeader& h) {
         chunks, " chunks but ", h.chunk_versions_size(), " versions and ",
         h.chunk_adam_steps_size(), " Adam step counts"));
   }
+  if (h.state_slots_size() > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(h.state_slots_size(), " state slots"));
+  }
+  for (int k = 0; k < h.state_slots_size(); ++k) {
+    const std::string& name = h.state_slots(k);
+    if (name.empty() || name.size() > 64 ||
+        std::find(h.state_slots().begin(), h.state_slots().begin() + k,
+                  name) != h.state_slots().begin() + k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state slot ", k, " ('", name.substr(0, 64),
+          "') is empty, too long or named twice"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -97,6 +112,12 @@ bool PreadAll(int fd, void* out, size_t n, uint64_t offset) {
 
 }  // namespace
 
+std::vector<std::string> ShardCheckpointSlots(
+    const v1::ShardCheckpointHeader& header) {
+  if (header.state_slots_size() == 0) return {"exp_avg", "exp_avg_sq"};
+  return {header.state_slots().begin(), header.state_slots().end()};
+}
+
 absl::StatusOr<uint64_t> WriteShardCheckpoint(
     const std::string& path, const ShardCheckpointContents& c) {
   if (absl::Status s = CheckHeader(c.header); !s.ok()) {
@@ -104,8 +125,15 @@ absl::StatusOr<uint64_t> WriteShardCheckpoint(
         absl::StrCat("shard checkpoint ", path, ": ", s.message()));
   }
   const uint64_t n = c.header.owned().length();
-  if (n > 0 && (c.master == nullptr || c.exp_avg == nullptr ||
-                c.exp_avg_sq == nullptr)) {
+  const size_t num_slots = ShardCheckpointSlots(c.header).size();
+  if (c.slots.size() != num_slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard checkpoint ", path, ": ", c.slots.size(),
+        " state arrays for a header that names ", num_slots));
+  }
+  if (n > 0 && (c.master == nullptr ||
+                std::find(c.slots.begin(), c.slots.end(), nullptr) !=
+                    c.slots.end())) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard checkpoint ", path, ": an array is missing"));
   }
@@ -125,7 +153,8 @@ absl::StatusOr<uint64_t> WriteShardCheckpoint(
   absl::Status s = append(kShardCheckpointMagic, kMagicBytes);
   if (s.ok()) s = append(&header_bytes, sizeof(header_bytes));
   if (s.ok()) s = append(header.data(), header.size());
-  for (const float* array : {c.master, c.exp_avg, c.exp_avg_sq}) {
+  if (s.ok() && n > 0) s = append(c.master, n * sizeof(float));
+  for (const float* array : c.slots) {
     if (s.ok() && n > 0) s = append(array, n * sizeof(float));
   }
   const uint64_t checksum = hash.Digest();
@@ -207,8 +236,9 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
   if (absl::Status s = CheckHeader(info.header); !s.ok()) {
     return loss(absl::StrCat("the header is inconsistent: ", s.message()));
   }
+  const uint64_t arrays = 1 + ShardCheckpointSlots(info.header).size();
   const uint64_t want = info.arrays_offset +
-                        3 * info.header.owned().length() * sizeof(float) +
+                        arrays * info.header.owned().length() * sizeof(float) +
                         sizeof(uint64_t);
   if (size != want) {
     return loss(absl::StrCat(size < want ? "truncated" : "too long", ": ",
@@ -223,7 +253,7 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
 
 absl::Status ReadShardCheckpointRange(const std::string& path,
                                       const ShardCheckpointInfo& info,
-                                      ShardArray which, FlatRange range,
+                                      size_t which, FlatRange range,
                                       float* out) {
   const FlatRange owned{info.header.owned().offset(),
                         info.header.owned().offset() +
@@ -234,9 +264,10 @@ absl::Status ReadShardCheckpointRange(const std::string& path,
         ") is not inside its owned range [", owned.begin, ", ", owned.end,
         ")"));
   }
-  if (which != ShardArray::kMaster && which != ShardArray::kExpAvg &&
-      which != ShardArray::kExpAvgSq) {
-    return absl::InvalidArgumentError("unknown shard array");
+  if (which > ShardCheckpointSlots(info.header).size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard checkpoint ", path, ": no array ", which, " (master and ",
+        ShardCheckpointSlots(info.header).size(), " state slots)"));
   }
   if (range.size() == 0) return absl::OkStatus();
   Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
@@ -256,7 +287,7 @@ absl::Status ReadShardCheckpointRange(const std::string& path,
   }
   const uint64_t array_bytes = owned.size() * sizeof(float);
   const uint64_t offset = info.arrays_offset +
-                          static_cast<uint64_t>(which) * array_bytes +
+                          uint64_t{which} * array_bytes +
                           (range.begin - owned.begin) * sizeof(float);
   if (!PreadAll(f.fd, out, range.size() * sizeof(float), offset)) {
     return absl::DataLossError(absl::StrCat(

@@ -1,23 +1,23 @@
-// One server's shard on disk: the FP32 master weights and Adam's m and v of
-// its owned range, with the per-chunk versions and Adam step counts, in one
-// file that is either whole and verified or refused.
+// One server's shard on disk: the FP32 master weights and the optimizer
+// rule's state slots (AdamW: exp_avg, exp_avg_sq) of its owned range, with
+// the per-chunk versions and step counts, in one file that is either whole
+// and verified or refused.
 //
 // Layout (little-endian):
 //   "ZSSHARD1"                  8 bytes, the magic and format version
 //   u32 header_bytes            the size of the header that follows
 //   header                      v1::ShardCheckpointHeader (protobuf)
 //   f32 master[n]               n = header.owned.length
-//   f32 exp_avg[n]
-//   f32 exp_avg_sq[n]
+//   f32 slot[k][n]              for each k of header.state_slots, in order
 //   u64 checksum                XXH3-64 of every byte before it
 // The BF16 mirror is not stored: it is BF16(master), rebuilt on restore.
 //
-//   ShardCheckpointContents c{header, master, exp_avg, exp_avg_sq};
+//   ShardCheckpointContents c{header, master, {exp_avg, exp_avg_sq}};
 //   ASSIGN_OR_RETURN(uint64_t sum, WriteShardCheckpoint(path, c));
 //   ...
 //   ASSIGN_OR_RETURN(ShardCheckpointInfo info, VerifyShardCheckpoint(path));
 //   RETURN_IF_ERROR(ReadShardCheckpointRange(path, info,
-//       ShardArray::kMaster, range, out));
+//       /*array=*/0, range, out));   // 0 master, 1 + k slot k
 //
 // Contracts:
 // - Writing goes through AtomicFileWriter (common/atomic_file.h): the file
@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,14 +48,17 @@ namespace zeroshard {
 
 inline constexpr char kShardCheckpointMagic[] = "ZSSHARD1";  // 8 bytes
 
-enum class ShardArray { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
+// The state slots a header declares: its state_slots, or Adam's exp_avg and
+// exp_avg_sq for a file that names none (written before slots were named).
+std::vector<std::string> ShardCheckpointSlots(
+    const v1::ShardCheckpointHeader& header);
 
-// What one file holds; the arrays have header.owned().length() elements.
+// What one file holds; the arrays have header.owned().length() elements,
+// `slots` one per ShardCheckpointSlots(header).
 struct ShardCheckpointContents {
   v1::ShardCheckpointHeader header;
   const float* master = nullptr;
-  const float* exp_avg = nullptr;
-  const float* exp_avg_sq = nullptr;
+  std::vector<const float*> slots;
 };
 
 // Writes `contents` to `path`; returns the file's checksum.
@@ -76,11 +80,11 @@ struct ShardCheckpointInfo {
 absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
     const std::string& path);
 
-// Copies array `which` over `range` (inside the header's owned range) into
-// `out` (range.size() floats).
+// Copies array `array` (0: master; 1 + k: slot k) over `range` (inside the
+// header's owned range) into `out` (range.size() floats).
 absl::Status ReadShardCheckpointRange(const std::string& path,
                                       const ShardCheckpointInfo& info,
-                                      ShardArray which, FlatRange range,
+                                      size_t array, FlatRange range,
                                       float* out);
 
 }  // namespace zeroshard

@@ -161,6 +161,16 @@ absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
           "); resume with the same configuration (optimizer and "
           "zeroshard.param_groups)"));
     }
+    // The same optimizer keeps the same slots; a file must name this rule's.
+    std::vector<std::string> want;
+    for (const StateSlot& slot : shard.rule().slots()) want.push_back(slot.name);
+    if (ShardCheckpointSlots(h) != want) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Restore: ", src.path, " holds the optimizer state slots [",
+          absl::StrJoin(ShardCheckpointSlots(h), ", "), "], this server's "
+          "optimizer rule ", shard.rule().name(), " keeps [",
+          absl::StrJoin(want, ", "), "]"));
+    }
     for (uint64_t t : h.chunk_adam_steps()) {
       if (have_t && t != adam_t) {
         return absl::DataLossError(absl::StrCat(
@@ -173,13 +183,14 @@ absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
   }
 
   RestoreStats stats;
-  std::vector<float> arrays[3];
+  // Master, then each slot.
+  std::vector<std::vector<float>> arrays(1 + shard.rule().slots().size());
   for (auto& a : arrays) a.assign(owned.size(), 0.0f);
   for (const auto& [k, src] : sources) stats.bytes_read += src.info.file_bytes;
   for (const Read& r : reads) {
-    for (int a = 0; a < 3; ++a) {
+    for (size_t a = 0; a < arrays.size(); ++a) {
       RETURN_IF_ERROR(ReadShardCheckpointRange(
-          r.source->path, r.source->info, static_cast<ShardArray>(a), r.from,
+          r.source->path, r.source->info, a, r.from,
           arrays[a].data() + (r.to - owned.begin)));
       stats.bytes_read += r.from.size() * sizeof(float);
     }
@@ -187,8 +198,9 @@ absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
   // Everything is read and verified: the state is replaced whole, with
   // pushes and arming held out (a claim or an arm between the write and the
   // tracker's reset would leave the weights overwritten and the step not).
-  RETURN_IF_ERROR(shard.RestoreState(*step, adam_t, arrays[0].data(),
-                                     arrays[1].data(), arrays[2].data()));
+  std::vector<const float*> slots;
+  for (size_t a = 1; a < arrays.size(); ++a) slots.push_back(arrays[a].data());
+  RETURN_IF_ERROR(shard.RestoreState(*step, adam_t, arrays[0].data(), slots));
   stats.step = *step;
   stats.adam_step = adam_t;
   stats.files_verified = static_cast<uint32_t>(sources.size());

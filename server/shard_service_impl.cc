@@ -284,8 +284,17 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   }
   ASSIGN_OR_RETURN(const StateNorms norms, store.Norms());
   response->mutable_norms()->set_master(norms.master);
-  response->mutable_norms()->set_exp_avg(norms.exp_avg);
-  response->mutable_norms()->set_exp_avg_sq(norms.exp_avg_sq);
+  const absl::Span<const StateSlot> slots = store.rule().slots();
+  for (size_t k = 0; k < slots.size() && k < norms.slots.size(); ++k) {
+    response->add_state_slots(slots[k].name);
+    (*response->mutable_norms()->mutable_state())[slots[k].name] =
+        norms.slots[k];
+    if (absl::string_view(slots[k].name) == "exp_avg") {
+      response->mutable_norms()->set_exp_avg(norms.slots[k]);
+    } else if (absl::string_view(slots[k].name) == "exp_avg_sq") {
+      response->mutable_norms()->set_exp_avg_sq(norms.slots[k]);
+    }
+  }
   response->set_partial_chunks(summary.partial_chunks);
   response->set_attempt(state.tracker().attempt());
   const ModelShard::PreparedSummary prepared = state.prepared();

@@ -41,9 +41,11 @@ ShardSnapshot::ShardSnapshot(uint64_t step, std::string directory,
       remaining_(num_chunks),
       arrays_(std::move(arrays)) {
   const uint64_t n = header_.owned().length();
-  if (arrays_ == nullptr || arrays_->n != n) {
+  const size_t count = 1 + ShardCheckpointSlots(header_).size();
+  if (arrays_ == nullptr || arrays_->n != n || arrays_->a.size() != count) {
     arrays_ = std::make_unique<SnapshotArrays>();
     arrays_->n = n;
+    arrays_->a.resize(count);
     constexpr size_t kAlign = 64;
     const size_t bytes = std::max<size_t>(
         kAlign, (n * sizeof(float) + kAlign - 1) / kAlign * kAlign);
@@ -102,8 +104,9 @@ bool ShardSnapshot::Capture(const ShardStore& store, size_t c,
     const size_t i = a.range.begin - header_.owned().offset();
     const size_t bytes = a.range.size() * sizeof(float);
     std::memcpy(arrays_->a[0].get() + i, a.master, bytes);
-    std::memcpy(arrays_->a[1].get() + i, a.exp_avg, bytes);
-    std::memcpy(arrays_->a[2].get() + i, a.exp_avg_sq, bytes);
+    for (size_t k = 0; k + 1 < arrays_->a.size(); ++k) {
+      std::memcpy(arrays_->a[1 + k].get() + i, a.slots[k], bytes);
+    }
     adam_t_[c] = adam_t;
     copied_[c].store(true, std::memory_order_release);
     copied_now = true;
@@ -148,14 +151,16 @@ void ShardSnapshot::Write() {
         ec.message())));
     return;
   }
-  ShardCheckpointContents contents{header_, arrays_->a[0].get(),
-                                   arrays_->a[1].get(), arrays_->a[2].get()};
+  ShardCheckpointContents contents{header_, arrays_->a[0].get(), {}};
+  for (size_t k = 1; k < arrays_->a.size(); ++k) {
+    contents.slots.push_back(arrays_->a[k].get());
+  }
   absl::StatusOr<uint64_t> sum = WriteShardCheckpoint(path, contents);
   if (!sum.ok()) {
     Complete(sum.status());
     return;
   }
-  // The copy has served its purpose: 12 bytes per owned element go back.
+  // The copy has served its purpose: its bytes per owned element go back.
   arrays_.reset();
   SnapshotResult r;
   r.path = path;

@@ -2,7 +2,7 @@
 // (docs/DESIGN.md, "Checkpoints").
 //
 // Armed at version s (ModelShard::ArmSnapshot), a snapshot receives each
-// chunk's master, exp_avg and exp_avg_sq exactly once: from the thread about
+// chunk's master and state slots exactly once: from the thread about
 // to apply the chunk's first piece of step s (StepTracker marks those claims
 // with capture = true), or at arming for chunks already at s and untouched.
 // The copy is taken under the chunk's lock, so no update of step s is in it
@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "common/layout.h"
 #include "proto/zeroshard/v1/checkpoint.pb.h"
+#include "server/shard_checkpoint.h"
 #include "server/shard_store.h"
 
 namespace zeroshard {
@@ -49,7 +50,8 @@ struct SnapshotResult {
   double write_seconds = 0;
 };
 
-// The three copied arrays (master, exp_avg, exp_avg_sq) of `n` elements.
+// The copied arrays of `n` elements: master, then each state slot the
+// header names (ShardCheckpointSlots).
 // (Transparent huge pages were tried for them: with this kernel's
 // defrag=madvise, direct compaction made a checkpoint cost 2-3x more.)
 struct SnapshotArrays {
@@ -57,7 +59,7 @@ struct SnapshotArrays {
     void operator()(float* p) const { std::free(p); }
   };
   uint64_t n = 0;
-  std::unique_ptr<float[], Free> a[3];
+  std::vector<std::unique_ptr<float[], Free>> a;
 };
 
 class ShardSnapshot {
@@ -100,12 +102,14 @@ class ShardSnapshot {
   // The result once done; nullopt before.
   std::optional<absl::StatusOr<SnapshotResult>> result() const;
 
-  // The copied arrays (valid once every chunk is in): master, exp_avg,
-  // exp_avg_sq of the owned range. A snapshot with a directory frees them
+  // The copied arrays (valid once every chunk is in): 0 master, 1 + k slot
+  // k of the owned range. A snapshot with a directory frees them
   // once its file is written (the server's memory goes back to its state
   // alone); null then.
-  const float* array(int which) const {
-    return arrays_ != nullptr ? arrays_->a[which].get() : nullptr;
+  const float* array(size_t which) const {
+    return arrays_ != nullptr && which < arrays_->a.size()
+               ? arrays_->a[which].get()
+               : nullptr;
   }
 
   // Runs `work` on a thread of its own, joined by the destructor; `work`

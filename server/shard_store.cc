@@ -15,7 +15,8 @@
 namespace zeroshard {
 
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
-    FlatRange owned, uint64_t chunk_elems, Placement placement) {
+    FlatRange owned, uint64_t chunk_elems, Placement placement,
+    const UpdateRule& rule) {
   if (chunk_elems == 0 || chunk_elems % kFlatAlignment != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk_elems (", chunk_elems, ") must be a positive multiple of ",
@@ -24,10 +25,24 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
   if (owned.end < owned.begin) {
     return absl::InvalidArgumentError("owned range ends before it begins");
   }
-  // 14 bytes per element (master, m, v, mirror). Refuse what this machine
-  // cannot hold rather than be killed while filling it.
+  const absl::Span<const StateSlot> slots = rule.slots();
+  if (slots.size() > kMaxStateSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer rule ", rule.name(), " declares ", slots.size(),
+        " state slots; the store holds at most ", kMaxStateSlots));
+  }
+  for (const StateSlot& slot : slots) {
+    if (slot.dtype != DType::kFp32) {
+      return absl::UnimplementedError(absl::StrCat(
+          "optimizer rule ", rule.name(), ": state slot '", slot.name,
+          "' is ", DTypeName(slot.dtype), "; the store holds FP32 slots"));
+    }
+  }
+  // master (4) + slots + mirror (2) bytes per element. Refuse what this
+  // machine cannot hold rather than be killed while filling it.
   const unsigned __int128 need =
-      static_cast<unsigned __int128>(owned.size()) * 14;
+      static_cast<unsigned __int128>(owned.size()) *
+      (6 + rule.StateBytesPerElement());
   const unsigned __int128 have =
       static_cast<unsigned __int128>(sysconf(_SC_PHYS_PAGES)) *
       static_cast<unsigned __int128>(sysconf(_SC_PAGESIZE));
@@ -42,16 +57,17 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
   store->chunk_elems_ = chunk_elems;
   store->num_chunks_ = (owned.size() + chunk_elems - 1) / chunk_elems;
   store->placement_ = placement;
+  store->rule_ = &rule;
+  store->num_slots_ = slots.size();
   const size_t n = owned.size();
   ASSIGN_OR_RETURN(store->master_buf_, StateBuffer::Allocate(placement, 4 * n));
-  ASSIGN_OR_RETURN(store->exp_avg_buf_,
-                   StateBuffer::Allocate(placement, 4 * n));
-  ASSIGN_OR_RETURN(store->exp_avg_sq_buf_,
-                   StateBuffer::Allocate(placement, 4 * n));
+  for (size_t k = 0; k < slots.size(); ++k) {
+    ASSIGN_OR_RETURN(store->slot_bufs_[k],
+                     StateBuffer::Allocate(placement, 4 * n));
+    store->slots_[k] = static_cast<float*>(store->slot_bufs_[k].data());
+  }
   ASSIGN_OR_RETURN(store->mirror_buf_, StateBuffer::Allocate(placement, 2 * n));
   store->master_ = static_cast<float*>(store->master_buf_.data());
-  store->exp_avg_ = static_cast<float*>(store->exp_avg_buf_.data());
-  store->exp_avg_sq_ = static_cast<float*>(store->exp_avg_sq_buf_.data());
   store->mirror_ = static_cast<uint16_t*>(store->mirror_buf_.data());
   store->chunk_mu_ = std::make_unique<absl::Mutex[]>(store->num_chunks_);
   return store;
@@ -145,12 +161,14 @@ absl::Status ShardStore::FinishFill() {
     const size_t i = r.begin - owned_.begin;
     absl::MutexLock lock(&chunk_mu_[c]);
     if (on_device()) {
-      RETURN_IF_ERROR(Record(ZeroDevice(exp_avg_ + i, r.size() * sizeof(float))));
-      RETURN_IF_ERROR(
-          Record(ZeroDevice(exp_avg_sq_ + i, r.size() * sizeof(float))));
+      for (size_t k = 0; k < num_slots_; ++k) {
+        RETURN_IF_ERROR(
+            Record(ZeroDevice(slots_[k] + i, r.size() * sizeof(float))));
+      }
     } else {
-      std::memset(exp_avg_ + i, 0, r.size() * sizeof(float));
-      std::memset(exp_avg_sq_ + i, 0, r.size() * sizeof(float));
+      for (size_t k = 0; k < num_slots_; ++k) {
+        std::memset(slots_[k] + i, 0, r.size() * sizeof(float));
+      }
       FloatToBf16Array(master_ + i, mirror_ + i, r.size());
     }
   }
@@ -166,18 +184,17 @@ absl::Status ShardStore::ApplyUpdatesInChunk(
     for (size_t k = lo; k < hi; ++k) {
       const ChunkUpdate& u = updates[k];
       const size_t i = u.range.begin - owned_.begin;
-      const AdamSlice slice{.master = master_ + i,
-                            .exp_avg = exp_avg_ + i,
-                            .exp_avg_sq = exp_avg_sq_ + i,
-                            .mirror = mirror_ + i,
-                            .n = u.range.size()};
+      StateSlice slice{.master = master_ + i,
+                       .mirror = mirror_ + i,
+                       .n = u.range.size()};
+      for (size_t k = 0; k < num_slots_; ++k) slice.slots[k] = slots_[k] + i;
       if (!on_device()) {
-        AdamUpdate(u.step, u.grad, slice);
+        rule_->Update(u.step, u.grad, slice);
         continue;
       }
       // Any failure poisons: the step's claim on the chunk stands, so an
       // update that did not happen must not pass for one.
-      absl::Status s = RecordAny(AdamUpdateFromHost(u.step, u.grad, slice));
+      absl::Status s = RecordAny(UpdateFromHost(*rule_, u.step, u.grad, slice));
       if (!s.ok()) {
         absl::MutexLock lock(&error_mu);
         if (first_error.ok()) first_error = std::move(s);
@@ -243,21 +260,26 @@ absl::Status ShardStore::WriteWeights(FlatRange range, DType dtype,
 }
 
 absl::Status ShardStore::WriteState(FlatRange range, const float* master,
-                                    const float* exp_avg,
-                                    const float* exp_avg_sq) {
+                                    absl::Span<const float* const> slots) {
   RETURN_IF_ERROR(fault());
+  if (slots.size() != num_slots_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteState: ", slots.size(), " state arrays for optimizer rule ",
+        rule_->name(), ", which keeps ", num_slots_));
+  }
   return ForEachChunkRun(range, [&](size_t i, size_t src, size_t n) {
     const size_t bytes = n * sizeof(float);
     if (on_device()) {
-      RETURN_IF_ERROR(
-          Record(CopyHostToDevice(exp_avg_ + i, exp_avg + src, bytes)));
-      RETURN_IF_ERROR(
-          Record(CopyHostToDevice(exp_avg_sq_ + i, exp_avg_sq + src, bytes)));
+      for (size_t k = 0; k < num_slots_; ++k) {
+        RETURN_IF_ERROR(
+            Record(CopyHostToDevice(slots_[k] + i, slots[k] + src, bytes)));
+      }
       return PutMasterAndMirror(i, master + src, n);
     }
     std::memcpy(master_ + i, master + src, bytes);
-    std::memcpy(exp_avg_ + i, exp_avg + src, bytes);
-    std::memcpy(exp_avg_sq_ + i, exp_avg_sq + src, bytes);
+    for (size_t k = 0; k < num_slots_; ++k) {
+      std::memcpy(slots_[k] + i, slots[k] + src, bytes);
+    }
     FloatToBf16Array(master_ + i, mirror_ + i, n);
     return absl::OkStatus();
   });
@@ -269,19 +291,24 @@ absl::Status ShardStore::WithChunkLocked(
   const FlatRange r = ChunkRange(c);
   const size_t i = r.begin - owned_.begin;
   absl::MutexLock lock(&chunk_mu_[c]);
+  ChunkArrays a{r, master_ + i, {}};
+  for (size_t k = 0; k < num_slots_; ++k) a.slots[k] = slots_[k] + i;
   if (!on_device()) {
-    f({r, master_ + i, exp_avg_ + i, exp_avg_sq_ + i});
+    f(a);
     return absl::OkStatus();
   }
   // Host copies of the chunk, taken under its lock.
-  thread_local std::vector<float> copies[3];
-  const float* arrays[3] = {master_ + i, exp_avg_ + i, exp_avg_sq_ + i};
-  for (int k = 0; k < 3; ++k) {
+  thread_local std::vector<float> copies[1 + kMaxStateSlots];
+  auto copy = [&](size_t k, const float*& array) -> absl::Status {
     copies[k].resize(r.size());
-    RETURN_IF_ERROR(CopyDeviceToHost(copies[k].data(), arrays[k],
-                                     r.size() * sizeof(float)));
-  }
-  f({r, copies[0].data(), copies[1].data(), copies[2].data()});
+    RETURN_IF_ERROR(
+        CopyDeviceToHost(copies[k].data(), array, r.size() * sizeof(float)));
+    array = copies[k].data();
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(copy(0, a.master));
+  for (size_t k = 0; k < num_slots_; ++k) RETURN_IF_ERROR(copy(1 + k, a.slots[k]));
+  f(a);
   return absl::OkStatus();
 }
 
@@ -299,25 +326,34 @@ bool ShardStore::TryAddPendingGradBytes(uint64_t bytes) {
 }
 
 absl::StatusOr<StateNorms> ShardStore::Norms() const {
-  double sm = 0, sa = 0, sq = 0;
+  double sums[1 + kMaxStateSlots] = {};
+  auto add = [](double& sum, const float* x, size_t n) {
+    for (size_t k = 0; k < n; ++k) sum += static_cast<double>(x[k]) * x[k];
+  };
   for (size_t c = 0; c < num_chunks_; ++c) {
     RETURN_IF_ERROR(WithChunkLocked(c, [&](const ChunkArrays& a) {
-      for (size_t k = 0; k < a.range.size(); ++k) {
-        sm += static_cast<double>(a.master[k]) * a.master[k];
-        sa += static_cast<double>(a.exp_avg[k]) * a.exp_avg[k];
-        sq += static_cast<double>(a.exp_avg_sq[k]) * a.exp_avg_sq[k];
+      add(sums[0], a.master, a.range.size());
+      for (size_t k = 0; k < num_slots_; ++k) {
+        add(sums[1 + k], a.slots[k], a.range.size());
       }
     }));
   }
-  return StateNorms{std::sqrt(sm), std::sqrt(sa), std::sqrt(sq)};
+  StateNorms norms{std::sqrt(sums[0]), {}};
+  for (size_t k = 0; k < num_slots_; ++k) {
+    norms.slots.push_back(std::sqrt(sums[1 + k]));
+  }
+  return norms;
 }
 
 std::map<std::string, uint64_t> ShardStore::BytesByKind() const {
-  return {{"master", master_buf_.bytes()},
-          {"exp_avg", exp_avg_buf_.bytes()},
-          {"exp_avg_sq", exp_avg_sq_buf_.bytes()},
-          {"mirror", mirror_buf_.bytes()},
-          {"pending_grads", pending_grad_bytes()}};
+  std::map<std::string, uint64_t> bytes = {
+      {"master", master_buf_.bytes()},
+      {"mirror", mirror_buf_.bytes()},
+      {"pending_grads", pending_grad_bytes()}};
+  for (size_t k = 0; k < num_slots_; ++k) {
+    bytes[rule_->slots()[k].name] = slot_bufs_[k].bytes();
+  }
+  return bytes;
 }
 
 }  // namespace zeroshard

@@ -1,6 +1,7 @@
-// The state of one shard server: FP32 master weights, Adam moments m and v,
-// and a BF16 mirror of the weights, for the contiguous flat range the server
-// owns (common/layout: ServerRangeFor).
+// The state of one shard server: FP32 master weights, the update rule's
+// state slots (optim/update_rule.h; AdamW: exp_avg, exp_avg_sq) and a BF16
+// mirror of the weights, for the contiguous flat range the server owns
+// (common/layout: ServerRangeFor).
 //
 // The owned range is split into chunks of chunk_elems elements (the last one
 // may be shorter). Each chunk has its own lock: an update of a chunk and a
@@ -8,9 +9,10 @@
 // parallel. Versions and step bookkeeping live in StepTracker; this class
 // only holds and moves bytes.
 //
-//   ASSIGN_OR_RETURN(auto store, ShardStore::Create(owned, 262144, kHost));
+//   ASSIGN_OR_RETURN(auto store, ShardStore::Create(owned, 262144, kHost,
+//                                                   UpdateRuleFor(kAdamW)));
 //   store->FillSeeded(layout, seed, 0.02);
-//   ShardStore::ChunkUpdate u{MakeAdamStep(cfg, 1, 1.0f), GradView::Fp32(g),
+//   ShardStore::ChunkUpdate u{rule.MakeStep(cfg, 1, 1.0f, wd, 1.0), GradView::Fp32(g),
 //                             store->ChunkRange(0)};
 //   store->ApplyUpdatesInChunk(0, {&u, 1}, /*pool=*/nullptr);
 //   store->Read(store->ChunkRange(0), DType::kBf16, out);
@@ -24,12 +26,14 @@
 #ifndef ZEROSHARD_SERVER_SHARD_STORE_H_
 #define ZEROSHARD_SERVER_SHARD_STORE_H_
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -38,31 +42,36 @@
 #include "common/dtype.h"
 #include "common/layout.h"
 #include "absl/types/span.h"
-#include "optim/optimizer.h"
 #include "optim/optimizer_pool.h"
+#include "optim/update_rule.h"
 #include "server/placement.h"
 
 namespace zeroshard {
 
-// L2 norms over the owned range.
+// L2 norms over the owned range: of master, and of each slot (the rule's
+// order).
 struct StateNorms {
   double master = 0;
-  double exp_avg = 0;
-  double exp_avg_sq = 0;
+  std::vector<double> slots;
 };
 
 class ShardStore {
  public:
-  // Allocates the four arrays for `owned` in `placement`. chunk_elems must be
-  // a positive multiple of 64. The contents are zero-filled only by a Fill*.
+  // Allocates master, mirror and `rule`'s slots for `owned` in `placement`.
+  // chunk_elems must be a positive multiple of 64; the rule's slots must be
+  // FP32 (UNIMPLEMENTED otherwise) and at most kMaxStateSlots. The contents
+  // are zero-filled only by a Fill*. `rule` outlives the store.
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(
-      FlatRange owned, uint64_t chunk_elems, Placement placement);
+      FlatRange owned, uint64_t chunk_elems, Placement placement,
+      const UpdateRule& rule);
 
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
 
   FlatRange owned() const { return owned_; }
   Placement placement() const { return placement_; }
+  const UpdateRule& rule() const { return *rule_; }
+  size_t num_slots() const { return num_slots_; }
   uint64_t chunk_elems() const { return chunk_elems_; }
   size_t num_chunks() const { return num_chunks_; }
   // The global flat range of chunk c (< num_chunks()).
@@ -71,7 +80,7 @@ class ShardStore {
   size_t ChunkOf(uint64_t offset) const;
 
   // Initial state: master from FillInitialValues(layout, seed, std) or
-  // zeros, m = v = 0, mirror = BF16(master). Touches every page first.
+  // zeros, every slot 0, mirror = BF16(master). Touches every page first.
   absl::Status FillSeeded(const FlatLayout& layout, uint64_t seed, double std);
   absl::Status FillZeros();
 
@@ -91,14 +100,15 @@ class ShardStore {
   absl::Status Read(FlatRange range, DType dtype, void* out) const;
 
   // Overwrites master and mirror for `range` (inside owned(), any chunks)
-  // from FP32 or BF16 `data`; m and v are unchanged.
+  // from FP32 or BF16 `data`; the slots are unchanged.
   absl::Status WriteWeights(FlatRange range, DType dtype, const void* data);
 
-  // Overwrites master, m, v (and the mirror, BF16(master)) for `range`
-  // (inside owned(), any chunks) from FP32 arrays of range.size() elements:
-  // a restore.
+  // Overwrites master, every slot (and the mirror, BF16(master)) for `range`
+  // (inside owned(), any chunks) from FP32 arrays of range.size() elements,
+  // `slots` in the rule's order (INVALID_ARGUMENT for another count): a
+  // restore.
   absl::Status WriteState(FlatRange range, const float* master,
-                          const float* exp_avg, const float* exp_avg_sq);
+                          absl::Span<const float* const> slots);
 
   // Calls `f` with chunk c's arrays while holding its lock: nothing updates
   // the chunk meanwhile (a snapshot's copy). With the device placement the
@@ -106,8 +116,7 @@ class ShardStore {
   struct ChunkArrays {
     FlatRange range;
     const float* master;
-    const float* exp_avg;
-    const float* exp_avg_sq;
+    std::array<const float*, kMaxStateSlots> slots;  // num_slots() of them
   };
   absl::Status WithChunkLocked(
       size_t c, absl::FunctionRef<void(const ChunkArrays&)> f) const;
@@ -130,8 +139,8 @@ class ShardStore {
     RecordAny(std::move(fault)).IgnoreError();
   }
 
-  // Bytes held by kind: "master", "exp_avg", "exp_avg_sq", "mirror",
-  // "pending_grads".
+  // Bytes held by kind: "master", each slot by its name (AdamW: "exp_avg",
+  // "exp_avg_sq"), "mirror", "pending_grads".
   std::map<std::string, uint64_t> BytesByKind() const;
   // Gradient bytes buffered by PushGrad streams awaiting their commit.
   void AddPendingGradBytes(int64_t delta) { pending_grad_bytes_ += delta; }
@@ -176,13 +185,15 @@ class ShardStore {
   uint64_t chunk_elems_ = 0;
   size_t num_chunks_ = 0;
   Placement placement_ = Placement::kHost;
-  StateBuffer master_buf_, exp_avg_buf_, exp_avg_sq_buf_, mirror_buf_;
+  const UpdateRule* rule_ = nullptr;
+  size_t num_slots_ = 0;
+  StateBuffer master_buf_, mirror_buf_;
+  StateBuffer slot_bufs_[kMaxStateSlots];
   float* master_ = nullptr;
-  float* exp_avg_ = nullptr;
-  float* exp_avg_sq_ = nullptr;
+  std::array<float*, kMaxStateSlots> slots_{};
   uint16_t* mirror_ = nullptr;
 
-  // chunk_mu_[c] guards the elements of chunk c in all four arrays.
+  // chunk_mu_[c] guards the elements of chunk c in every array.
   std::unique_ptr<absl::Mutex[]> chunk_mu_;
   std::atomic<int64_t> pending_grad_bytes_{0};
   uint64_t pending_grad_limit_ = 0;  // set before the store is shared

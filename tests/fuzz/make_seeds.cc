@@ -371,7 +371,7 @@ void ShardCheckpoint(const fs::path& root, const fs::path& tmp) {
   const uint64_t n = shard->owned().size();
   std::vector<float> master(n, 0.5f), m(n, 0.0f), v(n, 1.0f);
   ShardCheckpointContents contents{shard->CheckpointHeader(), master.data(),
-                                   m.data(), v.data()};
+                                   {m.data(), v.data()}};
   for (size_t i = 0; i < shard->store().num_chunks(); ++i) {
     contents.header.add_chunk_versions(3);
     contents.header.add_chunk_adam_steps(3);

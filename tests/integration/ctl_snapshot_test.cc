@@ -438,15 +438,15 @@ TEST(CtlSnapshotTest, BadInputIsAClearError) {
   const uint64_t total = view->layout.total_elems();
   std::vector<float> buf(total + 64);
   absl::Status s = ReadSnapshotRange(**channels, 0, 12345, {0, 64},
-                                     SnapshotArray::kMaster, {}, buf.data());
+                                     kMasterState, {}, buf.data());
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_NE(s.message().find("step 12345"), std::string::npos) << s;
   auto snap = ReadConsistentSnapshot(**channels, view->layout, {0, 64},
-                                     {SnapshotArray::kExpAvgSq}, {});
+                                     {"exp_avg_sq"}, {});
   ASSERT_TRUE(snap.ok()) << snap.status();
   EXPECT_EQ(snap->step, 0u);
   s = ReadSnapshotRange(**channels, 0, 0, {total - 64, total + 64},
-                        SnapshotArray::kMaster, {}, buf.data());
+                        kMasterState, {}, buf.data());
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("outside the owned range"), std::string::npos)
       << s;

@@ -121,7 +121,7 @@ TEST(CheckpointRpcTest, WaitDeadlinePassedStepsAndRestoreRoundTrip) {
   EXPECT_EQ(info->header.step(), 2u);
   std::vector<float> master(owned.size());
   ASSERT_TRUE(ReadShardCheckpointRange(waited.path(), *info,
-                                       ShardArray::kMaster, owned,
+                                       /*master=*/0, owned,
                                        master.data())
                   .ok());
   EXPECT_EQ(std::memcmp(master.data(), at2.data(), at2.size() * 4), 0);

@@ -75,6 +75,7 @@ TEST(ModelShardApplyTest, LargeThreadedApplyMatchesScalarReference) {
         MakeAdamStep(shard->optimizer(), step + 1,
                      static_cast<float>(coefficients[step]));
     std::vector<uint16_t> want_mirror(own.size());
+    // AdamW's slots, in its rule's order (exp_avg, exp_avg_sq).
     AdamSlice slice{.master = want.arrays[0].data(),
                     .exp_avg = want.arrays[1].data(),
                     .exp_avg_sq = want.arrays[2].data(),

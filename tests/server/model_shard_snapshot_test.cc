@@ -158,7 +158,7 @@ void ExpectSnapshotIs(ShardSnapshot& snap, const State& want) {
   std::vector<float> back(owned.size());
   for (int a = 0; a < 3; ++a) {
     ASSERT_TRUE(ReadShardCheckpointRange(r->path, *info,
-                                         static_cast<ShardArray>(a), owned,
+                                         static_cast<size_t>(a), owned,
                                          back.data())
                     .ok());
     EXPECT_EQ(FirstDifference(back.data(), want.arrays[a]), SIZE_MAX)

@@ -349,8 +349,8 @@ TEST(ParamGroupsGoldenTest, TwoServersMatchTorchBitForBit) {
       for (uint64_t i = own.begin; i < own.end && i < param0.size(); ++i) {
         w[i - own.begin] = param0[i];
       }
-      ASSERT_TRUE((*shard)->RestoreState(0, 0, w.data(), zero.data(),
-                                         zero.data()).ok());
+      ASSERT_TRUE((*shard)->RestoreState(0, 0, w.data(),
+                                         {zero.data(), zero.data()}).ok());
       shards.push_back(*std::move(shard));
     }
     ASSERT_LT(shards[0]->owned().end, param0.size()) << "split mid-model";

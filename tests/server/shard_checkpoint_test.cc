@@ -11,6 +11,7 @@
 
 #include <xxhash.h>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_files.h"
 
@@ -26,7 +27,7 @@ struct Shard {
   v1::ShardCheckpointHeader header;
   std::vector<float> master, exp_avg, exp_avg_sq;
   ShardCheckpointContents contents() const {
-    return {header, master.data(), exp_avg.data(), exp_avg_sq.data()};
+    return {header, master.data(), {exp_avg.data(), exp_avg_sq.data()}};
   }
 };
 
@@ -81,7 +82,7 @@ TEST(ShardCheckpointTest, WrittenShardReadsBackBitForBitByRange) {
       for (const FlatRange& r : ranges) {
         std::vector<float> out(r.size(), -7.0f);
         ASSERT_TRUE(ReadShardCheckpointRange(path, *info,
-                                             static_cast<ShardArray>(a), r,
+                                             static_cast<size_t>(a), r,
                                              out.data())
                         .ok());
         // memcmp's pointers must not be null, even for 0 bytes (UBSan).
@@ -93,7 +94,7 @@ TEST(ShardCheckpointTest, WrittenShardReadsBackBitForBitByRange) {
       }
     }
     std::vector<float> one(1);
-    EXPECT_EQ(ReadShardCheckpointRange(path, *info, ShardArray::kMaster,
+    EXPECT_EQ(ReadShardCheckpointRange(path, *info, /*master=*/0,
                                        {4999, 5000}, one.data())
                   .code(),
               absl::StatusCode::kInvalidArgument);
@@ -174,6 +175,68 @@ TEST(ShardCheckpointTest, ForgedHeaderWithAValidChecksumIsRefused) {
       << info.status();
 }
 
+// A file names its optimizer's state slots; it holds master and one array
+// per slot, in order, whatever their number. Without names it is AdamW's
+// two (files written before slots were named).
+TEST(ShardCheckpointTest, AFileHoldsTheSlotsItsHeaderNames) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const std::string path = MakeDir() + "/shard.bin";
+  Shard base = RandomShard(rng, 64, 700);
+  EXPECT_EQ(ShardCheckpointSlots(base.header),
+            (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  for (int slots : {0, 1, 3}) {
+    SCOPED_TRACE(slots);
+    v1::ShardCheckpointHeader h = base.header;
+    std::vector<std::vector<float>> arrays(1 + slots);
+    std::vector<std::string> names;
+    for (int k = 0; k < slots; ++k) {
+      names.push_back(absl::StrCat("slot", k));
+      h.add_state_slots(names.back());
+    }
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& a : arrays) {
+      a.resize(700);
+      for (float& x : a) x = u(rng);
+    }
+    ShardCheckpointContents c{h, arrays[0].data(), {}};
+    for (int k = 0; k < slots; ++k) c.slots.push_back(arrays[1 + k].data());
+    if (slots == 0) {
+      // No names: AdamW's two arrays are wanted, and none given is refused.
+      EXPECT_EQ(WriteShardCheckpoint(path, c).status().code(),
+                absl::StatusCode::kInvalidArgument);
+      continue;
+    }
+    ASSERT_TRUE(WriteShardCheckpoint(path, c).ok());
+    auto info = VerifyShardCheckpoint(path);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(ShardCheckpointSlots(info->header), names);
+    EXPECT_EQ(info->file_bytes,
+              info->arrays_offset + (1 + slots) * 700 * sizeof(float) + 8);
+    for (int a = 0; a <= slots; ++a) {
+      std::vector<float> out(700);
+      ASSERT_TRUE(ReadShardCheckpointRange(path, *info, a, {64, 764},
+                                           out.data()).ok());
+      EXPECT_EQ(out, arrays[a]) << "array " << a;
+    }
+    std::vector<float> out(1);
+    EXPECT_EQ(ReadShardCheckpointRange(path, *info, 1 + slots, {64, 65},
+                                       out.data()).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // A slot named twice is an inconsistent header.
+  v1::ShardCheckpointHeader twice = base.header;
+  twice.add_state_slots("m");
+  twice.add_state_slots("m");
+  EXPECT_EQ(WriteShardCheckpoint(path, {twice, base.master.data(),
+                                        {base.exp_avg.data(),
+                                         base.exp_avg_sq.data()}})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // A range is read from the file that was verified, not from one renamed
 // over it since.
 TEST(ShardCheckpointTest, FileReplacedAfterVerificationIsRefused) {
@@ -187,7 +250,7 @@ TEST(ShardCheckpointTest, FileReplacedAfterVerificationIsRefused) {
                   .ok());
   std::vector<float> out(10);
   const absl::Status s = ReadShardCheckpointRange(
-      path, *info, ShardArray::kExpAvg, {0, 10}, out.data());
+      path, *info, /*exp_avg=*/1, {0, 10}, out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
 }
 

@@ -52,8 +52,8 @@ ShardState ReadState(const ModelShard& shard) {
       const size_t i = a.range.begin - owned.begin;
       const size_t bytes = a.range.size() * sizeof(float);
       std::memcpy(s.arrays[0].data() + i, a.master, bytes);
-      std::memcpy(s.arrays[1].data() + i, a.exp_avg, bytes);
-      std::memcpy(s.arrays[2].data() + i, a.exp_avg_sq, bytes);
+      std::memcpy(s.arrays[1].data() + i, a.slots[0], bytes);
+      std::memcpy(s.arrays[2].data() + i, a.slots[1], bytes);
     });
     // Host placements cannot fail; a device fault shows as a NaN state.
     if (!read.ok()) s.arrays[0].assign(owned.size(), std::nanf(""));

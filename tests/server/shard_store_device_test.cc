@@ -23,6 +23,7 @@ namespace zeroshard {
 namespace {
 
 constexpr uint64_t kChunk = 4096;
+const UpdateRule& kAdamW = UpdateRuleFor(OptimizerKind::kAdamW);
 // Several chunks, a short last one, and an owned range that does not start
 // at zero (offsets are global).
 constexpr FlatRange kOwned{128, 128 + 3 * kChunk + 1000};
@@ -55,8 +56,8 @@ Whole ReadWhole(const ShardStore& store) {
     const absl::Status s =
         store.WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
           std::copy(a.master, a.master + r.size(), w.master.data() + i);
-          std::copy(a.exp_avg, a.exp_avg + r.size(), w.m.data() + i);
-          std::copy(a.exp_avg_sq, a.exp_avg_sq + r.size(), w.v.data() + i);
+          std::copy(a.slots[0], a.slots[0] + r.size(), w.m.data() + i);
+          std::copy(a.slots[1], a.slots[1] + r.size(), w.v.data() + i);
         });
     EXPECT_TRUE(s.ok()) << s;
   }
@@ -87,7 +88,7 @@ void ExpectSameState(const ShardStore& host, const ShardStore& device) {
   const absl::StatusOr<StateNorms> hn = host.Norms(), dn = device.Norms();
   ASSERT_TRUE(hn.ok() && dn.ok());
   EXPECT_EQ(hn->master, dn->master);
-  EXPECT_EQ(hn->exp_avg_sq, dn->exp_avg_sq);
+  EXPECT_EQ(hn->slots, dn->slots);
 }
 
 TEST(ShardStoreDeviceTest, MatchesTheHostPlacementBitForBit) {
@@ -96,8 +97,8 @@ TEST(ShardStoreDeviceTest, MatchesTheHostPlacementBitForBit) {
   SCOPED_TRACE(testing::SeedTrace(seed));
   std::mt19937_64 rng(seed);
   ASSERT_TRUE(SelectStateDevice(0).ok());
-  auto host = ShardStore::Create(kOwned, kChunk, Placement::kHost);
-  auto device = ShardStore::Create(kOwned, kChunk, Placement::kDevice);
+  auto host = ShardStore::Create(kOwned, kChunk, Placement::kHost, kAdamW);
+  auto device = ShardStore::Create(kOwned, kChunk, Placement::kDevice, kAdamW);
   ASSERT_TRUE(host.ok()) << host.status();
   ASSERT_TRUE(device.ok()) << device.status();
   const size_t n = kOwned.size();
@@ -110,9 +111,9 @@ TEST(ShardStoreDeviceTest, MatchesTheHostPlacementBitForBit) {
   std::vector<float> master = Normal(n, 1.0f, rng), m = Normal(n, 0.1f, rng),
                      v = Normal(n, 0.01f, rng);
   for (float& x : v) x *= x;
-  ASSERT_TRUE((*host)->WriteState(kOwned, master.data(), m.data(), v.data()).ok());
+  ASSERT_TRUE((*host)->WriteState(kOwned, master.data(), {m.data(), v.data()}).ok());
   ASSERT_TRUE(
-      (*device)->WriteState(kOwned, master.data(), m.data(), v.data()).ok());
+      (*device)->WriteState(kOwned, master.data(), {m.data(), v.data()}).ok());
   ExpectSameState(**host, **device);
 
   // Three AdamW steps: FP32 gradients, BF16 gradients, then FP32 spread over
@@ -167,7 +168,7 @@ TEST(ShardStoreDeviceTest, MatchesTheHostPlacementBitForBit) {
 TEST(ShardStoreDeviceTest, TheStateLivesInDeviceMemory) {
   ZS_SKIP_WITHOUT_CUDA_DEVICE();
   ASSERT_TRUE(SelectStateDevice(0).ok());
-  auto device = ShardStore::Create(kOwned, kChunk, Placement::kDevice);
+  auto device = ShardStore::Create(kOwned, kChunk, Placement::kDevice, kAdamW);
   ASSERT_TRUE(device.ok()) << device.status();
   ASSERT_TRUE((*device)->FillZeros().ok());
   // The chunk arrays handed out are host copies, not the device buffers.

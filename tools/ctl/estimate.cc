@@ -145,6 +145,7 @@ std::optional<int> BuildInput(EstimateInput* in) {
     in->stage = cfg->zero.stage;
     in->precision = cfg->precision;
     in->grad_wire = cfg->communication_data_type;
+    in->optimizer = cfg->optimizer.kind;
     in->micro_batch = cfg->micro_batch_size;
     in->grad_accum = cfg->gradient_accumulation_steps;
     in->checkpointing = cfg->activation_checkpointing.policy;

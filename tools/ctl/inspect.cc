@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,10 +25,35 @@ std::string ShortKind(const std::string& kind) {
   return it == kShort.end() ? kind : it->second;
 }
 
+// The optimizer state's norms in the rule's slot order (a server from
+// before slots were named reports AdamW's two fields only).
+std::vector<std::pair<std::string, double>> StateNorms(
+    const v1::InspectResponse& r) {
+  std::vector<std::pair<std::string, double>> out;
+  if (r.state_slots_size() == 0) {
+    return {{"exp_avg", r.norms().exp_avg()},
+            {"exp_avg_sq", r.norms().exp_avg_sq()}};
+  }
+  for (const std::string& slot : r.state_slots()) {
+    auto it = r.norms().state().find(slot);
+    out.push_back({slot, it == r.norms().state().end() ? 0.0 : it->second});
+  }
+  return out;
+}
+
 uint64_t Sum(const google::protobuf::Map<std::string, uint64_t>& m) {
   uint64_t s = 0;
   for (const auto& [k, v] : m) s += v;
   return s;
+}
+
+// "w / m / v": master, then each slot.
+std::string NormsCell(const v1::InspectResponse& r) {
+  std::string cell = absl::StrFormat("%.4g", r.norms().master());
+  for (const auto& [slot, norm] : StateNorms(r)) {
+    absl::StrAppend(&cell, absl::StrFormat(" / %.4g", norm));
+  }
+  return cell;
 }
 
 nlohmann::json ToJson(int k, const std::string& address,
@@ -54,9 +82,10 @@ nlohmann::json ToJson(int k, const std::string& address,
   j["pending_grad_limit_bytes"] = r->pending_grad_limit_bytes();
   j["bytes_by_kind"] = nlohmann::json::object();
   for (const auto& [kind, b] : r->bytes_by_kind()) j["bytes_by_kind"][kind] = b;
-  j["norms"] = {{"master", r->norms().master()},
-                {"exp_avg", r->norms().exp_avg()},
-                {"exp_avg_sq", r->norms().exp_avg_sq()}};
+  j["norms"] = {{"master", r->norms().master()}};
+  for (const auto& [slot, norm] : StateNorms(*r)) j["norms"][slot] = norm;
+  j["state_slots"] = nlohmann::json::array();
+  for (const std::string& slot : r->state_slots()) j["state_slots"].push_back(slot);
   j["calls"] = nlohmann::json::object();
   for (const auto& [m, n] : r->counters().calls()) j["calls"][m] = n;
   j["errors"] = nlohmann::json::object();
@@ -164,7 +193,7 @@ int RunInspect(const CtlFlags& flags) {
   }
   std::vector<std::vector<std::string>> rows = {
       {"#", "address", "owned range", "elems", "versions", "adam t",
-       "placement", "memory", "norm w / m / v", "calls", "errors"}};
+       "placement", "memory", "norm w / state", "calls", "errors"}};
   for (int k = 0; k < (*channels)->size(); ++k) {
     const auto& r = results[k];
     if (!r.ok()) {
@@ -194,8 +223,7 @@ int RunInspect(const CtlFlags& flags) {
          absl::StrCat(r->min_version(), "..", r->max_version()),
          absl::StrCat(r->adam_step()), r->placement(),
          absl::StrJoin(mem, ", "),
-         absl::StrFormat("%.4g / %.4g / %.4g", r->norms().master(),
-                         r->norms().exp_avg(), r->norms().exp_avg_sq()),
+         NormsCell(*r),
          absl::StrCat(Sum(r->counters().calls())),
          errs.empty() ? "0" : absl::StrJoin(errs, " ")});
   }

@@ -55,8 +55,9 @@ ABSL_FLAG(std::string, dir, "", "checkpoint/restore/list: checkpoint directory")
 ABSL_FLAG(int64_t, step, -1, "checkpoint/restore: the step (-1: current / newest)");
 ABSL_FLAG(std::string, format, "safetensors", "export: safetensors or f32");
 ABSL_FLAG(std::string, tensor, "", "inspect: one tensor, e.g. h.0.attn.c_attn.weight");
-ABSL_FLAG(std::string, state, "", "inspect --tensor: master, exp_avg or "
-          "exp_avg_sq (default: all three)");
+ABSL_FLAG(std::string, state, "", "inspect --tensor: master or one of the "
+          "optimizer's state slots (AdamW: exp_avg, exp_avg_sq; default: "
+          "all of them)");
 
 namespace {
 

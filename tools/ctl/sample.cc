@@ -157,7 +157,7 @@ int RunSample(const CtlFlags& flags, int argc, char** argv) {
   SnapshotReadOptions read;
   read.timeout = flags.timeout;
   auto snap = ReadConsistentSnapshot(**channels, layout, {0, layout.total_elems()},
-                                     {SnapshotArray::kMaster}, read);
+                                     {kMasterState}, read);
   if (!snap.ok()) return Fail(1, snap.status().ToString());
   auto gen = (*arch)->MakeGenerator(layout, shape, snap->arrays[0]);
   if (!gen.ok()) return Fail(1, gen.status().ToString());

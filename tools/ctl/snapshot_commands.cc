@@ -64,7 +64,7 @@ int RunExport(const CtlFlags& flags) {
   const absl::Time t0 = absl::Now();
   auto snap = ReadConsistentSnapshot(*channels, layout,
                                      {0, layout.total_elems()},
-                                     {SnapshotArray::kMaster},
+                                     {kMasterState},
                                      ReadOptions(flags));
   if (!snap.ok()) {
     std::fprintf(stderr, "export: %s\n", snap.status().ToString().c_str());
@@ -99,22 +99,9 @@ int RunExport(const CtlFlags& flags) {
 }
 
 int RunInspectTensor(const CtlFlags& flags) {
-  std::vector<SnapshotArray> arrays;
-  if (flags.state.empty()) {
-    arrays = {SnapshotArray::kMaster, SnapshotArray::kExpAvg,
-              SnapshotArray::kExpAvgSq};
-  } else {
-    auto a = ParseSnapshotArray(flags.state);
-    if (!a.ok()) {
-      std::fprintf(stderr, "inspect: --state: %s\n",
-                   std::string(a.status().message()).c_str());
-      return 2;
-    }
-    arrays = {*a};
-  }
-  if (!flags.out.empty() && flags.out != "-" && arrays.size() != 1) {
-    std::fprintf(stderr, "inspect: --out needs one --state "
-                 "(master, exp_avg or exp_avg_sq)\n");
+  if (!flags.out.empty() && flags.out != "-" && flags.state.empty()) {
+    std::fprintf(stderr, "inspect: --out needs one --state (master or one "
+                 "of the optimizer's state slots, e.g. exp_avg)\n");
     return 2;
   }
   auto channels = ConnectOrPrint(flags, "inspect");
@@ -123,6 +110,17 @@ int RunInspectTensor(const CtlFlags& flags) {
   if (!view.ok()) {
     std::fprintf(stderr, "inspect: %s\n", view.status().ToString().c_str());
     return 1;
+  }
+  // The servers' optimizer rule names its state (AdamW: exp_avg,
+  // exp_avg_sq).
+  std::vector<std::string> arrays = view->StateNames();
+  if (!flags.state.empty()) {
+    if (absl::Status s = view->CheckStateName(flags.state); !s.ok()) {
+      std::fprintf(stderr, "inspect: --state: %s\n",
+                   std::string(s.message()).c_str());
+      return 2;
+    }
+    arrays = {flags.state};
   }
   const FlatLayout& layout = view->layout;
   auto index = layout.FindTensor(flags.tensor);
@@ -158,7 +156,7 @@ int RunInspectTensor(const CtlFlags& flags) {
       hi = std::max(hi, x);
     }
     const double mean = v.empty() ? 0 : sum / static_cast<double>(v.size());
-    rows.push_back({SnapshotArrayName(arrays[a]),
+    rows.push_back({arrays[a],
                     absl::StrFormat("%.9g", std::sqrt(sq)),
                     absl::StrFormat("%.9g", lo), absl::StrFormat("%.9g", hi),
                     absl::StrFormat("%.9g", mean)});

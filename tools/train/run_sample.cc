@@ -33,7 +33,7 @@ absl::StatusOr<Sampled> Sample(const RunSamplePlan& plan,
   read.timeout = timeout;
   ASSIGN_OR_RETURN(ConsistentSnapshot snap,
                    ReadConsistentSnapshot(*channels, layout, {0, layout.total_elems()},
-                                          {SnapshotArray::kMaster}, read));
+                                          {kMasterState}, read));
   ASSIGN_OR_RETURN(const model::ModelArch* arch, model::ArchForShape(plan.shape));
   ASSIGN_OR_RETURN(std::unique_ptr<model::Generator> gen,
                    arch->MakeGenerator(layout, plan.shape, snap.arrays[0]));

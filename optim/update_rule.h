@@ -1,0 +1,77 @@
+// The optimizer seam on the servers: an update rule declares the state it
+// keeps per element (its slots, common/optimizer_config.h StateSlot) and
+// applies one step to a slice of master weights, slots and BF16 mirror. The
+// store, checkpoints, restore, snapshots and Inspect know a rule only
+// through this interface (docs/DESIGN.md, "Optimizer rules").
+//
+//   const UpdateRule& rule = UpdateRuleFor(config.kind);
+//   StateSlice s{.master = w, .mirror = bf16, .n = n};
+//   s.slots[0] = m; s.slots[1] = v;           // rule.slots() order
+//   rule.Update(rule.MakeStep(config, t, coef, wd, 1.0), GradView::Fp32(g), s);
+//
+// AdamW and Adam share one rule (AdamStep::kind tells them apart); its host
+// update is AdamUpdate (optim/optimizer.h: AVX-512 / AVX2 / reference, bit
+// for bit) and its device update the device AdamW (optim/adam_device.h).
+#ifndef ZEROSHARD_OPTIM_UPDATE_RULE_H_
+#define ZEROSHARD_OPTIM_UPDATE_RULE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/optimizer_config.h"
+#include "optim/optimizer.h"
+
+namespace zeroshard {
+
+// The most slots a rule may declare.
+inline constexpr size_t kMaxStateSlots = 4;
+
+// The arrays one update touches, n elements each; slots in the rule's
+// order (only the first slots().size() are read). mirror may be null.
+struct StateSlice {
+  float* master = nullptr;
+  std::array<float*, kMaxStateSlots> slots{};
+  uint16_t* mirror = nullptr;
+  size_t n = 0;
+};
+
+class UpdateRule {
+ public:
+  virtual ~UpdateRule() = default;
+  // "adamw" (Adam and AdamW).
+  virtual absl::string_view name() const = 0;
+  // The state kept per element, beside master and mirror: at most
+  // kMaxStateSlots, each FP32 today (the store refuses other dtypes).
+  virtual absl::Span<const StateSlot> slots() const = 0;
+  // The per-step constants for step t >= 1 of one parameter group.
+  virtual AdamStep MakeStep(const OptimizerConfig& config, uint64_t t,
+                            float coefficient, double weight_decay,
+                            double lr_scale) const = 0;
+  // One step on host arrays. Preconditions as AdamUpdateReference.
+  virtual void Update(const AdamStep& step, GradView grad,
+                      const StateSlice& slice) const = 0;
+  // One step on device arrays, the gradient already on the device, queued
+  // on `cuda_stream` (a cudaStream_t). UNIMPLEMENTED where the rule has no
+  // device kernel or the build has no CUDA.
+  virtual absl::Status UpdateOnDevice(const AdamStep& step, GradView grad,
+                                      const StateSlice& slice,
+                                      void* cuda_stream) const = 0;
+  // The host kernel chosen on this CPU ("avx512", "avx2", "scalar").
+  virtual absl::string_view KernelName() const = 0;
+
+  // The index of slot `name`, or -1.
+  int SlotIndex(absl::string_view name) const;
+  // Sum of the slots' element sizes.
+  size_t StateBytesPerElement() const;
+};
+
+// The rule of an optimizer kind (never null; lives for the process).
+const UpdateRule& UpdateRuleFor(OptimizerKind kind);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_OPTIM_UPDATE_RULE_H_
