@@ -445,6 +445,19 @@ TEST(CtlSnapshotTest, BadInputIsAClearError) {
                                      {"exp_avg_sq"}, {});
   ASSERT_TRUE(snap.ok()) << snap.status();
   EXPECT_EQ(snap->step, 0u);
+  // A state the servers' optimizer does not keep is refused by name, by the
+  // client before any call and by the server for a request made by hand.
+  EXPECT_EQ(view->state_slots,
+            (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  const absl::Status unknown = view->CheckStateName("momentum_buffer");
+  EXPECT_TRUE(absl::IsInvalidArgument(unknown)) << unknown;
+  EXPECT_NE(unknown.message().find("master, exp_avg, exp_avg_sq"),
+            std::string::npos) << unknown;
+  s = ReadSnapshotRange(**channels, 0, 0, {0, 64}, "momentum_buffer", {},
+                        buf.data());
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("no state 'momentum_buffer'"), std::string::npos)
+      << s;
   s = ReadSnapshotRange(**channels, 0, 0, {total - 64, total + 64},
                         kMasterState, {}, buf.data());
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
