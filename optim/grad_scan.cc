@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "optim/cpu_features.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -126,11 +128,6 @@ ZS_AVX512 GradScan ScanAvx512(GradView grad, size_t n) {
   return {TailMax(grad, i, n, m), grad.bf16};
 }
 
-bool CpuHasAvx2() { return __builtin_cpu_supports("avx2"); }
-bool CpuHasAvx512() {
-  return __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("avx512bw");
-}
 #endif
 
 }  // namespace
@@ -150,7 +147,7 @@ std::vector<GradScanKernel> AvailableGradScanKernels() {
   std::vector<GradScanKernel> kernels;
 #if defined(__x86_64__)
   if (CpuHasAvx512()) kernels.push_back({"avx512", &ScanAvx512});
-  if (CpuHasAvx2()) kernels.push_back({"avx2", &ScanAvx2});
+  if (CpuHasAvx2Fma()) kernels.push_back({"avx2", &ScanAvx2});
 #endif
   kernels.push_back({"scalar", &ScanGradReference});
   return kernels;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "common/logging.h"
+#include "optim/cpu_features.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_kernels.h"
 #include "optim/optimizer_pool.h"
@@ -18,26 +19,6 @@ namespace {
 // elements so tiles start on cache lines of every array).
 constexpr size_t kParallelThreshold = size_t{1} << 16;
 constexpr size_t kTileElems = size_t{1} << 15;
-
-bool CpuHasAvx512() {
-#if defined(ZS_HAVE_AVX512_KERNEL) && defined(__x86_64__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl");
-#else
-  return false;
-#endif
-}
-
-bool CpuHasAvx2() {
-#if defined(ZS_HAVE_AVX2_KERNEL) && defined(__x86_64__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return false;
-#endif
-}
 
 OptimizerPool& Pool() {
   // Never destroyed: helper threads may still be parked at process exit.
@@ -68,7 +49,7 @@ std::vector<AdamKernel> AvailableAdamKernels() {
   if (CpuHasAvx512()) kernels.push_back({"avx512", &AdamUpdateAvx512});
 #endif
 #ifdef ZS_HAVE_AVX2_KERNEL
-  if (CpuHasAvx2()) kernels.push_back({"avx2", &AdamUpdateAvx2});
+  if (CpuHasAvx2Fma()) kernels.push_back({"avx2", &AdamUpdateAvx2});
 #endif
   kernels.push_back({"scalar", &AdamUpdateReference});
   return kernels;

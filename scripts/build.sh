@@ -1,11 +1,39 @@
 #!/usr/bin/env bash
 # Installs missing Debian packages, then configures and builds with CMake into
 # BUILD (default: build/). Binaries land in BUILD/bin.
+#
+#   bash scripts/build.sh [BUILD]              # everything (the test command)
+#   bash scripts/build.sh BUILD TARGET...      # only these (the main job)
+#
+# Everything: every package scripts/install-deps.sh lists, every target, the
+# CUDA ones included wherever the toolkit is (a build directory configured
+# without them is switched back on). Only some targets: the packages the
+# build needs (install-deps.sh --build-only) and, when BUILD is new, CUDA
+# only if this machine has a usable GPU (nvidia-smi lists one): the CPU
+# workers need none of the device code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-bash scripts/install-deps.sh
-if [ ! -f "$BUILD/build.ninja" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+shift || true
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  bash scripts/install-deps.sh
+  if [ ! -f "$BUILD/build.ninja" ]; then
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  elif grep -q '^ZS_ENABLE_CUDA:BOOL=OFF$' "$BUILD/CMakeCache.txt"; then
+    echo "build: $BUILD was configured without CUDA; turning the CUDA targets on" >&2
+    cmake -S . -B "$BUILD" -DZS_ENABLE_CUDA=ON >/dev/null
+  fi
+  cmake --build "$BUILD" -j "$(nproc)"
+  exit 0
 fi
-cmake --build "$BUILD" -j "$(nproc)"
+bash scripts/install-deps.sh --build-only
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cuda=ON
+  if ! gpus=$(nvidia-smi -L 2>/dev/null) || ! grep -q '^GPU ' <<<"$gpus"; then
+    cuda=OFF
+    echo "build: no usable GPU here (nvidia-smi lists none): building without CUDA; the workers train on the CPU" >&2
+  fi
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DZS_ENABLE_CUDA=$cuda >/dev/null
+fi
+cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"

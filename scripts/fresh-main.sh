@@ -20,10 +20,10 @@ steps=$1
 t=$(date +%s)
 lap() { local now; now=$(date +%s); echo "fresh-main: $1 took $((now - t)) s" >&2; laps+=("$1 $((now - t)) s"); t=$now; }
 laps=()
-bash scripts/install-deps.sh
-lap "install-deps.sh (apt-get update + install)"
-bash scripts/build.sh
-lap "build.sh (CMake configure + build)"
+bash scripts/install-deps.sh --build-only
+lap "install-deps.sh --build-only (apt-get update + install)"
+bash scripts/build.sh build zeroshard-train zeroshard-server zeroshard-worker
+lap "build.sh (CMake configure + the three programs)"
 rc=0
 bash scripts/run-main.sh --steps="$steps" || rc=$?
 lap "run-main.sh --steps=$steps"

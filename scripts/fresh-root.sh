@@ -30,7 +30,7 @@
 #
 # Environment: ZS_FRESH_ROOT_CARRY (space-separated paths of the checkout
 # that git ignores, copied too: a prebuilt pack, say), ZS_FRESH_ROOT_CACHE
-# (.deb cache), ZS_FRESH_ROOT_TMP (where the
+# (.deb cache), ZS_FRESH_ROOT_HOME_CACHE (build caches), ZS_FRESH_ROOT_TMP (where the
 # root is made, default /var/tmp), ZS_FRESH_ROOT_SOURCES (apt sources, default
 # the host's /etc/apt/sources.list.d/debian.sources; other lists there, such
 # as third-party repositories, are not used; its Suites: lines decide what
@@ -45,7 +45,7 @@ die() { log "$*"; exit 1; }
 # ---------------------------------------------------------------------------
 if [ "${1:-}" = "--inner" ]; then
   shift
-  WORK=$ZS_FR_WORK SRC=$ZS_FR_SRC CACHE=$ZS_FR_CACHE
+  WORK=$ZS_FR_WORK SRC=$ZS_FR_SRC CACHE=$ZS_FR_CACHE HOME_CACHE=$ZS_FR_HOME_CACHE
   ROOT=$WORK/root
   DEST=/root/zeroshard          # the checkout's place inside the root
   phase_start=$(date +%s)
@@ -101,6 +101,13 @@ if [ "${1:-}" = "--inner" ]; then
   mount --rbind /dev "$ROOT/dev"
   mount --rbind /sys "$ROOT/sys"
   mount --bind "$CACHE" "$ROOT/var/cache/apt/archives"
+  if [ -n "$HOME_CACHE" ]; then
+    mkdir -p "$ROOT/root/.cache"
+    mount --bind "$HOME_CACHE" "$ROOT/root/.cache"
+    log "bound $HOME_CACHE over /root/.cache (ccache, Bazel): $(du -sh "$HOME_CACHE" 2>/dev/null | cut -f1) kept"
+  else
+    log "no build cache kept (ZS_FRESH_ROOT_HOME_CACHE empty): a cold build"
+  fi
   # apt downloads as _apt: let it write the cache's partial/ in this root.
   chroot "$ROOT" chown _apt:root /var/cache/apt/archives/partial 2>/dev/null || true
   if [ -d /usr/local/cuda ]; then
@@ -139,6 +146,7 @@ command -v unshare >/dev/null || die "unshare missing (util-linux)"
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 SRC=$(cd "$(dirname "$SELF")/.." && pwd)
 CACHE=${ZS_FRESH_ROOT_CACHE:-/var/cache/zeroshard-fresh-root/debs}
+HOME_CACHE=${ZS_FRESH_ROOT_HOME_CACHE-/var/cache/zeroshard-fresh-root/home-cache}
 TMPBASE=${ZS_FRESH_ROOT_TMP:-/var/tmp}
 SOURCES=${ZS_FRESH_ROOT_SOURCES-/etc/apt/sources.list.d/debian.sources}
 if [ -n "$SOURCES" ] && [ ! -f "$SOURCES" ]; then
@@ -146,6 +154,7 @@ if [ -n "$SOURCES" ] && [ ! -f "$SOURCES" ]; then
   SOURCES=""
 fi
 install -d -m 0755 "$CACHE" "$CACHE/partial"
+if [ -n "$HOME_CACHE" ]; then install -d -m 0700 "$HOME_CACHE"; fi
 mkdir -p "$TMPBASE"
 
 t0=$(date +%s)
@@ -201,6 +210,7 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 
 export ZS_FR_WORK=$WORK ZS_FR_SRC=$SRC ZS_FR_CACHE=$CACHE ZS_FR_SOURCES=$SOURCES \
+  ZS_FR_HOME_CACHE=$HOME_CACHE \
   ZS_FR_CARRY=${ZS_FRESH_ROOT_CARRY:-}
 # In the background so that a signal runs the trap at once (bash delays traps
 # while a foreground command runs); stdin passed on explicitly.

@@ -13,7 +13,8 @@
 # certificates (scripts/make-dev-credentials.sh) that scripts/demo.sh and the
 # TLS tests use; libcpp-httplib-dev is the HTTP server behind
 # --metrics_listen (common/metrics_http.cc) and prometheus the real scraper
-# tests/integration/metrics_test.cc runs (it skips without it).
+# tests/integration/metrics_test.cc runs (it skips without it); ccache keeps
+# compiled objects between builds (CMakeLists.txt uses it when present).
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
@@ -21,7 +22,7 @@ PKGS=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libgloo-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev
   zlib1g-dev libxxhash-dev libssl-dev
-  bazel-bootstrap gnuplot-nox
+  bazel-bootstrap gnuplot-nox ccache
   python3 openssl
   clang libclang-rt-14-dev libomp-14-dev llvm-14
   # tests/deploy's Kubernetes checks: kubectl 1.20 (kustomize v2.0.3)
@@ -44,7 +45,7 @@ PKGS=(
 #                 optional image build (deploy/docker/build-images.sh and its
 #                 test, tests/deploy/image_test.sh) needs.
 NOT_FOR_BUILD=(
-  bazel-bootstrap gnuplot-nox openssl
+  bazel-bootstrap gnuplot-nox ccache openssl
   clang libclang-rt-14-dev libomp-14-dev llvm-14
   kubernetes-client nodejs node-ajv node-js-yaml
   prometheus iproute2 python3-yaml mount

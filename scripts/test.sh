@@ -22,14 +22,17 @@ if ! bash scripts/build.sh "$BUILD"; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-echo "== build done in $(( $(date +%s) - start )) s"
+t_build=$(( $(date +%s) - start ))
+echo "== build done in $t_build s"
 
 ctest --test-dir "$BUILD" --output-on-failure --no-tests=error \
   -j "$(nproc)" --timeout 600 2>&1 | tee "$log"
 ctest_rc=${PIPESTATUS[0]}
+t_ctest=$(( $(date +%s) - start - t_build ))
 echo "== ctest done in $(( $(date +%s) - start )) s"
 bash scripts/bazel-test.sh 2>&1 | tee -a "$log"
 bazel_rc=${PIPESTATUS[0]}
+t_bazel=$(( $(date +%s) - start - t_build - t_ctest ))
 echo "== bazel done in $(( $(date +%s) - start )) s"
 san_rc=0
 if [ "${ZS_NO_SANITIZE:-0}" != 1 ]; then
@@ -84,6 +87,16 @@ if [ -n "$failures" ]; then
   echo "== what failed:"
   echo "$failures"
 fi
+
+# Each phase's time, in the tail CI keeps (the sanitizer phases as
+# scripts/sanitize.sh timed them).
+phase() { sed -n "s/^== $1 done in \([0-9]*\) s$/\1/p" "$san_log" | tail -1; }
+phases="build ${t_build} s, ctest ${t_ctest} s, bazel ${t_bazel} s"
+for p in "asan: build" "asan: ctest" "tsan: build" "tsan: ctest"; do
+  t=$(phase "$p")
+  [ -z "$t" ] || phases+=", ${p/: / } $t s"
+done
+echo "== phases: $phases; total $(( $(date +%s) - start )) s"
 
 passed=$(( ${ctest_total:-0} - ${ctest_failed:-0} + ${bazel_passed:-0} + ${layering_ok:-0} + ${san_passed:-0} ))
 failed=$(( ${ctest_failed:-0} + bazel_failed + ${layering_bad:-0} + ${san_failed:-0} + broken ))

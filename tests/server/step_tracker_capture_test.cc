@@ -16,12 +16,12 @@ namespace zeroshard {
 namespace {
 
 // 5 chunks of 128 over [2048, 2048 + 600): the last one is 88 long.
-constexpr FlatRange kOwned{2048, 2648};
-constexpr uint64_t kChunk = 128;
+constexpr FlatRange kCaptureOwned{2048, 2648};
+constexpr uint64_t kCaptureChunk = 128;
 
 FlatRange ChunkRange(size_t c) {
-  const uint64_t b = kOwned.begin + c * kChunk;
-  return {b, std::min(kOwned.end, b + kChunk)};
+  const uint64_t b = kCaptureOwned.begin + c * kCaptureChunk;
+  return {b, std::min(kCaptureOwned.end, b + kCaptureChunk)};
 }
 
 std::string RangeText(FlatRange r) {
@@ -42,7 +42,7 @@ TEST(StepTrackerCaptureTest, ArmingIsRefusedWhenAChunkIsPastTheStep) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(seed);
   std::mt19937 rng(seed);
-  StepTracker t(kOwned, kChunk);
+  StepTracker t(kCaptureOwned, kCaptureChunk);
   ASSERT_EQ(t.num_chunks(), 5u);
   // A random chunk runs two steps ahead of the others.
   const size_t ahead = rng() % t.num_chunks();
@@ -76,7 +76,7 @@ TEST(StepTrackerCaptureTest, ArmingIsRefusedWhilePartOfTheStepIsClaimed) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(seed);
   std::mt19937 rng(seed);
-  StepTracker t(kOwned, kChunk);
+  StepTracker t(kCaptureOwned, kCaptureChunk);
   const size_t c = rng() % t.num_chunks();
   const FlatRange chunk = ChunkRange(c);
   // A random strict part of the chunk claimed for step 0.
@@ -108,7 +108,7 @@ TEST(StepTrackerCaptureTest, ArmingReturnsTheChunksAlreadyAtTheStep) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(seed);
   std::mt19937 rng(seed);
-  StepTracker t(kOwned, kChunk);
+  StepTracker t(kCaptureOwned, kCaptureChunk);
   // Random chunks advance to version 3, the others stay lower.
   std::vector<size_t> at3;
   for (size_t c = 0; c < t.num_chunks(); ++c) {
@@ -122,14 +122,14 @@ TEST(StepTrackerCaptureTest, ArmingReturnsTheChunksAlreadyAtTheStep) {
 }
 
 TEST(StepTrackerCaptureTest, OnlyClaimsOfAnArmedStepCarryCapture) {
-  StepTracker t(kOwned, kChunk);
+  StepTracker t(kCaptureOwned, kCaptureChunk);
   ASSERT_TRUE(t.ArmCapture(1).ok());
   ASSERT_TRUE(t.ArmCapture(3).ok());
   for (uint64_t step = 0; step < 5; ++step) {
     SCOPED_TRACE(step);
     // Two halves of the owned range, in two claims.
-    const uint64_t mid = kOwned.begin + 300;
-    const FlatRange halves[] = {{kOwned.begin, mid}, {mid, kOwned.end}};
+    const uint64_t mid = kCaptureOwned.begin + 300;
+    const FlatRange halves[] = {{kCaptureOwned.begin, mid}, {mid, kCaptureOwned.end}};
     for (const FlatRange& h : halves) {
       auto claim = t.Claim(step, {0.5, step == 3}, {&h, 1});
       ASSERT_TRUE(claim.ok()) << claim.status();
@@ -144,7 +144,7 @@ TEST(StepTrackerCaptureTest, OnlyClaimsOfAnArmedStepCarryCapture) {
 }
 
 TEST(StepTrackerCaptureTest, EachArmNeedsItsOwnDisarm) {
-  StepTracker t(kOwned, kChunk);
+  StepTracker t(kCaptureOwned, kCaptureChunk);
   const FlatRange first = ChunkRange(0);
   ASSERT_TRUE(t.ArmCapture(0).ok());
   ASSERT_TRUE(t.ArmCapture(0).ok());
@@ -166,7 +166,7 @@ TEST(StepTrackerCaptureTest, EachArmNeedsItsOwnDisarm) {
 }
 
 TEST(StepTrackerCaptureTest, ResetIsRefusedWhileClaimedOrArmed) {
-  StepTracker t(kOwned, kChunk);
+  StepTracker t(kCaptureOwned, kCaptureChunk);
   const FlatRange part{ChunkRange(2).begin + 5, ChunkRange(2).begin + 40};
   auto claim = t.Claim(0, {1.0, false}, {&part, 1});
   ASSERT_TRUE(claim.ok());
@@ -206,7 +206,7 @@ TEST(StepTrackerCaptureTest, ResetSetsVersionsAdamStepsAndWakesWaiters) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(seed);
   std::mt19937 rng(seed);
-  StepTracker t(kOwned, kChunk);
+  StepTracker t(kCaptureOwned, kCaptureChunk);
   // Step 0 was pushed with one coefficient; Reset forgets it.
   const FlatRange part = ChunkRange(1);
   auto c0 = t.Claim(0, {0.25, false}, {&part, 1});
@@ -239,7 +239,7 @@ TEST(StepTrackerCaptureTest, ResetSetsVersionsAdamStepsAndWakesWaiters) {
   EXPECT_EQ(s.min_adam_step, *std::min_element(adam.begin(), adam.end()));
   EXPECT_EQ(s.partial_chunks, 0u);
   // The next claim is of step `version`, each chunk at its own t + 1.
-  const FlatRange all = kOwned;
+  const FlatRange all = kCaptureOwned;
   auto next = t.Claim(version, {2.0, false}, {&all, 1});
   ASSERT_TRUE(next.ok()) << next.status();
   ASSERT_EQ(next->segments.size(), 5u);
@@ -254,7 +254,7 @@ TEST(StepTrackerCaptureTest, ResetSetsVersionsAdamStepsAndWakesWaiters) {
 }
 
 TEST(StepTrackerCaptureTest, LowerAttemptsAreAbortedOnceAHigherOneWasSeen) {
-  StepTracker t(kOwned, kChunk);
+  StepTracker t(kCaptureOwned, kCaptureChunk);
   EXPECT_EQ(t.attempt(), 0u);
   ASSERT_TRUE(t.NoteAttempt(3).ok());
   EXPECT_EQ(t.attempt(), 3u);

@@ -9,10 +9,10 @@ namespace zeroshard {
 namespace {
 
 // 3 chunks of 128 over [1024, 1024 + 320): the last one is 64 long.
-constexpr FlatRange kOwned{1024, 1344};
+constexpr FlatRange kTrackedOwned{1024, 1344};
 
 TEST(StepTrackerTest, ChunkCompletesWhenEveryElementIsApplied) {
-  StepTracker t(kOwned, 128);
+  StepTracker t(kTrackedOwned, 128);
   ASSERT_EQ(t.num_chunks(), 3u);
   FlatRange first_half{1024, 1088}, second_half{1088, 1152};
   auto a = t.Claim(0, {0.5, false}, {&first_half, 1});
@@ -32,8 +32,8 @@ TEST(StepTrackerTest, ChunkCompletesWhenEveryElementIsApplied) {
 }
 
 TEST(StepTrackerTest, SplitsRangesAtChunkBoundaries) {
-  StepTracker t(kOwned, 128);
-  FlatRange all = kOwned;
+  StepTracker t(kTrackedOwned, 128);
+  FlatRange all = kTrackedOwned;
   auto c = t.Claim(0, {1, false}, {&all, 1});
   ASSERT_TRUE(c.ok());
   ASSERT_EQ(c->segments.size(), 3u);
@@ -43,7 +43,7 @@ TEST(StepTrackerTest, SplitsRangesAtChunkBoundaries) {
 }
 
 TEST(StepTrackerTest, RetriesAreDuplicatesBeforeAndAfterCompletion) {
-  StepTracker t(kOwned, 128);
+  StepTracker t(kTrackedOwned, 128);
   FlatRange r{1030, 1100};
   auto c = t.Claim(0, {1, false}, {&r, 1});
   ASSERT_TRUE(c.ok());
@@ -66,7 +66,7 @@ TEST(StepTrackerTest, RetriesAreDuplicatesBeforeAndAfterCompletion) {
 }
 
 TEST(StepTrackerTest, PartialOverlapIsInvalidAndChangesNothing) {
-  StepTracker t(kOwned, 128);
+  StepTracker t(kTrackedOwned, 128);
   FlatRange r{1024, 1088};
   auto c = t.Claim(0, {1, false}, {&r, 1});
   ASSERT_TRUE(c.ok());
@@ -83,8 +83,8 @@ TEST(StepTrackerTest, PartialOverlapIsInvalidAndChangesNothing) {
 }
 
 TEST(StepTrackerTest, StaleAndFutureStepsAreAborted) {
-  StepTracker t(kOwned, 128);
-  FlatRange all = kOwned;
+  StepTracker t(kTrackedOwned, 128);
+  FlatRange all = kTrackedOwned;
   for (uint64_t s = 0; s < 2; ++s) {
     auto c = t.Claim(s, {1, false}, {&all, 1});
     ASSERT_TRUE(c.ok());
@@ -102,7 +102,7 @@ TEST(StepTrackerTest, StaleAndFutureStepsAreAborted) {
 }
 
 TEST(StepTrackerTest, ParamsMustAgreeWithinAStep) {
-  StepTracker t(kOwned, 128);
+  StepTracker t(kTrackedOwned, 128);
   FlatRange a{1024, 1088}, b{1088, 1152};
   auto c = t.Claim(0, {0.5, false}, {&a, 1});
   ASSERT_TRUE(c.ok());
@@ -115,8 +115,8 @@ TEST(StepTrackerTest, ParamsMustAgreeWithinAStep) {
 }
 
 TEST(StepTrackerTest, SkippedStepAdvancesVersionNotAdamStep) {
-  StepTracker t(kOwned, 128);
-  FlatRange all = kOwned;
+  StepTracker t(kTrackedOwned, 128);
+  FlatRange all = kTrackedOwned;
   auto c = t.Claim(0, {1, true}, {&all, 1});
   ASSERT_TRUE(c.ok());
   t.Complete(*c);
@@ -130,7 +130,7 @@ TEST(StepTrackerTest, SkippedStepAdvancesVersionNotAdamStep) {
 }
 
 TEST(StepTrackerTest, WaitersWakeOnceWhenTheirChunkArrives) {
-  StepTracker t(kOwned, 128);
+  StepTracker t(kTrackedOwned, 128);
   std::atomic<int> woke{0};
   EXPECT_EQ(t.WaitForVersion(0, 0, [&] { ++woke; }), 0u);
   const uint64_t id0 = t.WaitForVersion(0, 1, [&] { ++woke; });
@@ -138,7 +138,7 @@ TEST(StepTrackerTest, WaitersWakeOnceWhenTheirChunkArrives) {
   ASSERT_NE(id0, 0u);
   ASSERT_NE(id1, 0u);
   EXPECT_TRUE(t.CancelWait(id1));
-  FlatRange all = kOwned;
+  FlatRange all = kTrackedOwned;
   auto c = t.Claim(0, {1, false}, {&all, 1});
   ASSERT_TRUE(c.ok());
   t.Complete(*c);
@@ -150,12 +150,12 @@ TEST(StepTrackerTest, WaitersWakeOnceWhenTheirChunkArrives) {
 // its chunk, nor by another chunk reaching its version; it is woken once,
 // by the completion that reaches it. Reset wakes the waiters it satisfies.
 TEST(StepTrackerTest, WaiterForALaterVersionWakesOnlyWhenItArrives) {
-  StepTracker t(kOwned, 128);
+  StepTracker t(kTrackedOwned, 128);
   std::atomic<int> at2{0}, other{0}, at4{0};
   ASSERT_NE(t.WaitForVersion(0, 2, [&] { ++at2; }), 0u);
   ASSERT_NE(t.WaitForVersion(2, 3, [&] { ++other; }), 0u);
   ASSERT_NE(t.WaitForVersion(1, 4, [&] { ++at4; }), 0u);
-  FlatRange chunk0{1024, 1152}, all = kOwned;
+  FlatRange chunk0{1024, 1152}, all = kTrackedOwned;
   auto c = t.Claim(0, {1, false}, {&all, 1});
   ASSERT_TRUE(c.ok());
   t.Complete(*c);  // every chunk at version 1
@@ -184,8 +184,8 @@ TEST(StepTrackerTest, WaiterForALaterVersionWakesOnlyWhenItArrives) {
 // chunk can see s again; a stale push of s is then ABORTED, never applied
 // with other parameters.
 TEST(StepTrackerTest, ForgetsStepParametersNoChunkCanSeeAgain) {
-  StepTracker t(kOwned, 128);
-  FlatRange all = kOwned;
+  StepTracker t(kTrackedOwned, 128);
+  FlatRange all = kTrackedOwned;
   auto c = t.Claim(0, {0.5, false}, {&all, 1});
   ASSERT_TRUE(c.ok());
   t.Complete(*c);

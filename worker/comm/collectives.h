@@ -144,8 +144,9 @@ class WorkerGroup {
     return AllReduceHost(ReduceType::kU64, values.data(), values.size(), op);
   }
 
-  // Root's `*bytes` (host, any length up to 64 MiB) replaces every other
-  // rank's `*bytes`. Requires 0 <= root < size().
+  // Root's `*bytes` (host, any length up to kMaxBroadcastBytes = 64 MiB)
+  // replaces every other rank's `*bytes`. Requires 0 <= root < size().
+  static constexpr uint64_t kMaxBroadcastBytes = uint64_t{64} << 20;
   virtual absl::Status Broadcast(std::string* bytes, int root) = 0;
 
   // Returns when every rank has entered the barrier.

@@ -22,9 +22,9 @@
 namespace zeroshard {
 namespace {
 
-// Largest broadcast payload; also the marker a root sends when its payload is
-// too long, so the receivers fail with it instead of waiting.
-constexpr uint64_t kMaxBroadcastBytes = uint64_t{64} << 20;
+// The largest broadcast payload (WorkerGroup::kMaxBroadcastBytes) is also
+// the marker a root sends when its payload is too long, so the receivers
+// fail with it instead of waiting.
 constexpr uint64_t kBroadcastTooLong = ~uint64_t{0};
 
 std::chrono::milliseconds Remaining(absl::Time deadline) {

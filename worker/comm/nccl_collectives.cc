@@ -12,8 +12,6 @@
 namespace zeroshard {
 namespace {
 
-constexpr uint64_t kMaxBroadcastBytes = uint64_t{64} << 20;
-
 const char* Basename(const char* path) {
   const char* slash = std::strrchr(path, '/');
   return slash == nullptr ? path : slash + 1;

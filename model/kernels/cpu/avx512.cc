@@ -10,13 +10,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "model/kernels/element_math.h"
+
 #define ZS_AVX512 __attribute__((target("avx512f")))
 
 namespace zeroshard::kernels::cpu {
 namespace {
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCube = 0.044715f;
 
 // exp(x), the algorithm of elementwise.cc's ExpNoCall on 16 lanes: clamp to
 // [-87, 88], x = n ln2 + r, degree-6 Taylor polynomial of e^r, times 2^n.

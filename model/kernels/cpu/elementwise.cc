@@ -7,12 +7,10 @@
 
 #include "model/kernels/cpu/avx512.h"
 #include "model/kernels/cpu/threading.h"
+#include "model/kernels/element_math.h"
 
 namespace zeroshard::kernels::cpu {
 namespace {
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCube = 0.044715f;
 
 // exp(x) for x in [-87, 88] without a library call, so loops over it
 // vectorise: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-6 Taylor
