@@ -67,6 +67,7 @@ absl::Status CommitCheckpoint(const std::string& directory,
   m.model = layout.manifest();
   m.loss_scaler = info.loss_scaler;
   m.data_position = info.data_position;
+  m.schedule_total_steps = info.schedule_total_steps;
   for (uint32_t k = 0; k < files.size(); ++k) {
     const v1::CheckpointResponse& f = files[k];
     const FlatRange want = layout.ServerRange(k);

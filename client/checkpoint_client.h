@@ -54,6 +54,7 @@ struct CheckpointInfo {
   LossScalerState loss_scaler;
   uint64_t config_fingerprint = 0;
   uint64_t data_position = 0;
+  uint64_t schedule_total_steps = 0;  // the run's lr schedule's total_steps
 };
 
 // Writes <directory>/step-<s>/MANIFEST.json naming every server's file

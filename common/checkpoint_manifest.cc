@@ -198,6 +198,7 @@ std::string CheckpointManifestJson(const CheckpointManifest& m) {
         {"overflows_at_min", l.overflows_at_min},
         {"skipped_steps", l.skipped_steps}}},
       {"data_position", m.data_position},
+      {"schedule_total_steps", m.schedule_total_steps},
       {"shards", std::move(shards)},
   };
   return j.dump(2) + "\n";
@@ -251,6 +252,10 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(
              &error) &&
          Get(*scaler, "overflows_at_min", &l.overflows_at_min, &error) &&
          Get(*scaler, "skipped_steps", &l.skipped_steps, &error);
+  }
+  // Optional: manifests written before it was recorded lack it (0).
+  if (ok && j.contains("schedule_total_steps")) {
+    ok = Get(j, "schedule_total_steps", &m.schedule_total_steps, &error);
   }
   for (size_t k = 0; ok && k < shards->size(); ++k) {
     const json& e = (*shards)[k];

@@ -67,6 +67,10 @@ struct CheckpointManifest {
   LossScalerState loss_scaler;
   uint64_t data_position = 0;       // batches consumed (the sampler is
                                     // deterministic in the step)
+  // The step the writing run's learning-rate schedule ended at (its
+  // total_steps; 0: not recorded, a manifest written before it was), so a
+  // launcher extending the run can say that the schedule changes.
+  uint64_t schedule_total_steps = 0;
   std::vector<CheckpointShardEntry> shards;
 };
 

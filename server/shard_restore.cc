@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint_manifest.h"
 #include "common/status_macros.h"
@@ -17,6 +18,27 @@
 
 namespace zeroshard {
 namespace {
+
+// What differs between the optimizer a checkpoint was trained with and the
+// resuming Init's ("modified: lr: 0.001 -> 0.002"), or "" when nothing that
+// the state depends on does. Equivalent, not Equals: a field left out (an
+// older writer's, e.g. the schedule's warmup_type) matches the same default
+// stated explicitly. The schedule's total_steps is not compared: a run
+// extended past its end follows the resuming configuration's schedule, as
+// DeepSpeed's schedulers follow the configuration they are built from.
+std::string OptimizerDifference(const v1::OptimizerConfig& was,
+                                const v1::OptimizerConfig& now) {
+  google::protobuf::util::MessageDifferencer differ;
+  differ.set_message_field_comparison(
+      google::protobuf::util::MessageDifferencer::EQUIVALENT);
+  differ.IgnoreField(
+      v1::LrSchedule::descriptor()->FindFieldByName("total_steps"));
+  std::string report;
+  differ.ReportDifferencesToString(&report);
+  if (differ.Compare(was, now)) return "";
+  std::vector<std::string> lines = absl::StrSplit(report, '\n', absl::SkipEmpty());
+  return absl::StrJoin(lines, "; ");
+}
 
 namespace fs = std::filesystem;
 
@@ -151,14 +173,11 @@ absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
     const v1::OptimizerConfig was = ParamGroupTable::WithoutRanges(h.optimizer());
     const v1::OptimizerConfig now =
         ParamGroupTable::WithoutRanges(shard.request().optimizer());
-    // Equivalent, not Equals: a field left out (an older writer's, e.g. the
-    // schedule's warmup_type) matches the same default stated explicitly.
-    if (!google::protobuf::util::MessageDifferencer::Equivalent(was, now)) {
+    if (const std::string diff = OptimizerDifference(was, now); !diff.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Restore: ", src.path, " was trained with another optimizer "
-          "configuration (", was.ShortDebugString(), ") than this "
-          "server's Init (", now.ShortDebugString(),
-          "); resume with the same configuration (optimizer and "
+          "configuration than this server's Init (checkpoint -> now: ", diff,
+          "); resume with the checkpoint's values (the optimizer section and "
           "zeroshard.param_groups)"));
     }
     // The same optimizer keeps the same slots; a file must name this rule's.

@@ -362,8 +362,12 @@ TEST_F(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
     init.mutable_optimizer()->set_lr(init.optimizer().lr() * 2);
     auto shard = ModelShard::Create(init, {0, 2}, Placement::kHost);
     ASSERT_TRUE(shard.ok()) << shard.status();
+    // The one field that differs is named, with both values.
     expect_refused(**shard, std::nullopt,
-                   absl::StatusCode::kFailedPrecondition, "optimizer");
+                   absl::StatusCode::kFailedPrecondition,
+                   absl::StrCat("checkpoint -> now: modified: lr: ",
+                                init.optimizer().lr() / 2, " -> ",
+                                init.optimizer().lr()));
   }
   // Another warmup: the checkpoint's run had the linear warmup from 0 (its
   // Init predates the warmup fields).
@@ -456,6 +460,30 @@ TEST_F(ShardRestoreTest, CheckpointsWithoutWarmupFieldsResumeAsLinearFromZero) {
   v1::OptimizerConfig bad = ToProto(log);
   bad.mutable_schedule()->set_warmup_type(static_cast<v1::LrSchedule::WarmupType>(9));
   EXPECT_FALSE(FromProto(bad).ok());
+}
+
+// A run extended past its end: the schedule's total_steps differs from the
+// checkpoint's, and the restore goes on (the resuming Init's schedule
+// rules from here); any other schedule field still refuses.
+TEST_F(ShardRestoreTest, AnExtendedScheduleResumes) {
+  ASSERT_NO_FATAL_FAILURE(run_.Write(dir_, rng_, {2}));
+  v1::InitRequest init = testing::MakeInit(testing::SmallManifest(1), 3, 1, 3, 256);
+  v1::LrSchedule* s = init.mutable_optimizer()->mutable_schedule();
+  s->set_total_steps(s->total_steps() + 1 + rng_() % 1000);
+  auto shard = ModelShard::Create(init, {1, 3}, Placement::kHost);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  auto stats = RestoreShard(**shard, dir_, std::nullopt);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->step, 2u);
+
+  s->set_min_lr(s->min_lr() + 1e-6);
+  auto other = ModelShard::Create(init, {1, 3}, Placement::kHost);
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto refused = RestoreShard(**other, dir_, std::nullopt);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("schedule.min_lr"),
+            std::string::npos)
+      << refused.status();
 }
 
 TEST_F(ShardRestoreTest, ATargetThatOwnsNothingTakesTheStepAndAdamCount) {

@@ -75,6 +75,7 @@ absl::Status CheckpointCoordinator::Start(uint64_t step,
   info.loss_scaler = scaler;
   info.config_fingerprint = ConfigFingerprint(config_);
   info.data_position = step;
+  info.schedule_total_steps = config_.optimizer.total_steps;
   const absl::Duration timeout =
       absl::Seconds(config_.cluster.step_timeout_s) * 4;
   commit_ = std::make_unique<std::thread>([this, info, timeout] {
