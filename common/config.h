@@ -55,6 +55,7 @@
 #define ZEROSHARD_COMMON_CONFIG_H_
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -200,6 +201,11 @@ struct TrainingConfig {
 // Values from the command line that replace the file's (applied before "auto"
 // resolution, so e.g. a --steps override also moves an "auto"
 // scheduler.params.total_num_steps).
+// The ranges zeroshard.servers / workers / steps (and the launcher's
+// --servers / --workers / --steps) accept.
+inline constexpr int kMaxClusterProcesses = 4096;
+inline constexpr int64_t kMaxTrainSteps = std::numeric_limits<int64_t>::max();
+
 struct ConfigOverrides {
   std::optional<int> servers;
   std::optional<int> workers;

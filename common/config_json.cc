@@ -55,6 +55,7 @@ class Section {
 
   // The value, or nullptr when absent (or null). Marks the key consumed.
   const json* Get(absl::string_view key) {
+    known_.push_back(std::string(key));
     if (object_ == nullptr) return nullptr;
     auto it = object_->find(std::string(key));
     if (it == object_->end()) return nullptr;
@@ -190,17 +191,52 @@ class Section {
     if (object_ == nullptr) return;
     for (auto it = object_->begin(); it != object_->end(); ++it) {
       if (std::find(consumed_.begin(), consumed_.end(), it.key()) == consumed_.end()) {
-        warnings_->push_back(absl::StrCat("\"", KeyPath(it.key()), "\""));
+        const std::string near = Nearest(it.key());
+        warnings_->push_back(absl::StrCat(
+            "\"", KeyPath(it.key()), "\"",
+            near.empty() ? "" : absl::StrCat(" (did you mean \"", KeyPath(near), "\"?)")));
       }
     }
   }
 
  private:
+  // The key of this section nearest to `key` in edits (insertions,
+  // deletions, substitutions, case aside), when a typo's worth away: at
+  // most 1 edit for keys up to 4 letters, 2 up to 8, 3 beyond; "" otherwise.
+  std::string Nearest(const std::string& key) const {
+    std::string best;
+    size_t best_d = key.size() <= 4 ? 1 : key.size() <= 8 ? 2 : 3;
+    for (const std::string& k : known_) {
+      const size_t d = EditDistance(Lower(key), Lower(k));
+      if (d <= best_d && (best.empty() || d < best_d)) {
+        best = k;
+        best_d = d;
+      }
+    }
+    return best;
+  }
+
+  static size_t EditDistance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  }
+
   const json* object_;
   std::string path_;
   std::vector<std::string>* warnings_;   // unknown keys
   std::vector<std::string>* no_effect_;
   std::vector<std::string> consumed_;
+  std::vector<std::string> known_;       // every key asked for
 };
 
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
@@ -525,12 +561,12 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
     z.servers = static_cast<int>(z.server_addresses.size());
   } else if (servers != nullptr) {
     if (!servers->is_number_integer() || servers->get<int64_t>() < 1 ||
-        servers->get<int64_t>() > 4096) {
+        servers->get<int64_t>() > kMaxClusterProcesses) {
       return s.Bad("servers", *servers, "a server count in [1, 4096] or a list of \"host:port\"");
     }
     z.servers = servers->get<int>();
   }
-  RETURN_IF_ERROR(s.Int("workers", 1, 4096, &z.workers));
+  RETURN_IF_ERROR(s.Int("workers", 1, kMaxClusterProcesses, &z.workers));
   RETURN_IF_ERROR(s.Enum("placement", kPlacementNames, &z.placement));
   ASSIGN_OR_RETURN(Section m, s.Child("model"));
   RETURN_IF_ERROR(m.String("arch", &z.model.arch));
@@ -586,7 +622,7 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   if (const json* g = s.Get("param_groups")) {
     ASSIGN_OR_RETURN(c->param_groups, ParseParamGroups(g->dump()));
   }
-  RETURN_IF_ERROR(s.Int("steps", 1, kMaxI64, &z.steps));
+  RETURN_IF_ERROR(s.Int("steps", 1, kMaxTrainSteps, &z.steps));
   RETURN_IF_ERROR(s.Int("seed", 0, kMaxI64, &z.seed));
   z.data.seed = data_seed.has_value() ? static_cast<uint64_t>(*data_seed) : z.seed;
   RETURN_IF_ERROR(s.Double("init_std", 1e-12, 10, &z.init_std));

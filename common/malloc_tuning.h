@@ -4,7 +4,7 @@
 // gets a fresh mmap and every free an munmap, so each 1 MiB gRPC message and
 // each unit buffer costs page faults on first touch: measured here, pushing
 // gradients spent most of its time in page faults, and torch's CPU Adam ran
-// ~35x slower (../shared/MACHINE-NOTES.md). Raising the mmap threshold and the
+// ~35x slower. Raising the mmap threshold and the
 // trim threshold keeps freed memory in the heap for reuse.
 //
 // Call once at the top of main(), before threads start.

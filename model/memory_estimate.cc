@@ -270,9 +270,9 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   e.zero[2] = {"ZeRO-2", "2Ψ + 14Ψ/N", 2 * psi + 14 * psi / n, 0};
   e.zero[3] = {"ZeRO-3", "16Ψ/N", 16 * psi / n, 0};
   for (ZeroStageBytes& z : e.zero) z.cluster_bytes = z.per_gpu_bytes * n;
-  e.seed_note =
-      "the seed document (../shared/seed) lists ZeRO-1 as 16Ψ; ZeRO-1 "
-      "partitions only the optimizer states (12Ψ), so it is 4Ψ + 12Ψ/N";
+  e.zero1_note =
+      "ZeRO-1 partitions only the optimizer states (12Ψ), so it is "
+      "4Ψ + 12Ψ/N, not 16Ψ (Rajbhandari et al., ZeRO, SC'20, Fig. 1)";
 
   const int seq = input.seq > 0 ? input.seq
                                 : (input.model ? input.model->context : 1024);

@@ -169,9 +169,9 @@ struct MemoryEstimate {
   ActivationEstimate activations;
   WireEstimate wire;               // for input.stage
   StepTimeEstimate time;           // for input.stage
-  // What differs from the seed document's table (../shared/seed): its
-  // ZeRO-1 row says 16Ψ.
-  std::string seed_note;
+  // Why ZeRO-1 is 4Ψ + 12Ψ/N (tables that copy DDP's 16Ψ for it are
+  // common).
+  std::string zero1_note;
 };
 
 absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input);

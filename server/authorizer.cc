@@ -150,7 +150,10 @@ absl::StatusOr<Role> Authorizer::Authenticate(
   return absl::UnauthenticatedError(
       options_.tls ? "the client certificate names no role (CN or SAN "
                      "worker, ctl or admin) and no bearer token was sent"
-                   : "no bearer token was sent (authorization metadata)");
+                   : "no bearer token was sent (authorization metadata): "
+                     "give the client the run's credentials (zeroshard-ctl "
+                     "--credentials=DIR; a zeroshard-train run keeps them in "
+                     "<out>/credentials, which --cluster=<out> reads)");
 }
 
 absl::Status Authorizer::Authorize(const grpc::ServerContextBase& context,

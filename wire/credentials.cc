@@ -7,14 +7,19 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "wire/tls_version.h"
 
 namespace zeroshard {
@@ -91,10 +96,25 @@ absl::StatusOr<Role> ParseRole(absl::string_view name) {
 
 absl::StatusOr<std::shared_ptr<const ClientSecurity>> ClientSecurity::Load(
     const std::string& dir, Role role, absl::Duration refresh) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
+  // A directory this user may not read is said to be one, not reported as
+  // missing or empty.
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    const int err = errno;
+    if (err == EACCES) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "credentials directory '", dir, "': ", std::strerror(err)));
+    }
     return absl::NotFoundError(
         absl::StrCat("credentials directory '", dir, "' does not exist"));
+  }
+  if (access(dir.c_str(), R_OK | X_OK) != 0) {
+    const int err = errno;
+    return absl::PermissionDeniedError(absl::StrCat(
+        "credentials directory '", dir, "' cannot be read (", std::strerror(err),
+        "; it belongs to uid ", st.st_uid, ", mode ",
+        absl::StrFormat("%04o", st.st_mode & 07777),
+        "): run as its owner, or give a copy this user can read"));
   }
   const std::string name(RoleName(role));
   const std::string ca = dir + "/ca.pem";

@@ -162,6 +162,26 @@ TEST(ConfigTest, UnknownKeysWarnWithFullPath) {
   EXPECT_TRUE(p.config.activation_checkpointing.partition_activations);
 }
 
+// A typo'd key is named with the known key nearest to it; a key nowhere
+// near any is named alone.
+TEST(ConfigTest, ATypoSuggestsTheNearestKnownKey) {
+  ParsedConfig p = MustParse(R"({
+    "train_micro_batch_size_per_gpu": 1, "gradient_clippin": 1.0, "mystery": 1,
+    "zero_optimization": {"stag": 2},
+    "zeroshard": {"stesp": 5, "model": {"Layers": 3}}})");
+  ASSERT_EQ(p.warnings.size(), 1u);
+  const std::string& w = p.warnings[0];
+  for (const char* want :
+       {"\"gradient_clippin\" (did you mean \"gradient_clipping\"?)",
+        "\"zero_optimization.stag\" (did you mean \"zero_optimization.stage\"?)",
+        "\"zeroshard.stesp\" (did you mean \"zeroshard.steps\"?)",
+        "\"zeroshard.model.Layers\" (did you mean \"zeroshard.model.layers\"?)"}) {
+    EXPECT_NE(w.find(want), std::string::npos) << want << " in " << w;
+  }
+  EXPECT_NE(w.find("\"mystery\""), std::string::npos) << w;
+  EXPECT_EQ(w.find("\"mystery\" (did you mean"), std::string::npos) << w;
+}
+
 TEST(ConfigTest, BadValuesNameTheKey) {
   ExpectError(R"({"train_batch_size": "lots"})", {"train_batch_size", "integer"});
   ExpectError(R"({"train_micro_batch_size_per_gpu": 0})", {"train_micro_batch_size_per_gpu"});

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A multi-host run without Kubernetes (issue 9; docs/DESIGN.md, "Deployment"):
+# A multi-host run without Kubernetes (docs/DESIGN.md, "Deployment"):
 # every shard server and every worker in its own network namespace with its
 # own address on one bridge, started with exactly the command, flags and
 # config the rendered Kubernetes overlay gives its pods (tests/deploy/

@@ -57,6 +57,9 @@ TEST(EstimateCtlTest, BadInputIsAUsageError) {
       {"--params=7e9", "--workers=8", "--servers=4", "--attention=fused"},
       {"--workers=8", "--servers=4"},  // no Ψ and no shape
       {"--params=7e9", "--config=/nonexistent.json"},
+      // Ψ from the flag and a shape from the file: refused, not mixed.
+      {"--params=124e6", "--config=examples/gpt-small.json"},
+      {"--params=124e6", "--layers=12"},
   };
   for (const auto& args : bad) {
     CommandResult r = Ctl(args);
@@ -76,14 +79,50 @@ TEST(EstimateCtlTest, SevenBillionJsonAndText) {
   EXPECT_EQ(j["zero"][1]["formula"], "4Ψ + 12Ψ/N");
   EXPECT_DOUBLE_EQ(j["zero"][1]["per_gpu_bytes"].get<double>(), 38.5e9);
   EXPECT_DOUBLE_EQ(j["zero"][0]["per_gpu_bytes"].get<double>(), 112e9);
-  EXPECT_NE(j["seed_note"].get<std::string>().find("16Ψ"), std::string::npos);
+  EXPECT_NE(j["zero1_note"].get<std::string>().find("16Ψ"), std::string::npos);
   EXPECT_DOUBLE_EQ(
       j["zeroshard"]["server"]["stage3"]["model_state_bytes"].get<double>(),
       14 * 7e9 / 4);
   r = Ctl({"--params=7e9", "--workers=8", "--servers=4"});
   ASSERT_TRUE(r.status.success()) << r.err;
   EXPECT_NE(r.out.find("ZeRO-1 *"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("* the seed document"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("* ZeRO-1 partitions only the optimizer states"),
+            std::string::npos) << r.out;
+}
+
+// --device_gb gives a verdict: GPT-2 124M's shape at micro batch 8 fits in
+// 80 GB and not in 1 GB, each by the amount the JSON states.
+TEST(EstimateCtlTest, DeviceMemoryGivesAVerdict) {
+  const std::vector<std::string> shape = {
+      "--layers=12", "--heads=12", "--width=768", "--vocab=50304",
+      "--context=1024", "--micro_batch=8", "--workers=8", "--servers=4"};
+  for (const char* gb : {"80", "1"}) {
+    std::vector<std::string> args = shape;
+    args.push_back(absl::StrCat("--device_gb=", gb));
+    CommandResult text = Ctl(args);
+    ASSERT_TRUE(text.status.success()) << text.err;
+    args.push_back("--json");
+    CommandResult json = Ctl(args);
+    ASSERT_TRUE(json.status.success()) << json.err;
+    const nlohmann::json d = nlohmann::json::parse(json.out)["device"];
+    const bool fits = std::string(gb) == "80";
+    EXPECT_EQ(d["fits"].get<bool>(), fits) << d;
+    EXPECT_DOUBLE_EQ(d["memory_bytes"].get<double>(), std::stod(gb) * 1e9);
+    EXPECT_DOUBLE_EQ(d["margin_bytes"].get<double>(),
+                     d["memory_bytes"].get<double>() -
+                         d["worker_needs_bytes"].get<double>());
+    EXPECT_NE(text.out.find(absl::StrCat("A worker in ", gb, " GB (stage 3, "
+                                         "activations included): ",
+                                         fits ? "fits" : "does NOT fit")),
+              std::string::npos)
+        << text.out;
+    EXPECT_NE(text.out.find(fits ? "leaving" : "short by"), std::string::npos)
+        << text.out;
+  }
+  CommandResult bad = Ctl({"--params=7e9", "--workers=8", "--servers=4",
+                           "--device_gb=-1"});
+  EXPECT_EQ(bad.status.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--device_gb"), std::string::npos) << bad.err;
 }
 
 TEST(EstimateCtlTest, OnlineAttentionIsCountedWhenAsked) {

@@ -1,4 +1,4 @@
-// model/memory_estimate: the ZeRO formulas against the seed document's 7B
+// model/memory_estimate: the ZeRO formulas against the 7B textbook
 // example, zeroshard's worker/server split, wire bytes, activations and bad
 // input.
 #include "model/memory_estimate.h"
@@ -13,22 +13,17 @@
 namespace zeroshard {
 namespace {
 
-// The seed document (../shared/seed/000_248a55d72da26a3f.txt, section 2.3.3)
-// takes "7B 模型/BF16/Adam 举例" (a 7B model, BF16, Adam): per card under
-// DDP "参数 W ~14 GB", "梯度 ∇W ~14 GB", and its table
-//   | DDP    | 16Ψ         | 1×           |
-//   | ZeRO-1 | 16Ψ         | 1×           |
-//   | ZeRO-2 | 2Ψ + 14Ψ/N  | ~8× (N=8)    |
-//   | ZeRO-3 | 16Ψ/N       | N×           |
-// so Ψ = 7e9 and N = 8. DDP, ZeRO-2 and ZeRO-3 match; ZeRO-1 does not: it
-// partitions only the optimizer states, 4Ψ + 12Ψ/N (ZeRO paper, Fig. 1).
-// (The seed's "~56 GB" of optimizer states is m and v alone, 8Ψ; with the
-// FP32 master it is 12Ψ = 84 GB, and DDP's total 16Ψ = 112 GB, not its
-// "~84 GB+". Its "~8× (N=8)" for ZeRO-2 is 16/(2 + 14/8) = 4.27×.)
+// The textbook example: a 7B model in BF16 with Adam on N = 8 GPUs. Per
+// GPU under DDP the weights are ~14 GB and the gradients ~14 GB, and the
+// ZeRO paper's table (Rajbhandari et al., SC'20, Fig. 1) gives
+//   DDP 16Ψ, ZeRO-1 4Ψ + 12Ψ/N, ZeRO-2 2Ψ + 14Ψ/N, ZeRO-3 16Ψ/N,
+// so Ψ = 7e9. ZeRO-1 partitions only the optimizer states (FP32 master, m
+// and v: 12Ψ = 84 GB), so it is not DDP's 16Ψ = 112 GB, as tables that copy
+// the DDP row for it say.
 constexpr double kPsi = 7e9;
 constexpr int kN = 8;
 
-EstimateInput SeedExample() {
+EstimateInput SevenBillionExample() {
   EstimateInput in;
   in.params = kPsi;
   in.workers = kN;
@@ -36,27 +31,27 @@ EstimateInput SeedExample() {
   return in;
 }
 
-TEST(MemoryEstimateTest, SeedSevenBillionExample) {
-  absl::StatusOr<MemoryEstimate> e = EstimateMemory(SeedExample());
+TEST(MemoryEstimateTest, SevenBillionExample) {
+  absl::StatusOr<MemoryEstimate> e = EstimateMemory(SevenBillionExample());
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_EQ(e->zero[0].scheme, "DDP");
   EXPECT_DOUBLE_EQ(e->zero[0].per_gpu_bytes, 112e9);           // 16Ψ
   EXPECT_EQ(e->zero[1].scheme, "ZeRO-1");
   EXPECT_DOUBLE_EQ(e->zero[1].per_gpu_bytes, 28e9 + 10.5e9);   // 4Ψ + 12Ψ/N
-  EXPECT_NE(e->zero[1].per_gpu_bytes, 16 * kPsi);              // not the seed's
+  EXPECT_NE(e->zero[1].per_gpu_bytes, 16 * kPsi);              // not DDP's
   EXPECT_DOUBLE_EQ(e->zero[2].per_gpu_bytes, 14e9 + 12.25e9);  // 2Ψ + 14Ψ/N
   EXPECT_DOUBLE_EQ(e->zero[3].per_gpu_bytes, 14e9);            // 16Ψ/N
   for (const ZeroStageBytes& z : e->zero) {
     EXPECT_DOUBLE_EQ(z.cluster_bytes, kN * z.per_gpu_bytes) << z.scheme;
   }
-  // DDP less the 12Ψ of optimizer state: the seed's W + ∇W, ~14 GB each.
+  // DDP less the 12Ψ of optimizer state: W + ∇W, ~14 GB each.
   EXPECT_DOUBLE_EQ(e->zero[0].per_gpu_bytes - 12 * kPsi, 14e9 + 14e9);
-  EXPECT_NE(e->seed_note.find("16Ψ"), std::string::npos);
-  EXPECT_NE(e->seed_note.find("4Ψ + 12Ψ/N"), std::string::npos);
+  EXPECT_NE(e->zero1_note.find("16Ψ"), std::string::npos);
+  EXPECT_NE(e->zero1_note.find("4Ψ + 12Ψ/N"), std::string::npos);
 }
 
 TEST(MemoryEstimateTest, ZeroshardSplitFollowsDesign) {
-  absl::StatusOr<MemoryEstimate> e = EstimateMemory(SeedExample());
+  absl::StatusOr<MemoryEstimate> e = EstimateMemory(SevenBillionExample());
   ASSERT_TRUE(e.ok()) << e.status();
   // No shape: model state only (no units, no activations) plus the base.
   const ProcessEstimate& w3 = e->worker[2];
@@ -73,7 +68,7 @@ TEST(MemoryEstimateTest, ZeroshardSplitFollowsDesign) {
   }
   // BF16 gradients on the wire: a 2Ψ/N copy on the worker, half the
   // buffered bytes on the server.
-  EstimateInput in = SeedExample();
+  EstimateInput in = SevenBillionExample();
   in.grad_wire = CommDataType::kBf16;
   e = EstimateMemory(in);
   ASSERT_TRUE(e.ok());
@@ -85,7 +80,7 @@ TEST(MemoryEstimateTest, ZeroshardSplitFollowsDesign) {
 
 TEST(MemoryEstimateTest, WireBytesAreIndependentOfN) {
   for (int n : {1, 2, 8}) {
-    EstimateInput in = SeedExample();
+    EstimateInput in = SevenBillionExample();
     in.workers = n;
     absl::StatusOr<MemoryEstimate> e = EstimateMemory(in);
     ASSERT_TRUE(e.ok());
@@ -175,7 +170,7 @@ TEST(MemoryEstimateTest, OnlineAttentionSavesLseInsteadOfProbabilities) {
 
 TEST(MemoryEstimateTest, BadInputIsInvalidArgument) {
   auto bad = [](auto mutate) {
-    EstimateInput in = SeedExample();
+    EstimateInput in = SevenBillionExample();
     mutate(in);
     return EstimateMemory(in).status().code();
   };

@@ -65,6 +65,9 @@ ABSL_FLAG(double, link_gbps, 100, "estimate: network Gbit/s per process, "
 ABSL_FLAG(double, mem_gbps, 2000, "estimate: accelerator memory GB/s");
 ABSL_FLAG(double, flops, 312e12, "estimate: accelerator FLOP/s");
 ABSL_FLAG(double, server_mem_gbps, 50, "estimate: shard server DRAM GB/s");
+ABSL_FLAG(double, device_gb, 0,
+          "estimate: a worker device's memory in GB (1e9 bytes): say whether "
+          "a worker fits in it, and by how much (0: no verdict)");
 ABSL_FLAG(double, worker_base_mib, -1,
           "estimate: a worker process's fixed RSS (-1: the measured constant)");
 ABSL_FLAG(double, server_base_mib, -1,
@@ -167,6 +170,15 @@ std::optional<int> BuildInput(EstimateInput* in) {
     if (Given("vocab")) s.vocab = absl::GetFlag(FLAGS_vocab);
     if (Given("context")) s.context = absl::GetFlag(FLAGS_context);
     in->model = s;
+  }
+  if (Given("params") && in->model.has_value()) {
+    // Ψ would come from the flag and the activations from the shape: two
+    // models at once. One of them, said so.
+    return Usage(absl::StrCat(
+        "--params=", absl::GetFlag(FLAGS_params), " and a model shape (",
+        config_path.empty() ? "the shape flags" : "--config's zeroshard.model",
+        ") both give the model: leave --params out to estimate the shape's "
+        "model, or give --params alone"));
   }
   if (Given("params")) {
     in->params = absl::GetFlag(FLAGS_params);
@@ -343,7 +355,7 @@ nlohmann::json ToJson(const MemoryEstimate& e) {
                     {"cluster_bytes", z.cluster_bytes}});
   }
   j["zero"] = zero;
-  j["seed_note"] = e.seed_note;
+  j["zero1_note"] = e.zero1_note;
   for (int s = 1; s <= 3; ++s) {
     const std::string key = absl::StrCat("stage", s);
     j["zeroshard"]["worker"][key] = TermsJson(e.worker[s - 1]);
@@ -445,7 +457,7 @@ void PrintText(const MemoryEstimate& e) {
                     Both(z.per_gpu_bytes), Both(z.cluster_bytes)});
   }
   PrintRows(rows);
-  std::printf("* %s.\n\n", e.seed_note.c_str());
+  std::printf("* %s.\n\n", e.zero1_note.c_str());
 
   std::printf("zeroshard, per worker (model state on the worker; the "
               "optimizer lives on the servers):\n");
@@ -510,6 +522,29 @@ void PrintText(const MemoryEstimate& e) {
 
 }  // namespace
 
+// Whether one worker of `e` (its stage's resident estimate plus the
+// activations' peak and kernel scratch) fits in a device of `device_bytes`.
+struct Verdict {
+  double needed = 0, device = 0;
+  bool fits() const { return needed <= device; }
+};
+Verdict WorkerVerdict(const MemoryEstimate& e, double device_bytes) {
+  const ActivationEstimate& a = e.activations;
+  return {e.worker[e.input.stage - 1].total() +
+              (a.known ? a.chosen + a.scratch : 0.0),
+          device_bytes};
+}
+
+std::string VerdictText(const MemoryEstimate& e, const Verdict& v) {
+  return absl::StrFormat(
+      "A worker in %.4g GB (stage %d%s): %s: it needs %s, %s %s\n",
+      v.device / 1e9, e.input.stage,
+      e.activations.known ? ", activations included"
+                          : "; no model shape, so no activations counted",
+      v.fits() ? "fits" : "does NOT fit", Both(v.needed),
+      v.fits() ? "leaving" : "short by", Both(std::abs(v.device - v.needed)));
+}
+
 int RunEstimate(int argc, char** argv) {
   g_args.assign(argv + 1, argv + argc);
   EstimateInput in;
@@ -519,10 +554,27 @@ int RunEstimate(int argc, char** argv) {
     std::fprintf(stderr, "estimate: %s\n", e.status().ToString().c_str());
     return 2;
   }
+  const double device_gb = absl::GetFlag(FLAGS_device_gb);
+  if (!(device_gb >= 0) || !std::isfinite(device_gb)) {
+    return Usage(absl::StrCat("--device_gb must be a size in GB (>= 0), got ",
+                              device_gb));
+  }
+  std::optional<Verdict> verdict;
+  if (device_gb > 0) verdict = WorkerVerdict(*e, device_gb * 1e9);
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("%s\n", ToJson(*e).dump(2).c_str());
+    nlohmann::json j = ToJson(*e);
+    if (verdict.has_value()) {
+      j["device"] = {{"memory_bytes", verdict->device},
+                     {"worker_needs_bytes", verdict->needed},
+                     {"fits", verdict->fits()},
+                     {"margin_bytes", verdict->device - verdict->needed}};
+    }
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     PrintText(*e);
+    if (verdict.has_value()) {
+      std::printf("\n%s", VerdictText(*e, *verdict).c_str());
+    }
   }
   return 0;
 }

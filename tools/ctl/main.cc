@@ -9,10 +9,15 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tools/ctl/cluster_file.h"
 #include "tools/ctl/commands.h"
 #include "client/shard_channels.h"
 
 ABSL_FLAG(std::string, servers, "", "Shard servers, HOST:PORT,... in index order");
+ABSL_FLAG(std::string, cluster, "",
+          "a zeroshard-train run's --out directory (or its cluster.json): "
+          "its servers, and its credentials unless --credentials is given");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "Deadline of each call");
 ABSL_FLAG(std::string, credentials, "",
           "credentials directory (ca.pem, <role>.pem/.key, <role>.token); "
@@ -64,6 +69,8 @@ namespace {
 constexpr char kUsage[] =
     "zeroshard-ctl COMMAND [flags]\n"
     "  inspect  --servers=...  [--json]   state of every server, as a table\n"
+    "           (--cluster=OUT in place of --servers and --credentials: a\n"
+    "           zeroshard-train run's servers and tokens, any command)\n"
     "  health   --servers=...             grpc.health.v1 check; exit 1 unless "
     "all SERVING\n"
     "  layout   [--num_servers=S] [--workers=N] [shape flags] [--json]\n"
@@ -84,12 +91,13 @@ constexpr char kUsage[] =
     "  checkpoint --servers=... --dir=DIR [--step=S]   coordinated checkpoint\n"
     "  restore  --servers=... --dir=DIR [--step=S]\n"
     "  list     --dir=DIR                 checkpoints in DIR (offline)\n"
-    "  estimate --params=PSI --workers=N --servers=S [--stage=1|2|3]\n"
-    "           [--precision=bf16|fp16|fp32] [--config=FILE] [shape flags]\n"
+    "  estimate (--params=PSI | --config=FILE | shape flags) --workers=N\n"
+    "           --servers=S [--stage=1|2|3] [--precision=bf16|fp16|fp32]\n"
     "           [--micro_batch=B] [--checkpointing=none|every_block|every_k]\n"
-    "           [--link_gbps] [--mem_gbps] [--flops] [--json]   memory per\n"
-    "           GPU under DDP/ZeRO-1/2/3, per worker and server, activations,\n"
-    "           wire bytes and step time (offline; --servers is a count)\n"
+    "           [--link_gbps] [--mem_gbps] [--flops] [--device_gb=G] [--json]\n"
+    "           memory per GPU under DDP/ZeRO-1/2/3, per worker and server,\n"
+    "           activations, wire bytes and step time, and with --device_gb\n"
+    "           whether a worker fits (offline; --servers is a count)\n"
     "shape flags: --arch --layers --heads --width --vocab --context";
 
 }  // namespace
@@ -106,7 +114,21 @@ int main(int argc, char** argv) {
   // Offline, and --servers is a count: reads its flags itself.
   if (command == "estimate") return ctl::RunEstimate(argc, argv);
   ctl::CtlFlags f;
-  const std::string servers = absl::GetFlag(FLAGS_servers);
+  std::string servers = absl::GetFlag(FLAGS_servers);
+  std::string credentials = absl::GetFlag(FLAGS_credentials);
+  if (const std::string cluster = absl::GetFlag(FLAGS_cluster); !cluster.empty()) {
+    if (!servers.empty()) {
+      std::fprintf(stderr, "give --cluster or --servers, not both\n");
+      return 2;
+    }
+    absl::StatusOr<ctl::ClusterFile> file = ctl::ReadClusterFile(cluster);
+    if (!file.ok()) {
+      std::fprintf(stderr, "--cluster: %s\n", file.status().ToString().c_str());
+      return 2;
+    }
+    servers = absl::StrJoin(file->servers, ",");
+    if (credentials.empty()) credentials = file->credentials;
+  }
   if (!servers.empty()) {
     auto list = ParseServerList(servers);
     if (!list.ok()) {
@@ -117,7 +139,7 @@ int main(int argc, char** argv) {
   }
   f.timeout = absl::GetFlag(FLAGS_timeout);
   f.run_id = absl::GetFlag(FLAGS_run_id);
-  if (const std::string dir = absl::GetFlag(FLAGS_credentials); !dir.empty()) {
+  if (const std::string& dir = credentials; !dir.empty()) {
     std::string role_name = absl::GetFlag(FLAGS_role);
     if (role_name.empty()) {
       const bool reads_only =
@@ -193,7 +215,8 @@ int main(int argc, char** argv) {
   const bool needs_servers =
       command != "layout" && command != "config" && command != "list";
   if (needs_servers && f.servers.empty()) {
-    std::fprintf(stderr, "%s needs --servers=HOST:PORT,...\n", command.c_str());
+    std::fprintf(stderr, "%s needs --servers=HOST:PORT,... or --cluster=OUT\n",
+                 command.c_str());
     return 2;
   }
   if (command == "inspect" && !f.tensor.empty()) {

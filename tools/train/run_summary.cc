@@ -60,9 +60,9 @@ std::string FormatSummary(const RunSummary& s, const RunOutputs& outputs) {
   if (s.val_evals > 0) {
     absl::StrAppendFormat(&out,
                           "val loss       %.4f -> %.4f (after step %u .. %u, %u "
-                          "evaluations)\n",
+                          "evaluation%s)\n",
                           s.first_val_loss, s.last_val_loss, s.first_val_step,
-                          s.last_val_step, s.val_evals);
+                          s.last_val_step, s.val_evals, s.val_evals == 1 ? "" : "s");
   }
   auto line = [&](const char* what, const std::string& path) {
     if (!path.empty()) absl::StrAppendFormat(&out, "%-15s%s\n", what, path);

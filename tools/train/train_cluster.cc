@@ -375,6 +375,8 @@ void TrainCluster::StopAll(absl::Duration grace) {
 absl::Status TrainCluster::WriteClusterFile() const {
   nlohmann::json j;
   j["run_id"] = plan_.run_id;
+  // Where the run's tokens are, for zeroshard-ctl --cluster (empty: none).
+  j["credentials"] = plan_.credentials_dir;
   j["servers"] = nlohmann::json::array();
   for (size_t k = 0; k < addresses_.size(); ++k) {
     nlohmann::json s = {{"index", k}, {"address", addresses_[k]}};

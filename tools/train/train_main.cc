@@ -13,18 +13,23 @@
 
 #include <atomic>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "client/shard_channels.h"
+#include "common/config.h"
 #include "tools/train/train_run.h"
 
 ABSL_FLAG(std::string, config, "", "DeepSpeed-style JSON config file");
-ABSL_FLAG(int, servers, 0, "shard servers S (0: the config's)");
-ABSL_FLAG(int, workers, 0, "workers N (0: the config's)");
-ABSL_FLAG(int64_t, steps, 0, "train until this step (0: the config's)");
+ABSL_FLAG(std::optional<int>, servers, std::nullopt,
+          "shard servers S, at least 1 (unset: the config's)");
+ABSL_FLAG(std::optional<int>, workers, std::nullopt,
+          "workers N, at least 1 (unset: the config's)");
+ABSL_FLAG(std::optional<int64_t>, steps, std::nullopt,
+          "train until this step, at least 1 (unset: the config's)");
 ABSL_FLAG(std::string, out, "zeroshard-out",
           "output directory: metrics, loss curve, logs, weights");
 ABSL_FLAG(bool, save_weights, false,
@@ -61,6 +66,23 @@ std::atomic<bool> g_interrupted{false};
 
 void OnSignal(int) { g_interrupted.store(true); }
 
+// A count flag, when given, must lie in [lo, hi]: a message naming it
+// otherwise (so --steps=0 or --servers=-1 never falls back to the config's).
+template <typename T>
+bool InRange(const char* flag, const std::optional<T>& v, int64_t lo,
+             int64_t hi, const char* what) {
+  if (!v.has_value()) return true;
+  if (static_cast<int64_t>(*v) >= lo && static_cast<int64_t>(*v) <= hi) {
+    return true;
+  }
+  std::fprintf(stderr,
+               "zeroshard-train: --%s=%lld: want %s, from %lld to %lld "
+               "(leave it out for the config's)\n",
+               flag, static_cast<long long>(*v), what,
+               static_cast<long long>(lo), static_cast<long long>(hi));
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,11 +100,27 @@ int main(int argc, char** argv) {
 
   zeroshard::TrainOptions o;
   o.config_path = absl::GetFlag(FLAGS_config);
-  if (absl::GetFlag(FLAGS_servers) > 0) o.servers = absl::GetFlag(FLAGS_servers);
-  if (absl::GetFlag(FLAGS_workers) > 0) o.workers = absl::GetFlag(FLAGS_workers);
-  if (absl::GetFlag(FLAGS_steps) > 0) {
-    o.steps = static_cast<uint64_t>(absl::GetFlag(FLAGS_steps));
+  const std::optional<int> servers = absl::GetFlag(FLAGS_servers);
+  const std::optional<int> workers = absl::GetFlag(FLAGS_workers);
+  const std::optional<int64_t> steps = absl::GetFlag(FLAGS_steps);
+  if (!InRange("servers", servers, 1, zeroshard::kMaxClusterProcesses,
+               "a server count") ||
+      !InRange("workers", workers, 1, zeroshard::kMaxClusterProcesses,
+               "a worker count") ||
+      !InRange("steps", steps, 1, zeroshard::kMaxTrainSteps, "a step count") ||
+      !InRange<int>("max_restarts", absl::GetFlag(FLAGS_max_restarts), 0,
+                    1000, "a restart count") ||
+      !InRange<int64_t>("inject_overflow_at_step",
+                        absl::GetFlag(FLAGS_inject_overflow_at_step), -1,
+                        zeroshard::kMaxTrainSteps, "a step or -1") ||
+      !InRange<int64_t>("inject_partial_apply_at_step",
+                        absl::GetFlag(FLAGS_inject_partial_apply_at_step), -1,
+                        zeroshard::kMaxTrainSteps, "a step or -1")) {
+    return 2;
   }
+  o.servers = servers;
+  o.workers = workers;
+  if (steps.has_value()) o.steps = static_cast<uint64_t>(*steps);
   if (!absl::GetFlag(FLAGS_server_addresses).empty()) {
     auto list = zeroshard::ParseServerList(absl::GetFlag(FLAGS_server_addresses));
     if (!list.ok()) {

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "tools/train/loss_plot.h"
 #include "tools/train/metrics_writer.h"
+#include "tools/train/out_dir_lock.h"
 #include "tools/train/progress_bar.h"
 #include "tools/train/run_credentials.h"
 #include "tools/train/run_sample.h"
@@ -23,6 +24,7 @@
 #include "common/atomic_file.h"
 #include "common/checkpoint_manifest.h"
 #include "common/config.h"
+#include "common/data_files.h"
 #include "model/gpt_manifest.h"
 #include "model/hf_gpt2.h"
 #include "common/layout.h"
@@ -42,6 +44,84 @@ namespace fs = std::filesystem;
 std::string InOutDir(const std::string& out_dir, const std::string& path) {
   if (path.empty() || fs::path(path).is_absolute()) return path;
   return (fs::path(out_dir) / path).string();
+}
+
+// "1 server", "2 servers".
+std::string Counted(uint64_t n, const char* what) {
+  return absl::StrCat(n, " ", what, n == 1 ? "" : "s");
+}
+
+// What of an earlier run `out_dir` holds that this run will replace
+// ("metrics.csv, logs/, ..."), or "".
+std::string EarlierOutputs(const std::string& out_dir,
+                           const std::vector<std::string>& files) {
+  std::vector<std::string> found;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    if (f.empty() || !fs::exists(f, ec)) continue;
+    const fs::path rel = fs::path(f).lexically_relative(out_dir);
+    const std::string name =
+        rel.empty() || rel.native().starts_with("..") ? f : rel.string();
+    found.push_back(fs::is_directory(f, ec) ? name + "/" : name);
+  }
+  return absl::StrJoin(found, ", ");
+}
+
+// Says on the terminal what a --resume continues: the step, the writing
+// run's servers and workers against this run's, and a schedule that now ends
+// elsewhere (an extended run follows this run's schedule: docs/DESIGN.md,
+// "Checkpoints"). A checkpoint at or past this run's last step leaves
+// nothing to do: INVALID_ARGUMENT saying how to extend the run.
+absl::Status SayWhatIsResumed(const std::string& dir,
+                              const CheckpointManifest& newest,
+                              const TrainingConfig& cfg, std::FILE* out) {
+  const uint64_t to = cfg.cluster.steps;
+  if (newest.step >= to) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--resume=", dir, ": its newest checkpoint is at step ", newest.step,
+        " and this run trains to step ", to, ": nothing is left to do (give "
+        "--steps greater than ", newest.step, " to extend the run)"));
+  }
+  std::fprintf(out,
+               "zeroshard-train: resuming from step %llu of %s (written by "
+               "%s x %s; this run: %s x %s), training to step %llu\n",
+               static_cast<unsigned long long>(newest.step), dir.c_str(),
+               Counted(newest.num_servers, "server").c_str(),
+               Counted(newest.model.partition_count, "worker").c_str(),
+               Counted(cfg.cluster.servers, "server").c_str(),
+               Counted(cfg.cluster.workers, "worker").c_str(),
+               static_cast<unsigned long long>(to));
+  const uint64_t total = cfg.optimizer.total_steps;
+  if (cfg.optimizer.schedule != LrScheduleKind::kConstant &&
+      newest.schedule_total_steps != 0 &&
+      newest.schedule_total_steps != total) {
+    std::fprintf(out,
+                 "zeroshard-train: the learning-rate schedule now ends at step "
+                 "%llu (the checkpoint's run ended it at %llu); the steps "
+                 "after step %llu follow this run's schedule\n",
+                 static_cast<unsigned long long>(total),
+                 static_cast<unsigned long long>(newest.schedule_total_steps),
+                 static_cast<unsigned long long>(newest.step));
+  }
+  std::fflush(out);
+  return absl::OkStatus();
+}
+
+// The servers' addresses and a command to look at them, pasted as it is.
+void SayWhereTheServersAre(const std::vector<std::string>& addresses,
+                           const TrainClusterPlan& plan, std::FILE* out) {
+  const std::string list = absl::StrJoin(addresses, ",");
+  std::string inspect = absl::StrCat("zeroshard-ctl inspect --servers=", list);
+  if (!plan.credentials_dir.empty()) {
+    absl::StrAppend(&inspect, " --credentials=", plan.credentials_dir);
+  }
+  std::fprintf(out,
+               "zeroshard-train: shard servers at %s (listed in %s/cluster.json)"
+               "; to look at them:\n  %s\n  (or: zeroshard-ctl inspect "
+               "--cluster=%s)\n",
+               list.c_str(), plan.out_dir.c_str(), inspect.c_str(),
+               plan.out_dir.c_str());
+  std::fflush(out);
 }
 
 absl::Status CheckBinary(const std::string& path) {
@@ -81,10 +161,11 @@ absl::StatusOr<uint64_t> FollowProgress(
               o.progress, ev->step, ev->total_steps, cfg.steps_per_print,
               isatty(fileno(o.progress)) != 0);
           std::fprintf(o.progress,
-                       "zeroshard-train: %llu parameters, %d servers x %d "
-                       "workers, steps %llu..%llu\n",
+                       "zeroshard-train: %llu parameters, %s x %s, steps "
+                       "%llu..%llu\n",
                        static_cast<unsigned long long>(ev->params),
-                       cfg.cluster.servers, cfg.cluster.workers,
+                       Counted(cfg.cluster.servers, "server").c_str(),
+                       Counted(cfg.cluster.workers, "worker").c_str(),
                        static_cast<unsigned long long>(ev->step),
                        static_cast<unsigned long long>(ev->total_steps));
         }
@@ -341,6 +422,9 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   for (const std::string& w : parsed.warnings) ZS_LOG(WARNING) << w;
   const TrainingConfig& cfg = parsed.config;
   RETURN_IF_ERROR(ValidatePlotPath(cfg.cluster.plot_path));
+  // The data files, once, before any process starts (not once per worker
+  // after all of them have).
+  RETURN_IF_ERROR(CheckDataFiles(cfg.cluster.data));
   // The closing sample's prompt and vocabulary, checked before anything starts.
   std::optional<RunSamplePlan> sample;
   if (o.sample) {
@@ -359,6 +443,33 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   if (ec) {
     return absl::PermissionDeniedError(
         absl::StrCat("cannot create --out=", o.out_dir, ": ", ec.message()));
+  }
+  // Held to the end: a second run on this --out is refused, not let loose on
+  // this one's credentials and outputs.
+  ASSIGN_OR_RETURN(const OutDirLock out_lock, OutDirLock::Acquire(o.out_dir));
+  // What a --resume continues, said (or refused) before anything
+  // of the earlier run is replaced.
+  if (!o.resume_dir.empty()) {
+    ASSIGN_OR_RETURN(std::vector<uint64_t> steps,
+                     ListCheckpoints(o.resume_dir));
+    if (steps.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "--resume=", o.resume_dir, ": no complete checkpoint there"));
+    }
+    ASSIGN_OR_RETURN(const CheckpointManifest newest,
+                     ReadCheckpointManifest(o.resume_dir, steps.back()));
+    RETURN_IF_ERROR(SayWhatIsResumed(o.resume_dir, newest, cfg, o.progress));
+  }
+  if (const std::string earlier = EarlierOutputs(
+          o.out_dir, {InOutDir(o.out_dir, cfg.cluster.metrics_path),
+                      InOutDir(o.out_dir, cfg.cluster.plot_path),
+                      o.out_dir + "/cluster.json", o.out_dir + "/logs",
+                      o.out_dir + "/weights.f32"});
+      !earlier.empty()) {
+    std::fprintf(o.progress,
+                 "zeroshard-train: --out=%s holds an earlier run's %s; this "
+                 "run replaces them\n",
+                 o.out_dir.c_str(), earlier.c_str());
   }
   TrainClusterPlan plan;
   if (o.bin_dir.empty()) {
@@ -414,14 +525,6 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   }
 
   plan.resume_dir = o.resume_dir;
-  if (!o.resume_dir.empty()) {
-    ASSIGN_OR_RETURN(std::vector<uint64_t> steps,
-                     ListCheckpoints(o.resume_dir));
-    if (steps.empty()) {
-      return absl::NotFoundError(absl::StrCat(
-          "--resume=", o.resume_dir, ": no complete checkpoint there"));
-    }
-  }
   // Given servers that already serve a run (a run continued on live
   // servers): join it, as a newer attempt, so that the servers accept the
   // new workers and drop the earlier workers' rendezvous keys.
@@ -447,6 +550,7 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   ASSIGN_OR_RETURN(std::unique_ptr<TrainCluster> cluster,
                    TrainCluster::Start(plan, interrupted));
   outputs.logs = cluster->logs_dir();
+  SayWhereTheServersAre(cluster->server_addresses(), plan, o.progress);
   std::vector<StepRecord> records;
   std::unique_ptr<ProgressBar> bar;
   std::vector<std::string> restarts;
@@ -499,9 +603,10 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
 
   if (!plot_path.empty()) {
     const std::string title = absl::StrFormat(
-        "%s: %d layers, width %d, %d servers x %d workers",
+        "%s: %d layers, width %d, %s x %s",
         fs::path(o.config_path).filename().string(), cfg.cluster.model.layers,
-        cfg.cluster.model.width, servers, workers);
+        cfg.cluster.model.width, Counted(servers, "server"),
+        Counted(workers, "worker"));
     ASSIGN_OR_RETURN(outputs.plot, WriteLossPlot(records, plot_path, title));
   }
   const uint64_t tokens_per_step =

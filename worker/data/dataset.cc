@@ -1,20 +1,15 @@
 #include "worker/data/dataset.h"
 
-#include <glob.h>
-
 #include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_files.h"
 #include "common/status_macros.h"
 #include "worker/data/token_file.h"
 
 namespace zeroshard {
 namespace {
-
-bool HasGlobChars(const std::string& p) {
-  return p.find_first_of("*?[") != std::string::npos;
-}
 
 struct Keep {
   std::vector<Corpus> corpora;
@@ -24,7 +19,7 @@ struct Keep {
 absl::StatusOr<std::vector<TokenSegment>> OpenAll(const std::vector<std::string>& patterns,
                                                   const std::string& key, DataFormat format,
                                                   int vocab, Keep* keep) {
-  ASSIGN_OR_RETURN(std::vector<std::string> files, Dataset::ExpandPaths(patterns, key));
+  ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandDataPaths(patterns, key));
   std::vector<TokenSegment> out;
   for (const std::string& f : files) {
     ASSIGN_OR_RETURN(TokenFile t, TokenFile::Open(f, format, vocab));
@@ -63,28 +58,6 @@ uint64_t Sum(const std::vector<TokenSegment>& s) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> Dataset::ExpandPaths(
-    const std::vector<std::string>& patterns, const std::string& key) {
-  std::vector<std::string> out;
-  for (const std::string& p : patterns) {
-    if (!HasGlobChars(p)) {
-      out.push_back(p);
-      continue;
-    }
-    glob_t g{};
-    const int rc = ::glob(p.c_str(), GLOB_ERR, nullptr, &g);
-    if (rc == 0) {
-      for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(g.gl_pathv[i]);
-    }
-    globfree(&g);
-    if (rc != 0) {
-      return absl::NotFoundError(
-          absl::StrCat("config key \"", key, "\": pattern ", p, " matches no file"));
-    }
-  }
-  return out;
-}
-
 Dataset Dataset::FromCorpus(const Corpus& corpus) {
   Dataset d;
   auto keep = std::make_shared<Keep>();
@@ -107,7 +80,7 @@ absl::StatusOr<Dataset> Dataset::Load(const DataConfig& data, int vocab) {
     if (data.validation_paths.empty()) {
       std::vector<std::string> paths;
       if (!data.paths.empty()) {
-        ASSIGN_OR_RETURN(paths, ExpandPaths(data.paths, "zeroshard.data.paths"));
+        ASSIGN_OR_RETURN(paths, ExpandDataPaths(data.paths, "zeroshard.data.paths"));
       }
       DataConfig d = data;
       d.paths = paths;
@@ -117,11 +90,11 @@ absl::StatusOr<Dataset> Dataset::Load(const DataConfig& data, int vocab) {
     DataConfig train_cfg = data;
     train_cfg.validation_fraction = 0;
     if (!data.paths.empty()) {
-      ASSIGN_OR_RETURN(train_cfg.paths, ExpandPaths(data.paths, "zeroshard.data.paths"));
+      ASSIGN_OR_RETURN(train_cfg.paths, ExpandDataPaths(data.paths, "zeroshard.data.paths"));
     }
     ASSIGN_OR_RETURN(Corpus train, Corpus::Load(train_cfg));
     ASSIGN_OR_RETURN(std::vector<std::string> vpaths,
-                     ExpandPaths(data.validation_paths, "zeroshard.data.validation"));
+                     ExpandDataPaths(data.validation_paths, "zeroshard.data.validation"));
     ASSIGN_OR_RETURN(Corpus val, Corpus::FromFiles(vpaths, 0));
     Dataset d = FromCorpus(train);
     Dataset v = FromCorpus(val);

@@ -54,11 +54,6 @@ class Dataset {
   // The byte corpus as a dataset (one segment per split).
   static Dataset FromCorpus(const Corpus& corpus);
 
-  // Expands each path or glob (sorted); NOT_FOUND for a pattern without a
-  // match, naming it and `key` (the config key, for the message).
-  static absl::StatusOr<std::vector<std::string>> ExpandPaths(
-      const std::vector<std::string>& patterns, const std::string& key);
-
   const std::vector<TokenSegment>& split(DataSplit which) const {
     return splits_[static_cast<int>(which)];
   }

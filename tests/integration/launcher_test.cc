@@ -1,0 +1,187 @@
+// zeroshard-train's rough edges, each through the command a user types: a
+// second run on a live run's --out, where the servers are and how
+// zeroshard-ctl reaches them, extending a run by --resume, counts out of
+// range, an --out that holds an earlier run.
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/integration/local_cluster.h"
+#include "tests/support/test_files.h"
+#include "tests/integration/train_harness.h"
+
+namespace zeroshard::testing {
+namespace {
+
+bool Contains(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// zeroshard-train --config=examples/gpt-small.json --steps=400 --out=X --quiet
+// runs; the same command with --steps=5 on the same --out is refused, naming
+// the first run's pid, and the first trains on, its credentials untouched.
+TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
+  TrainDir dir("launcher_lock");
+  const std::string out = dir.path("x");
+  SubprocessOptions o;
+  o.argv = {BinDir() + "/zeroshard-train", "--config=examples/gpt-small.json",
+            "--steps=400", "--out=" + out, "--quiet"};
+  o.stdout_mode = SubprocessOptions::Output::kDiscard;
+  o.stderr_mode = SubprocessOptions::Output::kFile;
+  o.stderr_path = dir.path("first.err");
+  auto first = Subprocess::Start(o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(WaitForStep(out, 1, **first, absl::Seconds(120)).ok)
+      << ReadFile(dir.path("first.err"));
+  const std::string tokens = ReadFile(out + "/credentials/admin.token");
+
+  // Where the servers are is said at start, with a command that works as
+  // pasted; --cluster=OUT finds servers and credentials; without
+  // credentials the refusal names where they are.
+  const std::string said = ReadFile(dir.path("first.err"));
+  const size_t at = said.find("zeroshard-ctl inspect --servers=");
+  ASSERT_NE(at, std::string::npos) << said;
+  const std::string pasted = said.substr(at, said.find('\n', at) - at);
+  const std::string servers_flag =
+      pasted.substr(pasted.find("--servers="),
+                    pasted.find(' ', pasted.find("--servers=")) -
+                        pasted.find("--servers="));
+  EXPECT_TRUE(Contains(pasted, " --credentials=")) << pasted;
+  auto by_cluster = RunBinary("zeroshard-ctl",
+                              {"inspect", "--cluster=" + out}, absl::Seconds(30));
+  ASSERT_TRUE(by_cluster.ok()) << by_cluster.status();
+  EXPECT_TRUE(by_cluster->status.success()) << by_cluster->err;
+  EXPECT_TRUE(Contains(by_cluster->out,
+                       servers_flag.substr(std::string("--servers=").size(),
+                                           servers_flag.find(',') -
+                                               std::string("--servers=").size())))
+      << by_cluster->out << "\n" << servers_flag;
+  auto bare = RunBinary("zeroshard-ctl", {"inspect", servers_flag},
+                        absl::Seconds(30));
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_FALSE(bare->status.success());
+  EXPECT_TRUE(Contains(bare->out + bare->err, "UNAUTHENTICATED"))
+      << bare->out << bare->err;
+  EXPECT_TRUE(Contains(bare->out + bare->err, "<out>/credentials"))
+      << bare->out << bare->err;
+
+  TrainRun second = RunTrain({"--config=examples/gpt-small.json", "--steps=5",
+                              "--out=" + out, "--quiet"},
+                             absl::Seconds(60));
+  EXPECT_TRUE(second.status.exited);
+  EXPECT_EQ(second.status.code, 1) << second.err;
+  EXPECT_TRUE(Contains(second.err,
+                       absl::StrCat("--out=", out,
+                                    " is in use by a running zeroshard-train "
+                                    "(pid ",
+                                    (*first)->pid(), ")")))
+      << second.err;
+  EXPECT_EQ(ReadFile(out + "/credentials/admin.token"), tokens);
+
+  // The first run goes on: more steps land after the refusal.
+  const size_t before = StepsDone(out);
+  EXPECT_TRUE(WaitForStep(out, before + 2, **first, absl::Seconds(60)).ok)
+      << ReadFile(dir.path("first.err"));
+  const ExitStatus stopped = (*first)->Stop(absl::Seconds(20));
+  EXPECT_FALSE(Contains(ReadFile(dir.path("first.err")), "UNAUTHENTICATED"))
+      << ReadFile(dir.path("first.err"));
+  EXPECT_TRUE(stopped.exited && stopped.code == 130) << stopped.ToString();
+
+  // With the first gone the directory is free again, and a run there says
+  // what of the earlier run it replaces.
+  TrainRun third = RunTrain({"--config=examples/gpt-small.json", "--steps=2",
+                             "--servers=1", "--workers=1", "--out=" + out,
+                             "--quiet", "--sample=false"},
+                            absl::Seconds(120));
+  ASSERT_TRUE(third.status.success()) << third.err;
+  EXPECT_TRUE(Contains(third.err, absl::StrCat("--out=", out,
+                                               " holds an earlier run's "
+                                               "metrics.csv")))
+      << third.err;
+  EXPECT_TRUE(Contains(third.err, "this run replaces them")) << third.err;
+}
+
+// A run of 30 steps, checkpointed every 10, is extended to 50 by --resume
+// on one server and one worker: the terminal says what is resumed and that
+// the schedule ("total_num_steps": "auto") now ends at 50; the steps after 30
+// train. Resuming again to 50 has nothing left to do and says so.
+TEST(LauncherTest, ARunIsExtendedByResume) {
+  TrainDir dir("launcher_resume");
+  nlohmann::json cfg = nlohmann::json::parse(ReadFile("examples/gpt-small.json"));
+  const std::string ck = dir.path("ck");
+  cfg["zeroshard"]["checkpoint"] = {{"dir", ck}, {"every_steps", 10}};
+  const std::string config = "--config=" + dir.WriteConfig("a.json", cfg);
+  TrainRun first = RunTrain({config, "--steps=30", "--out=" + dir.path("a"),
+                             "--quiet", "--sample=false"},
+                            absl::Seconds(300));
+  ASSERT_TRUE(first.status.success()) << first.err;
+
+  TrainRun more = RunTrain({config, "--resume=" + ck, "--servers=1",
+                            "--workers=1", "--steps=50",
+                            "--out=" + dir.path("b"), "--quiet",
+                            "--sample=false"},
+                           absl::Seconds(300));
+  ASSERT_TRUE(more.status.success()) << more.err;
+  EXPECT_TRUE(Contains(more.err, absl::StrCat(
+                                     "resuming from step 30 of ", ck,
+                                     " (written by 2 servers x 2 workers; "
+                                     "this run: 1 server x 1 worker), "
+                                     "training to step 50")))
+      << more.err;
+  EXPECT_TRUE(Contains(more.err,
+                       "the learning-rate schedule now ends at step 50 (the "
+                       "checkpoint's run ended it at 30); the steps after "
+                       "step 30 follow this run's schedule"))
+      << more.err;
+  const auto rows = ReadMetricsCsv(dir.path("b/metrics.csv"));
+  // Steps 30..49, as metrics.csv counts them from 0.
+  ASSERT_EQ(rows.size(), 20u) << more.err;
+  EXPECT_EQ(rows.front().at("step"), "30");
+  EXPECT_EQ(rows.back().at("step"), "49");
+
+  TrainRun again = RunTrain({config, "--resume=" + ck, "--steps=50",
+                             "--out=" + dir.path("c"), "--quiet"},
+                            absl::Seconds(60));
+  EXPECT_TRUE(again.status.exited && again.status.code == 2) << again.err;
+  EXPECT_TRUE(Contains(again.err,
+                       absl::StrCat("--resume=", ck,
+                                    ": its newest checkpoint is at step 50 "
+                                    "and this run trains to step 50: nothing "
+                                    "is left to do")))
+      << again.err;
+}
+
+// --steps=-1, --steps=0 and --servers=-1 used to train the config's 300
+// steps; each is refused before anything starts, naming the flag.
+TEST(LauncherTest, CountsOutOfRangeAreRefusedNamingTheFlag) {
+  TrainDir dir("launcher_range");
+  struct Case {
+    std::string flag, message;
+  };
+  const Case cases[] = {
+      {"--steps=-1", "--steps=-1: want a step count, from 1 to "},
+      {"--steps=0", "--steps=0: want a step count, from 1 to "},
+      {"--servers=-1", "--servers=-1: want a server count, from 1 to 4096"},
+      {"--workers=0", "--workers=0: want a worker count, from 1 to 4096"},
+      {"--max_restarts=-2", "--max_restarts=-2: want a restart count"},
+  };
+  for (const Case& c : cases) {
+    TrainRun run = RunTrain({"--config=examples/gpt-small.json", c.flag,
+                             "--out=" + dir.path("out"), "--quiet"},
+                            absl::Seconds(30));
+    EXPECT_TRUE(run.status.exited && run.status.code == 2)
+        << c.flag << ": " << run.err;
+    EXPECT_TRUE(Contains(run.err, c.message)) << c.flag << ": " << run.err;
+    EXPECT_TRUE(Contains(run.err, "leave it out for the config's")) << run.err;
+  }
+  // Refused before anything started: not even the output directory.
+  EXPECT_FALSE(std::filesystem::exists(dir.path("out")));
+}
+
+}  // namespace
+}  // namespace zeroshard::testing
