@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sanitizer and fuzzing runs (README, "Sanitizers and fuzzing"), each in
+# The sanitizer and fuzzing runs (docs/TESTING.md), each in
 # its own build directory, with clang:
 #   build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer (UB aborts)
 #                over the whole tree, plus the libFuzzer targets of
