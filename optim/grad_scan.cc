@@ -6,6 +6,9 @@
 #include "optim/cpu_features.h"
 
 #if defined(__x86_64__)
+// GCC 12 flags the deliberately undefined vectors inside its own AVX-512
+// intrinsics (_mm512_undefined_*) as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 

@@ -81,11 +81,36 @@ absl::StatusOr<ShardCheckpointInfo> VerifyAgainstManifest(
   return info;
 }
 
+absl::StatusOr<RestoreStats> RestoreShardAt(ModelShard& shard,
+                                            const std::string& directory,
+                                            std::optional<uint64_t> step);
+
 }  // namespace
 
 absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
                                           const std::string& directory,
                                           std::optional<uint64_t> step) {
+  absl::StatusOr<RestoreStats> stats = RestoreShardAt(shard, directory, step);
+  if (stats.ok() || step.has_value() || !absl::IsDataLoss(stats.status())) {
+    return stats;
+  }
+  // The newest checkpoint is damaged: say what older ones there are, so
+  // the way on (restore one of them by its step) is in the message.
+  absl::StatusOr<std::vector<uint64_t>> steps = ListCheckpoints(directory);
+  if (!steps.ok() || steps->size() < 2) return stats;
+  std::vector<uint64_t> older(steps->begin(), steps->end() - 1);
+  std::reverse(older.begin(), older.end());
+  return absl::DataLossError(absl::StrCat(
+      stats.status().message(), "; older complete checkpoints in ", directory,
+      ": steps ", absl::StrJoin(older, ", "), " (zeroshard-ctl list --dir=",
+      directory, " tells which are intact; restore one by its step)"));
+}
+
+namespace {
+
+absl::StatusOr<RestoreStats> RestoreShardAt(ModelShard& shard,
+                                            const std::string& directory,
+                                            std::optional<uint64_t> step) {
   const absl::Time t0 = absl::Now();
   // Checked again by RestoreState, exclusively; here so that a busy shard
   // is refused before any file is read.
@@ -227,4 +252,5 @@ absl::StatusOr<RestoreStats> RestoreShard(ModelShard& shard,
   return stats;
 }
 
+}  // namespace
 }  // namespace zeroshard

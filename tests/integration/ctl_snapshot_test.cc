@@ -358,7 +358,7 @@ TEST(CtlSnapshotTest, CheckpointListRestoreOntoAnotherServerCount) {
   std::filesystem::create_directories(dir + "/step-00000000000000000099");
   r = Ctl({"list", "--dir=" + dir});
   ASSERT_TRUE(r.ok() && r->status.success()) << r->err;
-  EXPECT_NE(r->out.find("1 complete checkpoints"), std::string::npos) << r->out;
+  EXPECT_NE(r->out.find("1 complete checkpoint in"), std::string::npos) << r->out;
   EXPECT_NE(r->out.find("incomplete: step-00000000000000000099"),
             std::string::npos)
       << r->out;
@@ -368,8 +368,9 @@ TEST(CtlSnapshotTest, CheckpointListRestoreOntoAnotherServerCount) {
         absl::StrSplit(line, ' ', absl::SkipEmpty());
     if (!cells.empty() && cells[0] == "3") row = cells;
   }
-  ASSERT_EQ(row.size(), 6u) << r->out;
+  ASSERT_EQ(row.size(), 7u) << r->out;
   EXPECT_EQ(row[1], "2");  // servers
+  EXPECT_EQ(row[5], "intact");  // every file hashed against the manifest
 
   // smoke pushes gradients to the padding too, which a restore leaves zero:
   // compare the tensors (safetensors holds no padding), file for file.

@@ -1,8 +1,9 @@
 // zeroshard-train's rough edges, each through the command a user types: a
 // second run on a live run's --out, where the servers are and how
-// zeroshard-ctl reaches them, extending a run by --resume, counts out of
-// range, an --out that holds an earlier run.
+// zeroshard-ctl reaches them, extending a run by --resume, a damaged newest
+// checkpoint, counts out of range, an --out that holds an earlier run.
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -154,6 +155,47 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
                                     "and this run trains to step 50: nothing "
                                     "is left to do")))
       << again.err;
+
+  // The newest checkpoint damaged (a shard file cut short): the resume is
+  // refused naming the newest intact one, and `zeroshard-ctl list` hashes
+  // every file, so it tells damaged from intact (a flipped byte inside a
+  // file too) where it used to call both complete.
+  const std::string step50 = ck + "/step-00000000000000000050";
+  const std::string step40 = ck + "/step-00000000000000000040";
+  ASSERT_TRUE(std::filesystem::exists(step50 + "/shard-0-of-1.bin"));
+  std::filesystem::resize_file(
+      step50 + "/shard-0-of-1.bin",
+      std::filesystem::file_size(step50 + "/shard-0-of-1.bin") - 1);
+  TrainRun damaged = RunTrain({config, "--resume=" + ck, "--steps=60",
+                               "--out=" + dir.path("d"), "--quiet"},
+                              absl::Seconds(60));
+  EXPECT_TRUE(damaged.status.exited && damaged.status.code == 1) << damaged.err;
+  EXPECT_TRUE(Contains(damaged.err, "the newest checkpoint, step 50, is damaged"))
+      << damaged.err;
+  EXPECT_TRUE(Contains(damaged.err, "the newest intact one is step 40: move " +
+                                        step50 + " aside"))
+      << damaged.err;
+  auto list = RunBinary("zeroshard-ctl", {"list", "--dir=" + ck}, absl::Seconds(30));
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->status.code, 1) << list->out << list->err;
+  EXPECT_TRUE(Contains(list->out, "damaged: step 50: " + step50 + "/shard-0-of-1.bin"))
+      << list->out;
+  EXPECT_TRUE(Contains(list->out, "newest intact: step 40")) << list->out;
+  {
+    std::fstream f(step40 + "/shard-0-of-1.bin",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 1);
+    f.seekp(100);
+    f.write(&c, 1);
+  }
+  list = RunBinary("zeroshard-ctl", {"list", "--dir=" + ck}, absl::Seconds(30));
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_TRUE(Contains(list->out, "damaged: step 40: ")) << list->out;
+  EXPECT_TRUE(Contains(list->out, "contents differ")) << list->out;
+  EXPECT_TRUE(Contains(list->out, "no intact checkpoint")) << list->out;
 }
 
 // --steps=-1, --steps=0 and --servers=-1 used to train the config's 300

@@ -3,6 +3,7 @@
 // directory offline (client/checkpoint_client.h, common/checkpoint_manifest.h).
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "client/checkpoint_client.h"
 #include "tools/ctl/commands.h"
 #include "client/snapshot_reader.h"
+#include "common/checkpoint_files.h"
 #include "common/checkpoint_manifest.h"
 #include "wire/grpc_status.h"
 
@@ -150,24 +152,42 @@ int RunList(const CtlFlags& flags) {
     std::fprintf(stderr, "list: %s\n", steps.status().ToString().c_str());
     return 1;
   }
+  // Every file of each checkpoint hashed against its manifest: "complete"
+  // (a manifest) is not "intact" (files that load).
   std::vector<std::vector<std::string>> rows = {
-      {"step", "servers", "bytes", "model", "config", "folder"}};
-  std::vector<std::string> complete;
+      {"step", "servers", "bytes", "model", "config", "files", "folder"}};
+  std::vector<std::string> complete, damaged;
+  std::optional<uint64_t> newest_intact;
   for (uint64_t step : *steps) {
     auto m = ReadCheckpointManifest(flags.dir, step);
     if (!m.ok()) continue;  // listed but gone meanwhile
     uint64_t bytes = 0;
     for (const CheckpointShardEntry& e : m->shards) bytes += e.bytes;
     complete.push_back(CheckpointFolderName(step));
+    const absl::Status files = VerifyCheckpointFiles(flags.dir, *m, /*full=*/true);
+    if (files.ok()) {
+      newest_intact = step;
+    } else {
+      damaged.push_back(absl::StrCat("step ", step, ": ", files.message()));
+    }
     rows.push_back({absl::StrCat(step), absl::StrCat(m->num_servers),
                     absl::StrCat(bytes),
                     absl::StrFormat("%016x", m->model_fingerprint),
                     absl::StrFormat("%016x", m->config_fingerprint),
-                    complete.back()});
+                    files.ok() ? "intact" : "DAMAGED", complete.back()});
   }
-  std::printf("%zu complete checkpoints in %s\n", complete.size(),
-              flags.dir.c_str());
+  std::printf("%zu complete checkpoint%s in %s\n", complete.size(),
+              complete.size() == 1 ? "" : "s", flags.dir.c_str());
   if (!complete.empty()) PrintTable(rows);
+  for (const std::string& d : damaged) std::printf("damaged: %s\n", d.c_str());
+  if (!damaged.empty()) {
+    if (newest_intact.has_value()) {
+      std::printf("newest intact: step %llu\n",
+                  static_cast<unsigned long long>(*newest_intact));
+    } else {
+      std::printf("no intact checkpoint\n");
+    }
+  }
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(flags.dir, ec)) {
     const std::string name = entry.path().filename().string();
@@ -177,7 +197,7 @@ int RunList(const CtlFlags& flags) {
                   kCheckpointManifestName);
     }
   }
-  return 0;
+  return damaged.empty() ? 0 : 1;
 }
 
 }  // namespace zeroshard::ctl

@@ -22,6 +22,7 @@
 #include "client/kv_client.h"
 #include "client/shard_channels.h"
 #include "common/atomic_file.h"
+#include "common/checkpoint_files.h"
 #include "common/checkpoint_manifest.h"
 #include "common/config.h"
 #include "common/data_files.h"
@@ -65,6 +66,31 @@ std::string EarlierOutputs(const std::string& out_dir,
     found.push_back(fs::is_directory(f, ec) ? name + "/" : name);
   }
   return absl::StrJoin(found, ", ");
+}
+
+// The newest checkpoint's files are there, of the manifest's sizes and
+// checksum trailers (the servers hash each whole again before loading it).
+// A damaged one is refused with the newest intact checkpoint named, so the
+// way on is clear.
+absl::Status CheckNewestIsIntact(const std::string& dir,
+                                 const CheckpointManifest& newest) {
+  const absl::Status s = VerifyCheckpointFiles(dir, newest, /*full=*/false);
+  if (s.ok()) return s;
+  ASSIGN_OR_RETURN(std::vector<CheckpointCheck> checks,
+                   CheckCheckpoints(dir, /*full=*/false));
+  std::string older = "no older checkpoint there is intact either";
+  for (const CheckpointCheck& c : checks) {
+    if (c.step < newest.step && c.status.ok()) {
+      older = absl::StrCat(
+          "the newest intact one is step ", c.step, ": move ", dir, "/",
+          CheckpointFolderName(newest.step), " aside to resume from it (",
+          "zeroshard-ctl list --dir=", dir, " checks every file of each)");
+      break;
+    }
+  }
+  return absl::DataLossError(absl::StrCat(
+      "--resume=", dir, ": the newest checkpoint, step ", newest.step,
+      ", is damaged (", s.message(), "); ", older));
 }
 
 // Says on the terminal what a --resume continues: the step, the writing
@@ -458,6 +484,7 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
     }
     ASSIGN_OR_RETURN(const CheckpointManifest newest,
                      ReadCheckpointManifest(o.resume_dir, steps.back()));
+    RETURN_IF_ERROR(CheckNewestIsIntact(o.resume_dir, newest));
     RETURN_IF_ERROR(SayWhatIsResumed(o.resume_dir, newest, cfg, o.progress));
   }
   if (const std::string earlier = EarlierOutputs(
