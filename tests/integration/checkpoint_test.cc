@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_manifest.h"
 #include "gtest/gtest.h"
@@ -21,10 +22,6 @@ namespace fs = std::filesystem;
 constexpr uint64_t kSteps = 12;
 constexpr uint64_t kCut = 6;
 const absl::Duration kRunTimeout = absl::Seconds(300);
-
-bool Contains(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
 
 // 2 servers x 2 workers, a constant learning rate, checkpoints every kCut
 // steps into `ckpt`.
@@ -105,7 +102,7 @@ TEST_F(ResumeTest, CutAndResumedRunEqualsTheUninterruptedOneBitForBit) {
   EXPECT_EQ(*steps, std::vector<uint64_t>{kCut});
   TrainRun run = Resume("same", CopyOfCut("same-from"), 2, 2);
   ASSERT_TRUE(run.status.success()) << run.err;
-  EXPECT_TRUE(Contains(run.err, absl::StrCat("step ", kCut, " .. ",
+  EXPECT_TRUE(absl::StrContains(run.err, absl::StrCat("step ", kCut, " .. ",
                                              kSteps - 1)))
       << run.err;
   WeightDiff d = CompareWeights(ReadWeights(dir_->path("same")),
@@ -180,8 +177,8 @@ TEST_F(ResumeTest, DamagedShardFilesAreNamedAndNeverLoaded) {
     d.apply(file);
     TrainRun run = Resume(absl::StrCat("damaged-run-", d.name), from, 2, 2);
     EXPECT_FALSE(run.status.success()) << d.name;
-    EXPECT_TRUE(Contains(run.err, file.string())) << d.name << ": " << run.err;
-    EXPECT_TRUE(Contains(run.err, d.says)) << d.name << ": " << run.err;
+    EXPECT_TRUE(absl::StrContains(run.err, file.string())) << d.name << ": " << run.err;
+    EXPECT_TRUE(absl::StrContains(run.err, d.says)) << d.name << ": " << run.err;
     // Nothing trained: the run stopped before its first step.
     EXPECT_FALSE(fs::exists(dir_->path(absl::StrCat("damaged-run-", d.name)) +
                             "/weights.f32"));

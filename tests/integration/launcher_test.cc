@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/subprocess.h"
@@ -18,10 +19,6 @@
 
 namespace zeroshard::testing {
 namespace {
-
-bool Contains(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
 
 // zeroshard-train --config=examples/gpt-small.json --steps=400 --out=X --quiet
 // runs; the same command with --steps=5 on the same --out is refused, naming
@@ -52,12 +49,12 @@ TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
       pasted.substr(pasted.find("--servers="),
                     pasted.find(' ', pasted.find("--servers=")) -
                         pasted.find("--servers="));
-  EXPECT_TRUE(Contains(pasted, " --credentials=")) << pasted;
+  EXPECT_TRUE(absl::StrContains(pasted, " --credentials=")) << pasted;
   auto by_cluster = RunBinary("zeroshard-ctl",
                               {"inspect", "--cluster=" + out}, absl::Seconds(30));
   ASSERT_TRUE(by_cluster.ok()) << by_cluster.status();
   EXPECT_TRUE(by_cluster->status.success()) << by_cluster->err;
-  EXPECT_TRUE(Contains(by_cluster->out,
+  EXPECT_TRUE(absl::StrContains(by_cluster->out,
                        servers_flag.substr(std::string("--servers=").size(),
                                            servers_flag.find(',') -
                                                std::string("--servers=").size())))
@@ -66,9 +63,9 @@ TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
                         absl::Seconds(30));
   ASSERT_TRUE(bare.ok()) << bare.status();
   EXPECT_FALSE(bare->status.success());
-  EXPECT_TRUE(Contains(bare->out + bare->err, "UNAUTHENTICATED"))
+  EXPECT_TRUE(absl::StrContains(bare->out + bare->err, "UNAUTHENTICATED"))
       << bare->out << bare->err;
-  EXPECT_TRUE(Contains(bare->out + bare->err, "<out>/credentials"))
+  EXPECT_TRUE(absl::StrContains(bare->out + bare->err, "<out>/credentials"))
       << bare->out << bare->err;
 
   TrainRun second = RunTrain({"--config=examples/gpt-small.json", "--steps=5",
@@ -76,7 +73,7 @@ TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
                              absl::Seconds(60));
   EXPECT_TRUE(second.status.exited);
   EXPECT_EQ(second.status.code, 1) << second.err;
-  EXPECT_TRUE(Contains(second.err,
+  EXPECT_TRUE(absl::StrContains(second.err,
                        absl::StrCat("--out=", out,
                                     " is in use by a running zeroshard-train "
                                     "(pid ",
@@ -89,7 +86,7 @@ TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
   EXPECT_TRUE(WaitForStep(out, before + 2, **first, absl::Seconds(60)).ok)
       << ReadFile(dir.path("first.err"));
   const ExitStatus stopped = (*first)->Stop(absl::Seconds(20));
-  EXPECT_FALSE(Contains(ReadFile(dir.path("first.err")), "UNAUTHENTICATED"))
+  EXPECT_FALSE(absl::StrContains(ReadFile(dir.path("first.err")), "UNAUTHENTICATED"))
       << ReadFile(dir.path("first.err"));
   EXPECT_TRUE(stopped.exited && stopped.code == 130) << stopped.ToString();
 
@@ -100,11 +97,11 @@ TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
                              "--quiet", "--sample=false"},
                             absl::Seconds(120));
   ASSERT_TRUE(third.status.success()) << third.err;
-  EXPECT_TRUE(Contains(third.err, absl::StrCat("--out=", out,
+  EXPECT_TRUE(absl::StrContains(third.err, absl::StrCat("--out=", out,
                                                " holds an earlier run's "
                                                "metrics.csv")))
       << third.err;
-  EXPECT_TRUE(Contains(third.err, "this run replaces them")) << third.err;
+  EXPECT_TRUE(absl::StrContains(third.err, "this run replaces them")) << third.err;
 }
 
 // A run of 30 steps, checkpointed every 10, is extended to 50 by --resume
@@ -128,13 +125,13 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
                             "--sample=false"},
                            absl::Seconds(300));
   ASSERT_TRUE(more.status.success()) << more.err;
-  EXPECT_TRUE(Contains(more.err, absl::StrCat(
+  EXPECT_TRUE(absl::StrContains(more.err, absl::StrCat(
                                      "resuming from step 30 of ", ck,
                                      " (written by 2 servers x 2 workers; "
                                      "this run: 1 server x 1 worker), "
                                      "training to step 50")))
       << more.err;
-  EXPECT_TRUE(Contains(more.err,
+  EXPECT_TRUE(absl::StrContains(more.err,
                        "the learning-rate schedule now ends at step 50 (the "
                        "checkpoint's run ended it at 30); the steps after "
                        "step 30 follow this run's schedule"))
@@ -149,7 +146,7 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
                              "--out=" + dir.path("c"), "--quiet"},
                             absl::Seconds(60));
   EXPECT_TRUE(again.status.exited && again.status.code == 2) << again.err;
-  EXPECT_TRUE(Contains(again.err,
+  EXPECT_TRUE(absl::StrContains(again.err,
                        absl::StrCat("--resume=", ck,
                                     ": its newest checkpoint is at step 50 "
                                     "and this run trains to step 50: nothing "
@@ -170,17 +167,17 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
                                "--out=" + dir.path("d"), "--quiet"},
                               absl::Seconds(60));
   EXPECT_TRUE(damaged.status.exited && damaged.status.code == 1) << damaged.err;
-  EXPECT_TRUE(Contains(damaged.err, "the newest checkpoint, step 50, is damaged"))
+  EXPECT_TRUE(absl::StrContains(damaged.err, "the newest checkpoint, step 50, is damaged"))
       << damaged.err;
-  EXPECT_TRUE(Contains(damaged.err, "the newest intact one is step 40: move " +
+  EXPECT_TRUE(absl::StrContains(damaged.err, "the newest intact one is step 40: move " +
                                         step50 + " aside"))
       << damaged.err;
   auto list = RunBinary("zeroshard-ctl", {"list", "--dir=" + ck}, absl::Seconds(30));
   ASSERT_TRUE(list.ok()) << list.status();
   EXPECT_EQ(list->status.code, 1) << list->out << list->err;
-  EXPECT_TRUE(Contains(list->out, "damaged: step 50: " + step50 + "/shard-0-of-1.bin"))
+  EXPECT_TRUE(absl::StrContains(list->out, "damaged: step 50: " + step50 + "/shard-0-of-1.bin"))
       << list->out;
-  EXPECT_TRUE(Contains(list->out, "newest intact: step 40")) << list->out;
+  EXPECT_TRUE(absl::StrContains(list->out, "newest intact: step 40")) << list->out;
   {
     std::fstream f(step40 + "/shard-0-of-1.bin",
                    std::ios::in | std::ios::out | std::ios::binary);
@@ -193,9 +190,9 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
   }
   list = RunBinary("zeroshard-ctl", {"list", "--dir=" + ck}, absl::Seconds(30));
   ASSERT_TRUE(list.ok()) << list.status();
-  EXPECT_TRUE(Contains(list->out, "damaged: step 40: ")) << list->out;
-  EXPECT_TRUE(Contains(list->out, "contents differ")) << list->out;
-  EXPECT_TRUE(Contains(list->out, "no intact checkpoint")) << list->out;
+  EXPECT_TRUE(absl::StrContains(list->out, "damaged: step 40: ")) << list->out;
+  EXPECT_TRUE(absl::StrContains(list->out, "contents differ")) << list->out;
+  EXPECT_TRUE(absl::StrContains(list->out, "no intact checkpoint")) << list->out;
 }
 
 // --steps=-1, --steps=0 and --servers=-1 used to train the config's 300
@@ -218,8 +215,8 @@ TEST(LauncherTest, CountsOutOfRangeAreRefusedNamingTheFlag) {
                             absl::Seconds(30));
     EXPECT_TRUE(run.status.exited && run.status.code == 2)
         << c.flag << ": " << run.err;
-    EXPECT_TRUE(Contains(run.err, c.message)) << c.flag << ": " << run.err;
-    EXPECT_TRUE(Contains(run.err, "leave it out for the config's")) << run.err;
+    EXPECT_TRUE(absl::StrContains(run.err, c.message)) << c.flag << ": " << run.err;
+    EXPECT_TRUE(absl::StrContains(run.err, "leave it out for the config's")) << run.err;
   }
   // Refused before anything started: not even the output directory.
   EXPECT_FALSE(std::filesystem::exists(dir.path("out")));

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -34,10 +35,6 @@
 
 namespace zeroshard::testing {
 namespace {
-
-bool Contains(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
 
 constexpr int kServers = 2;
 constexpr int kWorkers = 2;
@@ -301,7 +298,7 @@ TEST(PodModeTest, RestartedWorkerRejoinsTheSameStep) {
   EXPECT_EQ(events.back().value("event", ""), "done");
   EXPECT_EQ(events.back().value("step", 0), kSteps);
   const std::string logs = w.Logs();
-  EXPECT_TRUE(Contains(logs, "this rank restarted")) << logs;
+  EXPECT_TRUE(absl::StrContains(logs, "this rank restarted")) << logs;
   const Summary got = Summarize(servers.addresses());
   EXPECT_EQ(got.version, reference.version);
   EXPECT_EQ(got.adam_step, reference.adam_step);
@@ -330,7 +327,7 @@ TEST(PodModeTest, RestartedServerIsRestoredFromTheNewestCheckpoint) {
                          << w.Logs();
     EXPECT_FALSE(st->success()) << "rank " << r;
   }
-  EXPECT_TRUE(Contains(w.Logs(), "server 1 (" + servers.addresses()[1] +
+  EXPECT_TRUE(absl::StrContains(w.Logs(), "server 1 (" + servers.addresses()[1] +
                                      ") restarted during step"))
       << w.Logs();
   for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(w.Start(r).ok());
@@ -344,7 +341,7 @@ TEST(PodModeTest, RestartedServerIsRestoredFromTheNewestCheckpoint) {
   EXPECT_EQ(start % 4, 0) << "not a checkpoint's step";
   EXPECT_EQ(events.back().value("event", ""), "done");
   EXPECT_EQ(events.back().value("step", 0), kSteps);
-  EXPECT_TRUE(Contains(w.Logs(), "restoring every server")) << w.Logs();
+  EXPECT_TRUE(absl::StrContains(w.Logs(), "restoring every server")) << w.Logs();
   EXPECT_EQ(Summarize(servers.addresses()).version, kSteps);
 }
 
@@ -374,10 +371,10 @@ TEST(PodModeTest, RestartedServerWithNoCheckpointIsNamed) {
     EXPECT_FALSE(st->success()) << "rank " << r;
   }
   const std::string logs = w.Logs();
-  EXPECT_TRUE(Contains(logs, "server " + servers.addresses()[1] +
+  EXPECT_TRUE(absl::StrContains(logs, "server " + servers.addresses()[1] +
                                  " is fresh at step 0 while the run stands"))
       << logs;
-  EXPECT_TRUE(Contains(logs, "it was restarted and lost its state")) << logs;
+  EXPECT_TRUE(absl::StrContains(logs, "it was restarted and lost its state")) << logs;
 }
 
 // Rank 0 dies having applied step 5 on server 0 only (the two-phase
@@ -405,7 +402,7 @@ TEST(PodModeTest, HalfAppliedStepIsFinishedByTheNextAttempt) {
   ASSERT_FALSE(events.empty()) << w.Logs();
   EXPECT_EQ(events.front().value("step", -1), 6) << w.Logs();
   EXPECT_EQ(events.back().value("event", ""), "done");
-  EXPECT_TRUE(Contains(w.Logs(), "finishing it from the prepared pushes"))
+  EXPECT_TRUE(absl::StrContains(w.Logs(), "finishing it from the prepared pushes"))
       << w.Logs();
   EXPECT_EQ(Summarize(servers.addresses()).version, kSteps);
 }

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/atomic_file.h"
@@ -23,10 +24,6 @@
 
 namespace zeroshard::testing {
 namespace {
-
-bool Contains(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
 
 TEST(TrainFaultTest, InjectedFp16OverflowSkipsTheStepAndHalvesTheScale) {
   TrainDir dir("overflow");
@@ -54,7 +51,7 @@ TEST(TrainFaultTest, InjectedFp16OverflowSkipsTheStepAndHalvesTheScale) {
   EXPECT_DOUBLE_EQ(std::stod(rows[1].at("loss_scale")), before);
   EXPECT_DOUBLE_EQ(std::stod(rows[3].at("loss_scale")), before / 2);
   EXPECT_DOUBLE_EQ(std::stod(rows[4].at("loss_scale")), before / 2);
-  EXPECT_TRUE(Contains(run.err, "1 skipped")) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "1 skipped")) << run.err;
 }
 
 TEST(TrainFaultTest, WrongTypeInConfigNamesTheKey) {
@@ -66,7 +63,7 @@ TEST(TrainFaultTest, WrongTypeInConfigNamesTheKey) {
                           absl::Seconds(60));
   EXPECT_TRUE(run.status.exited);
   EXPECT_NE(run.status.code, 0);
-  EXPECT_TRUE(Contains(run.err, "zeroshard.steps")) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "zeroshard.steps")) << run.err;
 }
 
 TEST(TrainFaultTest, InvalidModelShapeIsAClearError) {
@@ -79,8 +76,8 @@ TEST(TrainFaultTest, InvalidModelShapeIsAClearError) {
                           absl::Seconds(60));
   EXPECT_TRUE(run.status.exited);
   EXPECT_NE(run.status.code, 0);
-  EXPECT_TRUE(Contains(run.err, "heads")) << run.err;
-  EXPECT_FALSE(Contains(run.err, "summary"));
+  EXPECT_TRUE(absl::StrContains(run.err, "heads")) << run.err;
+  EXPECT_FALSE(absl::StrContains(run.err, "summary"));
 }
 
 TEST(TrainFaultTest, WorkersThatDisagreeOnTheConfigFail) {
@@ -125,8 +122,8 @@ TEST(TrainFaultTest, WorkersThatDisagreeOnTheConfigFail) {
     EXPECT_FALSE(st->success()) << "worker " << r;
     logs += ReadFile(dir.path(absl::StrCat("worker", r, ".log")));
   }
-  EXPECT_TRUE(Contains(logs, "FAILED_PRECONDITION")) << logs;
-  EXPECT_TRUE(Contains(logs, "config")) << logs;
+  EXPECT_TRUE(absl::StrContains(logs, "FAILED_PRECONDITION")) << logs;
+  EXPECT_TRUE(absl::StrContains(logs, "config")) << logs;
 }
 
 // A zeroshard-train run in the background, for killing things under it.
@@ -214,8 +211,8 @@ TEST(TrainFaultTest, ServerKilledMidRunIsNamedAndNothingIsLeft) {
   EXPECT_TRUE(st->exited);
   EXPECT_EQ(st->code, 1);
   const std::string err = train.err();
-  EXPECT_TRUE(Contains(err, "server 1 (127.0.0.1:")) << err;
-  EXPECT_TRUE(Contains(err, "signal 9")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "server 1 (127.0.0.1:")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "signal 9")) << err;
   for (int pid : pids) EXPECT_FALSE(Alive(pid)) << "pid " << pid << " left";
 }
 
@@ -240,9 +237,9 @@ TEST(TrainFaultTest, HungWorkerIsReportedWithinTheStepTimeout) {
   const std::string err = train.err();
   // Either the launcher's own watchdog fires, or worker 0's collective
   // times out first and it exits naming its peer; both name a process.
-  EXPECT_TRUE((Contains(err, "no progress for") &&
-               Contains(err, "worker rank 1 is stopped")) ||
-              Contains(err, "worker rank 0 exited"))
+  EXPECT_TRUE((absl::StrContains(err, "no progress for") &&
+               absl::StrContains(err, "worker rank 1 is stopped")) ||
+              absl::StrContains(err, "worker rank 0 exited"))
       << err;
   for (int pid : pids) EXPECT_FALSE(Alive(pid)) << "pid " << pid << " left";
 }
