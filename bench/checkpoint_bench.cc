@@ -35,7 +35,7 @@
 #include "absl/time/clock.h"
 #include "bench/bench.h"
 #include "bench/engine_rig.h"
-#include "client/checkpoint_client.h"
+#include "client/shard_cluster.h"
 #include "server/shard_checkpoint.h"
 
 namespace zeroshard::bench {
@@ -111,7 +111,7 @@ int RunCheckpoint(const std::vector<std::string>& args) {
   }
 
   absl::Mutex mu;
-  std::vector<v1::CheckpointResponse> files;
+  std::vector<ShardFile> files;
   absl::Status commit_status;
   std::unique_ptr<std::thread> waiter;
   auto join = [&] {
@@ -119,16 +119,16 @@ int RunCheckpoint(const std::vector<std::string>& args) {
     waiter.reset();
   };
   RigStepHook hook = [&](uint64_t step,
-                         const ShardChannels& channels) -> absl::Status {
+                         const ShardCluster& servers) -> absl::Status {
     if (step == 0 || step % kEvery != 0 || step >= steps - 1) {
       return absl::OkStatus();
     }
     join();
-    if (absl::Status s = ArmCheckpoint(channels, step, dir); !s.ok()) {
+    if (absl::Status s = servers.ArmCheckpoint(step, dir); !s.ok()) {
       return s;
     }
     waiter = std::make_unique<std::thread>([&, step] {
-      auto r = WaitCheckpoint(channels, step, dir, absl::Seconds(600));
+      auto r = servers.WaitCheckpoint(step, dir, absl::Seconds(600));
       absl::MutexLock lock(&mu);
       if (!r.ok()) {
         commit_status = r.status();
@@ -167,8 +167,8 @@ int RunCheckpoint(const std::vector<std::string>& args) {
   double copy = 0;
   uint64_t bytes = 0;
   for (const auto& f : files) {
-    copy = std::max(copy, f.copy_seconds());
-    bytes += f.bytes();
+    copy = std::max(copy, f.copy_seconds);
+    bytes += f.bytes;
   }
   const double cost = taken > 0 ? (run_total - base_total) / taken : 0;
   const double clean_step = Median(clean);

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/shard_client.h"
+#include "client/shard_cluster.h"
 #include "common/rendezvous.h"
 #include "common/status_macros.h"
 #include "server/shard_server.h"
@@ -33,8 +33,8 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
   co.control_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
   // The servers serve one run; Init refuses an empty run id.
   co.run_id = "bench";
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
-                   ShardClient::Create(servers, layout, co));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> client,
+                   ShardCluster::Connect(servers, co, layout));
   GroupOptions go;
   go.group = group_name;
   go.timeout = co.call_timeout;
@@ -49,7 +49,7 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
   ASSIGN_OR_RETURN(uint64_t step, engine->StartStep());
   for (; step < cfg.cluster.steps; ++step) {
     if (rank == 0 && before_step) {
-      RETURN_IF_ERROR(before_step(step, client->channels()));
+      RETURN_IF_ERROR(before_step(step, *client));
     }
     ASSIGN_OR_RETURN(StepResult r, engine->Step(step));
     if (rank == 0) out->steps.push_back(r);

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/shard_channels.h"
+#include "client/shard_cluster.h"
 #include "common/config.h"
 #include "model/gpt_manifest.h"
 #include "worker/data/batch_sampler.h"
@@ -43,9 +43,9 @@ struct RigRun {
 };
 
 // Called by rank 0 before each step (e.g. to arm a checkpoint), with the
-// servers' channels; an error ends the run.
+// servers; an error ends the run.
 using RigStepHook =
-    std::function<absl::Status(uint64_t step, const ShardChannels& channels)>;
+    std::function<absl::Status(uint64_t step, const ShardCluster& servers)>;
 
 // The servers take config.cluster.placement; the workers' model comes from
 // `make_model` (the CPU model unless the device benchmark passes the CUDA

@@ -12,11 +12,13 @@
 #ifndef ZEROSHARD_CLIENT_CALL_CANCELLER_H_
 #define ZEROSHARD_CLIENT_CALL_CANCELLER_H_
 
-#include <grpcpp/client_context.h>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+
+namespace grpc {
+class ClientContext;
+}  // namespace grpc
 
 namespace zeroshard {
 
@@ -35,11 +37,7 @@ class CallCanceller {
   }
   // Cancels the registered calls (they end with CANCELLED) and refuses new
   // ones until Reset().
-  void Cancel() {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-    for (grpc::ClientContext* c : active_) c->TryCancel();
-  }
+  void Cancel();
   void Reset() {
     absl::MutexLock lock(&mu_);
     cancelled_ = false;

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/call_canceller.h"
+#include "client/gather_result.h"
 #include "client/shard_channels.h"
 #include "common/dtype.h"
 #include "common/layout.h"
@@ -20,17 +21,6 @@ struct GatherTarget {
   FlatRange range;
   uint8_t* dst = nullptr;
 };
-
-// What came back.
-struct GatherResult {
-  // Lowest and highest chunk version among the pieces received.
-  uint64_t min_version = 0;
-  uint64_t max_version = 0;
-  uint64_t bytes = 0;
-};
-
-// Folds b into a (versions span, bytes add up).
-void MergeGatherResult(const GatherResult& b, bool first, GatherResult* a);
 
 // Streams `targets` (disjoint, inside server k's range) from server k, with
 // retries. Every piece is checked: dtype as asked, inside a requested range;

@@ -19,16 +19,14 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/rendezvous.h"
-#include "proto/zeroshard/v1/shard.grpc.pb.h"
-#include "wire/credentials.h"
 
 namespace zeroshard {
+
+class ClientSecurity;  // wire/credentials.h
 
 class KvClient : public RendezvousStore {
  public:
@@ -59,22 +57,15 @@ class KvClient : public RendezvousStore {
   std::unique_ptr<KvClient> WithAttempt(uint64_t attempt) const;
 
  private:
-  KvClient(std::string address, Scope scope, absl::Duration control_timeout,
-           std::shared_ptr<v1::ShardService::Stub> stub)
-      : address_(std::move(address)),
-        scope_(std::move(scope)),
-        control_timeout_(control_timeout),
-        stub_(std::move(stub)) {}
+  struct Stub;  // the generated stub (shared with WithAttempt's clients)
 
-  // Runs `call` with a deadline, retrying UNAVAILABLE until `deadline`.
-  absl::Status CallUntil(
-      absl::Time deadline, const std::string& what,
-      const std::function<grpc::Status(grpc::ClientContext*)>& call);
+  KvClient(std::string address, Scope scope, absl::Duration control_timeout,
+           std::shared_ptr<const Stub> stub);
 
   const std::string address_;
   const Scope scope_;
   const absl::Duration control_timeout_;
-  const std::shared_ptr<v1::ShardService::Stub> stub_;
+  const std::shared_ptr<const Stub> stub_;
 };
 
 }  // namespace zeroshard

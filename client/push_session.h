@@ -56,6 +56,13 @@ struct StepCommit {
 // INVALID_ARGUMENT unless the coefficient is finite and >= 0.
 absl::Status ValidateStepCommit(const StepCommit& commit);
 
+// A gradient slice in the caller's memory.
+struct GradSpan {
+  FlatRange range;
+  DType dtype = DType::kFp32;
+  const void* data = nullptr;
+};
+
 // Summed over the servers of one push.
 struct PushResult {
   uint64_t applied_elems = 0;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/piece_plan.h"
+#include "client/status_from_proto.h"
 #include "common/status_macros.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_convert.h"
@@ -25,7 +26,7 @@ absl::StatusOr<std::unique_ptr<ShardClient>> ShardClient::Create(
       new ShardClient(std::move(layout), std::move(*channels)));
 }
 
-absl::StatusOr<std::vector<v1::InitResponse>> ShardClient::Init(
+absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
     const InitOptions& options) {
   if (absl::Status s = ValidateOptimizerConfig(options.optimizer); !s.ok()) {
     return s;
@@ -82,7 +83,9 @@ absl::StatusOr<std::vector<v1::InitResponse>> ShardClient::Init(
           ") of ", layout_.total_elems()));
     }
   }
-  return responses;
+  std::vector<ServerInit> out;
+  for (const v1::InitResponse& r : responses) out.push_back(InitFromProto(r));
+  return out;
 }
 
 absl::StatusOr<GatherResult> ShardClient::Gather(

@@ -35,40 +35,15 @@
 #include "absl/types/span.h"
 #include "client/call_canceller.h"
 #include "client/gather_stream.h"
+#include "client/init_options.h"
 #include "client/push_session.h"
+#include "client/server_status.h"
 #include "client/shard_channels.h"
 #include "common/dtype.h"
 #include "common/layout.h"
-#include "common/optimizer_config.h"
-#include "common/param_groups.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 
 namespace zeroshard {
-
-// What Init sends to every server (each also gets its server_index and S).
-struct InitOptions {
-  OptimizerConfig optimizer;
-  // Weight decay and lr scale per tensor class, sent as per-range settings
-  // (common/param_groups.h); default Hugging Face's, Single() for torch's one
-  // group.
-  ParamGroups param_groups;
-  // Seeded init (common/init_values.h); nullopt: all zeros.
-  std::optional<uint64_t> seed = 0;
-  // Std of the seeded normal init; 0: the server default 0.02.
-  double init_std = 0;
-  // Elements per version chunk; 0: server default. Multiple of 64.
-  uint64_t chunk_elems = 0;
-  // The number of workers of the run (0: the manifest's partition_count);
-  // the run id comes from ShardClientOptions.run_id.
-  uint32_t num_workers = 0;
-};
-
-// A gradient slice in the caller's memory.
-struct GradSpan {
-  FlatRange range;
-  DType dtype = DType::kFp32;
-  const void* data = nullptr;
-};
 
 class ShardClient {
  public:
@@ -83,7 +58,7 @@ class ShardClient {
 
   // Init on every server in parallel. Checks that each server's owned range
   // and total agree with the layout (FAILED_PRECONDITION otherwise).
-  absl::StatusOr<std::vector<v1::InitResponse>> Init(
+  absl::StatusOr<std::vector<ServerInit>> Init(
       const InitOptions& options);
 
   // Streams `ranges` (disjoint, inside [0, total)) in `dtype` (FP32 or BF16)

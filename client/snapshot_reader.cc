@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/checkpoint_client.h"
+#include "client/status_from_proto.h"
 #include "common/status_macros.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_convert.h"
@@ -26,24 +27,10 @@ absl::StatusOr<uint64_t> MaxVersion(const ShardChannels& channels,
 
 }  // namespace
 
-std::vector<std::string> ClusterView::StateNames() const {
-  std::vector<std::string> names = {kMasterState};
-  names.insert(names.end(), state_slots.begin(), state_slots.end());
-  return names;
-}
-
-absl::Status ClusterView::CheckStateName(const std::string& name) const {
-  const std::vector<std::string> names = StateNames();
-  if (std::find(names.begin(), names.end(), name) != names.end()) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "state '", name, "' is not one of ", absl::StrJoin(names, ", ")));
-}
-
 absl::StatusOr<ClusterView> InspectCluster(const ShardChannels& channels) {
   std::vector<absl::StatusOr<v1::InspectResponse>> all = channels.InspectAll();
   std::vector<v1::InspectResponse> servers;
+  std::vector<ServerStatus> statuses;
   uint64_t max_version = 0;
   uint64_t min_adam_step = UINT64_MAX;
   for (int k = 0; k < channels.size(); ++k) {
@@ -69,6 +56,8 @@ absl::StatusOr<ClusterView> InspectCluster(const ShardChannels& channels) {
     max_version = std::max<uint64_t>(max_version, r.max_version());
     min_adam_step = std::min<uint64_t>(min_adam_step, r.adam_step());
     servers.push_back(r);
+    ASSIGN_OR_RETURN(ServerStatus status, StatusFromProto(r));
+    statuses.push_back(std::move(status));
   }
   if (servers.empty()) return absl::InvalidArgumentError("no servers");
   const ModelManifest m = FromProto(servers[0].manifest());
@@ -98,7 +87,7 @@ absl::StatusOr<ClusterView> InspectCluster(const ShardChannels& channels) {
           absl::StrJoin(slots, ", "), "]"));
     }
   }
-  return ClusterView{std::move(layout), std::move(servers), max_version,
+  return ClusterView{std::move(layout), std::move(statuses), max_version,
                      min_adam_step, std::move(slots)};
 }
 
@@ -116,7 +105,7 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
   const int tries = step.has_value() ? 1 : std::max(options.max_tries, 1);
   absl::Status armed;
   for (int t = 0; t < tries; ++t) {
-    std::vector<v1::CheckpointResponse> ignored(servers.size());
+    std::vector<ShardFile> ignored(servers.size());
     armed = RunInParallel(static_cast<int>(servers.size()), [&](int i) {
       return CheckpointOn(channels, servers[i], v, directory, /*wait=*/false,
                           options.timeout, &ignored[i]);
@@ -134,10 +123,10 @@ absl::StatusOr<ArmedSnapshot> SnapshotAtOneStep(
                                      "): ", armed.message()));
   }
   out.step = v;
-  out.responses.resize(servers.size());
+  out.files.resize(servers.size());
   RETURN_IF_ERROR(RunInParallel(static_cast<int>(servers.size()), [&](int i) {
     return CheckpointOn(channels, servers[i], v, directory, /*wait=*/true,
-                        options.timeout, &out.responses[i]);
+                        options.timeout, &out.files[i]);
   }));
   return out;
 }

@@ -41,7 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/kv_client.h"
-#include "client/shard_client.h"
+#include "client/shard_cluster.h"
 #include "common/config.h"
 #include "common/atomic_file.h"
 #include "model/gpt_manifest.h"
@@ -180,7 +180,7 @@ void PrintEvent(const WorkerEvent& event) {
 // What a worker holds once it has joined its group.
 struct Joined {
   uint64_t attempt = 0;
-  std::unique_ptr<ShardClient> client;
+  std::unique_ptr<ShardCluster> client;
   std::unique_ptr<KvClient> kv;
   std::unique_ptr<WorkerGroup> group;
 };
@@ -220,8 +220,8 @@ absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
                                      {absl::GetFlag(FLAGS_run_id), attempt},
                                      client_options.control_timeout,
                                      client_options.security));
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardChannels> probe_channels,
-                   ShardChannels::Connect(servers, client_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> probe,
+                   ShardCluster::Connect(servers, client_options));
   const std::string token = ProcessToken();
   const absl::Time deadline = absl::Now() + client_options.control_timeout;
   constexpr int kTries = 8;
@@ -229,14 +229,14 @@ absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
   for (int i = 0; i < kTries && absl::Now() < deadline; ++i) {
     if (auto_attempt) {
       ASSIGN_OR_RETURN(attempt,
-                       JoinAutoAttempt(*kv, *probe_channels, rank, token,
+                       JoinAutoAttempt(*kv, *probe, rank, token,
                                        deadline - absl::Now()));
     }
     Joined j;
     j.attempt = attempt;
     client_options.attempt = attempt;
     ASSIGN_OR_RETURN(j.client,
-                     ShardClient::Create(servers, layout, client_options));
+                     ShardCluster::Connect(servers, client_options, layout));
     j.kv = kv->WithAttempt(attempt);
     GroupOptions group_options;
     group_options.group = absl::GetFlag(FLAGS_run_id) + "/workers";
@@ -333,7 +333,7 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(Joined joined,
                    Join(cfg, rank, world, servers, layout, compute,
                         client_options));
-  ShardClient* const client = joined.client.get();
+  ShardCluster* const client = joined.client.get();
   KvClient* const kv = joined.kv.get();
   WorkerGroup* const group = joined.group.get();
 
@@ -393,7 +393,7 @@ absl::Status Run() {
           return kv->Set(LossScalerKvKey(next), LossScalerRecord(next, state));
         });
   }
-  CheckpointCoordinator checkpoints(cfg, &layout, &client->channels(), step);
+  CheckpointCoordinator checkpoints(cfg, &layout, client, step);
   if (rank == 0) {
     WorkerEvent start;
     start.kind = WorkerEvent::Kind::kStart;
@@ -411,7 +411,7 @@ absl::Status Run() {
     }
     absl::StatusOr<StepResult> stepped = engine->Step(step);
     if (!stepped.ok()) {
-      return ExplainServerRestart(client->channels(), step, stepped.status());
+      return ExplainServerRestart(*client, step, stepped.status());
     }
     const StepResult& r = *stepped;
     metrics.Record(r);
@@ -419,7 +419,7 @@ absl::Status Run() {
     if (validation.Due(step + 1, cfg.cluster.steps)) {
       absl::StatusOr<double> v = validation.Run(engine.get(), step + 1);
       if (!v.ok()) {
-        return ExplainServerRestart(client->channels(), step + 1, v.status());
+        return ExplainServerRestart(*client, step + 1, v.status());
       }
       val_loss = *v;
     }

@@ -1,6 +1,6 @@
 // zeroshard-ctl checkpoint, restore and list: coordinated checkpoints of
 // running (or idle) servers, restoring them, and listing a checkpoint
-// directory offline (client/checkpoint_client.h, common/checkpoint_manifest.h).
+// directory offline (client/shard_cluster.h, common/checkpoint_manifest.h).
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -9,33 +9,26 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "client/checkpoint_client.h"
+#include "client/shard_cluster.h"
 #include "tools/ctl/commands.h"
-#include "client/snapshot_reader.h"
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_manifest.h"
-#include "wire/grpc_status.h"
 
 namespace zeroshard::ctl {
 namespace {
 
 // Server 0's loss-scaler record, or the default state (with a note).
-LossScalerState LossScalerFromKv(const ShardChannels& channels,
-                                 uint64_t step) {
+LossScalerState LossScalerFromKv(const ShardCluster& cluster, uint64_t step) {
   // The record lives in the KV scope of the run's current attempt.
-  absl::StatusOr<v1::InspectResponse> inspected = channels.Inspect(0);
-  v1::KvGetRequest req;
-  req.set_key(LossScalerKvKey(step));
-  if (inspected.ok()) {
-    req.set_run_id(inspected->run_id());
-    req.set_attempt(inspected->attempt());
-  }
-  v1::KvGetResponse resp;
-  grpc::ClientContext ctx;
-  channels.PrepareControlContext(&ctx);
-  const grpc::Status s = channels.stub(0).KvGet(&ctx, req, &resp);
-  if (s.ok() && resp.found()) {
-    auto record = ParseLossScalerRecord(resp.value());
+  absl::StatusOr<ServerStatus> inspected = cluster.Inspect(0);
+  KvClient::Scope scope;
+  if (inspected.ok()) scope = {inspected->run_id, inspected->attempt};
+  absl::StatusOr<std::unique_ptr<KvClient>> kv = cluster.OpenKv(scope);
+  absl::StatusOr<std::string> value =
+      kv.ok() ? (*kv)->TryGet(LossScalerKvKey(step))
+              : absl::StatusOr<std::string>(kv.status());
+  if (value.ok()) {
+    auto record = ParseLossScalerRecord(*value);
     if (record.ok() && record->first == step) {
       std::printf("loss scaler: scale %g from server 0's record of step %llu\n",
                   record->second.scale, static_cast<unsigned long long>(step));
@@ -55,13 +48,13 @@ int RunCheckpoint(const CtlFlags& flags) {
     std::fprintf(stderr, "checkpoint needs --dir=DIR\n");
     return 2;
   }
-  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  auto channels = ShardCluster::Connect(flags.servers, ClientOptions(flags));
   if (!channels.ok()) {
     std::fprintf(stderr, "checkpoint: %s\n",
                  channels.status().ToString().c_str());
     return 2;
   }
-  auto view = InspectCluster(**channels);
+  auto view = (*channels)->Discover();
   if (!view.ok()) {
     std::fprintf(stderr, "checkpoint: %s\n", view.status().ToString().c_str());
     return 1;
@@ -69,9 +62,9 @@ int RunCheckpoint(const CtlFlags& flags) {
   SnapshotReadOptions options;
   options.timeout = flags.timeout;
   std::vector<int> all;
-  for (int k = 0; k < (*channels)->size(); ++k) all.push_back(k);
-  auto armed = SnapshotAtOneStep(**channels, all, flags.dir, flags.step,
-                                 options);
+  for (int k = 0; k < (*channels)->num_servers(); ++k) all.push_back(k);
+  auto armed = (*channels)->SnapshotAtOneStep(all, flags.dir, flags.step,
+                                              options);
   if (!armed.ok()) {
     std::fprintf(stderr, "checkpoint: %s\n", armed.status().ToString().c_str());
     return 1;
@@ -82,7 +75,7 @@ int RunCheckpoint(const CtlFlags& flags) {
   // Rank 0 records the scaler's state for a step before the step before it
   // is applied, so the record of the armed step exists once it is reached.
   info.loss_scaler = LossScalerFromKv(**channels, armed->step);
-  if (absl::Status s = CommitCheckpoint(flags.dir, armed->responses, info,
+  if (absl::Status s = CommitCheckpoint(flags.dir, armed->files, info,
                                         /*keep_last=*/0);
       !s.ok()) {
     std::fprintf(stderr, "checkpoint: %s\n", s.ToString().c_str());
@@ -94,14 +87,14 @@ int RunCheckpoint(const CtlFlags& flags) {
   uint64_t bytes = 0;
   std::vector<std::vector<std::string>> rows = {
       {"#", "file", "bytes", "copy s", "write s"}};
-  for (size_t k = 0; k < armed->responses.size(); ++k) {
-    const v1::CheckpointResponse& r = armed->responses[k];
-    bytes += r.bytes();
+  for (size_t k = 0; k < armed->files.size(); ++k) {
+    const ShardFile& r = armed->files[k];
+    bytes += r.bytes;
     rows.push_back({absl::StrCat(k),
-                    std::filesystem::path(r.path()).filename().string(),
-                    absl::StrCat(r.bytes()),
-                    absl::StrFormat("%.3f", r.copy_seconds()),
-                    absl::StrFormat("%.3f", r.write_seconds())});
+                    std::filesystem::path(r.path).filename().string(),
+                    absl::StrCat(r.bytes),
+                    absl::StrFormat("%.3f", r.copy_seconds),
+                    absl::StrFormat("%.3f", r.write_seconds)});
   }
   std::printf("checkpoint of step %llu: %s (%s)\n",
               static_cast<unsigned long long>(armed->step), folder.c_str(),
@@ -115,12 +108,12 @@ int RunRestore(const CtlFlags& flags) {
     std::fprintf(stderr, "restore needs --dir=DIR\n");
     return 2;
   }
-  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  auto channels = ShardCluster::Connect(flags.servers, ClientOptions(flags));
   if (!channels.ok()) {
     std::fprintf(stderr, "restore: %s\n", channels.status().ToString().c_str());
     return 2;
   }
-  auto restored = RestoreAll(**channels, flags.dir, flags.step, flags.timeout);
+  auto restored = (*channels)->Restore(flags.dir, flags.step, flags.timeout);
   if (!restored.ok()) {
     std::fprintf(stderr, "restore: %s\n", restored.status().ToString().c_str());
     return 1;
@@ -128,16 +121,16 @@ int RunRestore(const CtlFlags& flags) {
   std::vector<std::vector<std::string>> rows = {
       {"#", "address", "version", "adam t", "files", "bytes read", "seconds"}};
   for (size_t k = 0; k < restored->size(); ++k) {
-    const v1::RestoreResponse& r = (*restored)[k];
+    const ServerRestore& r = (*restored)[k];
     rows.push_back({absl::StrCat(k), (*channels)->address(k),
-                    absl::StrCat(r.version()), absl::StrCat(r.adam_step()),
-                    absl::StrCat(r.files_verified()),
-                    absl::StrCat(r.bytes_read()),
-                    absl::StrFormat("%.3f", r.seconds())});
+                    absl::StrCat(r.version), absl::StrCat(r.optimizer_step),
+                    absl::StrCat(r.files_verified),
+                    absl::StrCat(r.bytes_read),
+                    absl::StrFormat("%.3f", r.seconds)});
   }
   std::printf("restored %zu servers from %s at step %llu\n", restored->size(),
               flags.dir.c_str(),
-              static_cast<unsigned long long>((*restored)[0].version()));
+              static_cast<unsigned long long>((*restored)[0].version));
   PrintTable(rows);
   return 0;
 }

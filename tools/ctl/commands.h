@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "client/shard_client.h"
+#include "client/shard_cluster.h"
 #include "model/gpt_manifest.h"
 #include "common/optimizer_config.h"
 #include "common/param_groups.h"

@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tools/ctl/commands.h"
-#include "client/shard_channels.h"
+#include "client/shard_cluster.h"
 
 namespace zeroshard::ctl {
 namespace {
@@ -25,39 +25,23 @@ std::string ShortKind(const std::string& kind) {
   return it == kShort.end() ? kind : it->second;
 }
 
-// The optimizer state's norms in the rule's slot order (a server from
-// before slots were named reports AdamW's two fields only).
-std::vector<std::pair<std::string, double>> StateNorms(
-    const v1::InspectResponse& r) {
-  std::vector<std::pair<std::string, double>> out;
-  if (r.state_slots_size() == 0) {
-    return {{"exp_avg", r.norms().exp_avg()},
-            {"exp_avg_sq", r.norms().exp_avg_sq()}};
-  }
-  for (const std::string& slot : r.state_slots()) {
-    auto it = r.norms().state().find(slot);
-    out.push_back({slot, it == r.norms().state().end() ? 0.0 : it->second});
-  }
-  return out;
-}
-
-uint64_t Sum(const google::protobuf::Map<std::string, uint64_t>& m) {
+uint64_t Sum(const std::map<std::string, uint64_t>& m) {
   uint64_t s = 0;
   for (const auto& [k, v] : m) s += v;
   return s;
 }
 
 // "w / m / v": master, then each slot.
-std::string NormsCell(const v1::InspectResponse& r) {
-  std::string cell = absl::StrFormat("%.4g", r.norms().master());
-  for (const auto& [slot, norm] : StateNorms(r)) {
+std::string NormsCell(const ServerStatus& r) {
+  std::string cell = absl::StrFormat("%.4g", r.master_norm);
+  for (const auto& [slot, norm] : r.state_norms) {
     absl::StrAppend(&cell, absl::StrFormat(" / %.4g", norm));
   }
   return cell;
 }
 
 nlohmann::json ToJson(int k, const std::string& address,
-                      const absl::StatusOr<v1::InspectResponse>& r) {
+                      const absl::StatusOr<ServerStatus>& r) {
   nlohmann::json j;
   j["index"] = k;
   j["address"] = address;
@@ -66,65 +50,60 @@ nlohmann::json ToJson(int k, const std::string& address,
     j["error"] = r.status().ToString();
     return j;
   }
-  j["initialized"] = r->initialized();
-  j["server_index"] = r->server_index();
-  j["num_servers"] = r->num_servers();
-  j["owned_begin"] = r->owned_begin();
-  j["owned_end"] = r->owned_end();
-  j["total_elems"] = r->total_elems();
-  j["chunk_elems"] = r->chunk_elems();
-  j["num_chunks"] = r->num_chunks();
-  j["min_version"] = r->min_version();
-  j["max_version"] = r->max_version();
-  j["adam_step"] = r->adam_step();
-  j["placement"] = r->placement();
-  j["pending_grad_bytes"] = r->pending_grad_bytes();
-  j["pending_grad_limit_bytes"] = r->pending_grad_limit_bytes();
+  j["initialized"] = r->initialized;
+  j["server_index"] = r->server_index;
+  j["num_servers"] = r->num_servers;
+  j["owned_begin"] = r->owned.begin;
+  j["owned_end"] = r->owned.end;
+  j["total_elems"] = r->total_elems;
+  j["chunk_elems"] = r->chunk_elems;
+  j["num_chunks"] = r->num_chunks;
+  j["min_version"] = r->min_version;
+  j["max_version"] = r->max_version;
+  j["adam_step"] = r->optimizer_step;
+  j["placement"] = r->placement;
+  j["pending_grad_bytes"] = r->pending_grad_bytes;
+  j["pending_grad_limit_bytes"] = r->pending_grad_limit_bytes;
   j["bytes_by_kind"] = nlohmann::json::object();
-  for (const auto& [kind, b] : r->bytes_by_kind()) j["bytes_by_kind"][kind] = b;
-  j["norms"] = {{"master", r->norms().master()}};
-  for (const auto& [slot, norm] : StateNorms(*r)) j["norms"][slot] = norm;
+  for (const auto& [kind, b] : r->bytes_by_kind) j["bytes_by_kind"][kind] = b;
+  j["norms"] = {{"master", r->master_norm}};
+  for (const auto& [slot, norm] : r->state_norms) j["norms"][slot] = norm;
   j["state_slots"] = nlohmann::json::array();
-  for (const std::string& slot : r->state_slots()) j["state_slots"].push_back(slot);
+  for (const std::string& slot : r->state_slots) j["state_slots"].push_back(slot);
   j["calls"] = nlohmann::json::object();
-  for (const auto& [m, n] : r->counters().calls()) j["calls"][m] = n;
+  for (const auto& [m, n] : r->counters.calls) j["calls"][m] = n;
   j["errors"] = nlohmann::json::object();
-  for (const auto& [c, n] : r->counters().errors()) j["errors"][c] = n;
-  j["bytes_in"] = r->counters().bytes_in();
-  j["bytes_out"] = r->counters().bytes_out();
-  j["optimizer"] = {{"kind", r->optimizer().kind() == v1::OptimizerConfig::ADAM
-                                 ? "adam"
-                                 : "adamw"},
-                    {"lr", r->optimizer().lr()},
-                    {"beta1", r->optimizer().beta1()},
-                    {"beta2", r->optimizer().beta2()},
-                    {"eps", r->optimizer().eps()},
-                    {"weight_decay", r->optimizer().weight_decay()}};
+  for (const auto& [c, n] : r->counters.errors) j["errors"][c] = n;
+  j["bytes_in"] = r->counters.bytes_in;
+  j["bytes_out"] = r->counters.bytes_out;
+  const OptimizerConfig& o = r->optimizer;
+  j["optimizer"] = {{"kind", std::string(NameOf(kOptimizerKindNames, o.kind))},
+                    {"lr", o.lr},
+                    {"beta1", o.beta1},
+                    {"beta2", o.beta2},
+                    {"eps", o.eps},
+                    {"weight_decay", o.weight_decay}};
   j["param_groups"] = nlohmann::json::array();
-  for (const v1::ParamGroup& g : r->optimizer().param_groups()) {
-    uint64_t elems = 0;
-    for (const v1::FlatRange& range : g.ranges()) elems += range.length();
-    j["param_groups"].push_back({{"name", g.name()},
-                                 {"weight_decay", g.weight_decay()},
-                                 {"lr_scale", g.lr_scale()},
-                                 {"ranges", g.ranges_size()},
-                                 {"elems", elems}});
+  for (const ResolvedGroup& g : r->param_groups) {
+    j["param_groups"].push_back({{"name", g.name},
+                                 {"weight_decay", g.weight_decay},
+                                 {"lr_scale", g.lr_scale},
+                                 {"ranges", g.ranges.size()},
+                                 {"elems", g.elems}});
   }
   return j;
 }
 
 // One line for the run's parameter groups (every server has the same).
-std::string DescribeGroups(const v1::OptimizerConfig& o) {
-  if (o.param_groups().empty()) {
+std::string DescribeGroups(const ServerStatus& r) {
+  if (r.param_groups.empty()) {
     return absl::StrCat("parameter groups: single (weight_decay ",
-                        o.weight_decay(), " on every tensor)");
+                        r.optimizer.weight_decay, " on every tensor)");
   }
   std::vector<std::string> parts;
-  for (const v1::ParamGroup& g : o.param_groups()) {
-    uint64_t elems = 0;
-    for (const v1::FlatRange& range : g.ranges()) elems += range.length();
-    parts.push_back(absl::StrCat(g.name(), " weight_decay ", g.weight_decay(),
-                                 " lr_scale ", g.lr_scale(), " (", elems,
+  for (const ResolvedGroup& g : r.param_groups) {
+    parts.push_back(absl::StrCat(g.name, " weight_decay ", g.weight_decay,
+                                 " lr_scale ", g.lr_scale, " (", g.elems,
                                  " elems)"));
   }
   return absl::StrCat("parameter groups: ", absl::StrJoin(parts, "; "));
@@ -174,7 +153,7 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 int RunInspect(const CtlFlags& flags) {
-  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  auto channels = ShardCluster::Connect(flags.servers, ClientOptions(flags));
   if (!channels.ok()) {
     std::fprintf(stderr, "%s\n", channels.status().ToString().c_str());
     return 2;
@@ -185,7 +164,7 @@ int RunInspect(const CtlFlags& flags) {
   if (flags.json) {
     nlohmann::json j;
     j["servers"] = nlohmann::json::array();
-    for (int k = 0; k < (*channels)->size(); ++k) {
+    for (int k = 0; k < (*channels)->num_servers(); ++k) {
       j["servers"].push_back(ToJson(k, (*channels)->address(k), results[k]));
     }
     std::printf("%s\n", j.dump(2).c_str());
@@ -194,43 +173,43 @@ int RunInspect(const CtlFlags& flags) {
   std::vector<std::vector<std::string>> rows = {
       {"#", "address", "owned range", "elems", "versions", "adam t",
        "placement", "memory", "norm w / state", "calls", "errors"}};
-  for (int k = 0; k < (*channels)->size(); ++k) {
+  for (int k = 0; k < (*channels)->num_servers(); ++k) {
     const auto& r = results[k];
     if (!r.ok()) {
       rows.push_back({absl::StrCat(k), (*channels)->address(k),
                       absl::StrCat("ERROR: ", r.status().ToString())});
       continue;
     }
-    if (!r->initialized()) {
+    if (!r->initialized) {
       rows.push_back({absl::StrCat(k), (*channels)->address(k),
                       "(not initialized)"});
       continue;
     }
     std::vector<std::string> mem;
-    for (const auto& [kind, b] : r->bytes_by_kind()) {
+    for (const auto& [kind, b] : r->bytes_by_kind) {
       mem.push_back(absl::StrCat(ShortKind(kind), " ", HumanBytes(b)));
     }
     std::sort(mem.begin(), mem.end());
     std::vector<std::string> errs;
-    for (const auto& [code, n] : r->counters().errors()) {
+    for (const auto& [code, n] : r->counters.errors) {
       errs.push_back(absl::StrCat(code, "=", n));
     }
     std::sort(errs.begin(), errs.end());
     rows.push_back(
         {absl::StrCat(k), (*channels)->address(k),
-         absl::StrCat("[", r->owned_begin(), ", ", r->owned_end(), ")"),
-         absl::StrCat(r->owned_end() - r->owned_begin()),
-         absl::StrCat(r->min_version(), "..", r->max_version()),
-         absl::StrCat(r->adam_step()), r->placement(),
+         absl::StrCat("[", r->owned.begin, ", ", r->owned.end, ")"),
+         absl::StrCat(r->owned.end - r->owned.begin),
+         absl::StrCat(r->min_version, "..", r->max_version),
+         absl::StrCat(r->optimizer_step), r->placement,
          absl::StrJoin(mem, ", "),
          NormsCell(*r),
-         absl::StrCat(Sum(r->counters().calls())),
+         absl::StrCat(Sum(r->counters.calls)),
          errs.empty() ? "0" : absl::StrJoin(errs, " ")});
   }
   PrintTable(rows);
   for (const auto& r : results) {
-    if (r.ok() && r->initialized()) {
-      std::printf("%s\n", DescribeGroups(r->optimizer()).c_str());
+    if (r.ok() && r->initialized) {
+      std::printf("%s\n", DescribeGroups(*r).c_str());
       break;
     }
   }
@@ -238,7 +217,7 @@ int RunInspect(const CtlFlags& flags) {
 }
 
 int RunHealth(const CtlFlags& flags) {
-  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  auto channels = ShardCluster::Connect(flags.servers, ClientOptions(flags));
   if (!channels.ok()) {
     std::fprintf(stderr, "%s\n", channels.status().ToString().c_str());
     return 2;
@@ -246,7 +225,7 @@ int RunHealth(const CtlFlags& flags) {
   auto results = (*channels)->HealthAll();
   int bad = 0;
   std::vector<std::vector<std::string>> rows = {{"#", "address", "status"}};
-  for (int k = 0; k < (*channels)->size(); ++k) {
+  for (int k = 0; k < (*channels)->num_servers(); ++k) {
     const auto& r = results[k];
     const std::string s = r.ok() ? *r : absl::StrCat("ERROR: ", r.status().ToString());
     if (!r.ok() || *r != "SERVING") ++bad;
@@ -255,7 +234,7 @@ int RunHealth(const CtlFlags& flags) {
   PrintTable(rows);
   if (bad > 0) {
     std::fprintf(stderr, "%d of %d servers are not SERVING\n", bad,
-                 (*channels)->size());
+                 (*channels)->num_servers());
     return 1;
   }
   return 0;

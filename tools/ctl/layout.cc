@@ -124,7 +124,8 @@ int RunInit(const CtlFlags& flags) {
     std::fprintf(stderr, "init: %s\n", layout.status().ToString().c_str());
     return 2;
   }
-  auto client = ShardClient::Create(flags.servers, *layout, ClientOptions(flags));
+  auto client =
+      ShardCluster::Connect(flags.servers, ClientOptions(flags), *layout);
   if (!client.ok()) {
     std::fprintf(stderr, "init: %s\n", client.status().ToString().c_str());
     return 2;
@@ -150,9 +151,9 @@ int RunInit(const CtlFlags& flags) {
     const auto& resp = (*r)[k];
     std::printf("  server %zu at %s owns [%llu, %llu)%s\n", k,
                 flags.servers[k].c_str(),
-                static_cast<unsigned long long>(resp.owned_begin()),
-                static_cast<unsigned long long>(resp.owned_end()),
-                resp.already_initialized() ? " (already initialized)" : "");
+                static_cast<unsigned long long>(resp.owned.begin),
+                static_cast<unsigned long long>(resp.owned.end),
+                resp.already_initialized ? " (already initialized)" : "");
   }
   return 0;
 }

@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "tools/ctl/cluster_file.h"
 #include "tools/ctl/commands.h"
-#include "client/shard_channels.h"
+#include "client/shard_cluster.h"
 
 ABSL_FLAG(std::string, servers, "", "Shard servers, HOST:PORT,... in index order");
 ABSL_FLAG(std::string, cluster, "",
@@ -147,14 +147,11 @@ int main(int argc, char** argv) {
           (command == "inspect" && absl::GetFlag(FLAGS_tensor).empty());
       role_name = reads_only ? "ctl" : "admin";
     }
-    absl::StatusOr<Role> role = ParseRole(role_name);
-    if (!role.ok()) {
-      std::fprintf(stderr, "--role: %s\n", role.status().ToString().c_str());
-      return 2;
-    }
-    auto security = ClientSecurity::Load(dir, *role);
+    auto security = LoadClientCredentials(dir, role_name);
     if (!security.ok()) {
-      std::fprintf(stderr, "--credentials: %s\n",
+      const bool bad_role = role_name != "worker" && role_name != "ctl" &&
+                            role_name != "admin";
+      std::fprintf(stderr, "%s: %s\n", bad_role ? "--role" : "--credentials",
                    security.status().ToString().c_str());
       return 2;
     }

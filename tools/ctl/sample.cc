@@ -27,7 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tools/ctl/commands.h"
-#include "client/snapshot_reader.h"
+#include "client/shard_cluster.h"
 #include "common/config.h"
 #include "model/hf_gpt2.h"
 #include "model/sample_text.h"
@@ -122,9 +122,9 @@ int RunSample(const CtlFlags& flags, int argc, char** argv) {
     return Fail(2, std::string(s.message()));
   }
 
-  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  auto channels = ShardCluster::Connect(flags.servers, ClientOptions(flags));
   if (!channels.ok()) return Fail(2, channels.status().ToString());
-  auto view = InspectCluster(**channels);
+  auto view = (*channels)->Discover();
   if (!view.ok()) return Fail(1, view.status().ToString());
   const FlatLayout& layout = view->layout;
   if (absl::Status s = CheckGpt2Layout(layout); !s.ok()) return Fail(1, s.ToString());
@@ -156,7 +156,7 @@ int RunSample(const CtlFlags& flags, int argc, char** argv) {
   const absl::Time t0 = absl::Now();
   SnapshotReadOptions read;
   read.timeout = flags.timeout;
-  auto snap = ReadConsistentSnapshot(**channels, layout, {0, layout.total_elems()},
+  auto snap = (*channels)->ReadConsistentSnapshot(layout, {0, layout.total_elems()},
                                      {kMasterState}, read);
   if (!snap.ok()) return Fail(1, snap.status().ToString());
   auto gen = (*arch)->MakeGenerator(layout, shape, snap->arrays[0]);

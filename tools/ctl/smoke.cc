@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "tools/ctl/commands.h"
 #include "common/init_values.h"
-#include "wire/proto_convert.h"
 
 namespace zeroshard::ctl {
 namespace {
@@ -20,7 +19,7 @@ struct WorkerStep {
 };
 
 // Even steps send the coefficient in the commit, odd steps up front.
-WorkerStep RunWorker(ShardClient& client, uint32_t worker, uint64_t step,
+WorkerStep RunWorker(ShardCluster& client, uint32_t worker, uint64_t step,
                      uint64_t seed) {
   WorkerStep out;
   const FlatLayout& L = client.layout();
@@ -58,14 +57,14 @@ WorkerStep RunWorker(ShardClient& client, uint32_t worker, uint64_t step,
 }  // namespace
 
 int RunSmoke(const CtlFlags& flags) {
-  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  auto channels = ShardCluster::Connect(flags.servers, ClientOptions(flags));
   if (!channels.ok()) {
     std::fprintf(stderr, "smoke: %s\n", channels.status().ToString().c_str());
     return 2;
   }
   // The manifest and the current step come from the servers.
   uint64_t start = 0;
-  v1::ModelManifest manifest;
+  ModelManifest m;
   auto inspected = (*channels)->InspectAll();
   for (size_t k = 0; k < inspected.size(); ++k) {
     const auto& r = inspected[k];
@@ -73,23 +72,22 @@ int RunSmoke(const CtlFlags& flags) {
       std::fprintf(stderr, "smoke: %s\n", r.status().ToString().c_str());
       return 1;
     }
-    if (!r->initialized()) {
+    if (!r->initialized) {
       std::fprintf(stderr, "smoke: server %zu at %s is not initialized (run "
                    "zeroshard-ctl init first)\n", k, flags.servers[k].c_str());
       return 1;
     }
-    if (r->min_version() != r->max_version() ||
-        (k > 0 && r->min_version() != start)) {
+    if (r->min_version != r->max_version ||
+        (k > 0 && r->min_version != start)) {
       std::fprintf(stderr, "smoke: versions disagree (server %zu at %llu..%llu)"
                    "; a step is half done\n", k,
-                   static_cast<unsigned long long>(r->min_version()),
-                   static_cast<unsigned long long>(r->max_version()));
+                   static_cast<unsigned long long>(r->min_version),
+                   static_cast<unsigned long long>(r->max_version));
       return 1;
     }
-    start = r->min_version();
-    if (k == 0) manifest = r->manifest();
+    start = r->min_version;
+    if (k == 0) m = r->manifest;
   }
-  const ModelManifest m = FromProto(manifest);
   const uint32_t workers =
       flags.workers > 0 ? flags.workers : std::max<uint32_t>(m.partition_count, 1);
   auto layout = FlatLayout::Create(m, flags.servers.size(), workers);
@@ -97,7 +95,8 @@ int RunSmoke(const CtlFlags& flags) {
     std::fprintf(stderr, "smoke: %s\n", layout.status().ToString().c_str());
     return 2;
   }
-  auto client = ShardClient::Create(flags.servers, *layout, ClientOptions(flags));
+  auto client =
+      ShardCluster::Connect(flags.servers, ClientOptions(flags), *layout);
   if (!client.ok()) {
     std::fprintf(stderr, "smoke: %s\n", client.status().ToString().c_str());
     return 2;

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "tools/ctl/commands.h"
 #include "tools/ctl/npy.h"
-#include "client/snapshot_reader.h"
+#include "client/shard_cluster.h"
 #include "common/atomic_file.h"
 #include "model/hf_gpt2.h"
 #include "model/arch.h"
@@ -24,9 +24,9 @@ SnapshotReadOptions ReadOptions(const CtlFlags& flags) {
 }
 
 // Connects and inspects; prints the error and returns null on failure.
-std::unique_ptr<ShardChannels> ConnectOrPrint(const CtlFlags& flags,
+std::unique_ptr<ShardCluster> ConnectOrPrint(const CtlFlags& flags,
                                               const char* command) {
-  auto channels = ShardChannels::Connect(flags.servers, ClientOptions(flags));
+  auto channels = ShardCluster::Connect(flags.servers, ClientOptions(flags));
   if (!channels.ok()) {
     std::fprintf(stderr, "%s: %s\n", command,
                  channels.status().ToString().c_str());
@@ -49,7 +49,7 @@ int RunExport(const CtlFlags& flags) {
   }
   auto channels = ConnectOrPrint(flags, "export");
   if (channels == nullptr) return 2;
-  auto view = InspectCluster(*channels);
+  auto view = channels->Discover();
   if (!view.ok()) {
     std::fprintf(stderr, "export: %s\n", view.status().ToString().c_str());
     return 1;
@@ -62,7 +62,7 @@ int RunExport(const CtlFlags& flags) {
     }
   }
   const absl::Time t0 = absl::Now();
-  auto snap = ReadConsistentSnapshot(*channels, layout,
+  auto snap = channels->ReadConsistentSnapshot(layout,
                                      {0, layout.total_elems()},
                                      {kMasterState},
                                      ReadOptions(flags));
@@ -106,7 +106,7 @@ int RunInspectTensor(const CtlFlags& flags) {
   }
   auto channels = ConnectOrPrint(flags, "inspect");
   if (channels == nullptr) return 2;
-  auto view = InspectCluster(*channels);
+  auto view = channels->Discover();
   if (!view.ok()) {
     std::fprintf(stderr, "inspect: %s\n", view.status().ToString().c_str());
     return 1;
@@ -130,7 +130,7 @@ int RunInspectTensor(const CtlFlags& flags) {
     return 2;
   }
   const TensorInfo& t = layout.tensors()[*index];
-  auto snap = ReadConsistentSnapshot(*channels, layout,
+  auto snap = channels->ReadConsistentSnapshot(layout,
                                      {t.offset, t.offset + t.numel}, arrays,
                                      ReadOptions(flags));
   if (!snap.ok()) {
@@ -142,7 +142,7 @@ int RunInspectTensor(const CtlFlags& flags) {
               t.name.c_str(), absl::StrJoin(t.shape, ", ").c_str(),
               static_cast<unsigned long long>(t.offset),
               static_cast<unsigned long long>(snap->step),
-              static_cast<unsigned long long>(view->min_adam_step));
+              static_cast<unsigned long long>(view->min_optimizer_step));
   std::vector<std::vector<std::string>> rows = {
       {"state", "l2_norm", "min", "max", "mean"}};
   for (size_t a = 0; a < arrays.size(); ++a) {

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "client/snapshot_reader.h"
+#include "client/shard_cluster.h"
 #include "common/atomic_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -27,12 +27,12 @@ absl::StatusOr<Sampled> Sample(const RunSamplePlan& plan,
                                const FlatLayout& layout,
                                const ShardClientOptions& options,
                                absl::Duration timeout) {
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardChannels> channels,
-                   ShardChannels::Connect(servers, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> channels,
+                   ShardCluster::Connect(servers, options));
   SnapshotReadOptions read;
   read.timeout = timeout;
   ASSIGN_OR_RETURN(ConsistentSnapshot snap,
-                   ReadConsistentSnapshot(*channels, layout, {0, layout.total_elems()},
+                   channels->ReadConsistentSnapshot(layout, {0, layout.total_elems()},
                                           {kMasterState}, read));
   ASSIGN_OR_RETURN(const model::ModelArch* arch, model::ArchForShape(plan.shape));
   ASSIGN_OR_RETURN(std::unique_ptr<model::Generator> gen,

@@ -30,7 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/shard_channels.h"
+#include "client/client_options.h"
 #include "common/config.h"
 #include "common/layout.h"
 #include "model/sample_text.h"

@@ -19,7 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "client/shard_channels.h"
+#include "client/client_options.h"
 #include "common/config.h"
 #include "tools/train/train_run.h"
 

@@ -18,9 +18,8 @@
 #include "tools/train/run_sample.h"
 #include "tools/train/train_cluster.h"
 #include "tools/train/weights_export.h"
-#include "client/apply_step.h"
 #include "client/kv_client.h"
-#include "client/shard_channels.h"
+#include "client/shard_cluster.h"
 #include "common/atomic_file.h"
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_manifest.h"
@@ -223,18 +222,18 @@ struct ServerStand {
   bool ok = false;
   uint64_t min_version = 0, max_version = 0;
 };
-ServerStand InspectStand(const ShardChannels& channels) {
+ServerStand InspectStand(const ShardCluster& servers) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (absl::Now() < deadline) {
     ServerStand stand{true, UINT64_MAX, 0};
     bool busy = false;
-    for (const auto& r : channels.InspectAll()) {
-      if (!r.ok() || !r->initialized()) return ServerStand();
-      busy = busy || r->partial_chunks() != 0;
+    for (const auto& r : servers.InspectAll()) {
+      if (!r.ok() || !r->initialized) return ServerStand();
+      busy = busy || r->partial_chunks != 0;
       stand.min_version = std::min<uint64_t>(stand.min_version,
-                                             r->min_version());
+                                             r->min_version);
       stand.max_version = std::max<uint64_t>(stand.max_version,
-                                             r->max_version());
+                                             r->max_version);
     }
     if (!busy) return stand;
     absl::SleepFor(absl::Milliseconds(50));
@@ -255,9 +254,9 @@ struct LiveRun {
   uint64_t attempt = 0;
 };
 absl::StatusOr<LiveRun> InspectLiveRun(
-    const ShardChannels& probe, const std::vector<std::string>& addresses,
+    const ShardCluster& probe, const std::vector<std::string>& addresses,
     bool resuming) {
-  const std::vector<absl::StatusOr<v1::InspectResponse>> all =
+  const std::vector<absl::StatusOr<ServerStatus>> all =
       probe.InspectAll();
   auto who = [&](size_t k) {
     return absl::StrCat("server ", k, " (", addresses[k], ")");
@@ -271,30 +270,30 @@ absl::StatusOr<LiveRun> InspectLiveRun(
                           absl::StrCat(who(k), ": Inspect: ",
                                        all[k].status().message()));
     }
-    const v1::InspectResponse& r = *all[k];
-    if (!r.initialized()) continue;
-    if (live.initialized && r.run_id() != live.run_id) {
+    const ServerStatus& r = *all[k];
+    if (!r.initialized) continue;
+    if (live.initialized && r.run_id != live.run_id) {
       return absl::FailedPreconditionError(absl::StrCat(
-          who(k), " serves run '", r.run_id(), "' but ", who(newest),
+          who(k), " serves run '", r.run_id, "' but ", who(newest),
           " serves run '", live.run_id, "': a server was restarted and "
           "initialised by another run; restart every server, or give the "
           "servers of one run"));
     }
     live.initialized = true;
-    live.run_id = r.run_id();
-    live.attempt = std::max({live.attempt, r.attempt(), r.prepared_attempt()});
-    if (r.max_version() >= newest_version) {
-      newest_version = r.max_version();
+    live.run_id = r.run_id;
+    live.attempt = std::max({live.attempt, r.attempt, r.prepared_attempt});
+    if (r.max_version >= newest_version) {
+      newest_version = r.max_version;
       newest = k;
     }
   }
   if (!live.initialized || resuming || newest_version == 0) return live;
   std::vector<std::string> lost;
   for (size_t k = 0; k < all.size(); ++k) {
-    const v1::InspectResponse& r = *all[k];
-    if (!r.initialized()) {
+    const ServerStatus& r = *all[k];
+    if (!r.initialized) {
       lost.push_back(absl::StrCat(who(k), " is not initialised"));
-    } else if (r.max_version() == 0 && r.partial_chunks() == 0 &&
+    } else if (r.max_version == 0 && r.partial_chunks == 0 &&
                newest_version >= 2) {
       lost.push_back(absl::StrCat(who(k), " is fresh, at step 0"));
     }
@@ -362,8 +361,8 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
   plan->attempt = attempt;
   absl::StatusOr<ShardClientOptions> options = LauncherClientOptions(*plan);
   if (!options.ok()) return options.status();
-  absl::StatusOr<std::unique_ptr<ShardChannels>> channels =
-      ShardChannels::Connect((*cluster)->server_addresses(), *options);
+  absl::StatusOr<std::unique_ptr<ShardCluster>> channels =
+      ShardCluster::Connect((*cluster)->server_addresses(), *options);
   if ((*cluster)->ServersAlive() && channels.ok()) {
     (*cluster)->StopWorkers();
     const ServerStand stand = InspectStand(**channels);
@@ -381,8 +380,8 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
       // ApplyStep had reached some servers: every worker had prepared
       // everywhere, so the step is finished from what the servers hold.
       const absl::Status applied =
-          ApplyStepAll(**channels, stand.min_version, attempt - 1,
-                       absl::Seconds(cfg.cluster.step_timeout_s))
+          (*channels)->ApplyStep(stand.min_version, attempt - 1,
+                                 absl::Seconds(cfg.cluster.step_timeout_s))
               .status();
       if (applied.ok()) {
         RETURN_IF_ERROR(CarryLossScalerRecords(
@@ -558,9 +557,9 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   if (!plan.server_addresses.empty()) {
     ASSIGN_OR_RETURN(const ShardClientOptions probe_options,
                      LauncherClientOptions(plan));
-    ASSIGN_OR_RETURN(std::unique_ptr<ShardChannels> probe,
-                     ShardChannels::Connect(plan.server_addresses,
-                                            probe_options));
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> probe,
+                     ShardCluster::Connect(plan.server_addresses,
+                                           probe_options));
     ASSIGN_OR_RETURN(const LiveRun live,
                      InspectLiveRun(*probe, plan.server_addresses,
                                     !o.resume_dir.empty()));

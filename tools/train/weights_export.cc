@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "client/shard_client.h"
+#include "client/shard_cluster.h"
 #include "common/atomic_file.h"
 #include "model/hf_gpt2.h"
 #include "common/status_macros.h"
@@ -44,8 +44,8 @@ absl::Status ExportWeights(const std::vector<std::string>& servers,
                 "weights.f32 is little-endian; add a byte swap here");
   options.call_timeout = timeout;
   options.control_timeout = timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
-                   ShardClient::Create(servers, layout, options));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> client,
+                   ShardCluster::Connect(servers, options, layout));
   std::vector<float> weights(layout.total_elems());
   const FlatRange all{0, layout.total_elems()};
   absl::StatusOr<GatherResult> g =

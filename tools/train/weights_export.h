@@ -28,7 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "client/shard_channels.h"
+#include "client/client_options.h"
 #include "common/layout.h"
 
 namespace zeroshard {

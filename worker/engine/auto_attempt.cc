@@ -49,7 +49,7 @@ std::string ProcessToken() {
 }
 
 absl::StatusOr<uint64_t> JoinAutoAttempt(const KvClient& kv,
-                                         const ShardChannels& channels,
+                                         const ShardCluster& cluster,
                                          int rank, const std::string& token,
                                          absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -57,9 +57,9 @@ absl::StatusOr<uint64_t> JoinAutoAttempt(const KvClient& kv,
   const std::string key = AttemptJoinKey(rank);
   // 1. The highest attempt the servers have seen push.
   uint64_t pushed = 0;
-  for (const auto& r : channels.InspectAll()) {
+  for (const auto& r : cluster.InspectAll()) {
     if (!r.ok()) return r.status();
-    pushed = std::max({pushed, r->attempt(), r->prepared_attempt()});
+    pushed = std::max({pushed, r->attempt, r->prepared_attempt});
   }
   uint64_t probe = pushed;
   for (int round = 0;; ++round) {

@@ -24,7 +24,7 @@
 // once each start A + 1 or find it started: they meet in one attempt.
 //
 //   ASSIGN_OR_RETURN(uint64_t attempt,
-//                    JoinAutoAttempt(*kv, client_channels, rank, token,
+//                    JoinAutoAttempt(*kv, *cluster, rank, token,
 //                                    absl::Seconds(60)));
 #ifndef ZEROSHARD_WORKER_ENGINE_AUTO_ATTEMPT_H_
 #define ZEROSHARD_WORKER_ENGINE_AUTO_ATTEMPT_H_
@@ -35,7 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/kv_client.h"
-#include "client/shard_channels.h"
+#include "client/shard_cluster.h"
 
 namespace zeroshard {
 
@@ -49,7 +49,7 @@ std::string ProcessToken();
 // Steps 1-4 above; `kv` names server 0 and the run (its attempt is not
 // used). Bounded by `timeout`: DEADLINE_EXCEEDED after it.
 absl::StatusOr<uint64_t> JoinAutoAttempt(const KvClient& kv,
-                                         const ShardChannels& channels,
+                                         const ShardCluster& cluster,
                                          int rank, const std::string& token,
                                          absl::Duration timeout);
 

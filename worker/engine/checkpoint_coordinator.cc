@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/checkpoint_client.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -14,11 +13,11 @@ namespace zeroshard {
 
 CheckpointCoordinator::CheckpointCoordinator(const TrainingConfig& config,
                                              const FlatLayout* layout,
-                                             const ShardChannels* channels,
+                                             const ShardCluster* cluster,
                                              uint64_t resumed_at)
     : config_(config),
       layout_(layout),
-      channels_(channels),
+      cluster_(cluster),
       dir_(config.cluster.checkpoint.dir.empty()
                ? ""
                : std::filesystem::absolute(config.cluster.checkpoint.dir)
@@ -67,7 +66,7 @@ uint64_t CheckpointCoordinator::committed() const {
 absl::Status CheckpointCoordinator::Start(uint64_t step,
                                           const LossScalerState& scaler) {
   RETURN_IF_ERROR(WaitPrevious());
-  RETURN_IF_ERROR(ArmCheckpoint(*channels_, step, dir_));
+  RETURN_IF_ERROR(cluster_->ArmCheckpoint(step, dir_));
   last_armed_ = static_cast<int64_t>(step);
   CheckpointInfo info;
   info.step = step;
@@ -82,14 +81,14 @@ absl::Status CheckpointCoordinator::Start(uint64_t step,
     const absl::Time t0 = absl::Now();
     absl::Status s = [&]() -> absl::Status {
       ASSIGN_OR_RETURN(auto files,
-                       WaitCheckpoint(*channels_, info.step, dir_, timeout));
+                       cluster_->WaitCheckpoint(info.step, dir_, timeout));
       RETURN_IF_ERROR(CommitCheckpoint(dir_, files, info,
                                        config_.cluster.checkpoint.keep_last));
       uint64_t bytes = 0;
       double copy = 0;
       for (const auto& f : files) {
-        bytes += f.bytes();
-        copy = std::max(copy, f.copy_seconds());
+        bytes += f.bytes;
+        copy = std::max(copy, f.copy_seconds);
       }
       ZS_LOG(INFO) << "checkpoint of step " << info.step << " committed in "
                    << dir_ << ": " << bytes << " bytes, "

@@ -5,7 +5,7 @@
 // while a background thread waits for the servers' shard files and commits
 // the checkpoint with its MANIFEST.json, then prunes old ones.
 //
-//   CheckpointCoordinator ckpt(cfg, &layout, &client->channels());
+//   CheckpointCoordinator ckpt(cfg, &layout, &*client);
 //   for (; step < cfg.cluster.steps; ++step) {
 //     RETURN_IF_ERROR(ckpt.BeforeStep(step, engine->loss_scaler().state()));
 //     ... engine->Step(step) ...
@@ -24,7 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "client/shard_channels.h"
+#include "client/shard_cluster.h"
 #include "common/config.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
@@ -37,7 +37,7 @@ class CheckpointCoordinator {
   // is the step the run started from: no checkpoint is taken there (it is
   // the one the run came from, or step 0).
   CheckpointCoordinator(const TrainingConfig& config, const FlatLayout* layout,
-                        const ShardChannels* channels, uint64_t resumed_at);
+                        const ShardCluster* cluster, uint64_t resumed_at);
   ~CheckpointCoordinator();  // waits for a commit in flight
 
   bool enabled() const { return !dir_.empty(); }
@@ -60,7 +60,7 @@ class CheckpointCoordinator {
 
   const TrainingConfig config_;
   const FlatLayout* const layout_;
-  const ShardChannels* const channels_;
+  const ShardCluster* const cluster_;
   const std::string dir_;
   const uint64_t resumed_at_;
   int64_t last_armed_ = -1;

@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/set_weights.h"
 #include "model/hf_gpt2.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -14,19 +13,19 @@ namespace {
 
 // True when every server is initialised with all chunks at version 0;
 // false when any has trained.
-absl::StatusOr<bool> ServersFresh(const ShardChannels& channels) {
-  std::vector<absl::StatusOr<v1::InspectResponse>> all = channels.InspectAll();
+absl::StatusOr<bool> ServersFresh(const ShardCluster& cluster) {
+  std::vector<absl::StatusOr<ServerStatus>> all = cluster.InspectAll();
   bool fresh = true;
-  for (int k = 0; k < channels.size(); ++k) {
+  for (int k = 0; k < cluster.num_servers(); ++k) {
     if (!all[k].ok()) return all[k].status();
-    if (!all[k]->initialized()) {
+    if (!all[k]->initialized) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "--init_from: server ", k, " (", channels.address(k),
+          "--init_from: server ", k, " (", cluster.address(k),
           ") is not initialised"));
     }
-    if (all[k]->max_version() > 0) {
-      ZS_LOG(INFO) << "server " << k << " (" << channels.address(k)
-                   << ") has chunks at version " << all[k]->max_version();
+    if (all[k]->max_version > 0) {
+      ZS_LOG(INFO) << "server " << k << " (" << cluster.address(k)
+                   << ") has chunks at version " << all[k]->max_version;
       fresh = false;
     }
   }
@@ -34,9 +33,9 @@ absl::StatusOr<bool> ServersFresh(const ShardChannels& channels) {
 }
 
 absl::Status LoadAndSet(const std::string& path, const TrainingConfig& config,
-                        ShardClient* client) {
+                        ShardCluster* client) {
   const FlatLayout& layout = client->layout();
-  ASSIGN_OR_RETURN(const bool fresh, ServersFresh(client->channels()));
+  ASSIGN_OR_RETURN(const bool fresh, ServersFresh(*client));
   if (!fresh) {
     ZS_LOG(INFO) << "--init_from=" << path
                  << " not applied: the servers have trained past version 0 "
@@ -47,7 +46,7 @@ absl::Status LoadAndSet(const std::string& path, const TrainingConfig& config,
                    model::ArchOfManifest(layout.manifest()));
   ASSIGN_OR_RETURN(const std::vector<float> flat,
                    arch->ReadHfSafetensors(path, layout));
-  RETURN_IF_ERROR(SetMasterWeights(client->channels(), layout, flat));
+  RETURN_IF_ERROR(client->SetMasterWeights(flat));
   ZS_LOG(INFO) << "--init_from: set " << layout.param_elems()
                << " weights on " << client->num_servers()
                << " servers from " << path;
@@ -58,7 +57,7 @@ absl::Status LoadAndSet(const std::string& path, const TrainingConfig& config,
 
 absl::Status InitWeightsFromFile(const std::string& path,
                                  const TrainingConfig& config, int rank,
-                                 ShardClient* client, WorkerGroup* group) {
+                                 ShardCluster* client, WorkerGroup* group) {
   if (rank == 0) RETURN_IF_ERROR(LoadAndSet(path, config, client));
   return group->Barrier();
 }

@@ -26,7 +26,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "client/shard_client.h"
+#include "client/shard_cluster.h"
 #include "common/config.h"
 #include "worker/comm/collectives.h"
 
@@ -34,7 +34,7 @@ namespace zeroshard {
 
 absl::Status InitWeightsFromFile(const std::string& path,
                                  const TrainingConfig& config, int rank,
-                                 ShardClient* client, WorkerGroup* group);
+                                 ShardCluster* client, WorkerGroup* group);
 
 }  // namespace zeroshard
 

@@ -8,27 +8,25 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/apply_step.h"
-#include "client/checkpoint_client.h"
 #include "common/checkpoint_manifest.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
 
-absl::Status FinishHalfAppliedStep(const ShardChannels& channels,
+absl::Status FinishHalfAppliedStep(const ShardCluster& cluster,
                                    absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
-    const auto all = channels.InspectAll();
+    const auto all = cluster.InspectAll();
     uint64_t lo = UINT64_MAX, hi = 0;
     bool busy = false;
     for (const auto& r : all) {
       RETURN_IF_ERROR(r.status());
-      if (!r->initialized()) return absl::OkStatus();
-      busy = busy || r->partial_chunks() != 0;
-      lo = std::min<uint64_t>(lo, r->min_version());
-      hi = std::max<uint64_t>(hi, r->max_version());
+      if (!r->initialized) return absl::OkStatus();
+      busy = busy || r->partial_chunks != 0;
+      lo = std::min<uint64_t>(lo, r->min_version);
+      hi = std::max<uint64_t>(hi, r->max_version);
     }
     if (busy) {
       // A server is still applying what it was sent: wait for it.
@@ -45,42 +43,42 @@ absl::Status FinishHalfAppliedStep(const ShardChannels& channels,
     // pushes of step lo, all of one attempt.
     std::optional<uint64_t> attempt;
     for (const auto& r : all) {
-      if (r->max_version() != lo) continue;
-      if (r->prepared_elems() == 0 || r->prepared_step() != lo ||
-          (attempt.has_value() && *attempt != r->prepared_attempt())) {
+      if (r->max_version != lo) continue;
+      if (r->prepared_elems == 0 || r->prepared_step != lo ||
+          (attempt.has_value() && *attempt != r->prepared_attempt)) {
         return absl::OkStatus();
       }
-      attempt = r->prepared_attempt();
+      attempt = r->prepared_attempt;
     }
     ZS_LOG(WARNING) << "step " << lo << " is applied on some servers only "
                     << "(its rank 0 died applying it); finishing it from the "
                     << "prepared pushes of attempt " << *attempt;
-    return ApplyStepAll(channels, lo, *attempt,
+    return cluster.ApplyStep(lo, *attempt,
                         std::max(deadline - absl::Now(), absl::Seconds(1)))
         .status();
   }
 }
 
 absl::Status ResumeServers(const TrainingConfig& config, int rank,
-                           const std::string& dir, ShardClient* client,
+                           const std::string& dir, ShardCluster* client,
                            WorkerGroup* group) {
   if (rank == 0) {
     RETURN_IF_ERROR(FinishHalfAppliedStep(
-        client->channels(), absl::Seconds(config.cluster.step_timeout_s)));
+        *client, absl::Seconds(config.cluster.step_timeout_s)));
   }
   if (rank == 0 && !dir.empty()) {
     // A server is fresh when nothing was ever applied to it: a new run, or
     // a server restarted (its state is gone) while the others live on.
     std::vector<std::string> fresh_servers;
     uint64_t newest = 0;
-    const auto inspected = client->channels().InspectAll();
+    const auto inspected = client->InspectAll();
     for (size_t k = 0; k < inspected.size(); ++k) {
       const auto& r = inspected[k];
       RETURN_IF_ERROR(r.status());
-      if (r->max_version() == 0 && r->partial_chunks() == 0) {
-        fresh_servers.push_back(client->channels().address(k));
+      if (r->max_version == 0 && r->partial_chunks == 0) {
+        fresh_servers.push_back(client->address(k));
       }
-      newest = std::max<uint64_t>(newest, r->max_version());
+      newest = std::max<uint64_t>(newest, r->max_version);
     }
     const bool all_fresh = fresh_servers.size() == inspected.size();
     // A directory not made yet holds no checkpoint (a crash before the
@@ -114,29 +112,29 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
       }
       ASSIGN_OR_RETURN(
           auto restored,
-          RestoreAll(client->channels(), dir, std::nullopt,
-                     absl::Seconds(config.cluster.startup_timeout_s)));
+          client->Restore(dir, std::nullopt,
+                          absl::Seconds(config.cluster.startup_timeout_s)));
       uint64_t bytes = 0;
       double seconds = 0;
       for (const auto& r : restored) {
-        bytes += r.bytes_read();
-        seconds = std::max(seconds, r.seconds());
+        bytes += r.bytes_read;
+        seconds = std::max(seconds, r.seconds);
       }
       ZS_LOG(INFO) << "restored " << restored.size() << " servers from "
-                   << dir << " at step " << restored[0].version() << " ("
+                   << dir << " at step " << restored[0].version << " ("
                    << bytes << " bytes read, " << seconds << " s)";
     }
   }
   return group->Barrier();
 }
 
-absl::Status ExplainServerRestart(const ShardChannels& channels, uint64_t step,
+absl::Status ExplainServerRestart(const ShardCluster& cluster, uint64_t step,
                                   const absl::Status& failed) {
   std::vector<std::string> restarted;
-  const auto inspected = channels.InspectAll();
+  const auto inspected = cluster.InspectAll();
   for (size_t k = 0; k < inspected.size(); ++k) {
-    if (inspected[k].ok() && !inspected[k]->initialized()) {
-      restarted.push_back(absl::StrCat(k, " (", channels.address(k), ")"));
+    if (inspected[k].ok() && !inspected[k]->initialized) {
+      restarted.push_back(absl::StrCat(k, " (", cluster.address(k), ")"));
     }
   }
   if (restarted.empty()) return failed;

@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/kv_client.h"
-#include "client/shard_client.h"
+#include "client/shard_cluster.h"
 #include "common/config.h"
 #include "common/loss_scaler.h"
 #include "worker/comm/collectives.h"
@@ -34,7 +34,7 @@ namespace zeroshard {
 // the servers stand at s and s + 1 and every one at s holds prepared pushes
 // of step s, ApplyStep(s) goes to all (those done answer OK), as the
 // launcher does (docs/DESIGN.md, "Crash recovery"). Otherwise OK, untouched.
-absl::Status FinishHalfAppliedStep(const ShardChannels& channels,
+absl::Status FinishHalfAppliedStep(const ShardCluster& cluster,
                                    absl::Duration timeout);
 
 // Rank 0 first finishes a half-applied step (above). Then, when `dir` is
@@ -46,15 +46,15 @@ absl::Status FinishHalfAppliedStep(const ShardChannels& channels,
 // (FAILED_PRECONDITION naming the restarted servers). Then all ranks meet
 // at a barrier.
 absl::Status ResumeServers(const TrainingConfig& config, int rank,
-                           const std::string& dir, ShardClient* client,
+                           const std::string& dir, ShardCluster* client,
                            WorkerGroup* group);
 
 // `failed` is a step's error. When a server has restarted meanwhile (it is
 // not initialised: its state is gone), the error says so and what comes
 // next: this worker exits, is restarted (by the launcher or the kubelet),
 // and rank 0 restores every server from the newest checkpoint of --resume.
-// Otherwise `failed` as it is. Bounded by the channels' control timeout.
-absl::Status ExplainServerRestart(const ShardChannels& channels, uint64_t step,
+// Otherwise `failed` as it is. Bounded by the cluster's control timeout.
+absl::Status ExplainServerRestart(const ShardCluster& cluster, uint64_t step,
                                   const absl::Status& failed);
 
 // (The record format, LossScalerKvKey / LossScalerRecord /

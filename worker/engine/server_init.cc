@@ -17,7 +17,7 @@ InitOptions InitOptionsFor(const TrainingConfig& config) {
 }
 
 absl::Status InitializeServers(const TrainingConfig& config, int rank,
-                               ShardClient* client, WorkerGroup* group) {
+                               ShardCluster* client, WorkerGroup* group) {
   if (rank == 0) {
     RETURN_IF_ERROR(client->Init(InitOptionsFor(config)).status());
     ZS_LOG(INFO) << "parameter groups: "

@@ -6,7 +6,7 @@
 #define ZEROSHARD_WORKER_ENGINE_SERVER_INIT_H_
 
 #include "absl/status/status.h"
-#include "client/shard_client.h"
+#include "client/shard_cluster.h"
 #include "common/config.h"
 #include "worker/comm/collectives.h"
 
@@ -16,11 +16,11 @@ namespace zeroshard {
 // admin token.
 InitOptions InitOptionsFor(const TrainingConfig& config);
 
-// Rank 0 calls ShardClient::Init(InitOptionsFor(config)); then all ranks meet
+// Rank 0 calls ShardCluster::Init(InitOptionsFor(config)); then all ranks meet
 // at a barrier. Every rank returns rank 0's error if Init failed there (the
 // others then fail at the barrier, which rank 0 never reaches).
 absl::Status InitializeServers(const TrainingConfig& config, int rank,
-                               ShardClient* client, WorkerGroup* group);
+                               ShardCluster* client, WorkerGroup* group);
 
 }  // namespace zeroshard
 

@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/apply_step.h"
 #include "common/grad_clip.h"
 #include "common/logging.h"
 #include "model/arch.h"
@@ -28,7 +27,7 @@ double Since(Clock::time_point t0) {
 }  // namespace
 
 StepEngine::StepEngine(const TrainingConfig& config, const FlatLayout* layout,
-                       int rank, ShardClient* client, WorkerGroup* group,
+                       int rank, ShardCluster* client, WorkerGroup* group,
                        const BatchSampler* sampler, LossScaler scaler)
     : config_(config),
       layout_(layout),
@@ -69,7 +68,7 @@ absl::StatusOr<std::unique_ptr<model::UnitModel>> MakeCpuModel(
 
 absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     const TrainingConfig& config, const FlatLayout* layout, int rank,
-    ShardClient* client, WorkerGroup* group, const BatchSampler* sampler,
+    ShardCluster* client, WorkerGroup* group, const BatchSampler* sampler,
     const ModelFactory& make_model) {
   if (group->size() != static_cast<int>(layout->num_workers()) ||
       group->rank() != rank) {
@@ -165,21 +164,21 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
 
 absl::StatusOr<uint64_t> StepEngine::StartStep() {
   uint64_t lo = UINT64_MAX, hi = 0, adam = UINT64_MAX;
-  auto all = client_->channels().InspectAll();
+  auto all = client_->InspectAll();
   std::vector<std::string> stands, fresh;
   for (size_t k = 0; k < all.size(); ++k) {
     if (!all[k].ok()) return all[k].status();
-    const std::string& address = client_->channels().address(k);
-    if (!all[k]->initialized()) {
+    const std::string& address = client_->address(k);
+    if (!all[k]->initialized) {
       return absl::FailedPreconditionError(
           absl::StrCat("server ", address, " is not initialised"));
     }
-    lo = std::min<uint64_t>(lo, all[k]->min_version());
-    hi = std::max<uint64_t>(hi, all[k]->max_version());
-    adam = std::min<uint64_t>(adam, all[k]->adam_step());
-    stands.push_back(absl::StrCat(address, " at ", all[k]->min_version(),
-                                  "..", all[k]->max_version()));
-    if (all[k]->max_version() == 0 && all[k]->partial_chunks() == 0) {
+    lo = std::min<uint64_t>(lo, all[k]->min_version);
+    hi = std::max<uint64_t>(hi, all[k]->max_version);
+    adam = std::min<uint64_t>(adam, all[k]->optimizer_step);
+    stands.push_back(absl::StrCat(address, " at ", all[k]->min_version,
+                                  "..", all[k]->max_version));
+    if (all[k]->max_version == 0 && all[k]->partial_chunks == 0) {
       fresh.push_back(address);
     }
   }
@@ -624,18 +623,16 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
     absl::Status s = before_apply_ ? before_apply_(step + 1, scaler_.state())
                                    : absl::OkStatus();
     if (s.ok() && step == inject_partial_apply_step_) {
-      s = ApplyStepOn(client_->channels(), 0, step,
-                      client_->channels().options().attempt,
-                      absl::Seconds(config_.cluster.step_timeout_s));
+      s = client_->ApplyStepOn(0, step, client_->options().attempt,
+                               absl::Seconds(config_.cluster.step_timeout_s));
       if (s.ok()) {
         s = absl::AbortedError(absl::StrCat(
             "injected fault: step ", step, " applied on server 0 only"));
       }
     }
     if (s.ok()) {
-      s = ApplyStepAll(client_->channels(), step,
-                       client_->channels().options().attempt,
-                       absl::Seconds(config_.cluster.step_timeout_s))
+      s = client_->ApplyStep(step, client_->options().attempt,
+                             absl::Seconds(config_.cluster.step_timeout_s))
               .status();
     }
     if (!s.ok()) {

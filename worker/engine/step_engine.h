@@ -58,7 +58,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "client/shard_client.h"
+#include "client/shard_cluster.h"
 #include "common/config.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
@@ -122,7 +122,7 @@ class StepEngine {
   // The pointers must outlive the engine.
   static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
       const TrainingConfig& config, const FlatLayout* layout, int rank,
-      ShardClient* client, WorkerGroup* group, const BatchSampler* sampler,
+      ShardCluster* client, WorkerGroup* group, const BatchSampler* sampler,
       const ModelFactory& make_model = MakeCpuModel);
   ~StepEngine();
 
@@ -176,7 +176,7 @@ class StepEngine {
 
  private:
   StepEngine(const TrainingConfig& config, const FlatLayout* layout, int rank,
-             ShardClient* client, WorkerGroup* group,
+             ShardCluster* client, WorkerGroup* group,
              const BatchSampler* sampler, LossScaler scaler);
 
   // A full unit's FP32 gradient: host memory, or model memory (mem_). The
@@ -226,7 +226,7 @@ class StepEngine {
   const FlatLayout* layout_;
   const int rank_;
   const int world_;
-  ShardClient* client_;
+  ShardCluster* client_;
   WorkerGroup* group_;
   const BatchSampler* sampler_;
   LossScaler scaler_;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "client/shard_client.h"
+#include "client/shard_cluster.h"
 #include "model/gpt_manifest.h"
 #include "common/layout.h"
 #include "common/rendezvous.h"
@@ -47,9 +48,9 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
                      const TrainOptions& o, RankRun* out) {
   const int world = cfg.cluster.workers;
   ASSIGN_OR_RETURN(FlatLayout layout, LayoutFor(cfg));
-  ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
-                   ShardClient::Create(servers, layout,
-                                       ClientOptions(o.call_timeout)));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> client,
+                   ShardCluster::Connect(servers, ClientOptions(o.call_timeout),
+                                         layout));
   GroupOptions go;
   go.group = group_name;
   go.timeout = o.group_timeout;

@@ -1,6 +1,6 @@
 // An in-process training cluster for the step-engine tests: S ShardServers
 // on 127.0.0.1 port 0 and N worker threads, each wired as zeroshard-worker
-// wires itself (worker/main.cc): its own ShardClient, a Gloo group over one
+// wires itself (worker/main.cc): its own ShardCluster, a Gloo group over one
 // InMemoryRendezvousStore (a fresh group name per run), AgreeOn the config,
 // rank 0 Init, Barrier, then its own StepEngine training steps 0..K-1.
 //

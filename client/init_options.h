@@ -1,0 +1,33 @@
+// What ShardCluster::Init sends to every server (client/shard_cluster.h).
+#ifndef ZEROSHARD_CLIENT_INIT_OPTIONS_H_
+#define ZEROSHARD_CLIENT_INIT_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "common/optimizer_config.h"
+#include "common/param_groups.h"
+
+namespace zeroshard {
+
+// What Init sends to every server (each also gets its server_index and S).
+struct InitOptions {
+  OptimizerConfig optimizer;
+  // Weight decay and lr scale per tensor class, sent as per-range settings
+  // (common/param_groups.h); default Hugging Face's, Single() for torch's one
+  // group.
+  ParamGroups param_groups;
+  // Seeded init (common/init_values.h); nullopt: all zeros.
+  std::optional<uint64_t> seed = 0;
+  // Std of the seeded normal init; 0: the server default 0.02.
+  double init_std = 0;
+  // Elements per version chunk; 0: server default. Multiple of 64.
+  uint64_t chunk_elems = 0;
+  // The number of workers of the run (0: the manifest's partition_count);
+  // the run id comes from ShardClientOptions.run_id.
+  uint32_t num_workers = 0;
+};
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_CLIENT_INIT_OPTIONS_H_

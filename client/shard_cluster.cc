@@ -1,0 +1,176 @@
+#include "client/shard_cluster.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/apply_step.h"
+#include "client/checkpoint_client.h"
+#include "client/set_weights.h"
+#include "client/shard_channels.h"
+#include "client/shard_client.h"
+#include "client/snapshot_reader.h"
+#include "client/status_from_proto.h"
+#include "common/status_macros.h"
+
+namespace zeroshard {
+
+absl::StatusOr<std::unique_ptr<ShardCluster>> ShardCluster::Connect(
+    const std::vector<std::string>& servers, ShardClientOptions options,
+    std::optional<FlatLayout> layout) {
+  if (!layout.has_value()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardChannels> channels,
+                     ShardChannels::Connect(servers, std::move(options)));
+    return std::unique_ptr<ShardCluster>(
+        new ShardCluster(servers, std::move(channels), nullptr));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardClient> client,
+                   ShardClient::Create(servers, *std::move(layout),
+                                       std::move(options)));
+  return std::unique_ptr<ShardCluster>(
+      new ShardCluster(servers, nullptr, std::move(client)));
+}
+
+ShardCluster::ShardCluster(std::vector<std::string> addresses,
+                           std::unique_ptr<ShardChannels> channels,
+                           std::unique_ptr<ShardClient> client)
+    : addresses_(std::move(addresses)),
+      channels_(std::move(channels)),
+      client_(std::move(client)) {}
+
+ShardCluster::~ShardCluster() = default;
+
+const ShardChannels& ShardCluster::channels() const {
+  return client_ != nullptr ? client_->channels() : *channels_;
+}
+
+int ShardCluster::num_servers() const { return channels().size(); }
+
+const std::string& ShardCluster::address(int k) const {
+  return channels().address(k);
+}
+
+const ShardClientOptions& ShardCluster::options() const {
+  return channels().options();
+}
+
+const FlatLayout& ShardCluster::layout() const { return client_->layout(); }
+
+absl::Status ShardCluster::NeedLayout(const char* call) const {
+  if (client_ != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      call, " needs the model's layout: connect the cluster with one"));
+}
+
+absl::StatusOr<ServerStatus> ShardCluster::Inspect(int k) const {
+  ASSIGN_OR_RETURN(v1::InspectResponse r, channels().Inspect(k));
+  return StatusFromProto(r);
+}
+
+std::vector<absl::StatusOr<ServerStatus>> ShardCluster::InspectAll() const {
+  std::vector<absl::StatusOr<ServerStatus>> out;
+  for (absl::StatusOr<v1::InspectResponse>& r : channels().InspectAll()) {
+    if (r.ok()) {
+      out.push_back(StatusFromProto(*r));
+    } else {
+      out.push_back(r.status());
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ShardCluster::Health(int k) const {
+  return channels().Health(k);
+}
+
+std::vector<absl::StatusOr<std::string>> ShardCluster::HealthAll() const {
+  return channels().HealthAll();
+}
+
+absl::StatusOr<ClusterView> ShardCluster::Discover() const {
+  return InspectCluster(channels());
+}
+
+absl::StatusOr<std::vector<ServerInit>> ShardCluster::Init(
+    const InitOptions& options) {
+  RETURN_IF_ERROR(NeedLayout("Init"));
+  return client_->Init(options);
+}
+
+absl::StatusOr<GatherResult> ShardCluster::Gather(
+    absl::Span<const FlatRange> ranges, DType dtype, int64_t min_version,
+    void* out, size_t out_bytes, CallCanceller* cancel) {
+  RETURN_IF_ERROR(NeedLayout("Gather"));
+  return client_->Gather(ranges, dtype, min_version, out, out_bytes, cancel);
+}
+
+absl::StatusOr<std::unique_ptr<PushSession>> ShardCluster::OpenPush(
+    uint64_t step, uint32_t worker, std::optional<StepCommit> known) {
+  RETURN_IF_ERROR(NeedLayout("OpenPush"));
+  return client_->OpenPush(step, worker, known);
+}
+
+absl::StatusOr<PushResult> ShardCluster::PushGrad(
+    uint64_t step, uint32_t worker, absl::Span<const GradSpan> grads,
+    const StepCommit& commit, bool coefficient_known) {
+  RETURN_IF_ERROR(NeedLayout("PushGrad"));
+  return client_->PushGrad(step, worker, grads, commit, coefficient_known);
+}
+
+absl::Status ShardCluster::SetMasterWeights(absl::Span<const float> flat) {
+  RETURN_IF_ERROR(NeedLayout("SetMasterWeights"));
+  return zeroshard::SetMasterWeights(channels(), layout(), flat);
+}
+
+absl::StatusOr<PushResult> ShardCluster::ApplyStep(
+    uint64_t step, uint64_t attempt, absl::Duration timeout) const {
+  return ApplyStepAll(channels(), step, attempt, timeout);
+}
+
+absl::Status ShardCluster::ApplyStepOn(int k, uint64_t step, uint64_t attempt,
+                                       absl::Duration timeout) const {
+  return zeroshard::ApplyStepOn(channels(), k, step, attempt, timeout);
+}
+
+absl::Status ShardCluster::ArmCheckpoint(uint64_t step,
+                                         const std::string& directory) const {
+  return zeroshard::ArmCheckpoint(channels(), step, directory);
+}
+
+absl::StatusOr<std::vector<ShardFile>> ShardCluster::WaitCheckpoint(
+    uint64_t step, const std::string& directory,
+    absl::Duration timeout) const {
+  return zeroshard::WaitCheckpoint(channels(), step, directory, timeout);
+}
+
+absl::StatusOr<std::vector<ServerRestore>> ShardCluster::Restore(
+    const std::string& directory, std::optional<uint64_t> step,
+    absl::Duration timeout) const {
+  return RestoreAll(channels(), directory, step, timeout);
+}
+
+absl::StatusOr<ArmedSnapshot> ShardCluster::SnapshotAtOneStep(
+    const std::vector<int>& servers, const std::string& directory,
+    std::optional<uint64_t> step, const SnapshotReadOptions& options) const {
+  return zeroshard::SnapshotAtOneStep(channels(), servers, directory, step,
+                                      options);
+}
+
+absl::StatusOr<ConsistentSnapshot> ShardCluster::ReadConsistentSnapshot(
+    const FlatLayout& layout, FlatRange range,
+    const std::vector<std::string>& arrays,
+    const SnapshotReadOptions& options) const {
+  return zeroshard::ReadConsistentSnapshot(channels(), layout, range, arrays,
+                                           options);
+}
+
+absl::StatusOr<std::unique_ptr<KvClient>> ShardCluster::OpenKv(
+    KvClient::Scope scope, int k) const {
+  if (k < 0 || k >= num_servers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OpenKv: server ", k, " of ", num_servers()));
+  }
+  return KvClient::Connect(address(k), std::move(scope),
+                           options().control_timeout, options().security);
+}
+
+}  // namespace zeroshard
