@@ -2,6 +2,7 @@
 // sizes, payload integrity, and the retry rule (UNAVAILABLE retried, ABORTED
 // and DEADLINE_EXCEEDED not).
 #include "client/shard_client.h"
+#include "client/shard_cluster.h"
 
 #include <cmath>
 #include <cstring>
@@ -454,6 +455,52 @@ TEST(ShardClientTest, CreateRejectsAMismatchedServerList) {
   EXPECT_EQ(ShardClient::Create({"127.0.0.1:1"}, layout).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ShardClient::Create({"a", "b:1", "c:2"}, layout).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The public face: Init's replies in the project's types, and a cluster
+// connected without a layout refusing what needs one before any call.
+TEST(ShardClusterTest, InitRepliesAndLayoutlessRefusals) {
+  FlatLayout layout = TestLayout(3);
+  FakeShardCluster fakes(layout);
+  ShardClientOptions options = SmallMessages();
+  options.run_id = "run-9";
+  auto cluster = ShardCluster::Connect(fakes.addresses(), options, layout);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_TRUE((*cluster)->has_layout());
+  EXPECT_EQ((*cluster)->num_servers(), 3);
+  InitOptions opt;
+  opt.seed = 5;
+  opt.num_workers = 1;
+  auto inits = (*cluster)->Init(opt);
+  ASSERT_TRUE(inits.ok()) << inits.status();
+  ASSERT_EQ(inits->size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ((*inits)[k].owned, layout.ServerRange(k)) << k;
+    EXPECT_EQ((*inits)[k].total_elems, layout.total_elems());
+  }
+
+  auto bare = ShardCluster::Connect(fakes.addresses(), options);
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_FALSE((*bare)->has_layout());
+  std::vector<float> out(4);
+  const FlatRange r{0, 4};
+  absl::StatusOr<GatherResult> g = (*bare)->Gather(
+      {&r, 1}, DType::kFp32, 0, out.data(), out.size() * sizeof(float));
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(g.status().message().find("Gather needs the model's layout"),
+            absl::string_view::npos) << g.status();
+  EXPECT_EQ((*bare)->Init(opt).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*bare)->SetMasterWeights(out).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*bare)->OpenKv({"run-9", 0}, 3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShardCluster::Connect({"no-port"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShardCluster::Connect({"127.0.0.1:1"}, options, layout)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 
