@@ -29,24 +29,11 @@ absl::StatusOr<ServerStatus> StatusFromProto(const v1::InspectResponse& r) {
   s.min_version = r.min_version();
   s.max_version = r.max_version();
   s.optimizer_step = r.adam_step();
-  {
-    // Before Init every field holds its wire default (lr 0, ...), and so
-    // does the status.
-    ASSIGN_OR_RETURN(s.optimizer, FromProto(r.optimizer()));
-    for (const v1::ParamGroup& g : r.optimizer().param_groups()) {
-      ResolvedGroup group;
-      group.name = g.name();
-      group.weight_decay = g.weight_decay();
-      group.lr_scale = g.lr_scale();
-      for (const v1::FlatRange& range : g.ranges()) {
-        group.ranges.push_back(
-            Range(range.offset(), range.offset() + range.length()));
-        group.elems += range.length();
-      }
-      s.param_groups.push_back(std::move(group));
-    }
-    s.manifest = FromProto(r.manifest());
-  }
+  // Before Init every field holds its wire default (lr 0, ...), and so does
+  // the status.
+  ASSIGN_OR_RETURN(s.optimizer, FromProto(r.optimizer()));
+  s.param_groups = ParamGroupsFromProto(r.optimizer());
+  s.manifest = FromProto(r.manifest());
   s.placement = r.placement();
   s.bytes_by_kind = ToMap(r.bytes_by_kind());
   s.master_norm = r.norms().master();

@@ -191,4 +191,20 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
   }
 }
 
+std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in) {
+  std::vector<ResolvedGroup> out;
+  for (const v1::ParamGroup& p : in.param_groups()) {
+    ResolvedGroup g;
+    g.name = p.name();
+    g.weight_decay = p.weight_decay();
+    g.lr_scale = p.lr_scale();
+    for (const v1::FlatRange& r : p.ranges()) {
+      g.ranges.push_back(FlatRange{r.offset(), r.offset() + r.length()});
+      g.elems += r.length();
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
 }  // namespace zeroshard

@@ -3,6 +3,8 @@
 #ifndef ZEROSHARD_WIRE_PROTO_CONVERT_H_
 #define ZEROSHARD_WIRE_PROTO_CONVERT_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/layout.h"
@@ -27,6 +29,8 @@ absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& config);
 // out->param_groups: what Init carries to the servers.
 void AddParamGroups(const std::vector<ResolvedGroup>& groups,
                     v1::OptimizerConfig* out);
+// The inverse: the groups `in` carries, each with its ranges and their sum.
+std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in);
 
 v1::DType ToProto(DType dtype);
 // INVALID_ARGUMENT for DTYPE_UNSPECIFIED or an unknown value.
