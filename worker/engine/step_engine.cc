@@ -46,10 +46,8 @@ StepEngine::~StepEngine() {
   CancelPrefetch();
   (void)queue_.Drain();
   // Model memory is returned before the model that owns it goes.
-  resident_grads_.clear();
+  grads_.reset();
   cache_.reset();
-  if (rs_model_ != nullptr) mem_->Free(rs_model_);
-  for (void* p : pinned_) mem_->UnpinHost(p);
 }
 
 void StepEngine::CancelPrefetch() {
@@ -109,52 +107,19 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
         "the model computes in host memory; use a host-memory group "
         "(gloo, nccl-host) with the CPU model"));
   }
-  e->direct_grads_ =
-      group->size() == 1 && config.zero.stage >= 2 && e->mem_ == nullptr;
   e->cache_ = std::make_unique<UnitCache>(layout, rank, e->param_dtype_,
                                           /*resident=*/config.zero.stage < 3,
                                           group, &e->queue_, e->mem_);
-  size_t off = 0;
-  for (size_t u = 0; u < layout->units().size(); ++u) {
-    e->shard_offset_.push_back(off);
-    off += layout->WorkerUnitRange(rank, static_cast<int>(u)).size();
-  }
-  e->grad_shard_.assign(off, 0.0f);
-  e->unit_sumsq_.assign(layout->units().size(), 0.0);
+  GradShardOptions grad_options;
+  grad_options.stage = config.zero.stage;
+  grad_options.bf16_wire =
+      config.communication_data_type == CommDataType::kBf16;
+  ASSIGN_OR_RETURN(e->grads_, GradShard::Create(layout, rank, group, &e->queue_,
+                                                e->mem_, grad_options));
   e->memory_.partition_bytes = e->cache_->partition_bytes();
-  e->memory_.grad_shard_bytes = off * sizeof(float);
-  if (config.communication_data_type == CommDataType::kBf16) {
-    e->push_bf16_.assign(off, 0);
-    e->memory_.push_buffer_bytes = off * sizeof(uint16_t);
-  }
-  if (config.zero.stage == 1) {
-    for (const UnitInfo& u : layout->units()) {
-      ASSIGN_OR_RETURN(UnitGradPtr g, e->NewUnitGrad(u.padded));
-      e->resident_grads_.push_back(std::move(g));
-    }
-    e->memory_.unit_grads_peak = e->live_grad_bytes_;
-  }
-  if (e->mem_ != nullptr) {
-    // The gradient parts come down into these (the comm thread never
-    // resizes rs_scratch_ then): page-locked, so the copies run at the
-    // bus's speed.
-    size_t largest = 0;
-    for (size_t u = 0; u < layout->units().size(); ++u) {
-      largest = std::max<size_t>(
-          largest, layout->WorkerUnitRange(rank, static_cast<int>(u)).size());
-    }
-    e->rs_scratch_.resize(largest);
-    for (PageAlignedVector<float>* v : {&e->grad_shard_, &e->rs_scratch_}) {
-      if (v->empty()) continue;
-      absl::Status s = e->mem_->PinHost(v->data(), v->size() * sizeof(float));
-      if (s.ok()) {
-        e->pinned_.push_back(v->data());
-      } else {
-        ZS_LOG(WARNING) << "gradient buffers stay pageable (slower copies): "
-                        << s.message();
-      }
-    }
-  }
+  e->memory_.grad_shard_bytes = e->grads_->shard_bytes();
+  e->memory_.push_buffer_bytes = e->grads_->push_buffer_bytes();
+  e->memory_.unit_grads_peak = e->grads_->unit_grads_peak();
   const size_t tokens = static_cast<size_t>(config.micro_batch_size) *
                         sampler->context();
   e->inputs_.resize(tokens);
@@ -217,7 +182,7 @@ absl::Status StepEngine::Fetch(uint64_t step) {
         .status();
   }
   // fp16: FP32 on the wire, rounded to FP16 here.
-  std::vector<float> tmp(grad_shard_.size());
+  std::vector<float> tmp(grads_->size());
   RETURN_IF_ERROR(client_
                       ->Gather(ranges, DType::kFp32, static_cast<int64_t>(step),
                                tmp.data(), tmp.size() * sizeof(float),
@@ -226,135 +191,6 @@ absl::Status StepEngine::Fetch(uint64_t step) {
   FloatToFp16Array(tmp.data(), reinterpret_cast<uint16_t*>(cache_->partition()),
                    tmp.size());
   return absl::OkStatus();
-}
-
-absl::StatusOr<StepEngine::UnitGradPtr> StepEngine::NewUnitGrad(size_t n) {
-  auto g = std::make_unique<UnitGrad>();
-  g->size = n;
-  if (mem_ == nullptr) {
-    g->host.assign(n, 0.0f);
-    g->data = g->host.data();
-  } else {
-    ASSIGN_OR_RETURN(void* p, mem_->Allocate(n * sizeof(float)));
-    g->data = static_cast<float*>(p);
-    if (absl::Status s = mem_->Zero(p, n * sizeof(float)); !s.ok()) {
-      mem_->Free(p);
-      return s;
-    }
-  }
-  // Atomic: the deleter below subtracts on the comm thread.
-  const uint64_t live = __atomic_add_fetch(&live_grad_bytes_, n * sizeof(float),
-                                           __ATOMIC_RELAXED);
-  memory_.unit_grads_peak = std::max(memory_.unit_grads_peak, live);
-  auto* self = this;
-  return UnitGradPtr(g.release(), [self](UnitGrad* p) {
-    // Runs on whichever thread drops the last reference (after the
-    // reduce-scatter that read it); the counter is only read by the compute
-    // thread after the queue drained.
-    __atomic_fetch_sub(&self->live_grad_bytes_, p->size * sizeof(float),
-                       __ATOMIC_RELAXED);
-    if (self->mem_ != nullptr) self->mem_->Free(p->data);
-    delete p;
-  });
-}
-
-absl::StatusOr<StepEngine::UnitGradPtr> StepEngine::UnitGradBuffer(
-    int unit, bool accumulate) {
-  if (stage_ == 1) return resident_grads_[unit];
-  // The shard itself (GradSpan) on the first micro-batch; later ones sum a
-  // whole micro-batch's gradient first and then add it, in the same order as
-  // N workers and the LocalTrainer do.
-  if (direct_grads_ && !accumulate) return UnitGradPtr();
-  return NewUnitGrad(layout_->units()[unit].padded);
-}
-
-absl::Span<float> StepEngine::GradSpan(int unit, const UnitGradPtr& buffer) {
-  if (buffer != nullptr) return absl::MakeSpan(buffer->data, buffer->size);
-  // One worker under ZeRO-2/3: its part of the unit is the whole padded
-  // unit, and the model accumulates straight into the FP32 shard.
-  return absl::MakeSpan(grad_shard_.data() + shard_offset_[unit],
-                        layout_->units()[unit].padded);
-}
-
-absl::Status StepEngine::ReduceScatterFromModel(const UnitGrad& grad,
-                                                absl::Span<float> out) {
-  if (world_ == 1) {
-    // The identity: the whole unit is this worker's part.
-    return mem_->CopyFromModel(out.data(), grad.data, out.size() * sizeof(float));
-  }
-  if (rs_model_size_ < out.size()) {
-    if (rs_model_ != nullptr) mem_->Free(rs_model_);
-    rs_model_ = nullptr;
-    rs_model_size_ = 0;
-    ASSIGN_OR_RETURN(void* p, mem_->Allocate(out.size() * sizeof(float)));
-    rs_model_ = static_cast<float*>(p);
-    rs_model_size_ = out.size();
-  }
-  RETURN_IF_ERROR(group_->ReduceScatter(
-      absl::MakeConstSpan(grad.data, grad.size),
-      absl::MakeSpan(rs_model_, out.size()), 1.0f));
-  RETURN_IF_ERROR(group_->Synchronize());
-  return mem_->CopyFromModel(out.data(), rs_model_, out.size() * sizeof(float));
-}
-
-void StepEngine::QueueReduceScatter(int unit, UnitGradPtr grad,
-                                    bool accumulate, PushSession* push) {
-  const FlatRange part = layout_->WorkerUnitRange(rank_, unit);
-  float* shard = grad_shard_.data() + shard_offset_[unit];
-  if (grad == nullptr) {
-    // Direct: the gradient already sits in the shard; only the push remains.
-    if (push != nullptr) {
-      queue_.Submit(
-          [this, push, unit, part] { return FinishPart(push, unit, part); });
-    }
-    return;
-  }
-  // Model memory: the model's writes to `grad` may still run; the comm
-  // thread waits for them.
-  absl::StatusOr<std::shared_ptr<model::ModelFence>> fence;
-  if (mem_ != nullptr) fence = mem_->Fence();
-  queue_.Submit([this, unit, grad = std::move(grad), accumulate, push, part,
-                 shard, fence = std::move(fence)]() mutable -> absl::Status {
-    const size_t n = part.size();
-    if (accumulate && rs_scratch_.size() < n) rs_scratch_.resize(n);
-    absl::Span<float> out = accumulate
-                                ? absl::MakeSpan(rs_scratch_.data(), n)
-                                : absl::MakeSpan(shard, n);
-    absl::Status s;
-    if (mem_ == nullptr) {
-      s = group_->ReduceScatter(absl::MakeConstSpan(grad->data, grad->size),
-                                out, 1.0f);
-    } else {
-      s = fence.ok() ? (*fence)->Wait() : fence.status();
-      if (s.ok()) s = ReduceScatterFromModel(*grad, out);
-    }
-    grad.reset();
-    if (!s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("reduce-scatter of unit '",
-                                       layout_->units()[unit].name,
-                                       "': ", s.message()));
-    }
-    if (accumulate) {
-      for (size_t i = 0; i < n; ++i) shard[i] += out[i];
-    }
-    if (push != nullptr) return FinishPart(push, unit, part);
-    return absl::OkStatus();
-  });
-}
-
-absl::Status StepEngine::FinishPart(PushSession* push, int unit,
-                                    FlatRange part) {
-  const float* shard = grad_shard_.data() + shard_offset_[unit];
-  // While the part is hot in cache and backward still runs: its share of
-  // the global norm (summed over units in unit order after the drain, as
-  // the LocalTrainer does).
-  unit_sumsq_[unit] = GradSumOfSquares(absl::MakeConstSpan(shard, part.size()));
-  ++units_finished_;
-  if (push_bf16_.empty()) return push->Add(part, DType::kFp32, shard);
-  uint16_t* wire = push_bf16_.data() + shard_offset_[unit];
-  FloatToBf16Array(shard, wire, part.size());
-  return push->Add(part, DType::kBf16, wire);
 }
 
 int StepEngine::NextBackwardUnit(int l) const {
@@ -405,8 +241,9 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
   // Forward.
   RETURN_IF_ERROR(ForwardBlocks());
   // Final: ln_f + tied head + loss, then the start of backward.
-  ASSIGN_OR_RETURN(UnitGradPtr grad_fin, UnitGradBuffer(fin, accumulate));
-  ASSIGN_OR_RETURN(UnitGradPtr grad_emb, UnitGradBuffer(emb, accumulate));
+  using UnitGradPtr = GradShard::UnitGradPtr;
+  ASSIGN_OR_RETURN(UnitGradPtr grad_fin, grads_->Buffer(fin, accumulate));
+  ASSIGN_OR_RETURN(UnitGradPtr grad_emb, grads_->Buffer(emb, accumulate));
   {
     cache_->Prefetch(emb);
     ASSIGN_OR_RETURN(model::UnitParams pf, cache_->Acquire(fin));
@@ -415,12 +252,12 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
     ASSIGN_OR_RETURN(
         double l, model_->FinalForwardBackward(
                       pf, pe, static_cast<float>(scaler_.scale()),
-                      GradSpan(fin, grad_fin), GradSpan(emb, grad_emb)));
+                      grads_->Span(fin, grad_fin), grads_->Span(emb, grad_emb)));
     *loss += l;
     cache_->Release(fin);
     cache_->Release(emb);
   }
-  if (per_unit_rs) QueueReduceScatter(fin, std::move(grad_fin), accumulate, unit_push);
+  if (per_unit_rs) grads_->QueueReduceScatter(fin, std::move(grad_fin), accumulate, unit_push);
 
   // Backward through the blocks.
   for (int l = L - 1; l >= 0; --l) {
@@ -438,15 +275,15 @@ absl::Status StepEngine::MicroBatch(uint64_t step, int micro, bool last,
     ASSIGN_OR_RETURN(model::UnitParams p, cache_->Acquire(u));
     const int next = NextBackwardUnit(l);
     if (next >= 0) cache_->Prefetch(next);
-    ASSIGN_OR_RETURN(UnitGradPtr grad, UnitGradBuffer(u, accumulate));
-    RETURN_IF_ERROR(model_->BlockBackward(l, p, GradSpan(u, grad)));
+    ASSIGN_OR_RETURN(UnitGradPtr grad, grads_->Buffer(u, accumulate));
+    RETURN_IF_ERROR(model_->BlockBackward(l, p, grads_->Span(u, grad)));
     cache_->Release(u);
     if (per_unit_rs) {
-      QueueReduceScatter(u, std::move(grad), accumulate, unit_push);
+      grads_->QueueReduceScatter(u, std::move(grad), accumulate, unit_push);
     }
   }
-  RETURN_IF_ERROR(model_->EmbeddingBackward(GradSpan(emb, grad_emb)));
-  if (per_unit_rs) QueueReduceScatter(emb, std::move(grad_emb), accumulate, unit_push);
+  RETURN_IF_ERROR(model_->EmbeddingBackward(grads_->Span(emb, grad_emb)));
+  if (per_unit_rs) grads_->QueueReduceScatter(emb, std::move(grad_emb), accumulate, unit_push);
   return absl::OkStatus();
 }
 
@@ -493,14 +330,6 @@ absl::StatusOr<double> StepEngine::EvalLoss(uint64_t version, const BatchSampler
   return total[0] / (static_cast<double>(world_) * batches);
 }
 
-absl::Status StepEngine::ReduceScatterResident(PushSession* push) {
-  for (size_t u = 0; u < resident_grads_.size(); ++u) {
-    QueueReduceScatter(static_cast<int>(u), resident_grads_[u],
-                       /*accumulate=*/false, push);
-  }
-  return queue_.Drain();
-}
-
 absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   StepResult r;
   r.step = step;
@@ -524,15 +353,7 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   if (stage_ < 3) RETURN_IF_ERROR(cache_->GatherAll());
   r.fetch_seconds = Since(t0);
 
-  std::fill(grad_shard_.begin(), grad_shard_.end(), 0.0f);
-  units_finished_ = 0;
-  for (const UnitGradPtr& g : resident_grads_) {
-    if (mem_ == nullptr) {
-      std::fill(g->host.begin(), g->host.end(), 0.0f);
-    } else {
-      RETURN_IF_ERROR(mem_->Zero(g->data, g->size * sizeof(float)));
-    }
-  }
+  RETURN_IF_ERROR(grads_->BeginStep());
 
   const int gas = config_.gradient_accumulation_steps;
   double loss_sum = 0;
@@ -552,8 +373,8 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   }
   r.compute_seconds = Since(t1);
   const auto t2 = Clock::now();
-  absl::Status comm = stage_ == 1 ? ReduceScatterResident(push.get())
-                                  : queue_.Drain();
+  if (stage_ == 1) grads_->QueueResident(push.get());
+  absl::Status comm = queue_.Drain();
   r.comm_wait_seconds = Since(t2);
   if (!comm.ok()) {
     push->Abort();
@@ -561,23 +382,19 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   }
   memory_.unit_params_peak =
       std::max(memory_.unit_params_peak, cache_->peak_bytes());
+  memory_.unit_grads_peak = grads_->unit_grads_peak();
 
-  if (step == inject_overflow_step_ && !grad_shard_.empty()) {
-    grad_shard_[0] = std::numeric_limits<float>::infinity();
-    unit_sumsq_[0] = GradSumOfSquares(absl::MakeConstSpan(
-        grad_shard_.data(), layout_->WorkerUnitRange(rank_, 0).size()));
-  }
-  if (units_finished_ != unit_sumsq_.size()) {
+  if (step == inject_overflow_step_) grads_->InjectOverflow();
+  absl::StatusOr<double> sumsq = grads_->SumOfSquares();
+  if (!sumsq.ok()) {
     push->Abort();
-    return absl::InternalError(absl::StrCat(
-        "step ", step, ": ", units_finished_, " of ", unit_sumsq_.size(),
-        " units finished their gradient"));
+    return absl::Status(sumsq.status().code(),
+                        absl::StrCat("step ", step, ": ",
+                                     sumsq.status().message()));
   }
-  double sumsq = 0;
-  for (double s : unit_sumsq_) sumsq += s;
   // Global norm, overflow and loss in one all-reduce.
   const auto t3 = Clock::now();
-  double sums[2] = {sumsq, loss_sum};
+  double sums[2] = {*sumsq, loss_sum};
   absl::Status ar = group_->AllReduce(absl::MakeSpan(sums, 2), ReduceOp::kSum);
   if (!ar.ok()) {
     push->Abort();

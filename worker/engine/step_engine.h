@@ -62,10 +62,10 @@
 #include "common/config.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
-#include "common/page_aligned.h"
 #include "worker/comm/collectives.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/engine/comm_queue.h"
+#include "worker/engine/grad_shard.h"
 #include "worker/engine/unit_cache.h"
 #include "model/unit_model.h"
 
@@ -172,21 +172,12 @@ class StepEngine {
     return scaler_.Restore(state);
   }
   // This worker's FP32 gradient partition from the last step (tests).
-  absl::Span<const float> grad_shard() const { return grad_shard_; }
+  absl::Span<const float> grad_shard() const { return grads_->partition(); }
 
  private:
   StepEngine(const TrainingConfig& config, const FlatLayout* layout, int rank,
              ShardCluster* client, WorkerGroup* group,
              const BatchSampler* sampler, LossScaler scaler);
-
-  // A full unit's FP32 gradient: host memory, or model memory (mem_). The
-  // deleter returns it and counts it out of live_grad_bytes_.
-  struct UnitGrad {
-    float* data = nullptr;
-    size_t size = 0;
-    std::vector<float> host;
-  };
-  using UnitGradPtr = std::shared_ptr<UnitGrad>;
 
   // Fetches this worker's partition at version `step` into the cache
   // (cancellable through prefetch_cancel_).
@@ -199,27 +190,6 @@ class StepEngine {
   // used and released in turn, prefetching the next (the last block
   // prefetches the final unit). After model_->Begin; training and validation.
   absl::Status ForwardBlocks();
-  // Queues the reduce-scatter of unit u's full gradient `grad` into this
-  // worker's shard (accumulating after the first micro-batch) and, when
-  // `push` is set, the push of the finished part.
-  void QueueReduceScatter(int unit, UnitGradPtr grad, bool accumulate,
-                          PushSession* push);
-  // Model memory: the reduce-scatter of `grad` (after `fence`) into `out`
-  // on the host. Comm thread.
-  absl::Status ReduceScatterFromModel(const UnitGrad& grad, absl::Span<float> out);
-  absl::Status ReduceScatterResident(PushSession* push);
-  // Unit u's part of the grad shard is final for this step: records its sum
-  // of squares and adds it to `push`, as FP32 or, for
-  // communication_data_type bf16, rounded into push_bf16_. Comm thread.
-  absl::Status FinishPart(PushSession* push, int unit, FlatRange part);
-  // A zeroed FP32 buffer for unit u's full gradient (ZeRO-2/3), the resident
-  // one (ZeRO-1), or null where the gradient goes straight into the shard
-  // (one worker, first micro-batch).
-  absl::StatusOr<UnitGradPtr> UnitGradBuffer(int unit, bool accumulate);
-  // A new zeroed gradient buffer of n floats (host or model memory).
-  absl::StatusOr<UnitGradPtr> NewUnitGrad(size_t n);
-  // Where the model writes unit u's gradient: `buffer`, or the shard.
-  absl::Span<float> GradSpan(int unit, const UnitGradPtr& buffer);
   int NextBackwardUnit(int l) const;
 
   const TrainingConfig config_;
@@ -233,18 +203,8 @@ class StepEngine {
   const DType param_dtype_;
   const DType wire_dtype_;
   const int stage_;
-  // One worker under ZeRO-2/3 on host memory: the reduce-scatter is the
-  // identity, so the model accumulates into the shard and no full-unit
-  // buffer exists.
-  bool direct_grads_ = false;
   // The model's memory when units and gradients live there; null: host.
   model::ModelMemory* mem_ = nullptr;
-  // Model memory: the reduce-scatter's output (comm thread).
-  float* rs_model_ = nullptr;
-  size_t rs_model_size_ = 0;
-  // Model memory: host buffers page-locked by mem_ (unpinned first on
-  // destruction).
-  std::vector<void*> pinned_;
   CommQueue queue_;
   // The next step's fetch, started when this step's commit was sent:
   // its step (-1: none), its ticket on queue_, and its canceller.
@@ -255,21 +215,8 @@ class StepEngine {
   CallCanceller prefetch_cancel_;
   std::unique_ptr<UnitCache> cache_;
   std::unique_ptr<model::UnitModel> model_;
-  // This worker's partition, FP32 (page-aligned: page-locked with model
-  // memory).
-  PageAlignedVector<float> grad_shard_;
-  std::vector<size_t> shard_offset_;         // element offset of unit u's part
-  // Per unit: the sum of squares of its final part (comm thread; read after
-  // the queue drained), and how many units finished this step.
-  std::vector<double> unit_sumsq_;
-  size_t units_finished_ = 0;
-  PageAlignedVector<float> rs_scratch_;      // reduce-scatter output
-  // communication_data_type bf16: the shard's BF16 wire form, indexed like
-  // grad_shard_; valid until the push commits.
-  std::vector<uint16_t> push_bf16_;
-  // ZeRO-1: full FP32 grads of every unit, kept across micro-batches.
-  std::vector<UnitGradPtr> resident_grads_;
-  uint64_t live_grad_bytes_ = 0;
+  // The gradient side (after model_: its model-memory buffers go first).
+  std::unique_ptr<GradShard> grads_;
   uint64_t adam_steps_ = 0;                  // non-skipped steps so far
   uint64_t inject_overflow_step_ = UINT64_MAX;
   uint64_t inject_partial_apply_step_ = UINT64_MAX;
