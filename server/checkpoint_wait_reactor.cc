@@ -50,7 +50,7 @@ void CheckpointWaitReactor::OnWritten(
   }
   if (finish) {
     counters_->RecordResult(result.status());
-    reply_.Finish(this, ToGrpcStatus(result.status()));
+    reply_.Finish(this, result.status());
   }
   Unref();
 }
@@ -73,7 +73,7 @@ void CheckpointWaitReactor::OnCancel() {
                      : absl::CancelledError(text);
   }
   counters_->RecordResult(status);
-  reply_.Finish(this, ToGrpcStatus(status));
+  reply_.Finish(this, status);
   Unref();  // the waiter's reference: it will never be called
 }
 

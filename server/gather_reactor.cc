@@ -70,11 +70,10 @@ void GatherReactor::Next() {
         finished_ = true;
         action = Action::kFinish;
       } else {
-        ShardStore& store = state_->store();
-        const size_t c = store.ChunkOf(pos_);
+        const size_t c = state_->ChunkOf(pos_);
         if (plan_.min_version >= 0) {
           Ref();  // held by the waiter callback
-          const uint64_t id = state_->tracker().WaitForVersion(
+          const uint64_t id = state_->WaitForVersion(
               c, static_cast<uint64_t>(plan_.min_version),
               [this] { OnChunkReady(); });
           if (id != 0) {
@@ -85,17 +84,17 @@ void GatherReactor::Next() {
         }
         // The version is read before the copy: every step below it is
         // complete in the data read under the chunk's lock.
-        const uint64_t version = state_->tracker().version(c);
+        const uint64_t version = state_->version(c);
         const FlatRange& range = plan_.ranges[range_index_];
         const uint64_t end =
-            std::min({range.end, store.ChunkRange(c).end,
+            std::min({range.end, state_->ChunkRange(c).end,
                       pos_ + plan_.elems_per_message});
         const FlatRange piece{pos_, end};
         const size_t bytes = piece.size() * DTypeSize(plan_.dtype);
         absl::Status read;
         buffer_ = EncodeGatherChunk(
             piece.begin, plan_.dtype, version, bytes,
-            [&](uint8_t* dst) { read = store.Read(piece, plan_.dtype, dst); });
+            [&](uint8_t* dst) { read = state_->Read(piece, plan_.dtype, dst); });
         if (!read.ok()) {
           // Only the device placement can fail here (its state is lost).
           buffer_.Clear();
@@ -122,7 +121,7 @@ void GatherReactor::Next() {
       counters_->RecordResult(result_);  // before the client sees it
       recorded_ = true;
     }
-    Finish(ToGrpcStatus(result));
+    FinishWith(result);
   }
 }
 
@@ -150,7 +149,7 @@ void GatherReactor::OnCancel() {
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
-    if (waiter_id_ != 0 && state_->tracker().CancelWait(waiter_id_)) {
+    if (waiter_id_ != 0 && state_->CancelWait(waiter_id_)) {
       waiter_id_ = 0;
       unref = true;
     }
@@ -165,7 +164,7 @@ void GatherReactor::OnCancel() {
       recorded_ = true;
     }
   }
-  if (finish) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  if (finish) FinishWith(absl::CancelledError("cancelled"));
   if (unref) Unref();
 }
 

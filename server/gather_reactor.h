@@ -28,6 +28,7 @@
 #include "common/dtype.h"
 #include "common/layout.h"
 #include "proto/zeroshard/v1/shard.pb.h"
+#include "server/status_reactor.h"
 #include "server/rpc_counters.h"
 #include "server/model_shard.h"
 
@@ -47,7 +48,8 @@ struct GatherPlan {
 absl::StatusOr<GatherPlan> PlanGather(const ModelShard& state,
                                       const v1::GatherRequest& request);
 
-class GatherReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+class GatherReactor
+    : public StatusReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>> {
  public:
   // Starts streaming at once; `state` must be non-null.
   GatherReactor(std::shared_ptr<ModelShard> state, GatherPlan plan,

@@ -46,7 +46,7 @@ void KvWaitReactor::FinishOnce(const absl::Status& status) {
     counters_->RecordResult(result_);
     recorded_ = true;
   }
-  reply_.Finish(this, ToGrpcStatus(status));
+  reply_.Finish(this, status);
 }
 
 void KvWaitReactor::OnReady(const absl::Status& status) {
@@ -81,7 +81,7 @@ void KvWaitReactor::OnCancel() {
     recorded_ = true;
   }
   if (finish) {
-    reply_.Finish(this, ToGrpcStatus(status));
+    reply_.Finish(this, status);
     Unref();
   }
 }

@@ -30,24 +30,6 @@ absl::Status Prefixed(absl::string_view prefix, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
 
-// Calls fn(chunk, elems) for each part of `pieces` that falls in one chunk
-// of `store`, in order; stops at the first call that returns false, and
-// returns whether none did.
-template <typename Fn>
-bool ForEachChunkPart(const ShardStore& store,
-                      absl::Span<const GradPiece> pieces, Fn fn) {
-  for (const GradPiece& g : pieces) {
-    uint64_t pos = g.range.begin;
-    while (pos < g.range.end) {
-      const size_t c = store.ChunkOf(pos);
-      const uint64_t end = std::min(g.range.end, store.ChunkRange(c).end);
-      if (!fn(c, end - pos)) return false;
-      pos = end;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 absl::Status ValidateCoefficient(double coefficient) {
@@ -162,6 +144,10 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
                                       UpdateRuleFor(config->kind)));
   state->tracker_ =
       std::make_unique<StepTracker>(owned, request.chunk_elems());
+  state->prepared_ = std::make_unique<PreparedPushes>(state->store_.get(),
+                                                      state->tracker_.get());
+  state->snapshots_ = std::make_unique<SnapshotArming>(state->store_.get(),
+                                                       state->tracker_.get());
   if (request.init().source_case() == v1::InitValues::kSeed) {
     RETURN_IF_ERROR(state->store_->FillSeeded(
         state->layout_, request.init().seed(), request.init().init_std()));
@@ -246,7 +232,7 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
                    tracker_->Claim(step, params, ranges, attempt));
   // Before anything of this step touches a chunk (skipped steps included:
   // the next step would change the chunk before a later copy).
-  if (claim.capture) CaptureClaimed(claim);
+  if (claim.capture) snapshots_->CaptureClaimed(claim);
   ApplyResult result;
   result.duplicate_elems = claim.duplicate_elems;
   for (const ClaimedSegment& seg : claim.segments) {
@@ -261,208 +247,31 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
   }
   result.chunks_completed = tracker_->Complete(claim);
   // Pushes prepared for a step this commit completed can never apply.
-  if (result.chunks_completed > 0) DropAppliedPrepared();
+  if (result.chunks_completed > 0) prepared_->DropApplied();
   // A chunk that just reached a snapshot's version is copied now: no claim
   // of that step may ever come (the run's last step).
-  if (result.chunks_completed > 0 && armed_.load() > 0) {
-    CaptureCompleted(claim);
+  if (result.chunks_completed > 0 && snapshots_->any_armed()) {
+    snapshots_->CaptureCompleted(claim);
   }
   return result;
 }
 
-void ModelShard::DropPreparedBefore(uint64_t step, uint64_t attempt) {
-  auto old = [&](const PreparedPush& p) {
-    return p.attempt < attempt || (p.attempt == attempt && p.step < step);
-  };
-  for (const PreparedPush& p : prepared_) {
-    if (old(p)) store_->AddPendingGradBytes(-p.pending_bytes);
-  }
-  prepared_.erase(std::remove_if(prepared_.begin(), prepared_.end(), old),
-                  prepared_.end());
-}
-
-absl::Status ModelShard::ClassifyPrepared(uint64_t step,
-                                          absl::Span<const GradPiece> pieces,
-                                          uint64_t* at_step,
-                                          uint64_t* applied) const {
-  *at_step = 0;
-  *applied = 0;
-  size_t wrong = SIZE_MAX;
-  ForEachChunkPart(*store_, pieces, [&](size_t c, uint64_t elems) {
-    const uint64_t v = tracker_->version(c);
-    if (v == step) {
-      *at_step += elems;
-    } else if (v == step + 1) {
-      *applied += elems;
-    } else {
-      wrong = c;
-      return false;
-    }
-    return true;
-  });
-  if (wrong == SIZE_MAX) return absl::OkStatus();
-  const FlatRange chunk = store_->ChunkRange(wrong);
-  const uint64_t v = tracker_->version(wrong);
-  return absl::AbortedError(absl::StrCat(
-      "prepare for step ", step, " is ", v > step ? "stale" : "ahead",
-      ": chunk [", chunk.begin, ", ", chunk.end, ") is at version ", v,
-      " (steps applied) and accepts step ", v, " only"));
-}
-
 absl::StatusOr<uint64_t> ModelShard::Prepare(PreparedPush push) {
   absl::ReaderMutexLock restore(&restore_mu_);
-  // Every check first; only an accepted prepare records its attempt.
-  auto refuse = [&](absl::Status s) -> absl::StatusOr<uint64_t> {
-    store_->AddPendingGradBytes(-push.pending_bytes);
-    return s;
-  };
-  if (absl::Status s = tracker_->CheckAttempt(push.attempt); !s.ok()) {
-    return refuse(s);
-  }
-  if (absl::Status s = tracker_->CheckParams(push.step, push.params);
-      !s.ok()) {
-    return refuse(s);
-  }
-  absl::MutexLock lock(&prepared_mu_);
-  // Read under prepared_mu_: a commit that completes these chunks sweeps
-  // the prepared pushes after it publishes their versions, so a push held
-  // here is either seen as applied now or dropped by that sweep.
-  uint64_t at_step = 0, applied = 0;
-  if (absl::Status s =
-          ClassifyPrepared(push.step, push.pieces, &at_step, &applied);
-      !s.ok()) {
-    return refuse(s);
-  }
-  for (const PreparedPush& p : prepared_) {
-    if (p.step == push.step && p.attempt == push.attempt &&
-        p.worker != push.worker &&
-        (p.params.coefficient != push.params.coefficient ||
-         p.params.skip != push.params.skip)) {
-      return refuse(absl::InvalidArgumentError(absl::StrCat(
-          "prepare for step ", push.step, " from worker ", push.worker,
-          " has coefficient ", push.params.coefficient, " skip=",
-          push.params.skip, ", but worker ", p.worker, " prepared coefficient ",
-          p.params.coefficient, " skip=", p.params.skip,
-          "; every push of one step must agree")));
-    }
-  }
-  if (at_step == 0) {
-    // Nothing of it can apply any more (or it is empty): acknowledged as a
-    // duplicate and held by no one.
-    store_->AddPendingGradBytes(-push.pending_bytes);
-    return applied;
-  }
-  if (absl::Status s = tracker_->NoteAttempt(push.attempt); !s.ok()) {
-    return refuse(s);
-  }
-  DropPreparedBefore(push.step, push.attempt);
-  for (PreparedPush& p : prepared_) {
-    if (p.step == push.step && p.attempt == push.attempt &&
-        p.worker == push.worker) {
-      // A retried stream of the same worker: the newer copy stands.
-      store_->AddPendingGradBytes(-p.pending_bytes);
-      p = std::move(push);
-      return uint64_t{0};
-    }
-  }
-  prepared_.push_back(std::move(push));
-  return uint64_t{0};
-}
-
-void ModelShard::DropAppliedPrepared() {
-  absl::MutexLock lock(&prepared_mu_);
-  auto applied = [&](const PreparedPush& p) {
-    return ForEachChunkPart(*store_, p.pieces, [&](size_t c, uint64_t) {
-      return tracker_->version(c) > p.step;
-    });
-  };
-  for (auto it = prepared_.begin(); it != prepared_.end();) {
-    if (applied(*it)) {
-      store_->AddPendingGradBytes(-it->pending_bytes);
-      it = prepared_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-ModelShard::PreparedSummary ModelShard::prepared() const {
-  absl::MutexLock lock(&prepared_mu_);
-  PreparedSummary s;
-  for (const PreparedPush& p : prepared_) {
-    s.step = p.step;
-    s.attempt = p.attempt;
-    for (const GradPiece& g : p.pieces) s.elems += g.range.size();
-  }
-  return s;
+  return prepared_->Prepare(std::move(push));
 }
 
 absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
                                                       uint64_t attempt) {
-  // Bug fix: without this, a second ApplyPrepared of the same step that ran
-  // while the first was applying found the prepared pushes taken and the
-  // chunks still at `step`, and answered FAILED_PRECONDITION (a retried
-  // ApplyStep told "don't retry" although the step was being applied).
+  // Without this, a second ApplyPrepared of the same step that ran while
+  // the first was applying found the prepared pushes taken and the chunks
+  // still at `step`, and answered FAILED_PRECONDITION (a retried ApplyStep
+  // told "don't retry" although the step was being applied).
   absl::MutexLock one_at_a_time(&apply_step_mu_);
   absl::ReaderMutexLock restore(&restore_mu_);
-  // Every check before any change: a refused ApplyStep drops no prepared
-  // push and records no attempt (the claim below records it).
-  RETURN_IF_ERROR(tracker_->CheckAttempt(attempt));
-  std::vector<PreparedPush> mine;
-  {
-    absl::MutexLock lock(&prepared_mu_);
-    // Elements of chunks still at `step`, and how many of them the
-    // prepared pushes hold (workers' partitions are disjoint, and one push
-    // per worker is kept).
-    uint64_t needed = 0, covered = 0;
-    for (size_t c = 0; c < store_->num_chunks(); ++c) {
-      if (tracker_->version(c) == step) needed += store_->ChunkRange(c).size();
-    }
-    const PreparedPush* first = nullptr;
-    for (const PreparedPush& p : prepared_) {
-      if (p.step != step || p.attempt != attempt) continue;
-      if (first == nullptr) first = &p;
-      if (p.params.coefficient != first->params.coefficient ||
-          p.params.skip != first->params.skip) {
-        // Prepare refuses this; kept as the stated rule.
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ApplyStep ", step, ": workers ", first->worker, " and ",
-            p.worker, " prepared different coefficients or skip flags; "
-            "nothing applied"));
-      }
-      ForEachChunkPart(*store_, p.pieces, [&](size_t c, uint64_t elems) {
-        if (tracker_->version(c) == step) covered += elems;
-        return true;
-      });
-    }
-    if (needed == 0) {
-      // No chunk at `step`: every one is past it (applied already), or
-      // none has reached it (a step ahead of the servers).
-      if (store_->num_chunks() > 0 && tracker_->version(0) < step) {
-        return absl::AbortedError(absl::StrCat(
-            "ApplyStep ", step, " is ahead: the chunks are at version ",
-            tracker_->version(0)));
-      }
-      return ApplyResult();  // applied already
-    }
-    if (covered < needed) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "ApplyStep ", step, " (attempt ", attempt, "): the prepared pushes "
-          "hold ", covered, " of the ", needed, " elements still at version ",
-          step, "; a worker has not prepared here"));
-    }
-    // The claim below must not fail once the pushes are taken.
-    RETURN_IF_ERROR(tracker_->CheckParams(step, first->params));
-    DropPreparedBefore(step, attempt);
-    for (auto it = prepared_.begin(); it != prepared_.end();) {
-      if (it->step == step && it->attempt == attempt) {
-        mine.push_back(std::move(*it));
-        it = prepared_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  ASSIGN_OR_RETURN(std::vector<PreparedPush> mine,
+                   prepared_->Take(step, attempt));
+  if (mine.empty()) return ApplyResult();  // applied already
   std::vector<GradPiece> pieces;
   int64_t bytes = 0;
   for (const PreparedPush& p : mine) {
@@ -474,6 +283,12 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
   store_->AddPendingGradBytes(-bytes);
   if (r.ok()) r->pushes = static_cast<uint32_t>(mine.size());
   return r;
+}
+
+absl::Status ModelShard::WriteWeights(FlatRange range, DType dtype,
+                                      const void* data) const {
+  absl::ReaderMutexLock restore(&restore_mu_);
+  return store_->WriteWeights(range, dtype, data);
 }
 
 v1::ShardCheckpointHeader ModelShard::CheckpointHeader() const {
@@ -493,7 +308,7 @@ v1::ShardCheckpointHeader ModelShard::CheckpointHeader() const {
 }
 
 absl::Status ModelShard::CheckRestorable() const {
-  if (SnapshotInProgress()) {
+  if (snapshots_->InProgress()) {
     return absl::FailedPreconditionError(
         "Restore: a checkpoint snapshot is being taken; retry once it is "
         "written");
@@ -517,134 +332,22 @@ absl::Status ModelShard::RestoreState(uint64_t step, uint64_t adam_t,
   RETURN_IF_ERROR(tracker_->Reset(
       step, std::vector<uint64_t>(store_->num_chunks(), adam_t)));
   // Pushes prepared against the replaced state never apply.
-  absl::MutexLock lock(&prepared_mu_);
-  for (const PreparedPush& p : prepared_) {
-    store_->AddPendingGradBytes(-p.pending_bytes);
-  }
-  prepared_.clear();
+  prepared_->Clear();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<ShardSnapshot>> ModelShard::ArmSnapshot(
     uint64_t step, const std::string& directory) {
   absl::ReaderMutexLock restore(&restore_mu_);
-  std::shared_ptr<ShardSnapshot> snap;
-  std::vector<size_t> at_step;
-  {
-    absl::MutexLock lock(&snap_mu_);
-    for (const auto& s : snapshots_) {
-      if (s->step() == step && s->directory() == directory) return s;
-    }
-    // Counted before the tracker arms, so that a chunk completing to `step`
-    // meanwhile looks for the snapshot (and waits for snap_mu_).
-    ++armed_;
-    absl::StatusOr<std::vector<size_t>> armed = tracker_->ArmCapture(step);
-    if (!armed.ok()) {
-      --armed_;
-      return armed.status();
-    }
-    at_step = *std::move(armed);
-    snap = std::make_shared<ShardSnapshot>(step, directory, CheckpointHeader(),
-                                           store_->num_chunks());
-    if (!snap->allocated()) {
-      tracker_->DisarmCapture(step);
-      --armed_;
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot allocate the ", 12 * owned().size(),
-          " bytes a snapshot of this shard needs (master, m and v)"));
-    }
-    // Keep the armed ones and the two newest finished ones.
-    std::vector<std::shared_ptr<ShardSnapshot>> kept;
-    int finished = 0;
-    for (auto it = snapshots_.rbegin(); it != snapshots_.rend(); ++it) {
-      if ((*it)->result().has_value() && ++finished > 2) continue;
-      kept.insert(kept.begin(), *it);
-    }
-    snapshots_ = std::move(kept);
-    snapshots_.push_back(snap);
-  }
-  // A server that owns nothing (more servers than 64-element blocks) has no
-  // chunk whose copy would finish the snapshot: it is complete at once.
-  if (store_->num_chunks() == 0) FinishIfLast(*snap, true);
-  // Chunks at `step` with nothing claimed: no claim of `step` has reached
-  // them, and any that does copies first, so a copy made meanwhile is clean
-  // too. They are copied on the snapshot's own thread, so that arming
-  // returns at once (the usual case: the servers applied step-1 before the
-  // coordinator arms step, so every chunk is here).
-  if (!at_step.empty()) {
-    ShardSnapshot* raw = snap.get();
-    raw->RunInBackground([this, raw, chunks = std::move(at_step)] {
-      for (size_t c : chunks) {
-        if (raw->stopping()) return;
-        FinishIfLast(*raw, raw->Capture(*store_, c, tracker_->adam_t(c)));
-      }
-    });
-  }
-  return snap;
+  return snapshots_->Arm(step, directory, CheckpointHeader());
 }
 
 std::shared_ptr<ShardSnapshot> ModelShard::FindSnapshot(
     uint64_t step, const std::string& directory) const {
-  absl::MutexLock lock(&snap_mu_);
-  for (const auto& s : snapshots_) {
-    if (s->step() == step && s->directory() == directory) return s;
-  }
-  return nullptr;
+  return snapshots_->Find(step, directory);
 }
 
-bool ModelShard::SnapshotInProgress() const {
-  absl::MutexLock lock(&snap_mu_);
-  for (const auto& s : snapshots_) {
-    if (!s->result().has_value()) return true;
-  }
-  return false;
-}
-
-void ModelShard::FinishIfLast(ShardSnapshot& snap, bool last) {
-  if (!last) return;
-  tracker_->DisarmCapture(snap.step());
-  --armed_;
-  snap.Finish();
-}
-
-std::vector<std::shared_ptr<ShardSnapshot>> ModelShard::ArmedAt(
-    uint64_t step) const {
-  std::vector<std::shared_ptr<ShardSnapshot>> armed;
-  absl::MutexLock lock(&snap_mu_);
-  for (const auto& s : snapshots_) {
-    if (s->step() == step && !s->result().has_value()) armed.push_back(s);
-  }
-  return armed;
-}
-
-void ModelShard::CaptureCompleted(const StepClaim& claim) {
-  const uint64_t v = claim.step + 1;
-  const std::vector<std::shared_ptr<ShardSnapshot>> armed = ArmedAt(v);
-  if (armed.empty()) return;
-  size_t prev = SIZE_MAX;
-  for (const ClaimedSegment& seg : claim.segments) {
-    if (seg.chunk == prev || tracker_->version(seg.chunk) != v) continue;
-    prev = seg.chunk;
-    for (const auto& snap : armed) {
-      FinishIfLast(*snap,
-                   snap->Capture(*store_, seg.chunk, tracker_->adam_t(seg.chunk)));
-    }
-  }
-}
-
-void ModelShard::CaptureClaimed(const StepClaim& claim) {
-  const std::vector<std::shared_ptr<ShardSnapshot>> armed =
-      ArmedAt(claim.step);
-  size_t prev = SIZE_MAX;
-  for (const ClaimedSegment& seg : claim.segments) {
-    if (seg.chunk == prev) continue;  // segments of a chunk are often adjacent
-    prev = seg.chunk;
-    for (const auto& snap : armed) {
-      // seg.adam_t is the count this update will use: t at version s, + 1.
-      FinishIfLast(*snap, snap->Capture(*store_, seg.chunk, seg.adam_t - 1));
-    }
-  }
-}
+bool ModelShard::SnapshotInProgress() const { return snapshots_->InProgress(); }
 
 void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,
                               absl::Span<const GradPiece> pieces,

@@ -14,6 +14,8 @@
 #define ZEROSHARD_SERVER_MODEL_SHARD_H_
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,8 +31,10 @@
 #include "common/optimizer_config.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/param_group_table.h"
+#include "server/prepared_pushes.h"
 #include "server/placement.h"
 #include "server/shard_snapshot.h"
+#include "server/snapshot_arming.h"
 #include "server/shard_store.h"
 #include "server/step_tracker.h"
 
@@ -51,14 +55,6 @@ struct ServerIdentity {
   uint32_t num_servers = 1;
 };
 
-// A validated slice of gradient for one push; `data` holds range.size()
-// elements of dtype (FP32 or BF16) and outlives the call.
-struct GradPiece {
-  FlatRange range;
-  DType dtype = DType::kFp32;
-  const void* data = nullptr;
-};
-
 // What one ApplyPush did (the server's side; the client sums these into its
 // PushResult).
 struct ApplyResult {
@@ -66,18 +62,6 @@ struct ApplyResult {
   uint64_t duplicate_elems = 0;
   uint64_t chunks_completed = 0;
   uint32_t pushes = 0;  // prepared pushes applied (ApplyPrepared)
-};
-
-// One worker's push committed with prepare (two-phase commit): validated,
-// whole, and held until ApplyPrepared.
-struct PreparedPush {
-  uint64_t step = 0;
-  uint64_t attempt = 0;
-  uint32_t worker = 0;
-  StepParams params;
-  std::vector<GradPiece> pieces;       // views into what `holder` keeps
-  std::shared_ptr<const void> holder;
-  int64_t pending_bytes = 0;           // counted in the store's pending bytes
 };
 
 class ModelShard {
@@ -103,12 +87,72 @@ class ModelShard {
   const OptimizerConfig& optimizer() const { return optimizer_; }
   // The parameter groups over the owned range (optimizer.param_groups).
   const ParamGroupTable& param_groups() const { return param_groups_; }
-  ShardStore& store() const { return *store_; }
   // The optimizer rule the store applies (its slots: what a checkpoint of
   // this shard holds).
   const UpdateRule& rule() const { return store_->rule(); }
-  StepTracker& tracker() const { return *tracker_; }
   FlatRange owned() const { return store_->owned(); }
+  uint64_t chunk_elems() const { return store_->chunk_elems(); }
+  size_t num_chunks() const { return store_->num_chunks(); }
+  // The store and the tracker themselves, for the checkpoint writer and the
+  // tests; the RPC handlers use the calls below.
+  ShardStore& store() const { return *store_; }
+  StepTracker& tracker() const { return *tracker_; }
+
+  // What Inspect and the metrics report.
+  StepTracker::Summary versions() const { return tracker_->Summarize(); }
+  uint64_t attempt() const { return tracker_->attempt(); }
+  std::map<std::string, uint64_t> BytesByKind() const {
+    return store_->BytesByKind();
+  }
+  absl::StatusOr<StateNorms> Norms() const { return store_->Norms(); }
+
+  // Gather: which chunk holds element `offset`, its range and version;
+  // Read copies `range` (inside one chunk) under the chunk's lock.
+  size_t ChunkOf(uint64_t offset) const { return store_->ChunkOf(offset); }
+  FlatRange ChunkRange(size_t chunk) const { return store_->ChunkRange(chunk); }
+  uint64_t version(size_t chunk) const { return tracker_->version(chunk); }
+  absl::Status Read(FlatRange range, DType dtype, void* out) const {
+    return store_->Read(range, dtype, out);
+  }
+  // Calls `ready` once chunk `chunk` reaches `version` and returns a waiter
+  // id, or returns 0 when it is there already (`ready` is not called).
+  uint64_t WaitForVersion(size_t chunk, uint64_t v,
+                          std::function<void()> ready) const {
+    return tracker_->WaitForVersion(chunk, v, std::move(ready));
+  }
+  // True when the waiter was removed before its callback ran.
+  bool CancelWait(uint64_t waiter) const { return tracker_->CancelWait(waiter); }
+
+  // Pushes: the checks a stream's header and commit pass before any piece
+  // is applied (StepTracker::CheckParams / CheckAttempt).
+  absl::Status CheckParams(uint64_t step, const StepParams& params) const {
+    return tracker_->CheckParams(step, params);
+  }
+  absl::Status CheckAttempt(uint64_t attempt) const {
+    return tracker_->CheckAttempt(attempt);
+  }
+  // Received gradient bytes held in memory (buffered pieces, prepared
+  // pushes) against the server's limit: TryReserve is false when `bytes`
+  // more would pass it; Release gives them back.
+  bool TryReservePushBytes(uint64_t bytes) const {
+    return store_->TryAddPendingGradBytes(bytes);
+  }
+  void ReleasePushBytes(int64_t bytes) const {
+    store_->AddPendingGradBytes(-bytes);
+  }
+  uint64_t pending_grad_bytes() const { return store_->pending_grad_bytes(); }
+  uint64_t pending_grad_limit() const { return store_->pending_grad_limit(); }
+  void set_pending_grad_limit(uint64_t bytes) const {
+    store_->set_pending_grad_limit(bytes);
+  }
+  // Called once if the state is lost (a device error).
+  void set_fault_listener(std::function<void(const absl::Status&)> f) const {
+    store_->set_fault_listener(std::move(f));
+  }
+
+  // SetMasterWeights: writes `range` (owned) from FP32 or BF16 `data`.
+  absl::Status WriteWeights(FlatRange range, DType dtype,
+                            const void* data) const;
   // Elements AdamW has updated since Create (skipped steps and duplicate
   // pushes excluded): the optimizer's work, for the metrics.
   uint64_t updated_elems() const { return updated_elems_.load(); }
@@ -153,10 +197,8 @@ class ModelShard {
   // still at version `step`. OK with nothing applied when no chunk is at
   // `step` any more.
   absl::StatusOr<ApplyResult> ApplyPrepared(uint64_t step, uint64_t attempt);
-  struct PreparedSummary {
-    uint64_t elems = 0, step = 0, attempt = 0;
-  };
-  PreparedSummary prepared() const;
+  using PreparedSummary = PreparedPushes::Summary;
+  PreparedSummary prepared() const { return prepared_->Summarize(); }
 
   // Replaces the whole state with a restored one: master and the rule's
   // slots (its order) over the owned range (owned().size() elements each), every chunk at version
@@ -204,18 +246,10 @@ class ModelShard {
   ParamGroupTable param_groups_;
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<StepTracker> tracker_;
-
-  // The snapshots armed at `step` and not yet complete.
-  std::vector<std::shared_ptr<ShardSnapshot>> ArmedAt(uint64_t step) const;
-  // Copies the claim's chunks into every snapshot armed at its step.
-  void CaptureClaimed(const StepClaim& claim);
-  // Copies the claim's chunks that it completed into every snapshot armed
-  // at the version they reached.
-  void CaptureCompleted(const StepClaim& claim);
-  std::atomic<int> armed_{0};  // snapshots armed and not yet complete
+  // After store_ and tracker_, which they point into.
+  std::unique_ptr<PreparedPushes> prepared_;
+  std::unique_ptr<SnapshotArming> snapshots_;
   std::atomic<uint64_t> updated_elems_{0};  // see updated_elems()
-  // Finishes `snap` when `last` (its last chunk was just copied).
-  void FinishIfLast(ShardSnapshot& snap, bool last);
 
   // Held shared by every call that changes the state, exclusively by
   // RestoreState. Taken before any other lock of this class.
@@ -225,27 +259,6 @@ class ModelShard {
   // first and then finds the step applied, instead of finding the prepared
   // pushes taken and the chunks not yet complete. Taken before restore_mu_.
   absl::Mutex apply_step_mu_;
-
-  // Drops prepared pushes older than (step, attempt), releasing their bytes.
-  void DropPreparedBefore(uint64_t step, uint64_t attempt)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(prepared_mu_);
-  // Drops prepared pushes that can never apply: every chunk they cover is
-  // past their step (a plain commit or another apply completed it).
-  void DropAppliedPrepared() ABSL_LOCKS_EXCLUDED(prepared_mu_);
-  // Elements of `pieces` in chunks at version `step` (*at_step) and at
-  // `step` + 1 (*applied); ABORTED when a chunk is at neither.
-  absl::Status ClassifyPrepared(uint64_t step,
-                                absl::Span<const GradPiece> pieces,
-                                uint64_t* at_step, uint64_t* applied) const;
-  mutable absl::Mutex prepared_mu_;
-  std::vector<PreparedPush> prepared_ ABSL_GUARDED_BY(prepared_mu_);
-
-  // Armed snapshots and the few newest finished ones, oldest first. Held
-  // from arming a capture in the tracker until the snapshot is listed, so
-  // that a claim marked capture always finds it.
-  mutable absl::Mutex snap_mu_;
-  std::vector<std::shared_ptr<ShardSnapshot>> snapshots_
-      ABSL_GUARDED_BY(snap_mu_);
 };
 
 // INVALID_ARGUMENT unless the coefficient is finite, >= 0 and finite as a

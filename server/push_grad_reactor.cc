@@ -58,7 +58,7 @@ void PushGradReactor::OnReadDone(bool ok) {
   if (ok) {
     StartRead(&message_);
   } else {
-    Finish(ToGrpcStatus(status));
+    FinishWith(status);
   }
 }
 
@@ -105,7 +105,7 @@ void PushGradReactor::Expire(absl::Duration timeout) {
       if (!EndLocked(status)) status = absl::OkStatus();
     }
   }
-  if (!status.ok()) Finish(ToGrpcStatus(status));
+  if (!status.ok()) FinishWith(status);
   Unref();
 }
 

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "wire/push_grad_codec.h"
+#include "server/status_reactor.h"
 #include "server/idle_streams.h"
 #include "server/push_receiver.h"
 #include "server/rpc_counters.h"
@@ -30,7 +31,8 @@
 
 namespace zeroshard {
 
-class PushGradReactor : public grpc::ServerReadReactor<grpc::ByteBuffer>,
+class PushGradReactor
+    : public StatusReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>,
                         public IdleStreams::Stream {
  public:
   // `response` belongs to gRPC and outlives the reactor's Finish; it is

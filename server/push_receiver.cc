@@ -17,7 +17,7 @@ PushReceiver::PushReceiver(std::shared_ptr<ModelShard> state)
 PushReceiver::~PushReceiver() { FreeBuffers(); }
 
 void PushReceiver::FreeBuffers() {
-  if (buffered_bytes_ != 0) state_->store().AddPendingGradBytes(-buffered_bytes_);
+  if (buffered_bytes_ != 0) state_->ReleasePushBytes(buffered_bytes_);
   buffered_bytes_ = 0;
   buffered_.clear();
 }
@@ -54,12 +54,12 @@ absl::Status PushReceiver::OnHeader(const v1::PushGradHeader& header) {
   RETURN_IF_ERROR(state_->CheckPusher(header.worker(), 0, 0));
   if (header.coefficient_known()) {
     RETURN_IF_ERROR(ValidateCoefficient(header.coefficient()));
-    RETURN_IF_ERROR(state_->tracker().CheckParams(
+    RETURN_IF_ERROR(state_->CheckParams(
         header.step(), {header.coefficient(), header.skip()}));
   }
   // Checked, not recorded: the attempt is the servers' only once a claim or
   // a prepare of this stream is accepted.
-  RETURN_IF_ERROR(state_->tracker().CheckAttempt(header.attempt()));
+  RETURN_IF_ERROR(state_->CheckAttempt(header.attempt()));
   header_ = header;
   have_header_ = true;
   return absl::OkStatus();
@@ -137,12 +137,12 @@ absl::Status PushReceiver::OnPiece(PushGradPieceInput piece) {
     ranges_.emplace(range.begin, range.end);
     return absl::OkStatus();
   }
-  if (!state_->store().TryAddPendingGradBytes(bytes)) {
+  if (!state_->TryReservePushBytes(bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "PushGrad: buffering piece [", range.begin, ", ", range.end, ") (",
         bytes, " bytes) would bring the gradient bytes awaiting a commit on "
-        "this server over its limit of ", state_->store().pending_grad_limit(),
-        " (", state_->store().pending_grad_bytes(),
+        "this server over its limit of ", state_->pending_grad_limit(),
+        " (", state_->pending_grad_bytes(),
         " pending; --max_pending_grad_mib); nothing of this stream is applied"));
   }
   ranges_.emplace(range.begin, range.end);
@@ -215,7 +215,7 @@ absl::Status PushReceiver::OnCommit(const v1::PushGradCommit& commit) {
     // Held whole until ApplyStep: the pieces' data moves with the buffers
     // (a vector's move keeps its elements where they are).
     const StepParams params{commit.coefficient(), commit.skip()};
-    RETURN_IF_ERROR(state_->tracker().CheckParams(header_.step(), params));
+    RETURN_IF_ERROR(state_->CheckParams(header_.step(), params));
     PreparedPush push;
     push.step = header_.step();
     push.attempt = header_.attempt();

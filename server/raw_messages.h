@@ -10,7 +10,7 @@
 //       !s.ok()) ... finish with s
 //   UnaryReply<v1::KvGetResponse> reply(raw_response);
 //   reply.message()->set_found(true);
-//   reply.Finish(context->DefaultReactor(), grpc::Status::OK);
+//   reply.Finish(context->DefaultReactor(), absl::OkStatus());
 //
 // A reactor that finishes its call later (KvWaitReactor,
 // CheckpointWaitReactor) takes the UnaryReply over and finishes through it,
@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message_lite.h"
+#include "wire/grpc_status.h"
 #include "wire/proto_buffer.h"
 
 namespace zeroshard {
@@ -52,10 +53,11 @@ class UnaryReply {
   Response* message() { return &message_; }
 
   // Serialises the message into the call's buffer when `status` is OK (an
-  // error carries no reply), then finishes the call on `reactor`.
-  void Finish(grpc::ServerUnaryReactor* reactor, const grpc::Status& status) {
+  // error carries no reply), then finishes the call on `reactor` with
+  // `status` converted to gRPC's (the one place a unary call converts).
+  void Finish(grpc::ServerUnaryReactor* reactor, const absl::Status& status) {
     if (status.ok()) *raw_ = ProtoToByteBuffer(message_);
-    reactor->Finish(status);
+    reactor->Finish(ToGrpcStatus(status));
   }
 
  private:

@@ -89,7 +89,7 @@ void ReadSnapshotReactor::Next() {
   }
   if (range_index_ >= plan_.ranges.size()) {
     counters_->RecordResult(absl::OkStatus());
-    Finish(grpc::Status::OK);
+    FinishWith(absl::OkStatus());
     return;
   }
   const FlatRange& r = plan_.ranges[range_index_];
@@ -109,7 +109,7 @@ void ReadSnapshotReactor::OnWriteDone(bool ok) {
   if (!ok) {
     const absl::Status s = absl::CancelledError("ReadSnapshot: write failed");
     counters_->RecordResult(s);
-    Finish(ToGrpcStatus(s));
+    FinishWith(s);
     return;
   }
   Next();

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "common/layout.h"
 #include "proto/zeroshard/v1/shard.pb.h"
+#include "server/status_reactor.h"
 #include "server/model_shard.h"
 #include "server/rpc_counters.h"
 #include "server/shard_snapshot.h"
@@ -44,7 +45,8 @@ struct ReadSnapshotPlan {
 absl::StatusOr<ReadSnapshotPlan> PlanReadSnapshot(
     const ModelShard& shard, const v1::ReadSnapshotRequest& request);
 
-class ReadSnapshotReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+class ReadSnapshotReactor
+    : public StatusReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>> {
  public:
   // Starts writing at once.
   ReadSnapshotReactor(ReadSnapshotPlan plan, RpcCounters* counters);

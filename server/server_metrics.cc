@@ -120,14 +120,14 @@ void ServerMetrics::Collect(ShardServiceImpl& service) {
       ->counter("zeroshard_adamw_updated_elements_total",
                 "Elements AdamW has updated (skipped steps excluded).")
       .SetTotal(static_cast<double>(shard.updated_elems()));
-  const StepTracker::Summary summary = shard.tracker().Summarize();
+  const StepTracker::Summary summary = shard.versions();
   const char* kVersionHelp =
       "Version (steps applied) of the owned chunks: the lowest and highest.";
   registry_->gauge("zeroshard_chunk_version", kVersionHelp, {{"bound", "min"}})
       .Set(static_cast<double>(summary.min_version));
   registry_->gauge("zeroshard_chunk_version", kVersionHelp, {{"bound", "max"}})
       .Set(static_cast<double>(summary.max_version));
-  for (const auto& [kind, bytes] : shard.store().BytesByKind()) {
+  for (const auto& [kind, bytes] : shard.BytesByKind()) {
     registry_
         ->gauge("zeroshard_state_bytes",
                 "Bytes of the shard's state by kind and the placement "

@@ -89,7 +89,7 @@ absl::StatusOr<uint64_t> SetWeightsReactor::Apply() {
   const ModelShard& state = **state_;
   uint64_t written = 0;
   for (const Piece& p : pieces_) {
-    RETURN_IF_ERROR(state.store().WriteWeights(p.range, p.dtype, p.data.data()));
+    RETURN_IF_ERROR(state.WriteWeights(p.range, p.dtype, p.data.data()));
     written += p.range.size();
   }
   return written;
@@ -135,7 +135,7 @@ void SetWeightsReactor::End(const absl::Status& status) {
   // Counted before the client can see the status (see RpcCounters).
   counters_->RecordResult(result_);
   recorded_ = true;
-  Finish(ToGrpcStatus(status));
+  FinishWith(status);
 }
 
 void SetWeightsReactor::OnDone() {

@@ -26,12 +26,14 @@
 #include "common/dtype.h"
 #include "common/layout.h"
 #include "proto/zeroshard/v1/shard.pb.h"
+#include "server/status_reactor.h"
 #include "server/rpc_counters.h"
 #include "server/model_shard.h"
 
 namespace zeroshard {
 
-class SetWeightsReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+class SetWeightsReactor
+    : public StatusReactor<grpc::ServerReadReactor<grpc::ByteBuffer>> {
  public:
   // The caller is already authorized (server/authorizer.h). `response`
   // belongs to gRPC; it is filled with a serialized SetWeightsResponse.

@@ -11,6 +11,7 @@
 #include "server/read_snapshot_reactor.h"
 #include "server/set_weights_reactor.h"
 #include "server/shard_restore.h"
+#include "server/status_reactor.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_convert.h"
 
@@ -19,14 +20,14 @@ namespace {
 
 // A reactor that finishes at once with an error.
 template <class Reactor>
-class FailedReactor : public Reactor {
+class FailedReactor : public StatusReactor<Reactor> {
  public:
   FailedReactor(const absl::Status& status, RpcCounters* counters)
       : status_(status), counters_(counters) {
     // Counted before the client can see the status, so that an Inspect
     // that follows the failed call already includes it.
     counters_->RecordResult(status_);
-    this->Finish(ToGrpcStatus(status));
+    this->FinishWith(status);
   }
   void OnDone() override { delete this; }
 
@@ -102,7 +103,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::FinishUnary(
     UnaryReply<Response>* reply) {
   counters_.RecordResult(status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reply->Finish(reactor, ToGrpcStatus(status));
+  reply->Finish(reactor, status);
   return reactor;
 }
 
@@ -186,8 +187,8 @@ absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
   ASSIGN_OR_RETURN(std::shared_ptr<ModelShard> state,
                    ModelShard::Create(request, config_.identity,
                                       config_.placement));
-  state->store().set_pending_grad_limit(config_.max_pending_grad_bytes);
-  state->store().set_fault_listener(config_.on_state_lost);
+  state->set_pending_grad_limit(config_.max_pending_grad_bytes);
+  state->set_fault_listener(config_.on_state_lost);
   FillInitResponse(*state, /*already=*/false, response);
   const std::string run_id = state->run_id();
   {
@@ -266,25 +267,24 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   absl::StatusOr<std::shared_ptr<ModelShard>> maybe = state();
   if (!maybe.ok()) return absl::OkStatus();  // initialized = false
   const ModelShard& state = **maybe;
-  const ShardStore& store = state.store();
   response->set_initialized(true);
   response->set_owned_begin(state.owned().begin);
   response->set_owned_end(state.owned().end);
   response->set_total_elems(state.layout().total_elems());
-  response->set_chunk_elems(store.chunk_elems());
-  response->set_num_chunks(store.num_chunks());
-  const StepTracker::Summary summary = state.tracker().Summarize();
+  response->set_chunk_elems(state.chunk_elems());
+  response->set_num_chunks(state.num_chunks());
+  const StepTracker::Summary summary = state.versions();
   response->set_min_version(summary.min_version);
   response->set_max_version(summary.max_version);
   response->set_adam_step(summary.min_adam_step);
   // As Init gave it: with the parameter groups and their ranges.
   *response->mutable_optimizer() = state.request().optimizer();
-  for (const auto& [kind, bytes] : store.BytesByKind()) {
+  for (const auto& [kind, bytes] : state.BytesByKind()) {
     (*response->mutable_bytes_by_kind())[kind] = bytes;
   }
-  ASSIGN_OR_RETURN(const StateNorms norms, store.Norms());
+  ASSIGN_OR_RETURN(const StateNorms norms, state.Norms());
   response->mutable_norms()->set_master(norms.master);
-  const absl::Span<const StateSlot> slots = store.rule().slots();
+  const absl::Span<const StateSlot> slots = state.rule().slots();
   for (size_t k = 0; k < slots.size() && k < norms.slots.size(); ++k) {
     response->add_state_slots(slots[k].name);
     (*response->mutable_norms()->mutable_state())[slots[k].name] =
@@ -296,13 +296,13 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
     }
   }
   response->set_partial_chunks(summary.partial_chunks);
-  response->set_attempt(state.tracker().attempt());
+  response->set_attempt(state.attempt());
   const ModelShard::PreparedSummary prepared = state.prepared();
   response->set_prepared_elems(prepared.elems);
   response->set_prepared_step(prepared.step);
   response->set_prepared_attempt(prepared.attempt);
-  response->set_pending_grad_bytes(store.pending_grad_bytes());
-  response->set_pending_grad_limit_bytes(store.pending_grad_limit());
+  response->set_pending_grad_bytes(state.pending_grad_bytes());
+  response->set_pending_grad_limit_bytes(state.pending_grad_limit());
   *response->mutable_manifest() = state.request().manifest();
   response->set_run_id(state.run_id());
   response->set_num_workers(state.layout().num_workers());
