@@ -52,6 +52,11 @@ class ModelArch {
                                                  uint32_t partitions) const = 0;
   // Parameters (tensor elements, without padding).
   virtual uint64_t ParamCount(const ModelShape& shape) const = 0;
+  // The shape a layout of this architecture was made for (a server's, from
+  // Discover), with `heads` as given where the tensors' shapes do not say
+  // it; INVALID_ARGUMENT when the layout is not one Manifest makes.
+  virtual absl::StatusOr<ModelShape> ShapeOfLayout(const FlatLayout& layout,
+                                                   int heads) const = 0;
 
   // The CPU model the engine drives over `layout` (made from Manifest).
   virtual absl::StatusOr<std::unique_ptr<UnitModel>> MakeCpuModel(

@@ -24,6 +24,12 @@ class Gpt2 final : public ModelArch {
                                          uint32_t partitions) const override {
     return MakeGptManifest(shape, partitions);
   }
+  absl::StatusOr<ModelShape> ShapeOfLayout(const FlatLayout& layout,
+                                           int heads) const override {
+    absl::StatusOr<ModelShape> s = Gpt2ShapeOfLayout(layout, heads);
+    if (s.ok()) s->arch = std::string(name());
+    return s;
+  }
   uint64_t ParamCount(const ModelShape& shape) const override {
     return GptParamCount(shape);
   }

@@ -206,6 +206,19 @@ absl::Status CheckGpt2Layout(const FlatLayout& layout) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ModelShape> Gpt2ShapeOfLayout(const FlatLayout& layout,
+                                             int heads) {
+  RETURN_IF_ERROR(CheckGpt2Layout(layout));
+  const ModelManifest& m = layout.manifest();
+  ModelShape s;
+  s.layers = static_cast<int>(m.units.size()) - 2;
+  s.heads = heads;
+  s.vocab = static_cast<int>(m.units[0].tensors[0].shape[0]);
+  s.width = static_cast<int>(m.units[0].tensors[0].shape[1]);
+  s.context = static_cast<int>(m.units[0].tensors[1].shape[0]);
+  return s;
+}
+
 absl::StatusOr<std::vector<SafetensorsTensorView>> HfGpt2TensorsFromFlat(
     const FlatLayout& layout, absl::Span<const float> flat) {
   RETURN_IF_ERROR(CheckGpt2Layout(layout));

@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/layout.h"
+#include "common/model_shape.h"
 #include "common/safetensors.h"
 
 namespace zeroshard {
@@ -53,6 +54,10 @@ namespace zeroshard {
 // shape (the tensors, names, shapes and units this mapping assumes);
 // INVALID_ARGUMENT otherwise.
 absl::Status CheckGpt2Layout(const FlatLayout& layout);
+// The shape of a GPT-2 layout (CheckGpt2Layout first), with `heads` as
+// given: the tensors' shapes do not say it.
+absl::StatusOr<ModelShape> Gpt2ShapeOfLayout(const FlatLayout& layout,
+                                             int heads);
 
 // The HF tensors of flat weights (flat.size() == layout.total_elems()),
 // in manifest order. The views point into `flat` (no copy: no tensor needs

@@ -29,7 +29,6 @@
 #include "tools/ctl/commands.h"
 #include "client/shard_cluster.h"
 #include "common/config.h"
-#include "model/hf_gpt2.h"
 #include "model/sample_text.h"
 #include "model/generate.h"
 #include "model/arch.h"
@@ -70,24 +69,12 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
-// Every dimension of a GPT-2 layout but the head count.
-GptShape ShapeOf(const FlatLayout& layout, int heads) {
-  const ModelManifest& m = layout.manifest();
-  GptShape s;
-  s.layers = static_cast<int>(m.units.size()) - 2;
-  s.heads = heads;
-  s.vocab = static_cast<int>(m.units[0].tensors[0].shape[0]);
-  s.width = static_cast<int>(m.units[0].tensors[0].shape[1]);
-  s.context = static_cast<int>(m.units[0].tensors[1].shape[0]);
-  return s;
-}
-
 }  // namespace
 
 int RunSample(const CtlFlags& flags, int argc, char** argv) {
   const auto given = [&](const char* name) { return Given(argc, argv, name); };
   SampleConfig opt;
-  std::optional<GptShape> config_shape;
+  std::optional<ModelShape> config_shape;
   if (!flags.config_path.empty()) {
     absl::StatusOr<ParsedConfig> parsed = LoadTrainingConfig(flags.config_path);
     if (!parsed.ok()) return Fail(2, parsed.status().ToString());
@@ -127,16 +114,22 @@ int RunSample(const CtlFlags& flags, int argc, char** argv) {
   auto view = (*channels)->Discover();
   if (!view.ok()) return Fail(1, view.status().ToString());
   const FlatLayout& layout = view->layout;
-  if (absl::Status s = CheckGpt2Layout(layout); !s.ok()) return Fail(1, s.ToString());
-  const GptShape shape = ShapeOf(layout, heads);
+  // The servers' manifest names its architecture, which reads the shape.
+  absl::StatusOr<const model::ModelArch*> layout_arch =
+      model::ArchOfManifest(layout.manifest());
+  if (!layout_arch.ok()) return Fail(1, layout_arch.status().ToString());
+  absl::StatusOr<ModelShape> read_shape =
+      (*layout_arch)->ShapeOfLayout(layout, heads);
+  if (!read_shape.ok()) return Fail(1, read_shape.status().ToString());
+  const ModelShape& shape = *read_shape;
   if (config_shape.has_value()) {
-    const GptShape& c = *config_shape;
-    if (c.layers != shape.layers || c.width != shape.width || c.vocab != shape.vocab ||
-        c.context != shape.context) {
+    const ModelShape& c = *config_shape;
+    if (c.arch != shape.arch || c.layers != shape.layers || c.width != shape.width ||
+        c.vocab != shape.vocab || c.context != shape.context) {
       return Fail(2, absl::StrCat(
-          "--config=", flags.config_path, " describes a model of ", c.layers,
+          "--config=", flags.config_path, " describes a ", c.arch, " model of ", c.layers,
           " layers, width ", c.width, ", vocab ", c.vocab, ", context ", c.context,
-          "; the servers hold ", shape.layers, " layers, width ", shape.width,
+          "; the servers hold a ", shape.arch, " model of ", shape.layers, " layers, width ", shape.width,
           ", vocab ", shape.vocab, ", context ", shape.context));
     }
   }

@@ -11,7 +11,6 @@
 #include "tools/ctl/npy.h"
 #include "client/shard_cluster.h"
 #include "common/atomic_file.h"
-#include "model/hf_gpt2.h"
 #include "model/arch.h"
 
 namespace zeroshard::ctl {
@@ -55,11 +54,19 @@ int RunExport(const CtlFlags& flags) {
     return 1;
   }
   const FlatLayout& layout = view->layout;
+  const model::ModelArch* arch = nullptr;
   if (flags.format == "safetensors") {
-    if (absl::Status s = CheckGpt2Layout(layout); !s.ok()) {
+    // Checked before anything is read: the layout is one its architecture
+    // names (the Hugging Face names are the architecture's).
+    absl::StatusOr<const model::ModelArch*> found =
+        model::ArchOfManifest(layout.manifest());
+    absl::Status s = found.status();
+    if (s.ok()) s = (*found)->ShapeOfLayout(layout, /*heads=*/1).status();
+    if (!s.ok()) {
       std::fprintf(stderr, "export: %s\n", s.ToString().c_str());
       return 1;
     }
+    arch = *found;
   }
   const absl::Time t0 = absl::Now();
   auto snap = channels->ReadConsistentSnapshot(layout,
@@ -73,12 +80,8 @@ int RunExport(const CtlFlags& flags) {
   const std::vector<float>& flat = snap->arrays[0];
   absl::Status written;
   if (flags.format == "safetensors") {
-    absl::StatusOr<const model::ModelArch*> arch =
-        model::ArchOfManifest(layout.manifest());
-    written = !arch.ok() ? arch.status()
-                         : (*arch)->WriteHfSafetensors(
-                               flags.out, layout, flat,
-                               {{"zeroshard_step", absl::StrCat(snap->step)}});
+    written = arch->WriteHfSafetensors(
+        flags.out, layout, flat, {{"zeroshard_step", absl::StrCat(snap->step)}});
   } else {
     written = WriteFileAtomically(
         flags.out, absl::string_view(reinterpret_cast<const char*>(flat.data()),

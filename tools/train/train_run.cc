@@ -26,7 +26,6 @@
 #include "common/config.h"
 #include "common/data_files.h"
 #include "model/gpt_manifest.h"
-#include "model/hf_gpt2.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
 #include "common/logging.h"

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "client/shard_cluster.h"
 #include "common/atomic_file.h"
-#include "model/hf_gpt2.h"
 #include "common/status_macros.h"
 #include "model/arch.h"
 
