@@ -26,7 +26,25 @@ double Since(Clock::time_point t0) {
 
 }  // namespace
 
-StepEngine::StepEngine(const TrainingConfig& config, const FlatLayout* layout,
+StepEngineConfig StepEngineConfig::From(const TrainingConfig& config) {
+  StepEngineConfig c;
+  c.model = config.cluster.model;
+  c.checkpointing = ModelCheckpointPolicy(config.activation_checkpointing);
+  c.precision = config.precision;
+  c.communication_data_type = config.communication_data_type;
+  c.stage = config.zero.stage;
+  c.micro_batch_size = config.micro_batch_size;
+  c.gradient_accumulation_steps = config.gradient_accumulation_steps;
+  c.train_batch_size = config.train_batch_size;
+  c.gradient_clipping = config.gradient_clipping;
+  c.loss_scaler = LossScalerOptionsFor(config);
+  c.optimizer = config.optimizer;
+  c.steps = config.cluster.steps;
+  c.step_timeout_s = config.cluster.step_timeout_s;
+  return c;
+}
+
+StepEngine::StepEngine(const StepEngineConfig& config, const FlatLayout* layout,
                        int rank, ShardCluster* client, WorkerGroup* group,
                        const BatchSampler* sampler, LossScaler scaler)
     : config_(config),
@@ -40,7 +58,7 @@ StepEngine::StepEngine(const TrainingConfig& config, const FlatLayout* layout,
       param_dtype_(ParamDTypeFor(config.precision)),
       wire_dtype_(config.precision == Precision::kBf16 ? DType::kBf16
                                                        : DType::kFp32),
-      stage_(config.zero.stage) {}
+      stage_(config.stage) {}
 
 StepEngine::~StepEngine() {
   CancelPrefetch();
@@ -65,7 +83,7 @@ absl::StatusOr<std::unique_ptr<model::UnitModel>> MakeCpuModel(
 }
 
 absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
-    const TrainingConfig& config, const FlatLayout* layout, int rank,
+    const StepEngineConfig& config, const FlatLayout* layout, int rank,
     ShardCluster* client, WorkerGroup* group, const BatchSampler* sampler,
     const ModelFactory& make_model) {
   if (group->size() != static_cast<int>(layout->num_workers()) ||
@@ -75,31 +93,29 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
         ") does not match the layout (", layout->num_workers(),
         " workers) and rank ", rank));
   }
-  if (config.zero.stage < 1 || config.zero.stage > 3) {
+  if (config.stage < 1 || config.stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "zero_optimization.stage must be 1, 2 or 3, got ", config.zero.stage));
+        "zero_optimization.stage must be 1, 2 or 3, got ", config.stage));
   }
   if (config.micro_batch_size < 1 || config.gradient_accumulation_steps < 1) {
     return absl::InvalidArgumentError("batch sizes are not resolved");
   }
-  if (sampler->context() > config.cluster.model.context) {
+  if (sampler->context() > config.model.context) {
     return absl::InvalidArgumentError("sampler context exceeds the model's");
   }
   ASSIGN_OR_RETURN(LossScaler scaler,
-                   LossScaler::Create(LossScalerOptionsFor(config)));
+                   LossScaler::Create(config.loss_scaler));
   std::unique_ptr<StepEngine> e(new StepEngine(config, layout, rank, client,
                                                group, sampler,
                                                std::move(scaler)));
-  model::CheckpointPolicy policy =
-      ModelCheckpointPolicy(config.activation_checkpointing);
-  ASSIGN_OR_RETURN(e->model_, make_model(*layout, config.cluster.model,
-                                         e->param_dtype_, policy));
+  ASSIGN_OR_RETURN(e->model_, make_model(*layout, config.model,
+                                         e->param_dtype_, config.checkpointing));
   model::ModelMemory* mem = e->model_->memory_space();
   if (mem != nullptr && (group->size() == 1 || group->device_buffers() ||
                          mem->host_addressable())) {
     e->mem_ = mem;
     // A fence or copy that the device does not finish fails the step.
-    mem->set_timeout(absl::Seconds(config.cluster.step_timeout_s));
+    mem->set_timeout(absl::Seconds(config.step_timeout_s));
   }
   if (group->device_buffers() && e->mem_ == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -108,10 +124,10 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
         "(gloo, nccl-host) with the CPU model"));
   }
   e->cache_ = std::make_unique<UnitCache>(layout, rank, e->param_dtype_,
-                                          /*resident=*/config.zero.stage < 3,
+                                          /*resident=*/config.stage < 3,
                                           group, &e->queue_, e->mem_);
   GradShardOptions grad_options;
-  grad_options.stage = config.zero.stage;
+  grad_options.stage = config.stage;
   grad_options.bf16_wire =
       config.communication_data_type == CommDataType::kBf16;
   ASSIGN_OR_RETURN(e->grads_, GradShard::Create(layout, rank, group, &e->queue_,
@@ -419,7 +435,7 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
   // commit: the next step's fetch starts now, on the comm queue (idle after
   // the drain), and overlaps the update (docs/DESIGN.md, "One training
   // step", item 6).
-  if (step + 1 < config_.cluster.steps) {
+  if (step + 1 < config_.steps) {
     prefetch_cancel_.Reset();
     prefetched_step_ = static_cast<int64_t>(step + 1);
     prefetch_ = queue_.Submit([this, next = step + 1] { return Fetch(next); });
@@ -441,7 +457,7 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
                                    : absl::OkStatus();
     if (s.ok() && step == inject_partial_apply_step_) {
       s = client_->ApplyStepOn(0, step, client_->options().attempt,
-                               absl::Seconds(config_.cluster.step_timeout_s));
+                               absl::Seconds(config_.step_timeout_s));
       if (s.ok()) {
         s = absl::AbortedError(absl::StrCat(
             "injected fault: step ", step, " applied on server 0 only"));
@@ -449,7 +465,7 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
     }
     if (s.ok()) {
       s = client_->ApplyStep(step, client_->options().attempt,
-                             absl::Seconds(config_.cluster.step_timeout_s))
+                             absl::Seconds(config_.step_timeout_s))
               .status();
     }
     if (!s.ok()) {

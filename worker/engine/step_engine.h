@@ -101,6 +101,26 @@ struct EngineMemory {
   }
 };
 
+// What the engine uses of the training configuration (StepEngineConfig::
+// From picks it out of a resolved TrainingConfig).
+struct StepEngineConfig {
+  GptShape model;
+  model::CheckpointPolicy checkpointing;
+  Precision precision = Precision::kBf16;
+  CommDataType communication_data_type = CommDataType::kFp32;
+  int stage = 3;
+  int micro_batch_size = 0;
+  int gradient_accumulation_steps = 0;
+  int train_batch_size = 0;
+  double gradient_clipping = 0;
+  LossScalerOptions loss_scaler;
+  OptimizerConfig optimizer;  // the learning rate each step reports
+  uint64_t steps = 0;         // the run's last step + 1 (no prefetch past it)
+  double step_timeout_s = 0;
+
+  static StepEngineConfig From(const TrainingConfig& config);
+};
+
 // Makes the model the engine drives; the default makes the shape's
 // architecture's CPU model (model/arch.h). The worker passes one that makes
 // the CUDA model for --device=cuda:K (the engine itself does not depend on
@@ -121,9 +141,16 @@ class StepEngine {
   // the configuration's model and its architecture.
   // The pointers must outlive the engine.
   static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
-      const TrainingConfig& config, const FlatLayout* layout, int rank,
+      const StepEngineConfig& config, const FlatLayout* layout, int rank,
       ShardCluster* client, WorkerGroup* group, const BatchSampler* sampler,
       const ModelFactory& make_model = MakeCpuModel);
+  static absl::StatusOr<std::unique_ptr<StepEngine>> Create(
+      const TrainingConfig& config, const FlatLayout* layout, int rank,
+      ShardCluster* client, WorkerGroup* group, const BatchSampler* sampler,
+      const ModelFactory& make_model = MakeCpuModel) {
+    return Create(StepEngineConfig::From(config), layout, rank, client, group,
+                  sampler, make_model);
+  }
   ~StepEngine();
 
   // The step to run next: the servers' lowest chunk version (agreed among
@@ -175,7 +202,7 @@ class StepEngine {
   absl::Span<const float> grad_shard() const { return grads_->partition(); }
 
  private:
-  StepEngine(const TrainingConfig& config, const FlatLayout* layout, int rank,
+  StepEngine(const StepEngineConfig& config, const FlatLayout* layout, int rank,
              ShardCluster* client, WorkerGroup* group,
              const BatchSampler* sampler, LossScaler scaler);
 
@@ -192,7 +219,7 @@ class StepEngine {
   absl::Status ForwardBlocks();
   int NextBackwardUnit(int l) const;
 
-  const TrainingConfig config_;
+  const StepEngineConfig config_;
   const FlatLayout* layout_;
   const int rank_;
   const int world_;
