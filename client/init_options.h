@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "common/optimizer_config.h"
 #include "common/param_groups.h"
@@ -17,6 +18,10 @@ struct InitOptions {
   // (common/param_groups.h); default Hugging Face's, Single() for torch's one
   // group.
   ParamGroups param_groups;
+  // Non-empty: these groups (disjoint ranges inside [0, total), each with
+  // its weight decay and lr scale) in place of param_groups' classes, for a
+  // caller whose groups are not classes (torch's param-group dicts).
+  std::vector<ResolvedGroup> explicit_groups;
   // Seeded init (common/init_values.h); nullopt: all zeros.
   std::optional<uint64_t> seed = 0;
   // Std of the seeded normal init; 0: the server default 0.02.

@@ -40,9 +40,31 @@ absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
   *base.mutable_manifest() = ToProto(layout_.manifest());
   base.set_num_servers(S);
   *base.mutable_optimizer() = ToProto(options.optimizer);
-  AddParamGroups(ResolveParamGroups(layout_, options.param_groups,
-                                    options.optimizer.weight_decay),
-                 base.mutable_optimizer());
+  if (options.explicit_groups.empty()) {
+    AddParamGroups(ResolveParamGroups(layout_, options.param_groups,
+                                      options.optimizer.weight_decay),
+                   base.mutable_optimizer());
+  } else {
+    std::vector<FlatRange> all;
+    for (const ResolvedGroup& g : options.explicit_groups) {
+      if (!std::isfinite(g.weight_decay) || g.weight_decay < 0 ||
+          !std::isfinite(g.lr_scale) || g.lr_scale < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter group ", g.name, ": weight_decay ", g.weight_decay,
+            " and lr_scale ", g.lr_scale, " must be finite and >= 0"));
+      }
+      for (const FlatRange& r : g.ranges) {
+        if (r.empty() || r.end > layout_.total_elems()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter group ", g.name, ": range [", r.begin, ", ", r.end,
+              ") is empty or outside [0, ", layout_.total_elems(), ")"));
+        }
+        all.push_back(r);
+      }
+    }
+    RETURN_IF_ERROR(CheckDisjoint(all));
+    AddParamGroups(options.explicit_groups, base.mutable_optimizer());
+  }
   if (options.seed.has_value()) {
     base.mutable_init()->set_seed(*options.seed);
   } else {

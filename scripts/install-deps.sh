@@ -34,6 +34,9 @@ PKGS=(
   # minimal root), and python3-yaml
   # reads the rendered manifests for the pods' commands (tests/deploy/pod_plan.py)
   iproute2 python3-yaml mount
+  # the PyTorch front-end (python/): pybind11 and Python's headers build its
+  # extension module; torch and pytest run its tests
+  pybind11-dev python3-dev python3-torch python3-pytest
 )
 # Options (the default, no option, installs PKGS as before):
 #   --build-only  PKGS less NOT_FOR_BUILD: what configuring and compiling the
@@ -49,6 +52,7 @@ NOT_FOR_BUILD=(
   clang libclang-rt-14-dev libomp-14-dev llvm-14
   kubernetes-client nodejs node-ajv node-js-yaml
   prometheus iproute2 python3-yaml mount
+  python3-torch python3-pytest
 )
 case "${1:-}" in
   "") ;;

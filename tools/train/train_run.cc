@@ -14,7 +14,7 @@
 #include "tools/train/metrics_writer.h"
 #include "tools/train/out_dir_lock.h"
 #include "tools/train/progress_bar.h"
-#include "tools/train/run_credentials.h"
+#include "client/run_tokens.h"
 #include "tools/train/run_sample.h"
 #include "tools/train/train_cluster.h"
 #include "tools/train/weights_export.h"

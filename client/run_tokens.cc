@@ -1,4 +1,4 @@
-#include "tools/train/run_credentials.h"
+#include "client/run_tokens.h"
 
 #include <sys/random.h>
 #include <sys/stat.h>

@@ -1,0 +1,509 @@
+"""The training engine of the PyTorch front-end: DeepSpeed's engine API over
+zeroshard's shard servers.
+
+The model's parameters are views into one flat buffer laid out as the
+servers' flat space (common/layout.h: units padded to 64 elements), and so
+are their gradients: a step pushes the flat gradient to the servers, which
+apply the optimizer to their FP32 master weights and state, and gathers the
+new weights back into the same memory. No parameter or gradient byte is
+copied between torch and the client library.
+
+Ranks (RANK / WORLD_SIZE, started by zeroshard-launch) each hold the whole
+model, as in ZeRO stages 1 and 2: their gradients are averaged and
+reduce-scattered among them over the worker's collectives (Gloo), met
+through server 0's key-value store, and each rank pushes its partition. One
+rank alone pushes its whole gradient. FP32 or BF16 parameters (BF16: the
+servers keep FP32 masters and send their BF16 mirror).
+"""
+
+import atexit
+import json
+import math
+import os
+import secrets
+import sys
+import weakref
+
+import torch
+
+from . import _zeroshard
+from .local_cluster import LocalCluster
+
+_live_engines = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for e in list(_live_engines):
+        e.close()
+
+
+def _rank_and_world():
+    """RANK and WORLD_SIZE from the environment (torchrun's names), 0 and 1
+    when unset."""
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError as e:
+        raise ValueError(f"RANK / WORLD_SIZE: {e}") from None
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"RANK={rank} WORLD_SIZE={world}: need 0 <= RANK < "
+                         "WORLD_SIZE")
+    return rank, world
+
+
+def _config_text(config, args):
+    if config is None and args is not None:
+        config = getattr(args, "deepspeed_config", None) or getattr(
+            args, "zeroshard_config", None)
+    if config is None:
+        raise ValueError("zeroshard.initialize: no config (a path or a dict)")
+    if isinstance(config, dict):
+        return json.dumps(config), "config"
+    if isinstance(config, (str, os.PathLike)):
+        with open(config) as f:
+            return f.read(), os.fspath(config)
+    raise TypeError(f"config must be a path or a dict, not {type(config).__name__}")
+
+
+def _tensor_class(name, p):
+    # The class names the servers' default parameter groups (Hugging Face's):
+    # 1-D tensors do not decay.
+    if p.dim() <= 1:
+        return "norms" if "norm" in name.lower() or "ln" in name.lower() else "biases"
+    if "emb" in name.lower() or "wte" in name or "wpe" in name:
+        return "embeddings"
+    return "matrices"
+
+
+def _torch_optimizer_section(optimizer):
+    """DeepSpeed's "optimizer" section for a torch.optim.AdamW / Adam."""
+    kinds = {torch.optim.AdamW: "AdamW", torch.optim.Adam: "Adam"}
+    kind = kinds.get(type(optimizer))
+    if kind is None:
+        raise ValueError(
+            f"optimizer: {type(optimizer).__name__} is not one the servers "
+            "run (torch.optim.AdamW, torch.optim.Adam, or an \"optimizer\" "
+            "section in the config)")
+    g = optimizer.defaults
+    if g.get("amsgrad"):
+        raise ValueError("optimizer: amsgrad is not supported")
+    return {"type": kind, "params": {
+        "lr": g["lr"], "betas": list(g["betas"]), "eps": g["eps"],
+        "weight_decay": g["weight_decay"]}}
+
+
+class ZeroshardEngine(torch.nn.Module):
+    """What zeroshard.initialize returns first; see the module docstring."""
+
+    def __init__(self, model, model_parameters=None, optimizer=None,
+                 config=None, args=None, training_data=None, collate_fn=None,
+                 lr_scheduler=None):
+        super().__init__()
+        self.module = model
+        self._closed = False
+        self._servers = None
+        text, source = _config_text(config, args)
+        doc = json.loads(text)
+        if optimizer is not None and not callable(optimizer):
+            if "optimizer" in doc:
+                raise ValueError(
+                    "both an optimizer object and an \"optimizer\" section "
+                    "in the config: give one")
+            doc["optimizer"] = _torch_optimizer_section(optimizer)
+            if model_parameters is None:
+                model_parameters = optimizer.param_groups
+        if lr_scheduler is not None:
+            raise ValueError(
+                "lr_scheduler: the servers own the schedule; name it in the "
+                "config's \"scheduler\" section")
+        self.rank, self.world = _rank_and_world()
+        env_servers = os.environ.get("ZEROSHARD_SERVERS", "")
+        z = doc.setdefault("zeroshard", {})
+        self._zs_section = dict(z)
+        if env_servers:
+            # Started for this run by zeroshard-launch (or a pod's spec).
+            z["servers"] = env_servers.split(",")
+        z["workers"] = self.world
+        resolved, warnings = _zeroshard.resolve_config(json.dumps(doc))
+        if self.rank == 0:
+            for w in warnings:
+                print(f"zeroshard: {source}: {w}", file=sys.stderr)
+        self._resolved = resolved
+        cfg = json.loads(resolved)["config"]
+        self._cfg = cfg
+        prec = cfg["precision"]
+        if prec not in ("fp32", "bf16"):
+            raise NotImplementedError(
+                f"precision {prec}: this release trains FP32 or BF16")
+        self._dtype = torch.bfloat16 if prec == "bf16" else torch.float32
+        self._wire = "bf16" if prec == "bf16" else "fp32"
+        self._gas = cfg["gradient_accumulation_steps"]
+        self._micro = cfg["micro_batch_size"]
+        self._train_batch = cfg["train_batch_size"]
+        self._clip = cfg["gradient_clipping"]
+        self.global_steps = 0
+        self.micro_steps = 0
+        self._has_grads = False
+        self._last_norm = None
+        self._group = None
+
+        self._build_flat(model, model_parameters)
+        cl = cfg["cluster"]
+        addresses = cl["server_addresses"]
+        credentials = os.environ.get("ZEROSHARD_CREDENTIALS") or cl["credentials"]
+        run_id = os.environ.get("ZEROSHARD_RUN_ID", "")
+        if self.world > 1 and not (addresses and run_id):
+            raise RuntimeError(
+                f"WORLD_SIZE={self.world}: the ranks need servers started for "
+                "them and one run id: run the script under zeroshard-launch "
+                "(python3 -m zeroshard.launch --workers=N script.py), or set "
+                "zeroshard.servers to addresses and ZEROSHARD_RUN_ID")
+        if not addresses:
+            self._servers = LocalCluster(
+                cl["servers"], placement=cl["placement"],
+                startup_timeout_s=cl["startup_timeout_s"])
+            addresses = self._servers.addresses
+            credentials = self._servers.credentials
+        _live_engines.add(self)
+        self._layout = _zeroshard.Layout(self._units, len(addresses),
+                                         self.world)
+        if self._layout.total_elems != self._total:
+            raise RuntimeError("the flat layout depends on the server count")
+        self._cluster = _zeroshard.Cluster(
+            addresses, self._layout, credentials_dir=credentials,
+            role="admin" if self.rank == 0 else "worker",
+            run_id=run_id or secrets.token_hex(8),
+            call_timeout_s=cl["step_timeout_s"])
+        if self.world > 1:
+            self._group = self._cluster.open_group(
+                self.rank, self.world, "python/workers",
+                timeout_s=cl["startup_timeout_s"])
+            # Every rank trains what rank 0 resolved.
+            theirs = self._group.broadcast(resolved.encode(), 0).decode()
+            if theirs != resolved:
+                raise RuntimeError(
+                    f"rank {self.rank}: the resolved configuration differs "
+                    "from rank 0's (each rank must pass the same config)")
+        if self.rank == 0:
+            self._cluster.init(resolved, groups=self._groups,
+                               num_workers=self.world,
+                               chunk_elems=cl["chunk_elems"])
+            # The model's own initial values become the master weights; the
+            # model then holds what the servers hold (BF16: their mirror).
+            master = torch.zeros(self._total, dtype=torch.float32)
+            for p, off, n in self._slots:
+                master[off:off + n].copy_(p.detach().reshape(-1).float())
+            self._cluster.set_master_weights(master.numpy())
+        self._barrier()
+        self._gather()
+        # This rank's partition of every unit (the ranges it pushes).
+        self._my_ranges = self._layout.worker_ranges(self.rank)
+        self._my_elems = sum(e - b for b, e in self._my_ranges)
+
+        self.training_dataloader = None
+        if training_data is not None:
+            self.training_dataloader = torch.utils.data.DataLoader(
+                training_data, batch_size=self._micro, shuffle=True,
+                collate_fn=collate_fn, drop_last=True,
+                generator=torch.Generator().manual_seed(cl["seed"]))
+
+    # --- layout -----------------------------------------------------------
+
+    def _build_flat(self, model, model_parameters):
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        groups = None
+        if model_parameters is not None:
+            mp = list(model_parameters)
+            if mp and isinstance(mp[0], dict):
+                groups = mp
+                listed = [p for g in mp for p in g["params"]]
+            else:
+                listed = mp
+            ids = {id(p) for p in listed}
+            trainable = [p for p in trainable if id(p) in ids]
+            if len(ids) != len(trainable):
+                raise ValueError(
+                    "model_parameters: some are not parameters of the model "
+                    "(or are listed twice)")
+        names = {id(p): n for n, p in model.named_parameters()}
+        # One unit per module that owns parameters directly, in module
+        # order: the servers version and serve the flat space by units.
+        units = []
+        order = []
+        chosen = {id(p) for p in trainable}
+        seen = set()
+        for mod_name, mod in model.named_modules():
+            tensors = []
+            for pn, p in mod.named_parameters(recurse=False):
+                if id(p) not in chosen or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                full = f"{mod_name}.{pn}" if mod_name else pn
+                tensors.append((full, list(p.shape) or [1], _tensor_class(full, p)))
+                order.append(p)
+            if tensors:
+                units.append((mod_name or "root", tensors))
+        if not order:
+            raise ValueError("the model has no trainable parameters")
+        for p in order:
+            if p.device.type != "cpu":
+                raise NotImplementedError(
+                    f"parameter {names[id(p)]} is on {p.device}: this release "
+                    "trains CPU tensors")
+        self._units = units
+        self._order = order
+        self._names = names
+        # The flat layout is computed by the library; the buffers follow it.
+        layout = _zeroshard.Layout(units, 1, self.world)
+        self._total = layout.total_elems
+        self._flat_param = torch.zeros(self._total, dtype=self._dtype)
+        self._flat_grad = torch.zeros(self._total, dtype=self._dtype)
+        self._slots = []
+        offsets = {name: (off, n) for name, off, n, _ in layout.tensors()}
+        for p in order:
+            off, n = offsets[names[id(p)]]
+            self._slots.append((p, off, n))
+        self._groups = None
+        if groups is None and "param_groups" not in self._zs_section:
+            # torch's one group: the optimizer's weight decay on every
+            # tensor (zeroshard.param_groups, when the config names it,
+            # chooses by tensor class instead).
+            groups = [{"params": order}]
+        if groups is not None:
+            base_lr = json.loads(self._resolved)["config"]["optimizer"]["lr"]
+            self._groups = []
+            where = {id(p): (off, n) for p, off, n in self._slots}
+            wd_default = json.loads(self._resolved)["config"]["optimizer"][
+                "weight_decay"]
+            for g in groups:
+                ranges = sorted(
+                    (where[id(p)][0], where[id(p)][0] + where[id(p)][1])
+                    for p in g["params"])
+                self._groups.append((float(g.get("weight_decay", wd_default)),
+                                     float(g.get("lr", base_lr)) / base_lr,
+                                     ranges))
+
+    def _attach(self):
+        """Points every parameter and its gradient at the flat buffers."""
+        with torch.no_grad():
+            for p, off, n in self._slots:
+                view = self._flat_param[off:off + n].view(p.shape)
+                if p.data.data_ptr() != view.data_ptr():
+                    p.data = view
+                gview = self._flat_grad[off:off + n].view(p.shape)
+                if p.grad is None:
+                    p.grad = gview
+                elif p.grad.data_ptr() != gview.data_ptr():
+                    # Replaced (set_to_none, or a user's assignment): take
+                    # its values, then point it back.
+                    gview.copy_(p.grad)
+                    p.grad = gview
+
+    def _np(self, t):
+        return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+    def _gather(self):
+        self._cluster.gather([(0, self._total)], self._wire,
+                             self._np(self._flat_param),
+                             min_version=self.global_steps)
+        self._attach()
+
+    # --- DeepSpeed's engine API -------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        self._need_open()
+        self._attach()
+        return self.module(*args, **kwargs)
+
+    def _pending_grads(self):
+        return self._has_grads
+
+    def backward(self, loss):
+        """loss / gradient_accumulation_steps, then loss.backward()."""
+        self._need_open()
+        self._attach()
+        (loss / self._gas).backward()
+        self._has_grads = True
+        return loss
+
+    def is_gradient_accumulation_boundary(self):
+        return (self.micro_steps + 1) % self._gas == 0
+
+    def step(self):
+        """Counts a micro-step; at the accumulation boundary, the servers
+        apply the optimizer to the accumulated gradients."""
+        self._need_open()
+        if self.is_gradient_accumulation_boundary():
+            self._optimizer_step()
+        self.micro_steps += 1
+
+    def _clip_coefficient(self):
+        # torch.nn.utils.clip_grad_norm_ (norm_type 2), op for op, so the
+        # coefficient has its bits; BF16 gradients are normed in FP32, as
+        # the servers see them.
+        grads = [p.grad.float() for p, _, _ in self._slots]
+        if self._clip <= 0:
+            return 1.0, None
+        norms = [torch.norm(g.detach(), 2.0) for g in grads]
+        total = torch.norm(torch.stack(norms), 2.0)
+        coef = self._clip / (total + 1e-6)
+        coef = torch.clamp(coef, max=1.0)
+        return float(coef), float(total)
+
+    def _barrier(self):
+        if self._group is not None:
+            self._group.barrier()
+
+    def _optimizer_step(self):
+        self._attach()
+        if self._group is not None:
+            return self._optimizer_step_ranks()
+        coefficient, norm = self._clip_coefficient()
+        self._last_norm = norm
+        skip = norm is not None and not math.isfinite(norm)
+        if self._servers is not None:
+            self._servers.check_alive()
+        self._cluster.push(self.global_steps, 0, [(0, self._total)],
+                           self._wire, self._np(self._flat_grad),
+                           coefficient=0.0 if skip else coefficient, skip=skip)
+        self.global_steps += 1
+        self._gather()
+        self._flat_grad.zero_()
+        self._has_grads = False
+
+    def _optimizer_step_ranks(self):
+        # The gradient averaged over ranks, reduce-scattered unit by unit
+        # into this rank's partitions (the layout's worker ranges); the
+        # global norm from the partitions' sums of squares (in double, as
+        # the C++ worker does); each rank pushes its own partitions.
+        grad = self._flat_grad.float()
+        part = torch.empty(self._my_elems, dtype=torch.float32)
+        at = 0
+        for (_, off, _, padded), (b, e) in zip(self._layout.units(),
+                                                self._my_ranges):
+            self._group.reduce_scatter(grad[off:off + padded].numpy(),
+                                       part[at:at + e - b].numpy(),
+                                       1.0 / self.world)
+            at += e - b
+        sumsq = self._group.all_reduce([float(part.double().square().sum())])[0]
+        norm = math.sqrt(sumsq) if math.isfinite(sumsq) else float("inf")
+        self._last_norm = norm
+        skip = not math.isfinite(norm)
+        coefficient = 1.0
+        if self._clip > 0 and not skip:
+            coefficient = min(1.0, self._clip / (norm + 1e-6))
+        if self._servers is not None:
+            self._servers.check_alive()
+        self._cluster.push(self.global_steps, self.rank, self._my_ranges,
+                           "fp32", part.numpy(),
+                           coefficient=0.0 if skip else coefficient, skip=skip)
+        self.global_steps += 1
+        self._gather()
+        self._flat_grad.zero_()
+        self._has_grads = False
+
+    def zero_grad(self, set_to_none=False):
+        del set_to_none  # the views stay: zeroing them is the same
+        self._flat_grad.zero_()
+        self._has_grads = False
+
+    def train_batch_size(self):
+        return self._train_batch
+
+    def train_micro_batch_size_per_gpu(self):
+        return self._micro
+
+    def gradient_accumulation_steps(self):
+        return self._gas
+
+    def get_lr(self):
+        """The learning rate of the next optimizer step, per group."""
+        lr = _zeroshard.learning_rate_at(self._resolved, self.global_steps + 1)
+        if not self._groups:
+            return [lr]
+        return [lr * s for _, s, _ in self._groups]
+
+    def get_global_grad_norm(self):
+        return self._last_norm
+
+    # --- checkpoints --------------------------------------------------------
+
+    def save_checkpoint(self, save_dir, tag=None, client_state=None):
+        """The servers' coordinated checkpoint of the current step in
+        save_dir (in save_dir/tag when a tag is given), beside the engine's
+        own state and client_state."""
+        self._need_open()
+        if self.micro_steps % self._gas != 0 or self._pending_grads():
+            raise RuntimeError(
+                "save_checkpoint inside an accumulation window: its "
+                "gradients would be lost; save after engine.step()")
+        d = os.path.join(save_dir, str(tag)) if tag is not None else save_dir
+        path = None
+        if self.rank == 0:
+            os.makedirs(d, exist_ok=True)
+            path = self._cluster.checkpoint(self.global_steps, d,
+                                            self._resolved)
+            torch.save({"global_steps": self.global_steps,
+                        "micro_steps": self.micro_steps,
+                        "client_state": dict(client_state or {})},
+                       os.path.join(path, "zeroshard_engine.pt"))
+        if self._group is not None:
+            path = self._group.broadcast((path or "").encode(), 0).decode()
+        return path
+
+    def load_checkpoint(self, load_dir, tag=None):
+        """Restores the servers from load_dir's newest checkpoint (or tag's)
+        and the model's weights from them; returns (path, client_state)."""
+        self._need_open()
+        d = os.path.join(load_dir, str(tag)) if tag is not None else load_dir
+        path = ""
+        if self.rank == 0:
+            _, path = self._cluster.restore(d)
+        if self._group is not None:
+            path = self._group.broadcast(path.encode(), 0).decode()
+        state = torch.load(os.path.join(path, "zeroshard_engine.pt"))
+        self.global_steps = state["global_steps"]
+        self.micro_steps = state["micro_steps"]
+        self._gather()
+        self._flat_grad.zero_()
+        self._has_grads = False
+        return path, state["client_state"]
+
+    def consolidated_state_dict(self):
+        """The servers' FP32 master weights under the module's own names."""
+        self._need_open()
+        master = torch.empty(self._total, dtype=torch.float32)
+        self._cluster.gather([(0, self._total)], "fp32", master.numpy(),
+                             min_version=self.global_steps)
+        out = {}
+        for p, off, n in self._slots:
+            out[self._names[id(p)]] = master[off:off + n].view(p.shape).clone()
+        return out
+
+    def inspect(self):
+        """Each server's state (zeroshard-ctl inspect's fields)."""
+        return self._cluster.inspect_all()
+
+    # --- lifetime -----------------------------------------------------------
+
+    def _need_open(self):
+        if self._closed:
+            raise RuntimeError("the engine is closed")
+
+    def close(self):
+        """Stops the servers initialize started; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._cluster = None
+        if self._servers is not None:
+            self._servers.stop()
+            self._servers = None
+        _live_engines.discard(self)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

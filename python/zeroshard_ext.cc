@@ -1,0 +1,538 @@
+// zeroshard._zeroshard: the Python package's native half, a thin binding of
+// the client library's public API (client/shard_cluster.h) and of the
+// configuration parser (common/config.h). docs/DESIGN.md, "The PyTorch
+// front-end".
+//
+// Buffers cross as Python buffer objects (a torch CPU tensor's .numpy(), a
+// BF16 tensor viewed as int16): their memory is read or written in place,
+// never copied, and its size is checked against what the call needs before
+// anything is sent. Every blocking call releases the GIL. An absl::Status
+// error raises zeroshard.ZeroshardError (a RuntimeError) with the status
+// code's name first: "INVALID_ARGUMENT: ...".
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/checkpoint_commit.h"
+#include "client/kv_client.h"
+#include "client/client_options.h"
+#include "client/shard_cluster.h"
+#include "common/checkpoint_manifest.h"
+#include "common/config.h"
+#include "common/dtype.h"
+#include "common/layout.h"
+#include "common/param_groups.h"
+#include "common/resolved_config.h"
+#include "client/run_tokens.h"
+#include "worker/comm/collectives.h"
+
+namespace py = pybind11;
+
+namespace zeroshard {
+namespace {
+
+struct StatusError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void Raise(const absl::Status& s) {
+  throw StatusError(
+      absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message()));
+}
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) Raise(s);
+}
+
+template <typename T>
+T Value(absl::StatusOr<T> v) {
+  if (!v.ok()) Raise(v.status());
+  return *std::move(v);
+}
+
+absl::StatusOr<DType> WireDType(const std::string& name) {
+  if (name == "fp32") return DType::kFp32;
+  if (name == "bf16") return DType::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("dtype \"", name, "\" is neither fp32 nor bf16"));
+}
+
+absl::StatusOr<TensorClass> ClassOfName(const std::string& name) {
+  for (int c = 0; c < kNumTensorClasses; ++c) {
+    if (TensorClassName(static_cast<TensorClass>(c)) == name) {
+      return static_cast<TensorClass>(c);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tensor class \"", name,
+      "\" is none of matrices, embeddings, biases, norms"));
+}
+
+using Range = std::pair<uint64_t, uint64_t>;
+
+std::vector<FlatRange> ToRanges(const std::vector<Range>& in) {
+  std::vector<FlatRange> out;
+  out.reserve(in.size());
+  for (const auto& [b, e] : in) out.push_back(FlatRange{b, e});
+  return out;
+}
+
+// A writable or readable C-contiguous buffer of exactly `bytes` bytes.
+struct Bytes {
+  void* data = nullptr;
+  size_t size = 0;
+};
+
+Bytes BufferOf(const py::buffer& b, bool writable, uint64_t want_bytes,
+               const char* what) {
+  // PyBUF_ND | PyBUF_FORMAT | (writable) with C contiguity required.
+  py::buffer_info info = b.request(writable);
+  size_t bytes = static_cast<size_t>(info.itemsize);
+  int64_t expect_stride = info.itemsize;
+  for (int d = info.ndim - 1; d >= 0; --d) {
+    if (info.shape[d] != 1 && info.strides[d] != expect_stride) {
+      Raise(absl::InvalidArgumentError(
+          absl::StrCat(what, ": the buffer is not C-contiguous")));
+    }
+    expect_stride *= info.shape[d];
+    bytes *= static_cast<size_t>(info.shape[d]);
+  }
+  if (bytes != want_bytes) {
+    Raise(absl::InvalidArgumentError(absl::StrCat(
+        what, ": the buffer holds ", bytes, " bytes, the call needs ",
+        want_bytes)));
+  }
+  return Bytes{info.ptr, bytes};
+}
+
+uint64_t RangesBytes(const std::vector<FlatRange>& ranges, DType dtype) {
+  uint64_t n = 0;
+  for (const FlatRange& r : ranges) n += r.empty() ? 0 : r.size();
+  return n * DTypeSize(dtype);
+}
+
+// unit name, [(tensor name, shape, class name)]
+using TensorEntry = std::tuple<std::string, std::vector<int64_t>, std::string>;
+using UnitEntry = std::pair<std::string, std::vector<TensorEntry>>;
+
+FlatLayout MakeLayout(const std::vector<UnitEntry>& units, uint32_t servers,
+                      uint32_t workers, const std::string& arch) {
+  ModelManifest m;
+  m.partition_count = workers;
+  m.arch = arch;
+  for (const auto& [unit_name, tensors] : units) {
+    UnitSpec u;
+    u.name = unit_name;
+    for (const auto& [name, shape, cls] : tensors) {
+      // The weights come from the caller's model (SetMasterWeights), so the
+      // servers' own init is zeros.
+      u.tensors.push_back(TensorSpec{name, shape,
+                                     InitRule{InitRule::Kind::kZeros, 1.0},
+                                     Value(ClassOfName(cls))});
+    }
+    m.units.push_back(std::move(u));
+  }
+  return Value(FlatLayout::Create(m, servers, workers));
+}
+
+py::dict StatusDict(const ServerStatus& s) {
+  py::dict d;
+  d["initialized"] = s.initialized;
+  d["server_index"] = s.server_index;
+  d["num_servers"] = s.num_servers;
+  d["owned"] = Range{s.owned.begin, s.owned.end};
+  d["total_elems"] = s.total_elems;
+  d["min_version"] = s.min_version;
+  d["max_version"] = s.max_version;
+  d["optimizer_step"] = s.optimizer_step;
+  d["placement"] = s.placement;
+  d["master_norm"] = s.master_norm;
+  py::dict norms;
+  for (const auto& [slot, norm] : s.state_norms) norms[py::str(slot)] = norm;
+  d["state_norms"] = norms;
+  py::dict bytes;
+  for (const auto& [kind, n] : s.bytes_by_kind) bytes[py::str(kind)] = n;
+  d["bytes_by_kind"] = bytes;
+  d["arch"] = s.manifest.arch;
+  return d;
+}
+
+// The ranks of one Python run: the worker's collectives (Gloo on the CPU),
+// met through server 0's key-value store. Buffers are FP32 (reduce-scatter)
+// or raw bytes (all-gather).
+class PyGroup {
+ public:
+  PyGroup(std::unique_ptr<KvClient> kv, std::unique_ptr<WorkerGroup> group)
+      : kv_(std::move(kv)), group_(std::move(group)) {}
+
+  int rank() const { return group_->rank(); }
+  int size() const { return group_->size(); }
+
+  // out = scale * the sum over ranks of their in[rank * part, ...), part =
+  // out's length; `in` holds size() parts.
+  void ReduceScatter(const py::buffer& in, const py::buffer& out,
+                     float scale) {
+    py::buffer_info oi = out.request(true);
+    const uint64_t part = static_cast<uint64_t>(oi.size);
+    Bytes o = BufferOf(out, true, part * sizeof(float), "reduce_scatter out");
+    Bytes i = BufferOf(in, false, part * size() * sizeof(float),
+                       "reduce_scatter in");
+    py::gil_scoped_release release;
+    Check(group_->ReduceScatter(
+        absl::MakeConstSpan(static_cast<const float*>(i.data), part * size()),
+        absl::MakeSpan(static_cast<float*>(o.data), part), scale));
+  }
+
+  // This rank's part of `buf` (size() equal parts) is in place; on return
+  // every part is filled.
+  void AllGatherInPlace(const py::buffer& buf) {
+    py::buffer_info bi = buf.request(true);
+    const uint64_t bytes = static_cast<uint64_t>(bi.size * bi.itemsize);
+    Bytes b = BufferOf(buf, true, bytes, "all_gather");
+    py::gil_scoped_release release;
+    Check(group_->AllGatherInPlace(
+        absl::MakeSpan(static_cast<uint8_t*>(b.data), b.size)));
+  }
+
+  // Element-wise sum, max or min of a few doubles; every rank gets the same.
+  std::vector<double> AllReduce(std::vector<double> values,
+                                const std::string& op) {
+    ReduceOp o = op == "sum"   ? ReduceOp::kSum
+                 : op == "max" ? ReduceOp::kMax
+                 : op == "min" ? ReduceOp::kMin
+                               : (Raise(absl::InvalidArgumentError(absl::StrCat(
+                                      "op \"", op, "\" is not sum, max or min"))),
+                                  ReduceOp::kSum);
+    py::gil_scoped_release release;
+    Check(group_->AllReduce(absl::MakeSpan(values), o));
+    return values;
+  }
+
+  py::bytes Broadcast(const std::string& bytes, int root) {
+    std::string b = bytes;
+    {
+      py::gil_scoped_release release;
+      Check(group_->Broadcast(&b, root));
+    }
+    return py::bytes(b);
+  }
+
+  void Barrier() {
+    py::gil_scoped_release release;
+    Check(group_->Barrier());
+  }
+
+ private:
+  std::unique_ptr<KvClient> kv_;
+  std::unique_ptr<WorkerGroup> group_;
+};
+
+class PyCluster {
+ public:
+  PyCluster(std::vector<std::string> addresses, const FlatLayout& layout,
+            const std::string& credentials_dir, const std::string& role,
+            const std::string& run_id, uint64_t attempt,
+            double call_timeout_s) {
+    ShardClientOptions o;
+    if (!(call_timeout_s > 0)) {
+      Raise(absl::InvalidArgumentError("call_timeout_s must be > 0"));
+    }
+    o.call_timeout = absl::Seconds(call_timeout_s);
+    o.run_id = run_id;
+    o.attempt = attempt;
+    o.security = Value(LoadClientCredentials(credentials_dir, role));
+    cluster_ = Value(ShardCluster::Connect(addresses, o, layout));
+  }
+
+  // The optimizer, its schedule and the parameter groups come from the
+  // resolved configuration (the same parser zeroshard-train uses); `groups`,
+  // when given, are the caller's own (weight_decay, lr_scale, ranges) in
+  // place of the configuration's classes.
+  void Init(const std::string& resolved_json,
+            const std::optional<std::vector<
+                std::tuple<double, double, std::vector<Range>>>>& groups,
+            uint32_t num_workers, uint64_t chunk_elems) {
+    const TrainingConfig config = Value(ParseResolvedConfig(resolved_json));
+    InitOptions o;
+    o.optimizer = config.optimizer;
+    o.param_groups = config.param_groups;
+    o.seed = std::nullopt;  // zeros: the caller sets the model's weights
+    o.num_workers = num_workers;
+    o.chunk_elems = chunk_elems;
+    if (groups.has_value()) {
+      o.param_groups = ParamGroups::Single();
+      int i = 0;
+      for (const auto& [wd, lr_scale, ranges] : *groups) {
+        ResolvedGroup g;
+        g.name = absl::StrCat("group", i++);
+        g.weight_decay = wd;
+        g.lr_scale = lr_scale;
+        for (const FlatRange& r : ToRanges(ranges)) {
+          g.ranges.push_back(r);
+          g.elems += r.size();
+        }
+        o.explicit_groups.push_back(std::move(g));
+      }
+    }
+    py::gil_scoped_release release;
+    Check(cluster_->Init(o).status());
+  }
+
+  void SetMasterWeights(const py::buffer& flat) {
+    const uint64_t n = cluster_->layout().total_elems();
+    Bytes b = BufferOf(flat, false, n * sizeof(float), "set_master_weights");
+    py::gil_scoped_release release;
+    Check(cluster_->SetMasterWeights(
+        absl::MakeConstSpan(static_cast<const float*>(b.data), n)));
+  }
+
+  // Returns (min_version, max_version) of the pieces received.
+  Range Gather(const std::vector<Range>& ranges, const std::string& dtype,
+               const py::buffer& out, int64_t min_version) {
+    const DType t = Value(WireDType(dtype));
+    const std::vector<FlatRange> r = ToRanges(ranges);
+    Bytes b = BufferOf(out, true, RangesBytes(r, t), "gather");
+    py::gil_scoped_release release;
+    GatherResult g =
+        Value(cluster_->Gather(r, t, min_version, b.data, b.size));
+    return {g.min_version, g.max_version};
+  }
+
+  // `grad` holds the ranges' elements concatenated, in `dtype`. Returns
+  // the elements the servers applied (0 for a prepared push).
+  uint64_t Push(uint64_t step, uint32_t worker,
+                const std::vector<Range>& ranges, const std::string& dtype,
+                const py::buffer& grad, double coefficient, bool skip,
+                bool prepare) {
+    const DType t = Value(WireDType(dtype));
+    const std::vector<FlatRange> r = ToRanges(ranges);
+    Bytes b = BufferOf(grad, false, RangesBytes(r, t), "push");
+    std::vector<GradSpan> spans;
+    const char* p = static_cast<const char*>(b.data);
+    for (const FlatRange& fr : r) {
+      spans.push_back(GradSpan{fr, t, p});
+      p += fr.size() * DTypeSize(t);
+    }
+    StepCommit c{coefficient, skip, prepare};
+    Check(ValidateStepCommit(c));
+    py::gil_scoped_release release;
+    return Value(cluster_->PushGrad(step, worker, spans, c,
+                                    /*coefficient_known=*/false))
+        .applied_elems;
+  }
+
+  void ApplyStep(uint64_t step, uint64_t attempt, double timeout_s) {
+    py::gil_scoped_release release;
+    Check(cluster_->ApplyStep(step, attempt, absl::Seconds(timeout_s))
+              .status());
+  }
+
+  py::list InspectAll() {
+    std::vector<absl::StatusOr<ServerStatus>> all;
+    {
+      py::gil_scoped_release release;
+      all = cluster_->InspectAll();
+    }
+    py::list out;
+    for (auto& s : all) out.append(StatusDict(Value(std::move(s))));
+    return out;
+  }
+
+  // A coordinated checkpoint of version `step` (the weights after `step`
+  // optimizer steps) in `directory`: armed, written by every server and
+  // committed (client/checkpoint_commit.h), keeping the newest `keep_last`
+  // (0: all). Returns its folder.
+  std::string Checkpoint(uint64_t step, const std::string& directory,
+                  const std::string& resolved_json, int keep_last,
+                  double timeout_s) {
+    const TrainingConfig config = Value(ParseResolvedConfig(resolved_json));
+    py::gil_scoped_release release;
+    Check(cluster_->ArmCheckpoint(step, directory));
+    std::vector<ShardFile> files = Value(
+        cluster_->WaitCheckpoint(step, directory, absl::Seconds(timeout_s)));
+    CheckpointInfo info;
+    info.step = step;
+    info.layout = &cluster_->layout();
+    info.config_fingerprint = ConfigFingerprint(config);
+    info.schedule_total_steps = config.optimizer.total_steps;
+    Check(CommitCheckpoint(directory, files, info, keep_last));
+    return absl::StrCat(directory, "/", CheckpointFolderName(step));
+  }
+
+  // Restores every server from `directory` (its newest checkpoint when
+  // `step` is None); returns the version they all stand at and its folder.
+  std::pair<uint64_t, std::string> Restore(const std::string& directory, std::optional<uint64_t> step,
+                   double timeout_s) {
+    py::gil_scoped_release release;
+    std::vector<ServerRestore> r = Value(
+        cluster_->Restore(directory, step, absl::Seconds(timeout_s)));
+    const uint64_t v = r.empty() ? 0 : r.front().version;
+    return {v, absl::StrCat(directory, "/", CheckpointFolderName(v))};
+  }
+
+  uint64_t total_elems() const { return cluster_->layout().total_elems(); }
+
+  // Joins the run's `world` ranks through server 0's key-value store under
+  // `name` (every rank passes the same), each call bounded by timeout_s.
+  std::unique_ptr<PyGroup> OpenGroup(int rank, int world,
+                                     const std::string& name,
+                                     double timeout_s) {
+    if (!(timeout_s > 0)) {
+      Raise(absl::InvalidArgumentError("timeout_s must be > 0"));
+    }
+    Check(ValidateGroupShape(rank, world));
+    py::gil_scoped_release release;
+    std::unique_ptr<KvClient> kv = Value(cluster_->OpenKv(
+        KvClient::Scope{cluster_->options().run_id, cluster_->options().attempt}));
+    GroupOptions o;
+    o.group = name;
+    o.timeout = absl::Seconds(timeout_s);
+    std::unique_ptr<WorkerGroup> g =
+        Value(CreateWorkerGroup("gloo", rank, world, kv.get(), o));
+    return std::make_unique<PyGroup>(std::move(kv), std::move(g));
+  }
+
+ private:
+  std::unique_ptr<ShardCluster> cluster_;
+};
+
+}  // namespace
+}  // namespace zeroshard
+
+PYBIND11_MODULE(_zeroshard, m) {
+  using namespace zeroshard;
+  m.doc() = "zeroshard's client library and configuration parser";
+  static py::exception<StatusError> error(m, "ZeroshardError",
+                                          PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      error(e.what());
+    }
+  });
+
+  m.def(
+      "resolve_config",
+      [](const std::string& text, std::optional<int> servers,
+         std::optional<int> workers, std::optional<uint64_t> steps) {
+        ConfigOverrides o{servers, workers, steps};
+        ParsedConfig p = Value(ParseTrainingConfig(text, o));
+        return std::make_pair(ResolvedConfigJson(p.config), p.warnings);
+      },
+      py::arg("text"), py::arg("servers") = py::none(),
+      py::arg("workers") = py::none(), py::arg("steps") = py::none(),
+      "Parses and resolves a DeepSpeed-style JSON configuration as "
+      "zeroshard-train does; returns (resolved JSON, warnings).");
+  m.def(
+      "learning_rate_at",
+      [](const std::string& resolved_json, uint64_t t) {
+        return LearningRateAt(Value(ParseResolvedConfig(resolved_json)).optimizer,
+                              t);
+      },
+      "The learning rate of optimizer step t (1-based) under the schedule.");
+  m.def(
+      "make_run_tokens",
+      [](const std::string& dir) { return Value(MakeRunTokens(dir)); },
+      "Writes fresh per-run bearer tokens into dir; returns its absolute path.");
+
+  py::class_<FlatLayout>(m, "Layout")
+      .def(py::init(&MakeLayout), py::arg("units"), py::arg("servers"),
+           py::arg("workers"), py::arg("arch") = "torch")
+      .def_property_readonly("total_elems", &FlatLayout::total_elems)
+      .def_property_readonly("param_elems", &FlatLayout::param_elems)
+      .def_property_readonly("num_servers", &FlatLayout::num_servers)
+      .def_property_readonly("num_workers", &FlatLayout::num_workers)
+      .def("tensors",
+           [](const FlatLayout& l) {
+             std::vector<std::tuple<std::string, uint64_t, uint64_t, int>> out;
+             for (const TensorInfo& t : l.tensors()) {
+               out.emplace_back(t.name, t.offset, t.numel, t.unit);
+             }
+             return out;
+           },
+           "(name, flat offset, elements, unit) per tensor, in order.")
+      .def("units",
+           [](const FlatLayout& l) {
+             std::vector<std::tuple<std::string, uint64_t, uint64_t, uint64_t>>
+                 out;
+             for (const UnitInfo& u : l.units()) {
+               out.emplace_back(u.name, u.offset, u.numel, u.padded);
+             }
+             return out;
+           },
+           "(name, flat offset, elements, padded elements) per unit.")
+      .def("server_range",
+           [](const FlatLayout& l, uint32_t k) {
+             if (k >= l.num_servers()) {
+               Raise(absl::OutOfRangeError(absl::StrCat(
+                   "server ", k, " of ", l.num_servers())));
+             }
+             FlatRange r = l.ServerRange(k);
+             return Range{r.begin, r.end};
+           })
+      .def("worker_ranges", [](const FlatLayout& l, uint32_t r) {
+        if (r >= l.num_workers()) {
+          Raise(absl::OutOfRangeError(
+              absl::StrCat("worker ", r, " of ", l.num_workers())));
+        }
+        std::vector<Range> out;
+        for (const FlatRange& f : l.WorkerRanges(r)) {
+          out.emplace_back(f.begin, f.end);
+        }
+        return out;
+      });
+
+  py::class_<PyCluster>(m, "Cluster")
+      .def(py::init<std::vector<std::string>, const FlatLayout&,
+                    const std::string&, const std::string&,
+                    const std::string&, uint64_t, double>(),
+           py::arg("addresses"), py::arg("layout"),
+           py::arg("credentials_dir") = "", py::arg("role") = "worker",
+           py::arg("run_id") = "", py::arg("attempt") = 0,
+           py::arg("call_timeout_s") = 120.0)
+      .def("init", &PyCluster::Init, py::arg("resolved_config"),
+           py::arg("groups") = py::none(), py::arg("num_workers") = 0,
+           py::arg("chunk_elems") = 0)
+      .def("set_master_weights", &PyCluster::SetMasterWeights)
+      .def("gather", &PyCluster::Gather, py::arg("ranges"), py::arg("dtype"),
+           py::arg("out"), py::arg("min_version") = -1)
+      .def("push", &PyCluster::Push, py::arg("step"), py::arg("worker"),
+           py::arg("ranges"), py::arg("dtype"), py::arg("grad"),
+           py::arg("coefficient") = 1.0, py::arg("skip") = false,
+           py::arg("prepare") = false)
+      .def("apply_step", &PyCluster::ApplyStep, py::arg("step"),
+           py::arg("attempt") = 0, py::arg("timeout_s") = 120.0)
+      .def("inspect_all", &PyCluster::InspectAll)
+      .def("checkpoint", &PyCluster::Checkpoint, py::arg("step"),
+           py::arg("directory"), py::arg("resolved_config"),
+           py::arg("keep_last") = 0, py::arg("timeout_s") = 300.0)
+      .def("restore", &PyCluster::Restore, py::arg("directory"),
+           py::arg("step") = py::none(), py::arg("timeout_s") = 300.0)
+      .def("open_group", &PyCluster::OpenGroup, py::arg("rank"),
+           py::arg("world"), py::arg("name"), py::arg("timeout_s") = 120.0)
+      .def_property_readonly("total_elems", &PyCluster::total_elems);
+
+  py::class_<PyGroup>(m, "Group")
+      .def_property_readonly("rank", &PyGroup::rank)
+      .def_property_readonly("size", &PyGroup::size)
+      .def("reduce_scatter", &PyGroup::ReduceScatter, py::arg("inp"),
+           py::arg("out"), py::arg("scale") = 1.0f)
+      .def("all_gather_in_place", &PyGroup::AllGatherInPlace)
+      .def("all_reduce", &PyGroup::AllReduce, py::arg("values"),
+           py::arg("op") = "sum")
+      .def("broadcast", &PyGroup::Broadcast, py::arg("data"), py::arg("root"))
+      .def("barrier", &PyGroup::Barrier);
+}

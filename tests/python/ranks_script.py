@@ -1,0 +1,32 @@
+"""A training script for zeroshard-launch (tests/python/test_launch.py):
+each rank trains the tests' model on its own micro-batches and writes its
+parameters to OUT.rank<R>.pt.
+
+    python3 -m zeroshard.launch --workers=2 ranks_script.py OUT STEPS GAS CLIP [FAIL_RANK]
+"""
+
+import os
+import sys
+
+import torch
+
+import zeroshard
+from test_engine import batches, config, make_model
+
+out, steps, gas, clip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+fail_rank = int(sys.argv[5]) if len(sys.argv) > 5 else -1
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if rank == fail_rank:
+    sys.exit(3)
+data = batches(steps * world * gas, 4)
+model = make_model()
+engine, _, _, _ = zeroshard.initialize(model=model, config=config(1, gas, clip))
+loss_fn = torch.nn.CrossEntropyLoss()
+for s in range(steps):
+    for m in range(gas):
+        x, y = data[(s * world + rank) * gas + m]
+        engine.backward(loss_fn(engine(x), y))
+        engine.step()
+torch.save([p.detach().clone() for p in model.parameters()],
+           f"{out}.rank{rank}.pt")
+engine.close()

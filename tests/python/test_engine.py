@@ -1,0 +1,205 @@
+"""The PyTorch front-end against torch itself: a torch model trained through
+zeroshard.initialize (servers holding the FP32 masters and AdamW's state)
+ends every step with the same parameter bits as the same model trained by
+torch.optim.AdamW with clip_grad_norm_ and gradient accumulation.
+
+    PYTHONPATH=build/python /usr/bin/python3 -m pytest tests/python
+"""
+
+import copy
+import os
+
+import pytest
+import torch
+
+import zeroshard
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(12, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
+        torch.nn.Linear(32, 5))
+
+
+def batches(n, micro, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(micro, 12, generator=g),
+             torch.randint(0, 5, (micro,), generator=g)) for _ in range(n)]
+
+
+def config(servers=2, gas=2, clip=1.0, wd=0.01, **extra):
+    c = {"train_micro_batch_size_per_gpu": 4,
+         "gradient_accumulation_steps": gas,
+         "gradient_clipping": clip,
+         "optimizer": {"type": "AdamW", "params": {
+             "lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
+             "weight_decay": wd}},
+         "zeroshard": {"servers": servers}}
+    c.update(extra)
+    return c
+
+
+def torch_reference(model, data, gas, clip, wd, steps, groups=None):
+    opt = torch.optim.AdamW(groups or model.parameters(), lr=3e-3,
+                            betas=(0.9, 0.95), eps=1e-8, weight_decay=wd)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    history = []
+    for s in range(steps):
+        for m in range(gas):
+            x, y = data[s * gas + m]
+            (loss_fn(model(x), y) / gas).backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        opt.zero_grad()
+        history.append([p.detach().clone() for p in model.parameters()])
+    return history
+
+
+@pytest.mark.parametrize("servers,gas,clip", [(1, 1, 0.0), (2, 2, 1.0),
+                                              (3, 3, 0.05)])
+def test_matches_torch_adamw_bit_for_bit(servers, gas, clip):
+    steps = 4
+    data = batches(steps * gas, 4)
+    ref = torch_reference(make_model(), data, gas, clip, 0.01, steps)
+
+    model = make_model()
+    engine, _, _, _ = zeroshard.initialize(
+        model=model, model_parameters=model.parameters(),
+        config=config(servers, gas, clip))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    try:
+        for s in range(steps):
+            for m in range(gas):
+                x, y = data[s * gas + m]
+                engine.backward(loss_fn(engine(x), y))
+                engine.step()
+            assert engine.global_steps == s + 1
+            for i, (p, r) in enumerate(zip(model.parameters(), ref[s])):
+                assert torch.equal(p, r), (
+                    f"step {s + 1}, parameter {i}: max |diff| "
+                    f"{(p - r).abs().max().item()}")
+        # The servers' masters are the model's values (FP32 training).
+        sd = engine.consolidated_state_dict()
+        for name, p in model.named_parameters():
+            assert torch.equal(sd[name], p.detach()), name
+    finally:
+        engine.close()
+
+
+def test_param_group_dicts_and_the_torch_style_loop():
+    steps = 3
+    data = batches(steps, 4)
+    ref_model = make_model()
+    decay = [p for n, p in ref_model.named_parameters() if p.dim() > 1]
+    rest = [p for n, p in ref_model.named_parameters() if p.dim() <= 1]
+    ref = torch_reference(ref_model, data, 1, 0.0, 0.1, steps,
+                          groups=[{"params": decay, "weight_decay": 0.1},
+                                  {"params": rest, "weight_decay": 0.0}])
+    model = make_model()
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+    rest = [p for n, p in model.named_parameters() if p.dim() <= 1]
+    engine, optimizer, _, _ = zeroshard.initialize(
+        model=model, config=config(1, 1, 0.0, wd=0.1),
+        model_parameters=[{"params": decay, "weight_decay": 0.1},
+                          {"params": rest, "weight_decay": 0.0}])
+    loss_fn = torch.nn.CrossEntropyLoss()
+    try:
+        for s in range(steps):
+            x, y = data[s]
+            loss_fn(model(x), y).backward()   # no engine call in between
+            optimizer.step()
+            optimizer.zero_grad()
+            for p, r in zip(model.parameters(), ref[s]):
+                assert torch.equal(p, r)
+        assert engine.global_steps == steps
+    finally:
+        engine.close()
+
+
+def test_checkpoint_round_trip(tmp_path):
+    data = batches(4, 4)
+    model = make_model()
+    engine, _, _, _ = zeroshard.initialize(
+        model=model, config=config(2, 1, 1.0))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    try:
+        for s in range(2):
+            engine.backward(loss_fn(engine(data[s][0]), data[s][1]))
+            engine.step()
+        path = engine.save_checkpoint(str(tmp_path), client_state={"k": 7})
+        assert os.path.basename(path) == "step-%020d" % 2
+        saved = [p.detach().clone() for p in model.parameters()]
+        for s in range(2, 4):
+            engine.backward(loss_fn(engine(data[s][0]), data[s][1]))
+            engine.step()
+        after = [p.detach().clone() for p in model.parameters()]
+        assert not all(torch.equal(a, b) for a, b in zip(saved, after))
+        got, client = engine.load_checkpoint(str(tmp_path))
+        assert got == path and client == {"k": 7}
+        assert engine.global_steps == 2
+        for p, s in zip(model.parameters(), saved):
+            assert torch.equal(p, s)
+        # Training on from the restored step repeats the same steps.
+        for s in range(2, 4):
+            engine.backward(loss_fn(engine(data[s][0]), data[s][1]))
+            engine.step()
+        for p, a in zip(model.parameters(), after):
+            assert torch.equal(p, a)
+    finally:
+        engine.close()
+
+
+def test_bad_config_names_the_key():
+    model = make_model()
+    with pytest.raises(zeroshard.ZeroshardError, match="gradient_clipping"):
+        zeroshard.initialize(model=model, config=config(1, 1, -1.0))
+    with pytest.raises(zeroshard.ZeroshardError, match="zeroshard.servers"):
+        zeroshard.initialize(model=model,
+                             config=config(1, 1, 0.0) | {"zeroshard": {"servers": "x"}})
+
+
+def test_bf16_is_fp32_masters_under_a_bf16_model():
+    # The reference: FP32 masters stepped by torch's AdamW with the BF16
+    # gradients (widened, clipped in FP32), the model their BF16 rounding.
+    steps, gas, clip = 3, 2, 0.5
+    data = batches(steps * gas, 4)
+    master = make_model()
+    ref_model = copy.deepcopy(master).bfloat16()
+    opt = torch.optim.AdamW(master.parameters(), lr=3e-3, betas=(0.9, 0.95),
+                            eps=1e-8, weight_decay=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    ref = []
+    for s in range(steps):
+        for m in range(gas):
+            x, y = data[s * gas + m]
+            (loss_fn(ref_model(x.bfloat16()).float(), y) / gas).backward()
+        for pm, pb in zip(master.parameters(), ref_model.parameters()):
+            pm.grad = pb.grad.float()
+            pb.grad = None
+        torch.nn.utils.clip_grad_norm_(master.parameters(), clip)
+        opt.step()
+        opt.zero_grad()
+        with torch.no_grad():
+            for pm, pb in zip(master.parameters(), ref_model.parameters()):
+                pb.copy_(pm.bfloat16())
+        ref.append([p.detach().clone() for p in master.parameters()])
+
+    model = make_model()
+    engine, _, _, _ = zeroshard.initialize(
+        model=model, config=config(2, gas, clip, bf16={"enabled": True}))
+    try:
+        for s in range(steps):
+            for m in range(gas):
+                x, y = data[s * gas + m]
+                engine.backward(loss_fn(engine(x.bfloat16()).float(), y))
+                engine.step()
+            for p, r in zip(model.parameters(), ref[s]):
+                assert p.dtype == torch.bfloat16
+                assert torch.equal(p, r.bfloat16())
+        sd = engine.consolidated_state_dict()
+        for (name, _), r in zip(model.named_parameters(), ref[-1]):
+            assert torch.equal(sd[name], r), name
+    finally:
+        engine.close()

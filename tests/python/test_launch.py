@@ -1,0 +1,70 @@
+"""zeroshard-launch: N ranks of a script over S servers train as one
+data-parallel run (each rank's gradient averaged over ranks, as torch's
+DistributedDataParallel does), and a failing rank ends the run naming it."""
+
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+from test_engine import batches, make_model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def launch(tmp_path, *args, timeout=120):
+    env = dict(os.environ)
+    paths = [HERE] + [os.path.abspath(p) for p in
+                      env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return subprocess.run(
+        [sys.executable, "-m", "zeroshard.launch", *args],
+        env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=timeout)
+
+
+def test_two_ranks_train_as_one_data_parallel_run(tmp_path):
+    steps, world, gas, clip = 3, 2, 2, 0.5
+    out = str(tmp_path / "params")
+    r = launch(tmp_path, "--workers=2", "--servers=2",
+               os.path.join(HERE, "ranks_script.py"), out, str(steps),
+               str(gas), str(clip))
+    assert r.returncode == 0, r.stderr
+    got = [torch.load(f"{out}.rank{k}.pt") for k in range(world)]
+    for a, b in zip(got[0], got[1]):
+        assert torch.equal(a, b)   # every rank holds the same weights
+
+    # The reference: one process over all ranks' micro-batches.
+    data = batches(steps * world * gas, 4)
+    model = make_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95),
+                            eps=1e-8, weight_decay=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for s in range(steps):
+        for k in range(world * gas):
+            x, y = data[s * world * gas + k]
+            (loss_fn(model(x), y) / (world * gas)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        opt.zero_grad()
+    for a, ref in zip(got[0], model.parameters()):
+        # Summed in another order than torch's accumulation: not bitwise.
+        assert torch.allclose(a, ref.detach(), rtol=0, atol=2e-6), (
+            (a - ref).abs().max().item())
+
+
+def test_a_failing_rank_stops_the_run_and_is_named(tmp_path):
+    t0 = time.monotonic()
+    r = launch(tmp_path, "--workers=2", "--servers=1",
+               os.path.join(HERE, "ranks_script.py"),
+               str(tmp_path / "p"), "50", "1", "0", "1", timeout=90)
+    assert r.returncode == 3, r.stderr
+    assert "rank 1 exited with code 3" in r.stderr
+    assert time.monotonic() - t0 < 60
+
+
+def test_bad_counts_are_refused(tmp_path):
+    r = launch(tmp_path, "--workers=0", "x.py")
+    assert r.returncode == 2 and "--workers=0" in r.stderr
