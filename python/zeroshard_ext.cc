@@ -32,7 +32,9 @@
 #include "common/checkpoint_manifest.h"
 #include "common/config.h"
 #include "common/dtype.h"
+#include "common/grad_clip.h"
 #include "common/layout.h"
+#include "common/loss_scaler.h"
 #include "common/param_groups.h"
 #include "common/resolved_config.h"
 #include "client/run_tokens.h"
@@ -447,6 +449,48 @@ PYBIND11_MODULE(_zeroshard, m) {
       "make_run_tokens",
       [](const std::string& dir) { return Value(MakeRunTokens(dir)); },
       "Writes fresh per-run bearer tokens into dir; returns its absolute path.");
+
+  // The loss scale of FP16 training, DeepSpeed's dynamic loss scaling
+  // (common/loss_scaler.h), configured from the resolved configuration.
+  py::class_<LossScaler>(m, "LossScaler")
+      .def(py::init([](const std::string& resolved_json) {
+        return Value(LossScaler::Create(
+            LossScalerOptionsFor(Value(ParseResolvedConfig(resolved_json)))));
+      }))
+      .def_property_readonly("scale", &LossScaler::scale)
+      .def("update", [](LossScaler& s, bool overflow) {
+        return Value(s.Update(overflow));
+      }, "Records a step's overflow flag; True when the step is applied.")
+      .def("state", [](const LossScaler& s) {
+        const LossScalerState& st = s.state();
+        py::dict d;
+        d["scale"] = st.scale;
+        d["hysteresis_left"] = st.hysteresis_left;
+        d["iteration"] = st.iteration;
+        d["last_overflow_iteration"] = st.last_overflow_iteration;
+        d["overflows_at_min"] = st.overflows_at_min;
+        d["skipped_steps"] = st.skipped_steps;
+        return d;
+      })
+      .def("restore", [](LossScaler& s, const py::dict& d) {
+        LossScalerState st;
+        st.scale = d["scale"].cast<double>();
+        st.hysteresis_left = d["hysteresis_left"].cast<int>();
+        st.iteration = d["iteration"].cast<uint64_t>();
+        st.last_overflow_iteration = d["last_overflow_iteration"].cast<int64_t>();
+        st.overflows_at_min = d["overflows_at_min"].cast<int>();
+        st.skipped_steps = d["skipped_steps"].cast<uint64_t>();
+        Check(s.Restore(st));
+      });
+  m.def(
+      "grad_coefficient",
+      [](double total_sumsq, double loss_scale, double max_norm) {
+        GradCoefficient c = ComputeGradCoefficient(total_sumsq, loss_scale,
+                                                   max_norm);
+        return std::make_tuple(c.overflow, c.norm, c.coefficient);
+      },
+      "(overflow, unscaled norm, coefficient) from the global sum of squares "
+      "of the scaled gradients (common/grad_clip.h).");
 
   py::class_<FlatLayout>(m, "Layout")
       .def(py::init(&MakeLayout), py::arg("units"), py::arg("servers"),

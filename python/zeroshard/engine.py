@@ -133,11 +133,12 @@ class ZeroshardEngine(torch.nn.Module):
         cfg = json.loads(resolved)["config"]
         self._cfg = cfg
         prec = cfg["precision"]
-        if prec not in ("fp32", "bf16"):
-            raise NotImplementedError(
-                f"precision {prec}: this release trains FP32 or BF16")
-        self._dtype = torch.bfloat16 if prec == "bf16" else torch.float32
+        self._prec = prec
+        self._dtype = {"fp32": torch.float32, "bf16": torch.bfloat16,
+                       "fp16": torch.float16}[prec]
+        # FP16 travels as FP32 (the servers' mirror is BF16): rounded here.
         self._wire = "bf16" if prec == "bf16" else "fp32"
+        self._scaler = _zeroshard.LossScaler(resolved)
         self._gas = cfg["gradient_accumulation_steps"]
         self._micro = cfg["micro_batch_size"]
         self._train_batch = cfg["train_batch_size"]
@@ -304,9 +305,15 @@ class ZeroshardEngine(torch.nn.Module):
         return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
 
     def _gather(self):
-        self._cluster.gather([(0, self._total)], self._wire,
-                             self._np(self._flat_param),
-                             min_version=self.global_steps)
+        if self._prec == "fp16":
+            tmp = torch.empty(self._total, dtype=torch.float32)
+            self._cluster.gather([(0, self._total)], "fp32", tmp.numpy(),
+                                 min_version=self.global_steps)
+            self._flat_param.copy_(tmp)
+        else:
+            self._cluster.gather([(0, self._total)], self._wire,
+                                 self._np(self._flat_param),
+                                 min_version=self.global_steps)
         self._attach()
 
     # --- DeepSpeed's engine API -------------------------------------------
@@ -320,10 +327,14 @@ class ZeroshardEngine(torch.nn.Module):
         return self._has_grads
 
     def backward(self, loss):
-        """loss / gradient_accumulation_steps, then loss.backward()."""
+        """(loss / gradient_accumulation_steps) * the loss scale (FP16; 1
+        otherwise), then its backward()."""
         self._need_open()
         self._attach()
-        (loss / self._gas).backward()
+        scaled = loss / self._gas
+        if self._prec == "fp16":
+            scaled = scaled * self._scaler.scale
+        scaled.backward()
         self._has_grads = True
         return loss
 
@@ -357,51 +368,67 @@ class ZeroshardEngine(torch.nn.Module):
 
     def _optimizer_step(self):
         self._attach()
-        if self._group is not None:
-            return self._optimizer_step_ranks()
-        coefficient, norm = self._clip_coefficient()
-        self._last_norm = norm
-        skip = norm is not None and not math.isfinite(norm)
         if self._servers is not None:
             self._servers.check_alive()
-        self._cluster.push(self.global_steps, 0, [(0, self._total)],
-                           self._wire, self._np(self._flat_grad),
-                           coefficient=0.0 if skip else coefficient, skip=skip)
+        if self._group is None and self._prec != "fp16":
+            self._push_exact()
+        else:
+            self._push_scaled()
         self.global_steps += 1
         self._gather()
         self._flat_grad.zero_()
         self._has_grads = False
 
-    def _optimizer_step_ranks(self):
-        # The gradient averaged over ranks, reduce-scattered unit by unit
-        # into this rank's partitions (the layout's worker ranges); the
-        # global norm from the partitions' sums of squares (in double, as
-        # the C++ worker does); each rank pushes its own partitions.
-        grad = self._flat_grad.float()
-        part = torch.empty(self._my_elems, dtype=torch.float32)
-        at = 0
-        for (_, off, _, padded), (b, e) in zip(self._layout.units(),
-                                                self._my_ranges):
-            self._group.reduce_scatter(grad[off:off + padded].numpy(),
-                                       part[at:at + e - b].numpy(),
-                                       1.0 / self.world)
-            at += e - b
-        sumsq = self._group.all_reduce([float(part.double().square().sum())])[0]
-        norm = math.sqrt(sumsq) if math.isfinite(sumsq) else float("inf")
+    def _push_exact(self):
+        # One rank, FP32 or BF16: the whole gradient, with torch's clipping
+        # coefficient bit for bit.
+        coefficient, norm = self._clip_coefficient()
         self._last_norm = norm
-        skip = not math.isfinite(norm)
-        coefficient = 1.0
-        if self._clip > 0 and not skip:
-            coefficient = min(1.0, self._clip / (norm + 1e-6))
-        if self._servers is not None:
-            self._servers.check_alive()
-        self._cluster.push(self.global_steps, self.rank, self._my_ranges,
-                           "fp32", part.numpy(),
-                           coefficient=0.0 if skip else coefficient, skip=skip)
-        self.global_steps += 1
-        self._gather()
-        self._flat_grad.zero_()
-        self._has_grads = False
+        if norm is None:
+            skip = not bool(torch.isfinite(self._flat_grad).all())
+        else:
+            skip = not math.isfinite(norm)
+        apply = self._scaler.update(skip)
+        self._cluster.push(self.global_steps, 0, [(0, self._total)],
+                           self._wire, self._np(self._flat_grad),
+                           coefficient=coefficient if apply else 0.0,
+                           skip=not apply)
+
+    def _push_scaled(self):
+        # Ranks, or FP16: the gradient in FP32 (averaged over ranks and
+        # reduce-scattered unit by unit into this rank's partitions, the
+        # layout's worker ranges); the global norm from the sums of squares
+        # in double, the loss scale removed and the clipping applied in one
+        # coefficient (common/grad_clip.h), as the C++ worker does; an
+        # overflow skips the step and moves the loss scale.
+        grad = self._flat_grad.float()
+        if self._group is not None:
+            payload = torch.empty(self._my_elems, dtype=torch.float32)
+            at = 0
+            for (_, off, _, padded), (b, e) in zip(self._layout.units(),
+                                                    self._my_ranges):
+                self._group.reduce_scatter(grad[off:off + padded].numpy(),
+                                           payload[at:at + e - b].numpy(),
+                                           1.0 / self.world)
+                at += e - b
+            ranges, worker = self._my_ranges, self.rank
+        else:
+            payload, ranges, worker = grad, [(0, self._total)], 0
+        sumsq = float(payload.double().square().sum())
+        if self._group is not None:
+            sumsq = self._group.all_reduce([sumsq])[0]
+        overflow, norm, coefficient = _zeroshard.grad_coefficient(
+            sumsq, self._scaler.scale, self._clip)
+        self._last_norm = None if overflow else norm
+        apply = self._scaler.update(overflow)
+        self._cluster.push(self.global_steps, worker, ranges, "fp32",
+                           payload.numpy(),
+                           coefficient=coefficient if apply else 0.0,
+                           skip=not apply)
+
+    def loss_scale(self):
+        """The current loss scale (1 unless FP16)."""
+        return self._scaler.scale
 
     def zero_grad(self, set_to_none=False):
         del set_to_none  # the views stay: zeroing them is the same
@@ -446,6 +473,7 @@ class ZeroshardEngine(torch.nn.Module):
                                             self._resolved)
             torch.save({"global_steps": self.global_steps,
                         "micro_steps": self.micro_steps,
+                        "loss_scaler": self._scaler.state(),
                         "client_state": dict(client_state or {})},
                        os.path.join(path, "zeroshard_engine.pt"))
         if self._group is not None:
@@ -465,6 +493,7 @@ class ZeroshardEngine(torch.nn.Module):
         state = torch.load(os.path.join(path, "zeroshard_engine.pt"))
         self.global_steps = state["global_steps"]
         self.micro_steps = state["micro_steps"]
+        self._scaler.restore(state["loss_scaler"])
         self._gather()
         self._flat_grad.zero_()
         self._has_grads = False

@@ -203,3 +203,93 @@ def test_bf16_is_fp32_masters_under_a_bf16_model():
             assert torch.equal(sd[name], r), name
     finally:
         engine.close()
+
+
+class HalfLinears(torch.nn.Module):
+    """FP16 parameters computed in FP32 (torch's CPU has no FP16 matmul):
+    the gradients still arrive in FP16, as on a GPU."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(12, 32)
+        self.b = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        h = torch.nn.functional.linear(x, self.a.weight.float(), self.a.bias.float())
+        h = torch.nn.functional.gelu(h)
+        return torch.nn.functional.linear(h, self.b.weight.float(), self.b.bias.float())
+
+
+def fp16_config(power, gas=1):
+    return config(1, gas, 0.0, fp16={"enabled": True,
+                                     "initial_scale_power": power,
+                                     "hysteresis": 2})
+
+
+def test_fp16_is_fp32_masters_with_the_loss_scale_removed():
+    steps, gas, scale = 3, 2, 2.0 ** 8
+    data = batches(steps * gas, 4)
+    master = HalfLinears()
+    ref_model = copy.deepcopy(master).half()
+    opt = torch.optim.AdamW(master.parameters(), lr=3e-3, betas=(0.9, 0.95),
+                            eps=1e-8, weight_decay=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    ref = []
+    for s in range(steps):
+        for m in range(gas):
+            x, y = data[s * gas + m]
+            ((loss_fn(ref_model(x), y) / gas) * scale).backward()
+        for pm, ph in zip(master.parameters(), ref_model.parameters()):
+            pm.grad = ph.grad.float() * (1.0 / scale)
+            ph.grad = None
+        opt.step()
+        opt.zero_grad()
+        with torch.no_grad():
+            for pm, ph in zip(master.parameters(), ref_model.parameters()):
+                ph.copy_(pm.half())
+        ref.append([p.detach().clone() for p in master.parameters()])
+
+    model = HalfLinears()
+    engine, _, _, _ = zeroshard.initialize(model=model,
+                                           config=fp16_config(8, gas))
+    try:
+        for s in range(steps):
+            for m in range(gas):
+                x, y = data[s * gas + m]
+                engine.backward(loss_fn(engine(x), y))
+                engine.step()
+            for p, r in zip(model.parameters(), ref[s]):
+                assert p.dtype == torch.float16
+                assert torch.equal(p, r.half())
+        assert engine.loss_scale() == scale
+    finally:
+        engine.close()
+
+
+def test_fp16_overflow_skips_the_step_and_backs_the_scale_off():
+    data = batches(20, 4)
+    model = HalfLinears()
+    engine, _, _, _ = zeroshard.initialize(model=model,
+                                           config=fp16_config(30))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    before = [p.detach().clone() for p in model.parameters()]
+    scales = []
+    try:
+        for s in range(20):
+            x, y = data[s]
+            scales.append(engine.loss_scale())
+            engine.backward(loss_fn(engine(x), y))
+            engine.step()
+            if engine.loss_scale() == scales[-1] and s > 1:
+                break   # a clean step: the scale stayed
+        # Hysteresis 2: the first overflow keeps the scale, the next halve it.
+        assert scales[0] == scales[1] == 2.0 ** 30
+        assert scales[2] == 2.0 ** 29
+        # Every skipped step left the weights; the clean one moved them.
+        assert engine.global_steps == len(scales)
+        assert not all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+        inspected = engine.inspect()
+        assert all(i["optimizer_step"] == 1 for i in inspected)
+    finally:
+        engine.close()
