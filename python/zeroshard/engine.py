@@ -28,6 +28,7 @@ import torch
 
 from . import _zeroshard
 from .local_cluster import LocalCluster
+from .stage3 import UnitHooks
 
 _live_engines = weakref.WeakSet()
 
@@ -143,6 +144,8 @@ class ZeroshardEngine(torch.nn.Module):
         self._micro = cfg["micro_batch_size"]
         self._train_batch = cfg["train_batch_size"]
         self._clip = cfg["gradient_clipping"]
+        self._stage3 = cfg["zero"]["stage"] == 3
+        self._hooks = None
         self.global_steps = 0
         self.micro_steps = 0
         self._has_grads = False
@@ -171,6 +174,25 @@ class ZeroshardEngine(torch.nn.Module):
                                          self.world)
         if self._layout.total_elems != self._total:
             raise RuntimeError("the flat layout depends on the server count")
+        # This rank's partition of every unit (the ranges it pushes).
+        self._my_ranges = self._layout.worker_ranges(self.rank)
+        self._my_elems = sum(e - b for b, e in self._my_ranges)
+        self._part_offsets = []
+        at = 0
+        for b, e in self._my_ranges:
+            self._part_offsets.append(at)
+            at += e - b
+        if self._stage3:
+            if self.world > 1:
+                # A partition's gradient only; the whole one is never held.
+                self._flat_grad = None
+                self._part_grad = torch.zeros(self._my_elems,
+                                              dtype=torch.float32)
+            self._hooks = UnitHooks(self, [
+                (mod, [(p, off, n) for p, off, n in self._slots
+                       if id(p) in ids], uoff, padded)
+                for (mod, ids), (_, uoff, _, padded) in zip(
+                    self._unit_modules, self._layout.units())])
         self._cluster = _zeroshard.Cluster(
             addresses, self._layout, credentials_dir=credentials,
             role="admin" if self.rank == 0 else "worker",
@@ -198,9 +220,6 @@ class ZeroshardEngine(torch.nn.Module):
             self._cluster.set_master_weights(master.numpy())
         self._barrier()
         self._gather()
-        # This rank's partition of every unit (the ranges it pushes).
-        self._my_ranges = self._layout.worker_ranges(self.rank)
-        self._my_elems = sum(e - b for b, e in self._my_ranges)
 
         self.training_dataloader = None
         if training_data is not None:
@@ -231,6 +250,7 @@ class ZeroshardEngine(torch.nn.Module):
         # One unit per module that owns parameters directly, in module
         # order: the servers version and serve the flat space by units.
         units = []
+        unit_modules = []
         order = []
         chosen = {id(p) for p in trainable}
         seen = set()
@@ -245,6 +265,7 @@ class ZeroshardEngine(torch.nn.Module):
                 order.append(p)
             if tensors:
                 units.append((mod_name or "root", tensors))
+                unit_modules.append((mod, {id(p) for p in order[-len(tensors):]}))
         if not order:
             raise ValueError("the model has no trainable parameters")
         for p in order:
@@ -253,12 +274,16 @@ class ZeroshardEngine(torch.nn.Module):
                     f"parameter {names[id(p)]} is on {p.device}: this release "
                     "trains CPU tensors")
         self._units = units
+        self._unit_modules = unit_modules
+        self._shapes = {id(p): p.shape for p in order}
         self._order = order
         self._names = names
         # The flat layout is computed by the library; the buffers follow it.
         layout = _zeroshard.Layout(units, 1, self.world)
         self._total = layout.total_elems
-        self._flat_param = torch.zeros(self._total, dtype=self._dtype)
+        # Stage 3 gathers unit by unit instead of into one buffer.
+        self._flat_param = (None if self._stage3 else
+                            torch.zeros(self._total, dtype=self._dtype))
         self._flat_grad = torch.zeros(self._total, dtype=self._dtype)
         self._slots = []
         offsets = {name: (off, n) for name, off, n, _ in layout.tensors()}
@@ -286,13 +311,16 @@ class ZeroshardEngine(torch.nn.Module):
                                      ranges))
 
     def _attach(self):
-        """Points every parameter and its gradient at the flat buffers."""
+        """Points every parameter and its gradient at the flat buffers
+        (stages 1 and 2; stage 3's hooks place them unit by unit)."""
+        if self._stage3:
+            return
         with torch.no_grad():
             for p, off, n in self._slots:
-                view = self._flat_param[off:off + n].view(p.shape)
+                view = self._flat_param[off:off + n].view(self._shapes[id(p)])
                 if p.data.data_ptr() != view.data_ptr():
                     p.data = view
-                gview = self._flat_grad[off:off + n].view(p.shape)
+                gview = self._flat_grad[off:off + n].view(self._shapes[id(p)])
                 if p.grad is None:
                     p.grad = gview
                 elif p.grad.data_ptr() != gview.data_ptr():
@@ -305,6 +333,9 @@ class ZeroshardEngine(torch.nn.Module):
         return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
 
     def _gather(self):
+        if self._stage3:
+            self._hooks.release_all()  # gathered again by each module
+            return
         if self._prec == "fp16":
             tmp = torch.empty(self._total, dtype=torch.float32)
             self._cluster.gather([(0, self._total)], "fp32", tmp.numpy(),
@@ -353,7 +384,8 @@ class ZeroshardEngine(torch.nn.Module):
         # torch.nn.utils.clip_grad_norm_ (norm_type 2), op for op, so the
         # coefficient has its bits; BF16 gradients are normed in FP32, as
         # the servers see them.
-        grads = [p.grad.float() for p, _, _ in self._slots]
+        grads = [self._flat_grad[off:off + n].view(self._shapes[id(p)]).float()
+                 for p, off, n in self._slots]
         if self._clip <= 0:
             return 1.0, None
         norms = [torch.norm(g.detach(), 2.0) for g in grads]
@@ -370,13 +402,15 @@ class ZeroshardEngine(torch.nn.Module):
         self._attach()
         if self._servers is not None:
             self._servers.check_alive()
+        if self._hooks is not None:
+            self._hooks.flush()
         if self._group is None and self._prec != "fp16":
             self._push_exact()
         else:
             self._push_scaled()
         self.global_steps += 1
         self._gather()
-        self._flat_grad.zero_()
+        self._zero_grads()
         self._has_grads = False
 
     def _push_exact(self):
@@ -401,8 +435,10 @@ class ZeroshardEngine(torch.nn.Module):
         # in double, the loss scale removed and the clipping applied in one
         # coefficient (common/grad_clip.h), as the C++ worker does; an
         # overflow skips the step and moves the loss scale.
-        grad = self._flat_grad.float()
-        if self._group is not None:
+        if self._stage3 and self._group is not None:
+            payload, ranges, worker = self._part_grad, self._my_ranges, self.rank
+        elif self._group is not None:
+            grad = self._flat_grad.float()
             payload = torch.empty(self._my_elems, dtype=torch.float32)
             at = 0
             for (_, off, _, padded), (b, e) in zip(self._layout.units(),
@@ -413,7 +449,8 @@ class ZeroshardEngine(torch.nn.Module):
                 at += e - b
             ranges, worker = self._my_ranges, self.rank
         else:
-            payload, ranges, worker = grad, [(0, self._total)], 0
+            payload = self._flat_grad.float()
+            ranges, worker = [(0, self._total)], 0
         sumsq = float(payload.double().square().sum())
         if self._group is not None:
             sumsq = self._group.all_reduce([sumsq])[0]
@@ -426,13 +463,19 @@ class ZeroshardEngine(torch.nn.Module):
                            coefficient=coefficient if apply else 0.0,
                            skip=not apply)
 
+    def _zero_grads(self):
+        if self._flat_grad is not None:
+            self._flat_grad.zero_()
+        if self._stage3 and self._group is not None:
+            self._part_grad.zero_()
+
     def loss_scale(self):
         """The current loss scale (1 unless FP16)."""
         return self._scaler.scale
 
     def zero_grad(self, set_to_none=False):
         del set_to_none  # the views stay: zeroing them is the same
-        self._flat_grad.zero_()
+        self._zero_grads()
         self._has_grads = False
 
     def train_batch_size(self):
@@ -495,7 +538,7 @@ class ZeroshardEngine(torch.nn.Module):
         self.micro_steps = state["micro_steps"]
         self._scaler.restore(state["loss_scaler"])
         self._gather()
-        self._flat_grad.zero_()
+        self._zero_grads()
         self._has_grads = False
         return path, state["client_state"]
 
@@ -507,7 +550,7 @@ class ZeroshardEngine(torch.nn.Module):
                              min_version=self.global_steps)
         out = {}
         for p, off, n in self._slots:
-            out[self._names[id(p)]] = master[off:off + n].view(p.shape).clone()
+            out[self._names[id(p)]] = master[off:off + n].view(self._shapes[id(p)]).clone()
         return out
 
     def inspect(self):

@@ -2,7 +2,7 @@
 each rank trains the tests' model on its own micro-batches and writes its
 parameters to OUT.rank<R>.pt.
 
-    python3 -m zeroshard.launch --workers=2 ranks_script.py OUT STEPS GAS CLIP [FAIL_RANK]
+    python3 -m zeroshard.launch --workers=2 ranks_script.py OUT STEPS GAS CLIP STAGE [FAIL_RANK]
 """
 
 import os
@@ -14,19 +14,26 @@ import zeroshard
 from test_engine import batches, config, make_model
 
 out, steps, gas, clip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-fail_rank = int(sys.argv[5]) if len(sys.argv) > 5 else -1
+stage = int(sys.argv[5])
+fail_rank = int(sys.argv[6]) if len(sys.argv) > 6 else -1
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if rank == fail_rank:
     sys.exit(3)
 data = batches(steps * world * gas, 4)
 model = make_model()
-engine, _, _, _ = zeroshard.initialize(model=model, config=config(1, gas, clip))
+engine, _, _, _ = zeroshard.initialize(model=model, config=config(1, gas, clip, stage=stage))
 loss_fn = torch.nn.CrossEntropyLoss()
 for s in range(steps):
     for m in range(gas):
         x, y = data[(s * world + rank) * gas + m]
         engine.backward(loss_fn(engine(x), y))
         engine.step()
-torch.save([p.detach().clone() for p in model.parameters()],
-           f"{out}.rank{rank}.pt")
+if stage == 3:
+    # Parameters are released outside their module's forward; a forward
+    # under no_grad gathers and releases every unit once more.
+    with torch.no_grad():
+        engine(data[0][0])
+    assert all(p.numel() == 0 for p in model.parameters())
+sd = engine.consolidated_state_dict()
+torch.save([sd[n] for n, _ in model.named_parameters()], f"{out}.rank{rank}.pt")
 engine.close()

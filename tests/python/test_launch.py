@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from test_engine import batches, make_model
@@ -25,12 +26,13 @@ def launch(tmp_path, *args, timeout=120):
         timeout=timeout)
 
 
-def test_two_ranks_train_as_one_data_parallel_run(tmp_path):
+@pytest.mark.parametrize("stage", [2, 3])
+def test_two_ranks_train_as_one_data_parallel_run(tmp_path, stage):
     steps, world, gas, clip = 3, 2, 2, 0.5
     out = str(tmp_path / "params")
     r = launch(tmp_path, "--workers=2", "--servers=2",
                os.path.join(HERE, "ranks_script.py"), out, str(steps),
-               str(gas), str(clip))
+               str(gas), str(clip), str(stage))
     assert r.returncode == 0, r.stderr
     got = [torch.load(f"{out}.rank{k}.pt") for k in range(world)]
     for a, b in zip(got[0], got[1]):
@@ -59,7 +61,7 @@ def test_a_failing_rank_stops_the_run_and_is_named(tmp_path):
     t0 = time.monotonic()
     r = launch(tmp_path, "--workers=2", "--servers=1",
                os.path.join(HERE, "ranks_script.py"),
-               str(tmp_path / "p"), "50", "1", "0", "1", timeout=90)
+               str(tmp_path / "p"), "50", "1", "0", "2", "1", timeout=90)
     assert r.returncode == 3, r.stderr
     assert "rank 1 exited with code 3" in r.stderr
     assert time.monotonic() - t0 < 60

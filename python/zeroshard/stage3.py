@@ -1,0 +1,176 @@
+"""ZeRO stage 3 for the PyTorch front-end: a unit's parameters exist on a
+rank only while its module runs.
+
+A unit is a module that owns parameters directly (engine.py's layout). Its
+forward pre-hook gathers the unit's range of the current version from the
+servers into a buffer of its own and points the parameters' .data at it;
+its forward hook releases them (each .data becomes an empty tensor) and
+wraps the module's outputs in _PreBackward, whose backward gathers the unit
+again before autograd reaches the module's own backward. After each
+parameter's gradient is accumulated (a hook on its AccumulateGrad node, as
+DeepSpeed does), the gradient is added into this rank's share and dropped;
+when the whole unit has its gradients the parameters are released again.
+
+This rank's share: one rank alone keeps the whole flat gradient (the sums are
+then those of stages 1 and 2, bit for bit); with N ranks each unit's
+gradient is reduce-scattered into the rank's partition as soon as the unit
+is complete, so a rank holds a partition's gradient and, at any time, the
+parameters of the units that are running.
+
+Every rank must run the same modules in the same order (the
+reduce-scatters pair up by order), and a parameter must be used only inside
+the module that owns it (tied weights read elsewhere need stage 1 or 2).
+"""
+
+import torch
+
+
+class _PreBackward(torch.autograd.Function):
+    """Identity on the module's outputs; its backward gathers the unit."""
+
+    @staticmethod
+    def forward(ctx, hooks, unit, *outs):
+        ctx.hooks = hooks
+        ctx.unit = unit
+        return tuple(o.detach() for o in outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.hooks.fetch(ctx.unit)
+        return (None, None) + grads
+
+
+def _wrap(hooks, unit, out):
+    if isinstance(out, torch.Tensor):
+        if out.requires_grad:
+            return _PreBackward.apply(hooks, unit, out)[0]
+        return out
+    if isinstance(out, (tuple, list)):
+        idx = [i for i, o in enumerate(out)
+               if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not idx:
+            return out
+        wrapped = _PreBackward.apply(hooks, unit, *[out[i] for i in idx])
+        items = list(out)
+        for i, w in zip(idx, wrapped):
+            items[i] = w
+        if type(out) is tuple:
+            return tuple(items)
+        if type(out) is list:
+            return items
+        return type(out)(*items)  # a namedtuple
+    return None  # not wrappable: the unit stays gathered until its gradients
+
+
+class UnitHooks:
+    """The stage-3 hooks of one engine (see the module docstring)."""
+
+    def __init__(self, engine, units):
+        # units: [(module, [(param, flat offset, numel)], unit offset, padded)]
+        self.engine = engine
+        self.units = units
+        self.live = [None] * len(units)      # the gathered buffer, or None
+        self.arrived = [0] * len(units)      # gradients this micro-batch
+        self.unit_grad = [None] * len(units)  # N ranks: the unit's FP32 sum
+        self.handles = []
+        self.grad_accs = []
+        self.dtype = engine._dtype
+        self.empty = torch.empty(0, dtype=self.dtype)
+        for u, (mod, params, _, _) in enumerate(units):
+            self.handles.append(mod.register_forward_pre_hook(
+                lambda m, inp, u=u: self.fetch(u)))
+            self.handles.append(mod.register_forward_hook(
+                lambda m, inp, out, u=u: self._after_forward(u, out)))
+            for i, (p, _, _) in enumerate(params):
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(
+                    lambda *_, u=u, i=i: self._grad_ready(u, i))
+                self.grad_accs.append(acc)
+
+    # --- parameters -------------------------------------------------------
+
+    def fetch(self, u):
+        """Gathers unit u at the engine's current version (idempotent)."""
+        if self.live[u] is not None:
+            return
+        e = self.engine
+        _, params, off, padded = self.units[u]
+        buf = torch.empty(padded, dtype=self.dtype)
+        if e._prec == "fp16":
+            tmp = torch.empty(padded, dtype=torch.float32)
+            e._cluster.gather([(off, off + padded)], "fp32", tmp.numpy(),
+                              min_version=e.global_steps)
+            buf.copy_(tmp)
+        else:
+            e._cluster.gather([(off, off + padded)], e._wire, e._np(buf),
+                              min_version=e.global_steps)
+        for p, poff, n in params:
+            p.data = buf[poff - off:poff - off + n].view(e._shapes[id(p)])
+        self.live[u] = buf
+
+    def release(self, u):
+        if self.live[u] is None:
+            return
+        for p, _, _ in self.units[u][1]:
+            p.data = self.empty
+        self.live[u] = None
+
+    def release_all(self):
+        for u in range(len(self.units)):
+            self.release(u)
+
+    def _after_forward(self, u, out):
+        if not torch.is_grad_enabled():
+            self.release(u)
+            return None
+        wrapped = _wrap(self, u, out)
+        if wrapped is None:
+            return None  # kept gathered: released when its gradients are in
+        self.release(u)
+        return wrapped
+
+    # --- gradients --------------------------------------------------------
+
+    def _grad_ready(self, u, i):
+        e = self.engine
+        p, poff, n = self.units[u][1][i]
+        g = p.grad
+        if g is None:
+            return
+        p.grad = None
+        if e._group is None:
+            e._flat_grad[poff:poff + n].add_(g.reshape(-1))
+        else:
+            _, _, off, padded = self.units[u]
+            if self.unit_grad[u] is None:
+                self.unit_grad[u] = torch.zeros(padded, dtype=torch.float32)
+            self.unit_grad[u][poff - off:poff - off + n].add_(
+                g.reshape(-1).float())
+        self.arrived[u] += 1
+        if self.arrived[u] == len(self.units[u][1]):
+            self._unit_done(u)
+
+    def _unit_done(self, u):
+        e = self.engine
+        self.arrived[u] = 0
+        if e._group is not None and self.unit_grad[u] is not None:
+            b, end = e._my_ranges[u]
+            at = e._part_offsets[u]
+            out = torch.empty(end - b, dtype=torch.float32)
+            e._group.reduce_scatter(self.unit_grad[u].numpy(), out.numpy(),
+                                    1.0 / e.world)
+            e._part_grad[at:at + end - b].add_(out)
+            self.unit_grad[u] = None
+        self.release(u)
+
+    def flush(self):
+        """At the accumulation boundary: units whose gradients came in part
+        (a parameter unused this micro-batch) are completed, in unit order."""
+        for u in range(len(self.units)):
+            if self.arrived[u] or self.unit_grad[u] is not None:
+                self._unit_done(u)
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
