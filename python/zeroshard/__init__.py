@@ -18,9 +18,11 @@ with per-run credentials and engine.close() (also run at exit) stops them.
 """
 
 from ._zeroshard import ZeroshardError, resolve_config
+import torch
+
 from .engine import ZeroshardEngine
 
-__all__ = ["initialize", "ZeroshardEngine", "ZeroshardError",
+__all__ = ["initialize", "GatheredParameters", "ZeroshardEngine", "ZeroshardError",
            "resolve_config"]
 
 
@@ -81,3 +83,44 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
                              collate_fn=collate_fn, lr_scheduler=lr_scheduler)
     return (engine, _Optimizer(engine), engine.training_dataloader,
             _Scheduler(engine))
+
+
+class GatheredParameters:
+    """Full values of `params` inside a `with` block, as DeepSpeed's
+    deepspeed.zero.GatheredParameters: under stage 3 the units holding them
+    are gathered on entry and released on exit; under stages 1 and 2 they
+    are whole already. Writes inside the block are not sent to the servers:
+    modifier_rank other than None is refused (the servers take new master
+    weights only before the first step, SetMasterWeights)."""
+
+    def __init__(self, params, modifier_rank=None, fwd_module=None,
+                 enabled=True):
+        del fwd_module
+        if modifier_rank is not None:
+            raise NotImplementedError(
+                "GatheredParameters(modifier_rank=...): writing parameters "
+                "back to the servers after training started is not supported")
+        if isinstance(params, torch.nn.Parameter):
+            params = [params]
+        self._params = list(params) if enabled else []
+        self._units = []
+
+    def __enter__(self):
+        from .engine import _live_engines
+        want = {id(p) for p in self._params}
+        for e in list(_live_engines):
+            hooks = e._hooks
+            if hooks is None:
+                continue
+            for u, (_, params, _, _) in enumerate(hooks.units):
+                if hooks.live[u] is None and any(id(p) in want
+                                                 for p, _, _ in params):
+                    hooks.fetch(u)
+                    self._units.append((hooks, u))
+        return self
+
+    def __exit__(self, *exc):
+        for hooks, u in self._units:
+            hooks.release(u)
+        self._units = []
+        return False

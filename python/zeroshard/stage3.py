@@ -116,8 +116,11 @@ class UnitHooks:
         self.live[u] = None
 
     def release_all(self):
+        """Every unit released, the model's own initial tensors included."""
         for u in range(len(self.units)):
-            self.release(u)
+            for p, _, _ in self.units[u][1]:
+                p.data = self.empty
+            self.live[u] = None
 
     def _after_forward(self, u, out):
         if not torch.is_grad_enabled():

@@ -308,3 +308,21 @@ def test_fp16_overflow_skips_the_step_and_backs_the_scale_off():
         assert all(i["optimizer_step"] == 1 for i in inspected)
     finally:
         engine.close()
+
+
+def test_gathered_parameters_under_stage_3():
+    model = make_model()
+    want = [p.detach().clone() for p in model.parameters()]
+    engine, _, _, _ = zeroshard.initialize(model=model,
+                                           config=config(2, 1, 0.0, stage=3))
+    try:
+        assert all(p.numel() == 0 for p in model.parameters())
+        first = model[0].weight
+        with zeroshard.GatheredParameters([first]):
+            assert torch.equal(first, want[0])
+            assert model[3].weight.numel() == 0   # another unit: not gathered
+        assert first.numel() == 0
+        with pytest.raises(NotImplementedError, match="modifier_rank"):
+            zeroshard.GatheredParameters([first], modifier_rank=0)
+    finally:
+        engine.close()

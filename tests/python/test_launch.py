@@ -70,3 +70,9 @@ def test_a_failing_rank_stops_the_run_and_is_named(tmp_path):
 def test_bad_counts_are_refused(tmp_path):
     r = launch(tmp_path, "--workers=0", "x.py")
     assert r.returncode == 2 and "--workers=0" in r.stderr
+    # The build's bin/zeroshard-launch is the same program.
+    from zeroshard.local_cluster import bin_dir
+    r = subprocess.run([os.path.join(bin_dir(), "zeroshard-launch"),
+                        "--servers=-1", "x.py"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--servers=-1" in r.stderr
