@@ -175,13 +175,13 @@ def test_bad_config_names_the_key():
                              config=config(1, 1, 0.0) | {"zeroshard": {"servers": "x"}})
 
 
-def test_bf16_is_fp32_masters_under_a_bf16_model():
-    # The reference: FP32 masters stepped by torch's AdamW with the BF16
-    # gradients (widened, clipped in FP32), the model their BF16 rounding.
-    steps, gas, clip = 3, 2, 0.5
-    data = batches(steps * gas, 4)
-    master = make_model()
-    ref_model = copy.deepcopy(master).bfloat16()
+def masters_reference(master, dtype, data, steps, gas, clip=0.0, scale=1.0,
+                      inputs=lambda x: x):
+    """FP32 masters stepped by torch's AdamW under a copy of the model in
+    `dtype`: its gradients of (loss / gas) * scale, widened to FP32 and
+    unscaled, clipped there; the copy takes the masters' rounding after each
+    step. The masters after each step."""
+    low = copy.deepcopy(master).to(dtype)
     opt = torch.optim.AdamW(master.parameters(), lr=3e-3, betas=(0.9, 0.95),
                             eps=1e-8, weight_decay=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -189,17 +189,29 @@ def test_bf16_is_fp32_masters_under_a_bf16_model():
     for s in range(steps):
         for m in range(gas):
             x, y = data[s * gas + m]
-            (loss_fn(ref_model(x.bfloat16()).float(), y) / gas).backward()
-        for pm, pb in zip(master.parameters(), ref_model.parameters()):
-            pm.grad = pb.grad.float()
-            pb.grad = None
-        torch.nn.utils.clip_grad_norm_(master.parameters(), clip)
+            ((loss_fn(low(inputs(x)).float(), y) / gas) * scale).backward()
+        for pm, pl in zip(master.parameters(), low.parameters()):
+            pm.grad = pl.grad.float() * (1.0 / scale)
+            pl.grad = None
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(master.parameters(), clip)
         opt.step()
         opt.zero_grad()
         with torch.no_grad():
-            for pm, pb in zip(master.parameters(), ref_model.parameters()):
-                pb.copy_(pm.bfloat16())
+            for pm, pl in zip(master.parameters(), low.parameters()):
+                pl.copy_(pm.to(dtype))
         ref.append([p.detach().clone() for p in master.parameters()])
+    return ref
+
+
+def test_bf16_is_fp32_masters_under_a_bf16_model():
+    # The reference: FP32 masters stepped by torch's AdamW with the BF16
+    # gradients (widened, clipped in FP32), the model their BF16 rounding.
+    steps, gas, clip = 3, 2, 0.5
+    data = batches(steps * gas, 4)
+    ref = masters_reference(make_model(), torch.bfloat16, data, steps, gas,
+                            clip=clip, inputs=lambda x: x.bfloat16())
+    loss_fn = torch.nn.CrossEntropyLoss()
 
     model = make_model()
     engine, _, _, _ = zeroshard.initialize(
@@ -245,25 +257,9 @@ def fp16_config(power, gas=1):
 def test_fp16_is_fp32_masters_with_the_loss_scale_removed():
     steps, gas, scale = 3, 2, 2.0 ** 8
     data = batches(steps * gas, 4)
-    master = HalfLinears()
-    ref_model = copy.deepcopy(master).half()
-    opt = torch.optim.AdamW(master.parameters(), lr=3e-3, betas=(0.9, 0.95),
-                            eps=1e-8, weight_decay=0.01)
+    ref = masters_reference(HalfLinears(), torch.float16, data, steps, gas,
+                            scale=scale)
     loss_fn = torch.nn.CrossEntropyLoss()
-    ref = []
-    for s in range(steps):
-        for m in range(gas):
-            x, y = data[s * gas + m]
-            ((loss_fn(ref_model(x), y) / gas) * scale).backward()
-        for pm, ph in zip(master.parameters(), ref_model.parameters()):
-            pm.grad = ph.grad.float() * (1.0 / scale)
-            ph.grad = None
-        opt.step()
-        opt.zero_grad()
-        with torch.no_grad():
-            for pm, ph in zip(master.parameters(), ref_model.parameters()):
-                ph.copy_(pm.half())
-        ref.append([p.detach().clone() for p in master.parameters()])
 
     model = HalfLinears()
     engine, _, _, _ = zeroshard.initialize(model=model,
