@@ -185,7 +185,6 @@ class ZeroshardEngine(torch.nn.Module):
         if self._stage3:
             if self.world > 1:
                 # A partition's gradient only; the whole one is never held.
-                self._flat_grad = None
                 self._part_grad = torch.zeros(self._my_elems,
                                               dtype=torch.float32)
             self._hooks = UnitHooks(self, [
@@ -284,7 +283,9 @@ class ZeroshardEngine(torch.nn.Module):
         # Stage 3 gathers unit by unit instead of into one buffer.
         self._flat_param = (None if self._stage3 else
                             torch.zeros(self._total, dtype=self._dtype))
-        self._flat_grad = torch.zeros(self._total, dtype=self._dtype)
+        # Stage 3 with ranks keeps a partition's gradient only (__init__).
+        self._flat_grad = (None if self._stage3 and self.world > 1 else
+                           torch.zeros(self._total, dtype=self._dtype))
         self._slots = []
         offsets = {name: (off, n) for name, off, n, _ in layout.tensors()}
         for p in order:
@@ -297,11 +298,10 @@ class ZeroshardEngine(torch.nn.Module):
             # chooses by tensor class instead).
             groups = [{"params": order}]
         if groups is not None:
-            base_lr = json.loads(self._resolved)["config"]["optimizer"]["lr"]
+            base_lr = self._cfg["optimizer"]["lr"]
             self._groups = []
             where = {id(p): (off, n) for p, off, n in self._slots}
-            wd_default = json.loads(self._resolved)["config"]["optimizer"][
-                "weight_decay"]
+            wd_default = self._cfg["optimizer"]["weight_decay"]
             for g in groups:
                 ranges = sorted(
                     (where[id(p)][0], where[id(p)][0] + where[id(p)][1])
