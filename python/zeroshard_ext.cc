@@ -38,6 +38,7 @@
 #include "common/param_groups.h"
 #include "common/resolved_config.h"
 #include "client/run_tokens.h"
+#include "python/run_outputs.h"
 #include "worker/comm/collectives.h"
 
 namespace py = pybind11;
@@ -579,4 +580,6 @@ PYBIND11_MODULE(_zeroshard, m) {
            py::arg("op") = "sum")
       .def("broadcast", &PyGroup::Broadcast, py::arg("data"), py::arg("root"))
       .def("barrier", &PyGroup::Barrier);
+
+  BindRunOutputs(m);
 }

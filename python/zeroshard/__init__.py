@@ -21,9 +21,10 @@ from ._zeroshard import ZeroshardError, resolve_config
 import torch
 
 from .engine import ZeroshardEngine
+from .outputs import RunOutputs
 
-__all__ = ["initialize", "GatheredParameters", "ZeroshardEngine", "ZeroshardError",
-           "resolve_config"]
+__all__ = ["initialize", "GatheredParameters", "RunOutputs", "ZeroshardEngine",
+           "ZeroshardError", "resolve_config"]
 
 
 class _Optimizer:

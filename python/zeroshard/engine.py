@@ -29,6 +29,8 @@ import torch
 from . import _zeroshard
 from .local_cluster import LocalCluster
 from .stage3 import UnitHooks
+from . import rank_state
+from .units import apply_checkpointing, check_tied_for_stage3, plan_units
 
 _live_engines = weakref.WeakSet()
 
@@ -94,6 +96,31 @@ def _torch_optimizer_section(optimizer):
         "weight_decay": g["weight_decay"]}}
 
 
+def _same_optimizer(configured, given):
+    """An optimizer object and the config's "optimizer" section must agree:
+    the first field that differs is named."""
+    if str(configured.get("type", "")).lower() != given["type"].lower():
+        raise ValueError(
+            f"optimizer: the object passed is torch.optim.{given['type']} but "
+            f"the config's optimizer.type is {configured.get('type')!r}")
+    mine = configured.get("params", {})
+    for key, value in given["params"].items():
+        if key not in mine:
+            continue
+        theirs = mine[key]
+        if theirs == "auto":
+            mine[key] = value   # "auto" takes the object's value
+            continue
+        if key == "betas":
+            same = [float(x) for x in theirs] == [float(x) for x in value]
+        else:
+            same = float(theirs) == float(value)
+        if not same:
+            raise ValueError(
+                f"optimizer: the object passed has {key}={value} but the "
+                f"config's optimizer.params.{key} is {theirs}")
+
+
 class ZeroshardEngine(torch.nn.Module):
     """What zeroshard.initialize returns first; see the module docstring."""
 
@@ -107,11 +134,11 @@ class ZeroshardEngine(torch.nn.Module):
         text, source = _config_text(config, args)
         doc = json.loads(text)
         if optimizer is not None and not callable(optimizer):
+            section = _torch_optimizer_section(optimizer)
             if "optimizer" in doc:
-                raise ValueError(
-                    "both an optimizer object and an \"optimizer\" section "
-                    "in the config: give one")
-            doc["optimizer"] = _torch_optimizer_section(optimizer)
+                _same_optimizer(doc["optimizer"], section)
+            else:
+                doc["optimizer"] = section
             if model_parameters is None:
                 model_parameters = optimizer.param_groups
         if lr_scheduler is not None:
@@ -121,6 +148,8 @@ class ZeroshardEngine(torch.nn.Module):
         self.rank, self.world = _rank_and_world()
         env_servers = os.environ.get("ZEROSHARD_SERVERS", "")
         z = doc.setdefault("zeroshard", {})
+        # Read by the front-end only (units.py), not by the parser.
+        self._units_spec = z.pop("units", None)
         self._zs_section = dict(z)
         if env_servers:
             # Started for this run by zeroshard-launch (or a pod's spec).
@@ -150,9 +179,13 @@ class ZeroshardEngine(torch.nn.Module):
         self.micro_steps = 0
         self._has_grads = False
         self._last_norm = None
+        self._last_skipped = False
         self._group = None
 
         self._build_flat(model, model_parameters)
+        ac = cfg["activation_checkpointing"]
+        self.checkpointed_units = apply_checkpointing(self._plan, ac["policy"],
+                                                      ac["k"])
         cl = cfg["cluster"]
         addresses = cl["server_addresses"]
         credentials = os.environ.get("ZEROSHARD_CREDENTIALS") or cl["credentials"]
@@ -207,6 +240,12 @@ class ZeroshardEngine(torch.nn.Module):
                 raise RuntimeError(
                     f"rank {self.rank}: the resolved configuration differs "
                     "from rank 0's (each rank must pass the same config)")
+            units = json.dumps(self._units)
+            if self._group.broadcast(units.encode(), 0).decode() != units:
+                raise RuntimeError(
+                    f"rank {self.rank}: the model's units differ from rank "
+                    "0's (each rank must build the same model and units)")
+            rank_state.broadcast_buffers(self._group, model)
         if self.rank == 0:
             self._cluster.init(resolved, groups=self._groups,
                                num_workers=self.world,
@@ -221,11 +260,13 @@ class ZeroshardEngine(torch.nn.Module):
         self._gather()
 
         self.training_dataloader = None
+        self._sampler = None
         if training_data is not None:
+            self._sampler = rank_state.ResumableSampler(
+                len(training_data), cl["seed"], self.rank, self.world)
             self.training_dataloader = torch.utils.data.DataLoader(
-                training_data, batch_size=self._micro, shuffle=True,
-                collate_fn=collate_fn, drop_last=True,
-                generator=torch.Generator().manual_seed(cl["seed"]))
+                training_data, batch_size=self._micro, sampler=self._sampler,
+                collate_fn=collate_fn, drop_last=True)
 
     # --- layout -----------------------------------------------------------
 
@@ -246,32 +287,22 @@ class ZeroshardEngine(torch.nn.Module):
                     "model_parameters: some are not parameters of the model "
                     "(or are listed twice)")
         names = {id(p): n for n, p in model.named_parameters()}
-        # One unit per module that owns parameters directly, in module
-        # order: the servers version and serve the flat space by units.
+        self._check_parameters(model, trainable, names)
+        plan = plan_units(model, {id(p) for p in trainable}, self._units_spec)
+        if self._stage3:
+            check_tied_for_stage3(model, plan, names)
+        self._plan = plan
         units = []
         unit_modules = []
         order = []
-        chosen = {id(p) for p in trainable}
-        seen = set()
-        for mod_name, mod in model.named_modules():
-            tensors = []
-            for pn, p in mod.named_parameters(recurse=False):
-                if id(p) not in chosen or id(p) in seen:
-                    continue
-                seen.add(id(p))
-                full = f"{mod_name}.{pn}" if mod_name else pn
-                tensors.append((full, list(p.shape) or [1], _tensor_class(full, p)))
-                order.append(p)
-            if tensors:
-                units.append((mod_name or "root", tensors))
-                unit_modules.append((mod, {id(p) for p in order[-len(tensors):]}))
+        for uname, mod, params, _ in plan:
+            units.append((uname, [(names[id(p)], list(p.shape) or [1],
+                                   _tensor_class(names[id(p)], p))
+                                  for p in params]))
+            unit_modules.append((mod, {id(p) for p in params}))
+            order.extend(params)
         if not order:
             raise ValueError("the model has no trainable parameters")
-        for p in order:
-            if p.device.type != "cpu":
-                raise NotImplementedError(
-                    f"parameter {names[id(p)]} is on {p.device}: this release "
-                    "trains CPU tensors")
         self._units = units
         self._unit_modules = unit_modules
         self._shapes = {id(p): p.shape for p in order}
@@ -310,6 +341,32 @@ class ZeroshardEngine(torch.nn.Module):
                                      float(g.get("lr", base_lr)) / base_lr,
                                      ranges))
 
+    def _check_parameters(self, model, trainable, names):
+        """Refuses what the flat buffers cannot hold, naming the parameter
+        or module, before any server is started."""
+        for mname, mod in model.named_modules():
+            if getattr(mod, "sparse", False) is True and any(
+                    p.requires_grad for p in mod.parameters(recurse=False)):
+                raise ValueError(
+                    f"module {mname or 'root'} ({type(mod).__name__}) has "
+                    "sparse=True: its gradients would be sparse, and the "
+                    "servers take dense gradients")
+        for p in trainable:
+            n = names.get(id(p), "?")
+            if p.device.type != "cpu":
+                raise NotImplementedError(
+                    f"parameter {n} is on {p.device}: this build trains CPU "
+                    "tensors (a CUDA build of torch has not been tested; see "
+                    "the README)")
+            if p.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                raise ValueError(
+                    f"parameter {n} is {p.dtype}: the engine trains "
+                    "float32, bfloat16 or float16 parameters")
+            if p.is_sparse or not p.is_contiguous():
+                raise ValueError(
+                    f"parameter {n} is not a contiguous dense tensor: call "
+                    ".contiguous() on it (or its module's) before initialize")
+
     def _attach(self):
         """Points every parameter and its gradient at the flat buffers
         (stages 1 and 2; stage 3's hooks place them unit by unit)."""
@@ -323,6 +380,10 @@ class ZeroshardEngine(torch.nn.Module):
                 gview = self._flat_grad[off:off + n].view(self._shapes[id(p)])
                 if p.grad is None:
                     p.grad = gview
+                elif p.grad.is_sparse:
+                    raise ValueError(
+                        f"parameter {self._names[id(p)]} has a sparse "
+                        "gradient: the servers take dense gradients")
                 elif p.grad.data_ptr() != gview.data_ptr():
                     # Replaced (set_to_none, or a user's assignment): take
                     # its values, then point it back.
@@ -398,7 +459,22 @@ class ZeroshardEngine(torch.nn.Module):
         if self._group is not None:
             self._group.barrier()
 
+    def _check_ranks_agree(self):
+        """Every rank is at the same optimizer step (a rank calling step()
+        more or fewer times would pair its collectives with another step's)."""
+        if self._group is None:
+            return
+        hi, neg_lo = self._group.all_reduce(
+            [float(self.global_steps), -float(self.global_steps)], "max")
+        if hi != -neg_lo:
+            raise RuntimeError(
+                f"rank {self.rank}: the ranks are at optimizer steps "
+                f"{int(-neg_lo)} to {int(hi)} (this one at "
+                f"{self.global_steps}): every rank must call step() the same "
+                "number of times")
+
     def _optimizer_step(self):
+        self._check_ranks_agree()
         self._attach()
         if self._servers is not None:
             self._servers.check_alive()
@@ -423,6 +499,7 @@ class ZeroshardEngine(torch.nn.Module):
         else:
             skip = not math.isfinite(norm)
         apply = self._scaler.update(skip)
+        self._last_skipped = not apply
         self._cluster.push(self.global_steps, 0, [(0, self._total)],
                            self._wire, self._np(self._flat_grad),
                            coefficient=coefficient if apply else 0.0,
@@ -458,6 +535,7 @@ class ZeroshardEngine(torch.nn.Module):
             sumsq, self._scaler.scale, self._clip)
         self._last_norm = None if overflow else norm
         apply = self._scaler.update(overflow)
+        self._last_skipped = not apply
         self._cluster.push(self.global_steps, worker, ranges, "fp32",
                            payload.numpy(),
                            coefficient=coefficient if apply else 0.0,
@@ -497,6 +575,11 @@ class ZeroshardEngine(torch.nn.Module):
     def get_global_grad_norm(self):
         return self._last_norm
 
+    def last_step_skipped(self):
+        """Whether the last optimizer step was skipped (a non-finite
+        gradient; FP16's loss scale then backs off)."""
+        return self._last_skipped
+
     # --- checkpoints --------------------------------------------------------
 
     def save_checkpoint(self, save_dir, tag=None, client_state=None):
@@ -521,6 +604,12 @@ class ZeroshardEngine(torch.nn.Module):
                        os.path.join(path, "zeroshard_engine.pt"))
         if self._group is not None:
             path = self._group.broadcast((path or "").encode(), 0).decode()
+        torch.save({"rng": rank_state.rng_state(),
+                    "sampler": (self._sampler.state_dict()
+                                if self._sampler else None),
+                    "buffers": rank_state.buffers_bytes(self.module)},
+                   os.path.join(path, f"zeroshard_rank{self.rank}.pt"))
+        self._barrier()
         return path
 
     def load_checkpoint(self, load_dir, tag=None):
@@ -534,6 +623,17 @@ class ZeroshardEngine(torch.nn.Module):
         if self._group is not None:
             path = self._group.broadcast(path.encode(), 0).decode()
         state = torch.load(os.path.join(path, "zeroshard_engine.pt"))
+        own = os.path.join(path, f"zeroshard_rank{self.rank}.pt")
+        first = os.path.join(path, "zeroshard_rank0.pt")
+        if os.path.exists(first):
+            ranks = torch.load(own if os.path.exists(own) else first)
+            rank_state.set_rng_state(ranks["rng"])
+            if self._sampler is not None and ranks["sampler"] is not None:
+                self._sampler.load_state_dict(ranks["sampler"])
+            # Buffers: rank 0's on every rank.
+            zero = (ranks if self.rank == 0 or not os.path.exists(own)
+                    else torch.load(first))
+            rank_state.load_buffers(self.module, zero["buffers"])
         self.global_steps = state["global_steps"]
         self.micro_steps = state["micro_steps"]
         self._scaler.restore(state["loss_scaler"])

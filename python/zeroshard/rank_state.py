@@ -1,0 +1,96 @@
+"""What each rank of the PyTorch front-end keeps besides the parameters:
+its data position, its random-number state and the module's buffers
+(BatchNorm's running statistics).
+
+- ResumableSampler: the training loader's order. Epoch e is a permutation
+  of the dataset drawn from (seed, e); rank r of N reads every N-th index
+  of it from r (each rank len // N samples), as torch's
+  DistributedSampler. Its state is the epoch and the samples read in it
+  summed over ranks, so a run resumed on another rank count goes on from
+  the same place in the epoch.
+- Buffers: broadcast from rank 0 when the engine starts and saved with
+  every checkpoint; a restore takes rank 0's on every rank.
+- RNG: torch's and Python's generators, saved per rank and restored on the
+  rank of the same number (a rank that did not exist takes rank 0's).
+"""
+
+import io
+import random
+
+import torch
+
+
+class ResumableSampler(torch.utils.data.Sampler):
+    def __init__(self, n, seed, rank=0, world=1, shuffle=True):
+        if n < world:
+            raise ValueError(
+                f"training_data has {n} samples, fewer than the {world} ranks")
+        self._n = n
+        self._seed = seed
+        self._rank = rank
+        self._world = world
+        self._shuffle = shuffle
+        self.epoch = 0
+        self.read = 0   # samples this rank read in the epoch
+
+    def __len__(self):
+        return self._n // self._world
+
+    def _order(self):
+        if not self._shuffle:
+            return list(range(self._n))
+        g = torch.Generator().manual_seed(self._seed * 1000003 + self.epoch)
+        return torch.randperm(self._n, generator=g).tolist()
+
+    def __iter__(self):
+        mine = self._order()[self._rank::self._world][:len(self)]
+        while self.read < len(mine):
+            i = mine[self.read]
+            self.read += 1
+            yield i
+        self.epoch += 1
+        self.read = 0
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "samples_read": self.read * self._world}
+
+    def load_state_dict(self, state):
+        self.epoch = int(state["epoch"])
+        self.read = min(int(state["samples_read"]) // self._world, len(self))
+
+
+def buffers_bytes(module):
+    buf = io.BytesIO()
+    torch.save({n: b for n, b in module.named_buffers()}, buf)
+    return buf.getvalue()
+
+
+def load_buffers(module, data):
+    saved = torch.load(io.BytesIO(data))
+    own = dict(module.named_buffers())
+    if set(saved) != set(own):
+        missing = sorted(set(saved) ^ set(own))
+        raise RuntimeError(
+            f"the module's buffers differ from the saved ones: {missing[:4]}")
+    with torch.no_grad():
+        for n, b in own.items():
+            b.copy_(saved[n])
+
+
+def broadcast_buffers(group, module):
+    """Every rank's buffers become rank 0's."""
+    if not any(True for _ in module.buffers()):
+        return
+    data = buffers_bytes(module) if group.rank == 0 else b""
+    data = group.broadcast(data, 0)
+    if group.rank != 0:
+        load_buffers(module, data)
+
+
+def rng_state():
+    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+
+
+def set_rng_state(state):
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
