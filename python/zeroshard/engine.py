@@ -38,7 +38,7 @@ _live_engines = weakref.WeakSet()
 @atexit.register
 def _close_all():
     for e in list(_live_engines):
-        e.close()
+        e.close(agree=False)
 
 
 def _rank_and_world():
@@ -190,12 +190,17 @@ class ZeroshardEngine(torch.nn.Module):
         addresses = cl["server_addresses"]
         credentials = os.environ.get("ZEROSHARD_CREDENTIALS") or cl["credentials"]
         run_id = os.environ.get("ZEROSHARD_RUN_ID", "")
-        if self.world > 1 and not (addresses and run_id):
+        if self.world > 1 and not addresses:
             raise RuntimeError(
                 f"WORLD_SIZE={self.world}: the ranks need servers started for "
-                "them and one run id: run the script under zeroshard-launch "
-                "(python3 -m zeroshard.launch --workers=N script.py), or set "
-                "zeroshard.servers to addresses and ZEROSHARD_RUN_ID")
+                "them: run the script under zeroshard-launch (python3 -m "
+                "zeroshard.launch --workers=N script.py), or set "
+                "zeroshard.servers to the servers' addresses (pod mode)")
+        if self.world > 1 and not run_id:
+            # Pod mode: the ranks meet under zeroshard-worker's default run
+            # id in the servers' key-value store (ZEROSHARD_RUN_ID names
+            # another, for two runs on the same servers).
+            run_id = "run"
         if not addresses:
             self._servers = LocalCluster(
                 cl["servers"], placement=cl["placement"],
@@ -459,19 +464,29 @@ class ZeroshardEngine(torch.nn.Module):
         if self._group is not None:
             self._group.barrier()
 
-    def _check_ranks_agree(self):
-        """Every rank is at the same optimizer step (a rank calling step()
-        more or fewer times would pair its collectives with another step's)."""
+    def _check_ranks_agree(self, closing=False):
+        """Every rank is at the same optimizer step, about to make it (or,
+        from close(), finished at it). A rank that called step() more or
+        fewer times meets the others here, and every rank raises, naming
+        one of each side."""
         if self._group is None:
             return
-        hi, neg_lo = self._group.all_reduce(
-            [float(self.global_steps), -float(self.global_steps)], "max")
-        if hi != -neg_lo:
+        g = float(self.global_steps)
+        r = float(self.rank)
+        hi, neg_lo, closer, stepper = self._group.all_reduce(
+            [g, -g, r if closing else -1.0, -1.0 if closing else r], "max")
+        lo = -neg_lo
+        if closer >= 0 and stepper >= 0:
+            raise RuntimeError(
+                f"rank {int(stepper)} called step() for an optimizer step "
+                f"while rank {int(closer)} had finished (engine.close()) "
+                f"after {int(lo)} of them: every rank must call step() the "
+                "same number of times")
+        if hi != lo:
             raise RuntimeError(
                 f"rank {self.rank}: the ranks are at optimizer steps "
-                f"{int(-neg_lo)} to {int(hi)} (this one at "
-                f"{self.global_steps}): every rank must call step() the same "
-                "number of times")
+                f"{int(lo)} to {int(hi)} (this one at {self.global_steps}): "
+                "every rank must call step() the same number of times")
 
     def _optimizer_step(self):
         self._check_ranks_agree()
@@ -663,11 +678,20 @@ class ZeroshardEngine(torch.nn.Module):
         if self._closed:
             raise RuntimeError("the engine is closed")
 
-    def close(self):
-        """Stops the servers initialize started; idempotent."""
+    def close(self, agree=True):
+        """Checks that every rank made the same number of optimizer steps
+        (ranks only; not at interpreter exit, where another rank may be
+        gone), then stops the servers initialize started; idempotent."""
         if self._closed:
             return
         self._closed = True
+        try:
+            if agree and self._group is not None:
+                self._check_ranks_agree(closing=True)
+        finally:
+            self._close()
+
+    def _close(self):
         self._cluster = None
         if self._servers is not None:
             self._servers.stop()
@@ -676,6 +700,6 @@ class ZeroshardEngine(torch.nn.Module):
 
     def __del__(self):
         try:
-            self.close()
+            self.close(agree=False)
         except Exception:
             pass

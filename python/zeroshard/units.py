@@ -153,7 +153,9 @@ def apply_checkpointing(plan, policy, k):
     """Wraps the blocks' forwards (the named units'); returns their names."""
     if policy == "none":
         return []
-    blocks = [(name, mod) for name, mod, _, named in plan if named]
+    # The root is no block: it is the whole forward.
+    blocks = [(name, mod) for name, mod, _, named in plan
+              if named and name != "root"]
     if not blocks:
         raise ValueError(
             f"activation_checkpointing.policy \"{policy}\": the blocks are the "

@@ -3,6 +3,13 @@ each rank trains the tests' model on its own micro-batches and writes its
 parameters to OUT.rank<R>.pt.
 
     python3 -m zeroshard.launch --workers=2 ranks_script.py OUT STEPS GAS CLIP STAGE [FAIL_RANK]
+
+Environment (the tests' variations):
+  ZS_TEST_EXTRA_STEP_RANK=R   rank R makes one optimizer step more
+  ZS_TEST_SAVE=DIR:K          save a checkpoint in DIR after step K
+  ZS_TEST_RESUME=DIR          start from DIR's newest checkpoint
+  ZS_TEST_POD=ADDR,...:CRED   pod mode: the servers' addresses and
+                              credentials in the config (no launcher)
 """
 
 import os
@@ -19,15 +26,29 @@ fail_rank = int(sys.argv[6]) if len(sys.argv) > 6 else -1
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if rank == fail_rank:
     sys.exit(3)
-data = batches(steps * world * gas, 4)
+extra = int(os.environ.get("ZS_TEST_EXTRA_STEP_RANK", "-1"))
+save = os.environ.get("ZS_TEST_SAVE", "")
+resume = os.environ.get("ZS_TEST_RESUME", "")
+pod = os.environ.get("ZS_TEST_POD", "")
+
+cfg = config(1, gas, clip, stage=stage)
+if pod:
+    addresses, credentials = pod.rsplit(":", 1)
+    cfg["zeroshard"]["servers"] = addresses.split(",")
+    cfg["zeroshard"]["credentials"] = credentials
+data = batches((steps + 1) * world * gas, 4)
 model = make_model()
-engine, _, _, _ = zeroshard.initialize(model=model, config=config(1, gas, clip, stage=stage))
+engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
+if resume:
+    engine.load_checkpoint(resume)
 loss_fn = torch.nn.CrossEntropyLoss()
-for s in range(steps):
+for s in range(engine.global_steps, steps + (1 if rank == extra else 0)):
     for m in range(gas):
         x, y = data[(s * world + rank) * gas + m]
         engine.backward(loss_fn(engine(x), y))
         engine.step()
+    if save and s + 1 == int(save.rsplit(":", 1)[1]):
+        engine.save_checkpoint(save.rsplit(":", 1)[0])
 if stage == 3:
     # Parameters are released outside their module's forward; a forward
     # under no_grad gathers and releases every unit once more.

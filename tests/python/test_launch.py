@@ -15,11 +15,16 @@ from test_engine import batches, make_model
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def launch(tmp_path, *args, timeout=120):
+def child_env():
     env = dict(os.environ)
     paths = [HERE] + [os.path.abspath(p) for p in
                       env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def launch(tmp_path, *args, timeout=120, env=None):
+    env = dict(child_env(), **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "zeroshard.launch", *args],
         env=env, cwd=tmp_path, capture_output=True, text=True,
@@ -38,7 +43,11 @@ def test_two_ranks_train_as_one_data_parallel_run(tmp_path, stage):
     for a, b in zip(got[0], got[1]):
         assert torch.equal(a, b)   # every rank holds the same weights
 
-    # The reference: one process over all ranks' micro-batches.
+    assert_data_parallel(got[0], steps, world, gas, clip)
+
+
+def assert_data_parallel(got, steps, world, gas, clip):
+    """`got` equals one process trained over all ranks' micro-batches."""
     data = batches(steps * world * gas, 4)
     model = make_model()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95),
@@ -51,10 +60,65 @@ def test_two_ranks_train_as_one_data_parallel_run(tmp_path, stage):
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         opt.zero_grad()
-    for a, ref in zip(got[0], model.parameters()):
+    for a, ref in zip(got, model.parameters()):
         # Summed in another order than torch's accumulation: not bitwise.
         assert torch.allclose(a, ref.detach(), rtol=0, atol=2e-6), (
             (a - ref).abs().max().item())
+
+
+def test_resume_on_other_server_counts_equals_the_uninterrupted_run(tmp_path):
+    script = os.path.join(HERE, "ranks_script.py")
+    ckpt = str(tmp_path / "ckpt")
+    r = launch(tmp_path, "--workers=2", "--servers=2", script,
+               str(tmp_path / "whole"), "4", "1", "0.5", "2",
+               env={"ZS_TEST_SAVE": f"{ckpt}:2"})
+    assert r.returncode == 0, r.stderr
+    for servers in ("3", "1"):
+        r = launch(tmp_path, "--workers=2", f"--servers={servers}", script,
+                   str(tmp_path / f"resumed{servers}"), "4", "1", "0.5", "2",
+                   env={"ZS_TEST_RESUME": ckpt})
+        assert r.returncode == 0, r.stderr
+        whole = torch.load(str(tmp_path / "whole.rank1.pt"))
+        resumed = torch.load(str(tmp_path / f"resumed{servers}.rank1.pt"))
+        for a, b in zip(whole, resumed):
+            assert torch.equal(a, b), servers
+
+
+def test_ranks_making_different_step_counts_are_named(tmp_path):
+    t0 = time.monotonic()
+    r = launch(tmp_path, "--workers=2", "--servers=1",
+               os.path.join(HERE, "ranks_script.py"), str(tmp_path / "p"),
+               "2", "1", "0", "2", env={"ZS_TEST_EXTRA_STEP_RANK": "1"})
+    assert r.returncode != 0
+    assert ("rank 1 called step() for an optimizer step while rank 0 had "
+            "finished (engine.close()) after 2 of them") in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 60
+
+
+def test_pod_mode_ranks_join_servers_started_elsewhere(tmp_path):
+    from zeroshard.local_cluster import LocalCluster
+    servers = LocalCluster(2, out_dir=str(tmp_path / "servers"))
+    try:
+        env = child_env()
+        env.update({"WORLD_SIZE": "2", "ZS_TEST_POD":
+                    ",".join(servers.addresses) + ":" + servers.credentials})
+        env.pop("ZEROSHARD_SERVERS", None)
+        procs = []
+        for rank in range(2):
+            procs.append(subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "ranks_script.py"),
+                 str(tmp_path / "pod"), "3", "2", "0.5", "2"],
+                env=dict(env, RANK=str(rank)), cwd=tmp_path,
+                stderr=subprocess.PIPE, text=True))
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+    finally:
+        servers.stop()
+    got = [torch.load(str(tmp_path / f"pod.rank{k}.pt")) for k in range(2)]
+    for a, b in zip(*got):
+        assert torch.equal(a, b)
+    assert_data_parallel(got[0], 3, 2, 2, 0.5)
 
 
 def test_a_failing_rank_stops_the_run_and_is_named(tmp_path):
