@@ -34,6 +34,8 @@ class RunOutputs:
                 plot=plot)
         self._last_step = engine.global_steps
         self._t = time.monotonic()
+        self.first_loss = None   # the first and latest step's mean loss
+        self.last_loss = None
 
     @property
     def metrics_path(self):
@@ -42,17 +44,23 @@ class RunOutputs:
     def after_step(self, loss, val_loss=None):
         """Call after every engine.step() (or optimizer.step()) with the
         micro-batch's loss; a row is written when an optimizer step was
-        made, with the mean loss of its micro-batches."""
+        made, with the mean loss of its micro-batches. val_loss: a number,
+        or a function returning one, called only when a row is written and
+        not counted in the step's time."""
         self._losses.append(float(loss))
         e = self._engine
         if e.global_steps == self._last_step:
             return
-        now = time.monotonic()
-        seconds = now - self._t
-        self._t = now
+        seconds = time.monotonic() - self._t
+        if callable(val_loss):
+            val_loss = val_loss()   # not counted in the step's time
+        self._t = time.monotonic()
         mean = sum(self._losses) / len(self._losses)
         self._losses = []
         self._last_step = e.global_steps
+        if self.first_loss is None:
+            self.first_loss = mean
+        self.last_loss = mean
         if self._rec is None:
             return
         norm = e.get_global_grad_norm()

@@ -81,8 +81,20 @@ class UnitHooks:
                 lambda m, inp, u=u: self.fetch(u)))
             self.handles.append(mod.register_forward_hook(
                 lambda m, inp, out, u=u: self._after_forward(u, out)))
+
+    def _arm_gradient_hooks(self):
+        # On each parameter's AccumulateGrad node, taken while its .data
+        # has the compute dtype and its full shape: torch gives a parameter
+        # a new node when .data changes dtype (an FP32 model under BF16),
+        # whose hooks the old one's are not, and the node checks gradients
+        # against the shape it was made with. Held here, so the node lives
+        # as long as the hooks.
+        for u, (_, params, _, _) in enumerate(self.units):
             for i, (p, _, _) in enumerate(params):
+                p.data = torch.empty(self.engine._shapes[id(p)],
+                                     dtype=self.dtype)
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                p.data = self.empty
                 acc.register_hook(
                     lambda *_, u=u, i=i: self._grad_ready(u, i))
                 self.grad_accs.append(acc)
@@ -116,11 +128,14 @@ class UnitHooks:
         self.live[u] = None
 
     def release_all(self):
-        """Every unit released, the model's own initial tensors included."""
+        """Every unit released, the model's own initial tensors included;
+        the first call arms the gradient hooks."""
         for u in range(len(self.units)):
             for p, _, _ in self.units[u][1]:
                 p.data = self.empty
             self.live[u] = None
+        if not self.grad_accs:
+            self._arm_gradient_hooks()
 
     def _after_forward(self, u, out):
         if not torch.is_grad_enabled():

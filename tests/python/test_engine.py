@@ -204,7 +204,8 @@ def masters_reference(master, dtype, data, steps, gas, clip=0.0, scale=1.0,
     return ref
 
 
-def test_bf16_is_fp32_masters_under_a_bf16_model():
+@pytest.mark.parametrize("stage", [2, 3])
+def test_bf16_is_fp32_masters_under_a_bf16_model(stage):
     # The reference: FP32 masters stepped by torch's AdamW with the BF16
     # gradients (widened, clipped in FP32), the model their BF16 rounding.
     steps, gas, clip = 3, 2, 0.5
@@ -215,14 +216,20 @@ def test_bf16_is_fp32_masters_under_a_bf16_model():
 
     model = make_model()
     engine, _, _, _ = zeroshard.initialize(
-        model=model, config=config(2, gas, clip, bf16={"enabled": True}))
+        model=model, config=config(2, gas, clip, stage=stage,
+                                   bf16={"enabled": True}))
     try:
         for s in range(steps):
             for m in range(gas):
                 x, y = data[s * gas + m]
                 engine.backward(loss_fn(engine(x.bfloat16()).float(), y))
                 engine.step()
-            for p, r in zip(model.parameters(), ref[s]):
+            if stage == 3:   # released outside a forward: inside one
+                with zeroshard.GatheredParameters(list(model.parameters())):
+                    got = [p.detach().clone() for p in model.parameters()]
+            else:
+                got = list(model.parameters())
+            for p, r in zip(got, ref[s]):
                 assert p.dtype == torch.bfloat16
                 assert torch.equal(p, r.bfloat16())
         sd = engine.consolidated_state_dict()

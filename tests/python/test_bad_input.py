@@ -1,0 +1,105 @@
+"""Bad input to the front-end: each a clear error naming the parameter,
+module or key, raised before any server is started (initialize) or before
+the servers' state changes (step)."""
+
+import re
+
+import pytest
+import torch
+
+import zeroshard
+from zeroshard import engine as engine_module
+import models
+from test_engine import batches, config, make_model
+
+
+def refused(model, match, cfg=None, **kwargs):
+    before = set(engine_module._live_engines)
+    with pytest.raises((ValueError, NotImplementedError, TypeError),
+                       match=match):
+        zeroshard.initialize(model=model, config=cfg or config(1, 1, 0.0),
+                             **kwargs)
+    # Nothing was started: no engine (and so no server) is left behind.
+    assert set(engine_module._live_engines) == before
+
+
+def test_a_model_with_no_trainable_parameters():
+    m = make_model()
+    for p in m.parameters():
+        p.requires_grad_(False)
+    refused(m, "the model has no trainable parameters")
+
+
+def test_a_parameter_that_is_not_contiguous():
+    m = make_model()
+    m[0].weight.data = m[0].weight.data.t().contiguous().t()
+    refused(m, re.escape("parameter 0.weight is not a contiguous dense tensor"))
+
+
+def test_a_parameter_of_another_dtype():
+    refused(make_model().double(),
+            re.escape("parameter 0.weight is torch.float64"))
+
+
+def test_a_module_with_sparse_gradients():
+    m = torch.nn.Sequential(torch.nn.Embedding(10, 4, sparse=True),
+                            torch.nn.Linear(4, 2))
+    refused(m, re.escape("module 0 (Embedding) has sparse=True"))
+
+
+def test_a_unit_naming_no_module():
+    cfg = config(1, 1, 0.0)
+    cfg["zeroshard"]["units"] = ["h.*", "blocks.*"]
+    refused(models.gpt(), "zeroshard.units: 'blocks.\\*' names no module", cfg)
+    cfg["zeroshard"]["units"] = {"min_params": 0}
+    refused(models.gpt(), re.escape('{"min_params": N} with N >= 1'), cfg)
+
+
+def test_checkpointing_needs_named_blocks():
+    cfg = config(1, 1, 0.0)
+    cfg["zeroshard"]["activation_checkpointing"] = {"policy": "every_block"}
+    refused(make_model(), "the blocks are the units you name", cfg)
+
+
+def test_an_optimizer_unlike_the_configs():
+    m = make_model()
+    refused(m, re.escape("the object passed has lr=0.001 but the config's "
+                         "optimizer.params.lr is 0.003"),
+            optimizer=torch.optim.AdamW(m.parameters(), lr=1e-3))
+    refused(m, "SGD is not one the servers run",
+            optimizer=torch.optim.SGD(m.parameters(), lr=1e-3))
+    refused(m, "the servers own the schedule",
+            lr_scheduler=torch.optim.lr_scheduler.StepLR(
+                torch.optim.AdamW(m.parameters()), 1))
+
+
+def test_an_optimizer_equal_to_the_configs_is_taken():
+    m = make_model()
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3, betas=(0.9, 0.95),
+                            eps=1e-8, weight_decay=0.01)
+    engine, _, _, _ = zeroshard.initialize(model=m, optimizer=opt,
+                                           config=config(1, 1, 0.0))
+    engine.close()
+
+
+def test_a_sparse_gradient_changes_nothing_on_the_servers():
+    data = batches(2, 4)
+    m = make_model()
+    engine, _, _, _ = zeroshard.initialize(model=m, config=config(2, 1, 0.0))
+    try:
+        loss_fn = torch.nn.CrossEntropyLoss()
+        engine.backward(loss_fn(engine(data[0][0]), data[0][1]))
+        engine.step()
+        before = engine.consolidated_state_dict()
+        versions = [(s["max_version"], s["optimizer_step"], s["master_norm"]) for s in engine.inspect()]
+        engine.backward(loss_fn(engine(data[1][0]), data[1][1]))
+        m[0].weight.grad = m[0].weight.grad.to_sparse()
+        with pytest.raises(ValueError, match=re.escape(
+                "parameter 0.weight has a sparse gradient")):
+            engine.step()
+        assert [(s["max_version"], s["optimizer_step"], s["master_norm"]) for s in engine.inspect()] == versions
+        after = engine.consolidated_state_dict()
+        for n in before:
+            assert torch.equal(before[n], after[n]), n
+    finally:
+        engine.close()
