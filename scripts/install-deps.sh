@@ -44,6 +44,8 @@ PKGS=(
 #                 sanitizer toolchain and test-only tools; the image builders
 #                 (deploy/docker/*.Dockerfile) use it. A package added to PKGS
 #                 is thus in the image build unless listed here.
+#   --torch       --build-only's packages plus python3-torch: what the torch
+#                 examples need (scripts/run-torch-example.sh).
 #   --images      PKGS plus podman, buildah and mmdebstrap, which only the
 #                 optional image build (deploy/docker/build-images.sh and its
 #                 test, tests/deploy/image_test.sh) needs.
@@ -63,7 +65,13 @@ case "${1:-}" in
     done
     PKGS=("${build[@]}") ;;
   --images) PKGS+=(podman buildah mmdebstrap) ;;
-  *) echo "usage: $0 [--build-only | --images]" >&2; exit 2 ;;
+  --torch)
+    build=()
+    for p in "${PKGS[@]}"; do
+      [[ " ${NOT_FOR_BUILD[*]} " == *" $p "* ]] || build+=("$p")
+    done
+    PKGS=("${build[@]}" python3-torch) ;;
+  *) echo "usage: $0 [--build-only | --images | --torch]" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${PKGS[@]}"; do
