@@ -17,9 +17,9 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "WeightPiece data is little-endian FP32; add a byte swap here");
 
-// One attempt: server k's whole range as one stream.
-absl::Status SendRange(const ShardChannels& channels, int k,
-                       const FlatRange& range, const float* data) {
+// One attempt: server k's pieces (owned ranges, ascending) as one stream.
+absl::Status SendRanges(const ShardChannels& channels, int k,
+                        absl::Span<const WeightRange> ranges) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() +
                                       channels.options().call_timeout));
@@ -29,24 +29,31 @@ absl::Status SendRange(const ShardChannels& channels, int k,
   const uint64_t per_piece =
       PieceElems(DType::kFp32, channels.options().max_message_bytes);
   v1::WeightPiece piece;
-  for (uint64_t at = range.begin; at < range.end; at += per_piece) {
-    const uint64_t n = std::min(per_piece, range.end - at);
-    piece.set_offset(at);
-    piece.set_dtype(v1::DTYPE_FP32);
-    piece.set_data(reinterpret_cast<const char*>(data + (at - range.begin)),
-                   n * sizeof(float));
-    // False: the stream is broken; Finish says why.
-    if (!writer->Write(piece)) break;
+  uint64_t sent = 0;
+  bool broken = false;
+  for (const WeightRange& w : ranges) {
+    for (uint64_t at = w.range.begin; at < w.range.end && !broken;
+         at += per_piece) {
+      const uint64_t n = std::min(per_piece, w.range.end - at);
+      piece.set_offset(at);
+      piece.set_dtype(v1::DTYPE_FP32);
+      piece.set_data(
+          reinterpret_cast<const char*>(w.data + (at - w.range.begin)),
+          n * sizeof(float));
+      // False: the stream is broken; Finish says why.
+      broken = !writer->Write(piece);
+    }
+    sent += w.range.size();
   }
   writer->WritesDone();
   absl::Status s =
       FromGrpcStatus(writer->Finish(), "SetWeights", channels.address(k));
   if (!s.ok()) return s;
-  if (response.elems_written() != range.size()) {
+  if (response.elems_written() != sent) {
     return absl::DataLossError(absl::StrCat(
         "SetWeights to ", channels.address(k), ": the server wrote ",
-        response.elems_written(), " elements of the ", range.size(), " in [",
-        range.begin, ", ", range.end, ")"));
+        response.elems_written(), " elements of the ", sent, " sent in ",
+        ranges.size(), " range(s)"));
   }
   return absl::OkStatus();
 }
@@ -61,19 +68,53 @@ absl::Status SetMasterWeights(const ShardChannels& channels,
         "SetMasterWeights: ", flat.size(), " weights for a flat space of ",
         layout.total_elems()));
   }
+  const WeightRange all{FlatRange{0, layout.total_elems()}, flat.data()};
+  return SetMasterWeightRanges(channels, layout, absl::MakeConstSpan(&all, 1));
+}
+
+absl::Status SetMasterWeightRanges(const ShardChannels& channels,
+                                   const FlatLayout& layout,
+                                   absl::Span<const WeightRange> ranges) {
   if (channels.size() != static_cast<int>(layout.num_servers())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SetMasterWeights: ", channels.size(), " servers for a layout of ",
         layout.num_servers()));
   }
+  // Every range inside the flat space, ascending and disjoint, before any
+  // byte is sent: a bad list writes nothing.
+  uint64_t last_end = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const FlatRange& r = ranges[i].range;
+    if (r.begin > r.end || r.end > layout.total_elems() ||
+        (i > 0 && r.begin < last_end) ||
+        (r.size() > 0 && ranges[i].data == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SetMasterWeights: range ", i, " [", r.begin, ", ", r.end,
+          ") is not inside the flat space [0, ", layout.total_elems(),
+          ") after the previous range (they must ascend and not overlap); "
+          "nothing is written"));
+    }
+    last_end = r.end;
+  }
+  // Each server's share: the ranges cut at its owned range.
+  std::vector<std::vector<WeightRange>> per_server(channels.size());
+  for (int k = 0; k < channels.size(); ++k) {
+    const FlatRange own = layout.ServerRange(k);
+    for (const WeightRange& w : ranges) {
+      const uint64_t b = std::max(own.begin, w.range.begin);
+      const uint64_t e = std::min(own.end, w.range.end);
+      if (b >= e) continue;
+      per_server[k].push_back(
+          WeightRange{FlatRange{b, e}, w.data + (b - w.range.begin)});
+    }
+  }
   std::vector<absl::Status> results(channels.size());
   std::vector<std::thread> threads;
   for (int k = 0; k < channels.size(); ++k) {
-    const FlatRange range = layout.ServerRange(k);
-    if (range.empty()) continue;
-    threads.emplace_back([&, k, range] {
+    if (per_server[k].empty()) continue;
+    threads.emplace_back([&, k] {
       results[k] = RunWithRetry(channels.options().retry, [&] {
-        return SendRange(channels, k, range, flat.data() + range.begin);
+        return SendRanges(channels, k, per_server[k]);
       });
     });
   }

@@ -30,6 +30,22 @@ absl::Status SetMasterWeights(const ShardChannels& channels,
                               const FlatLayout& layout,
                               absl::Span<const float> flat);
 
+// FP32 values for one range of the flat space.
+struct WeightRange {
+  FlatRange range;
+  const float* data = nullptr;  // range.size() elements
+};
+
+// The same for some ranges only (ascending, disjoint, inside the flat
+// space; INVALID_ARGUMENT otherwise, before anything is sent): each is cut
+// at the servers' boundaries and every server gets its pieces in one
+// stream. The rest of the flat space keeps its values; with m, v and the
+// step counts unchanged this overwrites weights mid-run (the front-end's
+// GatheredParameters(modifier_rank=...)).
+absl::Status SetMasterWeightRanges(const ShardChannels& channels,
+                                   const FlatLayout& layout,
+                                   absl::Span<const WeightRange> ranges);
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_CLIENT_SET_WEIGHTS_H_

@@ -121,6 +121,29 @@ absl::Status ShardCluster::SetMasterWeights(absl::Span<const float> flat) {
   return zeroshard::SetMasterWeights(channels(), layout(), flat);
 }
 
+absl::Status ShardCluster::SetMasterWeightRanges(
+    absl::Span<const FlatRange> ranges, absl::Span<const float> values) {
+  RETURN_IF_ERROR(NeedLayout("SetMasterWeights"));
+  std::vector<WeightRange> pieces;
+  uint64_t at = 0;
+  for (const FlatRange& r : ranges) {
+    if (r.begin > r.end || r.size() > values.size() - at) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SetMasterWeights: ", values.size(), " values for ranges of more "
+          "elements (or a range that ends before it begins); nothing is "
+          "written"));
+    }
+    pieces.push_back(WeightRange{r, values.data() + at});
+    at += r.size();
+  }
+  if (at != values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SetMasterWeights: ", values.size(), " values for ranges of ", at,
+        " elements; nothing is written"));
+  }
+  return zeroshard::SetMasterWeightRanges(channels(), layout(), pieces);
+}
+
 absl::StatusOr<PushResult> ShardCluster::ApplyStep(
     uint64_t step, uint64_t attempt, absl::Duration timeout) const {
   return ApplyStepAll(channels(), step, attempt, timeout);

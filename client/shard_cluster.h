@@ -110,8 +110,12 @@ class ShardCluster {
                                       const StepCommit& commit,
                                       bool coefficient_known);
   // Replaces the master weights (all of [0, total), FP32) of initialised
-  // servers that have not trained yet.
+  // servers; m, v and the step counts stay (client/set_weights.h).
   absl::Status SetMasterWeights(absl::Span<const float> flat);
+  // The same for some ranges of the flat space only (ascending, disjoint);
+  // `values` holds their elements concatenated. The rest keeps its values.
+  absl::Status SetMasterWeightRanges(absl::Span<const FlatRange> ranges,
+                                     absl::Span<const float> values);
 
   // --- Two-phase steps (no layout needed) -----------------------------------
   // Applies the prepared pushes of (step, attempt) on every server in

@@ -301,6 +301,19 @@ class PyCluster {
         absl::MakeConstSpan(static_cast<const float*>(b.data), n)));
   }
 
+  // FP32 `values` (the ranges' elements concatenated) overwrite those
+  // ranges of the master weights; the rest, m, v and the steps stay.
+  void SetMasterWeightRanges(const std::vector<Range>& ranges,
+                             const py::buffer& values) {
+    const std::vector<FlatRange> r = ToRanges(ranges);
+    Bytes b = BufferOf(values, false, RangesBytes(r, DType::kFp32),
+                       "set_master_weight_ranges");
+    const float* p = static_cast<const float*>(b.data);
+    py::gil_scoped_release release;
+    Check(cluster_->SetMasterWeightRanges(
+        r, absl::MakeConstSpan(p, b.size / sizeof(float))));
+  }
+
   // Returns (min_version, max_version) of the pieces received.
   Range Gather(const std::vector<Range>& ranges, const std::string& dtype,
                const py::buffer& out, int64_t min_version) {
@@ -356,22 +369,32 @@ class PyCluster {
   // A coordinated checkpoint of version `step` (the weights after `step`
   // optimizer steps) in `directory`: armed, written by every server and
   // committed (client/checkpoint_commit.h), keeping the newest `keep_last`
-  // (0: all). Returns its folder.
+  // (0: all). `before_commit(folder)`, when given, runs once the shard files
+  // are written and before the manifest that makes the folder complete, so
+  // what it writes there is part of every complete checkpoint. Returns the
+  // folder.
   std::string Checkpoint(uint64_t step, const std::string& directory,
-                  const std::string& resolved_json, int keep_last,
-                  double timeout_s) {
+                         const std::string& resolved_json, int keep_last,
+                         double timeout_s, const py::object& before_commit) {
     const TrainingConfig config = Value(ParseResolvedConfig(resolved_json));
-    py::gil_scoped_release release;
-    Check(cluster_->ArmCheckpoint(step, directory));
-    std::vector<ShardFile> files = Value(
-        cluster_->WaitCheckpoint(step, directory, absl::Seconds(timeout_s)));
+    const std::string folder =
+        absl::StrCat(directory, "/", CheckpointFolderName(step));
+    std::vector<ShardFile> files;
+    {
+      py::gil_scoped_release release;
+      Check(cluster_->ArmCheckpoint(step, directory));
+      files = Value(
+          cluster_->WaitCheckpoint(step, directory, absl::Seconds(timeout_s)));
+    }
+    if (!before_commit.is_none()) before_commit(folder);
     CheckpointInfo info;
     info.step = step;
     info.layout = &cluster_->layout();
     info.config_fingerprint = ConfigFingerprint(config);
     info.schedule_total_steps = config.optimizer.total_steps;
+    py::gil_scoped_release release;
     Check(CommitCheckpoint(directory, files, info, keep_last));
-    return absl::StrCat(directory, "/", CheckpointFolderName(step));
+    return folder;
   }
 
   // Restores every server from `directory` (its newest checkpoint when
@@ -552,6 +575,8 @@ PYBIND11_MODULE(_zeroshard, m) {
            py::arg("groups") = py::none(), py::arg("num_workers") = 0,
            py::arg("chunk_elems") = 0)
       .def("set_master_weights", &PyCluster::SetMasterWeights)
+      .def("set_master_weight_ranges", &PyCluster::SetMasterWeightRanges,
+           py::arg("ranges"), py::arg("values"))
       .def("gather", &PyCluster::Gather, py::arg("ranges"), py::arg("dtype"),
            py::arg("out"), py::arg("min_version") = -1)
       .def("push", &PyCluster::Push, py::arg("step"), py::arg("worker"),
@@ -563,7 +588,8 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def("inspect_all", &PyCluster::InspectAll)
       .def("checkpoint", &PyCluster::Checkpoint, py::arg("step"),
            py::arg("directory"), py::arg("resolved_config"),
-           py::arg("keep_last") = 0, py::arg("timeout_s") = 300.0)
+           py::arg("keep_last") = 0, py::arg("timeout_s") = 300.0,
+           py::arg("before_commit") = py::none())
       .def("restore", &PyCluster::Restore, py::arg("directory"),
            py::arg("step") = py::none(), py::arg("timeout_s") = 300.0)
       .def("open_group", &PyCluster::OpenGroup, py::arg("rank"),

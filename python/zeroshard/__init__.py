@@ -43,8 +43,10 @@ class _Optimizer:
     def step(self, closure=None):
         if closure is not None:
             raise ValueError("closures are not supported")
+        self._engine._need_open()
         self._engine._optimizer_step()
         self._engine.micro_steps += self._engine.gradient_accumulation_steps()
+        self._engine._maybe_checkpoint()
 
     def zero_grad(self, set_to_none=False):
         self._engine.zero_grad(set_to_none)
@@ -86,42 +88,108 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None,
             _Scheduler(engine))
 
 
+def _bits(t):
+    """t's elements as integers of the same width (bitwise comparison)."""
+    return t.view({torch.float32: torch.int32, torch.bfloat16: torch.int16,
+                   torch.float16: torch.int16}[t.dtype])
+
+
 class GatheredParameters:
     """Full values of `params` inside a `with` block, as DeepSpeed's
     deepspeed.zero.GatheredParameters: under stage 3 the units holding them
     are gathered on entry and released on exit; under stages 1 and 2 they
-    are whole already. Writes inside the block are not sent to the servers:
-    modifier_rank other than None is refused (the servers take new master
-    weights only before the first step, SetMasterWeights)."""
+    are whole already.
+
+    With modifier_rank=R, what rank R writes into them inside the block
+    goes to the servers' master weights on exit (every rank must enter the
+    block, as in DeepSpeed): the elements R changed are written in FP32,
+    the others keep their FP32 master values (not the compute dtype's
+    rounding of them), the optimizer state and step stay, and every rank
+    then holds the new values. Writes on other ranks are dropped, as
+    DeepSpeed's broadcast from the modifier drops them."""
 
     def __init__(self, params, modifier_rank=None, fwd_module=None,
                  enabled=True):
         del fwd_module
-        if modifier_rank is not None:
-            raise NotImplementedError(
-                "GatheredParameters(modifier_rank=...): writing parameters "
-                "back to the servers after training started is not supported")
-        if isinstance(params, torch.nn.Parameter):
+        if isinstance(params, torch.Tensor):
             params = [params]
         self._params = list(params) if enabled else []
+        self._modifier = modifier_rank
         self._units = []
+        self._engines = []
 
     def __enter__(self):
         from .engine import _live_engines
         want = {id(p) for p in self._params}
         for e in list(_live_engines):
-            hooks = e._hooks
-            if hooks is None:
+            mine = list({id(p): p for p in self._params
+                         if id(p) in e._shapes}.values())
+            if not mine:
                 continue
-            for u, (_, params, _, _) in enumerate(hooks.units):
-                if hooks.live[u] is None and any(id(p) in want
-                                                 for p, _, _ in params):
-                    hooks.fetch(u)
-                    self._units.append((hooks, u))
+            if self._modifier is not None and not (
+                    isinstance(self._modifier, int)
+                    and 0 <= self._modifier < e.world):
+                raise ValueError(
+                    f"GatheredParameters: modifier_rank={self._modifier!r} "
+                    f"is not a rank of this run (0 to {e.world - 1})")
+            hooks = e._hooks
+            if hooks is not None:
+                for u, (_, params, _, _) in enumerate(hooks.units):
+                    if hooks.live[u] is None and any(id(p) in want
+                                                     for p, _, _ in params):
+                        hooks.fetch(u)
+                        self._units.append((hooks, u))
+            if self._modifier is not None:
+                # What the block starts from, to see what it changed.
+                e._need_open()
+                before = {id(p): p.detach().clone() for p in mine}
+                self._engines.append((e, mine, before))
         return self
 
-    def __exit__(self, *exc):
-        for hooks, u in self._units:
-            hooks.release(u)
-        self._units = []
+    def __exit__(self, exc_type, *exc):
+        try:
+            if exc_type is None:
+                for e, mine, before in self._engines:
+                    self._write_back(e, mine, before)
+        finally:
+            for hooks, u in self._units:
+                hooks.release(u)
+            self._units = []
+            self._engines = []
         return False
+
+    def _write_back(self, e, mine, before):
+        where = {id(p): (off, n) for p, off, n in e._slots}
+        mine = sorted(mine, key=lambda p: where[id(p)][0])
+        ranges = [(where[id(p)][0], where[id(p)][0] + where[id(p)][1])
+                  for p in mine]
+        if e.rank == self._modifier:
+            total = sum(n for _, n in (where[id(p)] for p in mine))
+            masters = torch.empty(total, dtype=torch.float32)
+            e._cluster.gather(ranges, "fp32", masters.numpy(),
+                              min_version=e.global_steps)
+            at = 0
+            for p in mine:
+                n = where[id(p)][1]
+                now = p.detach().reshape(-1)
+                changed = _bits(now) != _bits(before[id(p)].reshape(-1))
+                seg = masters[at:at + n]
+                seg[changed] = now[changed].float()
+                at += n
+            e._cluster.set_master_weight_ranges(ranges, masters.numpy())
+        e._barrier()
+        if e._hooks is None:
+            e._gather()   # every rank takes the new values
+            return
+        # Stage 3: the units this block gathered are released on exit and
+        # gathered anew when used; one that was live already is gathered
+        # again now.
+        h = e._hooks
+        h._drop_prefetches()   # gathered before the write
+        ours = {u for hooks, u in self._units if hooks is h}
+        ids = {id(p) for p in mine}
+        for u, (_, params, _, _) in enumerate(h.units):
+            if (u not in ours and h.live[u] is not None
+                    and any(id(p) in ids for p, _, _ in params)):
+                h.release(u)
+                h.fetch(u)

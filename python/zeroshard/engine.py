@@ -121,6 +121,17 @@ def _same_optimizer(configured, given):
                 f"config's optimizer.params.{key} is {theirs}")
 
 
+def _has_complete_checkpoint(d):
+    """Whether d holds a step folder with its manifest (written last)."""
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return False
+    return any(n.startswith("step-") and
+               os.path.isfile(os.path.join(d, n, "MANIFEST.json"))
+               for n in names)
+
+
 class ZeroshardEngine(torch.nn.Module):
     """What zeroshard.initialize returns first; see the module docstring."""
 
@@ -257,10 +268,7 @@ class ZeroshardEngine(torch.nn.Module):
                                chunk_elems=cl["chunk_elems"])
             # The model's own initial values become the master weights; the
             # model then holds what the servers hold (BF16: their mirror).
-            master = torch.zeros(self._total, dtype=torch.float32)
-            for p, off, n in self._slots:
-                master[off:off + n].copy_(p.detach().reshape(-1).float())
-            self._cluster.set_master_weights(master.numpy())
+            self._send_initial_weights()
         self._barrier()
         self._gather()
 
@@ -272,6 +280,45 @@ class ZeroshardEngine(torch.nn.Module):
             self.training_dataloader = torch.utils.data.DataLoader(
                 training_data, batch_size=self._micro, sampler=self._sampler,
                 collate_fn=collate_fn, drop_last=True)
+
+        ck = cl["checkpoint"]
+        self._ckpt_dir = ck["dir"]
+        self._ckpt_every = int(ck["every_steps"])
+        self._ckpt_keep = int(ck["keep_last"])
+        # zeroshard-launch --max_restarts starts the ranks again with
+        # ZEROSHARD_RESTART=n: they go on from the newest checkpoint.
+        try:
+            self.restart = int(os.environ.get("ZEROSHARD_RESTART") or 0)
+        except ValueError:
+            raise ValueError("ZEROSHARD_RESTART: not a count") from None
+        self.resumed_from = None
+        if self.restart > 0:
+            self._resume_after_restart()
+
+    def _send_initial_weights(self, chunk_elems=1 << 22):
+        """The parameters' values to the servers' masters, a few tensors at
+        a time (at most chunk_elems FP32 values staged at once, beside the
+        model's own tensors; the padding keeps Init's zeros)."""
+        slots = sorted(self._slots, key=lambda s: s[1])
+        batch = []
+
+        def flush():
+            if not batch:
+                return
+            values = torch.cat([p.detach().reshape(-1).float()
+                                for p, _, _ in batch])
+            self._cluster.set_master_weight_ranges(
+                [(off, off + n) for _, off, n in batch], values.numpy())
+            batch.clear()
+
+        staged = 0
+        for slot in slots:
+            if staged + slot[2] > chunk_elems:
+                flush()
+                staged = 0
+            batch.append(slot)
+            staged += slot[2]
+        flush()
 
     # --- layout -----------------------------------------------------------
 
@@ -440,11 +487,42 @@ class ZeroshardEngine(torch.nn.Module):
 
     def step(self):
         """Counts a micro-step; at the accumulation boundary, the servers
-        apply the optimizer to the accumulated gradients."""
+        apply the optimizer to the accumulated gradients (and, every
+        zeroshard.checkpoint.every_steps, checkpoint them)."""
         self._need_open()
-        if self.is_gradient_accumulation_boundary():
+        boundary = self.is_gradient_accumulation_boundary()
+        if boundary:
             self._optimizer_step()
         self.micro_steps += 1
+        if boundary:
+            self._maybe_checkpoint()
+
+    def _maybe_checkpoint(self):
+        if (self._ckpt_dir and self._ckpt_every > 0
+                and self.global_steps % self._ckpt_every == 0):
+            self.save_checkpoint(self._ckpt_dir, keep_last=self._ckpt_keep)
+
+    def _resume_after_restart(self):
+        """After zeroshard-launch restarted the run: the newest complete
+        checkpoint in zeroshard.checkpoint.dir, or step 0 when there is
+        none, said on rank 0's stderr either way."""
+        d = self._ckpt_dir
+        found = bool(d) and _has_complete_checkpoint(d)
+        if self._group is not None:   # rank 0 decides for every rank
+            found = self._group.broadcast(b"1" if found else b"0", 0) == b"1"
+        what = f"zeroshard: restart {self.restart}"
+        if found:
+            path, _ = self.load_checkpoint(d)
+            self.resumed_from = path
+            msg = f"{what}: resumed from {path} at step {self.global_steps}"
+        elif not d:
+            msg = (f"{what}: the config has no zeroshard.checkpoint.dir: "
+                   "starting again from step 0")
+        else:
+            msg = (f"{what}: no complete checkpoint in {d} yet: starting "
+                   "again from step 0")
+        if self.rank == 0:
+            print(msg, file=sys.stderr)
 
     def _clip_coefficient(self):
         # torch.nn.utils.clip_grad_norm_ (norm_type 2), op for op, so the
@@ -597,35 +675,53 @@ class ZeroshardEngine(torch.nn.Module):
 
     # --- checkpoints --------------------------------------------------------
 
-    def save_checkpoint(self, save_dir, tag=None, client_state=None):
+    def save_checkpoint(self, save_dir, tag=None, client_state=None,
+                        keep_last=0):
         """The servers' coordinated checkpoint of the current step in
-        save_dir (in save_dir/tag when a tag is given), beside the engine's
-        own state and client_state."""
+        save_dir (in save_dir/tag when a tag is given), with the engine's
+        own state, each rank's (buffers, RNG, data position) and
+        client_state written into it before the manifest that makes it
+        complete. keep_last > 0 prunes all but the newest keep_last
+        complete checkpoints there."""
         self._need_open()
         if self.micro_steps % self._gas != 0 or self._pending_grads():
             raise RuntimeError(
                 "save_checkpoint inside an accumulation window: its "
                 "gradients would be lost; save after engine.step()")
         d = os.path.join(save_dir, str(tag)) if tag is not None else save_dir
-        path = None
-        if self.rank == 0:
-            os.makedirs(d, exist_ok=True)
-            path = self._cluster.checkpoint(self.global_steps, d,
-                                            self._resolved)
-            torch.save({"global_steps": self.global_steps,
+        engine_state = {"global_steps": self.global_steps,
                         "micro_steps": self.micro_steps,
                         "loss_scaler": self._scaler.state(),
-                        "client_state": dict(client_state or {})},
-                       os.path.join(path, "zeroshard_engine.pt"))
-        if self._group is not None:
-            path = self._group.broadcast((path or "").encode(), 0).decode()
+                        "client_state": dict(client_state or {})}
+
+        def write_states(path):
+            # Rank 0, between the shard files and the manifest: every rank
+            # writes its file, then rank 0 the engine's.
+            if self._group is not None:
+                self._group.broadcast(path.encode(), 0)
+            self._write_rank_state(path)
+            torch.save(engine_state, os.path.join(path, "zeroshard_engine.pt"))
+            self._barrier()
+
+        if self.rank == 0:
+            os.makedirs(d, exist_ok=True)
+            path = self._cluster.checkpoint(
+                self.global_steps, d, self._resolved, keep_last=keep_last,
+                before_commit=write_states)
+        else:
+            path = self._group.broadcast(b"", 0).decode()
+            self._write_rank_state(path)
+            self._barrier()
+        self._barrier()   # committed before any rank goes on
+        return path
+
+    def _write_rank_state(self, path):
+        os.makedirs(path, exist_ok=True)
         torch.save({"rng": rank_state.rng_state(),
                     "sampler": (self._sampler.state_dict()
                                 if self._sampler else None),
                     "buffers": rank_state.buffers_bytes(self.module)},
                    os.path.join(path, f"zeroshard_rank{self.rank}.pt"))
-        self._barrier()
-        return path
 
     def load_checkpoint(self, load_dir, tag=None):
         """Restores the servers from load_dir's newest checkpoint (or tag's)
@@ -692,6 +788,8 @@ class ZeroshardEngine(torch.nn.Module):
             self._close()
 
     def _close(self):
+        if self._hooks is not None:
+            self._hooks.shutdown()
         self._cluster = None
         if self._servers is not None:
             self._servers.stop()

@@ -9,6 +9,15 @@ LOCAL_WORLD_SIZE, ZEROSHARD_SERVERS, ZEROSHARD_CREDENTIALS and
 ZEROSHARD_RUN_ID in their environment; zeroshard.initialize reads them. When
 a rank or a server fails, every other process is stopped and the launcher
 exits non-zero naming the one that failed; Ctrl-C stops them all.
+
+With --max_restarts=K, a failure instead starts every server and rank
+again, up to K times, with ZEROSHARD_RESTART=<n> in the ranks' environment:
+zeroshard.initialize then resumes from the newest complete checkpoint in
+the config's zeroshard.checkpoint.dir (which zeroshard.checkpoint.every_steps
+fills as the run trains) and says which, or says that there is none and
+starts again from step 0. The training loop should count with
+engine.global_steps (`while engine.global_steps < steps`), so that a
+resumed rank does only what is left.
 """
 
 import argparse
@@ -33,6 +42,10 @@ def _parse(argv):
                     help="shard servers to start, >= 1")
     ap.add_argument("--placement", default="host",
                     choices=["host", "pinned", "device"])
+    ap.add_argument("--max_restarts", type=int, default=0,
+                    help="times to start every server and rank again after "
+                         "a failure (they resume from the newest complete "
+                         "checkpoint in zeroshard.checkpoint.dir)")
     ap.add_argument("--out", default=None,
                     help="directory for the servers' logs, ports and "
                          "credentials (default: a new temporary one)")
@@ -43,6 +56,8 @@ def _parse(argv):
     for name, v in (("--workers", a.workers), ("--servers", a.servers)):
         if not 1 <= v <= 4096:
             ap.error(f"{name}={v}: must be in [1, 4096]")
+    if not 0 <= a.max_restarts <= 1000:
+        ap.error(f"--max_restarts={a.max_restarts}: must be in [0, 1000]")
     if not os.path.isfile(a.script):
         ap.error(f"{a.script}: no such file")
     return a
@@ -52,9 +67,13 @@ def _how(rc):
     return f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
 
 
-def main(argv=None):
-    a = _parse(sys.argv[1:] if argv is None else argv)
-    servers = LocalCluster(a.servers, placement=a.placement, out_dir=a.out)
+def _run_once(a, attempt, run_id, stop):
+    """Starts the servers and the ranks once; returns (exit code, what
+    failed or None). `stop()` says whether a signal asked to stop."""
+    out = a.out
+    if out is not None and attempt > 0:
+        out = os.path.join(out, f"restart-{attempt}")
+    servers = LocalCluster(a.servers, placement=a.placement, out_dir=out)
     print(f"zeroshard-launch: {a.servers} server(s) at "
           f"{','.join(servers.addresses)} (logs in {servers.out_dir}/logs); "
           f"inspect: zeroshard-ctl inspect --servers="
@@ -69,20 +88,11 @@ def main(argv=None):
         "LOCAL_WORLD_SIZE": str(a.workers),
         "ZEROSHARD_SERVERS": ",".join(servers.addresses),
         "ZEROSHARD_CREDENTIALS": servers.credentials,
-        "ZEROSHARD_RUN_ID": os.environ.get("ZEROSHARD_RUN_ID")
-                            or secrets.token_hex(8),
+        "ZEROSHARD_RUN_ID": run_id,
+        "ZEROSHARD_RESTART": str(attempt),
     })
     ranks = []
-    interrupted = False
-
-    def on_signal(signum, frame):
-        nonlocal interrupted
-        del frame
-        interrupted = signum
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT,
-                                                    signal.SIGTERM)}
-    rc = 0
+    rc, failed = 0, None
     try:
         for r in range(a.workers):
             e = dict(env, RANK=str(r), LOCAL_RANK=str(r))
@@ -90,17 +100,14 @@ def main(argv=None):
                 [sys.executable, a.script] + a.args, env=e,
                 start_new_session=True, preexec_fn=_die_with_parent))
         while True:
-            if interrupted:
-                print(f"zeroshard-launch: signal {interrupted}: stopping "
-                      "every rank and server", file=sys.stderr)
-                rc = 128 + int(interrupted)
+            if stop():
+                rc = 128 + int(stop())
                 break
             codes = [p.poll() for p in ranks]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                r, c = failed[0]
-                print(f"zeroshard-launch: rank {r} {_how(c)}; stopping the "
-                      "others", file=sys.stderr)
+            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                r, c = bad[0]
+                failed = f"rank {r} {_how(c)}"
                 rc = c if c > 0 else 128 - c
                 break
             if all(c == 0 for c in codes):
@@ -108,8 +115,7 @@ def main(argv=None):
             try:
                 servers.check_alive()
             except RuntimeError as err:
-                print(f"zeroshard-launch: {err}; stopping every rank",
-                      file=sys.stderr)
+                failed = str(err)
                 rc = 1
                 break
             time.sleep(0.05)
@@ -125,9 +131,44 @@ def main(argv=None):
                 p.kill()
                 p.wait()
         servers.stop()
+    return rc, failed
+
+
+def main(argv=None):
+    a = _parse(sys.argv[1:] if argv is None else argv)
+    run_id = os.environ.get("ZEROSHARD_RUN_ID") or secrets.token_hex(8)
+    interrupted = False
+
+    def on_signal(signum, frame):
+        nonlocal interrupted
+        del frame
+        interrupted = signum
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT,
+                                                    signal.SIGTERM)}
+    try:
+        attempt = 0
+        while True:
+            rc, failed = _run_once(a, attempt, run_id, lambda: interrupted)
+            if interrupted:
+                print(f"zeroshard-launch: signal {interrupted}: stopped "
+                      "every rank and server", file=sys.stderr)
+                return 128 + int(interrupted)
+            if failed is None:
+                return rc
+            if attempt >= a.max_restarts:
+                tail = (f" after {attempt} restart(s)" if attempt else "")
+                print(f"zeroshard-launch: {failed}; stopped the others"
+                      f"{tail}", file=sys.stderr)
+                return rc
+            attempt += 1
+            print(f"zeroshard-launch: {failed}; restart {attempt} of "
+                  f"{a.max_restarts}: every server and rank starts again, "
+                  "and the ranks resume from the newest complete checkpoint "
+                  "in zeroshard.checkpoint.dir", file=sys.stderr)
+    finally:
         for s, h in old.items():
             signal.signal(s, h)
-    return rc
 
 
 if __name__ == "__main__":

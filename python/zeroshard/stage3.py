@@ -17,10 +17,21 @@ gradient is reduce-scattered into the rank's partition as soon as the unit
 is complete, so a rank holds a partition's gradient and, at any time, the
 parameters of the units that are running.
 
+Prefetch: the units gathered during the first optimizer step are recorded
+in order (forward, the backward's gathers, every micro-batch); from then on,
+each gather starts the next unit of that order on a background thread (the
+library releases the GIL), so it arrives while the current one computes. A
+gather that finds its unit prefetched waits for it; one off the recorded
+order (an evaluation, a different branch) finds its place again or gathers
+plainly. At most one unit is in flight beyond the live ones, and what is in
+flight at a step's end (an old version) is dropped.
+
 Every rank must run the same modules in the same order (the
 reduce-scatters pair up by order), and a parameter must be used only inside
 the module that owns it (tied weights read elsewhere need stage 1 or 2).
 """
+
+import concurrent.futures
 
 import torch
 
@@ -76,6 +87,12 @@ class UnitHooks:
         self.grad_accs = []
         self.dtype = engine._dtype
         self.empty = torch.empty(0, dtype=self.dtype)
+        self.seq = []        # units gathered, in order, in the first step
+        self.order = None    # that order, once the first step is done
+        self.pos = 0         # where this step is in it
+        self.pending = {}    # unit -> future of its gathered buffer
+        self.prefetched = 0  # gathers that found their unit prefetched
+        self._pool = None
         for u, (mod, params, _, _) in enumerate(units):
             self.handles.append(mod.register_forward_pre_hook(
                 lambda m, inp, u=u: self.fetch(u)))
@@ -101,24 +118,70 @@ class UnitHooks:
 
     # --- parameters -------------------------------------------------------
 
+    def _gather(self, u, version):
+        """Unit u's range at `version`, in a new buffer."""
+        e = self.engine
+        _, _, off, padded = self.units[u]
+        buf = torch.empty(padded, dtype=self.dtype)
+        if e._prec == "fp16":
+            tmp = torch.empty(padded, dtype=torch.float32)
+            e._cluster.gather([(off, off + padded)], "fp32", tmp.numpy(),
+                              min_version=version)
+            buf.copy_(tmp)
+        else:
+            e._cluster.gather([(off, off + padded)], e._wire, e._np(buf),
+                              min_version=version)
+        return buf
+
     def fetch(self, u):
         """Gathers unit u at the engine's current version (idempotent)."""
         if self.live[u] is not None:
             return
         e = self.engine
-        _, params, off, padded = self.units[u]
-        buf = torch.empty(padded, dtype=self.dtype)
-        if e._prec == "fp16":
-            tmp = torch.empty(padded, dtype=torch.float32)
-            e._cluster.gather([(off, off + padded)], "fp32", tmp.numpy(),
-                              min_version=e.global_steps)
-            buf.copy_(tmp)
+        _, params, off, _ = self.units[u]
+        future = self.pending.pop(u, None)
+        if future is not None:
+            buf = future.result()
+            self.prefetched += 1
         else:
-            e._cluster.gather([(off, off + padded)], e._wire, e._np(buf),
-                              min_version=e.global_steps)
+            buf = self._gather(u, e.global_steps)
         for p, poff, n in params:
             p.data = buf[poff - off:poff - off + n].view(e._shapes[id(p)])
         self.live[u] = buf
+        if self.order is None:
+            self.seq.append(u)
+        else:
+            self._prefetch_after(u)
+
+    def _prefetch_after(self, u):
+        order = self.order
+        if not order:
+            return
+        at = next((i for i in range(self.pos, len(order)) if order[i] == u),
+                  None)
+        if at is None:
+            at = next((i for i in range(len(order)) if order[i] == u), None)
+        if at is None:
+            return
+        self.pos = at + 1
+        if self.pos >= len(order) or self.pending:
+            return
+        nxt = order[self.pos]
+        if self.live[nxt] is not None:
+            return
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="zeroshard-prefetch")
+        self.pending[nxt] = self._pool.submit(self._gather, nxt,
+                                              self.engine.global_steps)
+
+    def _drop_prefetches(self):
+        for future in self.pending.values():
+            try:
+                future.result()
+            except Exception:
+                pass   # an old version's gather: nobody waits for it
+        self.pending = {}
 
     def release(self, u):
         if self.live[u] is None:
@@ -128,14 +191,20 @@ class UnitHooks:
         self.live[u] = None
 
     def release_all(self):
-        """Every unit released, the model's own initial tensors included;
-        the first call arms the gradient hooks."""
+        """Every unit released, the model's own initial tensors included
+        (at a new version: after a step or a restore); the first call arms
+        the gradient hooks, the first after a step ends the recording of
+        the prefetch order."""
+        self._drop_prefetches()
         for u in range(len(self.units)):
             for p, _, _ in self.units[u][1]:
                 p.data = self.empty
             self.live[u] = None
         if not self.grad_accs:
             self._arm_gradient_hooks()
+        elif self.order is None and self.seq:
+            self.order = self.seq
+        self.pos = 0
 
     def _after_forward(self, u, out):
         if not torch.is_grad_enabled():
@@ -188,7 +257,15 @@ class UnitHooks:
             if self.arrived[u] or self.unit_grad[u] is not None:
                 self._unit_done(u)
 
+    def shutdown(self):
+        """Waits for the prefetch thread and ends it (engine.close())."""
+        self._drop_prefetches()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
     def remove(self):
+        self.shutdown()
         for h in self.handles:
             h.remove()
         self.handles = []

@@ -10,6 +10,10 @@ Environment (the tests' variations):
   ZS_TEST_RESUME=DIR          start from DIR's newest checkpoint
   ZS_TEST_POD=ADDR,...:CRED   pod mode: the servers' addresses and
                               credentials in the config (no launcher)
+  ZS_TEST_CKPT=DIR:K          zeroshard.checkpoint: DIR, every K steps
+  ZS_TEST_DIE=R:S:A,...       rank R exits with code 5 after step S when
+                              ZEROSHARD_RESTART is A (zeroshard-launch
+                              --max_restarts)
 """
 
 import os
@@ -30,12 +34,20 @@ extra = int(os.environ.get("ZS_TEST_EXTRA_STEP_RANK", "-1"))
 save = os.environ.get("ZS_TEST_SAVE", "")
 resume = os.environ.get("ZS_TEST_RESUME", "")
 pod = os.environ.get("ZS_TEST_POD", "")
+ckpt = os.environ.get("ZS_TEST_CKPT", "")
+attempt = os.environ.get("ZEROSHARD_RESTART", "0")
+die_after = {int(s) for r, s, a in (d.split(":") for d in
+             os.environ.get("ZS_TEST_DIE", "").split(",") if d)
+             if int(r) == rank and a == attempt}
 
 cfg = config(1, gas, clip, stage=stage)
 if pod:
     addresses, credentials = pod.rsplit(":", 1)
     cfg["zeroshard"]["servers"] = addresses.split(",")
     cfg["zeroshard"]["credentials"] = credentials
+if ckpt:
+    d, every = ckpt.rsplit(":", 1)
+    cfg["zeroshard"]["checkpoint"] = {"dir": d, "every_steps": int(every)}
 data = batches((steps + 1) * world * gas, 4)
 model = make_model()
 engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
@@ -49,6 +61,8 @@ for s in range(engine.global_steps, steps + (1 if rank == extra else 0)):
         engine.step()
     if save and s + 1 == int(save.rsplit(":", 1)[1]):
         engine.save_checkpoint(save.rsplit(":", 1)[0])
+    if s + 1 in die_after:
+        os._exit(5)
 if stage == 3:
     # Parameters are released outside their module's forward; a forward
     # under no_grad gathers and releases every unit once more.

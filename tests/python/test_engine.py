@@ -94,6 +94,8 @@ def test_matches_torch_adamw_bit_for_bit(servers, gas, clip, stage):
                 assert torch.equal(p, r), (
                     f"step {s + 1}, parameter {i}: max |diff| "
                     f"{(p - r).abs().max().item()}")
+        if stage == 3:   # steps after the first gathered ahead
+            assert engine._hooks.prefetched > 0
         # The servers' masters are the model's values (FP32 training).
         if stage < 3:
             sd = engine.consolidated_state_dict()
@@ -325,7 +327,112 @@ def test_gathered_parameters_under_stage_3():
             assert torch.equal(first, want[0])
             assert model[3].weight.numel() == 0   # another unit: not gathered
         assert first.numel() == 0
-        with pytest.raises(NotImplementedError, match="modifier_rank"):
-            zeroshard.GatheredParameters([first], modifier_rank=0)
+        with pytest.raises(ValueError, match="modifier_rank=1 is not a rank"):
+            with zeroshard.GatheredParameters([first], modifier_rank=1):
+                pass
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_gathered_parameters_writes_go_to_the_servers(stage):
+    # Two steps, then a write inside GatheredParameters(modifier_rank=0),
+    # then two more: every step equals torch's AdamW with the same write
+    # made to its parameter between the steps (its moments kept).
+    steps, gas = 4, 1
+    data = batches(steps, 4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    ref_model = make_model()
+    opt = torch.optim.AdamW(ref_model.parameters(), lr=3e-3,
+                            betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01)
+    model = make_model()
+    engine, _, _, _ = zeroshard.initialize(
+        model=model, config=config(2, gas, 1.0, stage=stage))
+    try:
+        for s in range(steps):
+            if s == 2:
+                with torch.no_grad():
+                    ref_model[0].weight[3].fill_(0.25)
+                    ref_model[3].bias.mul_(-1.0)
+                with zeroshard.GatheredParameters(
+                        [model[0].weight, model[3].bias], modifier_rank=0):
+                    with torch.no_grad():
+                        model[0].weight[3].fill_(0.25)
+                        model[3].bias.mul_(-1.0)
+                assert engine.global_steps == 2
+                sd = engine.consolidated_state_dict()
+                assert torch.equal(sd["0.weight"], ref_model[0].weight)
+                assert torch.equal(sd["3.bias"], ref_model[3].bias)
+            x, y = data[s]
+            loss_fn(ref_model(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(ref_model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            engine.backward(loss_fn(engine(x), y))
+            engine.step()
+            for p, r in zip(weights(engine, model, stage),
+                            ref_model.parameters()):
+                assert torch.equal(p, r), f"step {s + 1}"
+    finally:
+        engine.close()
+
+
+def test_gathered_parameters_writes_keep_the_untouched_fp32_masters():
+    # A BF16 model: the elements the block did not change keep their FP32
+    # master values, not their BF16 rounding.
+    model = make_model()
+    engine, _, _, _ = zeroshard.initialize(
+        model=model, config=config(1, 1, 0.0, bf16={"enabled": True}))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    try:
+        x, y = batches(1, 4)[0]
+        engine.backward(loss_fn(engine(x.bfloat16()).float(), y))
+        engine.step()
+        before = engine.consolidated_state_dict()["0.weight"]
+        assert not torch.equal(before, before.bfloat16().float())
+        with zeroshard.GatheredParameters([model[0].weight], modifier_rank=0):
+            with torch.no_grad():
+                model[0].weight[0, :5] = 2.0
+        after = engine.consolidated_state_dict()["0.weight"]
+        assert torch.equal(after[0, :5], torch.full((5,), 2.0))
+        assert torch.equal(after[0, 5:], before[0, 5:])
+        assert torch.equal(after[1:], before[1:])
+        assert torch.equal(model[0].weight, after.bfloat16())
+    finally:
+        engine.close()
+
+
+def test_lion_on_the_servers_is_the_published_update_bit_for_bit():
+    # "optimizer": {"type": "Lion"}: the servers keep one slot (exp_avg) and
+    # apply Chen et al.'s update; the reference is that update in torch ops
+    # on the same model, with torch's clipping.
+    steps, lr, betas, wd = 4, 3e-4, (0.9, 0.99), 0.1
+    data = batches(steps, 4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    ref = make_model()
+    moments = [torch.zeros_like(p) for p in ref.parameters()]
+    model = make_model()
+    cfg = config(2, 1, 1.0)
+    cfg["optimizer"] = {"type": "Lion", "params": {
+        "lr": lr, "betas": list(betas), "weight_decay": wd}}
+    engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
+    try:
+        assert list(engine.inspect()[0]["state_norms"]) == ["exp_avg"]
+        for s in range(steps):
+            x, y = data[s]
+            loss_fn(ref(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+            with torch.no_grad():
+                for p, m in zip(ref.parameters(), moments):
+                    p.mul_(1 - lr * wd)
+                    update = m.clone().mul_(betas[0]).add(
+                        p.grad, alpha=1 - betas[0]).sign_()
+                    p.add_(update, alpha=-lr)
+                    m.mul_(betas[1]).add_(p.grad, alpha=1 - betas[1])
+                    p.grad = None
+            engine.backward(loss_fn(engine(x), y))
+            engine.step()
+            for p, r in zip(model.parameters(), ref.parameters()):
+                assert torch.equal(p, r), f"step {s + 1}"
     finally:
         engine.close()

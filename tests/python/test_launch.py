@@ -83,6 +83,27 @@ def test_resume_on_other_server_counts_equals_the_uninterrupted_run(tmp_path):
         for a, b in zip(whole, resumed):
             assert torch.equal(a, b), servers
 
+    # zeroshard-launch --max_restarts: rank 1 dies after step 1 (before
+    # any checkpoint: the run starts again from step 0), then after step 3
+    # (resumed from the checkpoint of step 2); the end is the same bits.
+    every = str(tmp_path / "every")
+    r = launch(tmp_path, "--workers=2", "--servers=2", "--max_restarts=2",
+               script, str(tmp_path / "restarted"), "4", "1", "0.5", "2",
+               env={"ZS_TEST_CKPT": f"{every}:2", "ZS_TEST_DIE": "1:1:0,1:3:1"})
+    assert r.returncode == 0, r.stderr
+    err = r.stderr
+    assert "rank 1 exited with code 5; restart 1 of 2" in err, err
+    assert (f"zeroshard: restart 1: no complete checkpoint in {every} yet: "
+            "starting again from step 0") in err, err
+    assert "rank 1 exited with code 5; restart 2 of 2" in err, err
+    assert (f"zeroshard: restart 2: resumed from {every}/step-"
+            f"{2:020d} at step 2") in err, err
+    restarted = torch.load(str(tmp_path / "restarted.rank1.pt"))
+    for a, b in zip(whole, restarted):
+        assert torch.equal(a, b)
+    # every_steps checkpointed steps 2 and 4 (keep_last 2).
+    assert sorted(os.listdir(every)) == [f"step-{2:020d}", f"step-{4:020d}"]
+
 
 def test_ranks_making_different_step_counts_are_named(tmp_path):
     t0 = time.monotonic()
@@ -127,8 +148,16 @@ def test_a_failing_rank_stops_the_run_and_is_named(tmp_path):
                os.path.join(HERE, "ranks_script.py"),
                str(tmp_path / "p"), "50", "1", "0", "2", "1", timeout=90)
     assert r.returncode == 3, r.stderr
-    assert "rank 1 exited with code 3" in r.stderr
+    assert "rank 1 exited with code 3; stopped the others" in r.stderr
     assert time.monotonic() - t0 < 60
+    # With restarts it fails each time: the launcher stops after them.
+    r = launch(tmp_path, "--workers=1", "--servers=1", "--max_restarts=1",
+               os.path.join(HERE, "ranks_script.py"),
+               str(tmp_path / "p"), "50", "1", "0", "2", "0", timeout=90)
+    assert r.returncode == 3, r.stderr
+    assert "restart 1 of 1" in r.stderr
+    assert ("rank 0 exited with code 3; stopped the others after 1 "
+            "restart(s)") in r.stderr, r.stderr
 
 
 def test_bad_counts_are_refused(tmp_path):

@@ -1,0 +1,165 @@
+"""torch-step: one training step of a torch model through zeroshard (1 rank,
+1 local server) against the same step with torch's own AdamW in this
+process, measured in the same run, alternating, fastest of --reps each.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/torch_step.py [--smoke]
+        [--shape=main|optim|both] [--precision=fp32|bf16] [--stage=1|2|3]
+
+The model is examples/torch/train_gpt.py's GPT. Shapes: "main", the main
+job's (4 layers, 4 heads, width 128, context 128, micro-batch 8), and
+"optim", one where the optimizer is a large part of the step (8 layers, 8
+heads, width 512, context 128, batch 1). Both sides clip at 1.0 and run
+AdamW with the same hyperparameters; torch's is tuned as a user who tuned
+it would: foreach=True, and glibc's allocator told to keep its memory
+(MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_, set here by re-executing when
+absent, so both sides run under it). BF16: zeroshard runs the model in
+BF16 (FP32 masters on the server), torch under torch.autocast with FP32
+parameters.
+
+Prints each side's step split (forward+backward, optimizer) and ends with
+"torch-step ratio=X target=Y" (zeroshard's step time over torch's, for the
+last shape measured; each shape's own line first).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TUNED = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
+
+SHAPES = {
+    # name: (layers, heads, width, context, batch, target ratio)
+    "main": (4, 4, 128, 128, 8, 1.10),
+    "optim": (8, 8, 512, 128, 1, 1.00),
+}
+SMOKE = (2, 2, 64, 32, 2, 1.10)
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="torch_step.py")
+    ap.add_argument("--shape", default="both", choices=["main", "optim", "both"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--stage", type=int, default=2, choices=[1, 2, 3])
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--smoke", action="store_true",
+                    help="a tiny shape, 2 reps: checks that it runs")
+    a = ap.parse_args(argv)
+    if a.reps < 1:
+        ap.error(f"--reps={a.reps}: must be >= 1")
+    return a
+
+
+def main(argv):
+    if any(os.environ.get(k) != v for k, v in TUNED.items()):
+        env = dict(os.environ, **TUNED)
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    a = parse(argv)
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples", "torch"))
+    import torch
+    import zeroshard
+    from train_gpt import GPT
+
+    torch.set_num_threads(os.cpu_count() or 1)
+
+    def measure(name, layers, heads, width, context, batch, target, reps):
+        vocab = 256
+        torch.manual_seed(0)
+        ref = GPT(vocab, context, width, layers, heads)
+        zs_model = GPT(vocab, context, width, layers, heads)
+        zs_model.load_state_dict(ref.state_dict())
+        params = sum(p.numel() for p in ref.parameters())
+        hyper = {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8,
+                 "weight_decay": 0.01}
+        bf16 = a.precision == "bf16"
+        cfg = {
+            "train_batch_size": batch, "train_micro_batch_size_per_gpu": batch,
+            "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+            "bf16": {"enabled": bf16},
+            "optimizer": {"type": "AdamW", "params": dict(
+                hyper, betas=list(hyper["betas"]))},
+            "zero_optimization": {"stage": a.stage},
+            # Each block a unit (FSDP's auto-wrap at a block's size); the
+            # root holds the rest, the tied embedding and head together.
+            "zeroshard": {"servers": 1, "units": {"min_params": sum(
+                p.numel() for p in ref.h[0].parameters())}},
+        }
+        if bf16:
+            zs_model = zs_model.to(torch.bfloat16)
+        engine, _, _, _ = zeroshard.initialize(
+            model=zs_model, model_parameters=zs_model.parameters(), config=cfg)
+        opt = torch.optim.AdamW(ref.parameters(), foreach=True, **hyper)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randint(0, vocab, (batch, context), generator=g)
+        y = torch.randint(0, vocab, (batch, context), generator=g)
+        lossf = torch.nn.functional.cross_entropy
+
+        def zs_step():
+            t0 = time.perf_counter()
+            loss = lossf(engine(x).float().view(-1, vocab), y.view(-1))
+            engine.backward(loss)
+            t1 = time.perf_counter()
+            engine.step()
+            t2 = time.perf_counter()
+            return t2 - t0, t1 - t0, t2 - t1
+
+        def torch_step():
+            t0 = time.perf_counter()
+            if bf16:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    logits = ref(x)
+            else:
+                logits = ref(x)
+            loss = lossf(logits.float().view(-1, vocab), y.view(-1))
+            loss.backward()
+            t1 = time.perf_counter()
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+            t2 = time.perf_counter()
+            return t2 - t0, t1 - t0, t2 - t1
+
+        try:
+            for _ in range(2):   # warm-up: allocator, oneDNN, connections
+                zs_step()
+                torch_step()
+            zs, tr = [], []
+            for _ in range(reps):
+                zs.append(zs_step())
+                tr.append(torch_step())
+        finally:
+            engine.close()
+        zbest = min(zs)
+        tbest = min(tr)
+        ratio = zbest[0] / tbest[0]
+        print(f"torch-step {name}: GPT {layers} layers x width {width}, "
+              f"context {context}, batch {batch}, {params / 1e6:.2f} M params, "
+              f"{a.precision}, stage {a.stage}, fastest of {reps}")
+        print(f"  zeroshard: {zbest[0] * 1e3:.1f} ms a step (forward+backward "
+              f"{zbest[1] * 1e3:.1f}, step: push, server AdamW, gather "
+              f"{zbest[2] * 1e3:.1f}); median "
+              f"{statistics.median(s[0] for s in zs) * 1e3:.1f}")
+        print(f"  torch:     {tbest[0] * 1e3:.1f} ms a step (forward+backward "
+              f"{tbest[1] * 1e3:.1f}, clip + AdamW(foreach) "
+              f"{tbest[2] * 1e3:.1f}); median "
+              f"{statistics.median(s[0] for s in tr) * 1e3:.1f}")
+        print(f"  optimizer rate: zeroshard {params / zbest[2] / 1e9:.2f} G "
+              f"params/s over its whole step phase, torch "
+              f"{params / tbest[2] / 1e9:.2f}")
+        print(f"torch-step {name} ratio={ratio:.3f} target<={target:.2f}")
+        return ratio, target
+
+    if a.smoke:
+        last = measure("smoke", *SMOKE, reps=2)
+    else:
+        names = ["main", "optim"] if a.shape == "both" else [a.shape]
+        for n in names:
+            last = measure(n, *SHAPES[n], reps=a.reps)
+    print(f"torch-step ratio={last[0]:.3f} target={last[1]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
