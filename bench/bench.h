@@ -46,6 +46,10 @@ struct Registrar {
 // best of `reps` runs.
 double MeasureTriadBytesPerSecond(size_t bytes_per_array, int threads, int reps);
 
+// The directory of the running zeroshard-bench (where zeroshard-server is
+// built beside it), or "." when /proc/self/exe cannot be read.
+std::string SelfDir();
+
 // The exit code of a device benchmark that found no CUDA device and measured
 // nothing: 0, or 1 when ZS_EXPECT_CUDA_DEVICE=1 (tests/gpu/device_check.sh on
 // a machine whose nvidia-smi lists a GPU: a runtime that sees none is then a

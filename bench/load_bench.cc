@@ -24,12 +24,6 @@
 namespace zeroshard::bench {
 namespace {
 
-std::string SelfDir() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "." : exe.parent_path().string();
-}
-
 int RunLoad(const std::vector<std::string>& args) {
   testing::ShardLoadOptions o;
   o.steps = Smoke() ? 2 : 10;

@@ -1,6 +1,8 @@
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -23,6 +25,12 @@ bool smoke = false;
 
 bool Smoke() { return smoke; }
 void SetSmoke(bool on) { smoke = on; }
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : exe.parent_path().string();
+}
 
 int NoDeviceExitCode() {
   const char* v = std::getenv("ZS_EXPECT_CUDA_DEVICE");

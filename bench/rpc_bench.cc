@@ -206,12 +206,6 @@ class TcpPair {
 
 // ---- gRPC: a zeroshard-server process -------------------------------------
 
-std::string SelfDir() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "." : exe.parent_path().string();
-}
-
 // A zeroshard-server process and a client to it: plaintext (--no_auth) or
 // mutual TLS (--credentials=DIR, client role worker; Init as admin).
 class RpcTarget {

@@ -302,20 +302,34 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
 // Returns whether params.lr was given explicitly.
 absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o) {
   ASSIGN_OR_RETURN(Section s, root.Child("optimizer"));
-  ASSIGN_OR_RETURN(int type, s.Choice("type", {"AdamW", "Adam"}));
+  ASSIGN_OR_RETURN(int type, s.Choice("type", {"AdamW", "Adam", "Lion"}));
   ASSIGN_OR_RETURN(Section p, s.Child("params"));
-  bool adam_w_mode = true;
-  RETURN_IF_ERROR(p.Bool("adam_w_mode", &adam_w_mode));
-  bool torch_adam = false;
-  RETURN_IF_ERROR(p.Bool("torch_adam", &torch_adam));
-  p.NoEffect("torch_adam");
-  if (type == 0 && !adam_w_mode) {
-    return absl::InvalidArgumentError(
-        "config key \"optimizer.params.adam_w_mode\": false contradicts type \"AdamW\"; "
-        "use type \"Adam\" for L2 weight decay");
+  const bool lion = type == 2;
+  if (lion) {
+    // DeepSpeed's Lion and the paper's defaults: lr 1e-4, betas (0.9,
+    // 0.99), no weight decay; eps and Adam's switches do nothing.
+    o->kind = OptimizerKind::kLion;
+    o->lr = 1e-4;
+    o->beta1 = 0.9;
+    o->beta2 = 0.99;
+    o->weight_decay = 0.0;
+    p.NoEffect("eps");
+    p.NoEffect("adam_w_mode");
+    p.NoEffect("torch_adam");
+  } else {
+    bool adam_w_mode = true;
+    RETURN_IF_ERROR(p.Bool("adam_w_mode", &adam_w_mode));
+    bool torch_adam = false;
+    RETURN_IF_ERROR(p.Bool("torch_adam", &torch_adam));
+    p.NoEffect("torch_adam");
+    if (type == 0 && !adam_w_mode) {
+      return absl::InvalidArgumentError(
+          "config key \"optimizer.params.adam_w_mode\": false contradicts type \"AdamW\"; "
+          "use type \"Adam\" for L2 weight decay");
+    }
+    o->kind = (type == 1 && !adam_w_mode) ? OptimizerKind::kAdam : OptimizerKind::kAdamW;
+    o->weight_decay = o->kind == OptimizerKind::kAdamW ? 0.01 : 0.0;
   }
-  o->kind = (type == 1 && !adam_w_mode) ? OptimizerKind::kAdam : OptimizerKind::kAdamW;
-  o->weight_decay = o->kind == OptimizerKind::kAdamW ? 0.01 : 0.0;
   ASSIGN_OR_RETURN(std::optional<double> lr, p.DoubleOrAuto("lr", 1e-30, 1e6, true));
   if (lr.has_value()) o->lr = *lr;
   if (const json* betas = p.Get("betas"); betas != nullptr && !IsAuto(*betas)) {
@@ -329,7 +343,7 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o) {
       return p.Bad("betas", *betas, "[beta1, beta2], two numbers in [0, 1)");
     }
   }
-  RETURN_IF_ERROR(p.Double("eps", 1e-30, 1, &o->eps, true));
+  if (!lion) RETURN_IF_ERROR(p.Double("eps", 1e-30, 1, &o->eps, true));
   RETURN_IF_ERROR(p.Double("weight_decay", 0, 1e6, &o->weight_decay, true));
   p.Finish();
   s.Finish();

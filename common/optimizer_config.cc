@@ -10,10 +10,13 @@ namespace zeroshard {
 absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind) {
   static constexpr StateSlot kAdamSlots[] = {{"exp_avg", DType::kFp32},
                                              {"exp_avg_sq", DType::kFp32}};
+  static constexpr StateSlot kLionSlots[] = {{"exp_avg", DType::kFp32}};
   switch (kind) {
     case OptimizerKind::kAdamW:
     case OptimizerKind::kAdam:
       return kAdamSlots;
+    case OptimizerKind::kLion:
+      return kLionSlots;
   }
   return {};
 }
@@ -38,7 +41,8 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   if (!(c.weight_decay >= 0) || !std::isfinite(c.weight_decay)) {
     return bad("weight_decay", c.weight_decay, "must be >= 0 and finite");
   }
-  if (c.kind != OptimizerKind::kAdamW && c.kind != OptimizerKind::kAdam) {
+  if (c.kind != OptimizerKind::kAdamW && c.kind != OptimizerKind::kAdam &&
+      c.kind != OptimizerKind::kLion) {
     return absl::InvalidArgumentError("optimizer.type: unknown kind");
   }
   if (c.schedule == LrScheduleKind::kWarmupCosine ||

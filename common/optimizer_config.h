@@ -12,9 +12,13 @@
 
 namespace zeroshard {
 
-enum class OptimizerKind { kAdamW = 0, kAdam = 1 };
-inline constexpr EnumNames<OptimizerKind, 2> kOptimizerKindNames = {
-    {{OptimizerKind::kAdamW, "adamw"}, {OptimizerKind::kAdam, "adam"}}};
+// kLion: Chen et al. 2023 (optim/lion.h); beta1 interpolates the update,
+// beta2 the momentum, and eps has no effect.
+enum class OptimizerKind { kAdamW = 0, kAdam = 1, kLion = 2 };
+inline constexpr EnumNames<OptimizerKind, 3> kOptimizerKindNames = {
+    {{OptimizerKind::kAdamW, "adamw"},
+     {OptimizerKind::kAdam, "adam"},
+     {OptimizerKind::kLion, "lion"}}};
 
 // One array of optimizer state that a server keeps per parameter element,
 // beside the FP32 master weights and their BF16 mirror. An update rule
@@ -27,9 +31,10 @@ struct StateSlot {
 };
 
 // The slots of `kind`'s update rule, in their order in the store and in
-// checkpoint files. Adam and AdamW: exp_avg (m), exp_avg_sq (v), FP32.
+// checkpoint files. Adam and AdamW: exp_avg (m), exp_avg_sq (v), FP32;
+// Lion: exp_avg, FP32.
 absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind);
-// Sum of the slots' element sizes (8 for Adam / AdamW).
+// Sum of the slots' element sizes (8 for Adam / AdamW, 4 for Lion).
 size_t OptimizerStateBytesPerElement(OptimizerKind kind);
 
 // kWarmupLinear is DeepSpeed's WarmupDecayLR: warmup, then linear decay to

@@ -20,13 +20,13 @@ namespace {
 constexpr size_t kParallelThreshold = size_t{1} << 16;
 constexpr size_t kTileElems = size_t{1} << 15;
 
-OptimizerPool& Pool() {
+}  // namespace
+
+OptimizerPool& SharedOptimizerPool() {
   // Never destroyed: helper threads may still be parked at process exit.
   static OptimizerPool* pool = new OptimizerPool(OptimizerThreads());
   return *pool;
 }
-
-}  // namespace
 
 int OptimizerThreads() {
   const char* env = std::getenv("ZEROSHARD_OPTIMIZER_THREADS");
@@ -81,7 +81,7 @@ void AdamUpdate(const AdamStep& step, GradView grad, const AdamSlice& slice) {
     return;
   }
   const size_t elem = grad.bf16 ? sizeof(uint16_t) : sizeof(float);
-  Pool().ParallelFor(slice.n, kTileElems, [&](size_t lo, size_t hi) {
+  SharedOptimizerPool().ParallelFor(slice.n, kTileElems, [&](size_t lo, size_t hi) {
     const GradView g{static_cast<const char*>(grad.data) + lo * elem,
                      grad.bf16};
     fn(step, g,

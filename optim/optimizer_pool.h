@@ -62,6 +62,11 @@ class OptimizerPool {
   std::vector<std::thread> helpers_;  // constant after construction
 };
 
+// The process's pool for the optimizer rules' updates (OptimizerThreads()
+// threads, created on first use, never destroyed: helpers may still be
+// parked at exit).
+OptimizerPool& SharedOptimizerPool();
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_OPTIM_OPTIMIZER_POOL_H_

@@ -1,6 +1,7 @@
 #include "optim/update_rule.h"
 
 #include "absl/strings/str_cat.h"
+#include "optim/lion.h"
 #if ZS_HAVE_CUDA_OPTIM
 #include "optim/adam_device.h"
 #endif
@@ -44,7 +45,43 @@ class AdamRule final : public UpdateRule {
         "this build has no device AdamW (built without CUDA)");
 #endif
   }
+  bool HasDeviceUpdate() const override {
+#if ZS_HAVE_CUDA_OPTIM
+    return true;
+#else
+    return false;
+#endif
+  }
   absl::string_view KernelName() const override { return AdamKernelName(); }
+};
+
+// Lion (optim/lion.h): slot exp_avg. No device kernel yet.
+class LionRule final : public UpdateRule {
+ public:
+  absl::string_view name() const override { return "lion"; }
+  absl::Span<const StateSlot> slots() const override {
+    return OptimizerStateSlots(OptimizerKind::kLion);
+  }
+  AdamStep MakeStep(const OptimizerConfig& config, uint64_t t,
+                    float coefficient, double weight_decay,
+                    double lr_scale) const override {
+    return MakeLionStep(config, t, coefficient, weight_decay, lr_scale);
+  }
+  void Update(const AdamStep& step, GradView grad,
+              const StateSlice& slice) const override {
+    LionUpdate(step, grad,
+               {.master = slice.master, .exp_avg = slice.slots[0],
+                .mirror = slice.mirror, .n = slice.n});
+  }
+  absl::Status UpdateOnDevice(const AdamStep& step, GradView grad,
+                              const StateSlice& slice,
+                              void* cuda_stream) const override {
+    (void)step, (void)grad, (void)slice, (void)cuda_stream;
+    return absl::UnimplementedError(
+        "the Lion rule has no device kernel: use placement host or pinned");
+  }
+  bool HasDeviceUpdate() const override { return false; }
+  absl::string_view KernelName() const override { return LionKernelName(); }
 };
 
 }  // namespace
@@ -65,10 +102,13 @@ size_t UpdateRule::StateBytesPerElement() const {
 
 const UpdateRule& UpdateRuleFor(OptimizerKind kind) {
   static const AdamRule* const adam = new AdamRule();
+  static const LionRule* const lion = new LionRule();
   switch (kind) {
     case OptimizerKind::kAdamW:
     case OptimizerKind::kAdam:
       return *adam;
+    case OptimizerKind::kLion:
+      return *lion;
   }
   return *adam;
 }

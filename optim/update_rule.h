@@ -42,7 +42,7 @@ struct StateSlice {
 class UpdateRule {
  public:
   virtual ~UpdateRule() = default;
-  // "adamw" (Adam and AdamW).
+  // "adamw" (Adam and AdamW), "lion".
   virtual absl::string_view name() const = 0;
   // The state kept per element, beside master and mirror: at most
   // kMaxStateSlots, each FP32 today (the store refuses other dtypes).
@@ -60,6 +60,9 @@ class UpdateRule {
   virtual absl::Status UpdateOnDevice(const AdamStep& step, GradView grad,
                                       const StateSlice& slice,
                                       void* cuda_stream) const = 0;
+  // Whether UpdateOnDevice can run in this build (placement device needs
+  // it; Init refuses the rule otherwise).
+  virtual bool HasDeviceUpdate() const = 0;
   // The host kernel chosen on this CPU ("avx512", "avx2", "scalar").
   virtual absl::string_view KernelName() const = 0;
 

@@ -132,6 +132,13 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   if (absl::Status s = ValidateOptimizerConfig(*config); !s.ok()) {
     return Prefixed("Init: optimizer: ", s);
   }
+  if (placement == Placement::kDevice &&
+      !UpdateRuleFor(config->kind).HasDeviceUpdate()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Init: optimizer rule ", UpdateRuleFor(config->kind).name(),
+        " has no device kernel in this build; start the servers with "
+        "--placement=host or --placement=pinned"));
+  }
   std::unique_ptr<ModelShard> state(new ModelShard(*std::move(layout)));
   state->optimizer_ = *config;
   const FlatRange owned = state->layout_.ServerRange(identity.server_index);

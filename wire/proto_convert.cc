@@ -85,8 +85,9 @@ ModelManifest FromProto(const v1::ModelManifest& manifest) {
 
 v1::OptimizerConfig ToProto(const OptimizerConfig& c) {
   v1::OptimizerConfig out;
-  out.set_kind(c.kind == OptimizerKind::kAdam ? v1::OptimizerConfig::ADAM
-                                              : v1::OptimizerConfig::ADAMW);
+  out.set_kind(c.kind == OptimizerKind::kAdam   ? v1::OptimizerConfig::ADAM
+               : c.kind == OptimizerKind::kLion ? v1::OptimizerConfig::LION
+                                                : v1::OptimizerConfig::ADAMW);
   out.set_lr(c.lr);
   out.set_beta1(c.beta1);
   out.set_beta2(c.beta2);
@@ -115,6 +116,9 @@ absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& p) {
       break;
     case v1::OptimizerConfig::ADAM:
       c.kind = OptimizerKind::kAdam;
+      break;
+    case v1::OptimizerConfig::LION:
+      c.kind = OptimizerKind::kLion;
       break;
     default:
       return absl::InvalidArgumentError(

@@ -51,6 +51,7 @@ class MomentumRule final : public UpdateRule {
                               void*) const override {
     return absl::UnimplementedError("no device kernel");
   }
+  bool HasDeviceUpdate() const override { return false; }
   absl::string_view KernelName() const override { return "scalar"; }
 
  private:
