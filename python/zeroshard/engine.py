@@ -271,6 +271,8 @@ class ZeroshardEngine(torch.nn.Module):
             self._send_initial_weights()
         self._barrier()
         self._gather()
+        if self._stage3 and self.world == 1:
+            self._flat_grad = torch.zeros(self._total, dtype=self._dtype)
 
         self.training_dataloader = None
         self._sampler = None
@@ -366,8 +368,10 @@ class ZeroshardEngine(torch.nn.Module):
         # Stage 3 gathers unit by unit instead of into one buffer.
         self._flat_param = (None if self._stage3 else
                             torch.zeros(self._total, dtype=self._dtype))
-        # Stage 3 with ranks keeps a partition's gradient only (__init__).
-        self._flat_grad = (None if self._stage3 and self.world > 1 else
+        # Stage 3 with ranks keeps a partition's gradient only (__init__);
+        # one rank's whole gradient is made once the model's own tensors
+        # are released (__init__), so that both never exist at once.
+        self._flat_grad = (None if self._stage3 else
                            torch.zeros(self._total, dtype=self._dtype))
         self._slots = []
         offsets = {name: (off, n) for name, off, n, _ in layout.tensors()}
@@ -465,6 +469,9 @@ class ZeroshardEngine(torch.nn.Module):
     def forward(self, *args, **kwargs):
         self._need_open()
         self._attach()
+        if self._hooks is not None:
+            with self._hooks.saving():
+                return self.module(*args, **kwargs)
         return self.module(*args, **kwargs)
 
     def _pending_grads(self):

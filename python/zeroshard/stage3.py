@@ -17,6 +17,14 @@ gradient is reduce-scattered into the rank's partition as soon as the unit
 is complete, so a rank holds a partition's gradient and, at any time, the
 parameters of the units that are running.
 
+What autograd saves: a module's backward needs its weights, and torch saves
+them as views (addmm saves weight.t()), which would keep every unit's buffer
+alive from its forward to its backward. Under engine.forward a
+saved-tensors hook records a view of a live unit's buffer as (unit, offset,
+shape, stride) instead, and rebuilds it from the unit's buffer when
+backward asks for it (gathering the unit again if it was released): a
+unit's parameters then exist only while it computes, as ZeRO-3 promises.
+
 Prefetch: the units gathered during the first optimizer step are recorded
 in order (forward, the backward's gathers, every micro-batch); from then on,
 each gather starts the next unit of that order on a background thread (the
@@ -93,6 +101,7 @@ class UnitHooks:
         self.pending = {}    # unit -> future of its gathered buffer
         self.prefetched = 0  # gathers that found their unit prefetched
         self._pool = None
+        self.owner = {}      # a live buffer's data_ptr -> its unit
         for u, (mod, params, _, _) in enumerate(units):
             self.handles.append(mod.register_forward_pre_hook(
                 lambda m, inp, u=u: self.fetch(u)))
@@ -148,6 +157,7 @@ class UnitHooks:
         for p, poff, n in params:
             p.data = buf[poff - off:poff - off + n].view(e._shapes[id(p)])
         self.live[u] = buf
+        self.owner[buf.data_ptr()] = u
         if self.order is None:
             self.seq.append(u)
         else:
@@ -188,7 +198,29 @@ class UnitHooks:
             return
         for p, _, _ in self.units[u][1]:
             p.data = self.empty
+        self.owner.pop(self.live[u].data_ptr(), None)
         self.live[u] = None
+
+    # --- saved tensors (see the module docstring) --------------------------
+
+    def pack(self, t):
+        if self.owner and t.layout == torch.strided and t.numel() > 0:
+            u = self.owner.get(t.storage().data_ptr())
+            if u is not None:
+                return (u, t.storage_offset(), tuple(t.shape), t.stride(),
+                        t.requires_grad)
+        return t
+
+    def unpack(self, packed):
+        if isinstance(packed, torch.Tensor):
+            return packed
+        u, offset, shape, stride, _ = packed
+        self.fetch(u)
+        return self.live[u].as_strided(shape, stride, offset)
+
+    def saving(self):
+        """The context engine.forward runs the model under."""
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
     def release_all(self):
         """Every unit released, the model's own initial tensors included
@@ -200,6 +232,7 @@ class UnitHooks:
             for p, _, _ in self.units[u][1]:
                 p.data = self.empty
             self.live[u] = None
+        self.owner = {}
         if not self.grad_accs:
             self._arm_gradient_hooks()
         elif self.order is None and self.seq:
