@@ -121,6 +121,15 @@ def _same_optimizer(configured, given):
                 f"config's optimizer.params.{key} is {theirs}")
 
 
+def _all_finite(t, chunk=1 << 20):
+    """Whether every element of the 1-D t is finite, a chunk at a time (no
+    mask of t's whole size)."""
+    for at in range(0, t.numel(), chunk):
+        if not bool(torch.isfinite(t[at:at + chunk]).all()):
+            return False
+    return True
+
+
 def _has_complete_checkpoint(d):
     """Whether d holds a step folder with its manifest (written last)."""
     try:
@@ -595,7 +604,7 @@ class ZeroshardEngine(torch.nn.Module):
         coefficient, norm = self._clip_coefficient()
         self._last_norm = norm
         if norm is None:
-            skip = not bool(torch.isfinite(self._flat_grad).all())
+            skip = not _all_finite(self._flat_grad)
         else:
             skip = not math.isfinite(norm)
         apply = self._scaler.update(skip)

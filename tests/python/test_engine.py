@@ -436,3 +436,28 @@ def test_lion_on_the_servers_is_the_published_update_bit_for_bit():
                 assert torch.equal(p, r), f"step {s + 1}"
     finally:
         engine.close()
+
+
+def test_a_non_finite_gradient_skips_the_step_without_clipping():
+    # One rank, FP32, no clipping: a NaN anywhere in the gradient (found a
+    # chunk at a time) skips the step; the weights and the step count on
+    # the servers stay, and the next step trains.
+    model = make_model()
+    engine, _, _, _ = zeroshard.initialize(model=model,
+                                           config=config(1, 1, 0.0))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    try:
+        before = [p.detach().clone() for p in model.parameters()]
+        x, y = batches(1, 4)[0]
+        engine.backward(loss_fn(engine(x), y))
+        model[3].bias.grad[2] = float("nan")
+        engine.step()
+        assert engine.last_step_skipped()
+        for p, b in zip(model.parameters(), before):
+            assert torch.equal(p, b)
+        engine.backward(loss_fn(engine(x), y))
+        engine.step()
+        assert not engine.last_step_skipped()
+        assert not torch.equal(model[0].weight, before[0])
+    finally:
+        engine.close()
