@@ -17,7 +17,9 @@ model state is most of what it adds, where the estimate's activation terms,
 written for zeroshard's own worker, would not fit torch's autograd.
 
 Ends with "torch-memory ratio=X target=0.85..1.15" (measured peak over the
-estimate's total), after the added bytes' own ratio.
+estimate's total), after the added bytes' own ratio. --malloc=default runs
+the rank under glibc's default allocator instead, whose dynamic mmap
+threshold keeps freed unit buffers in its arenas (a higher peak).
 """
 
 import argparse
@@ -39,6 +41,13 @@ def parse(argv):
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--malloc", default="returning",
+                    choices=["returning", "default"],
+                    help="the rank's glibc allocator: returning (freed "
+                         "buffers of 1 MiB and more go back to the system, "
+                         "MALLOC_MMAP_THRESHOLD_=1048576, as a user short of "
+                         "memory runs it) or glibc's default (its dynamic "
+                         "threshold keeps freed unit buffers in its arenas)")
     ap.add_argument("--smoke", action="store_true", help="a tiny shape")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -110,7 +119,9 @@ def main(argv):
          f"--heads={a.heads}", f"--width={a.width}",
          f"--context={a.context}", f"--batch={a.batch}",
          f"--steps={a.steps}"],
-        capture_output=True, text=True, timeout=600)
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, **({"MALLOC_MMAP_THRESHOLD_": "1048576"}
+                                if a.malloc == "returning" else {})))
     if out.returncode != 0:
         sys.stderr.write(out.stderr)
         raise SystemExit(f"torch-memory: the rank exited {out.returncode}")
@@ -135,7 +146,8 @@ def main(argv):
     mib = 1 << 20
     print(f"torch-memory: GPT {a.layers} layers x width {a.width}, context "
           f"{a.context}, batch {a.batch}, {m['params'] / 1e6:.2f} M params, "
-          f"{a.precision}, ZeRO-3, 1 rank, 1 server, {a.steps} steps")
+          f"{a.precision}, ZeRO-3, 1 rank, 1 server, {a.steps} steps, "
+          f"glibc malloc {a.malloc}")
     print(f"  the rank's fixed part (torch + zeroshard imported): "
           f"{base / mib:.1f} MiB")
     print(f"  peak RSS {peak / mib:.1f} MiB; estimate {predicted / mib:.1f} MiB"
