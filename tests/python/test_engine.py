@@ -461,3 +461,28 @@ def test_a_non_finite_gradient_skips_the_step_without_clipping():
         assert not torch.equal(model[0].weight, before[0])
     finally:
         engine.close()
+
+
+def test_a_checkpoint_does_not_restore_under_another_rule(tmp_path):
+    data = batches(1, 4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    model = make_model()
+    engine, _, _, _ = zeroshard.initialize(model=model, config=config(1, 1, 0.0))
+    try:
+        engine.backward(loss_fn(engine(data[0][0]), data[0][1]))
+        engine.step()
+        engine.save_checkpoint(str(tmp_path))
+    finally:
+        engine.close()
+    cfg = config(1, 1, 0.0)
+    cfg["optimizer"] = {"type": "Lion", "params": {"lr": 1e-4}}
+    model = make_model()
+    engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
+    try:
+        with pytest.raises(zeroshard.ZeroshardError) as e:
+            engine.load_checkpoint(str(tmp_path))
+        assert "another optimizer configuration" in str(e.value)
+        assert "ADAMW" in str(e.value) and "LION" in str(e.value), str(e.value)
+        assert engine.global_steps == 0
+    finally:
+        engine.close()
