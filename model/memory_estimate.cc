@@ -332,9 +332,11 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   const double link = input.link_gbps * 1e9 / 8;
   st.worker_link_s = std::max(w.worker_sent(), w.worker_received()) / link;
   st.server_link_s = std::max(w.per_server_out, w.per_server_in) / link;
-  // AdamW per element: read and write master, m, v (24 B), read the
-  // gradient, write the mirror.
-  st.optimizer_s = (24 + g + 2) * psi / s / (input.server_mem_gbps * 1e9);
+  // The rule per element: read and write the master and its state slots
+  // (AdamW's m and v: 24 B; Lion's m: 16 B), read the gradient, write the
+  // mirror.
+  const double rw = 2.0 * (4 + OptimizerStateBytesPerElement(input.optimizer));
+  st.optimizer_s = (rw + g + 2) * psi / s / (input.server_mem_gbps * 1e9);
   st.serial_s = st.compute_s + st.memory_s +
                 std::max(st.worker_link_s, st.server_link_s) + st.optimizer_s;
   st.overlapped_s = std::max({st.compute_s, st.memory_s, st.worker_link_s,

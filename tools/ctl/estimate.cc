@@ -515,7 +515,9 @@ void PrintText(const MemoryEstimate& e) {
               {"  accelerator memory", HumanBytes(t.memory_bytes), sec(t.memory_s)},
               {"  worker link", "", sec(t.worker_link_s)},
               {"  server link", "", sec(t.server_link_s)},
-              {"  server AdamW", "", sec(t.optimizer_s)},
+              {absl::StrCat("  server update (",
+                            NameOf(kOptimizerKindNames, in.optimizer), ")"),
+               "", sec(t.optimizer_s)},
               {"  total, nothing overlapped", "", sec(t.serial_s)},
               {"  total, fully overlapped", "", sec(t.overlapped_s)}});
 }
