@@ -486,3 +486,31 @@ def test_a_checkpoint_does_not_restore_under_another_rule(tmp_path):
         assert engine.global_steps == 0
     finally:
         engine.close()
+
+
+def test_bad_weight_ranges_are_refused_and_write_nothing():
+    # The client's SetMasterWeightRanges checks the whole list before any
+    # byte is sent: out of order, overlapping, past the end, or a value
+    # count that does not match.
+    model = make_model()
+    engine, _, _, _ = zeroshard.initialize(model=model, config=config(2, 1, 0.0))
+    try:
+        before = engine.consolidated_state_dict()
+        total = engine._total
+        c = engine._cluster
+        for ranges, n in (([(10, 20), (0, 5)], 15), ([(0, 10), (5, 15)], 20),
+                          ([(total - 4, total + 4)], 8), ([(0, 10)], 9)):
+            with pytest.raises(zeroshard.ZeroshardError, match="INVALID_ARGUMENT"):
+                c.set_master_weight_ranges(ranges, torch.zeros(n).numpy())
+        after = engine.consolidated_state_dict()
+        for k in before:
+            assert torch.equal(before[k], after[k]), k
+        # A good list across the servers' boundary writes those ranges only.
+        half = engine.inspect()[1]["owned"][0]
+        c.set_master_weight_ranges([(half - 3, half + 3)], torch.full((6,), 7.0).numpy())
+        flat = torch.empty(total)
+        c.gather([(0, total)], "fp32", flat.numpy())
+        assert torch.equal(flat[half - 3:half + 3], torch.full((6,), 7.0))
+        assert not torch.equal(flat[half - 4:half - 3], torch.full((1,), 7.0))
+    finally:
+        engine.close()
