@@ -173,6 +173,7 @@ class GatheredParameters:
                 n = where[id(p)][1]
                 now = p.detach().reshape(-1)
                 changed = _bits(now) != _bits(before[id(p)].reshape(-1))
+                now, changed = now.cpu(), changed.cpu()   # a device's, too
                 seg = masters[at:at + n]
                 seg[changed] = now[changed].float()
                 at += n

@@ -34,6 +34,12 @@ from .units import apply_checkpointing, check_tied_for_stage3, plan_units
 
 _live_engines = weakref.WeakSet()
 
+# Parameters off the CPU (a CUDA build of torch) train through host staging
+# buffers: the flat parameter and gradient buffers live on the device and
+# every push and gather goes through a host copy (pinned where torch can pin).
+# Tests set this to run the staged path with CPU parameters.
+_FORCE_HOST_STAGING = False
+
 
 @atexit.register
 def _close_all():
@@ -317,7 +323,7 @@ class ZeroshardEngine(torch.nn.Module):
             if not batch:
                 return
             values = torch.cat([p.detach().reshape(-1).float()
-                                for p, _, _ in batch])
+                                for p, _, _ in batch]).cpu()
             self._cluster.set_master_weight_ranges(
                 [(off, off + n) for _, off, n in batch], values.numpy())
             batch.clear()
@@ -375,13 +381,30 @@ class ZeroshardEngine(torch.nn.Module):
         layout = _zeroshard.Layout(units, 1, self.world)
         self._total = layout.total_elems
         # Stage 3 gathers unit by unit instead of into one buffer.
+        self._device = order[0].device
+        self._staged = self._device.type != "cpu" or _FORCE_HOST_STAGING
+        if self._staged and (self.world > 1 or self._stage3):
+            raise NotImplementedError(
+                "host staging (parameters off the CPU) trains one rank "
+                "under stages 1 and 2")
         self._flat_param = (None if self._stage3 else
-                            torch.zeros(self._total, dtype=self._dtype))
+                            torch.zeros(self._total, dtype=self._dtype,
+                                        device=self._device))
         # Stage 3 with ranks keeps a partition's gradient only (__init__);
         # one rank's whole gradient is made once the model's own tensors
         # are released (__init__), so that both never exist at once.
         self._flat_grad = (None if self._stage3 else
-                           torch.zeros(self._total, dtype=self._dtype))
+                           torch.zeros(self._total, dtype=self._dtype,
+                                       device=self._device))
+        if self._staged:
+            # The host side of every transfer, in the wire's dtype (FP16
+            # travels as FP32).
+            wire = torch.float32 if self._dtype == torch.float16 else self._dtype
+            pin = self._device.type == "cuda"
+            self._host_param = torch.empty(self._total, dtype=wire,
+                                           pin_memory=pin)
+            self._host_grad = torch.empty(self._total, dtype=wire,
+                                          pin_memory=pin)
         self._slots = []
         offsets = {name: (off, n) for name, off, n, _ in layout.tensors()}
         for p in order:
@@ -416,13 +439,26 @@ class ZeroshardEngine(torch.nn.Module):
                     f"module {mname or 'root'} ({type(mod).__name__}) has "
                     "sparse=True: its gradients would be sparse, and the "
                     "servers take dense gradients")
+        devices = {p.device for p in trainable}
+        if len(devices) > 1:
+            where = {}
+            for p in trainable:
+                where.setdefault(p.device, names.get(id(p), "?"))
+            raise ValueError(
+                "the parameters are on more than one device: " + ", ".join(
+                    f"{n} on {d}" for d, n in where.items()))
         for p in trainable:
             n = names.get(id(p), "?")
-            if p.device.type != "cpu":
+            if p.device.type not in ("cpu", "cuda"):
                 raise NotImplementedError(
-                    f"parameter {n} is on {p.device}: this build trains CPU "
-                    "tensors (a CUDA build of torch has not been tested; see "
-                    "the README)")
+                    f"parameter {n} is on {p.device}: the engine trains CPU "
+                    "and CUDA tensors")
+            if p.device.type == "cuda" and (self.world > 1 or self._stage3):
+                raise NotImplementedError(
+                    f"parameter {n} is on {p.device}: CUDA parameters train "
+                    "on one rank under stages 1 and 2 (the ranks' NCCL "
+                    "collectives and stage 3's device buffers are not in "
+                    "this front-end yet; nothing here has run on a GPU)")
             if p.dtype not in (torch.float32, torch.bfloat16, torch.float16):
                 raise ValueError(
                     f"parameter {n} is {p.dtype}: the engine trains "
@@ -462,7 +498,13 @@ class ZeroshardEngine(torch.nn.Module):
         if self._stage3:
             self._hooks.release_all()  # gathered again by each module
             return
-        if self._prec == "fp16":
+        if self._staged:
+            self._cluster.gather([(0, self._total)],
+                                 "fp32" if self._prec == "fp16" else self._wire,
+                                 self._np(self._host_param),
+                                 min_version=self.global_steps)
+            self._flat_param.copy_(self._host_param)
+        elif self._prec == "fp16":
             tmp = torch.empty(self._total, dtype=torch.float32)
             self._cluster.gather([(0, self._total)], "fp32", tmp.numpy(),
                                  min_version=self.global_steps)
@@ -609,8 +651,12 @@ class ZeroshardEngine(torch.nn.Module):
             skip = not math.isfinite(norm)
         apply = self._scaler.update(skip)
         self._last_skipped = not apply
+        grad = self._flat_grad
+        if self._staged:
+            self._host_grad.copy_(grad)   # down from the device
+            grad = self._host_grad
         self._cluster.push(self.global_steps, 0, [(0, self._total)],
-                           self._wire, self._np(self._flat_grad),
+                           self._wire, self._np(grad),
                            coefficient=coefficient if apply else 0.0,
                            skip=not apply)
 
@@ -634,6 +680,10 @@ class ZeroshardEngine(torch.nn.Module):
                                            1.0 / self.world)
                 at += e - b
             ranges, worker = self._my_ranges, self.rank
+        elif self._staged:
+            self._host_grad.copy_(self._flat_grad)   # FP32 on the host
+            payload = self._host_grad
+            ranges, worker = [(0, self._total)], 0
         else:
             payload = self._flat_grad.float()
             ranges, worker = [(0, self._total)], 0

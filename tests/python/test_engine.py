@@ -514,3 +514,46 @@ def test_bad_weight_ranges_are_refused_and_write_nothing():
         assert not torch.equal(flat[half - 4:half - 3], torch.full((1,), 7.0))
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_the_host_staged_path_trains_the_same_bits(monkeypatch, bf16):
+    # Parameters off the CPU (CUDA) train through host staging buffers;
+    # forced here on CPU tensors, the staged path must give the bits of the
+    # direct one (clipping, accumulation and a GatheredParameters write
+    # included).
+    import zeroshard.engine as engine_module
+    data = batches(6, 4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    results = []
+    for staged in (False, True):
+        monkeypatch.setattr(engine_module, "_FORCE_HOST_STAGING", staged)
+        model = make_model()
+        extra = {"bf16": {"enabled": True}} if bf16 else {}
+        engine, _, _, _ = zeroshard.initialize(
+            model=model, config=config(2, 2, 0.5, **extra))
+        try:
+            assert engine._staged == staged
+            for s in range(3):
+                if s == 1:
+                    with zeroshard.GatheredParameters([model[0].bias],
+                                                      modifier_rank=0):
+                        with torch.no_grad():
+                            model[0].bias[:3] = 0.5
+                for m in range(2):
+                    x, y = data[s * 2 + m]
+                    x = x.bfloat16() if bf16 else x
+                    engine.backward(loss_fn(engine(x).float(), y))
+                    engine.step()
+            results.append(engine.consolidated_state_dict())
+        finally:
+            engine.close()
+    for k in results[0]:
+        assert torch.equal(results[0][k], results[1][k]), k
+
+
+def test_staged_stage_3_is_refused_before_anything_starts(monkeypatch):
+    import zeroshard.engine as engine_module
+    monkeypatch.setattr(engine_module, "_FORCE_HOST_STAGING", True)
+    with pytest.raises(NotImplementedError, match="one rank under stages 1 and 2"):
+        zeroshard.initialize(model=make_model(), config=config(1, 1, 0.0, stage=3))
