@@ -103,3 +103,11 @@ def test_a_sparse_gradient_changes_nothing_on_the_servers():
             assert torch.equal(before[n], after[n]), n
     finally:
         engine.close()
+
+
+def test_parameters_on_another_or_on_two_devices():
+    m = make_model()
+    m[3].to("meta")
+    refused(m, re.escape("more than one device: 0.weight on cpu, 3.weight on meta"))
+    refused(make_model().to("meta"),
+            re.escape("parameter 0.weight is on meta: the engine trains CPU and CUDA"))
