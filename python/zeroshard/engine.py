@@ -383,10 +383,10 @@ class ZeroshardEngine(torch.nn.Module):
         # Stage 3 gathers unit by unit instead of into one buffer.
         self._device = order[0].device
         self._staged = self._device.type != "cpu" or _FORCE_HOST_STAGING
-        if self._staged and (self.world > 1 or self._stage3):
+        if self._staged and self._stage3:
             raise NotImplementedError(
-                "host staging (parameters off the CPU) trains one rank "
-                "under stages 1 and 2")
+                "host staging (parameters off the CPU) trains under stages "
+                "1 and 2")
         self._flat_param = (None if self._stage3 else
                             torch.zeros(self._total, dtype=self._dtype,
                                         device=self._device))
@@ -453,12 +453,11 @@ class ZeroshardEngine(torch.nn.Module):
                 raise NotImplementedError(
                     f"parameter {n} is on {p.device}: the engine trains CPU "
                     "and CUDA tensors")
-            if p.device.type == "cuda" and (self.world > 1 or self._stage3):
+            if p.device.type == "cuda" and self._stage3:
                 raise NotImplementedError(
                     f"parameter {n} is on {p.device}: CUDA parameters train "
-                    "on one rank under stages 1 and 2 (the ranks' NCCL "
-                    "collectives and stage 3's device buffers are not in "
-                    "this front-end yet; nothing here has run on a GPU)")
+                    "under stages 1 and 2 (stage 3's device buffers are not "
+                    "in this front-end yet; nothing here has run on a GPU)")
             if p.dtype not in (torch.float32, torch.bfloat16, torch.float16):
                 raise ValueError(
                     f"parameter {n} is {p.dtype}: the engine trains "
@@ -670,7 +669,13 @@ class ZeroshardEngine(torch.nn.Module):
         if self._stage3 and self._group is not None:
             payload, ranges, worker = self._part_grad, self._my_ranges, self.rank
         elif self._group is not None:
-            grad = self._flat_grad.float()
+            if self._staged:
+                # Down from the device; the ranks' Gloo collectives run on
+                # the host copy.
+                self._host_grad.copy_(self._flat_grad)
+                grad = self._host_grad.float()
+            else:
+                grad = self._flat_grad.float()
             payload = torch.empty(self._my_elems, dtype=torch.float32)
             at = 0
             for (_, off, _, padded), (b, e) in zip(self._layout.units(),

@@ -14,6 +14,8 @@ Environment (the tests' variations):
   ZS_TEST_DIE=R:S:A,...       rank R exits with code 5 after step S when
                               ZEROSHARD_RESTART is A (zeroshard-launch
                               --max_restarts)
+  ZS_TEST_STAGED=1            the host-staged path (CUDA parameters')
+                              forced on the CPU parameters
 """
 
 import os
@@ -22,6 +24,7 @@ import sys
 import torch
 
 import zeroshard
+import zeroshard.engine
 from test_engine import batches, config, make_model
 
 out, steps, gas, clip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
@@ -40,6 +43,7 @@ die_after = {int(s) for r, s, a in (d.split(":") for d in
              os.environ.get("ZS_TEST_DIE", "").split(",") if d)
              if int(r) == rank and a == attempt}
 
+zeroshard.engine._FORCE_HOST_STAGING = os.environ.get("ZS_TEST_STAGED") == "1"
 cfg = config(1, gas, clip, stage=stage)
 if pod:
     addresses, credentials = pod.rsplit(":", 1)
@@ -51,6 +55,7 @@ if ckpt:
 data = batches((steps + 1) * world * gas, 4)
 model = make_model()
 engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
+assert engine._staged == zeroshard.engine._FORCE_HOST_STAGING
 if resume:
     engine.load_checkpoint(resume)
 loss_fn = torch.nn.CrossEntropyLoss()
