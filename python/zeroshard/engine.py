@@ -383,10 +383,6 @@ class ZeroshardEngine(torch.nn.Module):
         # Stage 3 gathers unit by unit instead of into one buffer.
         self._device = order[0].device
         self._staged = self._device.type != "cpu" or _FORCE_HOST_STAGING
-        if self._staged and self._stage3:
-            raise NotImplementedError(
-                "host staging (parameters off the CPU) trains under stages "
-                "1 and 2")
         self._flat_param = (None if self._stage3 else
                             torch.zeros(self._total, dtype=self._dtype,
                                         device=self._device))
@@ -396,9 +392,9 @@ class ZeroshardEngine(torch.nn.Module):
         self._flat_grad = (None if self._stage3 else
                            torch.zeros(self._total, dtype=self._dtype,
                                        device=self._device))
-        if self._staged:
+        if self._staged and not self._stage3:
             # The host side of every transfer, in the wire's dtype (FP16
-            # travels as FP32).
+            # travels as FP32); stage 3 stages unit by unit (stage3.py).
             wire = torch.float32 if self._dtype == torch.float16 else self._dtype
             pin = self._device.type == "cuda"
             self._host_param = torch.empty(self._total, dtype=wire,
@@ -453,11 +449,6 @@ class ZeroshardEngine(torch.nn.Module):
                 raise NotImplementedError(
                     f"parameter {n} is on {p.device}: the engine trains CPU "
                     "and CUDA tensors")
-            if p.device.type == "cuda" and self._stage3:
-                raise NotImplementedError(
-                    f"parameter {n} is on {p.device}: CUDA parameters train "
-                    "under stages 1 and 2 (stage 3's device buffers are not "
-                    "in this front-end yet; nothing here has run on a GPU)")
             if p.dtype not in (torch.float32, torch.bfloat16, torch.float16):
                 raise ValueError(
                     f"parameter {n} is {p.dtype}: the engine trains "
@@ -651,7 +642,7 @@ class ZeroshardEngine(torch.nn.Module):
         apply = self._scaler.update(skip)
         self._last_skipped = not apply
         grad = self._flat_grad
-        if self._staged:
+        if self._staged and not self._stage3:   # stage 3's is on the host
             self._host_grad.copy_(grad)   # down from the device
             grad = self._host_grad
         self._cluster.push(self.global_steps, 0, [(0, self._total)],
@@ -685,7 +676,7 @@ class ZeroshardEngine(torch.nn.Module):
                                            1.0 / self.world)
                 at += e - b
             ranges, worker = self._my_ranges, self.rank
-        elif self._staged:
+        elif self._staged and not self._stage3:
             self._host_grad.copy_(self._flat_grad)   # FP32 on the host
             payload = self._host_grad
             ranges, worker = [(0, self._total)], 0

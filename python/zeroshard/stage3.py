@@ -128,10 +128,12 @@ class UnitHooks:
     # --- parameters -------------------------------------------------------
 
     def _gather(self, u, version):
-        """Unit u's range at `version`, in a new buffer."""
+        """Unit u's range at `version`, in a new host buffer (pinned for a
+        CUDA model)."""
         e = self.engine
         _, _, off, padded = self.units[u]
-        buf = torch.empty(padded, dtype=self.dtype)
+        buf = torch.empty(padded, dtype=self.dtype,
+                          pin_memory=e._device.type == "cuda")
         if e._prec == "fp16":
             tmp = torch.empty(padded, dtype=torch.float32)
             e._cluster.gather([(off, off + padded)], "fp32", tmp.numpy(),
@@ -154,6 +156,11 @@ class UnitHooks:
             self.prefetched += 1
         else:
             buf = self._gather(u, e.global_steps)
+        if e._staged:
+            # Up to the model's device (CUDA; forced in tests on the CPU).
+            dev = torch.empty(buf.numel(), dtype=self.dtype, device=e._device)
+            dev.copy_(buf)
+            buf = dev
         for p, poff, n in params:
             p.data = buf[poff - off:poff - off + n].view(e._shapes[id(p)])
         self.live[u] = buf
@@ -258,6 +265,7 @@ class UnitHooks:
         if g is None:
             return
         p.grad = None
+        g = g.cpu()   # the rank's share is on the host (a no-op on the CPU)
         if e._group is None:
             e._flat_grad[poff:poff + n].add_(g.reshape(-1))
         else:
