@@ -12,8 +12,6 @@
 // stores would (+2 B), but the AVX-512 kernel streams them (non-temporal), so
 // the bound uses the minimum, 28 / 30 B. The ratio compares like with like:
 // params/s / (triad STREAM bytes/s * 32/24 / update bytes).
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -33,20 +31,6 @@
 
 namespace zeroshard::bench {
 namespace {
-
-// Page-aligned, transparent-huge-page-advised, never freed before exit.
-template <typename T>
-T* AllocArray(size_t n) {
-  constexpr size_t kAlign = size_t{2} << 20;
-  const size_t bytes = (n * sizeof(T) + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, bytes);
-  if (p == nullptr) {
-    std::fprintf(stderr, "adam: cannot allocate %zu bytes\n", bytes);
-    std::exit(1);
-  }
-  madvise(p, bytes, MADV_HUGEPAGE);
-  return static_cast<T*>(p);
-}
 
 // Runs body(lo, hi) over [0, n) split evenly over `threads` threads.
 template <typename Body>
@@ -85,12 +69,12 @@ int RunAdam(const std::vector<std::string>& args) {
   }
   const int threads = std::max(1u, std::thread::hardware_concurrency());
 
-  float* master = AllocArray<float>(n);
-  float* m = AllocArray<float>(n);
-  float* v = AllocArray<float>(n);
-  uint16_t* mirror = AllocArray<uint16_t>(n);
-  float* g32 = bf16 ? nullptr : AllocArray<float>(n);
-  uint16_t* g16 = bf16 ? AllocArray<uint16_t>(n) : nullptr;
+  float* master = AllocHugeArray<float>(n, "adam");
+  float* m = AllocHugeArray<float>(n, "adam");
+  float* v = AllocHugeArray<float>(n, "adam");
+  uint16_t* mirror = AllocHugeArray<uint16_t>(n, "adam");
+  float* g32 = bf16 ? nullptr : AllocHugeArray<float>(n, "adam");
+  uint16_t* g16 = bf16 ? AllocHugeArray<uint16_t>(n, "adam") : nullptr;
   SplitOverThreads(n, threads, [&](size_t lo, size_t hi) {
     for (size_t i = lo; i < hi; ++i) {
       const float x = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;

@@ -10,6 +10,7 @@
 #ifndef ZEROSHARD_BENCH_BENCH_H_
 #define ZEROSHARD_BENCH_BENCH_H_
 
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <string>
@@ -45,6 +46,14 @@ struct Registrar {
 // for doubles) over arrays of `bytes_per_array`, using `threads` threads; the
 // best of `reps` runs.
 double MeasureTriadBytesPerSecond(size_t bytes_per_array, int threads, int reps);
+
+// `bytes` rounded up to 2 MiB, 2 MiB-aligned and advised for transparent huge
+// pages, never freed; exits naming `who` when the memory is not there.
+void* AllocHugeBytes(size_t bytes, const char* who);
+template <typename T>
+T* AllocHugeArray(size_t n, const char* who) {
+  return static_cast<T*>(AllocHugeBytes(n * sizeof(T), who));
+}
 
 // The directory of the running zeroshard-bench (where zeroshard-server is
 // built beside it), or "." when /proc/self/exe cannot be read.

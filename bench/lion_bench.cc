@@ -7,8 +7,6 @@
 // read) and the BF16 mirror (2 B, plus 2 B for the read its store allocates:
 // Lion's kernel does not stream it). 20 / 22 B per parameter; the bound is
 // triad STREAM bytes/s * 32/24 (write-allocate counted) / those bytes.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,19 +24,6 @@
 
 namespace zeroshard::bench {
 namespace {
-
-template <typename T>
-T* Alloc(size_t n) {
-  constexpr size_t kAlign = size_t{2} << 20;
-  const size_t bytes = (n * sizeof(T) + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, bytes);
-  if (p == nullptr) {
-    std::fprintf(stderr, "lion: cannot allocate %zu bytes\n", bytes);
-    std::exit(1);
-  }
-  madvise(p, bytes, MADV_HUGEPAGE);
-  return static_cast<T*>(p);
-}
 
 int RunLion(const std::vector<std::string>& args) {
   uint64_t n = Smoke() ? 1'000'000 : 100'000'000;
@@ -61,11 +46,11 @@ int RunLion(const std::vector<std::string>& args) {
     }
   }
   const int threads = std::max(1u, std::thread::hardware_concurrency());
-  float* master = Alloc<float>(n);
-  float* m = Alloc<float>(n);
-  uint16_t* mirror = Alloc<uint16_t>(n);
-  float* g32 = bf16 ? nullptr : Alloc<float>(n);
-  uint16_t* g16 = bf16 ? Alloc<uint16_t>(n) : nullptr;
+  float* master = AllocHugeArray<float>(n, "lion");
+  float* m = AllocHugeArray<float>(n, "lion");
+  uint16_t* mirror = AllocHugeArray<uint16_t>(n, "lion");
+  float* g32 = bf16 ? nullptr : AllocHugeArray<float>(n, "lion");
+  uint16_t* g16 = bf16 ? AllocHugeArray<uint16_t>(n, "lion") : nullptr;
   for (size_t i = 0; i < n; ++i) {
     const float x = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
     master[i] = x;

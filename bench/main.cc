@@ -1,3 +1,5 @@
+#include <sys/mman.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +27,18 @@ bool smoke = false;
 
 bool Smoke() { return smoke; }
 void SetSmoke(bool on) { smoke = on; }
+
+void* AllocHugeBytes(size_t bytes, const char* who) {
+  constexpr size_t kAlign = size_t{2} << 20;
+  bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, bytes);
+  if (p == nullptr) {
+    std::fprintf(stderr, "%s: cannot allocate %zu bytes\n", who, bytes);
+    std::exit(1);
+  }
+  madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
 
 std::string SelfDir() {
   std::error_code ec;
