@@ -10,11 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "common/dtype.h"
+#include "optim/avx512_lanes.h"
 #include "optim/cpu_features.h"
 #include "optim/optimizer_pool.h"
 
@@ -43,21 +41,15 @@ inline float LionLoadGradElem(GradView grad, size_t i) {
 AdamStep MakeLionStep(const OptimizerConfig& config, uint64_t t,
                       float coefficient, double weight_decay,
                       double lr_scale) {
-  t = std::max<uint64_t>(t, 1);
-  // torch: the group's lr and the scalars below are Python floats (double);
-  // each becomes a float when an FP32 tensor op consumes it.
-  const double lr = LearningRateAt(config, t) * lr_scale;
-  AdamStep s;
-  s.kind = config.kind;
-  s.lr = static_cast<float>(lr);
-  s.beta1 = static_cast<float>(config.beta1);
-  s.beta2 = static_cast<float>(config.beta2);
+  // The shared constants (lr, betas, decay = float(1 - lr * wd), 1 - beta,
+  // the coefficient) as MakeAdamStep rounds them; Lion's step is -lr itself,
+  // with no bias correction and no eps.
+  AdamStep s = MakeAdamStep(config, t, coefficient, weight_decay, lr_scale);
+  const double lr = LearningRateAt(config, std::max<uint64_t>(t, 1)) * lr_scale;
   s.eps = 0;
-  s.weight_decay = static_cast<float>(weight_decay);
-  s.coefficient = coefficient;
-  s.decay = static_cast<float>(1.0 - lr * weight_decay);
-  s.one_minus_beta1 = static_cast<float>(1.0 - config.beta1);
-  s.one_minus_beta2 = static_cast<float>(1.0 - config.beta2);
+  s.bias_correction1 = 1;
+  s.bias_correction2_sqrt = 1;
+  s.bias_correction2_sqrt_f = 1;
   s.neg_step_size = static_cast<float>(-lr);
   return s;
 }
@@ -79,37 +71,8 @@ void LionUpdateReference(const AdamStep& step, GradView grad,
 }
 
 #if defined(__x86_64__)
-#define ZS_LION_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-namespace {
-
-ZS_LION_AVX512 inline __m512 LionLoadGrad16(GradView grad, size_t i,
-                                        __mmask16 mask) {
-  if (grad.bf16) {
-    const uint16_t* g = static_cast<const uint16_t*>(grad.data) + i;
-    const __m256i h = _mm256_maskz_loadu_epi16(mask, g);
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(grad.data) + i);
-}
-
-// FloatToBf16 on 16 lanes (round to nearest even on the bits; a NaN stays
-// a quiet NaN), in the low half of each 32-bit lane.
-ZS_LION_AVX512 inline __m512i RoundToBf16x16(__m512 p) {
-  const __m512i u = _mm512_castps_si512(p);
-  const __m512i hi = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb);
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-  const __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x0040));
-  const __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
-  return _mm512_mask_blend_epi32(nan, rounded, quiet);
-}
-
-}  // namespace
-
-ZS_LION_AVX512 void LionUpdateAvx512(const AdamStep& step, GradView grad,
+ZS_AVX512_LANES void LionUpdateAvx512(const AdamStep& step, GradView grad,
                                      const LionSlice& s) {
   const __m512 coef = _mm512_set1_ps(step.coefficient);
   const __m512 decay = _mm512_set1_ps(step.decay);
@@ -125,7 +88,7 @@ ZS_LION_AVX512 void LionUpdateAvx512(const AdamStep& step, GradView grad,
     const __mmask16 mask =
         left >= 16 ? static_cast<__mmask16>(0xFFFF)
                    : static_cast<__mmask16>((1u << left) - 1);
-    const __m512 g = _mm512_mul_ps(LionLoadGrad16(grad, i, mask), coef);
+    const __m512 g = _mm512_mul_ps(LoadGrad16(grad, i, mask), coef);
     __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, s.master + i), decay);
     const __m512 m = _mm512_maskz_loadu_ps(mask, s.exp_avg + i);
     const __m512 c = _mm512_fmadd_ps(g, omb1, _mm512_mul_ps(m, beta1));

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "optim/avx512_lanes.h"
 #include "optim/optimizer_kernels.h"
 
 namespace zeroshard {
@@ -17,33 +18,11 @@ struct Consts {
   __m512 coef, wd, decay, beta1, beta2, omb1, omb2, bc2, eps, nstep;
 };
 
-inline __m512 LoadGrad(GradView grad, size_t i, __mmask16 mask) {
-  if (grad.bf16) {
-    const uint16_t* g = static_cast<const uint16_t*>(grad.data) + i;
-    const __m256i h = _mm256_maskz_loadu_epi16(mask, g);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(grad.data) + i);
-}
-
-// FloatToBf16 on 16 lanes, widened: the result is in the low half of each
-// 32-bit lane.
-inline __m512i RoundToBf16(__m512 p) {
-  const __m512i u = _mm512_castps_si512(p);
-  const __m512i hi = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb);
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
-  const __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x0040));
-  const __mmask16 nan = _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q);
-  return _mm512_mask_blend_epi32(nan, rounded, quiet);
-}
-
 // Updates 16 elements at i (lanes outside `mask` untouched in memory).
 template <bool kStreamMirror>
 inline void Update16(const Consts& c, bool adamw, bool l2, GradView grad,
                      const AdamSlice& s, size_t i, __mmask16 mask) {
-  __m512 g = _mm512_mul_ps(LoadGrad(grad, i, mask), c.coef);
+  __m512 g = _mm512_mul_ps(LoadGrad16(grad, i, mask), c.coef);
   __m512 p = _mm512_maskz_loadu_ps(mask, s.master + i);
   if (l2) g = _mm512_fmadd_ps(p, c.wd, g);
   if (adamw) p = _mm512_mul_ps(p, c.decay);
@@ -63,9 +42,9 @@ inline void Update16(const Consts& c, bool adamw, bool l2, GradView grad,
       // Full, 32-byte aligned vector: a non-temporal store skips reading
       // the mirror's lines before writing them (write-allocate).
       _mm256_stream_si256(reinterpret_cast<__m256i*>(s.mirror + i),
-                          _mm512_cvtepi32_epi16(RoundToBf16(p)));
+                          _mm512_cvtepi32_epi16(RoundToBf16x16(p)));
     } else {
-      _mm512_mask_cvtepi32_storeu_epi16(s.mirror + i, mask, RoundToBf16(p));
+      _mm512_mask_cvtepi32_storeu_epi16(s.mirror + i, mask, RoundToBf16x16(p));
     }
   }
 }
