@@ -214,14 +214,13 @@ class UnitHooks:
         if self.owner and t.layout == torch.strided and t.numel() > 0:
             u = self.owner.get(t.storage().data_ptr())
             if u is not None:
-                return (u, t.storage_offset(), tuple(t.shape), t.stride(),
-                        t.requires_grad)
+                return (u, t.storage_offset(), tuple(t.shape), t.stride())
         return t
 
     def unpack(self, packed):
         if isinstance(packed, torch.Tensor):
             return packed
-        u, offset, shape, stride, _ = packed
+        u, offset, shape, stride = packed
         self.fetch(u)
         return self.live[u].as_strided(shape, stride, offset)
 
