@@ -3,6 +3,13 @@
 // mirror's rounding. Marked with the target attribute, so a file compiled
 // for the baseline CPU may call them from its own AVX-512 functions; call
 // only where the CPU has AVX-512 F, BW and VL.
+//
+// Always inlined, never called: a __m512 argument or result travels in a
+// zmm register in a file compiled with -mavx512f but in memory in one
+// compiled for the baseline (the ABI follows the file's flags, not the
+// attribute), so one out-of-line copy, which the linker would pick from
+// either file, is wrong for the other's callers. clang at -O0, which
+// inlines nothing else, gave AdamW's mirror Lion's copy of the rounding.
 #ifndef ZEROSHARD_OPTIM_AVX512_LANES_H_
 #define ZEROSHARD_OPTIM_AVX512_LANES_H_
 
@@ -15,13 +22,15 @@
 #include "optim/optimizer.h"
 
 #define ZS_AVX512_LANES __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define ZS_AVX512_LANES_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline))
 
 namespace zeroshard {
 
 // 16 gradient elements at i, FP32 or BF16 widened exactly (lanes outside
 // `mask` read as 0).
-ZS_AVX512_LANES inline __m512 LoadGrad16(GradView grad, size_t i,
-                                         __mmask16 mask) {
+ZS_AVX512_LANES_INLINE inline __m512 LoadGrad16(GradView grad, size_t i,
+                                                __mmask16 mask) {
   if (grad.bf16) {
     const uint16_t* g = static_cast<const uint16_t*>(grad.data) + i;
     const __m256i h = _mm256_maskz_loadu_epi16(mask, g);
@@ -33,7 +42,7 @@ ZS_AVX512_LANES inline __m512 LoadGrad16(GradView grad, size_t i,
 // FloatToBf16 on 16 lanes (round to nearest even on the bits; a NaN stays a
 // quiet NaN), in the low half of each 32-bit lane. Not vcvtneps2bf16, which
 // flushes subnormal inputs to zero.
-ZS_AVX512_LANES inline __m512i RoundToBf16x16(__m512 p) {
+ZS_AVX512_LANES_INLINE inline __m512i RoundToBf16x16(__m512 p) {
   const __m512i u = _mm512_castps_si512(p);
   const __m512i hi = _mm512_srli_epi32(u, 16);
   const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));

@@ -5,9 +5,10 @@
 #   bash scripts/build.sh [BUILD]              # everything (the test command)
 #   bash scripts/build.sh BUILD TARGET...      # only these (the main job)
 #
-# Everything: every package scripts/install-deps.sh lists, every target, the
-# CUDA ones included wherever the toolkit is (a build directory configured
-# without them is switched back on). Only some targets: the packages the
+# Everything: every target, the CUDA ones included wherever the toolkit is (a
+# build directory configured without them is switched back on), and every
+# package scripts/install-deps.sh lists: those compiling needs first, the
+# rest installed in the background while CMake compiles. Only some targets: the packages the
 # build needs (install-deps.sh --build-only) and, when BUILD is new, CUDA
 # only if this machine has a usable GPU (nvidia-smi lists one): the CPU
 # workers need none of the device code.
@@ -17,15 +18,33 @@ BUILD=${1:-build}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  bash scripts/install-deps.sh
+  # What compiling needs first; the rest (Bazel, clang, torch, the test
+  # tools) is downloaded and unpacked while CMake compiles, and must be in
+  # place before this script returns.
+  bash scripts/install-deps.sh --build-only
+  deps_log=$(mktemp)
+  bash scripts/install-deps.sh >"$deps_log" 2>&1 &
+  deps_pid=$!
+  deps_done() {  # waits for the background install; fails naming it
+    local rc=0
+    wait "$deps_pid" || rc=$?
+    cat "$deps_log" >&2
+    rm -f "$deps_log"
+    if [ "$rc" != 0 ]; then
+      echo "build: installing the test packages (scripts/install-deps.sh) failed: exit $rc" >&2
+    fi
+    return "$rc"
+  }
   if [ ! -f "$BUILD/build.ninja" ]; then
-    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release || { deps_done; exit 1; }
   elif grep -q '^ZS_ENABLE_CUDA:BOOL=OFF$' "$BUILD/CMakeCache.txt"; then
     echo "build: $BUILD was configured without CUDA; turning the CUDA targets on" >&2
-    cmake -S . -B "$BUILD" -DZS_ENABLE_CUDA=ON >/dev/null
+    cmake -S . -B "$BUILD" -DZS_ENABLE_CUDA=ON >/dev/null || { deps_done; exit 1; }
   fi
-  cmake --build "$BUILD" -j "$(nproc)"
-  exit 0
+  build_rc=0
+  cmake --build "$BUILD" -j "$(nproc)" || build_rc=$?
+  deps_done || exit 1
+  exit "$build_rc"
 fi
 bash scripts/install-deps.sh --build-only
 if [ ! -f "$BUILD/build.ninja" ]; then

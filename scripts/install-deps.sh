@@ -50,7 +50,7 @@ PKGS=(
 #                 optional image build (deploy/docker/build-images.sh and its
 #                 test, tests/deploy/image_test.sh) needs.
 NOT_FOR_BUILD=(
-  bazel-bootstrap gnuplot-nox ccache openssl
+  bazel-bootstrap gnuplot-nox openssl
   clang libclang-rt-14-dev libomp-14-dev llvm-14
   kubernetes-client nodejs node-ajv node-js-yaml
   prometheus iproute2 python3-yaml mount
