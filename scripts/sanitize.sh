@@ -51,8 +51,8 @@ configure() {  # DIR SANITIZE [extra cmake args]
   cmake -S . -B "$dir" -G Ninja \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only" -DZS_HOT_OPT=-O1 \
     -DZS_ENABLE_CUDA=OFF -DZS_PYTHON=OFF -DZS_SANITIZE="$sanitize" "$@" >/dev/null
 }
 
