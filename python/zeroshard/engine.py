@@ -376,6 +376,9 @@ class ZeroshardEngine(torch.nn.Module):
         self._unit_modules = unit_modules
         self._shapes = {id(p): p.shape for p in order}
         self._order = order
+        # The module's own order (model.parameters()), which the global
+        # norm follows: the units' order may differ from it.
+        self._norm_order = trainable
         self._names = names
         # The flat layout is computed by the library; the buffers follow it.
         layout = _zeroshard.Layout(units, 1, self.world)
@@ -573,11 +576,16 @@ class ZeroshardEngine(torch.nn.Module):
             print(msg, file=sys.stderr)
 
     def _clip_coefficient(self):
-        # torch.nn.utils.clip_grad_norm_ (norm_type 2), op for op, so the
-        # coefficient has its bits; BF16 gradients are normed in FP32, as
-        # the servers see them.
-        grads = [self._flat_grad[off:off + n].view(self._shapes[id(p)]).float()
-                 for p, off, n in self._slots]
+        # torch.nn.utils.clip_grad_norm_ (norm_type 2) over
+        # model.parameters(), op for op and in that order (the norms'
+        # sum depends on it), so the coefficient has its bits; BF16
+        # gradients are normed in FP32, as the servers see them.
+        where = {id(p): (off, n) for p, off, n in self._slots}
+        grads = []
+        for p in self._norm_order:
+            off, n = where[id(p)]
+            grads.append(self._flat_grad[off:off + n]
+                         .view(self._shapes[id(p)]).float())
         if self._clip <= 0:
             return 1.0, None
         norms = [torch.norm(g.detach(), 2.0) for g in grads]
