@@ -82,7 +82,11 @@ json ModelManifestToJson(const ModelManifest& model) {
   for (const UnitSpec& u : model.units) {
     json tensors = json::array();
     for (const TensorSpec& t : u.tensors) {
-      tensors.push_back({{"name", t.name}, {"shape", t.shape}});
+      json tensor = {{"name", t.name}, {"shape", t.shape}};
+      // Written only where set, so the boundaries of older manifests read
+      // back unchanged.
+      if (t.keep_whole) tensor["keep_whole"] = true;
+      tensors.push_back(std::move(tensor));
     }
     units.push_back({{"name", u.name}, {"tensors", std::move(tensors)}});
   }
@@ -116,6 +120,15 @@ bool ModelManifestFromJson(const json& j, ModelManifest* out,
           return false;
         }
         tensor.shape.push_back(dim);
+      }
+      auto whole = t.find("keep_whole");
+      if (whole != t.end()) {
+        if (!whole->is_boolean()) {
+          *error = absl::StrCat("tensor ", tensor.name,
+                                ": \"keep_whole\" is not a boolean");
+          return false;
+        }
+        tensor.keep_whole = whole->get<bool>();
       }
       unit.tensors.push_back(std::move(tensor));
     }

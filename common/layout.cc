@@ -14,6 +14,17 @@ namespace {
 constexpr uint64_t kMaxElems = uint64_t{1} << 48;
 
 uint64_t AlignDown(uint64_t x) { return x / kFlatAlignment * kFlatAlignment; }
+uint64_t AlignUp(uint64_t x) { return AlignDown(x + kFlatAlignment - 1); }
+
+// The range of `whole` that holds `c` strictly inside, or null.
+const FlatRange* Around(absl::Span<const FlatRange> whole, uint64_t c) {
+  auto it = std::upper_bound(
+      whole.begin(), whole.end(), c,
+      [](uint64_t x, const FlatRange& r) { return x <= r.begin; });
+  if (it == whole.begin()) return nullptr;
+  --it;
+  return it->begin < c && c < it->end ? &*it : nullptr;
+}
 
 }  // namespace
 
@@ -56,6 +67,17 @@ FlatRange ServerRangeFor(uint64_t total, uint32_t num_servers,
   const uint64_t begin = server == 0 ? 0 : boundary(server);
   const uint64_t end = server + 1 >= num_servers ? total : boundary(server + 1);
   return {begin, std::max(begin, end)};
+}
+
+uint64_t WholeTensorCut(absl::Span<const FlatRange> whole, uint64_t ideal) {
+  if (Around(whole, ideal) == nullptr) return ideal;
+  // Each step leaves the range around the cut; the offsets move strictly
+  // down (up), and a unit's start (padded end) is always a valid cut.
+  uint64_t down = ideal;
+  while (const FlatRange* r = Around(whole, down)) down = AlignDown(r->begin);
+  uint64_t up = ideal;
+  while (const FlatRange* r = Around(whole, up)) up = AlignUp(r->end);
+  return ideal - down <= up - ideal ? down : up;
 }
 
 absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelManifest& manifest,
@@ -143,6 +165,7 @@ absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelManifest& manifest,
       info.shape = t.shape;
       info.init = t.init;
       info.param_class = t.param_class;
+      info.keep_whole = t.keep_whole;
       info.numel = numel;
       info.offset = offset + unit.numel;
       info.unit = static_cast<int>(u);
@@ -165,9 +188,16 @@ absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelManifest& manifest,
   layout.total_ = offset;
   // size_t: num_servers + 1 in uint32_t wraps to 0 for num_servers = 2^32 - 1
   // (found by tests/fuzz/init_fuzzer.cc).
+  std::vector<FlatRange> whole;  // in flat order, as the tensors are
+  for (const TensorInfo& t : layout.tensors_) {
+    if (t.keep_whole) whole.push_back(t.range());
+  }
   layout.server_begin_.resize(size_t{num_servers} + 1);
   for (uint32_t k = 0; k < num_servers; ++k) {
-    layout.server_begin_[k] = ServerRangeFor(offset, num_servers, k).begin;
+    const uint64_t ideal = ServerRangeFor(offset, num_servers, k).begin;
+    const uint64_t cut = k == 0 ? 0 : WholeTensorCut(whole, ideal);
+    layout.server_begin_[k] =
+        k == 0 ? 0 : std::max(cut, layout.server_begin_[k - 1]);
   }
   layout.server_begin_[num_servers] = offset;
   return layout;

@@ -7,7 +7,9 @@
 // evenly over partition_count workers at a 64-element alignment. Padding
 // elements exist on the servers and stay zero.
 //
-//   Server k of S owns [Align64(k * total / S), Align64((k+1) * total / S)).
+//   Server k of S owns [Align64(k * total / S), Align64((k+1) * total / S)),
+//   each boundary moved to the nearer 64-aligned offset outside any tensor
+//   marked keep_whole (so such a tensor lies on one server).
 //   Worker r of N owns [r * len / N, (r+1) * len / N) of every unit.
 //
 //   ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(manifest, S, N));
@@ -50,6 +52,9 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   InitRule init;
   TensorClass param_class = TensorClass::kMatrix;
+  // No server boundary falls inside this tensor: for update rules that need
+  // a whole matrix on one server (docs/DESIGN.md, "Whole tensors").
+  bool keep_whole = false;
 };
 
 struct UnitSpec {
@@ -96,6 +101,8 @@ struct TensorInfo {
   int unit = 0;         // index into FlatLayout::units()
   InitRule init;
   TensorClass param_class = TensorClass::kMatrix;
+  bool keep_whole = false;
+  FlatRange range() const { return {offset, offset + numel}; }
 };
 
 // Placement of one unit in the flat space.
@@ -118,7 +125,9 @@ class FlatLayout {
  public:
   // Validates the manifest (non-empty, unique names, positive dimensions,
   // no overflow) and computes the layout for S servers and N workers. N must
-  // divide manifest.partition_count.
+  // divide manifest.partition_count. Server boundaries avoid the insides of
+  // keep_whole tensors (WholeTensorCut); a server may own nothing when one
+  // such tensor is larger than total / S.
   static absl::StatusOr<FlatLayout> Create(const ModelManifest& manifest,
                                            uint32_t num_servers,
                                            uint32_t num_workers);
@@ -181,10 +190,18 @@ absl::StatusOr<std::vector<FlatMove>> MapBetweenLayouts(const FlatLayout& from,
                                                         const FlatLayout& to,
                                                         FlatRange to_range);
 
-// The range server k of S owns in a flat space of `total` elements, derived
-// from (total, S) alone.
+// The range server k of S owns in a flat space of `total` elements with no
+// keep_whole tensor, derived from (total, S) alone.
 FlatRange ServerRangeFor(uint64_t total, uint32_t num_servers,
                          uint32_t server);
+
+// The server boundary nearest `ideal` (a multiple of kFlatAlignment inside
+// [0, total]) that lies inside none of `whole` (sorted, disjoint ranges, each
+// inside a unit whose padded end is a multiple of kFlatAlignment): `ideal`
+// itself when no range holds it strictly inside, else the nearer of the
+// aligned offsets below and above the run of ranges around it (the lower on
+// a tie).
+uint64_t WholeTensorCut(absl::Span<const FlatRange> whole, uint64_t ideal);
 
 }  // namespace zeroshard
 

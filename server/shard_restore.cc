@@ -149,6 +149,18 @@ absl::StatusOr<RestoreStats> RestoreShardAt(ModelShard& shard,
         "Restore: the manifest of step ", *step, " in ", directory,
         " does not describe a layout of ", m.total_elems, " elements"));
   }
+  // The files are read by the old layout's boundaries: they must be the
+  // ones the shards record (a manifest edited to drop a keep_whole mark,
+  // say, would otherwise read elements from the wrong offsets).
+  for (uint32_t k = 0; k < m.num_servers; ++k) {
+    if (!(old->ServerRange(k) == m.shards[k].owned)) {
+      return absl::DataLossError(absl::StrCat(
+          "Restore: the manifest of step ", *step, " in ", directory,
+          " records server ", k, " owning [", m.shards[k].owned.begin, ", ",
+          m.shards[k].owned.end, "), but its model's layout gives [",
+          old->ServerRange(k).begin, ", ", old->ServerRange(k).end, ")"));
+    }
+  }
   const FlatRange owned = shard.owned();
   ASSIGN_OR_RETURN(std::vector<FlatMove> moves,
                    MapBetweenLayouts(*old, shard.layout(), owned));

@@ -1,7 +1,7 @@
 // The state of one shard server: FP32 master weights, the update rule's
 // state slots (optim/update_rule.h; AdamW: exp_avg, exp_avg_sq) and a BF16
 // mirror of the weights, for the contiguous flat range the server owns
-// (common/layout: ServerRangeFor).
+// (FlatLayout::ServerRange in common/layout.h).
 //
 // The owned range is split into chunks of chunk_elems elements (the last one
 // may be shorter). Each chunk has its own lock: an update of a chunk and a

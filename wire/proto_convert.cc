@@ -26,6 +26,7 @@ v1::ModelManifest ToProto(const ModelManifest& manifest) {
       }
       pt->set_param_class(
           static_cast<v1::ParamClass>(static_cast<int>(t.param_class) + 1));
+      pt->set_keep_whole(t.keep_whole);
     }
   }
   return out;
@@ -76,6 +77,7 @@ ModelManifest FromProto(const v1::ModelManifest& manifest) {
       }
       t.param_class =
           static_cast<TensorClass>(static_cast<int>(pt.param_class()) - 1);
+      t.keep_whole = pt.keep_whole();
       u.tensors.push_back(std::move(t));
     }
     out.units.push_back(std::move(u));

@@ -96,16 +96,20 @@ void CheckLayout(const FlatLayout& layout, std::mt19937_64& rng) {
   const uint64_t total = layout.total_elems();
 
   // Server ranges partition [0, total) contiguously, 64-aligned.
+  bool any_whole = false;
+  for (const TensorInfo& t : layout.tensors()) any_whole |= t.keep_whole;
   uint64_t at = 0;
   for (uint32_t k = 0; k < S; ++k) {
     const FlatRange r = layout.ServerRange(k);
-    ASSERT_EQ(r, ServerRangeFor(total, S, k));
     ASSERT_EQ(r.begin, at) << "server " << k;
     ASSERT_LE(r.begin, r.end);
     ASSERT_EQ(r.begin % kFlatAlignment, 0u);
     ASSERT_EQ(r.end % kFlatAlignment, 0u);
-    // Balanced: no server owns more than its share plus one alignment unit.
-    ASSERT_LE(r.size(), total / S + kFlatAlignment);
+    if (!any_whole) {
+      ASSERT_EQ(r, ServerRangeFor(total, S, k));
+      // Balanced: no server owns more than its share plus one alignment unit.
+      ASSERT_LE(r.size(), total / S + kFlatAlignment);
+    }
     for (uint64_t o : {r.begin, r.end - 1, r.begin + (r.size() / 2)}) {
       if (r.empty()) break;
       ASSERT_EQ(layout.ServerOf(o), k) << "offset " << o;
@@ -184,6 +188,107 @@ TEST(FlatLayoutTest, PropertiesOverRandomShapesServersAndWorkers) {
     CheckLayout(*layout, rng);
     if (HasFatalFailure()) return;
   }
+}
+
+// Where keep_whole tensors sit: each on one server, and each boundary the
+// aligned cut nearest the even split that lies inside no such tensor (found
+// here by marking every forbidden cut, not by the layout's walk), never
+// before the previous boundary.
+void CheckWholeTensors(const FlatLayout& layout) {
+  const uint32_t S = layout.num_servers();
+  const uint64_t total = layout.total_elems();
+  for (const TensorInfo& t : layout.tensors()) {
+    if (!t.keep_whole) continue;
+    const uint32_t k = layout.ServerOf(t.offset);
+    ASSERT_TRUE(layout.ServerRange(k).Contains(t.range()))
+        << t.name << " [" << t.offset << ", " << t.offset + t.numel
+        << ") straddles server " << k;
+    ASSERT_EQ(layout.SplitByServer(t.range()).size(), 1u) << t.name;
+  }
+  std::vector<bool> allowed(total / kFlatAlignment + 1, true);
+  for (const TensorInfo& t : layout.tensors()) {
+    if (!t.keep_whole) continue;
+    for (uint64_t c = (t.offset / kFlatAlignment + 1) * kFlatAlignment;
+         c < t.offset + t.numel; c += kFlatAlignment) {
+      allowed[c / kFlatAlignment] = false;
+    }
+  }
+  uint64_t prev = 0;
+  for (uint32_t k = 1; k < S; ++k) {
+    const uint64_t ideal = ServerRangeFor(total, S, k).begin;
+    uint64_t want = ideal;
+    for (uint64_t d = 0;; d += kFlatAlignment) {
+      ASSERT_LE(d, total) << "no allowed cut near " << ideal;
+      if (d <= ideal && allowed[(ideal - d) / kFlatAlignment]) {
+        want = ideal - d;
+        break;
+      }
+      if (ideal + d <= total && allowed[(ideal + d) / kFlatAlignment]) {
+        want = ideal + d;
+        break;
+      }
+    }
+    want = std::max(want, prev);
+    ASSERT_EQ(layout.ServerRange(k).begin, want)
+        << "boundary " << k << " (even split at " << ideal << ")";
+    prev = want;
+  }
+}
+
+TEST(FlatLayoutTest, KeepWholeTensorsNeverStraddleAServer) {
+  const uint64_t seed = ::zeroshard::testing::TestSeed();
+  SCOPED_TRACE(::zeroshard::testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const uint32_t partition_counts[] = {1, 2, 3, 4, 6, 8};
+  for (int iter = 0; iter < 200; ++iter) {
+    const uint32_t pc = partition_counts[rng() % 6];
+    ModelManifest m = RandomManifest(rng, pc);
+    // Half the tensors, or every one (adjacent whole tensors whose shared
+    // edge is not aligned leave no cut between them).
+    const bool all = iter % 4 == 0;
+    for (UnitSpec& u : m.units) {
+      for (TensorSpec& t : u.tensors) t.keep_whole = all || rng() % 2 == 0;
+    }
+    const uint32_t N = pc % 2 == 0 ? 2 : 1;
+    const uint32_t S = 1 + rng() % (iter % 10 == 0 ? 40 : 9);
+    auto layout = FlatLayout::Create(m, S, N);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    SCOPED_TRACE(absl::StrCat("seed=", seed, " iter=", iter, " S=", S, " N=", N,
+                              " pc=", pc, " total=", layout->total_elems()));
+    CheckLayout(*layout, rng);
+    if (HasFatalFailure()) return;
+    CheckWholeTensors(*layout);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Worked cases of the boundary walk, and a layout: a 64 x 100 matrix and a
+// bias in one unit of 6528 elements, split evenly over two servers at 3264;
+// kept whole, the matrix [0, 6400) moves the cut to the nearer of 0 and
+// 6400 (3136 away against 3264).
+TEST(FlatLayoutTest, WholeTensorCutExamples) {
+  const std::vector<FlatRange> whole = {{10, 500}, {500, 700}, {1000, 1100}};
+  EXPECT_EQ(WholeTensorCut(whole, 0), 0u);       // holds nothing inside
+  EXPECT_EQ(WholeTensorCut(whole, 768), 768u);   // between tensors
+  // 448 lies in [10, 500); below, AlignDown(10) = 0; above, 512 lies in
+  // [500, 700), so the walk goes on to AlignUp(700) = 704: 448 - 0 > 704 -
+  // 448, so 704.
+  EXPECT_EQ(WholeTensorCut(whole, 448), 704u);
+  EXPECT_EQ(WholeTensorCut(whole, 64), 0u);
+  EXPECT_EQ(WholeTensorCut(whole, 1024), 960u);  // [1000, 1100): 960 or 1152
+  // A tie goes to the lower cut: 3200 in [0, 6400), cuts 0 and 6400.
+  EXPECT_EQ(WholeTensorCut(std::vector<FlatRange>{{0, 6400}}, 3200), 0u);
+  auto layout = FlatLayout::Create(
+      {{{"u", {{"w", {64, 100}}, {"b", {100}}}}}, 1}, 2, 1);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_EQ(layout->ServerRange(0), (FlatRange{0, 3264}));  // even split
+  ModelManifest m = layout->manifest();
+  m.units[0].tensors[0].keep_whole = true;
+  layout = FlatLayout::Create(m, 2, 1);
+  ASSERT_TRUE(layout.ok());
+  EXPECT_TRUE(layout->tensors()[0].keep_whole);
+  EXPECT_EQ(layout->ServerRange(0), (FlatRange{0, 6400}));
+  EXPECT_EQ(layout->ServerRange(1), (FlatRange{6400, 6528}));
 }
 
 TEST(FlatLayoutTest, ServerRangeForLargeTotals) {
@@ -331,6 +436,10 @@ TEST(MapBetweenLayoutsTest, EveryTensorElementMapsToItselfInTheOtherLayout) {
   const uint32_t partition_counts[] = {1, 2, 3, 4, 6, 8};
   for (int iter = 0; iter < 60; ++iter) {
     ModelManifest a = SmallRandomManifest(rng), b = a;
+    // Another rule may keep other tensors whole: the model is the same.
+    for (UnitSpec& u : a.units) {
+      for (TensorSpec& t : u.tensors) t.keep_whole = rng() % 3 == 0;
+    }
     a.partition_count = partition_counts[rng() % 6];
     b.partition_count = partition_counts[rng() % 6];
     const uint32_t sa = 1 + rng() % 5, sb = 1 + rng() % 5;

@@ -119,6 +119,47 @@ TEST(CtlTest, LayoutWorksOffline) {
   EXPECT_EQ(prev_end, total);
   for (const auto& w : j["workers"]) worker_sum += w["elems"].get<uint64_t>();
   EXPECT_EQ(worker_sum, total);
+
+  // --keep_whole: no server boundary falls inside a kept tensor. Without it,
+  // at this shape one does (the control), so the check can fail.
+  auto cuts_inside = [](const nlohmann::json& j, bool only_kept) {
+    int n = 0;
+    for (const auto& s : j["servers"]) {
+      const uint64_t c = s["begin"].get<uint64_t>();
+      for (const auto& t : j["tensors"]) {
+        if (only_kept && !t["keep_whole"].get<bool>()) continue;
+        if (t["class"] != "matrices") continue;
+        const uint64_t b = t["offset"].get<uint64_t>();
+        n += b < c && c < b + t["numel"].get<uint64_t>() ? 1 : 0;
+      }
+    }
+    return n;
+  };
+  EXPECT_GT(cuts_inside(j, false), 0) << j.dump(2);
+  EXPECT_EQ(j["whole_tensors"].get<int>(), 0);
+  args.push_back("--keep_whole=matrices");
+  r = RunBinary("zeroshard-ctl", args, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  j = nlohmann::json::parse(r->out);
+  EXPECT_EQ(cuts_inside(j, true), 0) << j.dump(2);
+  EXPECT_EQ(cuts_inside(j, false), 0);
+  EXPECT_GT(j["whole_tensors"].get<int>(), 0);
+  EXPECT_GE(j["imbalance"].get<double>(), 0.0);
+  args.pop_back();
+  args.pop_back();  // --json: the table says how many tensors stay whole
+  args.push_back("--keep_whole=matrices,norms");
+  r = RunBinary("zeroshard-ctl", args, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->out.find("tensors kept whole on one server"), std::string::npos)
+      << r->out;
+  EXPECT_NE(r->out.find("above the mean share"), std::string::npos) << r->out;
+  args.back() = "--keep_whole=matrices,weights";
+  r = RunBinary("zeroshard-ctl", args, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.code, 2);
+  EXPECT_NE(r->err.find("'weights' is not a parameter class"), std::string::npos)
+      << r->err;
 }
 
 TEST(CtlTest, BadUsageIsAClearError) {

@@ -8,7 +8,6 @@
 // snapshot are refused and leave the target shard as it was.
 #include "server/shard_restore.h"
 
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -67,9 +66,20 @@ struct Flat {
 // (a skipped step among them), checkpointed at `checkpoints` into `dir`.
 class SourceRun {
  public:
-  SourceRun()
-      : manifest_(testing::SmallManifest(kSourceWorkers)),
+  // keep_whole: every 2-D tensor stays on one server (the boundary moves).
+  explicit SourceRun(bool keep_whole = false)
+      : manifest_(MaybeWhole(testing::SmallManifest(kSourceWorkers),
+                             keep_whole)),
         layout_(LayoutOf(manifest_, kSourceServers)) {}
+
+  static v1::ModelManifest MaybeWhole(v1::ModelManifest m, bool keep_whole) {
+    for (v1::UnitSpec& u : *m.mutable_units()) {
+      for (v1::TensorSpec& t : *u.mutable_tensors()) {
+        t.set_keep_whole(keep_whole && t.shape_size() == 2);
+      }
+    }
+    return m;
+  }
 
   // Trains and writes the checkpoints (fatal failures end the test).
   void Write(const std::string& dir, std::mt19937_64& rng,
@@ -249,6 +259,63 @@ TEST_F(ShardRestoreTest, RestoresIntoOtherServerAndWorkerCountsByTensor) {
       }
     }
   }
+}
+
+// A checkpoint of a layout whose server boundary was moved off a whole
+// tensor restores by tensor into even layouts and back; a manifest whose
+// recorded boundaries are not its model's is refused.
+TEST_F(ShardRestoreTest, WholeTensorLayoutsRestoreByTensor) {
+  SourceRun whole(/*keep_whole=*/true);
+  ASSERT_NE(whole.layout().ServerRange(0), run_.layout().ServerRange(0))
+      << "the control: the whole-tensor boundary must differ from the even one";
+  ASSERT_NO_FATAL_FAILURE(whole.Write(dir_, rng_, {3}));
+  for (const bool target_whole : {false, true}) {
+    for (const uint32_t servers : {1u, 2u, 3u}) {
+      const v1::ModelManifest manifest =
+          SourceRun::MaybeWhole(testing::SmallManifest(3), target_whole);
+      const FlatLayout layout = LayoutOf(manifest, servers);
+      for (uint32_t k = 0; k < servers; ++k) {
+        SCOPED_TRACE(absl::StrCat(servers, " servers, whole ", target_whole,
+                                  ", server ", k));
+        auto shard = MakeShard(manifest, servers, k, rng_(), 256);
+        ASSERT_NE(shard, nullptr);
+        auto stats = RestoreShard(*shard, dir_, std::nullopt);
+        ASSERT_TRUE(stats.ok()) << stats.status();
+        const State st = ReadState(*shard);
+        for (int a = 0; a < 3; ++a) {
+          EXPECT_EQ(FirstDifference(st.arrays[a],
+                                    whole.Expected(layout, shard->owned(), 3, a)),
+                    SIZE_MAX)
+              << kArrayNames[a];
+        }
+      }
+    }
+  }
+  // The manifest's model loses its marks: its layout's boundary is the even
+  // one, not the one the shard files were cut at.
+  const std::string path =
+      absl::StrCat(dir_, "/", CheckpointFolderName(3), "/MANIFEST.json");
+  std::string text = testing::ReadFile(path);
+  ASSERT_NE(text.find("\"keep_whole\""), std::string::npos);
+  const std::string mark = "\"keep_whole\": true,";  // keys sort first
+  for (size_t at; (at = text.find(mark)) != std::string::npos;) {
+    text.erase(at, mark.size());
+  }
+  ASSERT_EQ(text.find("keep_whole"), std::string::npos) << text;
+  ASSERT_TRUE(testing::WriteFile(path, text));
+  auto shard = MakeShard(testing::SmallManifest(3), 1, 0, 5, 1024);
+  ASSERT_NE(shard, nullptr);
+  const State before = ReadState(*shard);
+  auto stats = RestoreShard(*shard, dir_, std::nullopt);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_TRUE(absl::IsDataLoss(stats.status())) << stats.status();
+  EXPECT_NE(stats.status().message().find(absl::StrCat(
+                "records server 0 owning [0, ", whole.layout().ServerRange(0).end,
+                "), but its model's layout gives [0, ",
+                run_.layout().ServerRange(0).end, ")")),
+            std::string::npos)
+      << stats.status();
+  EXPECT_TRUE(ReadState(*shard) == before) << "the target shard changed";
 }
 
 TEST_F(ShardRestoreTest, DamagedFilesAreNamedAndChangeNothing) {

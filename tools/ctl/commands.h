@@ -5,6 +5,7 @@
 #ifndef ZEROSHARD_TOOLS_CTL_COMMANDS_H_
 #define ZEROSHARD_TOOLS_CTL_COMMANDS_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,6 +32,8 @@ struct CtlFlags {
   GptShape shape;
   int workers = 1;
   int num_servers = 0;  // layout: 0 means len(servers), else 1
+  // layout: the parameter classes (TensorClass order) kept on one server.
+  std::array<bool, kNumTensorClasses> keep_whole{};
   uint64_t seed = 1;
   double init_std = 0;
   uint64_t chunk_elems = 0;

@@ -1,4 +1,5 @@
 // zeroshard-ctl layout (offline) and init.
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tools/ctl/commands.h"
+#include "common/param_groups.h"
 #include "common/status_macros.h"
 #include "model/arch.h"
 
@@ -22,11 +24,34 @@ absl::StatusOr<FlatLayout> GptLayout(const CtlFlags& flags, uint32_t servers) {
                    model::ArchForShape(flags.shape));
   auto manifest = arch->Manifest(flags.shape, workers);
   if (!manifest.ok()) return manifest.status();
+  for (UnitSpec& u : manifest->units) {
+    for (TensorSpec& t : u.tensors) {
+      t.keep_whole = flags.keep_whole[static_cast<int>(t.param_class)];
+    }
+  }
   return FlatLayout::Create(*manifest, servers, workers);
 }
 
 std::string Range(const FlatRange& r) {
   return absl::StrCat("[", r.begin, ", ", r.end, ")");
+}
+
+// The largest server's share over the mean share, minus 1: 0 is a perfect
+// balance, 0.05 a largest server 5 % above the mean.
+double Imbalance(const FlatLayout& L) {
+  uint64_t most = 0;
+  for (uint32_t k = 0; k < L.num_servers(); ++k) {
+    most = std::max(most, L.ServerRange(k).size());
+  }
+  const double mean =
+      static_cast<double>(L.total_elems()) / L.num_servers();
+  return mean > 0 ? most / mean - 1 : 0;
+}
+
+int WholeTensors(const FlatLayout& L) {
+  int n = 0;
+  for (const TensorInfo& t : L.tensors()) n += t.keep_whole ? 1 : 0;
+  return n;
 }
 
 }  // namespace
@@ -50,10 +75,18 @@ int RunLayout(const CtlFlags& flags) {
     j["num_workers"] = L.num_workers();
     j["total_elems"] = L.total_elems();
     j["param_elems"] = L.param_elems();
+    j["whole_tensors"] = WholeTensors(L);
+    j["imbalance"] = Imbalance(L);
     for (const UnitInfo& u : L.units()) {
       j["units"].push_back({{"name", u.name}, {"offset", u.offset},
                             {"numel", u.numel}, {"padded", u.padded},
                             {"per_worker", u.padded / L.num_workers()}});
+    }
+    for (const TensorInfo& t : L.tensors()) {
+      j["tensors"].push_back({{"name", t.name}, {"offset", t.offset},
+                              {"numel", t.numel},
+                              {"class", TensorClassName(t.param_class)},
+                              {"keep_whole", t.keep_whole}});
     }
     for (uint32_t k = 0; k < L.num_servers(); ++k) {
       const FlatRange r = L.ServerRange(k);
@@ -74,11 +107,16 @@ int RunLayout(const CtlFlags& flags) {
               flags.shape.vocab, flags.shape.context);
   std::printf(
       "%llu parameters, padded flat length %llu (%.2f%% padding), "
-      "%u servers, %u workers\n\n",
+      "%u servers, %u workers\n",
       static_cast<unsigned long long>(L.param_elems()),
       static_cast<unsigned long long>(L.total_elems()),
       100.0 * (L.total_elems() - L.param_elems()) / L.total_elems(),
       L.num_servers(), L.num_workers());
+  if (WholeTensors(L) > 0) {
+    std::printf("%d tensors kept whole on one server\n", WholeTensors(L));
+  }
+  std::printf("largest server: %.2f%% above the mean share\n\n",
+              100.0 * Imbalance(L));
   std::vector<std::vector<std::string>> units = {
       {"unit", "tensors", "flat range", "numel", "padded", "per worker"}};
   for (const UnitInfo& u : L.units()) {

@@ -10,6 +10,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "tools/ctl/cluster_file.h"
 #include "tools/ctl/commands.h"
 #include "client/shard_cluster.h"
@@ -37,6 +38,9 @@ ABSL_FLAG(std::string, arch, "gpt2",
 ABSL_FLAG(int, workers, 0, "Workers (layout/init: partition count, default 1; "
                            "smoke: simulated workers, default the manifest's)");
 ABSL_FLAG(int, num_servers, 0, "layout: servers (default: len(--servers) or 1)");
+ABSL_FLAG(std::string, keep_whole, "",
+          "layout: parameter classes kept whole on one server, as a rule that "
+          "needs whole matrices keeps them (matrices,embeddings,biases,norms)");
 ABSL_FLAG(uint64_t, seed, 1, "init: weight seed; smoke: gradient seed; "
           "sample: sampling seed");
 ABSL_FLAG(double, init_std, 0, "init: std of the normal init (0: 0.02)");
@@ -74,6 +78,7 @@ constexpr char kUsage[] =
     "  health   --servers=...             grpc.health.v1 check; exit 1 unless "
     "all SERVING\n"
     "  layout   [--num_servers=S] [--workers=N] [shape flags] [--json]\n"
+    "           [--keep_whole=matrices,...]\n"
     "  init     --servers=... [shape flags] [--workers=N] [--seed] [--lr] ...\n"
     "           [--param_groups=default|single|JSON]\n"
     "  smoke    --servers=... [--steps=K] [--workers=N]\n"
@@ -175,6 +180,22 @@ int main(int argc, char** argv) {
   f.format = absl::GetFlag(FLAGS_format);
   f.tensor = absl::GetFlag(FLAGS_tensor);
   f.state = absl::GetFlag(FLAGS_state);
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_keep_whole), ',', absl::SkipEmpty())) {
+    bool known = false;
+    for (int c = 0; c < kNumTensorClasses; ++c) {
+      if (name == TensorClassName(static_cast<TensorClass>(c))) {
+        f.keep_whole[c] = known = true;
+      }
+    }
+    if (!known) {
+      std::fprintf(stderr,
+                   "--keep_whole: '%.*s' is not a parameter class (matrices, "
+                   "embeddings, biases, norms)\n",
+                   static_cast<int>(name.size()), name.data());
+      return 2;
+    }
+  }
   const std::string opt = absl::GetFlag(FLAGS_optimizer);
   if (opt == "adamw") {
     f.optimizer.kind = OptimizerKind::kAdamW;
