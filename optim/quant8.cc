@@ -1,0 +1,134 @@
+// Block-wise dynamic 8-bit quantization: the maps and the scalar reference
+// (optim/quant8.h).
+#include "optim/quant8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace zeroshard {
+namespace {
+
+struct Code {
+  std::array<float, 256> values;
+  // thresholds[j] = (values[j] + values[j + 1]) / 2, exact in double.
+  std::array<double, 255> thresholds;
+  uint8_t zero = 0;
+};
+
+Code MakeCode(bool is_signed) {
+  constexpr int kExponentBits = 7;
+  std::vector<double> data;
+  for (int i = 0; i < kExponentBits; ++i) {
+    const int k = (is_signed ? (1 << i) : (1 << (i + 1))) + 1;
+    const double scale = std::pow(10.0, i - (kExponentBits - 1));
+    for (int j = 0; j + 1 < k; ++j) {
+      const double lo = 0.1 + 0.9 * j / (k - 1);
+      const double hi = 0.1 + 0.9 * (j + 1) / (k - 1);
+      const double v = scale * ((lo + hi) / 2);
+      data.push_back(v);
+      if (is_signed) data.push_back(-v);
+    }
+  }
+  data.push_back(0.0);
+  data.push_back(1.0);
+  std::sort(data.begin(), data.end());
+  Code c;
+  for (int j = 0; j < 256; ++j) {
+    c.values[j] = static_cast<float>(data[j]);
+    if (c.values[j] == 0.0f) c.zero = static_cast<uint8_t>(j);
+  }
+  for (int j = 0; j < 255; ++j) {
+    c.thresholds[j] =
+        (static_cast<double>(c.values[j]) + c.values[j + 1]) / 2;
+  }
+  return c;
+}
+
+const Code& CodeFor(Quant8Map map) {
+  static const Code* const kSigned = new Code(MakeCode(true));
+  static const Code* const kUnsigned = new Code(MakeCode(false));
+  return map == Quant8Map::kSigned ? *kSigned : *kUnsigned;
+}
+
+absl::Status CheckSizes(size_t n, size_t block, size_t codes, size_t scales) {
+  if (block == 0) {
+    return absl::InvalidArgumentError("8-bit quantization: block size 0");
+  }
+  if (codes != n || scales != Quant8Blocks(n, block)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "8-bit quantization: ", n, " elements in blocks of ", block,
+        " need ", n, " codes and ", Quant8Blocks(n, block),
+        " scales; got ", codes, " and ", scales));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::array<float, 256>& DynamicMap(Quant8Map map) {
+  return CodeFor(map).values;
+}
+
+uint8_t ZeroCode(Quant8Map map) { return CodeFor(map).zero; }
+
+size_t Quant8Blocks(size_t n, size_t block) {
+  return block == 0 ? 0 : n / block + (n % block != 0 ? 1 : 0);
+}
+
+absl::Status QuantizeBlockwiseReference(absl::Span<const float> x,
+                                        size_t block, Quant8Map map,
+                                        absl::Span<uint8_t> codes,
+                                        absl::Span<float> absmax) {
+  if (absl::Status s = CheckSizes(x.size(), block, codes.size(),
+                                  absmax.size());
+      !s.ok()) {
+    return s;
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "8-bit quantization: element ", i, " is not finite (", x[i], ")"));
+    }
+  }
+  const Code& c = CodeFor(map);
+  for (size_t b = 0; b * block < x.size(); ++b) {
+    const size_t begin = b * block;
+    const size_t end = std::min(x.size(), begin + block);
+    float m = 0.0f;
+    for (size_t i = begin; i < end; ++i) m = std::max(m, std::fabs(x[i]));
+    absmax[b] = m;
+    for (size_t i = begin; i < end; ++i) {
+      if (m == 0.0f) {
+        codes[i] = c.zero;
+        continue;
+      }
+      const double y = x[i] / m;  // the FP32 quotient, widened exactly
+      // The count of thresholds below y: ties (y == t_j) go to the lower.
+      codes[i] = static_cast<uint8_t>(
+          std::lower_bound(c.thresholds.begin(), c.thresholds.end(), y) -
+          c.thresholds.begin());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DequantizeBlockwiseReference(absl::Span<const uint8_t> codes,
+                                          absl::Span<const float> absmax,
+                                          size_t block, Quant8Map map,
+                                          absl::Span<float> out) {
+  if (absl::Status s =
+          CheckSizes(out.size(), block, codes.size(), absmax.size());
+      !s.ok()) {
+    return s;
+  }
+  const std::array<float, 256>& v = CodeFor(map).values;
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = v[codes[i]] * absmax[i / block];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zeroshard

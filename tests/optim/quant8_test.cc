@@ -1,0 +1,268 @@
+// Block-wise dynamic 8-bit quantization (optim/quant8.h): the maps and the
+// round trip bit for bit against torch's run of the published algorithm
+// (tests/fixtures/make_quant8_golden.py), the nearest-code rule by brute
+// force on fresh random blocks, ties, and bad input.
+#include "optim/quant8.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/test_seed.h"
+
+namespace zeroshard {
+namespace quant8_test {
+namespace {
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+std::vector<float> Floats(const nlohmann::json& bits) {
+  std::vector<float> out;
+  for (const auto& b : bits) out.push_back(FromBits(b.get<uint32_t>()));
+  return out;
+}
+
+// The references over vectors or spans (mutable spans do not convert
+// implicitly).
+template <typename C, typename A>
+absl::Status Quantize(absl::Span<const float> x, size_t block, Quant8Map map,
+                      C&& codes, A&& absmax) {
+  return QuantizeBlockwiseReference(
+      x, block, map, absl::Span<uint8_t>(codes.data(), codes.size()),
+      absl::Span<float>(absmax.data(), absmax.size()));
+}
+
+template <typename O>
+absl::Status Dequantize(absl::Span<const uint8_t> codes,
+                        absl::Span<const float> absmax, size_t block,
+                        Quant8Map map, O&& out) {
+  return DequantizeBlockwiseReference(
+      codes, absmax, block, map, absl::Span<float>(out.data(), out.size()));
+}
+
+Quant8Map MapOf(const nlohmann::json& name) {
+  return name == "signed" ? Quant8Map::kSigned : Quant8Map::kUnsigned;
+}
+
+nlohmann::json Golden() {
+  std::ifstream in("tests/fixtures/quant8_golden.json");
+  EXPECT_TRUE(in.good()) << "tests/fixtures/quant8_golden.json not found; "
+                            "tests run from the repo root";
+  if (!in.good()) return nlohmann::json();
+  return nlohmann::json::parse(in);
+}
+
+TEST(Quant8Test, MapsAreThePublishedConstruction) {
+  const nlohmann::json golden = Golden();
+  ASSERT_TRUE(golden.is_object());
+  for (const Quant8Map map : {Quant8Map::kSigned, Quant8Map::kUnsigned}) {
+    const bool is_signed = map == Quant8Map::kSigned;
+    const std::array<float, 256>& v = DynamicMap(map);
+    const std::vector<float> want =
+        Floats(golden.at("maps").at(is_signed ? "signed" : "unsigned"));
+    ASSERT_EQ(want.size(), 256u);
+    for (int j = 0; j < 256; ++j) {
+      EXPECT_EQ(Bits(v[j]), Bits(want[j])) << "code " << j;
+      if (j > 0) {
+        EXPECT_LT(v[j - 1], v[j]) << "code " << j;
+      }
+    }
+    EXPECT_EQ(v[255], 1.0f);
+    EXPECT_EQ(v[ZeroCode(map)], 0.0f);
+    EXPECT_EQ(ZeroCode(map), is_signed ? 127 : 0);
+    // The smallest magnitude: 10^-6 times the one midpoint of [0.1, 1]
+    // (signed) or the first of two (unsigned).
+    EXPECT_FLOAT_EQ(v[ZeroCode(map) + 1], is_signed ? 0.55e-6f : 0.325e-6f);
+  }
+}
+
+TEST(Quant8Test, RoundTripEqualsTorchBitForBit) {
+  const nlohmann::json golden = Golden();
+  ASSERT_TRUE(golden.is_object());
+  int cases = 0;
+  for (const auto& c : golden.at("cases")) {
+    const Quant8Map map = MapOf(c.at("map"));
+    const size_t block = c.at("block");
+    const std::vector<float> x = Floats(c.at("x"));
+    SCOPED_TRACE(::testing::Message() << c.at("map") << " n " << x.size()
+                                      << " block " << block);
+    std::vector<uint8_t> codes(x.size());
+    std::vector<float> absmax(Quant8Blocks(x.size(), block));
+    ASSERT_TRUE(
+        Quantize(x, block, map, codes, absmax).ok());
+    const std::vector<float> want_absmax = Floats(c.at("absmax"));
+    ASSERT_EQ(absmax.size(), want_absmax.size());
+    for (size_t b = 0; b < absmax.size(); ++b) {
+      EXPECT_EQ(Bits(absmax[b]), Bits(want_absmax[b])) << "block " << b;
+    }
+    size_t differ = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      differ += codes[i] != c.at("codes")[i].get<int>() ? 1 : 0;
+    }
+    EXPECT_EQ(differ, 0u) << "codes differ from torch's";
+    std::vector<float> out(x.size());
+    ASSERT_TRUE(
+        Dequantize(codes, absmax, block, map, out).ok());
+    const std::vector<float> want = Floats(c.at("dequantized"));
+    differ = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      differ += Bits(out[i]) != Bits(want[i]) ? 1 : 0;
+    }
+    EXPECT_EQ(differ, 0u) << "dequantized values differ from torch's";
+
+    // The control: the neighbouring block size gives other codes, so the
+    // comparison above can fail.
+    std::vector<uint8_t> other(x.size());
+    std::vector<float> other_absmax(Quant8Blocks(x.size(), block - 1));
+    ASSERT_TRUE(Quantize(x, block - 1, map, other,
+                                           other_absmax)
+                    .ok());
+    differ = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      differ += other[i] != c.at("codes")[i].get<int>() ? 1 : 0;
+    }
+    EXPECT_GT(differ, 0u);
+    ++cases;
+  }
+  EXPECT_EQ(cases, 3);
+}
+
+// Each code is the nearest value to x / absmax (by brute force over all
+// 256, in double), a tie going to the lower; every block's largest
+// magnitude comes back exactly when it is positive.
+TEST(Quant8Test, CodesAreNearestOnRandomBlocks) {
+  const uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 20; ++round) {
+    const Quant8Map map = round % 2 ? Quant8Map::kSigned : Quant8Map::kUnsigned;
+    const std::array<float, 256>& v = DynamicMap(map);
+    const size_t block = 1 + rng() % 300;
+    const size_t n = 1 + rng() % 1500;
+    std::lognormal_distribution<float> mag(0.0f, 4.0f);
+    std::vector<float> x(n);
+    for (float& e : x) {
+      e = mag(rng) * (map == Quant8Map::kSigned && rng() % 2 ? -1.0f : 1.0f);
+    }
+    std::vector<uint8_t> codes(n);
+    std::vector<float> absmax(Quant8Blocks(n, block));
+    ASSERT_TRUE(Quantize(x, block, map, codes, absmax).ok());
+    std::vector<float> out(n);
+    ASSERT_TRUE(Dequantize(codes, absmax, block, map, out).ok());
+    for (size_t i = 0; i < n; ++i) {
+      const float m = absmax[i / block];
+      ASSERT_GT(m, 0.0f);
+      ASSERT_LE(std::fabs(x[i]), m);
+      const double y = static_cast<double>(x[i] / m);
+      int best = 0;
+      for (int j = 1; j < 256; ++j) {
+        if (std::fabs(v[j] - y) < std::fabs(v[best] - y)) best = j;
+      }
+      ASSERT_EQ(codes[i], best) << "element " << i << " y " << y;
+      if (std::fabs(x[i]) == m && x[i] > 0) ASSERT_EQ(out[i], x[i]);
+    }
+  }
+}
+
+TEST(Quant8Test, ATieGoesToTheLowerCode) {
+  for (const Quant8Map map : {Quant8Map::kSigned, Quant8Map::kUnsigned}) {
+    const std::array<float, 256>& v = DynamicMap(map);
+    int ties = 0;
+    for (int j = 0; j + 1 < 256; ++j) {
+      const double t = (static_cast<double>(v[j]) + v[j + 1]) / 2;
+      const float tf = static_cast<float>(t);
+      if (static_cast<double>(tf) != t || tf > 1.0f) continue;
+      // A block whose maximum is 1 holds the midpoint itself.
+      const std::vector<float> x = {1.0f, tf};
+      std::vector<uint8_t> codes(2);
+      std::vector<float> absmax(1);
+      ASSERT_TRUE(Quantize(x, 2, map, codes, absmax).ok());
+      EXPECT_EQ(codes[1], j) << "the tie between codes " << j << " and "
+                             << j + 1;
+      ++ties;
+    }
+    EXPECT_GT(ties, 10) << "few exact midpoints: the check saw too little";
+  }
+}
+
+TEST(Quant8Test, ZeroBlocksAndSignedZeros) {
+  const std::vector<float> x = {0.0f, -0.0f, 0.0f, 4.0f, -0.0f, 0.0f};
+  std::vector<uint8_t> codes(6, 77);
+  std::vector<float> absmax(2, -1.0f);
+  ASSERT_TRUE(Quantize(x, 3, Quant8Map::kSigned, codes,
+                                         absmax)
+                  .ok());
+  EXPECT_EQ(absmax[0], 0.0f);
+  EXPECT_EQ(absmax[1], 4.0f);
+  for (int i : {0, 1, 2, 4, 5}) EXPECT_EQ(codes[i], ZeroCode(Quant8Map::kSigned));
+  EXPECT_EQ(codes[3], 255);
+  std::vector<float> out(6, 9.0f);
+  ASSERT_TRUE(Dequantize(codes, absmax, 3,
+                                           Quant8Map::kSigned, out)
+                  .ok());
+  for (int i : {0, 1, 2, 4, 5}) EXPECT_EQ(out[i], 0.0f);
+  EXPECT_EQ(out[3], 4.0f);
+}
+
+TEST(Quant8Test, BadInputIsRefusedAndWritesNothing) {
+  std::vector<float> x(10, 1.0f);
+  std::vector<uint8_t> codes(10, 7);
+  std::vector<float> absmax(Quant8Blocks(10, 4), 5.0f);
+  ASSERT_EQ(absmax.size(), 3u);
+  auto untouched = [&] {
+    for (uint8_t c : codes) EXPECT_EQ(c, 7);
+    for (float a : absmax) EXPECT_EQ(a, 5.0f);
+  };
+  absl::Status s =
+      Quantize(x, 0, Quant8Map::kSigned, codes, absmax);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  s = Quantize(x, 4, Quant8Map::kSigned,
+                                 absl::MakeSpan(codes).subspan(1), absmax);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("need 10 codes and 3 scales; got 9 and 3"),
+            std::string::npos)
+      << s;
+  s = Quantize(x, 4, Quant8Map::kSigned, codes,
+                                 absl::MakeSpan(absmax).subspan(1));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    x[6] = bad;
+    s = Quantize(x, 4, Quant8Map::kUnsigned, codes, absmax);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_NE(s.message().find("element 6 is not finite"), std::string::npos)
+        << s;
+  }
+  untouched();
+  std::vector<float> out(10, 3.0f);
+  s = Dequantize(codes, absl::MakeSpan(absmax).subspan(1), 4,
+                                   Quant8Map::kSigned, out);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  s = Dequantize(codes, absmax, 0, Quant8Map::kSigned, out);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  for (float o : out) EXPECT_EQ(o, 3.0f);
+  EXPECT_EQ(Quant8Blocks(0, 2048), 0u);
+  EXPECT_EQ(Quant8Blocks(2048, 2048), 1u);
+  EXPECT_EQ(Quant8Blocks(2049, 2048), 2u);
+}
+
+}  // namespace
+}  // namespace quant8_test
+}  // namespace zeroshard
