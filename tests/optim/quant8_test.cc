@@ -175,7 +175,9 @@ TEST(Quant8Test, CodesAreNearestOnRandomBlocks) {
         if (std::fabs(v[j] - y) < std::fabs(v[best] - y)) best = j;
       }
       ASSERT_EQ(codes[i], best) << "element " << i << " y " << y;
-      if (std::fabs(x[i]) == m && x[i] > 0) ASSERT_EQ(out[i], x[i]);
+      if (std::fabs(x[i]) == m && x[i] > 0) {
+        ASSERT_EQ(out[i], x[i]);
+      }
     }
   }
 }

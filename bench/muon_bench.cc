@@ -1,0 +1,126 @@
+// zeroshard-bench muon: Muon's Newton–Schulz iteration (optim/newton_schulz.h)
+// at GPT-2's matrix shapes against the server BLAS's own sgemm rate at the
+// products' shapes, measured in the same run, and the orthogonalization time
+// of one optimizer step for the model's matrices over S servers.
+//
+// Per matrix (rows x cols, s = min, l = max) the iteration runs 5 times the
+// products s x l . l x s (A = X X^T), s x s . s x s (A A) and s x s . s x l
+// (B X), with element-wise passes between them. The peer: cblas_sgemm on the
+// same three shapes, each timed alone (best of the runs); the ratio is the
+// iteration's FLOP rate over the peer's rate for the same FLOPs.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "bench/bench.h"
+#include "optim/newton_schulz.h"
+
+namespace zeroshard::bench {
+namespace {
+
+using MuonClock = std::chrono::steady_clock;
+
+double MuonSeconds(MuonClock::time_point t0) {
+  return std::chrono::duration<double>(MuonClock::now() - t0).count();
+}
+
+// Best time of cblas_sgemm C (m x n) = A (m x k) op(B).
+double MuonBestGemm(int64_t m, int64_t n, int64_t k, bool bt, int reps) {
+  std::vector<float> a(m * k, 0.01f), b(k * n, 0.02f), c(m * n);
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; ++r) {  // the first run warms up
+    const auto t0 = MuonClock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, bt ? CblasTrans : CblasNoTrans,
+                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                1.0f, a.data(), static_cast<int>(k), b.data(),
+                static_cast<int>(bt ? k : n), 0.0f, c.data(),
+                static_cast<int>(n));
+    if (r > 0) best = std::min(best, MuonSeconds(t0));
+  }
+  return best;
+}
+
+int RunMuon(const std::vector<std::string>& args) {
+  int64_t width = Smoke() ? 64 : 768;
+  int layers = 12;
+  int reps = Smoke() ? 1 : 3;
+  for (const std::string& a : args) {
+    if (absl::StartsWith(a, "--width=") &&
+        absl::SimpleAtoi(a.substr(8), &width) && width >= 8) {
+    } else if (absl::StartsWith(a, "--layers=") &&
+               absl::SimpleAtoi(a.substr(9), &layers) && layers > 0) {
+    } else if (absl::StartsWith(a, "--reps=") &&
+               absl::SimpleAtoi(a.substr(7), &reps) && reps > 0) {
+    } else {
+      std::fprintf(stderr,
+                   "usage: zeroshard-bench muon [--width=768] [--layers=12] "
+                   "[--reps=3]\n  bad argument: %s\n",
+                   a.c_str());
+      return 2;
+    }
+  }
+  // A GPT-2 block's matrices as stored (Conv1D: in x out).
+  struct Shape {
+    const char* name;
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{"attn.c_attn", width, 3 * width},
+                          {"attn.c_proj", width, width},
+                          {"mlp.c_fc", width, 4 * width},
+                          {"mlp.c_proj", 4 * width, width}};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  NewtonSchulzScratch scratch;
+  double block_seconds = 0, total_flops = 0, total_peer = 0;
+  for (const Shape& sh : shapes) {
+    std::vector<float> g(sh.rows * sh.cols), out(g.size());
+    for (float& x : g) x = normal(rng);
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; ++r) {
+      const auto t0 = MuonClock::now();
+      if (!NewtonSchulz5(g.data(), sh.rows, sh.cols, out.data(), scratch)
+               .ok()) {
+        std::fprintf(stderr, "muon: Newton-Schulz failed on %s\n", sh.name);
+        return 1;
+      }
+      if (r > 0) best = std::min(best, MuonSeconds(t0));
+    }
+    const int64_t s = std::min(sh.rows, sh.cols), l = std::max(sh.rows, sh.cols);
+    const double peer = kNewtonSchulzSteps * (MuonBestGemm(s, s, l, true, reps) +
+                                              MuonBestGemm(s, s, s, false, reps) +
+                                              MuonBestGemm(s, l, s, false, reps));
+    const double flops = NewtonSchulzFlops(sh.rows, sh.cols);
+    std::printf("muon: %-12s %5lld x %-5lld Newton-Schulz %.2f ms, %.1f "
+                "GFLOP/s; sgemm alone at its shapes %.1f GFLOP/s\n",
+                sh.name, static_cast<long long>(sh.rows),
+                static_cast<long long>(sh.cols), best * 1e3,
+                flops / best / 1e9, flops / peer / 1e9);
+    block_seconds += best;
+    total_flops += flops;
+    total_peer += peer;
+  }
+  const double step = block_seconds * layers;
+  std::printf("muon: one step orthogonalizes %d x 4 matrices: %.0f ms on one "
+              "server; %.0f / %.0f / %.0f ms on 2 / 4 / 8 balanced servers\n",
+              layers, step * 1e3, step * 1e3 / 2, step * 1e3 / 4,
+              step * 1e3 / 8);
+  std::printf("muon ratio=%.2f target=0.6\n",
+              (total_flops / block_seconds) / (total_flops / total_peer));
+  return 0;
+}
+
+}  // namespace
+
+ZS_REGISTER_BENCH("muon",
+                  "Newton-Schulz at GPT-2's matrix shapes vs sgemm's own rate "
+                  "[--width=768] [--layers=12] [--reps=3]",
+                  RunMuon);
+
+}  // namespace zeroshard::bench

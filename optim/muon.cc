@@ -1,0 +1,74 @@
+// Muon for one matrix (optim/muon.h).
+#include "optim/muon.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace zeroshard {
+namespace {
+
+// torch 1.13's lerp for a float weight.
+float Lerp(float a, float b, float w) {
+  return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
+}
+
+float GradAt(GradView g, size_t i) {
+  return g.bf16 ? Bf16ToFloat(static_cast<const uint16_t*>(g.data)[i])
+                : static_cast<const float*>(g.data)[i];
+}
+
+}  // namespace
+
+MuonStep MakeMuonStep(double lr, double momentum, double weight_decay,
+                      bool nesterov, float coefficient) {
+  MuonStep s;
+  s.lr = static_cast<float>(lr);
+  s.momentum = static_cast<float>(momentum);
+  s.nesterov = nesterov;
+  s.coefficient = coefficient;
+  s.one_minus_momentum = static_cast<float>(1.0 - momentum);
+  s.decay = static_cast<float>(1.0 - lr * weight_decay);
+  s.neg_lr = static_cast<float>(-lr);
+  return s;
+}
+
+absl::Status MuonUpdate(const MuonStep& step, GradView grad, int64_t rows,
+                        int64_t cols, float* master, float* momentum,
+                        uint16_t* mirror, NewtonSchulzScratch& scratch,
+                        bool reference) {
+  if (master == nullptr || momentum == nullptr || grad.data == nullptr) {
+    return absl::InvalidArgumentError(
+        "Muon: master, momentum and gradient are required");
+  }
+  if (rows < 1 || cols < 1 || rows > (int64_t{1} << 20) ||
+      cols > (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        "Muon: a matrix needs both dimensions in 1 to 2^20");
+  }
+  const size_t n = static_cast<size_t>(rows * cols);
+  thread_local std::vector<float> u;
+  u.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float g = GradAt(grad, i) * step.coefficient;
+    const float m = Lerp(momentum[i], g, step.one_minus_momentum);
+    momentum[i] = m;
+    u[i] = step.nesterov ? Lerp(g, m, step.momentum) : m;
+  }
+  absl::Status s =
+      reference ? NewtonSchulz5Reference(u.data(), rows, cols, u.data())
+                : NewtonSchulz5(u.data(), rows, cols, u.data(), scratch);
+  if (!s.ok()) return s;  // unreachable: the shape was checked above
+  const float scale = static_cast<float>(
+      std::sqrt(std::max(1.0, static_cast<double>(rows) / cols)));
+  for (size_t i = 0; i < n; ++i) {
+    const float p = master[i] * step.decay;
+    master[i] = p + step.neg_lr * (u[i] * scale);
+  }
+  if (mirror != nullptr) FloatToBf16Array(master, mirror, n);
+  return absl::OkStatus();
+}
+
+}  // namespace zeroshard

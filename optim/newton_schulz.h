@@ -1,0 +1,49 @@
+// The quintic Newton–Schulz iteration of Muon (Keller Jordan 2024, "Muon:
+// An optimizer for hidden layers in neural networks"): an approximate
+// orthogonalization of a matrix G, X ~ U V^T for G = U S V^T, as the
+// published zeropower_via_newtonschulz5 computes it (here in FP32):
+//   X = G / (||G||_F + 1e-7), transposed first when rows > cols
+//   5 times: A = X X^T;  B = b A + c A A;  X = a X + B X
+//   with (a, b, c) = (3.4445, -4.7750, 2.0315); transposed back.
+// NewtonSchulz5 runs the products on OpenBLAS's sgemm (the server's BLAS);
+// NewtonSchulz5Reference is the same iteration with plain loops (FP32
+// operands, sums in double), which the tests compare it with.
+//
+//   NewtonSchulzScratch scratch;
+//   RETURN_IF_ERROR(NewtonSchulz5(g, rows, cols, out, scratch));
+#ifndef ZEROSHARD_OPTIM_NEWTON_SCHULZ_H_
+#define ZEROSHARD_OPTIM_NEWTON_SCHULZ_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace zeroshard {
+
+inline constexpr int kNewtonSchulzSteps = 5;
+inline constexpr float kNewtonSchulzA = 3.4445f;
+inline constexpr float kNewtonSchulzB = -4.7750f;
+inline constexpr float kNewtonSchulzC = 2.0315f;
+
+// Reused buffers (X, A, B and a copy of X): one per thread.
+struct NewtonSchulzScratch {
+  std::vector<float> x, a, b, y;
+};
+
+// out (rows x cols, row-major) = the iteration on g (the same shape).
+// INVALID_ARGUMENT for a dimension < 1 or a null array; g and out may be
+// the same array.
+absl::Status NewtonSchulz5(const float* g, int64_t rows, int64_t cols,
+                           float* out, NewtonSchulzScratch& scratch);
+
+absl::Status NewtonSchulz5Reference(const float* g, int64_t rows,
+                                    int64_t cols, float* out);
+
+// Floating-point operations of one call: per step 2 s^2 l (A) + 2 s^3 (A A)
+// + 2 s^2 l (B X), s = min(rows, cols), l = max(rows, cols).
+double NewtonSchulzFlops(int64_t rows, int64_t cols);
+
+}  // namespace zeroshard
+
+#endif  // ZEROSHARD_OPTIM_NEWTON_SCHULZ_H_
