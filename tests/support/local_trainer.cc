@@ -12,7 +12,10 @@
 #include "common/init_values.h"
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
+#include "optim/adam8bit.h"
+#include "optim/muon.h"
 #include "optim/optimizer.h"
+#include "optim/quant8.h"
 #include "worker/engine/precision.h"
 #include "model/gpt_forward_backward.h"
 
@@ -29,17 +32,19 @@ double Since(Clock::time_point t0) {
 
 LocalTrainer::LocalTrainer(const TrainingConfig& config, FlatLayout layout,
                            const BatchSampler* sampler, LossScaler scaler,
-                           model::GptModel model)
+                           model::GptModel model, LocalRuleOptions rule)
     : config_(config),
       layout_(std::move(layout)),
       sampler_(sampler),
       scaler_(std::move(scaler)),
       model_(std::move(model)),
       param_dtype_(ParamDTypeFor(config.precision)),
-      world_(config.cluster.workers) {}
+      world_(config.cluster.workers),
+      rule_(rule) {}
 
 absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
-    const TrainingConfig& config, const BatchSampler* sampler) {
+    const TrainingConfig& config, const BatchSampler* sampler,
+    LocalRuleOptions rule) {
   if (sampler == nullptr) return absl::InvalidArgumentError("sampler is null");
   RETURN_IF_ERROR(ValidateTrainingConfig(config));
   if (sampler->context() > config.cluster.model.context) {
@@ -60,7 +65,8 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
                                            ParamDTypeFor(config.precision),
                                            policy));
   std::unique_ptr<LocalTrainer> t(new LocalTrainer(
-      config, std::move(layout), sampler, std::move(scaler), std::move(m)));
+      config, std::move(layout), sampler, std::move(scaler), std::move(m),
+      rule));
   const uint64_t total = t->layout_.total_elems();
   t->master_.resize(total);
   // ValidateTrainingConfig (above) guarantees init_std > 0.
@@ -68,6 +74,16 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
                     FlatRange{0, total}, t->master_.data());
   t->exp_avg_.assign(total, 0.0f);
   t->exp_avg_sq_.assign(total, 0.0f);
+  if (rule.rule == LocalRule::kAdamW8bit) {
+    t->q_exp_avg_.assign(total, ZeroCode(Quant8Map::kSigned));
+    t->q_exp_avg_sq_.assign(total, ZeroCode(Quant8Map::kUnsigned));
+    // Each group span is blocked from its own start: at most one short
+    // block more per span than the whole space needs.
+    const size_t blocks =
+        Quant8Blocks(total, kQuant8Block) + t->layout_.tensors().size() + 8;
+    t->absmax_m_.assign(blocks, 0.0f);
+    t->absmax_v_.assign(blocks, 0.0f);
+  }
   t->grads_.assign(total, 0.0f);
   t->micro_grads_.assign(total, 0.0f);
   if (t->param_dtype_ != DType::kFp32) t->mirror_.resize(total);
@@ -154,6 +170,7 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
     ++adam_steps_;
     // Per parameter group (config.param_groups), as the servers apply it.
     const double wd = config_.optimizer.weight_decay;
+    size_t absmax_at = 0;
     for (const GroupSpan& span : GroupSpans(
              ResolveParamGroups(layout_, config_.param_groups, wd),
              master_.size(), wd)) {
@@ -162,6 +179,12 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
           MakeAdamStep(config_.optimizer, adam_steps_,
                        static_cast<float>(c.coefficient), span.weight_decay,
                        span.lr_scale);
+      if (rule_.rule != LocalRule::kAdamW) {
+        RETURN_IF_ERROR(UpdateSpan(s, span.range,
+                                   static_cast<float>(c.coefficient),
+                                   &absmax_at));
+        continue;
+      }
       AdamSlice slice;
       slice.master = master_.data() + at;
       slice.exp_avg = exp_avg_.data() + at;
@@ -184,6 +207,90 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
   r.seconds = Since(t0);
   ++next_step_;
   return r;
+}
+
+absl::Status LocalTrainer::UpdateSpan(const AdamStep& step, FlatRange range,
+                                      float coefficient, size_t* absmax_at) {
+  uint16_t* mirror = param_dtype_ == DType::kBf16 ? mirror_.data() : nullptr;
+  if (rule_.rule == LocalRule::kAdamW8bit) {
+    const size_t at = range.begin;
+    const size_t blocks = Quant8Blocks(range.size(), kQuant8Block);
+    if (*absmax_at + blocks > absmax_m_.size()) {
+      return absl::InternalError("LocalTrainer: 8-bit scales overflow");
+    }
+    Adam8bitSlice slice{.master = master_.data() + at,
+                        .exp_avg = q_exp_avg_.data() + at,
+                        .exp_avg_absmax = absmax_m_.data() + *absmax_at,
+                        .exp_avg_sq = q_exp_avg_sq_.data() + at,
+                        .exp_avg_sq_absmax = absmax_v_.data() + *absmax_at,
+                        .mirror = mirror != nullptr ? mirror + at : nullptr,
+                        .n = range.size(),
+                        .block = kQuant8Block};
+    *absmax_at += blocks;
+    return Adam8bitUpdateReference(step, GradView::Fp32(grads_.data() + at),
+                                   slice);
+  }
+  // Muon on the 2-D matrices inside the span, AdamW on the rest.
+  const double schedule =
+      LearningRateAt(config_.optimizer, std::max<uint64_t>(adam_steps_, 1)) /
+      config_.optimizer.lr;
+  const MuonStep muon = MakeMuonStep(rule_.muon_lr * schedule,
+                                     rule_.muon_momentum,
+                                     rule_.muon_weight_decay,
+                                     rule_.muon_nesterov, coefficient);
+  thread_local NewtonSchulzScratch scratch;
+  uint64_t pos = range.begin;
+  auto adam = [&](uint64_t end) {
+    if (end <= pos) return;
+    AdamSlice slice{.master = master_.data() + pos,
+                    .exp_avg = exp_avg_.data() + pos,
+                    .exp_avg_sq = exp_avg_sq_.data() + pos,
+                    .mirror = mirror != nullptr ? mirror + pos : nullptr,
+                    .n = end - pos};
+    AdamUpdate(step, GradView::Fp32(grads_.data() + pos), slice);
+  };
+  for (const TensorInfo& t : layout_.tensors()) {
+    if (t.param_class != TensorClass::kMatrix || t.shape.size() != 2 ||
+        t.offset < range.begin || t.offset + t.numel > range.end) {
+      continue;
+    }
+    adam(t.offset);
+    RETURN_IF_ERROR(MuonUpdate(
+        muon, GradView::Fp32(grads_.data() + t.offset), t.shape[0],
+        t.shape[1], master_.data() + t.offset, exp_avg_.data() + t.offset,
+        mirror != nullptr ? mirror + t.offset : nullptr, scratch));
+    pos = t.offset + t.numel;
+  }
+  adam(range.end);  // AdamW's weight decay is the group's, in `step`
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> LocalTrainer::EvalLoss(const BatchSampler& sampler,
+                                              int batches) {
+  const int b = config_.micro_batch_size;
+  const int T = sampler.context();
+  if (batches < 1 || T > config_.cluster.model.context) {
+    return absl::InvalidArgumentError("EvalLoss: batches < 1 or context too long");
+  }
+  std::vector<int32_t> in(static_cast<size_t>(b) * T), tg(in.size());
+  const void* params = param_dtype_ == DType::kFp32
+                           ? static_cast<const void*>(master_.data())
+                           : static_cast<const void*>(mirror_.data());
+  double sum = 0;
+  for (int i = 0; i < batches; ++i) {
+    RETURN_IF_ERROR(sampler.FillMicroBatch(static_cast<uint64_t>(i), 0, 1, 0, b,
+                                           absl::MakeSpan(in),
+                                           absl::MakeSpan(tg)));
+    std::fill(micro_grads_.begin(), micro_grads_.end(), 0.0f);
+    ASSIGN_OR_RETURN(
+        model::GptStepResult r,
+        model::GptForwardBackward(model_, layout_, params,
+                                  {.batch = b, .seq = T, .tokens = in,
+                                   .targets = tg},
+                                  1.0f, absl::MakeSpan(micro_grads_)));
+    sum += r.loss;
+  }
+  return sum / batches;
 }
 
 }  // namespace zeroshard

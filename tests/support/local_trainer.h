@@ -40,13 +40,35 @@
 #include "worker/data/batch_sampler.h"
 #include "worker/engine/step_engine.h"
 #include "model/gpt.h"
+#include "optim/optimizer.h"
 
 namespace zeroshard {
+
+// The update rule LocalTrainer applies in place of the servers' AdamW, for
+// comparing rules that have no server rule yet (zeroshard-bench quality):
+// AdamW with 8-bit block-wise m and v (optim/adam8bit.h, blocks of
+// kQuant8Block inside each parameter-group span), or Muon (optim/muon.h) on
+// every 2-D matrix (TensorClass kMatrix) with AdamW on the rest, as Muon's
+// authors prescribe. Muon's learning rate follows the config's schedule
+// (scaled by LearningRateAt(t) / lr).
+enum class LocalRule { kAdamW, kAdamW8bit, kMuonWithAdamW };
+struct LocalRuleOptions {
+  LocalRule rule = LocalRule::kAdamW;
+  double muon_lr = 0.02;
+  double muon_momentum = 0.95;
+  bool muon_nesterov = true;
+  double muon_weight_decay = 0.0;
+};
 
 class LocalTrainer {
  public:
   static absl::StatusOr<std::unique_ptr<LocalTrainer>> Create(
-      const TrainingConfig& config, const BatchSampler* sampler);
+      const TrainingConfig& config, const BatchSampler* sampler,
+      LocalRuleOptions rule = {});
+
+  // The mean loss of the current weights over `batches` micro-batches of
+  // `sampler` (a validation split, say), the gradients discarded.
+  absl::StatusOr<double> EvalLoss(const BatchSampler& sampler, int batches);
 
   // Runs optimizer step `step` (the next one; see next_step()).
   absl::StatusOr<StepResult> Step(uint64_t step);
@@ -67,7 +89,10 @@ class LocalTrainer {
  private:
   LocalTrainer(const TrainingConfig& config, FlatLayout layout,
                const BatchSampler* sampler, LossScaler scaler,
-               model::GptModel model);
+               model::GptModel model, LocalRuleOptions rule);
+  // The rule's update of one parameter-group span (rule_ != kAdamW).
+  absl::Status UpdateSpan(const AdamStep& step, FlatRange range,
+                          float coefficient, size_t* absmax_at);
   // Writes the parameters the model reads (params_) from master_.
   void RefreshParams();
   absl::StatusOr<double> MicroBatch(uint64_t step, int micro, int rank);
@@ -79,7 +104,11 @@ class LocalTrainer {
   model::GptModel model_;
   const DType param_dtype_;
   const int world_;
+  const LocalRuleOptions rule_;
   std::vector<float> master_, exp_avg_, exp_avg_sq_;
+  // kAdamW8bit: the codes of m and v and their per-block scales.
+  std::vector<uint8_t> q_exp_avg_, q_exp_avg_sq_;
+  std::vector<float> absmax_m_, absmax_v_;
   std::vector<uint16_t> mirror_;    // BF16 mirror (bf16) or FP16 (fp16)
   std::vector<float> grads_;        // the step's sum over micro-batches
   std::vector<float> micro_grads_;  // one micro-batch
