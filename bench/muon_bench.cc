@@ -1,15 +1,14 @@
 // zeroshard-bench muon: Muon's Newton–Schulz iteration (optim/newton_schulz.h)
-// at GPT-2's matrix shapes against the server BLAS's own sgemm rate at the
-// products' shapes, measured in the same run, and the orthogonalization time
-// of one optimizer step for the model's matrices over S servers.
+// at GPT-2's matrix shapes against the rate of its own matrix product
+// (Fp32MatMul, oneDNN) alone at the products' shapes, measured in the same
+// run, and the orthogonalization time of one optimizer step for the model's
+// matrices over S servers.
 //
 // Per matrix (rows x cols, s = min, l = max) the iteration runs 5 times the
 // products s x l . l x s (A = X X^T), s x s . s x s (A A) and s x s . s x l
-// (B X), with element-wise passes between them. The peer: cblas_sgemm on the
+// (B X), with element-wise passes between them. The peer: Fp32MatMul on the
 // same three shapes, each timed alone (best of the runs); the ratio is the
 // iteration's FLOP rate over the peer's rate for the same FLOPs.
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,17 +30,13 @@ double MuonSeconds(MuonClock::time_point t0) {
   return std::chrono::duration<double>(MuonClock::now() - t0).count();
 }
 
-// Best time of cblas_sgemm C (m x n) = A (m x k) op(B).
+// Best time of Fp32MatMul C (m x n) = A (m x k) op(B); 0 on failure.
 double MuonBestGemm(int64_t m, int64_t n, int64_t k, bool bt, int reps) {
   std::vector<float> a(m * k, 0.01f), b(k * n, 0.02f), c(m * n);
   double best = 1e30;
   for (int r = 0; r < reps + 1; ++r) {  // the first run warms up
     const auto t0 = MuonClock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, bt ? CblasTrans : CblasNoTrans,
-                static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-                1.0f, a.data(), static_cast<int>(k), b.data(),
-                static_cast<int>(bt ? k : n), 0.0f, c.data(),
-                static_cast<int>(n));
+    if (!Fp32MatMul(a.data(), b.data(), bt, m, n, k, c.data()).ok()) return 0;
     if (r > 0) best = std::min(best, MuonSeconds(t0));
   }
   return best;
@@ -98,7 +93,7 @@ int RunMuon(const std::vector<std::string>& args) {
                                               MuonBestGemm(s, l, s, false, reps));
     const double flops = NewtonSchulzFlops(sh.rows, sh.cols);
     std::printf("muon: %-12s %5lld x %-5lld Newton-Schulz %.2f ms, %.1f "
-                "GFLOP/s; sgemm alone at its shapes %.1f GFLOP/s\n",
+                "GFLOP/s; its matmul alone at its shapes %.1f GFLOP/s\n",
                 sh.name, static_cast<long long>(sh.rows),
                 static_cast<long long>(sh.cols), best * 1e3,
                 flops / best / 1e9, flops / peer / 1e9);
@@ -119,7 +114,7 @@ int RunMuon(const std::vector<std::string>& args) {
 }  // namespace
 
 ZS_REGISTER_BENCH("muon",
-                  "Newton-Schulz at GPT-2's matrix shapes vs sgemm's own rate "
+                  "Newton-Schulz at GPT-2's matrix shapes vs its matmul's own rate "
                   "[--width=768] [--layers=12] [--reps=3]",
                   RunMuon);
 

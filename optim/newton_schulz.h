@@ -5,7 +5,10 @@
 //   X = G / (||G||_F + 1e-7), transposed first when rows > cols
 //   5 times: A = X X^T;  B = b A + c A A;  X = a X + B X
 //   with (a, b, c) = (3.4445, -4.7750, 2.0315); transposed back.
-// NewtonSchulz5 runs the products on OpenBLAS's sgemm (the server's BLAS);
+// NewtonSchulz5 runs the products on oneDNN's FP32 matmul (the library the
+// worker's products use, chosen there by measurement: on this project's
+// 2-core machines it ran FP32 products 1.1 to 4.7 times as fast as
+// OpenBLAS's sgemm; `zeroshard-bench gemm`);
 // NewtonSchulz5Reference is the same iteration with plain loops (FP32
 // operands, sums in double), which the tests compare it with.
 //
@@ -43,6 +46,12 @@ absl::Status NewtonSchulz5Reference(const float* g, int64_t rows,
 // Floating-point operations of one call: per step 2 s^2 l (A) + 2 s^3 (A A)
 // + 2 s^2 l (B X), s = min(rows, cols), l = max(rows, cols).
 double NewtonSchulzFlops(int64_t rows, int64_t cols);
+
+// C (m x n, row-major) = A (m x k) op(B), op(B) = B (k x n) or, with bt,
+// B^T (B stored n x k): the products NewtonSchulz5 runs (oneDNN, FP32).
+// INTERNAL when oneDNN fails.
+absl::Status Fp32MatMul(const float* a, const float* b, bool bt, int64_t m,
+                        int64_t n, int64_t k, float* c);
 
 }  // namespace zeroshard
 

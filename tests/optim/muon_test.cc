@@ -1,5 +1,5 @@
 // Muon (optim/muon.h) and its Newton–Schulz iteration
-// (optim/newton_schulz.h): the BLAS path against the scalar reference on
+// (optim/newton_schulz.h): the oneDNN path against the scalar reference on
 // fresh random matrices, each step against torch's run of the published
 // code (tests/fixtures/make_muon_golden.py) within 1e-5 relative, perturbed
 // hyperparameters caught, bad input refused.
@@ -45,7 +45,7 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / den);
 }
 
-TEST(NewtonSchulzTest, BlasEqualsTheReferenceOnRandomMatrices) {
+TEST(NewtonSchulzTest, OneDnnEqualsTheReferenceOnRandomMatrices) {
   const uint64_t seed = testing::TestSeed();
   SCOPED_TRACE(testing::SeedTrace(seed));
   std::mt19937_64 rng(seed);
@@ -69,7 +69,7 @@ TEST(NewtonSchulzTest, BlasEqualsTheReferenceOnRandomMatrices) {
                     .ok());
     EXPECT_EQ(inplace, fast);
   }
-  std::printf("Newton-Schulz BLAS vs reference: max relative error %.3g\n",
+  std::printf("Newton-Schulz oneDNN vs reference: max relative error %.3g\n",
               worst);
   // A zero matrix stays zero.
   std::vector<float> zero(12, 0.0f), out(12, 1.0f);
@@ -144,7 +144,7 @@ TEST(MuonTest, EachStepIsWithin1e5OfTorch) {
     const Worst w = ReplayGolden(reference, nullptr);
     std::printf("Muon (%s) vs torch over %d steps: update %.3g, momentum "
                 "%.3g relative\n",
-                reference ? "reference" : "BLAS", w.steps, w.param,
+                reference ? "reference" : "oneDNN", w.steps, w.param,
                 w.momentum);
     EXPECT_EQ(w.steps, 11);
     EXPECT_LE(w.param, 1e-5);
