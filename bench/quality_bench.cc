@@ -3,9 +3,11 @@
 // 1.0, BF16) in one process (tests/support/local_trainer.h) under each update
 // rule whose arithmetic is built: AdamW, AdamW with 8-bit block-wise state,
 // and Muon on the 2-D matrices with AdamW on the rest. Prints each rule's
-// training loss (mean of the last 10 steps), validation loss (16 batches of
-// the held-out split) and the bytes per element a server would hold for it.
+// training loss (mean of the last 10 steps), validation loss (the held-out
+// batches zeroshard-train evaluates for the file) and the bytes per element a
+// server would hold for it.
 // The ratio: AdamW8bit's validation loss over AdamW's, same run.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -57,6 +59,12 @@ int RunQuality(const std::vector<std::string>& args) {
     return 1;
   }
   TrainingConfig cfg = parsed->config;
+  // The validation batches the file's own run evaluates: eval_batches on
+  // each of its workers (zeroshard-train's "validation" figure).
+  auto as_written = LoadTrainingConfig(config_path);
+  const int eval_batches =
+      std::max(1, cfg.cluster.data.eval_batches *
+                      (as_written.ok() ? as_written->config.cluster.workers : 1));
   if (Smoke()) {
     cfg.cluster.model.layers = 1;
     cfg.cluster.model.width = 32;
@@ -72,7 +80,7 @@ int RunQuality(const std::vector<std::string>& args) {
   auto train = BatchSampler::Create(*data, DataSplit::kTrain, T,
                                     cfg.cluster.data.seed);
   auto val = BatchSampler::Create(*data, DataSplit::kValidation, T,
-                                  cfg.cluster.data.seed + 1);
+                                  cfg.cluster.data.seed);
   if (!train.ok() || !val.ok()) {
     std::fprintf(stderr, "quality: %s\n",
                  (!train.ok() ? train.status() : val.status())
@@ -115,7 +123,7 @@ int RunQuality(const std::vector<std::string>& args) {
         ++tail_n;
       }
     }
-    auto v = (*t)->EvalLoss(*val, Smoke() ? 1 : 16);
+    auto v = (*t)->EvalLoss(*val, Smoke() ? 1 : eval_batches);
     if (!v.ok()) {
       std::fprintf(stderr, "quality: %s\n", v.status().ToString().c_str());
       return 1;

@@ -278,8 +278,9 @@ absl::StatusOr<double> LocalTrainer::EvalLoss(const BatchSampler& sampler,
                            : static_cast<const void*>(mirror_.data());
   double sum = 0;
   for (int i = 0; i < batches; ++i) {
-    RETURN_IF_ERROR(sampler.FillMicroBatch(static_cast<uint64_t>(i), 0, 1, 0, b,
-                                           absl::MakeSpan(in),
+    // As StepEngine::EvalLoss: step 0's samples, micro-batch i of one rank
+    // (the samples N ranks' batches i / N cover together).
+    RETURN_IF_ERROR(sampler.FillMicroBatch(0, 0, 1, i, b, absl::MakeSpan(in),
                                            absl::MakeSpan(tg)));
     std::fill(micro_grads_.begin(), micro_grads_.end(), 0.0f);
     ASSIGN_OR_RETURN(

@@ -66,8 +66,10 @@ class LocalTrainer {
       const TrainingConfig& config, const BatchSampler* sampler,
       LocalRuleOptions rule = {});
 
-  // The mean loss of the current weights over `batches` micro-batches of
-  // `sampler` (a validation split, say), the gradients discarded.
+  // The mean loss of the current weights over micro-batches 0..batches-1
+  // of step 0 of `sampler` (a validation split, say), the gradients
+  // discarded: StepEngine::EvalLoss's batches, with N ranks' eval_batches
+  // each equal to N * eval_batches here.
   absl::StatusOr<double> EvalLoss(const BatchSampler& sampler, int batches);
 
   // Runs optimizer step `step` (the next one; see next_step()).
