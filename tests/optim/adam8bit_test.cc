@@ -14,27 +14,17 @@
 #include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/optim/golden_json.h"
 #include "tests/support/test_seed.h"
 
 namespace zeroshard {
 namespace adam8bit_test {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
+uint32_t Bits(float f) { return FloatBits(f); }
 
 std::vector<float> Floats(const nlohmann::json& bits) {
-  std::vector<float> out;
-  for (const auto& b : bits) {
-    const uint32_t u = b.get<uint32_t>();
-    float f;
-    std::memcpy(&f, &u, sizeof(f));
-    out.push_back(f);
-  }
-  return out;
+  return testing::GoldenFloats(bits);
 }
 
 struct State {
@@ -67,24 +57,6 @@ struct State {
   }
 };
 
-OptimizerConfig CaseConfig(const nlohmann::json& c) {
-  OptimizerConfig config;
-  config.kind =
-      c.at("kind") == "adamw" ? OptimizerKind::kAdamW : OptimizerKind::kAdam;
-  config.lr = c.at("lr");
-  config.beta1 = c.at("beta1");
-  config.beta2 = c.at("beta2");
-  config.eps = c.at("eps");
-  config.weight_decay = c.at("weight_decay");
-  if (c.at("schedule") == "warmup_cosine") {
-    config.schedule = LrScheduleKind::kWarmupCosine;
-    config.warmup_steps = c.at("warmup_steps");
-    config.total_steps = c.at("total_steps");
-    config.min_lr = c.at("min_lr");
-  }
-  return config;
-}
-
 // Replays every golden case (with `perturb` applied to its config) and
 // returns the number of parameters and state codes or scales that differ
 // from torch's, or -1 when the fixture is missing.
@@ -98,7 +70,8 @@ int64_t ReplayGolden(void (*perturb)(OptimizerConfig*) = nullptr) {
   int cases = 0;
   for (const auto& c : golden.at("cases")) {
     SCOPED_TRACE(c.at("name").get<std::string>());
-    OptimizerConfig config = CaseConfig(c);
+    OptimizerConfig config =
+        testing::GoldenOptimizerConfig(c, OptimizerKind::kAdamW);
     if (perturb != nullptr) perturb(&config);
     EXPECT_TRUE(ValidateOptimizerConfig(config).ok());
     const float coef = c.at("coefficient").get<double>();

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "optim/lion.h"
+#include "tests/optim/golden_json.h"
 #include "optim/update_rule.h"
 #include "tests/support/test_seed.h"
 
@@ -30,32 +31,12 @@ uint32_t Bits(float f) {
   return u;
 }
 
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
 std::vector<float> Floats(const nlohmann::json& bits) {
-  std::vector<float> out;
-  for (const auto& b : bits) out.push_back(FromBits(b.get<uint32_t>()));
-  return out;
+  return testing::GoldenFloats(bits);
 }
 
 OptimizerConfig CaseConfig(const nlohmann::json& c) {
-  OptimizerConfig config;
-  config.kind = OptimizerKind::kLion;
-  config.lr = c.at("lr");
-  config.beta1 = c.at("beta1");
-  config.beta2 = c.at("beta2");
-  config.weight_decay = c.at("weight_decay");
-  if (c.at("schedule") == "warmup_cosine") {
-    config.schedule = LrScheduleKind::kWarmupCosine;
-    config.warmup_steps = c.at("warmup_steps");
-    config.total_steps = c.at("total_steps");
-    config.min_lr = c.at("min_lr");
-  }
-  return config;
+  return testing::GoldenOptimizerConfig(c, OptimizerKind::kLion);
 }
 
 // Replays every golden case with `update` (and `perturb` applied to each

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "optim/newton_schulz.h"
+#include "tests/optim/golden_json.h"
 #include "tests/support/test_seed.h"
 
 namespace zeroshard {
@@ -25,14 +26,7 @@ namespace muon_test {
 namespace {
 
 std::vector<float> Floats(const nlohmann::json& bits) {
-  std::vector<float> out;
-  for (const auto& b : bits) {
-    const uint32_t u = b.get<uint32_t>();
-    float f;
-    std::memcpy(&f, &u, sizeof(f));
-    out.push_back(f);
-  }
-  return out;
+  return testing::GoldenFloats(bits);
 }
 
 // ||a - b||_F / ||b||_F (b nonzero).

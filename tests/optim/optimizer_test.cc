@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/test_seed.h"
 #include "nlohmann/json.hpp"
+#include "tests/optim/golden_json.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_kernels.h"
 #include "optim/optimizer_pool.h"
@@ -418,9 +419,7 @@ int64_t UlpDistance(float a, float b) {
 }
 
 std::vector<float> Floats(const nlohmann::json& bits) {
-  std::vector<float> out;
-  for (const auto& b : bits) out.push_back(BitsToFloat(b.get<uint32_t>()));
-  return out;
+  return testing::GoldenFloats(bits);
 }
 
 // Applies every step of every golden case with `update` and returns the
@@ -434,19 +433,8 @@ int64_t ReplayGolden(void (*update)(const AdamStep&, GradView, const AdamSlice&)
   int64_t worst = 0;
   int cases = 0;
   for (const auto& c : golden.at("cases")) {
-    OptimizerConfig config;
-    config.kind = c.at("kind") == "adamw" ? OptimizerKind::kAdamW : OptimizerKind::kAdam;
-    config.lr = c.at("lr");
-    config.beta1 = c.at("beta1");
-    config.beta2 = c.at("beta2");
-    config.eps = c.at("eps");
-    config.weight_decay = c.at("weight_decay");
-    if (c.at("schedule") == "warmup_cosine") {
-      config.schedule = LrScheduleKind::kWarmupCosine;
-      config.warmup_steps = c.at("warmup_steps");
-      config.total_steps = c.at("total_steps");
-      config.min_lr = c.at("min_lr");
-    }
+    const OptimizerConfig config =
+        testing::GoldenOptimizerConfig(c, OptimizerKind::kAdamW);
     EXPECT_TRUE(ValidateOptimizerConfig(config).ok());
     const float coef = c.at("coefficient").get<double>();
     const bool bf16 = c.at("grad_dtype") == "bf16";

@@ -14,28 +14,17 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/optim/golden_json.h"
 #include "tests/support/test_seed.h"
 
 namespace zeroshard {
 namespace quant8_test {
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
+uint32_t Bits(float f) { return FloatBits(f); }
 
 std::vector<float> Floats(const nlohmann::json& bits) {
-  std::vector<float> out;
-  for (const auto& b : bits) out.push_back(FromBits(b.get<uint32_t>()));
-  return out;
+  return testing::GoldenFloats(bits);
 }
 
 // The references over vectors or spans (mutable spans do not convert
