@@ -1,0 +1,150 @@
+// Adafactor for one tensor (optim/adafactor.h).
+#include "optim/adafactor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+
+namespace zeroshard {
+namespace {
+
+absl::Status Bad(const char* option, const std::string& why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("Adafactor: option \"", option, "\" ", why));
+}
+
+// sqrt(sum x^2 / n), the sum in double, rounded to float.
+float Rms(const float* x, size_t n) {
+  double sq = 0;
+  for (size_t i = 0; i < n; ++i) sq += double{x[i]} * x[i];
+  return static_cast<float>(std::sqrt(sq) / std::sqrt(static_cast<double>(n)));
+}
+
+}  // namespace
+
+absl::Status ValidateAdafactorOptions(const AdafactorOptions& o) {
+  if (o.relative_step && o.lr > 0) {
+    return Bad("lr", "cannot be combined with relative_step (the step size "
+                     "is then 1/sqrt(t)); set relative_step to false");
+  }
+  if (!o.relative_step && !(o.lr > 0 && std::isfinite(o.lr))) {
+    return Bad("lr", "must be a positive number without relative_step");
+  }
+  if (o.warmup_init && !o.relative_step) {
+    return Bad("warmup_init", "requires relative_step");
+  }
+  if (!(o.eps1 >= 0 && std::isfinite(o.eps1)) ||
+      !(o.eps2 >= 0 && std::isfinite(o.eps2))) {
+    return Bad("eps", "must be two finite numbers >= 0");
+  }
+  if (!(o.clip_threshold > 0 && std::isfinite(o.clip_threshold))) {
+    return Bad("clip_threshold", "must be positive");
+  }
+  if (!(o.decay_rate < 0 && o.decay_rate >= -1)) {
+    return Bad("decay_rate", "must be in [-1, 0)");
+  }
+  if (o.beta1 >= 1 || std::isnan(o.beta1)) {
+    return Bad("beta1", "must be below 1 (or absent)");
+  }
+  if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) {
+    return Bad("weight_decay", "must be a finite number >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdafactorUpdate(const AdafactorOptions& o, uint64_t t,
+                             float coefficient, GradView grad,
+                             AdafactorShape shape, const AdafactorState& s) {
+  if (absl::Status v = ValidateAdafactorOptions(o); !v.ok()) return v;
+  if (t == 0) return absl::InvalidArgumentError("Adafactor: step 0");
+  const bool factored = shape.cols > 0;
+  const int64_t rows = shape.rows, cols = factored ? shape.cols : 1;
+  if (rows < 1 || shape.cols < 0 || rows > (int64_t{1} << 31) ||
+      cols > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Adafactor: a tensor of ", shape.rows, " x ", shape.cols));
+  }
+  const bool first_moment = o.beta1 >= 0;
+  if (s.master == nullptr || grad.data == nullptr ||
+      (factored && (s.row == nullptr || s.col == nullptr)) ||
+      (!factored && s.exp_avg_sq == nullptr) ||
+      (first_moment && s.exp_avg == nullptr)) {
+    return absl::InvalidArgumentError(
+        "Adafactor: an array the tensor's state needs is missing");
+  }
+  const size_t n = static_cast<size_t>(rows * cols);
+  thread_local std::vector<float> g, u;
+  g.resize(n);
+  u.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = grad.bf16
+                        ? Bf16ToFloat(static_cast<const uint16_t*>(grad.data)[i])
+                        : static_cast<const float*>(grad.data)[i];
+    g[i] = x * coefficient;
+  }
+  const double td = static_cast<double>(t);
+  double step = o.lr;
+  if (o.relative_step) {
+    step = std::min(o.warmup_init ? 1e-6 * td : 1e-2, 1.0 / std::sqrt(td));
+  }
+  if (o.scale_parameter) {
+    step *= std::max(o.eps2, static_cast<double>(Rms(s.master, n)));
+  }
+  const float lr = static_cast<float>(step);
+  const double beta2t_d = 1.0 - std::pow(td, o.decay_rate);
+  const float beta2t = static_cast<float>(beta2t_d);
+  const float one_minus = static_cast<float>(1.0 - beta2t_d);
+  const float eps1 = static_cast<float>(o.eps1);
+  for (size_t i = 0; i < n; ++i) u[i] = g[i] * g[i] + eps1;
+  if (factored) {
+    double row_mean_sum = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j) sum += u[i * cols + j];
+      const float mean = static_cast<float>(sum / cols);
+      s.row[i] = s.row[i] * beta2t + one_minus * mean;
+      row_mean_sum += s.row[i];
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      double sum = 0;
+      for (int64_t i = 0; i < rows; ++i) sum += u[i * cols + j];
+      const float mean = static_cast<float>(sum / rows);
+      s.col[j] = s.col[j] * beta2t + one_minus * mean;
+    }
+    const float row_mean = static_cast<float>(row_mean_sum / rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      const float rf = 1.0f / std::sqrt(s.row[i] / row_mean);
+      for (int64_t j = 0; j < cols; ++j) {
+        const float cf = 1.0f / std::sqrt(s.col[j]);
+        u[i * cols + j] = rf * cf * g[i * cols + j];
+      }
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      s.exp_avg_sq[i] = s.exp_avg_sq[i] * beta2t + one_minus * u[i];
+      u[i] = (1.0f / std::sqrt(s.exp_avg_sq[i])) * g[i];
+    }
+  }
+  const float clip = std::max(
+      Rms(u.data(), n) / static_cast<float>(o.clip_threshold), 1.0f);
+  const float b1 = static_cast<float>(o.beta1);
+  const float one_minus_b1 = static_cast<float>(1.0 - o.beta1);
+  const float decay = static_cast<float>(-o.weight_decay * step);
+  for (size_t i = 0; i < n; ++i) {
+    float x = (u[i] / clip) * lr;
+    if (first_moment) {
+      s.exp_avg[i] = s.exp_avg[i] * b1 + one_minus_b1 * x;
+      x = s.exp_avg[i];
+    }
+    float p = s.master[i];
+    if (o.weight_decay != 0) p = p + decay * p;
+    s.master[i] = p - x;
+  }
+  if (s.mirror != nullptr) FloatToBf16Array(s.master, s.mirror, n);
+  return absl::OkStatus();
+}
+
+}  // namespace zeroshard
