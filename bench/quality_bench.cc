@@ -2,7 +2,8 @@
 // GPT 4 x 128, byte vocabulary, 300 steps, warmup-cosine schedule, clipping
 // 1.0, BF16) in one process (tests/support/local_trainer.h) under each update
 // rule whose arithmetic is built: AdamW, AdamW with 8-bit block-wise state,
-// and Muon on the 2-D matrices with AdamW on the rest. Prints each rule's
+// Muon on the 2-D matrices with AdamW on the rest, and Adafactor with Hugging
+// Face's defaults. Prints each rule's
 // training loss (mean of the last 10 steps), validation loss (the held-out
 // batches zeroshard-train evaluates for the file) and the bytes per element a
 // server would hold for it.
@@ -93,15 +94,20 @@ int RunQuality(const std::vector<std::string>& args) {
   muon.muon_lr = muon_lr;
   LocalRuleOptions q8;
   q8.rule = LocalRule::kAdamW8bit;
+  LocalRuleOptions adafactor;
+  adafactor.rule = LocalRule::kAdafactor;
   const RuleRun rules[] = {{"AdamW", {}, "14"},
                            {"AdamW8bit", q8, "8.004"},
-                           {"Muon+AdamW", muon, "14 (its matrices need 10)"}};
+                           {"Muon+AdamW", muon, "14 (its matrices need 10)"},
+                           {"Adafactor", adafactor,
+                            "6 + 4 (rows + cols) / (rows x cols) on matrices, "
+                            "10 on the rest"}};
   std::printf("quality: %s, %llu steps, %d x %d GPT, batch %d, AdamW lr %g\n",
               config_path.c_str(), static_cast<unsigned long long>(steps),
               cfg.cluster.model.layers, cfg.cluster.model.width,
               cfg.train_batch_size, cfg.optimizer.lr);
-  double val_loss[3] = {0, 0, 0};
-  for (int k = 0; k < 3; ++k) {
+  double val_loss[4] = {0, 0, 0, 0};
+  for (int k = 0; k < 4; ++k) {
     auto t = LocalTrainer::Create(cfg, &*train, rules[k].options);
     if (!t.ok()) {
       std::fprintf(stderr, "quality: %s\n", t.status().ToString().c_str());
@@ -129,7 +135,7 @@ int RunQuality(const std::vector<std::string>& args) {
       return 1;
     }
     val_loss[k] = *v;
-    std::printf("quality: %-11s loss %.3f -> %.3f (last 10 steps), "
+    std::printf("quality: %-10s loss %.3f -> %.3f (last 10 steps), "
                 "validation %.3f; server bytes per element %s\n",
                 rules[k].name, first, tail / tail_n, *v, rules[k].bytes);
   }
@@ -140,8 +146,8 @@ int RunQuality(const std::vector<std::string>& args) {
 }  // namespace
 
 ZS_REGISTER_BENCH("quality",
-                  "the demo's 300 steps in process under AdamW, AdamW8bit and "
-                  "Muon+AdamW: losses [--steps=300] [--muon_lr=0.02]",
+                  "the demo's 300 steps in process under AdamW, AdamW8bit, "
+                  "Muon+AdamW and Adafactor: losses [--steps=300] [--muon_lr=0.02]",
                   RunQuality);
 
 }  // namespace zeroshard::bench

@@ -74,6 +74,14 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
                     FlatRange{0, total}, t->master_.data());
   t->exp_avg_.assign(total, 0.0f);
   t->exp_avg_sq_.assign(total, 0.0f);
+  if (rule.rule == LocalRule::kAdafactor) {
+    RETURN_IF_ERROR(ValidateAdafactorOptions(rule.adafactor));
+    for (const TensorInfo& ti : t->layout_.tensors()) {
+      const bool matrix = ti.shape.size() == 2;
+      t->af_row_.emplace_back(matrix ? ti.shape[0] : 0, 0.0f);
+      t->af_col_.emplace_back(matrix ? ti.shape[1] : 0, 0.0f);
+    }
+  }
   if (rule.rule == LocalRule::kAdamW8bit) {
     t->q_exp_avg_.assign(total, ZeroCode(Quant8Map::kSigned));
     t->q_exp_avg_sq_.assign(total, ZeroCode(Quant8Map::kUnsigned));
@@ -229,6 +237,29 @@ absl::Status LocalTrainer::UpdateSpan(const AdamStep& step, FlatRange range,
     *absmax_at += blocks;
     return Adam8bitUpdateReference(step, GradView::Fp32(grads_.data() + at),
                                    slice);
+  }
+  if (rule_.rule == LocalRule::kAdafactor) {
+    // Each tensor whole, in the span that holds it (the config's groups
+    // give Adafactor nothing: its own options decide).
+    const std::vector<TensorInfo>& tensors = layout_.tensors();
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const TensorInfo& t = tensors[k];
+      if (t.offset < range.begin || t.offset + t.numel > range.end) continue;
+      const bool matrix = t.shape.size() == 2;
+      const AdafactorShape shape{
+          matrix ? t.shape[0] : static_cast<int64_t>(t.numel),
+          matrix ? t.shape[1] : 0};
+      RETURN_IF_ERROR(AdafactorUpdate(
+          rule_.adafactor, adam_steps_, coefficient,
+          GradView::Fp32(grads_.data() + t.offset), shape,
+          {.master = master_.data() + t.offset,
+           .row = af_row_[k].data(),
+           .col = af_col_[k].data(),
+           .exp_avg_sq = exp_avg_sq_.data() + t.offset,
+           .exp_avg = exp_avg_.data() + t.offset,
+           .mirror = mirror != nullptr ? mirror + t.offset : nullptr}));
+    }
+    return absl::OkStatus();
   }
   // Muon on the 2-D matrices inside the span, AdamW on the rest.
   const double schedule =

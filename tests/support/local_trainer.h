@@ -40,6 +40,7 @@
 #include "worker/data/batch_sampler.h"
 #include "worker/engine/step_engine.h"
 #include "model/gpt.h"
+#include "optim/adafactor.h"
 #include "optim/optimizer.h"
 
 namespace zeroshard {
@@ -49,15 +50,17 @@ namespace zeroshard {
 // AdamW with 8-bit block-wise m and v (optim/adam8bit.h, blocks of
 // kQuant8Block inside each parameter-group span), or Muon (optim/muon.h) on
 // every 2-D matrix (TensorClass kMatrix) with AdamW on the rest, as Muon's
-// authors prescribe. Muon's learning rate follows the config's schedule
-// (scaled by LearningRateAt(t) / lr).
-enum class LocalRule { kAdamW, kAdamW8bit, kMuonWithAdamW };
+// authors prescribe, or Adafactor (optim/adafactor.h, Hugging Face's
+// defaults: relative step, no schedule) on every tensor. Muon's learning
+// rate follows the config's schedule (scaled by LearningRateAt(t) / lr).
+enum class LocalRule { kAdamW, kAdamW8bit, kMuonWithAdamW, kAdafactor };
 struct LocalRuleOptions {
   LocalRule rule = LocalRule::kAdamW;
   double muon_lr = 0.02;
   double muon_momentum = 0.95;
   bool muon_nesterov = true;
   double muon_weight_decay = 0.0;
+  AdafactorOptions adafactor;
 };
 
 class LocalTrainer {
@@ -111,6 +114,9 @@ class LocalTrainer {
   // kAdamW8bit: the codes of m and v and their per-block scales.
   std::vector<uint8_t> q_exp_avg_, q_exp_avg_sq_;
   std::vector<float> absmax_m_, absmax_v_;
+  // kAdafactor: per tensor (layout order), the row and column statistics
+  // of a matrix; a vector's v is exp_avg_sq_ and its m exp_avg_.
+  std::vector<std::vector<float>> af_row_, af_col_;
   std::vector<uint16_t> mirror_;    // BF16 mirror (bf16) or FP16 (fp16)
   std::vector<float> grads_;        // the step's sum over micro-batches
   std::vector<float> micro_grads_;  // one micro-batch
