@@ -5,10 +5,10 @@
 //   X = G / (||G||_F + 1e-7), transposed first when rows > cols
 //   5 times: A = X X^T;  B = b A + c A A;  X = a X + B X
 //   with (a, b, c) = (3.4445, -4.7750, 2.0315); transposed back.
-// NewtonSchulz5 runs the products on oneDNN's FP32 matmul (the library the
-// worker's products use, chosen there by measurement: on this project's
-// 2-core machines it ran FP32 products 1.1 to 4.7 times as fast as
-// OpenBLAS's sgemm; `zeroshard-bench gemm`);
+// NewtonSchulz5 runs the products on oneDNN's FP32 matmul, the library the
+// worker's products use (`zeroshard-bench gemm` on 2-core AMD EPYC and
+// Intel Xeon machines: FP32 products 1.1 to 4.7 times as fast as OpenBLAS's
+// sgemm);
 // NewtonSchulz5Reference is the same iteration with plain loops (FP32
 // operands, sums in double), which the tests compare it with.
 //
