@@ -79,12 +79,7 @@ absl::Status AdafactorUpdate(const AdafactorOptions& o, uint64_t t,
   thread_local std::vector<float> g, u;
   g.resize(n);
   u.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const float x = grad.bf16
-                        ? Bf16ToFloat(static_cast<const uint16_t*>(grad.data)[i])
-                        : static_cast<const float*>(grad.data)[i];
-    g[i] = x * coefficient;
-  }
+  for (size_t i = 0; i < n; ++i) g[i] = grad.At(i) * coefficient;
   const double td = static_cast<double>(t);
   double step = o.lr;
   if (o.relative_step) {

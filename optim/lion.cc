@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 
 
 #include "common/dtype.h"
@@ -23,18 +22,6 @@ namespace {
 // in tiles of kLionTileElems.
 constexpr size_t kLionParallelThreshold = size_t{1} << 16;
 constexpr size_t kLionTileElems = size_t{1} << 15;
-
-inline float LionLoadGradElem(GradView grad, size_t i) {
-  const char* bytes = static_cast<const char*>(grad.data);
-  if (grad.bf16) {
-    uint16_t h;
-    std::memcpy(&h, bytes + i * sizeof(h), sizeof(h));
-    return Bf16ToFloat(h);
-  }
-  float g;
-  std::memcpy(&g, bytes + i * sizeof(g), sizeof(g));
-  return g;
-}
 
 }  // namespace
 
@@ -57,7 +44,7 @@ AdamStep MakeLionStep(const OptimizerConfig& config, uint64_t t,
 void LionUpdateReference(const AdamStep& step, GradView grad,
                          const LionSlice& slice) {
   for (size_t i = 0; i < slice.n; ++i) {
-    const float g = LionLoadGradElem(grad, i) * step.coefficient;
+    const float g = grad.At(i) * step.coefficient;
     float p = slice.master[i] * step.decay;
     const float m = slice.exp_avg[i];
     const float c = std::fmaf(g, step.one_minus_beta1, m * step.beta1);

@@ -15,11 +15,6 @@ float Lerp(float a, float b, float w) {
   return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w);
 }
 
-float GradAt(GradView g, size_t i) {
-  return g.bf16 ? Bf16ToFloat(static_cast<const uint16_t*>(g.data)[i])
-                : static_cast<const float*>(g.data)[i];
-}
-
 }  // namespace
 
 MuonStep MakeMuonStep(double lr, double momentum, double weight_decay,
@@ -52,7 +47,7 @@ absl::Status MuonUpdate(const MuonStep& step, GradView grad, int64_t rows,
   thread_local std::vector<float> u;
   u.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    const float g = GradAt(grad, i) * step.coefficient;
+    const float g = grad.At(i) * step.coefficient;
     const float m = Lerp(momentum[i], g, step.one_minus_momentum);
     momentum[i] = m;
     u[i] = step.nesterov ? Lerp(g, m, step.momentum) : m;

@@ -16,9 +16,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/dtype.h"
 #include "common/optimizer_config.h"
 #include "optim/adam_element.h"
 
@@ -72,6 +74,19 @@ struct GradView {
   bool bf16 = false;
   static GradView Fp32(const float* p) { return {p, false}; }
   static GradView Bf16(const uint16_t* p) { return {p, true}; }
+  // Element i in FP32 (BF16 widened exactly), loaded with memcpy: a plain
+  // unaligned load, as received bytes need.
+  float At(size_t i) const {
+    const char* bytes = static_cast<const char*>(data);
+    if (bf16) {
+      uint16_t h;
+      std::memcpy(&h, bytes + i * sizeof(h), sizeof(h));
+      return Bf16ToFloat(h);
+    }
+    float g;
+    std::memcpy(&g, bytes + i * sizeof(g), sizeof(g));
+    return g;
+  }
 };
 
 // The state being updated; all arrays hold n elements. mirror may be null.

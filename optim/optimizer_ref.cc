@@ -3,7 +3,6 @@
 // multiply-add is an explicit fmaf (adam_element.h), where torch's kernels fuse.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "common/dtype.h"
 #include "optim/adam_element.h"
@@ -66,18 +65,10 @@ void AdamUpdateReference(const AdamStep& step, GradView grad,
                          const AdamSlice& slice) {
   const AdamElementArgs a = AdamElementArgsOf(step);
   // Gradients may sit at any address (received bytes, or a SIMD kernel's
-  // tail): each element is loaded with memcpy, a plain unaligned load.
-  const char* gbytes = static_cast<const char*>(grad.data);
+  // tail): GradView::At loads each element unaligned.
   for (size_t i = 0; i < slice.n; ++i) {
-    float g;
-    if (grad.bf16) {
-      uint16_t h;
-      std::memcpy(&h, gbytes + i * sizeof(h), sizeof(h));
-      g = Bf16ToFloat(h);
-    } else {
-      std::memcpy(&g, gbytes + i * sizeof(g), sizeof(g));
-    }
-    AdamElement(a, g, slice.master[i], slice.exp_avg[i], slice.exp_avg_sq[i]);
+    AdamElement(a, grad.At(i), slice.master[i], slice.exp_avg[i],
+                slice.exp_avg_sq[i]);
     if (slice.mirror != nullptr) slice.mirror[i] = FloatToBf16(slice.master[i]);
   }
 }
