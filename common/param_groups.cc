@@ -51,6 +51,15 @@ absl::string_view TensorClassName(TensorClass c) {
   return "?";
 }
 
+std::optional<TensorClass> TensorClassFromName(absl::string_view name) {
+  for (int c = 0; c < kNumTensorClasses; ++c) {
+    if (name == TensorClassName(static_cast<TensorClass>(c))) {
+      return static_cast<TensorClass>(c);
+    }
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text) {
   json v;
   try {
@@ -70,12 +79,9 @@ absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text) {
       "embeddings, biases, norms)";
   if (!v.is_object()) return Bad(kKey, v, want);
   for (auto it = v.begin(); it != v.end(); ++it) {
-    int cls = -1;
-    for (int c = 0; c < kNumTensorClasses; ++c) {
-      if (it.key() == TensorClassName(static_cast<TensorClass>(c))) cls = c;
-    }
+    const std::optional<TensorClass> found = TensorClassFromName(it.key());
     const std::string path = absl::StrCat(kKey, ".", it.key());
-    if (cls < 0) {
+    if (!found.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config key \"", path,
           "\": unknown tensor class (want matrices, embeddings, biases or "
@@ -92,7 +98,7 @@ absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text) {
             "\": unknown (want weight_decay or lr_scale)"));
       }
     }
-    GroupSettings& g = out.classes[cls];
+    GroupSettings& g = out.classes[static_cast<int>(*found)];
     if (obj.contains("weight_decay") && !obj["weight_decay"].is_null()) {
       RETURN_IF_ERROR(ReadSetting(obj, path, "weight_decay", &g.weight_decay));
       g.optimizer_weight_decay = false;

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <vector>
@@ -34,6 +35,8 @@ namespace zeroshard {
 
 // "matrices", "embeddings", "biases", "norms".
 absl::string_view TensorClassName(TensorClass c);
+// The class TensorClassName names `name`, or nullopt.
+std::optional<TensorClass> TensorClassFromName(absl::string_view name);
 
 struct GroupSettings {
   // true: the optimizer's weight_decay; false: `weight_decay`.

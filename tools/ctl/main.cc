@@ -182,13 +182,10 @@ int main(int argc, char** argv) {
   f.state = absl::GetFlag(FLAGS_state);
   for (absl::string_view name :
        absl::StrSplit(absl::GetFlag(FLAGS_keep_whole), ',', absl::SkipEmpty())) {
-    bool known = false;
-    for (int c = 0; c < kNumTensorClasses; ++c) {
-      if (name == TensorClassName(static_cast<TensorClass>(c))) {
-        f.keep_whole[c] = known = true;
-      }
-    }
-    if (!known) {
+    const std::optional<TensorClass> c = TensorClassFromName(name);
+    if (c.has_value()) {
+      f.keep_whole[static_cast<int>(*c)] = true;
+    } else {
       std::fprintf(stderr,
                    "--keep_whole: '%.*s' is not a parameter class (matrices, "
                    "embeddings, biases, norms)\n",
