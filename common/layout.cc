@@ -192,12 +192,11 @@ absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelManifest& manifest,
   for (const TensorInfo& t : layout.tensors_) {
     if (t.keep_whole) whole.push_back(t.range());
   }
-  layout.server_begin_.resize(size_t{num_servers} + 1);
-  for (uint32_t k = 0; k < num_servers; ++k) {
+  layout.server_begin_.resize(size_t{num_servers} + 1);  // [0] stays 0
+  for (uint32_t k = 1; k < num_servers; ++k) {
     const uint64_t ideal = ServerRangeFor(offset, num_servers, k).begin;
-    const uint64_t cut = k == 0 ? 0 : WholeTensorCut(whole, ideal);
     layout.server_begin_[k] =
-        k == 0 ? 0 : std::max(cut, layout.server_begin_[k - 1]);
+        std::max(WholeTensorCut(whole, ideal), layout.server_begin_[k - 1]);
   }
   layout.server_begin_[num_servers] = offset;
   return layout;
