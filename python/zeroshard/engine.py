@@ -376,9 +376,6 @@ class ZeroshardEngine(torch.nn.Module):
         self._unit_modules = unit_modules
         self._shapes = {id(p): p.shape for p in order}
         self._order = order
-        # The module's own order (model.parameters()), which the global
-        # norm follows: the units' order may differ from it.
-        self._norm_order = trainable
         self._names = names
         # The flat layout is computed by the library; the buffers follow it.
         layout = _zeroshard.Layout(units, 1, self.world)
@@ -409,6 +406,10 @@ class ZeroshardEngine(torch.nn.Module):
         for p in order:
             off, n = offsets[names[id(p)]]
             self._slots.append((p, off, n))
+        # The slots in the module's own order (model.parameters()), which
+        # the global norm follows: the units' order may differ from it.
+        where = {id(p): (p, off, n) for p, off, n in self._slots}
+        self._norm_slots = [where[id(p)] for p in trainable]
         self._groups = None
         if groups is None and "param_groups" not in self._zs_section:
             # torch's one group: the optimizer's weight decay on every
@@ -580,12 +581,8 @@ class ZeroshardEngine(torch.nn.Module):
         # model.parameters(), op for op and in that order (the norms'
         # sum depends on it), so the coefficient has its bits; BF16
         # gradients are normed in FP32, as the servers see them.
-        where = {id(p): (off, n) for p, off, n in self._slots}
-        grads = []
-        for p in self._norm_order:
-            off, n = where[id(p)]
-            grads.append(self._flat_grad[off:off + n]
-                         .view(self._shapes[id(p)]).float())
+        grads = [self._flat_grad[off:off + n].view(self._shapes[id(p)]).float()
+                 for p, off, n in self._norm_slots]
         if self._clip <= 0:
             return 1.0, None
         norms = [torch.norm(g.detach(), 2.0) for g in grads]
