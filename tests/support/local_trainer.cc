@@ -85,10 +85,15 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
   if (rule.rule == LocalRule::kAdamW8bit) {
     t->q_exp_avg_.assign(total, ZeroCode(Quant8Map::kSigned));
     t->q_exp_avg_sq_.assign(total, ZeroCode(Quant8Map::kUnsigned));
-    // Each group span is blocked from its own start: at most one short
-    // block more per span than the whole space needs.
-    const size_t blocks =
-        Quant8Blocks(total, kQuant8Block) + t->layout_.tensors().size() + 8;
+    // Each group span (the ones Step applies) is blocked from its own
+    // start, its scales after the previous span's.
+    const double wd = config.optimizer.weight_decay;
+    size_t blocks = 0;
+    for (const GroupSpan& span : GroupSpans(
+             ResolveParamGroups(t->layout_, config.param_groups, wd), total,
+             wd)) {
+      blocks += Quant8Blocks(span.range.size(), kQuant8Block);
+    }
     t->absmax_m_.assign(blocks, 0.0f);
     t->absmax_v_.assign(blocks, 0.0f);
   }
