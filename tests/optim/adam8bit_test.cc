@@ -14,7 +14,7 @@
 #include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/optim/golden_json.h"
+#include "tests/support/golden_json.h"
 #include "tests/support/test_seed.h"
 
 namespace zeroshard {

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "optim/lion.h"
-#include "tests/optim/golden_json.h"
+#include "tests/support/golden_json.h"
 #include "optim/update_rule.h"
 #include "tests/support/test_seed.h"
 

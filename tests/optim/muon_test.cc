@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "optim/newton_schulz.h"
-#include "tests/optim/golden_json.h"
+#include "tests/support/golden_json.h"
 #include "tests/support/test_seed.h"
 
 namespace zeroshard {

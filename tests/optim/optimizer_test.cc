@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/test_seed.h"
 #include "nlohmann/json.hpp"
-#include "tests/optim/golden_json.h"
+#include "tests/support/golden_json.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_kernels.h"
 #include "optim/optimizer_pool.h"

@@ -23,6 +23,7 @@
 #include "server/model_shard.h"
 #include "server/param_group_table.h"
 #include "tests/server/server_test_util.h"
+#include "tests/support/golden_json.h"
 #include "tests/server/shard_state_util.h"
 #include "wire/proto_convert.h"
 
@@ -31,11 +32,6 @@ namespace {
 
 using nlohmann::json;
 
-float Float(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 uint32_t Bits(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
@@ -142,9 +138,7 @@ struct Golden {
 };
 
 std::vector<float> Floats(const json& bits) {
-  std::vector<float> out;
-  for (const auto& b : bits) out.push_back(Float(b.get<uint32_t>()));
-  return out;
+  return testing::GoldenFloats(bits);
 }
 
 // The class make_param_groups_golden.py gives each of its GPT-2-named
@@ -183,19 +177,8 @@ Golden LoadGolden() {
   for (const auto& c : doc.at("cases")) {
     GoldenCase k;
     k.name = c.at("name");
-    OptimizerConfig& o = k.config;
-    o.kind = c.at("kind") == "adamw" ? OptimizerKind::kAdamW : OptimizerKind::kAdam;
-    o.lr = c.at("lr");
-    o.beta1 = c.at("beta1");
-    o.beta2 = c.at("beta2");
-    o.eps = c.at("eps");
-    o.weight_decay = c.at("weight_decay");
-    if (c.at("schedule") == "warmup_cosine") {
-      o.schedule = LrScheduleKind::kWarmupCosine;
-      o.warmup_steps = c.at("warmup_steps");
-      o.total_steps = c.at("total_steps");
-      o.min_lr = c.at("min_lr");
-    }
+    k.config = testing::GoldenOptimizerConfig(c, OptimizerKind::kAdamW);
+    const OptimizerConfig& o = k.config;
     EXPECT_TRUE(ValidateOptimizerConfig(o).ok()) << k.name;
     absl::StatusOr<ParamGroups> groups =
         ParseParamGroups(c.at("param_groups").dump());

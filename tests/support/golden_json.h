@@ -1,8 +1,8 @@
-// Reading the optimizer tests' golden fixtures (tests/fixtures/make_*_golden.py):
+// Reading the optimizer golden fixtures (tests/fixtures/make_*_golden.py):
 // FP32 values stored as their IEEE bit patterns, and the optimizer config of
 // one case (lr, betas, eps where the rule has one, weight decay, schedule).
-#ifndef ZEROSHARD_TESTS_OPTIM_GOLDEN_JSON_H_
-#define ZEROSHARD_TESTS_OPTIM_GOLDEN_JSON_H_
+#ifndef ZEROSHARD_TESTS_SUPPORT_GOLDEN_JSON_H_
+#define ZEROSHARD_TESTS_SUPPORT_GOLDEN_JSON_H_
 
 #include <cstdint>
 #include <vector>
@@ -46,4 +46,4 @@ inline OptimizerConfig GoldenOptimizerConfig(const nlohmann::json& c,
 
 }  // namespace zeroshard::testing
 
-#endif  // ZEROSHARD_TESTS_OPTIM_GOLDEN_JSON_H_
+#endif  // ZEROSHARD_TESTS_SUPPORT_GOLDEN_JSON_H_
