@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -150,26 +151,40 @@ absl::StatusOr<std::shared_ptr<const ClientSecurity>> ClientSecurity::Load(
               ca, RefreshSeconds(refresh));
     }
     if (absl::Status t = RequireTls13(); !t.ok()) return t;
-    grpc::experimental::TlsChannelCredentialsOptions options;
-    options.set_certificate_provider(provider);
-    options.watch_root_certs();
-    if (identity) options.watch_identity_key_cert_pairs();
-    options.set_verify_server_certs(true);
-    s->channel_credentials_ = grpc::experimental::TlsCredentials(options);
-    if (s->channel_credentials_ == nullptr) {
+    s->provider_ = std::move(provider);
+    s->identity_ = identity;
+    s->tls_ = true;
+    if (s->channel_credentials() == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot build TLS credentials from ", dir));
     }
-    s->tls_ = true;
   } else {
     if (s->token_ == nullptr) {
       return absl::NotFoundError(absl::StrCat(
           "credentials directory '", dir, "' has neither ca.pem nor ", name,
           ".token"));
     }
-    s->channel_credentials_ = grpc::InsecureChannelCredentials();
+    s->insecure_ = grpc::InsecureChannelCredentials();
   }
   return std::shared_ptr<const ClientSecurity>(std::move(s));
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ClientSecurity::channel_credentials()
+    const {
+  if (!tls_) return insecure_;
+  static std::atomic<uint64_t> next_name{0};
+  const std::string name =
+      absl::StrCat("zeroshard-channel-", next_name.fetch_add(1));
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(provider_);
+  options.watch_root_certs();
+  options.set_root_cert_name(name);
+  if (identity_) {
+    options.watch_identity_key_cert_pairs();
+    options.set_identity_cert_name(name);
+  }
+  options.set_verify_server_certs(true);
+  return grpc::experimental::TlsCredentials(options);
 }
 
 absl::StatusOr<std::string> ClientSecurity::Token() const {

@@ -25,6 +25,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
 
 #include <memory>
 #include <optional>
@@ -65,9 +66,15 @@ class ClientSecurity {
   Role role() const { return role_; }
   bool tls() const { return tls_; }
   bool has_token() const { return token_ != nullptr; }
-  const std::shared_ptr<grpc::ChannelCredentials>& channel_credentials() const {
-    return channel_credentials_;
-  }
+  // Credentials for one new channel. With TLS, each call builds its own
+  // TlsCredentials over the one certificate provider, watching the
+  // certificates under names no other channel uses: gRPC 1.51's
+  // provider pushes its certificates to a name only when that name starts
+  // being watched, so a channel whose watch began while a dropped
+  // channel's watch of the same name was still being cancelled (gRPC
+  // releases channels on its own threads) never received them and failed
+  // every connection with "Failed to create security handshaker".
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials() const;
   // The current token ("" when none); re-read when the file changed.
   absl::StatusOr<std::string> Token() const;
 
@@ -75,7 +82,11 @@ class ClientSecurity {
   ClientSecurity() = default;
   Role role_ = Role::kCtl;
   bool tls_ = false;
-  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
+  // Plaintext: the insecure credentials. TLS: the provider that every
+  // channel's credentials watch, and whether it holds a client certificate.
+  std::shared_ptr<grpc::ChannelCredentials> insecure_;
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
+  bool identity_ = false;
   std::unique_ptr<WatchedFile> token_;
 };
 
