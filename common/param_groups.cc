@@ -39,7 +39,118 @@ absl::Status ReadSetting(const json& obj, const std::string& path,
   return absl::OkStatus();
 }
 
+// The value of a class's "optimizer" key (`path` is the class's key).
+absl::Status ReadTensorRule(const json& v, const std::string& path,
+                            TensorClass c, const json& group, TensorRule* out) {
+  const std::string key = absl::StrCat(path, ".optimizer");
+  if (!v.is_object()) {
+    return Bad(key, v, "an object {\"type\": \"Muon\", \"params\": {...}}");
+  }
+  for (auto k = v.begin(); k != v.end(); ++k) {
+    if (k.key() != "type" && k.key() != "params") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", key, ".", k.key(), "\": unknown (want type or params)"));
+    }
+  }
+  auto type = v.find("type");
+  if (type == v.end() || !type->is_string()) {
+    return Bad(key + ".type", type == v.end() ? json() : *type, "\"Muon\"");
+  }
+  const std::string name = type->get<std::string>();
+  if (name != "Muon" && name != "muon") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key, ".type\": unknown rule \"", name,
+        "\" for a group (want Muon; the element-wise rule of every other "
+        "tensor is optimizer.type)"));
+  }
+  if (c != TensorClass::kMatrix) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key, "\": Muon is for 2-D hidden matrices (the class "
+        "matrices); ", TensorClassName(c),
+        " stay with optimizer.type, as Muon's authors prescribe"));
+  }
+  for (const char* own : {"weight_decay", "lr_scale"}) {
+    if (group.contains(own)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", path, ".", own, "\": a group with its own optimizer "
+          "takes its hyperparameters from ", key, ".params"));
+    }
+  }
+  TensorRule r;
+  r.kind = TensorRuleKind::kMuon;
+  if (auto params = v.find("params"); params != v.end()) {
+    const std::string pkey = key + ".params";
+    if (!params->is_object()) return Bad(pkey, *params, "an object");
+    for (auto k = params->begin(); k != params->end(); ++k) {
+      const std::string& n = k.key();
+      const std::string at = absl::StrCat(pkey, ".", n);
+      if (n == "nesterov") {
+        if (!k->is_boolean()) return Bad(at, *k, "true or false");
+        r.nesterov = k->get<bool>();
+        continue;
+      }
+      double* field = n == "lr"             ? &r.lr
+                      : n == "momentum"     ? &r.momentum
+                      : n == "weight_decay" ? &r.weight_decay
+                                            : nullptr;
+      if (field == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config key \"", at,
+            "\": unknown (want lr, momentum, nesterov or weight_decay)"));
+      }
+      const char* want = n == "lr"         ? "a number in (0, 1e6]"
+                         : n == "momentum" ? "a number in [0, 1)"
+                                           : "a number in [0, 1e6]";
+      if (!k->is_number()) return Bad(at, *k, want);
+      const double d = k->get<double>();
+      TensorRule probe = r;
+      *(n == "lr" ? &probe.lr : n == "momentum" ? &probe.momentum
+                                                : &probe.weight_decay) = d;
+      if (!ValidateTensorRule(probe, pkey).ok()) return Bad(at, *k, want);
+      *field = d;
+    }
+  }
+  RETURN_IF_ERROR(ValidateTensorRule(r, key + ".params"));
+  *out = r;
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::string_view TensorRuleName(TensorRuleKind kind) {
+  return kind == TensorRuleKind::kMuon ? "muon" : "";
+}
+
+absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what) {
+  if (!rule.active()) return absl::OkStatus();
+  auto bad = [&](const char* name, double v, const char* want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ".", name, " is ", v, "; want ", want));
+  };
+  if (!std::isfinite(rule.lr) || rule.lr <= 0 || rule.lr > kMaxSetting) {
+    return bad("lr", rule.lr, "a number in (0, 1e6]");
+  }
+  if (!std::isfinite(rule.momentum) || rule.momentum < 0 ||
+      rule.momentum >= 1) {
+    return bad("momentum", rule.momentum, "a number in [0, 1)");
+  }
+  if (!std::isfinite(rule.weight_decay) || rule.weight_decay < 0 ||
+      rule.weight_decay > kMaxSetting) {
+    return bad("weight_decay", rule.weight_decay, "a number in [0, 1e6]");
+  }
+  return absl::OkStatus();
+}
+
+void MarkWholeTensors(const ParamGroups& groups, ModelManifest* manifest) {
+  if (groups.single) return;
+  for (UnitSpec& u : manifest->units) {
+    for (TensorSpec& t : u.tensors) {
+      if (groups.classes[static_cast<int>(t.param_class)].rule.active()) {
+        t.keep_whole = true;
+      }
+    }
+  }
+}
 
 absl::string_view TensorClassName(TensorClass c) {
   switch (c) {
@@ -92,13 +203,17 @@ absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text) {
       return Bad(path, obj, "an object with weight_decay and/or lr_scale");
     }
     for (auto k = obj.begin(); k != obj.end(); ++k) {
-      if (k.key() != "weight_decay" && k.key() != "lr_scale") {
+      if (k.key() != "weight_decay" && k.key() != "lr_scale" &&
+          k.key() != "optimizer") {
         return absl::InvalidArgumentError(absl::StrCat(
             "config key \"", path, ".", k.key(),
-            "\": unknown (want weight_decay or lr_scale)"));
+            "\": unknown (want weight_decay, lr_scale or optimizer)"));
       }
     }
     GroupSettings& g = out.classes[static_cast<int>(*found)];
+    if (auto rule = obj.find("optimizer"); rule != obj.end()) {
+      RETURN_IF_ERROR(ReadTensorRule(*rule, path, *found, obj, &g.rule));
+    }
     if (obj.contains("weight_decay") && !obj["weight_decay"].is_null()) {
       RETURN_IF_ERROR(ReadSetting(obj, path, "weight_decay", &g.weight_decay));
       g.optimizer_weight_decay = false;
@@ -117,6 +232,14 @@ std::string DescribeParamGroups(const ParamGroups& groups,
   std::vector<std::string> parts;
   for (int c = 0; c < kNumTensorClasses; ++c) {
     const GroupSettings& g = groups.classes[c];
+    if (g.rule.active()) {
+      parts.push_back(absl::StrCat(
+          TensorClassName(static_cast<TensorClass>(c)), ": Muon lr ",
+          g.rule.lr, ", momentum ", g.rule.momentum,
+          g.rule.nesterov ? ", Nesterov" : "", ", weight_decay ",
+          g.rule.weight_decay));
+      continue;
+    }
     parts.push_back(absl::StrCat(
         TensorClassName(static_cast<TensorClass>(c)), ": weight_decay ",
         g.optimizer_weight_decay ? optimizer_weight_decay : g.weight_decay,
@@ -137,6 +260,11 @@ std::vector<ResolvedGroup> ResolveParamGroups(const FlatLayout& layout,
     by_class[c].weight_decay =
         g.optimizer_weight_decay ? optimizer_weight_decay : g.weight_decay;
     by_class[c].lr_scale = g.lr_scale;
+    by_class[c].rule = g.rule;
+    if (g.rule.active()) {  // the rule's own decay; its lr is its own
+      by_class[c].weight_decay = g.rule.weight_decay;
+      by_class[c].lr_scale = 1;
+    }
   }
   for (const TensorInfo& t : layout.tensors()) {
     if (t.numel == 0) continue;
@@ -162,7 +290,7 @@ std::vector<GroupSpan> GroupSpans(const std::vector<ResolvedGroup>& groups,
   std::vector<GroupSpan> set;
   for (const ResolvedGroup& g : groups) {
     for (const FlatRange& r : g.ranges) {
-      set.push_back({r, g.weight_decay, g.lr_scale});
+      set.push_back({r, g.weight_decay, g.lr_scale, g.rule});
     }
   }
   std::sort(set.begin(), set.end(), [](const GroupSpan& a, const GroupSpan& b) {

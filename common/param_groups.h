@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/enum_names.h"
 #include "common/layout.h"
 
 namespace zeroshard {
@@ -38,11 +39,33 @@ absl::string_view TensorClassName(TensorClass c);
 // The class TensorClassName names `name`, or nullopt.
 std::optional<TensorClass> TensorClassFromName(absl::string_view name);
 
+// A rule that updates each whole 2-D tensor of a group in place of the
+// optimizer's element-wise one (docs/DESIGN.md, "Rules for whole
+// tensors"). kMuon: Muon (optim/muon.h) with these hyperparameters; its lr
+// follows the optimizer's schedule (lr_t / lr times `lr`), and its
+// momentum buffer is the optimizer rule's first slot.
+enum class TensorRuleKind { kNone = 0, kMuon = 1 };
+inline constexpr EnumNames<TensorRuleKind, 2> kTensorRuleKindNames = {
+    {{TensorRuleKind::kNone, "none"}, {TensorRuleKind::kMuon, "muon"}}};
+struct TensorRule {
+  TensorRuleKind kind = TensorRuleKind::kNone;
+  double lr = 0.02;
+  double momentum = 0.95;
+  bool nesterov = true;
+  double weight_decay = 0;
+  bool active() const { return kind != TensorRuleKind::kNone; }
+  friend bool operator==(const TensorRule&, const TensorRule&) = default;
+};
+
 struct GroupSettings {
   // true: the optimizer's weight_decay; false: `weight_decay`.
   bool optimizer_weight_decay = true;
   double weight_decay = 0;
   double lr_scale = 1;
+  // "optimizer": {"type": "Muon", "params": {...}}: the group's 2-D tensors
+  // are updated whole by this rule (only the class "matrices" may have
+  // one).
+  TensorRule rule;
   friend bool operator==(const GroupSettings&, const GroupSettings&) = default;
 };
 
@@ -60,7 +83,11 @@ struct ParamGroups {
 
 // Parses the JSON value of "zeroshard.param_groups". Errors name the key
 // (e.g. zeroshard.param_groups.norms.lr_scale); weight_decay and lr_scale
-// must be finite and in [0, 1e6]; unknown classes or keys are errors.
+// must be finite and in [0, 1e6]; unknown classes or keys are errors. A
+// class's "optimizer" is {"type": "Muon", "params": {"lr", "momentum",
+// "nesterov", "weight_decay"}} (Muon's published defaults 0.02, 0.95,
+// true, 0), only for "matrices", and without the class's own
+// weight_decay or lr_scale (the rule's params hold them).
 absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text);
 
 // "single", or one "class: weight_decay W, lr_scale L" clause per class
@@ -76,7 +103,19 @@ struct ResolvedGroup {
   // Flat ranges of the class's tensors, in order, adjacent ones merged.
   std::vector<FlatRange> ranges;
   uint64_t elems = 0;  // sum of the ranges' sizes
+  TensorRule rule;     // active: the ranges are whole 2-D tensors
 };
+
+// "muon" for kMuon ("" for kNone).
+absl::string_view TensorRuleName(TensorRuleKind kind);
+// OK, or INVALID_ARGUMENT naming `what` and the hyperparameter: lr > 0,
+// momentum in [0, 1), weight_decay >= 0, each finite and <= 1e6.
+absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what);
+
+// Marks every tensor of a class whose group has a tensor rule keep_whole,
+// so that no server boundary cuts it (common/layout.h). Call on the
+// manifest before FlatLayout::Create wherever a run's layout is made.
+void MarkWholeTensors(const ParamGroups& groups, ModelManifest* manifest);
 
 // The groups for a layout: one per class that has tensors, in TensorClass
 // order. Empty for "single" (the servers then apply the optimizer's
@@ -90,6 +129,7 @@ struct GroupSpan {
   FlatRange range;
   double weight_decay = 0;
   double lr_scale = 1;
+  TensorRule rule;
 };
 
 // [0, total_elems) cut where the setting changes, in order: the groups'

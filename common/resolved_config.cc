@@ -79,6 +79,14 @@ void VisitConfig(V& v, TrainingConfig& c) {
         v.Field("optimizer_weight_decay", g.classes[k].optimizer_weight_decay);
         v.Field("weight_decay", g.classes[k].weight_decay);
         v.Field("lr_scale", g.classes[k].lr_scale);
+        v.Object("rule", [&] {
+          TensorRule& r = g.classes[k].rule;
+          v.Enum("kind", r.kind, kTensorRuleKindNames);
+          v.Field("lr", r.lr);
+          v.Field("momentum", r.momentum);
+          v.Field("nesterov", r.nesterov);
+          v.Field("weight_decay", r.weight_decay);
+        });
       });
     }
   });

@@ -130,8 +130,11 @@ uint64_t RangesBytes(const std::vector<FlatRange>& ranges, DType dtype) {
 using TensorEntry = std::tuple<std::string, std::vector<int64_t>, std::string>;
 using UnitEntry = std::pair<std::string, std::vector<TensorEntry>>;
 
+// `resolved`, when given, is the resolved configuration: the tensors of a
+// class whose parameter group has a tensor rule (Muon) are kept whole.
 FlatLayout MakeLayout(const std::vector<UnitEntry>& units, uint32_t servers,
-                      uint32_t workers, const std::string& arch) {
+                      uint32_t workers, const std::string& arch,
+                      const std::string& resolved) {
   ModelManifest m;
   m.partition_count = workers;
   m.arch = arch;
@@ -146,6 +149,9 @@ FlatLayout MakeLayout(const std::vector<UnitEntry>& units, uint32_t servers,
                                      Value(ClassOfName(cls))});
     }
     m.units.push_back(std::move(u));
+  }
+  if (!resolved.empty()) {
+    MarkWholeTensors(Value(ParseResolvedConfig(resolved)).param_groups, &m);
   }
   return Value(FlatLayout::Create(m, servers, workers));
 }
@@ -518,7 +524,8 @@ PYBIND11_MODULE(_zeroshard, m) {
 
   py::class_<FlatLayout>(m, "Layout")
       .def(py::init(&MakeLayout), py::arg("units"), py::arg("servers"),
-           py::arg("workers"), py::arg("arch") = "torch")
+           py::arg("workers"), py::arg("arch") = "torch",
+           py::arg("resolved") = "")
       .def_property_readonly("total_elems", &FlatLayout::total_elems)
       .def_property_readonly("param_elems", &FlatLayout::param_elems)
       .def_property_readonly("num_servers", &FlatLayout::num_servers)

@@ -11,6 +11,8 @@
 #include "wire/proto_convert.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "optim/muon.h"
+#include "optim/newton_schulz.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_pool.h"
 #include "server/kv_store.h"
@@ -146,6 +148,16 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
       request.optimizer(), owned, state->layout_.total_elems());
   if (!groups.ok()) return Prefixed("Init: ", groups.status());
   state->param_groups_ = *std::move(groups);
+  absl::StatusOr<std::vector<WholeTensor>> whole =
+      FindWholeTensors(request.optimizer(), state->layout_, owned);
+  if (!whole.ok()) return Prefixed("Init: ", whole.status());
+  state->whole_tensors_ = *std::move(whole);
+  if (!state->whole_tensors_.empty() && placement == Placement::kDevice) {
+    return absl::FailedPreconditionError(
+        "Init: the Muon rule of a parameter group has no device kernel in "
+        "this build; start the servers with --placement=host or "
+        "--placement=pinned");
+  }
   ASSIGN_OR_RETURN(state->store_, ShardStore::Create(
                                       owned, request.chunk_elems(), placement,
                                       UpdateRuleFor(config->kind)));
@@ -163,6 +175,144 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   }
   state->request_ = std::move(request);
   return state;
+}
+
+absl::StatusOr<std::vector<ModelShard::WholeTensor>>
+ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
+                             const FlatLayout& layout, FlatRange owned) {
+  std::vector<WholeTensor> out;
+  for (const v1::ParamGroup& g : optimizer.param_groups()) {
+    const TensorRule rule = TensorRuleFromProto(g.tensor_rule());
+    if (!rule.active()) continue;
+    for (const v1::FlatRange& pr : g.ranges()) {
+      const FlatRange r{pr.offset(), pr.offset() + pr.length()};
+      uint64_t covered = 0;
+      for (const TensorInfo& t : layout.tensors()) {
+        const FlatRange tr = t.range();
+        if (Intersect(tr, r).empty()) continue;
+        const std::string what = absl::StrCat(
+            "tensor '", t.name, "' of parameter group '", g.name(), "' (",
+            TensorRuleName(rule.kind), ")");
+        if (!r.Contains(tr)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": the group's range [", r.begin, ", ", r.end,
+              ") holds only part of it; a tensor rule updates whole tensors"));
+        }
+        if (t.shape.size() != 2) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, " has ", t.shape.size(),
+              " dimensions; Muon updates 2-D matrices only"));
+        }
+        covered += t.numel;
+        if (Intersect(tr, owned).empty()) continue;
+        if (!owned.Contains(tr)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              what, " [", tr.begin, ", ", tr.end,
+              ") straddles this server's range [", owned.begin, ", ",
+              owned.end, "): mark it keep_whole in the manifest so that no "
+              "server boundary cuts it"));
+        }
+        out.push_back({t.name, tr, t.shape[0], t.shape[1], rule});
+      }
+      if (covered != r.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter group '", g.name(), "' (", TensorRuleName(rule.kind),
+            "): range [", r.begin, ", ", r.end,
+            ") is not made of whole tensors"));
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const WholeTensor& a, const WholeTensor& b) {
+              return a.range.begin < b.range.begin;
+            });
+  return out;
+}
+
+absl::Status ModelShard::CheckWholeTensorsCovered(
+    absl::Span<const GradPiece> pieces) const {
+  if (whole_tensors_.empty()) return absl::OkStatus();
+  for (const WholeTensor& w : whole_tensors_) {
+    uint64_t covered = 0;
+    bool touched = false;
+    for (const GradPiece& p : pieces) {
+      const uint64_t n = Intersect(p.range, w.range).size();
+      touched |= n > 0;
+      covered += n;
+    }
+    if (touched && covered != w.range.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor '", w.name, "' is updated whole by its group's ",
+          TensorRuleName(w.rule.kind), " rule: a step's gradient for it must "
+          "arrive in one apply (a two-phase commit, as zeroshard-train's "
+          "workers make, or one push covering [", w.range.begin, ", ",
+          w.range.end, ")); this one holds ", covered, " of its ",
+          w.range.size(), " elements"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ModelShard::ApplyWholeTensors(const StepClaim& claim,
+                                   const StepParams& params,
+                                   absl::Span<const GradPiece> pieces) {
+  thread_local NewtonSchulzScratch scratch;
+  thread_local std::vector<float> grad;
+  for (const WholeTensor& w : whole_tensors_) {
+    // The tensor's gradient, assembled from the claimed segments (the
+    // coverage check made them whole).
+    uint64_t found = 0, adam_t = 0;
+    const GradPiece* single = nullptr;
+    for (const ClaimedSegment& seg : claim.segments) {
+      const FlatRange part = Intersect(seg.range, w.range);
+      if (part.empty()) continue;
+      if (found == 0) {
+        grad.resize(w.range.size());
+        adam_t = seg.adam_t;
+      }
+      found += part.size();
+      const GradPiece& piece = pieces[seg.piece];
+      if (piece.range.Contains(w.range) && piece.dtype == DType::kFp32) {
+        single = &piece;  // no copy needed
+      }
+      const size_t from = part.begin - piece.range.begin;
+      float* to = grad.data() + (part.begin - w.range.begin);
+      if (piece.dtype == DType::kBf16) {
+        const char* src =
+            static_cast<const char*>(piece.data) + from * sizeof(uint16_t);
+        for (uint64_t k = 0; k < part.size(); ++k) {
+          uint16_t b;
+          std::memcpy(&b, src + k * sizeof(uint16_t), sizeof(b));
+          to[k] = Bf16ToFloat(b);
+        }
+      } else {
+        std::memcpy(to,
+                    static_cast<const char*>(piece.data) + from * sizeof(float),
+                    part.size() * sizeof(float));
+      }
+    }
+    if (found == 0) continue;  // not in this claim
+    const GradView view =
+        single != nullptr
+            ? GradView::Fp32(reinterpret_cast<const float*>(
+                  static_cast<const char*>(single->data) +
+                  (w.range.begin - single->range.begin) * sizeof(float)))
+            : GradView::Fp32(grad.data());
+    // Muon's lr follows the optimizer's schedule.
+    const double scale = LearningRateAt(optimizer_, adam_t) / optimizer_.lr;
+    const MuonStep step = MakeMuonStep(
+        w.rule.lr * scale, w.rule.momentum, w.rule.weight_decay,
+        w.rule.nesterov, static_cast<float>(params.coefficient));
+    // The momentum buffer is the element-wise rule's first slot.
+    store_
+        ->ApplyToWholeRange(
+            w.range,
+            [&](const StateSlice& s) {
+              return MuonUpdate(step, view, w.rows, w.cols, s.master,
+                                s.slots[0], s.mirror, scratch);
+            })
+        .IgnoreError();  // shapes were checked at Init
+  }
 }
 
 absl::Status ModelShard::CheckOwned(uint64_t offset, uint64_t length,
@@ -235,6 +385,7 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
   std::vector<FlatRange> ranges;
   ranges.reserve(pieces.size());
   for (const GradPiece& p : pieces) ranges.push_back(p.range);
+  if (!params.skip) RETURN_IF_ERROR(CheckWholeTensorsCovered(pieces));
   ASSIGN_OR_RETURN(StepClaim claim,
                    tracker_->Claim(step, params, ranges, attempt));
   // Before anything of this step touches a chunk (skipped steps included:
@@ -394,6 +545,7 @@ void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,
         // One update per parameter-group setting the segment crosses.
         for (const ParamGroupTable::Span& span :
              param_groups_.Split(seg.range)) {
+          if (span.whole) continue;  // ApplyWholeTensors
           const size_t skip = span.range.begin - seg.range.begin;
           const GradView part{
               static_cast<const char*>(grad.data) + skip * esize, grad.bf16};
@@ -423,6 +575,7 @@ void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,
     // over the threads.
     apply_runs(0, runs, &pool);
   }
+  if (!whole_tensors_.empty()) ApplyWholeTensors(claim, params, pieces);
 }
 
 }  // namespace zeroshard

@@ -29,6 +29,7 @@
 #include "common/dtype.h"
 #include "common/layout.h"
 #include "common/optimizer_config.h"
+#include "common/param_groups.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/param_group_table.h"
 #include "server/prepared_pushes.h"
@@ -236,14 +237,38 @@ class ModelShard {
       absl::Span<const GradPiece> pieces, uint64_t attempt)
       ABSL_SHARED_LOCKS_REQUIRED(restore_mu_);
   // Applies the claimed segments (`elems` elements in all) on the apply
-  // thread pool.
+  // thread pool; the segments of whole tensors through ApplyWholeTensors.
   void ApplyClaimed(const StepClaim& claim, const StepParams& params,
                     absl::Span<const GradPiece> pieces, uint64_t elems);
+
+  // A tensor a group's tensor rule updates whole (docs/DESIGN.md, "Rules
+  // for whole tensors"); inside the owned range.
+  struct WholeTensor {
+    std::string name;
+    FlatRange range;
+    int64_t rows = 0, cols = 0;
+    TensorRule rule;
+  };
+  // The tensors of groups with a tensor rule that lie in the owned range;
+  // INVALID_ARGUMENT / FAILED_PRECONDITION naming the tensor for one that
+  // is not 2-D, is cut by a group range or straddles this server's range.
+  static absl::StatusOr<std::vector<WholeTensor>> FindWholeTensors(
+      const v1::OptimizerConfig& optimizer, const FlatLayout& layout,
+      FlatRange owned);
+  // FAILED_PRECONDITION naming the tensor unless every whole tensor that
+  // `pieces` touch is covered by them entirely: its update needs all of
+  // its gradient in one apply.
+  absl::Status CheckWholeTensorsCovered(
+      absl::Span<const GradPiece> pieces) const;
+  // The tensor rule's update of each whole tensor the claim covers.
+  void ApplyWholeTensors(const StepClaim& claim, const StepParams& params,
+                         absl::Span<const GradPiece> pieces);
 
   v1::InitRequest request_;
   FlatLayout layout_;
   OptimizerConfig optimizer_;
   ParamGroupTable param_groups_;
+  std::vector<WholeTensor> whole_tensors_;  // sorted by offset
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<StepTracker> tracker_;
   // After store_ and tracker_, which they point into.

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/param_groups.h"
+#include "wire/proto_convert.h"
 
 namespace zeroshard {
 namespace {
@@ -33,6 +35,17 @@ absl::StatusOr<ParamGroupTable> ParamGroupTable::Create(
           what, ": weight_decay (", g.weight_decay(), ") and lr_scale (",
           g.lr_scale(), ") must be finite and in [0, 1e6]"));
     }
+    if (!v1::TensorRule::Kind_IsValid(g.tensor_rule().kind())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": tensor_rule kind ", g.tensor_rule().kind(),
+          " is not one this server knows (Muon)"));
+    }
+    const TensorRule rule = TensorRuleFromProto(g.tensor_rule());
+    if (absl::Status s = ValidateTensorRule(
+            rule, absl::StrCat(what, " tensor_rule"));
+        !s.ok()) {
+      return s;
+    }
     for (const v1::FlatRange& r : g.ranges()) {
       if (r.length() == 0 || r.offset() > total_elems ||
           r.length() > total_elems - r.offset()) {
@@ -42,7 +55,7 @@ absl::StatusOr<ParamGroupTable> ParamGroupTable::Create(
             " elements"));
       }
       all.push_back({{r.offset(), r.offset() + r.length()}, g.weight_decay(),
-                     g.lr_scale()});
+                     g.lr_scale(), rule.active()});
     }
   }
   std::sort(all.begin(), all.end(), [](const Span& a, const Span& b) {
@@ -87,7 +100,7 @@ std::vector<ParamGroupTable::Span> ParamGroupTable::Split(
       at = it->range.begin;
     }
     const uint64_t end = std::min(range.end, it->range.end);
-    out.push_back({{at, end}, it->weight_decay, it->lr_scale});
+    out.push_back({{at, end}, it->weight_decay, it->lr_scale, it->whole});
     at = end;
     ++it;
   }

@@ -29,11 +29,15 @@ class ParamGroupTable {
     FlatRange range;
     double weight_decay = 0;
     double lr_scale = 1;
+    // In a group with a tensor rule (TensorRule): updated whole, tensor by
+    // tensor, not by the element-wise rule.
+    bool whole = false;
   };
 
   // Validates the groups (unique non-empty names, weight_decay and lr_scale
-  // finite and in [0, 1e6], every range non-empty, inside [0, total_elems)
-  // and overlapping no other) and keeps the pieces inside `owned`.
+  // finite and in [0, 1e6], a tensor rule of a known kind with valid
+  // hyperparameters, every range non-empty, inside [0, total_elems) and
+  // overlapping no other) and keeps the pieces inside `owned`.
   // INVALID_ARGUMENT naming the group otherwise.
   static absl::StatusOr<ParamGroupTable> Create(
       const v1::OptimizerConfig& optimizer, FlatRange owned,

@@ -211,6 +211,26 @@ absl::Status ShardStore::ApplyUpdatesInChunk(
   return first_error;
 }
 
+absl::Status ShardStore::ApplyToWholeRange(
+    FlatRange range, absl::FunctionRef<absl::Status(const StateSlice&)> f) {
+  RETURN_IF_ERROR(fault());
+  if (on_device()) {
+    return absl::FailedPreconditionError(
+        "a whole-tensor update on device state (this build has no device "
+        "kernel for tensor rules)");
+  }
+  if (range.empty()) return absl::OkStatus();
+  const size_t first = ChunkOf(range.begin), last = ChunkOf(range.end - 1);
+  for (size_t c = first; c <= last; ++c) chunk_mu_[c].Lock();
+  const size_t i = range.begin - owned_.begin;
+  StateSlice slice{.master = master_ + i, .mirror = mirror_ + i,
+                   .n = range.size()};
+  for (size_t k = 0; k < num_slots_; ++k) slice.slots[k] = slots_[k] + i;
+  absl::Status s = f(slice);
+  for (size_t c = last + 1; c-- > first;) chunk_mu_[c].Unlock();
+  return s;
+}
+
 absl::Status ShardStore::Read(FlatRange range, DType dtype, void* out) const {
   RETURN_IF_ERROR(fault());
   const size_t i = range.begin - owned_.begin;

@@ -95,6 +95,15 @@ class ShardStore {
                                    absl::Span<const ChunkUpdate> updates,
                                    OptimizerPool* pool);
 
+  // Calls `f` with `range`'s arrays (inside owned(), any chunks) while
+  // holding the lock of every chunk it touches, taken in chunk order: an
+  // update that needs a whole tensor at once (a tensor rule). The arrays
+  // are range.size() elements long. FAILED_PRECONDITION on the device
+  // placement (tensor rules run on host state only; Init refuses them
+  // there); otherwise f's status.
+  absl::Status ApplyToWholeRange(
+      FlatRange range, absl::FunctionRef<absl::Status(const StateSlice&)> f);
+
   // Copies `range` (inside one chunk) as FP32 (master) or BF16 (mirror) to
   // `out`, which holds range.size() * DTypeSize(dtype) bytes.
   absl::Status Read(FlatRange range, DType dtype, void* out) const;

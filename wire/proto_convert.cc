@@ -189,12 +189,32 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
     p->set_name(g.name);
     p->set_weight_decay(g.weight_decay);
     p->set_lr_scale(g.lr_scale);
+    if (g.rule.active()) {
+      v1::TensorRule* t = p->mutable_tensor_rule();
+      t->set_kind(v1::TensorRule::MUON);
+      t->set_lr(g.rule.lr);
+      t->set_momentum(g.rule.momentum);
+      t->set_nesterov(g.rule.nesterov);
+      t->set_weight_decay(g.rule.weight_decay);
+    }
     for (const FlatRange& r : g.ranges) {
       v1::FlatRange* range = p->add_ranges();
       range->set_offset(r.begin);
       range->set_length(r.size());
     }
   }
+}
+
+TensorRule TensorRuleFromProto(const v1::TensorRule& in) {
+  TensorRule r;
+  if (in.kind() == v1::TensorRule::MUON) {
+    r.kind = TensorRuleKind::kMuon;
+    r.lr = in.lr();
+    r.momentum = in.momentum();
+    r.nesterov = in.nesterov();
+    r.weight_decay = in.weight_decay();
+  }
+  return r;
 }
 
 std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in) {
@@ -204,6 +224,7 @@ std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in) {
     g.name = p.name();
     g.weight_decay = p.weight_decay();
     g.lr_scale = p.lr_scale();
+    g.rule = TensorRuleFromProto(p.tensor_rule());
     for (const v1::FlatRange& r : p.ranges()) {
       g.ranges.push_back(FlatRange{r.offset(), r.offset() + r.length()});
       g.elems += r.length();

@@ -29,6 +29,9 @@ absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& config);
 // out->param_groups: what Init carries to the servers.
 void AddParamGroups(const std::vector<ResolvedGroup>& groups,
                     v1::OptimizerConfig* out);
+// A group's tensor rule (kind NONE, or one this build does not know:
+// inactive; the server's ParamGroupTable refuses unknown kinds).
+TensorRule TensorRuleFromProto(const v1::TensorRule& in);
 // The inverse: the groups `in` carries, each with its ranges and their sum.
 std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in);
 

@@ -42,6 +42,7 @@
 #include "absl/time/time.h"
 #include "client/kv_client.h"
 #include "client/shard_cluster.h"
+#include "common/param_groups.h"
 #include "common/config.h"
 #include "common/atomic_file.h"
 #include "model/gpt_manifest.h"
@@ -318,6 +319,7 @@ absl::Status Run() {
                    model::ArchForShape(cfg.cluster.model));
   ASSIGN_OR_RETURN(ModelManifest manifest,
                    arch->Manifest(cfg.cluster.model, world));
+  MarkWholeTensors(cfg.param_groups, &manifest);
   ASSIGN_OR_RETURN(FlatLayout layout,
                    FlatLayout::Create(manifest, servers.size(), world));
   const absl::Duration step_timeout = absl::Seconds(cfg.cluster.step_timeout_s);

@@ -234,8 +234,9 @@ class ZeroshardEngine(torch.nn.Module):
             addresses = self._servers.addresses
             credentials = self._servers.credentials
         _live_engines.add(self)
+        # The resolved config keeps the matrices of a Muon group whole.
         self._layout = _zeroshard.Layout(self._units, len(addresses),
-                                         self.world)
+                                         self.world, resolved=self._resolved)
         if self._layout.total_elems != self._total:
             raise RuntimeError("the flat layout depends on the server count")
         # This rank's partition of every unit (the ranges it pushes).

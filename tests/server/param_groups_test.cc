@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <random>
 #include <vector>
 
 #include "common/config.h"
@@ -18,6 +19,8 @@
 #include "common/param_groups.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "optim/muon.h"
+#include "optim/newton_schulz.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_kernels.h"
 #include "server/model_shard.h"
@@ -87,6 +90,29 @@ TEST(ParamGroupsTest, ErrorsNameTheKey) {
                "zeroshard.param_groups.biases.weight_decay"},
            Bad{R"({"matrices": {"lr_scale": "x"}})",
                "zeroshard.param_groups.matrices.lr_scale"},
+           // Tensor rules: Muon on 1-D tensors or embeddings, an unknown
+           // rule, bad or unknown hyperparameters, settings of the group's
+           // own beside the rule's.
+           Bad{R"({"biases": {"optimizer": {"type": "Muon"}}})",
+               "zeroshard.param_groups.biases.optimizer"},
+           Bad{R"({"norms": {"optimizer": {"type": "Muon"}}})",
+               "zeroshard.param_groups.norms.optimizer"},
+           Bad{R"({"embeddings": {"optimizer": {"type": "Muon"}}})",
+               "zeroshard.param_groups.embeddings.optimizer"},
+           Bad{R"({"matrices": {"optimizer": {"type": "Lamb"}}})",
+               "zeroshard.param_groups.matrices.optimizer.type"},
+           Bad{R"({"matrices": {"optimizer": {"params": {}}}})",
+               "zeroshard.param_groups.matrices.optimizer.type"},
+           Bad{R"({"matrices": {"optimizer": {"type": "Muon", "params": {"momentum": 1.0}}}})",
+               "zeroshard.param_groups.matrices.optimizer.params.momentum"},
+           Bad{R"({"matrices": {"optimizer": {"type": "Muon", "params": {"lr": 0}}}})",
+               "zeroshard.param_groups.matrices.optimizer.params.lr"},
+           Bad{R"({"matrices": {"optimizer": {"type": "Muon", "params": {"nesterov": 1}}}})",
+               "zeroshard.param_groups.matrices.optimizer.params.nesterov"},
+           Bad{R"({"matrices": {"optimizer": {"type": "Muon", "params": {"betas": [0.9, 0.99]}}}})",
+               "zeroshard.param_groups.matrices.optimizer.params.betas"},
+           Bad{R"({"matrices": {"weight_decay": 0.1, "optimizer": {"type": "Muon"}}})",
+               "zeroshard.param_groups.matrices.weight_decay"},
        }) {
     absl::StatusOr<ParamGroups> g = ParseParamGroups(b.json);
     ASSERT_FALSE(g.ok()) << b.json;
@@ -95,6 +121,54 @@ TEST(ParamGroupsTest, ErrorsNameTheKey) {
               std::string::npos)
         << g.status();
   }
+}
+
+TEST(ParamGroupsTest, MuonForMatricesResolvesAndMarksThemWhole) {
+  absl::StatusOr<ParamGroups> parsed =
+      ParseParamGroups(R"({"matrices": {"optimizer": {"type": "Muon",
+          "params": {"lr": 0.05, "nesterov": false, "weight_decay": 0.1}}}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const ParamGroups& g = *parsed;
+  const TensorRule& r = g.classes[static_cast<int>(TensorClass::kMatrix)].rule;
+  EXPECT_EQ(r.kind, TensorRuleKind::kMuon);
+  EXPECT_EQ(r.lr, 0.05);
+  EXPECT_EQ(r.momentum, 0.95);  // Muon's default
+  EXPECT_FALSE(r.nesterov);
+  EXPECT_EQ(r.weight_decay, 0.1);
+  for (int c = 1; c < kNumTensorClasses; ++c) {
+    EXPECT_FALSE(g.classes[c].rule.active()) << c;
+  }
+  ModelManifest m = FromProto(testing::SmallManifest(2));
+  MarkWholeTensors(g, &m);
+  int whole = 0;
+  for (const UnitSpec& u : m.units) {
+    for (const TensorSpec& t : u.tensors) {
+      EXPECT_EQ(t.keep_whole, t.param_class == TensorClass::kMatrix) << t.name;
+      whole += t.keep_whole;
+    }
+  }
+  EXPECT_GT(whole, 0);
+  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(m, 2, 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const std::vector<ResolvedGroup> resolved = ResolveParamGroups(*layout, g, 0.3);
+  bool found = false;
+  for (const ResolvedGroup& rg : resolved) {
+    if (rg.name != "matrices") {
+      EXPECT_FALSE(rg.rule.active()) << rg.name;
+      continue;
+    }
+    found = true;
+    EXPECT_EQ(rg.rule, r);
+    EXPECT_EQ(rg.weight_decay, 0.1);  // the rule's own
+    EXPECT_EQ(rg.lr_scale, 1.0);
+  }
+  EXPECT_TRUE(found);
+  // The rule crosses the wire and back.
+  v1::OptimizerConfig o;
+  AddParamGroups(resolved, &o);
+  EXPECT_EQ(ParamGroupsFromProto(o)[0].rule, resolved[0].rule);
+  EXPECT_NE(DescribeParamGroups(g, 0.3).find("matrices: Muon lr 0.05"),
+            std::string::npos);
 }
 
 TEST(ParamGroupsTest, TrainingConfigReadsTheSection) {
@@ -470,6 +544,170 @@ TEST(ParamGroupTableTest, CheckpointsCompareGroupsWithoutRanges) {
   EXPECT_TRUE(same(a, b));   // another layout: same groups
   EXPECT_FALSE(same(a, c));  // another weight decay: refused
   EXPECT_FALSE(same(a, WithGroups({})));  // single vs groups: refused
+}
+
+// ---- Tensor rules on a shard: Muon for the matrices group.
+
+struct MuonShards {
+  FlatLayout layout;
+  std::vector<std::unique_ptr<ModelShard>> shards;
+  TensorRule rule;
+};
+
+// SmallManifest(2) with Muon on its matrices (kept whole), AdamW lr 1e-3
+// on the rest, over `servers` servers with chunks of 64.
+absl::StatusOr<MuonShards> MakeMuonShards(uint32_t servers, bool mark_whole) {
+  absl::StatusOr<ParamGroups> g = ParseParamGroups(
+      R"({"matrices": {"optimizer": {"type": "Muon",
+          "params": {"lr": 0.02, "weight_decay": 0.1}}}})");
+  if (!g.ok()) return g.status();
+  ModelManifest m = FromProto(testing::SmallManifest(2));
+  if (mark_whole) MarkWholeTensors(*g, &m);
+  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(m, servers, 1);
+  if (!layout.ok()) return layout.status();
+  MuonShards out{*layout, {}, g->classes[0].rule};
+  for (uint32_t k = 0; k < servers; ++k) {
+    v1::InitRequest init =
+        testing::MakeInit(ToProto(m), servers, k, /*seed=*/5, /*chunk=*/64);
+    OptimizerConfig o;
+    o.weight_decay = 0.05;
+    *init.mutable_optimizer() = ToProto(o);
+    AddParamGroups(ResolveParamGroups(*layout, *g, o.weight_decay),
+                   init.mutable_optimizer());
+    absl::StatusOr<std::unique_ptr<ModelShard>> shard =
+        ModelShard::Create(init, {k, servers}, Placement::kHost);
+    if (!shard.ok()) return shard.status();
+    out.shards.push_back(*std::move(shard));
+  }
+  return out;
+}
+
+TEST(TensorRuleShardTest, MuonUpdatesEachMatrixWholeFromPiecesOfAnySize) {
+  absl::StatusOr<MuonShards> ms = MakeMuonShards(2, /*mark_whole=*/true);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  std::mt19937_64 rng(17);
+  int matrices = 0;
+  for (size_t k = 0; k < ms->shards.size(); ++k) {
+    ModelShard& shard = *ms->shards[k];
+    const FlatRange own = shard.owned();
+    const testing::ShardState before = testing::ReadState(shard);
+    // One gradient for the owned range, as FP32 for server 0 and BF16 for
+    // server 1, cut at random points (inside matrices and across chunks).
+    const DType dtype = k == 0 ? DType::kFp32 : DType::kBf16;
+    std::shared_ptr<std::vector<char>> bytes =
+        testing::RandomBytes(rng, own, dtype);
+    std::vector<GradPiece> pieces;
+    for (const FlatRange& r : testing::RandomTiling(rng, own, 9)) {
+      pieces.push_back({r, dtype,
+                        bytes->data() + (r.begin - own.begin) * DTypeSize(dtype)});
+    }
+    // A push holding part of a matrix is refused, naming it; nothing moves.
+    const TensorInfo* cut = nullptr;
+    for (const TensorInfo& t : ms->layout.tensors()) {
+      if (t.param_class == TensorClass::kMatrix && own.Contains(t.range())) {
+        cut = &t;
+        break;
+      }
+    }
+    ASSERT_NE(cut, nullptr);
+    const GradPiece half{{cut->offset, cut->offset + cut->numel / 2}, dtype,
+                         bytes->data() + (cut->offset - own.begin) * DTypeSize(dtype)};
+    absl::StatusOr<ApplyResult> refused = shard.ApplyPush(0, {0.5, false}, {&half, 1});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(refused.status().message().find(cut->name), std::string::npos)
+        << refused.status();
+    EXPECT_EQ(testing::Diff(testing::ReadState(shard), before), "");
+
+    absl::StatusOr<ApplyResult> r = shard.ApplyPush(0, {0.5, false}, pieces);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->applied_elems, own.size());
+    const testing::ShardState after = testing::ReadState(shard);
+    // Each matrix: MuonUpdate on the whole of it, momentum in exp_avg, v
+    // untouched; every other tensor moved by AdamW (v > 0).
+    NewtonSchulzScratch scratch;
+    const MuonStep step = MakeMuonStep(ms->rule.lr, ms->rule.momentum,
+                                       ms->rule.weight_decay,
+                                       ms->rule.nesterov, 0.5f);
+    for (const TensorInfo& t : ms->layout.tensors()) {
+      if (!own.Contains(t.range())) continue;
+      const size_t at = t.offset - own.begin;
+      if (t.param_class != TensorClass::kMatrix) {
+        EXPECT_GT(after.arrays[2][at], 0.0f) << t.name;
+        continue;
+      }
+      ++matrices;
+      std::vector<float> w(before.arrays[0].begin() + at,
+                           before.arrays[0].begin() + at + t.numel);
+      std::vector<float> m(t.numel, 0.0f);
+      std::vector<float> g(t.numel);
+      for (uint64_t i = 0; i < t.numel; ++i) {
+        const char* src = bytes->data() + (at + i) * DTypeSize(dtype);
+        if (dtype == DType::kFp32) {
+          std::memcpy(&g[i], src, 4);
+        } else {
+          uint16_t b;
+          std::memcpy(&b, src, 2);
+          g[i] = Bf16ToFloat(b);
+        }
+      }
+      ASSERT_TRUE(MuonUpdate(step, GradView::Fp32(g.data()), t.shape[0],
+                             t.shape[1], w.data(), m.data(), nullptr, scratch)
+                      .ok());
+      for (uint64_t i = 0; i < t.numel; ++i) {
+        ASSERT_EQ(Bits(after.arrays[0][at + i]), Bits(w[i])) << t.name << " " << i;
+        ASSERT_EQ(Bits(after.arrays[1][at + i]), Bits(m[i])) << t.name << " " << i;
+        ASSERT_EQ(after.arrays[2][at + i], 0.0f) << t.name << " " << i;
+      }
+    }
+  }
+  EXPECT_GE(matrices, 4);
+}
+
+TEST(TensorRuleShardTest, InitRefusesMatricesCutByAServerOrNotTwoD) {
+  // Without keep_whole, some server count cuts a matrix: the server
+  // holding its first part refuses Init, naming it.
+  bool refused = false;
+  for (uint32_t servers = 2; servers <= 7 && !refused; ++servers) {
+    absl::StatusOr<MuonShards> ms = MakeMuonShards(servers, /*mark_whole=*/false);
+    if (ms.ok()) continue;
+    refused = true;
+    EXPECT_EQ(ms.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(ms.status().message().find("straddles"), std::string::npos)
+        << ms.status();
+    EXPECT_NE(ms.status().message().find("keep_whole"), std::string::npos);
+  }
+  EXPECT_TRUE(refused);
+  // A hostile Init: the rule over a bias (1-D) range.
+  v1::InitRequest init =
+      testing::MakeInit(testing::SmallManifest(1), 1, 0, /*seed=*/1, /*chunk=*/0);
+  *init.mutable_optimizer() = ToProto(OptimizerConfig{});
+  const ModelManifest m = FromProto(testing::SmallManifest(1));
+  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(m, 1, 1);
+  ASSERT_TRUE(layout.ok());
+  for (const TensorInfo& t : layout->tensors()) {
+    if (t.param_class != TensorClass::kBias) continue;
+    v1::ParamGroup* g = init.mutable_optimizer()->add_param_groups();
+    g->set_name("biases");
+    g->mutable_tensor_rule()->set_kind(v1::TensorRule::MUON);
+    g->mutable_tensor_rule()->set_lr(0.02);
+    g->mutable_tensor_rule()->set_momentum(0.95);
+    g->add_ranges()->set_offset(t.offset);
+    g->mutable_ranges(0)->set_length(t.numel);
+    break;
+  }
+  absl::StatusOr<std::unique_ptr<ModelShard>> shard =
+      ModelShard::Create(init, {0, 1}, Placement::kHost);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_NE(shard.status().message().find("2-D"), std::string::npos)
+      << shard.status();
+  // An unknown rule kind, and a bad momentum.
+  init.mutable_optimizer()->mutable_param_groups(0)->mutable_tensor_rule()->set_kind(
+      static_cast<v1::TensorRule::Kind>(7));
+  shard = ModelShard::Create(init, {0, 1}, Placement::kHost);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_NE(shard.status().message().find("kind 7"), std::string::npos)
+      << shard.status();
 }
 
 }  // namespace

@@ -192,6 +192,18 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
           MakeAdamStep(config_.optimizer, adam_steps_,
                        static_cast<float>(c.coefficient), span.weight_decay,
                        span.lr_scale);
+      if (span.rule.active()) {
+        // The config's tensor rule (Muon) on the group's whole matrices, as
+        // the servers apply it.
+        const double scale =
+            LearningRateAt(config_.optimizer, adam_steps_) / config_.optimizer.lr;
+        RETURN_IF_ERROR(MuonOnMatrices(
+            MakeMuonStep(span.rule.lr * scale, span.rule.momentum,
+                         span.rule.weight_decay, span.rule.nesterov,
+                         static_cast<float>(c.coefficient)),
+            span.range, /*adam_below=*/nullptr));
+        continue;
+      }
       if (rule_.rule != LocalRule::kAdamW) {
         RETURN_IF_ERROR(UpdateSpan(s, span.range,
                                    static_cast<float>(c.coefficient),
@@ -274,16 +286,23 @@ absl::Status LocalTrainer::UpdateSpan(const AdamStep& step, FlatRange range,
                                      rule_.muon_momentum,
                                      rule_.muon_weight_decay,
                                      rule_.muon_nesterov, coefficient);
+  return MuonOnMatrices(muon, range, &step);
+}
+
+absl::Status LocalTrainer::MuonOnMatrices(const MuonStep& muon,
+                                          FlatRange range,
+                                          const AdamStep* adam_below) {
+  uint16_t* mirror = param_dtype_ == DType::kBf16 ? mirror_.data() : nullptr;
   thread_local NewtonSchulzScratch scratch;
   uint64_t pos = range.begin;
   auto adam = [&](uint64_t end) {
-    if (end <= pos) return;
+    if (end <= pos || adam_below == nullptr) return;
     AdamSlice slice{.master = master_.data() + pos,
                     .exp_avg = exp_avg_.data() + pos,
                     .exp_avg_sq = exp_avg_sq_.data() + pos,
                     .mirror = mirror != nullptr ? mirror + pos : nullptr,
                     .n = end - pos};
-    AdamUpdate(step, GradView::Fp32(grads_.data() + pos), slice);
+    AdamUpdate(*adam_below, GradView::Fp32(grads_.data() + pos), slice);
   };
   for (const TensorInfo& t : layout_.tensors()) {
     if (t.param_class != TensorClass::kMatrix || t.shape.size() != 2 ||

@@ -41,6 +41,7 @@
 #include "worker/engine/step_engine.h"
 #include "model/gpt.h"
 #include "optim/adafactor.h"
+#include "optim/muon.h"
 #include "optim/optimizer.h"
 
 namespace zeroshard {
@@ -95,6 +96,10 @@ class LocalTrainer {
   LocalTrainer(const TrainingConfig& config, FlatLayout layout,
                const BatchSampler* sampler, LossScaler scaler,
                model::GptModel model, LocalRuleOptions rule);
+  // Muon on every 2-D matrix inside `range`, and `adam_below`'s AdamW on
+  // the rest of it when given (Muon's authors' split).
+  absl::Status MuonOnMatrices(const MuonStep& muon, FlatRange range,
+                              const AdamStep* adam_below);
   // The rule's update of one parameter-group span (rule_ != kAdamW).
   absl::Status UpdateSpan(const AdamStep& step, FlatRange range,
                           float coefficient, size_t* absmax_at);

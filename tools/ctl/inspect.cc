@@ -85,11 +85,18 @@ nlohmann::json ToJson(int k, const std::string& address,
                     {"weight_decay", o.weight_decay}};
   j["param_groups"] = nlohmann::json::array();
   for (const ResolvedGroup& g : r->param_groups) {
-    j["param_groups"].push_back({{"name", g.name},
-                                 {"weight_decay", g.weight_decay},
-                                 {"lr_scale", g.lr_scale},
-                                 {"ranges", g.ranges.size()},
-                                 {"elems", g.elems}});
+    nlohmann::json group = {{"name", g.name},
+                            {"weight_decay", g.weight_decay},
+                            {"lr_scale", g.lr_scale},
+                            {"ranges", g.ranges.size()},
+                            {"elems", g.elems}};
+    if (g.rule.active()) {
+      group["rule"] = {{"kind", std::string(TensorRuleName(g.rule.kind))},
+                       {"lr", g.rule.lr},
+                       {"momentum", g.rule.momentum},
+                       {"nesterov", g.rule.nesterov}};
+    }
+    j["param_groups"].push_back(std::move(group));
   }
   return j;
 }
@@ -102,6 +109,13 @@ std::string DescribeGroups(const ServerStatus& r) {
   }
   std::vector<std::string> parts;
   for (const ResolvedGroup& g : r.param_groups) {
+    if (g.rule.active()) {
+      parts.push_back(absl::StrCat(
+          g.name, " Muon lr ", g.rule.lr, " momentum ", g.rule.momentum,
+          g.rule.nesterov ? " Nesterov" : "", " weight_decay ", g.weight_decay,
+          " (", g.elems, " elems, each matrix whole)"));
+      continue;
+    }
     parts.push_back(absl::StrCat(g.name, " weight_decay ", g.weight_decay,
                                  " lr_scale ", g.lr_scale, " (", g.elems,
                                  " elems)"));

@@ -20,6 +20,7 @@
 #include "tools/train/weights_export.h"
 #include "client/kv_client.h"
 #include "client/shard_cluster.h"
+#include "common/param_groups.h"
 #include "common/atomic_file.h"
 #include "common/checkpoint_files.h"
 #include "common/checkpoint_manifest.h"
@@ -459,6 +460,7 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
                    model::ArchForShape(cfg.cluster.model));
   ASSIGN_OR_RETURN(ModelManifest manifest,
                    arch->Manifest(cfg.cluster.model, workers));
+  MarkWholeTensors(cfg.param_groups, &manifest);
   ASSIGN_OR_RETURN(FlatLayout layout,
                    FlatLayout::Create(manifest, servers, workers));
 

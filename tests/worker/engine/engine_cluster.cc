@@ -10,6 +10,7 @@
 #include "client/shard_client.h"
 #include "client/shard_cluster.h"
 #include "model/gpt_manifest.h"
+#include "common/param_groups.h"
 #include "common/layout.h"
 #include "common/rendezvous.h"
 #include "common/status_macros.h"
@@ -39,6 +40,7 @@ ShardClientOptions ClientOptions(absl::Duration call_timeout) {
 absl::StatusOr<FlatLayout> LayoutFor(const TrainingConfig& cfg) {
   ASSIGN_OR_RETURN(ModelManifest manifest,
                    MakeGptManifest(cfg.cluster.model, cfg.cluster.workers));
+  MarkWholeTensors(cfg.param_groups, &manifest);
   return FlatLayout::Create(manifest, cfg.cluster.servers, cfg.cluster.workers);
 }
 

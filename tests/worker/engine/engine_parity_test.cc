@@ -163,8 +163,13 @@ TEST(EngineParity, CheckpointingPoliciesGiveIdenticalWeights) {
 
 // Networked 1 x 1 and the LocalTrainer: the same arithmetic in the same
 // order (N = 1: the reduce-scatter is a copy; AdamUpdate on both sides).
+void ExpectConfigMatchesLocal(const TrainingConfig& cfg, const char* what);
 void ExpectMatchesLocal(const TinyKnobs& k, const char* what) {
   ASSERT_OK_AND_ASSIGN(TrainingConfig cfg, TinyConfig(k, 1, 1));
+  ExpectConfigMatchesLocal(cfg, what);
+}
+
+void ExpectConfigMatchesLocal(const TrainingConfig& cfg, const char* what) {
   ASSERT_OK_AND_ASSIGN(ClusterResult net, RunCluster(cfg));
   ASSERT_OK_AND_ASSIGN(BatchSampler sampler, TestSampler(cfg));
   ASSERT_OK_AND_ASSIGN(auto local, LocalTrainer::Create(cfg, &sampler));
@@ -195,6 +200,37 @@ TEST(EngineParity, NetworkedMatchesLocalTrainerBf16WithAccumulation) {
   k.micro_batch_size = 4;
   k.gradient_accumulation_steps = 2;
   ExpectMatchesLocal(k, "bf16 gas 2 1x1 vs LocalTrainer");
+}
+
+// Muon on the servers (zeroshard.param_groups.matrices.optimizer): each
+// matrix updated whole by MuonUpdate, AdamW on the rest; the same
+// arithmetic as LocalTrainer's, so 1 x 1 is bit for bit, and on 2 servers
+// (the matrices kept whole, so boundaries move) x 2 workers it is close.
+TrainingConfig WithMuonMatrices(TrainingConfig cfg) {
+  TensorRule& muon =
+      cfg.param_groups.classes[static_cast<int>(TensorClass::kMatrix)].rule;
+  muon.kind = TensorRuleKind::kMuon;
+  muon.lr = 0.02;
+  muon.weight_decay = 0.01;
+  return cfg;
+}
+
+TEST(EngineParity, MuonOnTheServersMatchesLocalTrainer) {
+  TinyKnobs k;
+  k.warmup_cosine = true;
+  k.gradient_clipping = 1.0;
+  k.steps = 4;
+  ASSERT_OK_AND_ASSIGN(TrainingConfig one, TinyConfig(k, 1, 1));
+  ExpectConfigMatchesLocal(WithMuonMatrices(one), "muon 1x1 vs LocalTrainer");
+  // Muon moved the matrices: not the AdamW run's weights.
+  ASSERT_OK_AND_ASSIGN(ClusterResult adam, RunCluster(one));
+  ASSERT_OK_AND_ASSIGN(ClusterResult muon, RunCluster(WithMuonMatrices(one)));
+  EXPECT_NE(adam.weights, muon.weights);
+  ASSERT_OK_AND_ASSIGN(TrainingConfig four, TinyConfig(k, 2, 2));
+  ASSERT_OK_AND_ASSIGN(ClusterResult spread,
+                       RunCluster(WithMuonMatrices(four)));
+  ExpectTrained(spread, four, "muon 2x2");
+  ExpectClose(muon.weights, spread.weights, one, "muon 2x2 vs 1x1");
 }
 
 // ZeRO-3 with 2 worker threads overlaps gathers, reduce-scatters and
