@@ -18,8 +18,10 @@ float Lerp(float a, float b, float w) {
 }  // namespace
 
 MuonStep MakeMuonStep(double lr, double momentum, double weight_decay,
-                      bool nesterov, float coefficient) {
+                      bool nesterov, float coefficient,
+                      NsPrecision precision) {
   MuonStep s;
+  s.precision = precision;
   s.lr = static_cast<float>(lr);
   s.momentum = static_cast<float>(momentum);
   s.nesterov = nesterov;
@@ -53,14 +55,20 @@ absl::Status MuonUpdate(const MuonStep& step, GradView grad, int64_t rows,
     u[i] = step.nesterov ? Lerp(g, m, step.momentum) : m;
   }
   absl::Status s =
-      reference ? NewtonSchulz5Reference(u.data(), rows, cols, u.data())
-                : NewtonSchulz5(u.data(), rows, cols, u.data(), scratch);
+      reference ? NewtonSchulz5Reference(u.data(), rows, cols, u.data(),
+                                         step.precision)
+                : NewtonSchulz5(u.data(), rows, cols, u.data(), scratch,
+                                step.precision);
   if (!s.ok()) return s;  // unreachable: the shape was checked above
   const float scale = static_cast<float>(
       std::sqrt(std::max(1.0, static_cast<double>(rows) / cols)));
+  // BF16: u is a BF16 tensor, so `u * scale` is rounded to BF16.
+  const bool bf16 = step.precision == NsPrecision::kBf16;
   for (size_t i = 0; i < n; ++i) {
     const float p = master[i] * step.decay;
-    master[i] = p + step.neg_lr * (u[i] * scale);
+    const float scaled = u[i] * scale;
+    master[i] = p + step.neg_lr *
+                        (bf16 ? Bf16ToFloat(FloatToBf16(scaled)) : scaled);
   }
   if (mirror != nullptr) FloatToBf16Array(master, mirror, n);
   return absl::OkStatus();

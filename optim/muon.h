@@ -36,12 +36,16 @@ struct MuonStep {
   float one_minus_momentum = 0.05f;  // float(1 - momentum)
   float decay = 1;                   // float(1 - lr * weight_decay)
   float neg_lr = -0.02f;
+  // kBf16: the Newton–Schulz iteration in BF16, as the published code runs
+  // it on the GPU, and its result scaled in BF16 (optim/newton_schulz.h).
+  NsPrecision precision = NsPrecision::kFp32;
 };
 
 // The constants of one step, rounded to float as torch does for Python
 // scalars (the products in double first).
 MuonStep MakeMuonStep(double lr, double momentum, double weight_decay,
-                      bool nesterov, float coefficient);
+                      bool nesterov, float coefficient,
+                      NsPrecision precision = NsPrecision::kFp32);
 
 // One step on a rows x cols matrix (row-major, n = rows * cols elements per
 // array; mirror may be null). `reference` runs the Newton–Schulz products
