@@ -89,6 +89,14 @@ absl::Status ReadTensorRule(const json& v, const std::string& path,
         r.nesterov = k->get<bool>();
         continue;
       }
+      if (n == "ns_precision") {
+        if (!k->is_string() ||
+            (k->get<std::string>() != "fp32" && k->get<std::string>() != "bf16")) {
+          return Bad(at, *k, "\"fp32\" or \"bf16\"");
+        }
+        r.bf16_products = k->get<std::string>() == "bf16";
+        continue;
+      }
       double* field = n == "lr"             ? &r.lr
                       : n == "momentum"     ? &r.momentum
                       : n == "weight_decay" ? &r.weight_decay
@@ -96,7 +104,8 @@ absl::Status ReadTensorRule(const json& v, const std::string& path,
       if (field == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
             "config key \"", at,
-            "\": unknown (want lr, momentum, nesterov or weight_decay)"));
+            "\": unknown (want lr, momentum, nesterov, weight_decay or "
+            "ns_precision)"));
       }
       const char* want = n == "lr"         ? "a number in (0, 1e6]"
                          : n == "momentum" ? "a number in [0, 1)"
@@ -237,7 +246,8 @@ std::string DescribeParamGroups(const ParamGroups& groups,
           TensorClassName(static_cast<TensorClass>(c)), ": Muon lr ",
           g.rule.lr, ", momentum ", g.rule.momentum,
           g.rule.nesterov ? ", Nesterov" : "", ", weight_decay ",
-          g.rule.weight_decay));
+          g.rule.weight_decay,
+          g.rule.bf16_products ? ", BF16 Newton-Schulz" : ""));
       continue;
     }
     parts.push_back(absl::StrCat(

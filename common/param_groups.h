@@ -53,6 +53,9 @@ struct TensorRule {
   double momentum = 0.95;
   bool nesterov = true;
   double weight_decay = 0;
+  // The Newton–Schulz iteration in BF16 (optim/newton_schulz.h kBf16, the
+  // published code's arithmetic on a GPU) instead of FP32.
+  bool bf16_products = false;
   bool active() const { return kind != TensorRuleKind::kNone; }
   friend bool operator==(const TensorRule&, const TensorRule&) = default;
 };
@@ -85,9 +88,10 @@ struct ParamGroups {
 // (e.g. zeroshard.param_groups.norms.lr_scale); weight_decay and lr_scale
 // must be finite and in [0, 1e6]; unknown classes or keys are errors. A
 // class's "optimizer" is {"type": "Muon", "params": {"lr", "momentum",
-// "nesterov", "weight_decay"}} (Muon's published defaults 0.02, 0.95,
-// true, 0), only for "matrices", and without the class's own
-// weight_decay or lr_scale (the rule's params hold them).
+// "nesterov", "weight_decay", "ns_precision"}} (Muon's published defaults
+// 0.02, 0.95, true, 0; "fp32" or "bf16", default "fp32"), only for
+// "matrices", and without the class's own weight_decay or lr_scale (the
+// rule's params hold them).
 absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text);
 
 // "single", or one "class: weight_decay W, lr_scale L" clause per class

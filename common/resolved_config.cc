@@ -86,6 +86,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
           v.Field("momentum", r.momentum);
           v.Field("nesterov", r.nesterov);
           v.Field("weight_decay", r.weight_decay);
+          v.Field("bf16_products", r.bf16_products);
         });
       });
     }

@@ -302,7 +302,8 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
     const double scale = LearningRateAt(optimizer_, adam_t) / optimizer_.lr;
     const MuonStep step = MakeMuonStep(
         w.rule.lr * scale, w.rule.momentum, w.rule.weight_decay,
-        w.rule.nesterov, static_cast<float>(params.coefficient));
+        w.rule.nesterov, static_cast<float>(params.coefficient),
+        w.rule.bf16_products ? NsPrecision::kBf16 : NsPrecision::kFp32);
     // The momentum buffer is the element-wise rule's first slot.
     store_
         ->ApplyToWholeRange(

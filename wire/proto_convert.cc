@@ -196,6 +196,7 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
       t->set_momentum(g.rule.momentum);
       t->set_nesterov(g.rule.nesterov);
       t->set_weight_decay(g.rule.weight_decay);
+      t->set_bf16_products(g.rule.bf16_products);
     }
     for (const FlatRange& r : g.ranges) {
       v1::FlatRange* range = p->add_ranges();
@@ -213,6 +214,7 @@ TensorRule TensorRuleFromProto(const v1::TensorRule& in) {
     r.momentum = in.momentum();
     r.nesterov = in.nesterov();
     r.weight_decay = in.weight_decay();
+    r.bf16_products = in.bf16_products();
   }
   return r;
 }

@@ -109,6 +109,8 @@ TEST(ParamGroupsTest, ErrorsNameTheKey) {
                "zeroshard.param_groups.matrices.optimizer.params.lr"},
            Bad{R"({"matrices": {"optimizer": {"type": "Muon", "params": {"nesterov": 1}}}})",
                "zeroshard.param_groups.matrices.optimizer.params.nesterov"},
+           Bad{R"({"matrices": {"optimizer": {"type": "Muon", "params": {"ns_precision": "fp16"}}}})",
+               "zeroshard.param_groups.matrices.optimizer.params.ns_precision"},
            Bad{R"({"matrices": {"optimizer": {"type": "Muon", "params": {"betas": [0.9, 0.99]}}}})",
                "zeroshard.param_groups.matrices.optimizer.params.betas"},
            Bad{R"({"matrices": {"weight_decay": 0.1, "optimizer": {"type": "Muon"}}})",
@@ -126,7 +128,8 @@ TEST(ParamGroupsTest, ErrorsNameTheKey) {
 TEST(ParamGroupsTest, MuonForMatricesResolvesAndMarksThemWhole) {
   absl::StatusOr<ParamGroups> parsed =
       ParseParamGroups(R"({"matrices": {"optimizer": {"type": "Muon",
-          "params": {"lr": 0.05, "nesterov": false, "weight_decay": 0.1}}}})");
+          "params": {"lr": 0.05, "nesterov": false, "weight_decay": 0.1,
+                     "ns_precision": "bf16"}}}})");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const ParamGroups& g = *parsed;
   const TensorRule& r = g.classes[static_cast<int>(TensorClass::kMatrix)].rule;
@@ -135,6 +138,7 @@ TEST(ParamGroupsTest, MuonForMatricesResolvesAndMarksThemWhole) {
   EXPECT_EQ(r.momentum, 0.95);  // Muon's default
   EXPECT_FALSE(r.nesterov);
   EXPECT_EQ(r.weight_decay, 0.1);
+  EXPECT_TRUE(r.bf16_products);
   for (int c = 1; c < kNumTensorClasses; ++c) {
     EXPECT_FALSE(g.classes[c].rule.active()) << c;
   }

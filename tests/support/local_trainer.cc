@@ -200,7 +200,9 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
         RETURN_IF_ERROR(MuonOnMatrices(
             MakeMuonStep(span.rule.lr * scale, span.rule.momentum,
                          span.rule.weight_decay, span.rule.nesterov,
-                         static_cast<float>(c.coefficient)),
+                         static_cast<float>(c.coefficient),
+                         span.rule.bf16_products ? NsPrecision::kBf16
+                                                 : NsPrecision::kFp32),
             span.range, /*adam_below=*/nullptr));
         continue;
       }

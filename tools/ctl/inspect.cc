@@ -94,7 +94,8 @@ nlohmann::json ToJson(int k, const std::string& address,
       group["rule"] = {{"kind", std::string(TensorRuleName(g.rule.kind))},
                        {"lr", g.rule.lr},
                        {"momentum", g.rule.momentum},
-                       {"nesterov", g.rule.nesterov}};
+                       {"nesterov", g.rule.nesterov},
+                       {"ns_precision", g.rule.bf16_products ? "bf16" : "fp32"}};
     }
     j["param_groups"].push_back(std::move(group));
   }

@@ -231,6 +231,13 @@ TEST(EngineParity, MuonOnTheServersMatchesLocalTrainer) {
                        RunCluster(WithMuonMatrices(four)));
   ExpectTrained(spread, four, "muon 2x2");
   ExpectClose(muon.weights, spread.weights, one, "muon 2x2 vs 1x1");
+  // The BF16 iteration: the same on both sides, and not the FP32 one's.
+  TrainingConfig bf16 = WithMuonMatrices(one);
+  bf16.param_groups.classes[static_cast<int>(TensorClass::kMatrix)]
+      .rule.bf16_products = true;
+  ExpectConfigMatchesLocal(bf16, "muon bf16 1x1 vs LocalTrainer");
+  ASSERT_OK_AND_ASSIGN(ClusterResult coarse, RunCluster(bf16));
+  EXPECT_NE(coarse.weights, muon.weights);
 }
 
 // ZeRO-3 with 2 worker threads overlaps gathers, reduce-scatters and
