@@ -198,7 +198,26 @@ absl::Status Fp32MatMul(const float* a, const float* b, bool bt, int64_t m,
 
 absl::Status Bf16MatMul(const uint16_t* a, const uint16_t* b, bool bt,
                         int64_t m, int64_t n, int64_t k, float* c) {
-  return OneDnnMatMul(a, b, bt, m, n, k, c, dnnl::memory::data_type::bf16);
+  // oneDNN has no BF16 matmul below AVX-512 (an AVX2-only CPU): the same
+  // products in FP32 then, which hold a BF16 product exactly and sum in
+  // FP32 as oneDNN's BF16 kernels do.
+  static const bool native = [] {
+    const uint16_t one = 0x3f80;
+    float out = 0;
+    return OneDnnMatMul(&one, &one, false, 1, 1, 1, &out,
+                        dnnl::memory::data_type::bf16)
+               .ok() &&
+           out == 1.0f;
+  }();
+  if (native) {
+    return OneDnnMatMul(a, b, bt, m, n, k, c, dnnl::memory::data_type::bf16);
+  }
+  thread_local std::vector<float> fa, fb;
+  fa.resize(m * k);
+  fb.resize(k * n);
+  for (int64_t i = 0; i < m * k; ++i) fa[i] = Bf16ToFloat(a[i]);
+  for (int64_t i = 0; i < k * n; ++i) fb[i] = Bf16ToFloat(b[i]);
+  return Fp32MatMul(fa.data(), fb.data(), bt, m, n, k, c);
 }
 
 absl::Status NewtonSchulz5(const float* g, int64_t rows, int64_t cols,

@@ -67,7 +67,8 @@ double NewtonSchulzFlops(int64_t rows, int64_t cols);
 absl::Status Fp32MatMul(const float* a, const float* b, bool bt, int64_t m,
                         int64_t n, int64_t k, float* c);
 // The same with BF16 operands (bit patterns) and an FP32 result: the
-// products of NsPrecision::kBf16.
+// products of NsPrecision::kBf16. Where oneDNN has no BF16 matmul (below
+// AVX-512), Fp32MatMul on the widened operands.
 absl::Status Bf16MatMul(const uint16_t* a, const uint16_t* b, bool bt,
                         int64_t m, int64_t n, int64_t k, float* c);
 
