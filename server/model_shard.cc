@@ -306,11 +306,11 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
         w.rule.bf16_products ? NsPrecision::kBf16 : NsPrecision::kFp32);
     // The momentum buffer is the element-wise rule's first slot.
     store_
-        ->ApplyToWholeRange(
+        ->UpdateWholeRange(
             w.range,
             [&](const StateSlice& s) {
               return MuonUpdate(step, view, w.rows, w.cols, s.master,
-                                s.slots[0], s.mirror, scratch);
+                                s.slots[0], /*mirror=*/nullptr, scratch);
             })
         .IgnoreError();  // shapes were checked at Init
   }

@@ -211,7 +211,7 @@ absl::Status ShardStore::ApplyUpdatesInChunk(
   return first_error;
 }
 
-absl::Status ShardStore::ApplyToWholeRange(
+absl::Status ShardStore::UpdateWholeRange(
     FlatRange range, absl::FunctionRef<absl::Status(const StateSlice&)> f) {
   RETURN_IF_ERROR(fault());
   if (on_device()) {
@@ -220,15 +220,34 @@ absl::Status ShardStore::ApplyToWholeRange(
         "kernel for tensor rules)");
   }
   if (range.empty()) return absl::OkStatus();
-  const size_t first = ChunkOf(range.begin), last = ChunkOf(range.end - 1);
-  for (size_t c = first; c <= last; ++c) chunk_mu_[c].Lock();
-  const size_t i = range.begin - owned_.begin;
-  StateSlice slice{.master = master_ + i, .mirror = mirror_ + i,
-                   .n = range.size()};
-  for (size_t k = 0; k < num_slots_; ++k) slice.slots[k] = slots_[k] + i;
-  absl::Status s = f(slice);
-  for (size_t c = last + 1; c-- > first;) chunk_mu_[c].Unlock();
-  return s;
+  thread_local std::vector<float> copies[1 + kMaxStateSlots];
+  for (size_t k = 0; k <= num_slots_; ++k) copies[k].resize(range.size());
+  auto array = [&](size_t k) { return k == 0 ? master_ : slots_[k - 1]; };
+  auto for_each_run = [&](auto&& fn) {
+    uint64_t pos = range.begin;
+    while (pos < range.end) {
+      const size_t c = ChunkOf(pos);
+      const uint64_t end = std::min(range.end, ChunkRange(c).end);
+      absl::MutexLock lock(&chunk_mu_[c]);
+      fn(pos - owned_.begin, pos - range.begin, end - pos);
+      pos = end;
+    }
+  };
+  for_each_run([&](size_t i, size_t at, size_t n) {
+    for (size_t k = 0; k <= num_slots_; ++k) {
+      std::memcpy(copies[k].data() + at, array(k) + i, n * sizeof(float));
+    }
+  });
+  StateSlice slice{.master = copies[0].data(), .n = range.size()};
+  for (size_t k = 0; k < num_slots_; ++k) slice.slots[k] = copies[1 + k].data();
+  RETURN_IF_ERROR(f(slice));
+  for_each_run([&](size_t i, size_t at, size_t n) {
+    for (size_t k = 0; k <= num_slots_; ++k) {
+      std::memcpy(array(k) + i, copies[k].data() + at, n * sizeof(float));
+    }
+    FloatToBf16Array(master_ + i, mirror_ + i, n);
+  });
+  return absl::OkStatus();
 }
 
 absl::Status ShardStore::Read(FlatRange range, DType dtype, void* out) const {

@@ -95,13 +95,16 @@ class ShardStore {
                                    absl::Span<const ChunkUpdate> updates,
                                    OptimizerPool* pool);
 
-  // Calls `f` with `range`'s arrays (inside owned(), any chunks) while
-  // holding the lock of every chunk it touches, taken in chunk order: an
-  // update that needs a whole tensor at once (a tensor rule). The arrays
-  // are range.size() elements long. FAILED_PRECONDITION on the device
-  // placement (tensor rules run on host state only; Init refuses them
-  // there); otherwise f's status.
-  absl::Status ApplyToWholeRange(
+  // An update that needs a whole tensor at once (a tensor rule): copies
+  // `range`'s master and slots (inside owned(), any chunks) chunk by chunk,
+  // each under its chunk's lock, calls `f` on the copies (mirror null),
+  // and when f succeeds writes master, slots and the mirror back chunk by
+  // chunk the same way: one lock held at a time, every chunk's change
+  // whole, as an element-wise update's. The caller's claim on the chunks
+  // keeps every other update away in between. FAILED_PRECONDITION on the
+  // device placement (tensor rules run on host state only; Init refuses
+  // them there); otherwise f's status, with nothing written if it failed.
+  absl::Status UpdateWholeRange(
       FlatRange range, absl::FunctionRef<absl::Status(const StateSlice&)> f);
 
   // Copies `range` (inside one chunk) as FP32 (master) or BF16 (mirror) to

@@ -257,6 +257,7 @@ class ZeroshardEngine(torch.nn.Module):
                        if id(p) in ids], uoff, padded)
                 for (mod, ids), (_, uoff, _, padded) in zip(
                     self._unit_modules, self._layout.units())])
+        self._step_timeout_s = cl["step_timeout_s"]
         self._cluster = _zeroshard.Cluster(
             addresses, self._layout, credentials_dir=credentials,
             role="admin" if self.rank == 0 else "worker",
@@ -697,10 +698,20 @@ class ZeroshardEngine(torch.nn.Module):
         self._last_norm = None if overflow else norm
         apply = self._scaler.update(overflow)
         self._last_skipped = not apply
+        # Ranks commit in two phases, as zeroshard-train's workers do: each
+        # rank's part is held on the servers until all are (the barrier),
+        # then rank 0 applies them as one commit, so that a rule updating
+        # whole tensors (Muon) has all of a matrix's gradient at once.
+        two_phase = self._group is not None
         self._cluster.push(self.global_steps, worker, ranges, "fp32",
                            payload.numpy(),
                            coefficient=coefficient if apply else 0.0,
-                           skip=not apply)
+                           skip=not apply, prepare=two_phase)
+        if two_phase:
+            self._group.barrier()
+            if self.rank == 0:
+                self._cluster.apply_step(self.global_steps,
+                                         timeout_s=self._step_timeout_s)
 
     def _zero_grads(self):
         if self._flat_grad is not None:

@@ -16,6 +16,7 @@ Environment (the tests' variations):
                               --max_restarts)
   ZS_TEST_STAGED=1            the host-staged path (CUDA parameters')
                               forced on the CPU parameters
+  ZS_TEST_MUON=1              Muon for the matrices group (MUON_PARAMS)
 """
 
 import os
@@ -25,7 +26,7 @@ import torch
 
 import zeroshard
 import zeroshard.engine
-from test_engine import batches, config, make_model
+from test_engine import MUON_PARAMS, batches, config, make_model
 
 out, steps, gas, clip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 stage = int(sys.argv[5])
@@ -49,6 +50,9 @@ if pod:
     addresses, credentials = pod.rsplit(":", 1)
     cfg["zeroshard"]["servers"] = addresses.split(",")
     cfg["zeroshard"]["credentials"] = credentials
+if os.environ.get("ZS_TEST_MUON") == "1":
+    cfg["zeroshard"]["param_groups"] = {"matrices": {"optimizer": {
+        "type": "Muon", "params": MUON_PARAMS}}}
 if ckpt:
     d, every = ckpt.rsplit(":", 1)
     cfg["zeroshard"]["checkpoint"] = {"dir": d, "every_steps": int(every)}

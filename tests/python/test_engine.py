@@ -440,6 +440,10 @@ def test_lion_on_the_servers_is_the_published_update_bit_for_bit():
         engine.close()
 
 
+# The Muon group of the tests (test_launch.py's ranks too).
+MUON_PARAMS = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0.1}
+
+
 def muon_reference():
     """The published Muon step in FP32 (tests/fixtures/make_muon_golden.py,
     which imports its neighbour make_adamw_golden.py)."""
@@ -463,7 +467,8 @@ def test_muon_for_the_matrices_group_follows_the_published_step(servers):
     # 4 steps (2.5e-7 measured, on weights that moved by 0.05), while a
     # perturbed momentum moves them by 3e-3.
     muon_step = muon_reference()
-    steps, lr, mom, wd = 4, 0.02, 0.95, 0.1
+    steps = 4
+    lr, mom, wd = (MUON_PARAMS[k] for k in ("lr", "momentum", "weight_decay"))
     data = batches(steps, 4)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -491,8 +496,7 @@ def test_muon_for_the_matrices_group_follows_the_published_step(servers):
     model = make_model()
     cfg = config(servers, 1, 1.0)
     cfg["zeroshard"]["param_groups"] = {"matrices": {"optimizer": {
-        "type": "Muon", "params": {"lr": lr, "momentum": mom,
-                                   "weight_decay": wd}}}}
+        "type": "Muon", "params": MUON_PARAMS}}}
     engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
     try:
         for s in range(steps):

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from test_engine import batches, make_model
+from test_engine import MUON_PARAMS, batches, make_model, muon_reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -74,6 +74,53 @@ def assert_data_parallel(got, steps, world, gas, clip):
         # Summed in another order than torch's accumulation: not bitwise.
         assert torch.allclose(a, ref.detach(), rtol=0, atol=2e-6), (
             (a - ref).abs().max().item())
+
+
+def test_two_ranks_under_muon_train_as_one_process(tmp_path):
+    # Muon for the matrices: the ranks' partitions of each matrix reach
+    # the servers as one two-phase commit, so each matrix is updated whole
+    # (a one-phase push of a part is refused). Against one process over
+    # all ranks' micro-batches with the published step: the ranks sum in
+    # another order, so within 5e-6, while Muon's own momentum perturbed
+    # is further away than that.
+    steps, world, gas, clip = 3, 2, 1, 0.5
+    out = str(tmp_path / "params")
+    r = launch(tmp_path, "--workers=2", "--servers=2",
+               os.path.join(HERE, "ranks_script.py"), out, str(steps),
+               str(gas), str(clip), "2", env={"ZS_TEST_MUON": "1"})
+    assert r.returncode == 0, r.stderr
+    got = torch.load(f"{out}.rank0.pt")
+    muon_step = muon_reference()
+
+    def reference(momentum):
+        data = batches(steps * world * gas, 4)
+        model = make_model()
+        matrices = [model[0].weight, model[3].weight]
+        rest = [p for p in model.parameters()
+                if all(p is not m for m in matrices)]
+        adam = torch.optim.AdamW(rest, lr=3e-3, betas=(0.9, 0.95), eps=1e-8,
+                                 weight_decay=0.0)
+        bufs = [torch.zeros_like(m) for m in matrices]
+        loss_fn = torch.nn.CrossEntropyLoss()
+        for s in range(steps):
+            for k in range(world * gas):
+                x, y = data[s * world * gas + k]
+                (loss_fn(model(x), y) / (world * gas)).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            with torch.no_grad():
+                for p, b in zip(matrices, bufs):
+                    muon_step(p, p.grad.clone(), b, MUON_PARAMS["lr"],
+                              momentum, MUON_PARAMS["weight_decay"], True)
+                    p.grad = None
+            adam.step()
+            adam.zero_grad()
+        return [p.detach() for p in model.parameters()]
+
+    for a, ref in zip(got, reference(MUON_PARAMS["momentum"])):
+        assert torch.allclose(a, ref, rtol=0, atol=5e-6), (
+            (a - ref).abs().max().item())
+    other = reference(0.9)
+    assert not torch.allclose(got[0], other[0], rtol=0, atol=5e-6)
 
 
 def test_resume_on_other_server_counts_equals_the_uninterrupted_run(tmp_path):

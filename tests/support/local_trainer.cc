@@ -284,10 +284,10 @@ absl::Status LocalTrainer::UpdateSpan(const AdamStep& step, FlatRange range,
   const double schedule =
       LearningRateAt(config_.optimizer, std::max<uint64_t>(adam_steps_, 1)) /
       config_.optimizer.lr;
-  const MuonStep muon = MakeMuonStep(rule_.muon_lr * schedule,
-                                     rule_.muon_momentum,
-                                     rule_.muon_weight_decay,
-                                     rule_.muon_nesterov, coefficient);
+  const MuonStep muon = MakeMuonStep(
+      rule_.muon.lr * schedule, rule_.muon.momentum, rule_.muon.weight_decay,
+      rule_.muon.nesterov, coefficient,
+      rule_.muon.bf16_products ? NsPrecision::kBf16 : NsPrecision::kFp32);
   return MuonOnMatrices(muon, range, &step);
 }
 

@@ -46,8 +46,10 @@
 
 namespace zeroshard {
 
-// The update rule LocalTrainer applies in place of the servers' AdamW, for
-// comparing rules that have no server rule yet (zeroshard-bench quality):
+// The update rule LocalTrainer applies in place of the config's, for
+// comparing rules in one process (zeroshard-bench quality; a config whose
+// matrices group names Muon gets it under kAdamW too, as the servers apply
+// it):
 // AdamW with 8-bit block-wise m and v (optim/adam8bit.h, blocks of
 // kQuant8Block inside each parameter-group span), or Muon (optim/muon.h) on
 // every 2-D matrix (TensorClass kMatrix) with AdamW on the rest, as Muon's
@@ -57,10 +59,8 @@ namespace zeroshard {
 enum class LocalRule { kAdamW, kAdamW8bit, kMuonWithAdamW, kAdafactor };
 struct LocalRuleOptions {
   LocalRule rule = LocalRule::kAdamW;
-  double muon_lr = 0.02;
-  double muon_momentum = 0.95;
-  bool muon_nesterov = true;
-  double muon_weight_decay = 0.0;
+  // kMuonWithAdamW: Muon's hyperparameters (the published defaults).
+  TensorRule muon{.kind = TensorRuleKind::kMuon};
   AdafactorOptions adafactor;
 };
 
