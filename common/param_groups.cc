@@ -126,10 +126,6 @@ absl::Status ReadTensorRule(const json& v, const std::string& path,
 
 }  // namespace
 
-absl::string_view TensorRuleName(TensorRuleKind kind) {
-  return kind == TensorRuleKind::kMuon ? "muon" : "";
-}
-
 absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what) {
   if (!rule.active()) return absl::OkStatus();
   auto bad = [&](const char* name, double v, const char* want) {

@@ -110,8 +110,6 @@ struct ResolvedGroup {
   TensorRule rule;     // active: the ranges are whole 2-D tensors
 };
 
-// "muon" for kMuon ("" for kNone).
-absl::string_view TensorRuleName(TensorRuleKind kind);
 // OK, or INVALID_ARGUMENT naming `what` and the hyperparameter: lr > 0,
 // momentum in [0, 1), weight_decay >= 0, each finite and <= 1e6.
 absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what);

@@ -192,7 +192,7 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
         if (Intersect(tr, r).empty()) continue;
         const std::string what = absl::StrCat(
             "tensor '", t.name, "' of parameter group '", g.name(), "' (",
-            TensorRuleName(rule.kind), ")");
+            NameOf(kTensorRuleKindNames, rule.kind), ")");
         if (!r.Contains(tr)) {
           return absl::InvalidArgumentError(absl::StrCat(
               what, ": the group's range [", r.begin, ", ", r.end,
@@ -216,7 +216,7 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
       }
       if (covered != r.size()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "parameter group '", g.name(), "' (", TensorRuleName(rule.kind),
+            "parameter group '", g.name(), "' (", NameOf(kTensorRuleKindNames, rule.kind),
             "): range [", r.begin, ", ", r.end,
             ") is not made of whole tensors"));
       }
@@ -243,7 +243,7 @@ absl::Status ModelShard::CheckWholeTensorsCovered(
     if (touched && covered != w.range.size()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "tensor '", w.name, "' is updated whole by its group's ",
-          TensorRuleName(w.rule.kind), " rule: a step's gradient for it must "
+          NameOf(kTensorRuleKindNames, w.rule.kind), " rule: a step's gradient for it must "
           "arrive in one apply (a two-phase commit, as zeroshard-train's "
           "workers make, or one push covering [", w.range.begin, ", ",
           w.range.end, ")); this one holds ", covered, " of its ",

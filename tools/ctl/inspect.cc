@@ -91,7 +91,7 @@ nlohmann::json ToJson(int k, const std::string& address,
                             {"ranges", g.ranges.size()},
                             {"elems", g.elems}};
     if (g.rule.active()) {
-      group["rule"] = {{"kind", std::string(TensorRuleName(g.rule.kind))},
+      group["rule"] = {{"kind", std::string(NameOf(kTensorRuleKindNames, g.rule.kind))},
                        {"lr", g.rule.lr},
                        {"momentum", g.rule.momentum},
                        {"nesterov", g.rule.nesterov},
