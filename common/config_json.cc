@@ -299,10 +299,26 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
   return absl::OkStatus();
 }
 
-// Returns whether params.lr was given explicitly.
-absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o) {
+// Returns whether params.lr was given explicitly. Type "Adafactor" (Hugging
+// Face's name and params) sets `adafactor`: every tensor class's group gets
+// it as its rule (ApplyAdafactorToEveryClass), over AdamW's slots.
+absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
+                                    std::optional<AdafactorOptions>* adafactor) {
   ASSIGN_OR_RETURN(Section s, root.Child("optimizer"));
-  ASSIGN_OR_RETURN(int type, s.Choice("type", {"AdamW", "Adam", "Lion"}));
+  ASSIGN_OR_RETURN(int type, s.Choice("type", {"AdamW", "Adam", "Lion", "Adafactor"}));
+  if (type == 3) {
+    AdafactorOptions a;
+    if (const json* params = s.Get("params")) {
+      ASSIGN_OR_RETURN(a, ParseAdafactorParams(params->dump(), "optimizer.params"));
+    }
+    s.Finish();
+    o->kind = OptimizerKind::kAdamW;
+    o->weight_decay = 0;
+    *adafactor = a;
+    if (a.relative_step) return false;
+    o->lr = a.lr;  // the schedule's peak: the rule's lr follows lr_t / lr
+    return true;
+  }
   ASSIGN_OR_RETURN(Section p, s.Child("params"));
   const bool lion = type == 2;
   if (lion) {
@@ -348,6 +364,25 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o) {
   p.Finish();
   s.Finish();
   return lr.has_value();
+}
+
+// optimizer.type "Adafactor": each class without a rule of its own in
+// zeroshard.param_groups takes Adafactor (the groups' weight_decay and
+// lr_scale then have no effect: the rule's params hold them).
+void ApplyAdafactorToEveryClass(const AdafactorOptions& a, const json& doc,
+                                TrainingConfig* c,
+                                std::vector<std::string>* warnings) {
+  ParamGroups& g = c->param_groups;
+  g.single = false;
+  for (GroupSettings& k : g.classes) {
+    if (k.rule.active()) continue;
+    k.rule = TensorRule{.kind = TensorRuleKind::kAdafactor, .adafactor = a};
+  }
+  if (a.relative_step && doc.contains("scheduler") && !doc["scheduler"].is_null()) {
+    warnings->push_back(
+        "config key \"scheduler\" has no effect under optimizer.type \"Adafactor\" "
+        "with relative_step (its step size is min(1e-2, 1/sqrt(t)))");
+  }
 }
 
 // A warmup longer than the run it belongs to: what a user's first short run
@@ -740,13 +775,15 @@ absl::StatusOr<ParsedConfig> ParseTrainingConfig(std::string_view json_text,
   root.NoEffect("wall_clock_breakdown");
   for (const char* k : kDeepSpeedOnlySections) root.NoEffect(k);
   RETURN_IF_ERROR(ParsePrecision(root, &c));
-  ASSIGN_OR_RETURN(bool lr_explicit, ParseOptimizer(root, &c.optimizer));
+  std::optional<AdafactorOptions> adafactor;
+  ASSIGN_OR_RETURN(bool lr_explicit, ParseOptimizer(root, &c.optimizer, &adafactor));
   RETURN_IF_ERROR(ParseZero(root, &c.zero));
   RETURN_IF_ERROR(ParseActivationCheckpointing(root, &c.activation_checkpointing));
   RETURN_IF_ERROR(ParseCluster(root, overrides, &c));
   RETURN_IF_ERROR(
       ParseScheduler(root, lr_explicit, c.cluster.steps, &c.optimizer, &out.warnings));
   root.Finish();
+  if (adafactor.has_value()) ApplyAdafactorToEveryClass(*adafactor, doc, &c, &out.warnings);
 
   auto as_int = [](const std::optional<int64_t>& v) {
     return v.has_value() ? std::optional<int>(static_cast<int>(*v)) : std::optional<int>();

@@ -39,12 +39,59 @@ absl::Status ReadSetting(const json& obj, const std::string& path,
   return absl::OkStatus();
 }
 
+// Adafactor's "params" object (`key` names it) over `o`.
+absl::Status ReadAdafactorParams(const json& v, const std::string& key,
+                                 AdafactorOptions* o) {
+  if (!v.is_object()) return Bad(key, v, "an object");
+  for (auto k = v.begin(); k != v.end(); ++k) {
+    const std::string& n = k.key();
+    const std::string at = absl::StrCat(key, ".", n);
+    if (k->is_null()) {  // Hugging Face's None: the default
+      if (n == "beta1") o->beta1 = -1;
+      if (n == "lr") o->lr = 0;
+      if (n == "beta1" || n == "lr") continue;
+    }
+    if (n == "scale_parameter" || n == "relative_step" || n == "warmup_init") {
+      if (!k->is_boolean()) return Bad(at, *k, "true or false");
+      (n == "scale_parameter" ? o->scale_parameter
+       : n == "relative_step" ? o->relative_step
+                              : o->warmup_init) = k->get<bool>();
+      continue;
+    }
+    if (n == "eps") {
+      if (!k->is_array() || k->size() != 2 || !(*k)[0].is_number() ||
+          !(*k)[1].is_number()) {
+        return Bad(at, *k, "[eps1, eps2], two numbers in [0, 1e6]");
+      }
+      o->eps1 = (*k)[0].get<double>();
+      o->eps2 = (*k)[1].get<double>();
+      continue;
+    }
+    double* field = n == "lr"               ? &o->lr
+                    : n == "clip_threshold" ? &o->clip_threshold
+                    : n == "decay_rate"     ? &o->decay_rate
+                    : n == "beta1"          ? &o->beta1
+                    : n == "weight_decay"   ? &o->weight_decay
+                                            : nullptr;
+    if (field == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", at,
+          "\": unknown (want lr, eps, clip_threshold, decay_rate, beta1, "
+          "weight_decay, scale_parameter, relative_step or warmup_init)"));
+    }
+    if (!k->is_number()) return Bad(at, *k, "a number");
+    *field = k->get<double>();
+  }
+  return ValidateAdafactorOptions(*o, key);
+}
+
 // The value of a class's "optimizer" key (`path` is the class's key).
 absl::Status ReadTensorRule(const json& v, const std::string& path,
                             TensorClass c, const json& group, TensorRule* out) {
   const std::string key = absl::StrCat(path, ".optimizer");
   if (!v.is_object()) {
-    return Bad(key, v, "an object {\"type\": \"Muon\", \"params\": {...}}");
+    return Bad(key, v,
+               "an object {\"type\": \"Muon\" or \"Adafactor\", \"params\": {...}}");
   }
   for (auto k = v.begin(); k != v.end(); ++k) {
     if (k.key() != "type" && k.key() != "params") {
@@ -54,16 +101,18 @@ absl::Status ReadTensorRule(const json& v, const std::string& path,
   }
   auto type = v.find("type");
   if (type == v.end() || !type->is_string()) {
-    return Bad(key + ".type", type == v.end() ? json() : *type, "\"Muon\"");
+    return Bad(key + ".type", type == v.end() ? json() : *type,
+               "\"Muon\" or \"Adafactor\"");
   }
   const std::string name = type->get<std::string>();
-  if (name != "Muon" && name != "muon") {
+  const bool adafactor = name == "Adafactor" || name == "adafactor";
+  if (name != "Muon" && name != "muon" && !adafactor) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key \"", key, ".type\": unknown rule \"", name,
-        "\" for a group (want Muon; the element-wise rule of every other "
-        "tensor is optimizer.type)"));
+        "\" for a group (want Muon or Adafactor; the element-wise rule of "
+        "every other tensor is optimizer.type)"));
   }
-  if (c != TensorClass::kMatrix) {
+  if (!adafactor && c != TensorClass::kMatrix) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key \"", key, "\": Muon is for 2-D hidden matrices (the class "
         "matrices); ", TensorClassName(c),
@@ -77,6 +126,14 @@ absl::Status ReadTensorRule(const json& v, const std::string& path,
     }
   }
   TensorRule r;
+  if (adafactor) {
+    r.kind = TensorRuleKind::kAdafactor;
+    if (auto params = v.find("params"); params != v.end()) {
+      RETURN_IF_ERROR(ReadAdafactorParams(*params, key + ".params", &r.adafactor));
+    }
+    *out = r;
+    return absl::OkStatus();
+  }
   r.kind = TensorRuleKind::kMuon;
   if (auto params = v.find("params"); params != v.end()) {
     const std::string pkey = key + ".params";
@@ -128,6 +185,11 @@ absl::Status ReadTensorRule(const json& v, const std::string& path,
 
 absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what) {
   if (!rule.active()) return absl::OkStatus();
+  if (rule.kind == TensorRuleKind::kAdafactor) {
+    absl::Status s = ValidateAdafactorOptions(rule.adafactor);
+    if (s.ok()) return s;
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
+  }
   auto bad = [&](const char* name, double v, const char* want) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ".", name, " is ", v, "; want ", want));
@@ -228,6 +290,20 @@ absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text) {
   return out;
 }
 
+absl::StatusOr<AdafactorOptions> ParseAdafactorParams(
+    absl::string_view json_text, absl::string_view key) {
+  json v;
+  try {
+    v = json::parse(json_text.data(), json_text.data() + json_text.size());
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key, "\": not valid JSON: ", e.what()));
+  }
+  AdafactorOptions o;
+  RETURN_IF_ERROR(ReadAdafactorParams(v, std::string(key), &o));
+  return o;
+}
+
 std::string DescribeParamGroups(const ParamGroups& groups,
                                 double optimizer_weight_decay) {
   if (groups.single) {
@@ -237,6 +313,17 @@ std::string DescribeParamGroups(const ParamGroups& groups,
   std::vector<std::string> parts;
   for (int c = 0; c < kNumTensorClasses; ++c) {
     const GroupSettings& g = groups.classes[c];
+    if (g.rule.kind == TensorRuleKind::kAdafactor) {
+      const AdafactorOptions& a = g.rule.adafactor;
+      parts.push_back(absl::StrCat(
+          TensorClassName(static_cast<TensorClass>(c)), ": Adafactor ",
+          a.relative_step ? (a.warmup_init ? "relative step with warmup"
+                                           : "relative step")
+                          : absl::StrCat("lr ", a.lr),
+          a.first_moment() ? absl::StrCat(", beta1 ", a.beta1) : "",
+          ", weight_decay ", a.weight_decay));
+      continue;
+    }
     if (g.rule.active()) {
       parts.push_back(absl::StrCat(
           TensorClassName(static_cast<TensorClass>(c)), ": Muon lr ",
@@ -268,7 +355,7 @@ std::vector<ResolvedGroup> ResolveParamGroups(const FlatLayout& layout,
     by_class[c].lr_scale = g.lr_scale;
     by_class[c].rule = g.rule;
     if (g.rule.active()) {  // the rule's own decay; its lr is its own
-      by_class[c].weight_decay = g.rule.weight_decay;
+      by_class[c].weight_decay = g.rule.decay();
       by_class[c].lr_scale = 1;
     }
   }

@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/adafactor_options.h"
 #include "common/enum_names.h"
 #include "common/layout.h"
 
@@ -39,16 +40,25 @@ absl::string_view TensorClassName(TensorClass c);
 // The class TensorClassName names `name`, or nullopt.
 std::optional<TensorClass> TensorClassFromName(absl::string_view name);
 
-// A rule that updates each whole 2-D tensor of a group in place of the
-// optimizer's element-wise one (docs/DESIGN.md, "Rules for whole
-// tensors"). kMuon: Muon (optim/muon.h) with these hyperparameters; its lr
-// follows the optimizer's schedule (lr_t / lr times `lr`), and its
-// momentum buffer is the optimizer rule's first slot.
-enum class TensorRuleKind { kNone = 0, kMuon = 1 };
-inline constexpr EnumNames<TensorRuleKind, 2> kTensorRuleKindNames = {
-    {{TensorRuleKind::kNone, "none"}, {TensorRuleKind::kMuon, "muon"}}};
+// A rule that updates each whole tensor of a group in place of the
+// optimizer's element-wise one (docs/DESIGN.md, "Rules for whole tensors"),
+// keeping its state in the element-wise rule's slots.
+//   kMuon: Muon (optim/muon.h) on 2-D matrices with lr, momentum, nesterov,
+//     weight_decay and bf16_products; its lr follows the optimizer's
+//     schedule (lr_t / lr times `lr`); momentum in the first slot.
+//   kAdafactor: Adafactor (optim/adafactor.h) on 1-D and 2-D tensors with
+//     `adafactor` (lr and weight_decay its own; without relative_step its lr
+//     follows the schedule as Muon's); the first moment (beta1) in the first
+//     slot, the second moment in the second (a matrix: its row statistics,
+//     then its column statistics).
+enum class TensorRuleKind { kNone = 0, kMuon = 1, kAdafactor = 2 };
+inline constexpr EnumNames<TensorRuleKind, 3> kTensorRuleKindNames = {
+    {{TensorRuleKind::kNone, "none"},
+     {TensorRuleKind::kMuon, "muon"},
+     {TensorRuleKind::kAdafactor, "adafactor"}}};
 struct TensorRule {
   TensorRuleKind kind = TensorRuleKind::kNone;
+  // Muon's.
   double lr = 0.02;
   double momentum = 0.95;
   bool nesterov = true;
@@ -56,7 +66,14 @@ struct TensorRule {
   // The Newton–Schulz iteration in BF16 (optim/newton_schulz.h kBf16, the
   // published code's arithmetic on a GPU) instead of FP32.
   bool bf16_products = false;
+  // Adafactor's.
+  AdafactorOptions adafactor;
   bool active() const { return kind != TensorRuleKind::kNone; }
+  // The decoupled weight decay the rule applies.
+  double decay() const {
+    return kind == TensorRuleKind::kAdafactor ? adafactor.weight_decay
+                                              : weight_decay;
+  }
   friend bool operator==(const TensorRule&, const TensorRule&) = default;
 };
 
@@ -65,9 +82,9 @@ struct GroupSettings {
   bool optimizer_weight_decay = true;
   double weight_decay = 0;
   double lr_scale = 1;
-  // "optimizer": {"type": "Muon", "params": {...}}: the group's 2-D tensors
-  // are updated whole by this rule (only the class "matrices" may have
-  // one).
+  // "optimizer": {"type": "Muon" | "Adafactor", "params": {...}}: the
+  // group's tensors are updated whole by this rule (Muon: only the class
+  // "matrices").
   TensorRule rule;
   friend bool operator==(const GroupSettings&, const GroupSettings&) = default;
 };
@@ -90,9 +107,17 @@ struct ParamGroups {
 // class's "optimizer" is {"type": "Muon", "params": {"lr", "momentum",
 // "nesterov", "weight_decay", "ns_precision"}} (Muon's published defaults
 // 0.02, 0.95, true, 0; "fp32" or "bf16", default "fp32"), only for
-// "matrices", and without the class's own weight_decay or lr_scale (the
-// rule's params hold them).
+// "matrices", or {"type": "Adafactor", "params": {...}} (ParseAdafactorParams)
+// for any class; either without the class's own weight_decay or lr_scale
+// (the rule's params hold them).
 absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text);
+
+// Adafactor's "params" object, Hugging Face's names over its defaults (lr,
+// eps [eps1, eps2], clip_threshold, decay_rate, beta1, weight_decay,
+// scale_parameter, relative_step, warmup_init; null for lr or beta1: none),
+// checked as ValidateAdafactorOptions; errors name `key` and the param.
+absl::StatusOr<AdafactorOptions> ParseAdafactorParams(
+    absl::string_view json_text, absl::string_view key);
 
 // "single", or one "class: weight_decay W, lr_scale L" clause per class
 // (with the optimizer's weight_decay filled in), for logs and the CLI.
@@ -107,11 +132,12 @@ struct ResolvedGroup {
   // Flat ranges of the class's tensors, in order, adjacent ones merged.
   std::vector<FlatRange> ranges;
   uint64_t elems = 0;  // sum of the ranges' sizes
-  TensorRule rule;     // active: the ranges are whole 2-D tensors
+  TensorRule rule;     // active: the ranges are whole tensors
 };
 
-// OK, or INVALID_ARGUMENT naming `what` and the hyperparameter: lr > 0,
-// momentum in [0, 1), weight_decay >= 0, each finite and <= 1e6.
+// OK, or INVALID_ARGUMENT naming `what` and the hyperparameter: Muon's lr >
+// 0, momentum in [0, 1), weight_decay >= 0, each finite and <= 1e6;
+// Adafactor's as ValidateAdafactorOptions.
 absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what);
 
 // Marks every tensor of a class whose group has a tensor rule keep_whole,

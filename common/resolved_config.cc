@@ -87,6 +87,19 @@ void VisitConfig(V& v, TrainingConfig& c) {
           v.Field("nesterov", r.nesterov);
           v.Field("weight_decay", r.weight_decay);
           v.Field("bf16_products", r.bf16_products);
+          v.Object("adafactor", [&] {
+            AdafactorOptions& a = r.adafactor;
+            v.Field("lr", a.lr);
+            v.Field("eps1", a.eps1);
+            v.Field("eps2", a.eps2);
+            v.Field("clip_threshold", a.clip_threshold);
+            v.Field("decay_rate", a.decay_rate);
+            v.Field("beta1", a.beta1);
+            v.Field("weight_decay", a.weight_decay);
+            v.Field("scale_parameter", a.scale_parameter);
+            v.Field("relative_step", a.relative_step);
+            v.Field("warmup_init", a.warmup_init);
+          });
         });
       });
     }

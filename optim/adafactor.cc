@@ -11,11 +11,6 @@
 namespace zeroshard {
 namespace {
 
-absl::Status Bad(const char* option, const std::string& why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("Adafactor: option \"", option, "\" ", why));
-}
-
 // sqrt(sum x^2 / n), the sum in double, rounded to float.
 float Rms(const float* x, size_t n) {
   double sq = 0;
@@ -24,36 +19,6 @@ float Rms(const float* x, size_t n) {
 }
 
 }  // namespace
-
-absl::Status ValidateAdafactorOptions(const AdafactorOptions& o) {
-  if (o.relative_step && o.lr > 0) {
-    return Bad("lr", "cannot be combined with relative_step (the step size "
-                     "is then 1/sqrt(t)); set relative_step to false");
-  }
-  if (!o.relative_step && !(o.lr > 0 && std::isfinite(o.lr))) {
-    return Bad("lr", "must be a positive number without relative_step");
-  }
-  if (o.warmup_init && !o.relative_step) {
-    return Bad("warmup_init", "requires relative_step");
-  }
-  if (!(o.eps1 >= 0 && std::isfinite(o.eps1)) ||
-      !(o.eps2 >= 0 && std::isfinite(o.eps2))) {
-    return Bad("eps", "must be two finite numbers >= 0");
-  }
-  if (!(o.clip_threshold > 0 && std::isfinite(o.clip_threshold))) {
-    return Bad("clip_threshold", "must be positive");
-  }
-  if (!(o.decay_rate < 0 && o.decay_rate >= -1)) {
-    return Bad("decay_rate", "must be in [-1, 0)");
-  }
-  if (o.beta1 >= 1 || std::isnan(o.beta1)) {
-    return Bad("beta1", "must be below 1 (or absent)");
-  }
-  if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) {
-    return Bad("weight_decay", "must be a finite number >= 0");
-  }
-  return absl::OkStatus();
-}
 
 absl::Status AdafactorUpdate(const AdafactorOptions& o, uint64_t t,
                              float coefficient, GradView grad,

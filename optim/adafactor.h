@@ -20,7 +20,7 @@
 // another order, so the two agree within 1e-5 of the update and 4e-6 of the
 // state, relative, not bit for bit (tests/optim/adafactor_test.cc).
 //
-//   AdafactorOptions o;                  // Hugging Face's defaults
+//   AdafactorOptions o;   // common/adafactor_options.h: Hugging Face's defaults
 //   RETURN_IF_ERROR(ValidateAdafactorOptions(o));
 //   RETURN_IF_ERROR(AdafactorUpdate(o, t, coefficient, GradView::Fp32(g),
 //                                   {.rows = R, .cols = C}, state));
@@ -30,27 +30,10 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/adafactor_options.h"
 #include "optim/optimizer.h"
 
 namespace zeroshard {
-
-struct AdafactorOptions {
-  double lr = 0;             // used (and required > 0) without relative_step
-  double eps1 = 1e-30;       // added to g^2
-  double eps2 = 1e-3;        // floor of the parameter scale
-  double clip_threshold = 1.0;
-  double decay_rate = -0.8;
-  double beta1 = -1;         // < 0: no first moment (the default)
-  double weight_decay = 0;
-  bool scale_parameter = true;
-  bool relative_step = true;
-  bool warmup_init = false;
-};
-
-// INVALID_ARGUMENT naming the option for contradictions Hugging Face also
-// refuses (a manual lr with relative_step, warmup_init without
-// relative_step) and for values out of range.
-absl::Status ValidateAdafactorOptions(const AdafactorOptions& o);
 
 // A tensor of rows x cols elements (cols = 0: a vector of `rows`). A
 // matrix (cols > 0) is factored, a 1 x C one too: Hugging Face factors every

@@ -11,6 +11,7 @@
 #include "wire/proto_convert.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "optim/adafactor.h"
 #include "optim/muon.h"
 #include "optim/newton_schulz.h"
 #include "optim/optimizer.h"
@@ -149,12 +150,14 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   if (!groups.ok()) return Prefixed("Init: ", groups.status());
   state->param_groups_ = *std::move(groups);
   absl::StatusOr<std::vector<WholeTensor>> whole =
-      FindWholeTensors(request.optimizer(), state->layout_, owned);
+      FindWholeTensors(request.optimizer(), state->layout_, owned,
+                       UpdateRuleFor(config->kind).slots().size());
   if (!whole.ok()) return Prefixed("Init: ", whole.status());
   state->whole_tensors_ = *std::move(whole);
   if (!state->whole_tensors_.empty() && placement == Placement::kDevice) {
     return absl::FailedPreconditionError(
-        "Init: the Muon rule of a parameter group has no device kernel in "
+        "Init: the tensor rules of parameter groups (Muon, Adafactor) have "
+        "no device kernel in "
         "this build; start the servers with --placement=host or "
         "--placement=pinned");
   }
@@ -179,7 +182,8 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
 
 absl::StatusOr<std::vector<ModelShard::WholeTensor>>
 ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
-                             const FlatLayout& layout, FlatRange owned) {
+                             const FlatLayout& layout, FlatRange owned,
+                             size_t slots) {
   std::vector<WholeTensor> out;
   for (const v1::ParamGroup& g : optimizer.param_groups()) {
     const TensorRule rule = TensorRuleFromProto(g.tensor_rule());
@@ -198,10 +202,36 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
               what, ": the group's range [", r.begin, ", ", r.end,
               ") holds only part of it; a tensor rule updates whole tensors"));
         }
-        if (t.shape.size() != 2) {
+        const bool muon = rule.kind == TensorRuleKind::kMuon;
+        if (muon && t.shape.size() != 2) {
           return absl::InvalidArgumentError(absl::StrCat(
               what, " has ", t.shape.size(),
               " dimensions; Muon updates 2-D matrices only"));
+        }
+        if (!muon && t.shape.size() != 1 && t.shape.size() != 2) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, " has ", t.shape.size(),
+              " dimensions; Adafactor on the servers takes 1-D and 2-D "
+              "tensors"));
+        }
+        // Muon: momentum in the first slot. Adafactor: the first moment
+        // there, the second moment in the second slot (a matrix's row
+        // statistics, then its column statistics).
+        const bool matrix = t.shape.size() == 2;
+        const size_t need = muon ? 1 : 2;
+        if (need > slots) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, " keeps its state in the element-wise rule's slots: it "
+              "needs ", need, ", the optimizer's rule has ", slots,
+              " (choose optimizer.type AdamW or Adam)"));
+        }
+        if (!muon && matrix && t.shape[0] + t.shape[1] > static_cast<int64_t>(t.numel)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, " is ", t.shape[0], " x ", t.shape[1],
+              ": its row and column statistics (", t.shape[0] + t.shape[1],
+              " values) do not fit its ", t.numel,
+              " elements of slot exp_avg_sq; give it to a group without "
+              "Adafactor"));
         }
         covered += t.numel;
         if (Intersect(tr, owned).empty()) continue;
@@ -212,7 +242,7 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
               owned.end, "): mark it keep_whole in the manifest so that no "
               "server boundary cuts it"));
         }
-        out.push_back({t.name, tr, t.shape[0], t.shape[1], rule});
+        out.push_back({t.name, tr, t.shape[0], matrix ? t.shape[1] : 0, rule});
       }
       if (covered != r.size()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -298,8 +328,29 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
                   static_cast<const char*>(single->data) +
                   (w.range.begin - single->range.begin) * sizeof(float)))
             : GradView::Fp32(grad.data());
-    // Muon's lr follows the optimizer's schedule.
+    // A rule's own lr follows the optimizer's schedule.
     const double scale = LearningRateAt(optimizer_, adam_t) / optimizer_.lr;
+    if (w.rule.kind == TensorRuleKind::kAdafactor) {
+      AdafactorOptions o = w.rule.adafactor;
+      if (!o.relative_step) o.lr *= scale;
+      const AdafactorShape shape{w.rows, w.cols};
+      store_
+          ->UpdateWholeRange(
+              w.range,
+              [&](const StateSlice& s) {
+                return AdafactorUpdate(
+                    o, adam_t, static_cast<float>(params.coefficient), view,
+                    shape,
+                    {.master = s.master,
+                     .row = s.slots[1],
+                     .col = s.slots[1] + w.rows,
+                     .exp_avg_sq = s.slots[1],
+                     .exp_avg = s.slots[0],
+                     .mirror = nullptr});
+              })
+          .IgnoreError();  // options and shapes were checked at Init
+      continue;
+    }
     const MuonStep step = MakeMuonStep(
         w.rule.lr * scale, w.rule.momentum, w.rule.weight_decay,
         w.rule.nesterov, static_cast<float>(params.coefficient),

@@ -246,15 +246,17 @@ class ModelShard {
   struct WholeTensor {
     std::string name;
     FlatRange range;
-    int64_t rows = 0, cols = 0;
+    int64_t rows = 0, cols = 0;  // a 1-D tensor (Adafactor): cols 0
     TensorRule rule;
   };
   // The tensors of groups with a tensor rule that lie in the owned range;
-  // INVALID_ARGUMENT / FAILED_PRECONDITION naming the tensor for one that
-  // is not 2-D, is cut by a group range or straddles this server's range.
+  // INVALID_ARGUMENT / FAILED_PRECONDITION naming the tensor for one of a
+  // rank its rule does not take, one whose state does not fit the
+  // element-wise rule's `slots` slots, one cut by a group range or one that
+  // straddles this server's range.
   static absl::StatusOr<std::vector<WholeTensor>> FindWholeTensors(
       const v1::OptimizerConfig& optimizer, const FlatLayout& layout,
-      FlatRange owned);
+      FlatRange owned, size_t slots);
   // FAILED_PRECONDITION naming the tensor unless every whole tensor that
   // `pieces` touch is covered by them entirely: its update needs all of
   // its gradient in one apply.

@@ -191,7 +191,23 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
     p->set_lr_scale(g.lr_scale);
     if (g.rule.active()) {
       v1::TensorRule* t = p->mutable_tensor_rule();
-      t->set_kind(v1::TensorRule::MUON);
+      if (g.rule.kind == TensorRuleKind::kAdafactor) {
+        const AdafactorOptions& a = g.rule.adafactor;
+        t->set_kind(v1::TensorRule::ADAFACTOR);
+        v1::AdafactorParams* o = t->mutable_adafactor();
+        o->set_lr(a.lr);
+        o->set_eps1(a.eps1);
+        o->set_eps2(a.eps2);
+        o->set_clip_threshold(a.clip_threshold);
+        o->set_decay_rate(a.decay_rate);
+        if (a.first_moment()) o->set_beta1(a.beta1);
+        o->set_weight_decay(a.weight_decay);
+        o->set_scale_parameter(a.scale_parameter);
+        o->set_relative_step(a.relative_step);
+        o->set_warmup_init(a.warmup_init);
+      } else {
+        t->set_kind(v1::TensorRule::MUON);
+      }
       t->set_lr(g.rule.lr);
       t->set_momentum(g.rule.momentum);
       t->set_nesterov(g.rule.nesterov);
@@ -215,6 +231,20 @@ TensorRule TensorRuleFromProto(const v1::TensorRule& in) {
     r.nesterov = in.nesterov();
     r.weight_decay = in.weight_decay();
     r.bf16_products = in.bf16_products();
+  }
+  if (in.kind() == v1::TensorRule::ADAFACTOR) {
+    const v1::AdafactorParams& o = in.adafactor();
+    r.kind = TensorRuleKind::kAdafactor;
+    r.adafactor = {.lr = o.lr(),
+                   .eps1 = o.eps1(),
+                   .eps2 = o.eps2(),
+                   .clip_threshold = o.clip_threshold(),
+                   .decay_rate = o.decay_rate(),
+                   .beta1 = o.has_beta1() ? o.beta1() : -1,
+                   .weight_decay = o.weight_decay(),
+                   .scale_parameter = o.scale_parameter(),
+                   .relative_step = o.relative_step(),
+                   .warmup_init = o.warmup_init()};
   }
   return r;
 }

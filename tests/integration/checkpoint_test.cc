@@ -147,20 +147,27 @@ TEST_F(ResumeTest, ResumesOntoAnotherWorkerCountWithinTolerance) {
             0.05 * cfg["optimizer"]["params"]["lr"].get<double>() * kSteps);
 }
 
-// Muon for the matrices group (its momentum in the servers' exp_avg slot,
-// the matrices kept whole, so the servers' boundaries differ from the
-// AdamW run's): cut at a checkpoint and resumed on 3 servers (the
+// Rules for whole tensors: Muon for the matrices group (its momentum in
+// the servers' exp_avg slot), Adafactor with a first moment for the norms
+// and biases (its moments in exp_avg and exp_avg_sq), AdamW for the
+// embeddings; those tensors kept whole, so the servers' boundaries differ
+// from the AdamW run's. Cut at a checkpoint and resumed on 3 servers (the
 // boundaries move again), the run ends on the uninterrupted run's bits.
-TEST(MuonResumeTest, CutAndResumedOnThreeServersEqualsTheUninterruptedRun) {
-  TrainDir dir("muon_ckpt");
+TEST(TensorRuleResumeTest, CutAndResumedOnThreeServersEqualsTheUninterruptedRun) {
+  TrainDir dir("rule_ckpt");
   auto config = [&](const std::string& ckpt) {
     nlohmann::json cfg = Config(ckpt);
     cfg["zeroshard"]["steps"] = 8;
     cfg["zeroshard"]["checkpoint"]["every_steps"] = 4;
+    const nlohmann::json adafactor = {
+        {"type", "Adafactor"},
+        {"params", {{"beta1", 0.9}, {"weight_decay", 0.01}}}};
     cfg["zeroshard"]["param_groups"] = {
         {"matrices",
          {{"optimizer",
-           {{"type", "Muon"}, {"params", {{"lr", 0.02}, {"weight_decay", 0.01}}}}}}}};
+           {{"type", "Muon"}, {"params", {{"lr", 0.02}, {"weight_decay", 0.01}}}}}}},
+        {"norms", {{"optimizer", adafactor}}},
+        {"biases", {{"optimizer", adafactor}}}};
     return cfg;
   };
   auto run = [&](const std::string& name, std::vector<std::string> extra) {
@@ -183,7 +190,7 @@ TEST(MuonResumeTest, CutAndResumedOnThreeServersEqualsTheUninterruptedRun) {
   WeightDiff d = CompareWeights(a, ReadWeights(dir.path("full")));
   EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
                                << d.worst_tensor;
-  // Not AdamW's run: Muon moved the matrices.
+  // Not AdamW's run: the rules moved their tensors.
   TrainRun adam = RunTrain(
       {"--config=" + dir.WriteConfig("adam.json", Config(dir.path("adam-ckpt"))),
        "--out=" + dir.path("adam"), "--steps=8", "--save_weights", "--quiet"},

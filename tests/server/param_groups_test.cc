@@ -19,8 +19,6 @@
 #include "common/param_groups.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "optim/muon.h"
-#include "optim/newton_schulz.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_kernels.h"
 #include "server/model_shard.h"
@@ -115,6 +113,26 @@ TEST(ParamGroupsTest, ErrorsNameTheKey) {
                "zeroshard.param_groups.matrices.optimizer.params.betas"},
            Bad{R"({"matrices": {"weight_decay": 0.1, "optimizer": {"type": "Muon"}}})",
                "zeroshard.param_groups.matrices.weight_decay"},
+           // Adafactor: Hugging Face's contradictions, bad and unknown
+           // params, Muon's params.
+           Bad{R"({"norms": {"optimizer": {"type": "Adafactor", "params": {"lr": 0.01}}}})",
+               "zeroshard.param_groups.norms.optimizer.params.lr"},
+           Bad{R"({"norms": {"optimizer": {"type": "Adafactor", "params": {"relative_step": false}}}})",
+               "zeroshard.param_groups.norms.optimizer.params.lr"},
+           Bad{R"({"norms": {"optimizer": {"type": "Adafactor", "params": {"relative_step": false, "lr": 1e-3, "warmup_init": true}}}})",
+               "zeroshard.param_groups.norms.optimizer.params.warmup_init"},
+           Bad{R"({"biases": {"optimizer": {"type": "Adafactor", "params": {"eps": 1e-30}}}})",
+               "zeroshard.param_groups.biases.optimizer.params.eps"},
+           Bad{R"({"biases": {"optimizer": {"type": "Adafactor", "params": {"decay_rate": 0.8}}}})",
+               "zeroshard.param_groups.biases.optimizer.params.decay_rate"},
+           Bad{R"({"matrices": {"optimizer": {"type": "Adafactor", "params": {"beta1": 1}}}})",
+               "zeroshard.param_groups.matrices.optimizer.params.beta1"},
+           Bad{R"({"matrices": {"optimizer": {"type": "Adafactor", "params": {"momentum": 0.9}}}})",
+               "zeroshard.param_groups.matrices.optimizer.params.momentum"},
+           Bad{R"({"matrices": {"optimizer": {"type": "Adafactor", "params": {"warmup_init": "yes"}}}})",
+               "zeroshard.param_groups.matrices.optimizer.params.warmup_init"},
+           Bad{R"({"embeddings": {"lr_scale": 2, "optimizer": {"type": "Adafactor"}}})",
+               "zeroshard.param_groups.embeddings.lr_scale"},
        }) {
     absl::StatusOr<ParamGroups> g = ParseParamGroups(b.json);
     ASSERT_FALSE(g.ok()) << b.json;
@@ -173,6 +191,87 @@ TEST(ParamGroupsTest, MuonForMatricesResolvesAndMarksThemWhole) {
   EXPECT_EQ(ParamGroupsFromProto(o)[0].rule, resolved[0].rule);
   EXPECT_NE(DescribeParamGroups(g, 0.3).find("matrices: Muon lr 0.05"),
             std::string::npos);
+}
+
+TEST(ParamGroupsTest, AdafactorForAnyClassAndAsTheOptimizerType) {
+  absl::StatusOr<ParamGroups> parsed = ParseParamGroups(
+      R"({"norms": {"optimizer": {"type": "Adafactor", "params": {
+            "lr": null, "eps": [1e-29, 2e-3], "clip_threshold": 2,
+            "decay_rate": -0.5, "beta1": 0.9, "weight_decay": 0.01,
+            "scale_parameter": false, "warmup_init": true}}}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const TensorRule& r = parsed->classes[static_cast<int>(TensorClass::kNorm)].rule;
+  ASSERT_EQ(r.kind, TensorRuleKind::kAdafactor);
+  const AdafactorOptions want{.lr = 0, .eps1 = 1e-29, .eps2 = 2e-3,
+                              .clip_threshold = 2, .decay_rate = -0.5,
+                              .beta1 = 0.9, .weight_decay = 0.01,
+                              .scale_parameter = false, .relative_step = true,
+                              .warmup_init = true};
+  EXPECT_EQ(r.adafactor, want);
+  EXPECT_EQ(r.decay(), 0.01);
+  ModelManifest m = FromProto(testing::SmallManifest(2));
+  MarkWholeTensors(*parsed, &m);
+  for (const UnitSpec& u : m.units) {
+    for (const TensorSpec& t : u.tensors) {
+      EXPECT_EQ(t.keep_whole, t.param_class == TensorClass::kNorm) << t.name;
+    }
+  }
+  // The rule crosses the wire and back, beta1 absent or not.
+  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(m, 1, 1);
+  ASSERT_TRUE(layout.ok());
+  for (double beta1 : {0.9, -1.0}) {
+    ParamGroups g = *parsed;
+    g.classes[static_cast<int>(TensorClass::kNorm)].rule.adafactor.beta1 = beta1;
+    const std::vector<ResolvedGroup> resolved = ResolveParamGroups(*layout, g, 0.3);
+    v1::OptimizerConfig o;
+    AddParamGroups(resolved, &o);
+    const std::vector<ResolvedGroup> back = ParamGroupsFromProto(o);
+    ASSERT_EQ(back.size(), resolved.size());
+    for (size_t i = 0; i < back.size(); ++i) {
+      EXPECT_EQ(back[i].rule.kind, resolved[i].rule.kind) << back[i].name;
+      EXPECT_EQ(back[i].rule.adafactor, resolved[i].rule.adafactor) << back[i].name;
+      if (back[i].name == "norms") EXPECT_EQ(back[i].weight_decay, 0.01);
+    }
+  }
+  EXPECT_NE(DescribeParamGroups(*parsed, 0.3)
+                .find("norms: Adafactor relative step with warmup, beta1 0.9"),
+            std::string::npos)
+      << DescribeParamGroups(*parsed, 0.3);
+
+  // optimizer.type "Adafactor": every class without a rule of its own, over
+  // AdamW's slots; a fixed lr becomes the schedule's peak; a scheduler
+  // beside the relative step is said to do nothing.
+  absl::StatusOr<ParsedConfig> whole = ParseTrainingConfig(
+      R"({"train_batch_size": 2, "optimizer": {"type": "Adafactor"},
+          "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 1}},
+          "zeroshard": {"param_groups": {"matrices": {"optimizer": {"type": "Muon"}}}}})");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const ParamGroups& g = whole->config.param_groups;
+  EXPECT_FALSE(g.single);
+  EXPECT_EQ(g.classes[0].rule.kind, TensorRuleKind::kMuon);
+  for (int c = 1; c < kNumTensorClasses; ++c) {
+    EXPECT_EQ(g.classes[c].rule.kind, TensorRuleKind::kAdafactor) << c;
+    EXPECT_EQ(g.classes[c].rule.adafactor, AdafactorOptions{}) << c;
+  }
+  EXPECT_EQ(whole->config.optimizer.kind, OptimizerKind::kAdamW);
+  bool warned = false;
+  for (const std::string& w : whole->warnings) {
+    warned |= w.find("\"scheduler\" has no effect") != std::string::npos;
+  }
+  EXPECT_TRUE(warned);
+  absl::StatusOr<ParsedConfig> fixed = ParseTrainingConfig(
+      R"({"train_batch_size": 2, "optimizer": {"type": "Adafactor",
+          "params": {"lr": 0.003, "relative_step": false}}})");
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_EQ(fixed->config.optimizer.lr, 0.003);
+  EXPECT_EQ(fixed->config.param_groups.classes[1].rule.adafactor.lr, 0.003);
+  absl::StatusOr<ParsedConfig> bad = ParseTrainingConfig(
+      R"({"train_batch_size": 2, "optimizer": {"type": "Adafactor",
+          "params": {"lr": 0.003}}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("\"optimizer.params.lr\": cannot be combined"),
+            std::string::npos)
+      << bad.status();
 }
 
 TEST(ParamGroupsTest, TrainingConfigReadsTheSection) {
@@ -548,170 +647,6 @@ TEST(ParamGroupTableTest, CheckpointsCompareGroupsWithoutRanges) {
   EXPECT_TRUE(same(a, b));   // another layout: same groups
   EXPECT_FALSE(same(a, c));  // another weight decay: refused
   EXPECT_FALSE(same(a, WithGroups({})));  // single vs groups: refused
-}
-
-// ---- Tensor rules on a shard: Muon for the matrices group.
-
-struct MuonShards {
-  FlatLayout layout;
-  std::vector<std::unique_ptr<ModelShard>> shards;
-  TensorRule rule;
-};
-
-// SmallManifest(2) with Muon on its matrices (kept whole), AdamW lr 1e-3
-// on the rest, over `servers` servers with chunks of 64.
-absl::StatusOr<MuonShards> MakeMuonShards(uint32_t servers, bool mark_whole) {
-  absl::StatusOr<ParamGroups> g = ParseParamGroups(
-      R"({"matrices": {"optimizer": {"type": "Muon",
-          "params": {"lr": 0.02, "weight_decay": 0.1}}}})");
-  if (!g.ok()) return g.status();
-  ModelManifest m = FromProto(testing::SmallManifest(2));
-  if (mark_whole) MarkWholeTensors(*g, &m);
-  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(m, servers, 1);
-  if (!layout.ok()) return layout.status();
-  MuonShards out{*layout, {}, g->classes[0].rule};
-  for (uint32_t k = 0; k < servers; ++k) {
-    v1::InitRequest init =
-        testing::MakeInit(ToProto(m), servers, k, /*seed=*/5, /*chunk=*/64);
-    OptimizerConfig o;
-    o.weight_decay = 0.05;
-    *init.mutable_optimizer() = ToProto(o);
-    AddParamGroups(ResolveParamGroups(*layout, *g, o.weight_decay),
-                   init.mutable_optimizer());
-    absl::StatusOr<std::unique_ptr<ModelShard>> shard =
-        ModelShard::Create(init, {k, servers}, Placement::kHost);
-    if (!shard.ok()) return shard.status();
-    out.shards.push_back(*std::move(shard));
-  }
-  return out;
-}
-
-TEST(TensorRuleShardTest, MuonUpdatesEachMatrixWholeFromPiecesOfAnySize) {
-  absl::StatusOr<MuonShards> ms = MakeMuonShards(2, /*mark_whole=*/true);
-  ASSERT_TRUE(ms.ok()) << ms.status();
-  std::mt19937_64 rng(17);
-  int matrices = 0;
-  for (size_t k = 0; k < ms->shards.size(); ++k) {
-    ModelShard& shard = *ms->shards[k];
-    const FlatRange own = shard.owned();
-    const testing::ShardState before = testing::ReadState(shard);
-    // One gradient for the owned range, as FP32 for server 0 and BF16 for
-    // server 1, cut at random points (inside matrices and across chunks).
-    const DType dtype = k == 0 ? DType::kFp32 : DType::kBf16;
-    std::shared_ptr<std::vector<char>> bytes =
-        testing::RandomBytes(rng, own, dtype);
-    std::vector<GradPiece> pieces;
-    for (const FlatRange& r : testing::RandomTiling(rng, own, 9)) {
-      pieces.push_back({r, dtype,
-                        bytes->data() + (r.begin - own.begin) * DTypeSize(dtype)});
-    }
-    // A push holding part of a matrix is refused, naming it; nothing moves.
-    const TensorInfo* cut = nullptr;
-    for (const TensorInfo& t : ms->layout.tensors()) {
-      if (t.param_class == TensorClass::kMatrix && own.Contains(t.range())) {
-        cut = &t;
-        break;
-      }
-    }
-    ASSERT_NE(cut, nullptr);
-    const GradPiece half{{cut->offset, cut->offset + cut->numel / 2}, dtype,
-                         bytes->data() + (cut->offset - own.begin) * DTypeSize(dtype)};
-    absl::StatusOr<ApplyResult> refused = shard.ApplyPush(0, {0.5, false}, {&half, 1});
-    ASSERT_FALSE(refused.ok());
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(refused.status().message().find(cut->name), std::string::npos)
-        << refused.status();
-    EXPECT_EQ(testing::Diff(testing::ReadState(shard), before), "");
-
-    absl::StatusOr<ApplyResult> r = shard.ApplyPush(0, {0.5, false}, pieces);
-    ASSERT_TRUE(r.ok()) << r.status();
-    ASSERT_EQ(r->applied_elems, own.size());
-    const testing::ShardState after = testing::ReadState(shard);
-    // Each matrix: MuonUpdate on the whole of it, momentum in exp_avg, v
-    // untouched; every other tensor moved by AdamW (v > 0).
-    NewtonSchulzScratch scratch;
-    const MuonStep step = MakeMuonStep(ms->rule.lr, ms->rule.momentum,
-                                       ms->rule.weight_decay,
-                                       ms->rule.nesterov, 0.5f);
-    for (const TensorInfo& t : ms->layout.tensors()) {
-      if (!own.Contains(t.range())) continue;
-      const size_t at = t.offset - own.begin;
-      if (t.param_class != TensorClass::kMatrix) {
-        EXPECT_GT(after.arrays[2][at], 0.0f) << t.name;
-        continue;
-      }
-      ++matrices;
-      std::vector<float> w(before.arrays[0].begin() + at,
-                           before.arrays[0].begin() + at + t.numel);
-      std::vector<float> m(t.numel, 0.0f);
-      std::vector<float> g(t.numel);
-      for (uint64_t i = 0; i < t.numel; ++i) {
-        const char* src = bytes->data() + (at + i) * DTypeSize(dtype);
-        if (dtype == DType::kFp32) {
-          std::memcpy(&g[i], src, 4);
-        } else {
-          uint16_t b;
-          std::memcpy(&b, src, 2);
-          g[i] = Bf16ToFloat(b);
-        }
-      }
-      ASSERT_TRUE(MuonUpdate(step, GradView::Fp32(g.data()), t.shape[0],
-                             t.shape[1], w.data(), m.data(), nullptr, scratch)
-                      .ok());
-      for (uint64_t i = 0; i < t.numel; ++i) {
-        ASSERT_EQ(Bits(after.arrays[0][at + i]), Bits(w[i])) << t.name << " " << i;
-        ASSERT_EQ(Bits(after.arrays[1][at + i]), Bits(m[i])) << t.name << " " << i;
-        ASSERT_EQ(after.arrays[2][at + i], 0.0f) << t.name << " " << i;
-      }
-    }
-  }
-  EXPECT_GE(matrices, 4);
-}
-
-TEST(TensorRuleShardTest, InitRefusesMatricesCutByAServerOrNotTwoD) {
-  // Without keep_whole, some server count cuts a matrix: the server
-  // holding its first part refuses Init, naming it.
-  bool refused = false;
-  for (uint32_t servers = 2; servers <= 7 && !refused; ++servers) {
-    absl::StatusOr<MuonShards> ms = MakeMuonShards(servers, /*mark_whole=*/false);
-    if (ms.ok()) continue;
-    refused = true;
-    EXPECT_EQ(ms.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(ms.status().message().find("straddles"), std::string::npos)
-        << ms.status();
-    EXPECT_NE(ms.status().message().find("keep_whole"), std::string::npos);
-  }
-  EXPECT_TRUE(refused);
-  // A hostile Init: the rule over a bias (1-D) range.
-  v1::InitRequest init =
-      testing::MakeInit(testing::SmallManifest(1), 1, 0, /*seed=*/1, /*chunk=*/0);
-  *init.mutable_optimizer() = ToProto(OptimizerConfig{});
-  const ModelManifest m = FromProto(testing::SmallManifest(1));
-  absl::StatusOr<FlatLayout> layout = FlatLayout::Create(m, 1, 1);
-  ASSERT_TRUE(layout.ok());
-  for (const TensorInfo& t : layout->tensors()) {
-    if (t.param_class != TensorClass::kBias) continue;
-    v1::ParamGroup* g = init.mutable_optimizer()->add_param_groups();
-    g->set_name("biases");
-    g->mutable_tensor_rule()->set_kind(v1::TensorRule::MUON);
-    g->mutable_tensor_rule()->set_lr(0.02);
-    g->mutable_tensor_rule()->set_momentum(0.95);
-    g->add_ranges()->set_offset(t.offset);
-    g->mutable_ranges(0)->set_length(t.numel);
-    break;
-  }
-  absl::StatusOr<std::unique_ptr<ModelShard>> shard =
-      ModelShard::Create(init, {0, 1}, Placement::kHost);
-  ASSERT_FALSE(shard.ok());
-  EXPECT_NE(shard.status().message().find("2-D"), std::string::npos)
-      << shard.status();
-  // An unknown rule kind, and a bad momentum.
-  init.mutable_optimizer()->mutable_param_groups(0)->mutable_tensor_rule()->set_kind(
-      static_cast<v1::TensorRule::Kind>(7));
-  shard = ModelShard::Create(init, {0, 1}, Placement::kHost);
-  ASSERT_FALSE(shard.ok());
-  EXPECT_NE(shard.status().message().find("kind 7"), std::string::npos)
-      << shard.status();
 }
 
 }  // namespace

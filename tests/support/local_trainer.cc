@@ -192,11 +192,18 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
           MakeAdamStep(config_.optimizer, adam_steps_,
                        static_cast<float>(c.coefficient), span.weight_decay,
                        span.lr_scale);
+      const double scale =
+          LearningRateAt(config_.optimizer, adam_steps_) / config_.optimizer.lr;
+      if (span.rule.kind == TensorRuleKind::kAdafactor) {
+        AdafactorOptions o = span.rule.adafactor;
+        if (!o.relative_step) o.lr *= scale;
+        RETURN_IF_ERROR(AdafactorOnTensors(o, span.range,
+                                           static_cast<float>(c.coefficient)));
+        continue;
+      }
       if (span.rule.active()) {
         // The config's tensor rule (Muon) on the group's whole matrices, as
         // the servers apply it.
-        const double scale =
-            LearningRateAt(config_.optimizer, adam_steps_) / config_.optimizer.lr;
         RETURN_IF_ERROR(MuonOnMatrices(
             MakeMuonStep(span.rule.lr * scale, span.rule.momentum,
                          span.rule.weight_decay, span.rule.nesterov,
@@ -319,6 +326,28 @@ absl::Status LocalTrainer::MuonOnMatrices(const MuonStep& muon,
     pos = t.offset + t.numel;
   }
   adam(range.end);  // AdamW's weight decay is the group's, in `step`
+  return absl::OkStatus();
+}
+
+absl::Status LocalTrainer::AdafactorOnTensors(const AdafactorOptions& o,
+                                              FlatRange range,
+                                              float coefficient) {
+  uint16_t* mirror = param_dtype_ == DType::kBf16 ? mirror_.data() : nullptr;
+  for (const TensorInfo& t : layout_.tensors()) {
+    if (t.offset < range.begin || t.offset + t.numel > range.end) continue;
+    const bool matrix = t.shape.size() == 2;
+    const int64_t rows = matrix ? t.shape[0] : static_cast<int64_t>(t.numel);
+    float* second = exp_avg_sq_.data() + t.offset;
+    RETURN_IF_ERROR(AdafactorUpdate(
+        o, adam_steps_, coefficient, GradView::Fp32(grads_.data() + t.offset),
+        {rows, matrix ? t.shape[1] : 0},
+        {.master = master_.data() + t.offset,
+         .row = second,
+         .col = second + rows,
+         .exp_avg_sq = second,
+         .exp_avg = exp_avg_.data() + t.offset,
+         .mirror = mirror != nullptr ? mirror + t.offset : nullptr}));
+  }
   return absl::OkStatus();
 }
 

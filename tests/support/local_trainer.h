@@ -100,6 +100,11 @@ class LocalTrainer {
   // the rest of it when given (Muon's authors' split).
   absl::Status MuonOnMatrices(const MuonStep& muon, FlatRange range,
                               const AdamStep* adam_below);
+  // A group's Adafactor rule on every tensor inside `range` (a group
+  // span), its state where the servers keep it: the first moment in
+  // exp_avg, the second in exp_avg_sq (a matrix: rows, then columns).
+  absl::Status AdafactorOnTensors(const AdafactorOptions& o, FlatRange range,
+                                  float coefficient);
   // The rule's update of one parameter-group span (rule_ != kAdamW).
   absl::Status UpdateSpan(const AdamStep& step, FlatRange range,
                           float coefficient, size_t* absmax_at);

@@ -90,7 +90,18 @@ nlohmann::json ToJson(int k, const std::string& address,
                             {"lr_scale", g.lr_scale},
                             {"ranges", g.ranges.size()},
                             {"elems", g.elems}};
-    if (g.rule.active()) {
+    if (g.rule.kind == TensorRuleKind::kAdafactor) {
+      const AdafactorOptions& a = g.rule.adafactor;
+      group["rule"] = {{"kind", "adafactor"},
+                       {"lr", a.relative_step ? nlohmann::json() : nlohmann::json(a.lr)},
+                       {"relative_step", a.relative_step},
+                       {"beta1", a.first_moment() ? nlohmann::json(a.beta1) : nlohmann::json()},
+                       {"eps", {a.eps1, a.eps2}},
+                       {"clip_threshold", a.clip_threshold},
+                       {"decay_rate", a.decay_rate},
+                       {"scale_parameter", a.scale_parameter},
+                       {"warmup_init", a.warmup_init}};
+    } else if (g.rule.active()) {
       group["rule"] = {{"kind", std::string(NameOf(kTensorRuleKindNames, g.rule.kind))},
                        {"lr", g.rule.lr},
                        {"momentum", g.rule.momentum},

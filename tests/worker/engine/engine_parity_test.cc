@@ -240,6 +240,54 @@ TEST(EngineParity, MuonOnTheServersMatchesLocalTrainer) {
   EXPECT_NE(coarse.weights, muon.weights);
 }
 
+// Adafactor on the servers for every class (optimizer.type "Adafactor"):
+// each tensor updated whole by AdafactorUpdate, its state in the AdamW
+// slots; the same arithmetic as LocalTrainer's, so 1 x 1 is bit for bit,
+// with Hugging Face's relative step and with a fixed lr under the schedule
+// and a first moment (beta1 0: m = u, so its steps are AdamW-sized); on 2
+// servers (the embedding whole on one) x 2 workers it is close.
+TrainingConfig WithAdafactor(TrainingConfig cfg, bool relative_step) {
+  AdafactorOptions a;
+  if (relative_step) {
+    // Unused by the rule; the checks' scale: its step, 1e-2 x RMS(p).
+    cfg.optimizer.lr = 4e-4;
+  } else {
+    a.relative_step = false;
+    a.lr = cfg.optimizer.lr;
+    a.beta1 = 0.0;
+    a.scale_parameter = false;
+    a.weight_decay = 0.01;
+  }
+  cfg.param_groups.single = false;
+  for (GroupSettings& g : cfg.param_groups.classes) {
+    g.rule = TensorRule{.kind = TensorRuleKind::kAdafactor, .adafactor = a};
+  }
+  return cfg;
+}
+
+TEST(EngineParity, AdafactorOnTheServersMatchesLocalTrainer) {
+  TinyKnobs k;
+  k.warmup_cosine = true;
+  k.gradient_clipping = 1.0;
+  k.steps = 4;
+  ASSERT_OK_AND_ASSIGN(TrainingConfig one, TinyConfig(k, 1, 1));
+  const TrainingConfig relative = WithAdafactor(one, true);
+  ExpectConfigMatchesLocal(relative, "adafactor 1x1 vs LocalTrainer");
+  ExpectConfigMatchesLocal(WithAdafactor(one, false),
+                           "adafactor lr, beta1 1x1 vs LocalTrainer");
+  ASSERT_OK_AND_ASSIGN(ClusterResult adam, RunCluster(one));
+  ASSERT_OK_AND_ASSIGN(ClusterResult ada, RunCluster(relative));
+  EXPECT_NE(adam.weights, ada.weights);
+  ASSERT_OK_AND_ASSIGN(TrainingConfig four, TinyConfig(k, 2, 2));
+  ASSERT_OK_AND_ASSIGN(ClusterResult spread,
+                       RunCluster(WithAdafactor(four, true)));
+  ExpectTrained(spread, relative, "adafactor 2x2");
+  // Each step is scaled by its tensor's RMS(update) (clipping d = 1), so
+  // the rounding of 2 x 2's BF16 pushes spreads further than AdamW's.
+  ExpectClose(ada.weights, spread.weights, relative, "adafactor 2x2 vs 1x1",
+              /*rel=*/1e-3);
+}
+
 // ZeRO-3 with 2 worker threads overlaps gathers, reduce-scatters and
 // compute; two runs must still agree bit for bit (this caught oneDNN
 // primitives shared between threads, model/kernels/cpu/gemm.cc).
