@@ -413,7 +413,19 @@ class ZeroshardEngine(torch.nn.Module):
         where = {id(p): (p, off, n) for p, off, n in self._slots}
         self._norm_slots = [where[id(p)] for p in trainable]
         self._groups = None
-        if groups is None and "param_groups" not in self._zs_section:
+        # Classes whose tensors a rule updates whole (Muon, Adafactor; the
+        # latter also from optimizer.type "Adafactor"): the classes decide.
+        ruled = [k for k, v in self._cfg["param_groups"].items()
+                 if isinstance(v, dict)
+                 and v.get("rule", {}).get("kind", "none") != "none"]
+        if groups is not None and ruled:
+            raise ValueError(
+                "model_parameters: parameter groups of your own cannot be "
+                "combined with the tensor rules the config gives the classes "
+                f"{', '.join(ruled)} (zeroshard.param_groups or optimizer.type "
+                "\"Adafactor\"); pass the parameters without groups")
+        if groups is None and "param_groups" not in self._zs_section \
+                and not ruled:
             # torch's one group: the optimizer's weight decay on every
             # tensor (zeroshard.param_groups, when the config names it,
             # chooses by tensor class instead).

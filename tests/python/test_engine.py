@@ -444,17 +444,31 @@ def test_lion_on_the_servers_is_the_published_update_bit_for_bit():
 MUON_PARAMS = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0.1}
 
 
-def muon_reference():
-    """The published Muon step in FP32 (tests/fixtures/make_muon_golden.py,
-    which imports its neighbour make_adamw_golden.py)."""
+def fixture_module(name):
+    """A fixture script of tests/fixtures (each imports its neighbour
+    make_adamw_golden.py): muon_step and adafactor_step are the published
+    steps written out there."""
     fixtures = os.path.join(os.path.dirname(__file__), "..", "fixtures")
     if fixtures not in sys.path:
         sys.path.insert(0, fixtures)
-    path = os.path.join(fixtures, "make_muon_golden.py")
-    spec = importlib.util.spec_from_file_location("make_muon_golden", path)
+    path = os.path.join(fixtures, name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.muon_step
+    return mod
+
+
+def train_engine(model, cfg, data, steps):
+    """`steps` steps of one micro-batch each through zeroshard.initialize."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
+    try:
+        for s in range(steps):
+            x, y = data[s]
+            engine.backward(loss_fn(engine(x), y))
+            engine.step()
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("servers", [1, 2])
@@ -466,7 +480,7 @@ def test_muon_for_the_matrices_group_follows_the_published_step(servers):
     # oneDNN's order, torch's in its own; within 2e-6 of the weights after
     # 4 steps (2.5e-7 measured, on weights that moved by 0.05), while a
     # perturbed momentum moves them by 3e-3.
-    muon_step = muon_reference()
+    muon_step = fixture_module("make_muon_golden").muon_step
     steps = 4
     lr, mom, wd = (MUON_PARAMS[k] for k in ("lr", "momentum", "weight_decay"))
     data = batches(steps, 4)
@@ -497,14 +511,7 @@ def test_muon_for_the_matrices_group_follows_the_published_step(servers):
     cfg = config(servers, 1, 1.0)
     cfg["zeroshard"]["param_groups"] = {"matrices": {"optimizer": {
         "type": "Muon", "params": MUON_PARAMS}}}
-    engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
-    try:
-        for s in range(steps):
-            x, y = data[s]
-            engine.backward(loss_fn(engine(x), y))
-            engine.step()
-    finally:
-        engine.close()
+    train_engine(model, cfg, data, steps)
     for (name, p), r in zip(model.named_parameters(), ref.parameters()):
         assert torch.allclose(p, r, rtol=0, atol=2e-6), name
     # The matrices moved by Muon's step, not AdamW's: a perturbed momentum
@@ -512,6 +519,60 @@ def test_muon_for_the_matrices_group_follows_the_published_step(servers):
     other = reference(0.9)
     assert not torch.allclose(model[0].weight, other[0].weight, rtol=0,
                               atol=2e-6)
+
+
+@pytest.mark.parametrize("servers", [2])
+def test_adafactor_as_the_optimizer_type_follows_the_published_step(servers):
+    # optimizer.type = Adafactor (Hugging Face's defaults, a first moment):
+    # every tensor updated whole by Adafactor on a server, the matrices'
+    # second moment factored. Not bit for bit: the row, column and RMS sums
+    # run in double on the servers, in FP32 in torch.
+    step_fn = fixture_module("make_adafactor_golden").adafactor_step
+    steps = 4
+    data = batches(steps, 4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    options = {"lr": None, "eps1": 1e-30, "eps2": 1e-3, "clip_threshold": 1.0,
+               "decay_rate": -0.8, "beta1": 0.9, "weight_decay": 0.0,
+               "scale_parameter": True, "relative_step": True,
+               "warmup_init": False}
+
+    def reference(opts):
+        ref = make_model()
+        states = []
+        for p in ref.parameters():
+            st = {"step": 0, "m": torch.zeros_like(p)}
+            if p.dim() >= 2:
+                st["row"] = torch.zeros(p.shape[0])
+                st["col"] = torch.zeros(p.shape[1])
+            else:
+                st["v"] = torch.zeros_like(p)
+            states.append(st)
+        for s in range(steps):
+            x, y = data[s]
+            loss_fn(ref(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+            with torch.no_grad():
+                for p, st in zip(ref.parameters(), states):
+                    step_fn(p, p.grad.clone(), st, opts)
+                    p.grad = None
+        return ref
+
+    ref = reference(options)
+    model = make_model()
+    cfg = config(servers, 1, 1.0)
+    cfg["optimizer"] = {"type": "Adafactor", "params": {"beta1": 0.9}}
+    train_engine(model, cfg, data, steps)
+    for (name, p), r in zip(model.named_parameters(), ref.parameters()):
+        assert torch.allclose(p, r, rtol=0, atol=1e-6), \
+            (name, (p - r).abs().max().item())
+    # Groups of the caller's own would drop the classes' rules: refused.
+    with pytest.raises(ValueError, match="tensor rules"):
+        zeroshard.initialize(model=model, config=cfg, model_parameters=[
+            {"params": list(model.parameters())}])
+    # A perturbed beta1 is told apart.
+    other = reference(dict(options, beta1=0.8))
+    assert not torch.allclose(model[0].weight, other[0].weight, rtol=0,
+                              atol=1e-6)
 
 
 def test_a_non_finite_gradient_skips_the_step_without_clipping():

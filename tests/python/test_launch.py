@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from test_engine import MUON_PARAMS, batches, make_model, muon_reference
+from test_engine import MUON_PARAMS, batches, fixture_module, make_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -90,7 +90,7 @@ def test_two_ranks_under_muon_train_as_one_process(tmp_path):
                str(gas), str(clip), "2", env={"ZS_TEST_MUON": "1"})
     assert r.returncode == 0, r.stderr
     got = torch.load(f"{out}.rank0.pt")
-    muon_step = muon_reference()
+    muon_step = fixture_module("make_muon_golden").muon_step
 
     def reference(momentum):
         data = batches(steps * world * gas, 4)
