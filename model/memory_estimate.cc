@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/layout.h"
+#include "common/param_groups.h"
 #include "common/status_macros.h"
 #include "model/arch.h"
 
@@ -76,12 +77,15 @@ struct Units {
   double embedding = 0;
   double final_unit = 0;
   double block = 0;
+  double largest_server = 0;  // elements of the largest server range
 };
 
-absl::StatusOr<Units> LayoutUnits(const GptShape& shape, int n, int s) {
+absl::StatusOr<Units> LayoutUnits(const GptShape& shape, int n, int s,
+                                  const ParamGroups& groups) {
   ASSIGN_OR_RETURN(const model::ModelArch* arch, model::ArchForShape(shape));
   auto manifest = arch->Manifest(shape, static_cast<uint32_t>(n));
   if (!manifest.ok()) return manifest.status();
+  MarkWholeTensors(groups, &*manifest);
   auto layout = FlatLayout::Create(*manifest, static_cast<uint32_t>(s),
                                    static_cast<uint32_t>(n));
   if (!layout.ok()) return layout.status();
@@ -93,6 +97,11 @@ absl::StatusOr<Units> LayoutUnits(const GptShape& shape, int n, int s) {
   if (units.size() > 2) u.block = static_cast<double>(units[1].padded);
   for (const UnitInfo& unit : units) {
     u.largest = std::max(u.largest, static_cast<double>(unit.padded));
+  }
+  for (int k = 0; k < s; ++k) {
+    u.largest_server = std::max(
+        u.largest_server,
+        static_cast<double>(layout->ServerRange(static_cast<uint32_t>(k)).size()));
   }
   return u;
 }
@@ -155,10 +164,13 @@ ProcessEstimate WorkerAt(const EstimateInput& in, double psi, int stage,
   return w;
 }
 
-ProcessEstimate ServerEstimate(const EstimateInput& in, double psi) {
-  const double s = in.servers;
+// `owned`: the elements the server holds (Ψ/S, or the largest server's
+// range, `owned_name`).
+ProcessEstimate ServerEstimate(const EstimateInput& in, double owned,
+                               const std::string& owned_name) {
   ProcessEstimate v;
-  v.terms.push_back({"FP32 master weights", "4Ψ/S", 4 * psi / s});
+  const std::string& o = owned_name;
+  v.terms.push_back({"FP32 master weights", "4" + o, 4 * owned});
   // The optimizer's state slots, as its rule declares them (AdamW: m, v).
   std::string slots;
   for (const StateSlot& slot : OptimizerStateSlots(in.optimizer)) {
@@ -166,13 +178,13 @@ ProcessEstimate ServerEstimate(const EstimateInput& in, double psi) {
   }
   const size_t k = OptimizerStateBytesPerElement(in.optimizer);
   v.terms.push_back({absl::StrCat("optimizer state (", slots, ")"),
-                     absl::StrCat(k, "Ψ/S"), static_cast<double>(k) * psi / s});
-  v.terms.push_back({"BF16 mirror", "2Ψ/S", 2 * psi / s});
+                     absl::StrCat(k, o), static_cast<double>(k) * owned});
+  v.terms.push_back({"BF16 mirror", "2" + o, 2 * owned});
   v.model_state_terms = 3;
   if (in.grad_wire == CommDataType::kBf16) {
-    v.terms.push_back({"buffered gradients (one step, BF16)", "2Ψ/S", 2 * psi / s});
+    v.terms.push_back({"buffered gradients (one step, BF16)", "2" + o, 2 * owned});
   } else {
-    v.terms.push_back({"buffered gradients (one step, FP32)", "4Ψ/S", 4 * psi / s});
+    v.terms.push_back({"buffered gradients (one step, FP32)", "4" + o, 4 * owned});
   }
   // Gather replies queued and PushGrad pieces being read, per worker's
   // connection (HTTP/2 windows grow to a few MiB): an allowance fitted to
@@ -256,7 +268,8 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   e.input = input;
   std::optional<Units> units;
   if (input.model.has_value()) {
-    auto u = LayoutUnits(*input.model, input.workers, input.servers);
+    auto u = LayoutUnits(*input.model, input.workers, input.servers,
+                         input.param_groups);
     if (!u.ok()) return u.status();
     units = *u;
   }
@@ -283,9 +296,24 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
         *input.model, input.micro_batch, seq, input.precision,
         input.checkpointing, input.checkpoint_k, input.online_attention);
   }
+  // The largest server: Ψ/S, unless tensors kept whole moved the
+  // boundaries (a shape given, not a bare Ψ).
+  e.largest_server_params = psi / s;
+  std::string owned_name = "Ψ/S";
+  bool whole = false;
+  if (!input.param_groups.single) {
+    for (const GroupSettings& g : input.param_groups.classes) {
+      whole = whole || g.rule.active();
+    }
+  }
+  if (whole && units.has_value() && input.params <= 0) {
+    e.largest_server_params = units->largest_server;
+    owned_name = "Ψmax";
+  }
   for (int stage = 1; stage <= 3; ++stage) {
     e.worker[stage - 1] = WorkerAt(input, psi, stage, units, e.activations);
-    e.server[stage - 1] = ServerEstimate(input, psi);
+    e.server[stage - 1] =
+        ServerEstimate(input, e.largest_server_params, owned_name);
   }
 
   // Wire, per optimizer step.

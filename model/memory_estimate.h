@@ -23,7 +23,9 @@
 //   + a fixed process base; server = 14Ψ/S
 //   (FP32 master, m, v, BF16 mirror) + one step of pushed gradients (4Ψ/S,
 //   2Ψ/S in BF16) + gRPC transport buffers (4 MiB per worker) + a fixed
-//   base. Ψ is padded like FlatLayout when a model shape is given.
+//   base. Ψ is padded like FlatLayout when a model shape is given. With a
+//   shape, Ψ/S is the largest server's range: tensors a parameter group's
+//   rule keeps whole (param_groups, MarkWholeTensors) move the boundaries.
 // - Bytes and seconds are doubles; nothing is rounded.
 // - EstimateMemory returns INVALID_ARGUMENT naming the field for a bad input
 //   (Ψ <= 0 or not finite, N or S < 1, stage not 1..3, bandwidths or FLOP/s
@@ -66,6 +68,9 @@ struct EstimateInput {
   // The servers' update rule: its state slots (OptimizerStateSlots) size the
   // server's optimizer state. The ZeRO-paper rows keep the paper's K = 12.
   OptimizerKind optimizer = OptimizerKind::kAdamW;
+  // The classes' rules (Muon, Adafactor) keep their tensors whole on one
+  // server; with `model`, the server rows are for the largest server.
+  ParamGroups param_groups;
   // The model's shape, for activations, unit sizes and FLOPs; without it
   // the unit working set and activations are left out (reported as 0).
   std::optional<ModelShape> model;
@@ -163,6 +168,9 @@ struct StepTimeEstimate {
 struct MemoryEstimate {
   EstimateInput input;
   double params = 0;  // Ψ used (padded when from a shape)
+  // Elements the largest server owns: Ψ/S, or more where whole tensors move
+  // the boundaries (a model shape given).
+  double largest_server_params = 0;
   ZeroStageBytes zero[4];          // DDP, ZeRO-1, ZeRO-2, ZeRO-3
   ProcessEstimate worker[3];       // zeroshard stage 1, 2, 3
   ProcessEstimate server[3];

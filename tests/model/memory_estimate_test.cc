@@ -136,6 +136,33 @@ TEST(MemoryEstimateTest, ShapeGivesPaddedPsiAndActivations) {
   EXPECT_GT(e->time.flops_per_worker, none->time.flops_per_worker);
 }
 
+// GPT-2 124M on 4 servers: with AdamW its ranges split evenly; with
+// Adafactor on every class each tensor is kept whole, so the server
+// holding the token embedding (31% of Ψ) owns at least that, and the
+// server rows count its range, not Ψ/S.
+TEST(MemoryEstimateTest, WholeTensorsSizeTheLargestServer) {
+  EstimateInput in;
+  in.model = GptShape{.layers = 12, .heads = 12, .width = 768,
+                      .vocab = 50257, .context = 1024};
+  in.workers = 2;
+  in.servers = 4;
+  absl::StatusOr<MemoryEstimate> even = EstimateMemory(in);
+  ASSERT_TRUE(even.ok()) << even.status();
+  EXPECT_DOUBLE_EQ(even->largest_server_params, even->params / 4);
+  for (GroupSettings& g : in.param_groups.classes) {
+    g.rule.kind = TensorRuleKind::kAdafactor;
+  }
+  absl::StatusOr<MemoryEstimate> whole = EstimateMemory(in);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const double wte = 50257.0 * 768;
+  EXPECT_GE(whole->largest_server_params, wte);
+  EXPECT_LT(whole->largest_server_params, 0.4 * whole->params);
+  EXPECT_DOUBLE_EQ(whole->server[2].model_state_bytes(),
+                   14 * whole->largest_server_params);
+  EXPECT_EQ(whole->server[2].terms[0].formula, "4Ψmax");
+  EXPECT_GT(whole->server[2].total(), even->server[2].total() * 1.2);
+}
+
 // Online attention keeps each row's log-sum-exp (B·H·T FP32) instead of the
 // probabilities (B·H·T² in the compute dtype): the only per-block change.
 TEST(MemoryEstimateTest, OnlineAttentionSavesLseInsteadOfProbabilities) {

@@ -149,6 +149,7 @@ std::optional<int> BuildInput(EstimateInput* in) {
     in->precision = cfg->precision;
     in->grad_wire = cfg->communication_data_type;
     in->optimizer = cfg->optimizer.kind;
+    in->param_groups = cfg->param_groups;
     in->micro_batch = cfg->micro_batch_size;
     in->grad_accum = cfg->gradient_accumulation_steps;
     in->checkpointing = cfg->activation_checkpointing.policy;
@@ -356,6 +357,7 @@ nlohmann::json ToJson(const MemoryEstimate& e) {
   }
   j["zero"] = zero;
   j["zero1_note"] = e.zero1_note;
+  j["zeroshard"]["largest_server_params"] = e.largest_server_params;
   for (int s = 1; s <= 3; ++s) {
     const std::string key = absl::StrCat("stage", s);
     j["zeroshard"]["worker"][key] = TermsJson(e.worker[s - 1]);
@@ -463,6 +465,13 @@ void PrintText(const MemoryEstimate& e) {
               "optimizer lives on the servers):\n");
   PrintProcess(e.worker, "worker");
   std::printf("\nzeroshard, per server (the same under every stage):\n");
+  if (e.largest_server_params != e.params / in.servers) {
+    std::printf("(the largest server: Ψmax = %.0f elements, %.1f%% of Ψ "
+                "against %.1f%% for Ψ/S; the tensors a parameter group's rule "
+                "keeps whole move the boundaries)\n",
+                e.largest_server_params, 100 * e.largest_server_params / e.params,
+                100.0 / in.servers);
+  }
   PrintProcess(e.server, "server");
 
   const ActivationEstimate& a = e.activations;
