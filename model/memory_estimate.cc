@@ -78,6 +78,7 @@ struct Units {
   double final_unit = 0;
   double block = 0;
   double largest_server = 0;  // elements of the largest server range
+  double largest_whole = 0;   // elements of the largest tensor kept whole
 };
 
 absl::StatusOr<Units> LayoutUnits(const GptShape& shape, int n, int s,
@@ -97,6 +98,11 @@ absl::StatusOr<Units> LayoutUnits(const GptShape& shape, int n, int s,
   if (units.size() > 2) u.block = static_cast<double>(units[1].padded);
   for (const UnitInfo& unit : units) {
     u.largest = std::max(u.largest, static_cast<double>(unit.padded));
+  }
+  for (const TensorInfo& t : layout->tensors()) {
+    if (t.keep_whole) {
+      u.largest_whole = std::max(u.largest_whole, static_cast<double>(t.numel));
+    }
   }
   for (int k = 0; k < s; ++k) {
     u.largest_server = std::max(
@@ -167,7 +173,8 @@ ProcessEstimate WorkerAt(const EstimateInput& in, double psi, int stage,
 // `owned`: the elements the server holds (Ψ/S, or the largest server's
 // range, `owned_name`).
 ProcessEstimate ServerEstimate(const EstimateInput& in, double owned,
-                               const std::string& owned_name) {
+                               const std::string& owned_name,
+                               double largest_whole) {
   ProcessEstimate v;
   const std::string& o = owned_name;
   v.terms.push_back({"FP32 master weights", "4" + o, 4 * owned});
@@ -185,6 +192,15 @@ ProcessEstimate ServerEstimate(const EstimateInput& in, double owned,
     v.terms.push_back({"buffered gradients (one step, BF16)", "2" + o, 2 * owned});
   } else {
     v.terms.push_back({"buffered gradients (one step, FP32)", "4" + o, 4 * owned});
+  }
+  if (largest_whole > 0) {
+    // A whole-tensor update (server/shard_store.h UpdateWholeRange): copies
+    // of the tensor's master and slots, its assembled FP32 gradient, and
+    // the rule's own scratch (Adafactor's scaled gradient and update;
+    // Muon's update and Newton-Schulz buffers, about as much).
+    const double per = 4.0 * (1 + OptimizerStateSlots(in.optimizer).size()) + 12;
+    v.terms.push_back({"whole-tensor update scratch",
+                       absl::StrCat(per, "·Tmax"), per * largest_whole});
   }
   // Gather replies queued and PushGrad pieces being read, per worker's
   // connection (HTTP/2 windows grow to a few MiB): an allowance fitted to
@@ -310,10 +326,11 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
     e.largest_server_params = units->largest_server;
     owned_name = "Ψmax";
   }
+  if (whole && units.has_value()) e.largest_whole_tensor = units->largest_whole;
   for (int stage = 1; stage <= 3; ++stage) {
     e.worker[stage - 1] = WorkerAt(input, psi, stage, units, e.activations);
-    e.server[stage - 1] =
-        ServerEstimate(input, e.largest_server_params, owned_name);
+    e.server[stage - 1] = ServerEstimate(input, e.largest_server_params,
+                                         owned_name, e.largest_whole_tensor);
   }
 
   // Wire, per optimizer step.

@@ -171,6 +171,9 @@ struct MemoryEstimate {
   // Elements the largest server owns: Ψ/S, or more where whole tensors move
   // the boundaries (a model shape given).
   double largest_server_params = 0;
+  // Elements of the largest tensor a rule keeps whole (0: none, or no model
+  // shape): its update's scratch is a server row.
+  double largest_whole_tensor = 0;
   ZeroStageBytes zero[4];          // DDP, ZeRO-1, ZeRO-2, ZeRO-3
   ProcessEstimate worker[3];       // zeroshard stage 1, 2, 3
   ProcessEstimate server[3];

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 
@@ -44,6 +45,11 @@ absl::Status AdafactorUpdate(const AdafactorOptions& o, uint64_t t,
   thread_local std::vector<float> g, u;
   g.resize(n);
   u.resize(n);
+  absl::Cleanup free_large = [n] {
+    if (n <= kKeptScratchElems) return;
+    std::vector<float>().swap(g);
+    std::vector<float>().swap(u);
+  };
   for (size_t i = 0; i < n; ++i) g[i] = grad.At(i) * coefficient;
   const double td = static_cast<double>(t);
   double step = o.lr;

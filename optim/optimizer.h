@@ -26,6 +26,12 @@
 
 namespace zeroshard {
 
+// Per-thread scratch (copies, widened gradients) up to this many floats is
+// kept between updates; larger scratch, a whole tensor's, is freed after
+// each one, so that threads which come and go (gRPC's) do not each keep a
+// large tensor's worth.
+inline constexpr size_t kKeptScratchElems = size_t{1} << 22;
+
 // Everything one update needs, precomputed once per step in double precision
 // and rounded to float the way torch does for fp32 parameters.
 struct AdamStep {

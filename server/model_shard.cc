@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "wire/proto_convert.h"
@@ -322,6 +323,9 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
       }
     }
     if (found == 0) continue;  // not in this claim
+    absl::Cleanup free_large = [&] {
+      if (grad.size() > kKeptScratchElems) std::vector<float>().swap(grad);
+    };
     const GradView view =
         single != nullptr
             ? GradView::Fp32(reinterpret_cast<const float*>(

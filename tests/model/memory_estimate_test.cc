@@ -160,6 +160,17 @@ TEST(MemoryEstimateTest, WholeTensorsSizeTheLargestServer) {
   EXPECT_DOUBLE_EQ(whole->server[2].model_state_bytes(),
                    14 * whole->largest_server_params);
   EXPECT_EQ(whole->server[2].terms[0].formula, "4Ψmax");
+  // The embedding is the largest tensor kept whole: its update's copies
+  // (master, two slots), gradient and the rule's scratch, 24 bytes each.
+  EXPECT_DOUBLE_EQ(whole->largest_whole_tensor, wte);
+  bool scratch = false;
+  for (const EstimateTerm& t : whole->server[2].terms) {
+    if (t.name != "whole-tensor update scratch") continue;
+    scratch = true;
+    EXPECT_DOUBLE_EQ(t.bytes, 24 * wte);
+  }
+  EXPECT_TRUE(scratch);
+  EXPECT_EQ(even->largest_whole_tensor, 0);
   EXPECT_GT(whole->server[2].total(), even->server[2].total() * 1.2);
 }
 

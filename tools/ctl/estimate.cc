@@ -358,6 +358,7 @@ nlohmann::json ToJson(const MemoryEstimate& e) {
   j["zero"] = zero;
   j["zero1_note"] = e.zero1_note;
   j["zeroshard"]["largest_server_params"] = e.largest_server_params;
+  j["zeroshard"]["largest_whole_tensor"] = e.largest_whole_tensor;
   for (int s = 1; s <= 3; ++s) {
     const std::string key = absl::StrCat("stage", s);
     j["zeroshard"]["worker"][key] = TermsJson(e.worker[s - 1]);
@@ -468,9 +469,10 @@ void PrintText(const MemoryEstimate& e) {
   if (e.largest_server_params != e.params / in.servers) {
     std::printf("(the largest server: Ψmax = %.0f elements, %.1f%% of Ψ "
                 "against %.1f%% for Ψ/S; the tensors a parameter group's rule "
-                "keeps whole move the boundaries)\n",
+                "keeps whole move the boundaries; the largest of them, Tmax = "
+                "%.0f elements, is copied while it is updated)\n",
                 e.largest_server_params, 100 * e.largest_server_params / e.params,
-                100.0 / in.servers);
+                100.0 / in.servers, e.largest_whole_tensor);
   }
   PrintProcess(e.server, "server");
 
