@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -20,6 +21,13 @@ float Rms(const float* x, size_t n) {
 }
 
 }  // namespace
+
+AdafactorOptions AdafactorOnSchedule(AdafactorOptions o, double scale) {
+  if (!o.relative_step) {
+    o.lr = std::max(o.lr * scale, std::numeric_limits<double>::min());
+  }
+  return o;
+}
 
 absl::Status AdafactorUpdate(const AdafactorOptions& o, uint64_t t,
                              float coefficient, GradView grad,

@@ -52,6 +52,11 @@ struct AdafactorState {
   uint16_t* mirror = nullptr;  // may be null
 };
 
+// `o` at a point of the run's schedule: without relative_step, its lr
+// times `scale` (lr_t / lr), kept above 0 so that a schedule that reaches 0
+// still updates the state (the weights then do not move, as in torch).
+AdafactorOptions AdafactorOnSchedule(AdafactorOptions o, double scale);
+
 // Step t >= 1 (the state holds the effect of steps 1 .. t-1; zeros before
 // the first). INVALID_ARGUMENT, changing nothing, for t = 0, a bad shape,
 // invalid options or a missing array.

@@ -335,8 +335,7 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
     // A rule's own lr follows the optimizer's schedule.
     const double scale = LearningRateAt(optimizer_, adam_t) / optimizer_.lr;
     if (w.rule.kind == TensorRuleKind::kAdafactor) {
-      AdafactorOptions o = w.rule.adafactor;
-      if (!o.relative_step) o.lr *= scale;
+      const AdafactorOptions o = AdafactorOnSchedule(w.rule.adafactor, scale);
       const AdafactorShape shape{w.rows, w.cols};
       store_
           ->UpdateWholeRange(

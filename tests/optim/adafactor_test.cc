@@ -200,6 +200,27 @@ TEST(AdafactorTest, ContradictingOptionsAndBadInputAreRefused) {
   EXPECT_NE(p[0], 1.0f);
 }
 
+// A fixed lr follows the schedule; where the schedule reaches 0 the step
+// still updates the statistics and leaves the weights, as torch's does at
+// lr 0. The relative step ignores the schedule.
+TEST(AdafactorTest, OnAScheduleThatReachesZeroTheStateStillMoves) {
+  AdafactorOptions o;
+  o.relative_step = false;
+  o.lr = 1e-2;
+  EXPECT_EQ(AdafactorOnSchedule(o, 0.5).lr, 5e-3);
+  const AdafactorOptions zero = AdafactorOnSchedule(o, 0.0);
+  ASSERT_TRUE(ValidateAdafactorOptions(zero).ok());
+  std::vector<float> p(6, 1.0f), r(2, 0.0f), c(3, 0.0f), g(6, 0.1f);
+  ASSERT_TRUE(AdafactorUpdate(zero, 1, 1.0f, GradView::Fp32(g.data()), {2, 3},
+                              {.master = p.data(), .row = r.data(),
+                               .col = c.data()})
+                  .ok());
+  for (float x : p) EXPECT_EQ(x, 1.0f);
+  EXPECT_GT(r[0], 0.0f);
+  EXPECT_GT(c[0], 0.0f);
+  EXPECT_EQ(AdafactorOnSchedule(AdafactorOptions{}, 0.0), AdafactorOptions{});
+}
+
 }  // namespace
 }  // namespace adafactor_test
 }  // namespace zeroshard

@@ -195,9 +195,8 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
       const double scale =
           LearningRateAt(config_.optimizer, adam_steps_) / config_.optimizer.lr;
       if (span.rule.kind == TensorRuleKind::kAdafactor) {
-        AdafactorOptions o = span.rule.adafactor;
-        if (!o.relative_step) o.lr *= scale;
-        RETURN_IF_ERROR(AdafactorOnTensors(o, span.range,
+        RETURN_IF_ERROR(AdafactorOnTensors(
+            AdafactorOnSchedule(span.rule.adafactor, scale), span.range,
                                            static_cast<float>(c.coefficient)));
         continue;
       }
