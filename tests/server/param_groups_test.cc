@@ -230,7 +230,9 @@ TEST(ParamGroupsTest, AdafactorForAnyClassAndAsTheOptimizerType) {
     for (size_t i = 0; i < back.size(); ++i) {
       EXPECT_EQ(back[i].rule.kind, resolved[i].rule.kind) << back[i].name;
       EXPECT_EQ(back[i].rule.adafactor, resolved[i].rule.adafactor) << back[i].name;
-      if (back[i].name == "norms") EXPECT_EQ(back[i].weight_decay, 0.01);
+      if (back[i].name == "norms") {
+        EXPECT_EQ(back[i].weight_decay, 0.01);
+      }
     }
   }
   EXPECT_NE(DescribeParamGroups(*parsed, 0.3)
