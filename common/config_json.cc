@@ -366,18 +366,13 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
   return lr.has_value();
 }
 
-// optimizer.type "Adafactor": each class without a rule of its own in
-// zeroshard.param_groups takes Adafactor (the groups' weight_decay and
-// lr_scale then have no effect: the rule's params hold them).
+// optimizer.type "Adafactor" (GiveUnruledClasses); a scheduler beside its
+// relative step does nothing, and is said to.
 void ApplyAdafactorToEveryClass(const AdafactorOptions& a, const json& doc,
                                 TrainingConfig* c,
                                 std::vector<std::string>* warnings) {
-  ParamGroups& g = c->param_groups;
-  g.single = false;
-  for (GroupSettings& k : g.classes) {
-    if (k.rule.active()) continue;
-    k.rule = TensorRule{.kind = TensorRuleKind::kAdafactor, .adafactor = a};
-  }
+  GiveUnruledClasses(TensorRule{.kind = TensorRuleKind::kAdafactor, .adafactor = a},
+                     &c->param_groups);
   if (a.relative_step && doc.contains("scheduler") && !doc["scheduler"].is_null()) {
     warnings->push_back(
         "config key \"scheduler\" has no effect under optimizer.type \"Adafactor\" "

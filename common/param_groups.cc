@@ -208,6 +208,13 @@ absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what) 
   return absl::OkStatus();
 }
 
+void GiveUnruledClasses(const TensorRule& rule, ParamGroups* groups) {
+  groups->single = false;
+  for (GroupSettings& g : groups->classes) {
+    if (!g.rule.active()) g.rule = rule;
+  }
+}
+
 void MarkWholeTensors(const ParamGroups& groups, ModelManifest* manifest) {
   if (groups.single) return;
   for (UnitSpec& u : manifest->units) {

@@ -140,6 +140,11 @@ struct ResolvedGroup {
 // Adafactor's as ValidateAdafactorOptions.
 absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what);
 
+// Gives `rule` to every class that has none (optimizer.type "Adafactor":
+// the rule for the whole model, a class's own rule kept); the groups are
+// then per class, not "single".
+void GiveUnruledClasses(const TensorRule& rule, ParamGroups* groups);
+
 // Marks every tensor of a class whose group has a tensor rule keep_whole,
 // so that no server boundary cuts it (common/layout.h). Call on the
 // manifest before FlatLayout::Create wherever a run's layout is made.

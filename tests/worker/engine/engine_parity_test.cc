@@ -258,10 +258,8 @@ TrainingConfig WithAdafactor(TrainingConfig cfg, bool relative_step) {
     a.scale_parameter = false;
     a.weight_decay = 0.01;
   }
-  cfg.param_groups.single = false;
-  for (GroupSettings& g : cfg.param_groups.classes) {
-    g.rule = TensorRule{.kind = TensorRuleKind::kAdafactor, .adafactor = a};
-  }
+  GiveUnruledClasses(TensorRule{.kind = TensorRuleKind::kAdafactor, .adafactor = a},
+                     &cfg.param_groups);
   return cfg;
 }
 
