@@ -96,6 +96,10 @@ absl::StatusOr<std::unique_ptr<ShardChannels>> ShardChannels::Connect(
   return c;
 }
 
+bool ShardChannels::WaitForConnected(int k, absl::Time deadline) const {
+  return channels_[k]->WaitForConnected(absl::ToChronoTime(deadline));
+}
+
 void ShardChannels::PrepareControlContext(grpc::ClientContext* ctx) const {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.control_timeout));
 }

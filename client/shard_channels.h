@@ -58,6 +58,11 @@ class ShardChannels {
   // the error of the call.
   absl::StatusOr<std::string> Health(int k) const;
   std::vector<absl::StatusOr<std::string>> HealthAll() const;
+  // Waits until server k's channel is connected or `deadline` passes; true
+  // when connected. The waiting thread drives the connection attempts
+  // (gRPC's sync API otherwise polls a failed channel only every 5 s), so a
+  // restarted server is found within the reconnect backoff (<= 1 s).
+  bool WaitForConnected(int k, absl::Time deadline) const;
 
   // A ClientContext with the control deadline set.
   void PrepareControlContext(grpc::ClientContext* ctx) const;

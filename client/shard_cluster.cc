@@ -86,6 +86,10 @@ std::vector<absl::StatusOr<std::string>> ShardCluster::HealthAll() const {
   return channels().HealthAll();
 }
 
+bool ShardCluster::WaitForConnected(int k, absl::Time deadline) const {
+  return channels().WaitForConnected(k, deadline);
+}
+
 absl::StatusOr<ClusterView> ShardCluster::Discover() const {
   return InspectCluster(channels());
 }

@@ -82,6 +82,9 @@ class ShardCluster {
   // grpc.health.v1 Check: "SERVING", "NOT_SERVING", ... per server.
   absl::StatusOr<std::string> Health(int k) const;
   std::vector<absl::StatusOr<std::string>> HealthAll() const;
+  // Until server k's channel connects (true) or `deadline` passes (false);
+  // see ShardChannels::WaitForConnected.
+  bool WaitForConnected(int k, absl::Time deadline) const;
   // Every server answers, is initialised, agrees on the count and the model,
   // and owns what the layout it implies assigns it (FAILED_PRECONDITION
   // naming the server otherwise).

@@ -406,6 +406,10 @@ absl::Status Run() {
     start.servers = servers.size();
     PrintEvent(start);
   }
+  // How long a failed step waits for an unreachable server to answer again
+  // before it names it: the time a server is given to start.
+  const absl::Duration server_wait =
+      absl::Seconds(cfg.cluster.startup_timeout_s);
   for (; step < cfg.cluster.steps; ++step) {
     if (rank == 0) {
       RETURN_IF_ERROR(
@@ -413,7 +417,8 @@ absl::Status Run() {
     }
     absl::StatusOr<StepResult> stepped = engine->Step(step);
     if (!stepped.ok()) {
-      return ExplainServerRestart(*client, step, stepped.status());
+      return ExplainServerRestart(*client, step, stepped.status(),
+                                  server_wait);
     }
     const StepResult& r = *stepped;
     metrics.Record(r);
@@ -421,7 +426,8 @@ absl::Status Run() {
     if (validation.Due(step + 1, cfg.cluster.steps)) {
       absl::StatusOr<double> v = validation.Run(engine.get(), step + 1);
       if (!v.ok()) {
-        return ExplainServerRestart(*client, step + 1, v.status());
+        return ExplainServerRestart(*client, step + 1, v.status(),
+                                    server_wait);
       }
       val_loss = *v;
     }

@@ -318,6 +318,10 @@ TEST(PodModeTest, RestartedServerIsRestoredFromTheNewestCheckpoint) {
   ASSERT_TRUE(w.WaitForSteps(10, absl::Seconds(40))) << w.Logs();
 
   servers.Kill(1);
+  // The replacement listens only after the client's own retries (about
+  // 1 s) are spent, as a pod restarted by the kubelet does: the workers
+  // still wait for it and name it as restarted, not merely unreachable.
+  absl::SleepFor(absl::Seconds(2));
   ASSERT_TRUE(servers.StartOne(1).ok());
   // Both workers fail, with an error, within bounded time; the kubelet
   // restarts them with the same flags.

@@ -129,23 +129,56 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
 }
 
 absl::Status ExplainServerRestart(const ShardCluster& cluster, uint64_t step,
-                                  const absl::Status& failed) {
-  std::vector<std::string> restarted;
-  const auto inspected = cluster.InspectAll();
-  for (size_t k = 0; k < inspected.size(); ++k) {
-    if (inspected[k].ok() && !inspected[k]->initialized) {
-      restarted.push_back(absl::StrCat(k, " (", cluster.address(k), ")"));
+                                  const absl::Status& failed,
+                                  absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  std::vector<absl::StatusOr<ServerStatus>> inspected = cluster.InspectAll();
+  // A killed server is unreachable until its replacement listens (a pod's
+  // restart takes seconds, longer on a loaded node): ask again until it
+  // answers or `wait` is over, so that the error can say which it was.
+  for (;;) {
+    std::vector<size_t> pending;
+    for (size_t k = 0; k < inspected.size(); ++k) {
+      if (absl::IsUnavailable(inspected[k].status())) pending.push_back(k);
+    }
+    if (pending.empty() || absl::Now() >= deadline) break;
+    for (size_t k : pending) {
+      const int server = static_cast<int>(k);
+      if (cluster.WaitForConnected(server, deadline)) {
+        inspected[k] = cluster.Inspect(server);
+      } else if (absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(50));  // failed at once: again
+      }
     }
   }
-  if (restarted.empty()) return failed;
-  return absl::Status(
-      failed.code(),
-      absl::StrCat("server ", absl::StrJoin(restarted, ", server "),
-                   " restarted during step ", step,
-                   " and holds no state: this worker stops, to be restarted; "
-                   "then rank 0 restores every server from the newest "
-                   "checkpoint of --resume (cause: ",
-                   failed.message(), ")"));
+  std::vector<std::string> restarted, unreachable;
+  for (size_t k = 0; k < inspected.size(); ++k) {
+    const std::string who = absl::StrCat(k, " (", cluster.address(k), ")");
+    if (inspected[k].ok() && !inspected[k]->initialized) {
+      restarted.push_back(who);
+    } else if (absl::IsUnavailable(inspected[k].status())) {
+      unreachable.push_back(who);
+    }
+  }
+  if (!restarted.empty()) {
+    return absl::Status(
+        failed.code(),
+        absl::StrCat("server ", absl::StrJoin(restarted, ", server "),
+                     " restarted during step ", step,
+                     " and holds no state: this worker stops, to be "
+                     "restarted; then rank 0 restores every server from the "
+                     "newest checkpoint of --resume (cause: ",
+                     failed.message(), ")"));
+  }
+  if (!unreachable.empty()) {
+    return absl::Status(
+        failed.code(),
+        absl::StrCat("server ", absl::StrJoin(unreachable, ", server "),
+                     " unreachable since step ", step, " (still after ",
+                     absl::FormatDuration(wait),
+                     "): this worker stops (cause: ", failed.message(), ")"));
+  }
+  return failed;
 }
 
 absl::StatusOr<std::optional<LossScalerState>> FindLossScalerState(

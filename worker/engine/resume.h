@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "client/kv_client.h"
 #include "client/shard_cluster.h"
 #include "common/config.h"
@@ -53,9 +54,12 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
 // not initialised: its state is gone), the error says so and what comes
 // next: this worker exits, is restarted (by the launcher or the kubelet),
 // and rank 0 restores every server from the newest checkpoint of --resume.
-// Otherwise `failed` as it is. Bounded by the cluster's control timeout.
+// A server that does not answer (UNAVAILABLE: killed, its replacement not
+// yet listening) is asked again until `wait` is over; one still silent then
+// is named as unreachable. Otherwise `failed` as it is.
 absl::Status ExplainServerRestart(const ShardCluster& cluster, uint64_t step,
-                                  const absl::Status& failed);
+                                  const absl::Status& failed,
+                                  absl::Duration wait);
 
 // (The record format, LossScalerKvKey / LossScalerRecord /
 // ParseLossScalerRecord, is common/loss_scaler.h's.)

@@ -1,6 +1,11 @@
 // The loss scaler record rank 0 leaves for its successor
 // (worker/engine/resume.h): every field reads back exactly, the scale bit
 // for bit (awkward doubles included), and malformed records are refused.
+// And a failed step's explanation when a server does not answer.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -8,6 +13,9 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/resume.h"
 
@@ -107,6 +115,46 @@ TEST(LossScalerRecordTest, MalformedRecordsAreRefused) {
   EXPECT_EQ(spaced->first, 3u);
   EXPECT_EQ(spaced->second.scale, 1024.0);
   EXPECT_EQ(spaced->second.skipped_steps, 5u);
+}
+
+// A port nothing listens on: bound, then closed.
+int ClosedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    return 0;
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A server that stays silent is waited for, as long as asked and no longer,
+// then named as unreachable beside the step's own error.
+TEST(ExplainServerRestartTest, ASilentServerIsWaitedForThenNamed) {
+  const int port = ClosedPort();
+  ASSERT_GT(port, 0);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  ShardClientOptions options;
+  options.retry.max_attempts = 1;
+  auto cluster = ShardCluster::Connect({address}, options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const absl::Time start = absl::Now();
+  const absl::Status got = ExplainServerRestart(
+      **cluster, 7, absl::UnavailableError("PushGrad(step 7) failed"),
+      absl::Milliseconds(600));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(got.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(
+      got.message(), "server 0 (" + address + ") unreachable since step 7"))
+      << got;
+  EXPECT_TRUE(absl::StrContains(got.message(), "PushGrad(step 7) failed"))
+      << got;
+  EXPECT_GE(took, absl::Milliseconds(600));
+  EXPECT_LT(took, absl::Seconds(10));
 }
 
 }  // namespace
