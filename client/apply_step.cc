@@ -22,7 +22,7 @@ absl::Status ApplyStepCall(const ShardChannels& channels, int k, uint64_t step,
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, response),
                           "ApplyStep", channels.address(k));
-  });
+  }, channels.channel(k).get());
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
     }
     return FromGrpcStatus(channels.stub(k).Checkpoint(&ctx, req, &response),
                           "Checkpoint", channels.address(k));
-  }));
+  }, channels.channel(k).get()));
   *file = ShardFileFromProto(response);
   return absl::OkStatus();
 }

@@ -151,7 +151,7 @@ absl::StatusOr<GatherResult> GatherFromServer(const ShardChannels& channels,
   absl::Status s = RunWithRetry(channels.options().retry, [&] {
     return OneAttempt(channels, server, targets, dtype, min_version, cancel,
                       &result);
-  });
+  }, channels.channel(server).get());
   if (!s.ok()) return s;
   return result;
 }

@@ -64,8 +64,9 @@ absl::Status ServerPushStream::error() const {
 
 void ServerPushStream::Run() {
   v1::PushGradResponse response;
-  absl::Status s = RunWithRetry(channels_->options().retry,
-                                [&] { return Attempt(&response); });
+  absl::Status s =
+      RunWithRetry(channels_->options().retry, [&] { return Attempt(&response); },
+                   channels_->channel(server_).get());
   absl::MutexLock lock(&mu_);
   if (s.ok()) {
     result_ = response;

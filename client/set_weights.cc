@@ -115,7 +115,7 @@ absl::Status SetMasterWeightRanges(const ShardChannels& channels,
     threads.emplace_back([&, k] {
       results[k] = RunWithRetry(channels.options().retry, [&] {
         return SendRanges(channels, k, per_server[k]);
-      });
+      }, channels.channel(k).get());
     });
   }
   for (std::thread& t : threads) t.join();

@@ -13,7 +13,8 @@
 namespace zeroshard {
 
 absl::Status RunWithRetry(const RetryPolicy& policy,
-                          const std::function<absl::Status()>& call) {
+                          const std::function<absl::Status()>& call,
+                          grpc::Channel* channel) {
   const absl::Time start = absl::Now();
   std::mt19937_64 rng(std::random_device{}());
   for (int attempt = 0;; ++attempt) {
@@ -25,7 +26,12 @@ absl::Status RunWithRetry(const RetryPolicy& policy,
       }
       return s;
     }
-    absl::SleepFor(BackoffDelay(policy, attempt, rng()));
+    const absl::Time retry_at =
+        absl::Now() + BackoffDelay(policy, attempt, rng());
+    if (channel != nullptr) {
+      channel->WaitForConnected(absl::ToChronoTime(retry_at));
+    }
+    absl::SleepFor(retry_at - absl::Now());
   }
 }
 
@@ -111,7 +117,7 @@ absl::StatusOr<v1::InspectResponse> ShardChannels::Inspect(int k) const {
     PrepareControlContext(&ctx);
     return FromGrpcStatus(stubs_[k]->Inspect(&ctx, v1::InspectRequest(), &resp),
                           "Inspect", addresses_[k]);
-  });
+  }, channels_[k].get());
   if (!s.ok()) return s;
   return resp;
 }
@@ -137,7 +143,7 @@ absl::StatusOr<std::string> ShardChannels::Health(int k) const {
         health_stubs_[k]->Check(&ctx, grpc::health::v1::HealthCheckRequest(),
                                 &resp),
         "Health.Check", addresses_[k]);
-  });
+  }, channels_[k].get());
   if (!s.ok()) return s;
   return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
       resp.status());

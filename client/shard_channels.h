@@ -31,9 +31,13 @@
 namespace zeroshard {
 
 // Runs `call` (one attempt, returning its status) under `policy`: UNAVAILABLE
-// is retried after a backoff, anything else returned at once.
+// is retried after a backoff, anything else returned at once. With the
+// call's `channel`, the backoff is spent driving its reconnection (gRPC's
+// sync API otherwise polls a failed channel only every 5 s, so a server back
+// within the retries would still be missed).
 absl::Status RunWithRetry(const RetryPolicy& policy,
-                          const std::function<absl::Status()>& call);
+                          const std::function<absl::Status()>& call,
+                          grpc::Channel* channel = nullptr);
 
 class ShardChannels {
  public:

@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
         return FromGrpcStatus(
             channels_->stub(k).Init(&ctx, req, &responses[k]), "Init",
             channels_->address(k));
-      });
+      }, channels_->channel(k).get());
     });
   }
   for (auto& t : threads) t.join();
