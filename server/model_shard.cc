@@ -351,7 +351,7 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
                      .exp_avg = s.slots[0],
                      .mirror = nullptr});
               })
-          .IgnoreError();  // options and shapes were checked at Init
+          .IgnoreError();  // a failure is the store's fault(): see below
       continue;
     }
     const MuonStep step = MakeMuonStep(
@@ -366,7 +366,9 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
               return MuonUpdate(step, view, w.rows, w.cols, s.master,
                                 s.slots[0], /*mirror=*/nullptr, scratch);
             })
-        .IgnoreError();  // shapes were checked at Init
+        // Options and shapes were checked at Init; any failure left is
+        // recorded as the store's fault(), which fails the step (Apply).
+        .IgnoreError();
   }
 }
 

@@ -248,7 +248,9 @@ absl::Status ShardStore::UpdateWholeRange(
   });
   StateSlice slice{.master = copies[0].data(), .n = range.size()};
   for (size_t k = 0; k < num_slots_; ++k) slice.slots[k] = copies[1 + k].data();
-  RETURN_IF_ERROR(f(slice));
+  // A failure poisons, as a device update's does: the step's claim on the
+  // chunks stands, so a tensor left behind must not pass for updated.
+  RETURN_IF_ERROR(RecordAny(f(slice)));
   for_each_run([&](size_t i, size_t at, size_t n) {
     for (size_t k = 0; k <= num_slots_; ++k) {
       std::memcpy(array(k) + i, copies[k].data() + at, n * sizeof(float));

@@ -103,7 +103,9 @@ class ShardStore {
   // whole, as an element-wise update's. The caller's claim on the chunks
   // keeps every other update away in between. FAILED_PRECONDITION on the
   // device placement (tensor rules run on host state only; Init refuses
-  // them there); otherwise f's status, with nothing written if it failed.
+  // them there); otherwise f's status, with nothing written if it failed:
+  // then the failure is the store's fault() (the step's claim stands, so
+  // the tensor must not pass for updated; the server reports NOT_SERVING).
   absl::Status UpdateWholeRange(
       FlatRange range, absl::FunctionRef<absl::Status(const StateSlice&)> f);
 

@@ -2,6 +2,7 @@
 // (optim/update_rule.h): a rule of one slot (SGD with momentum, written
 // here) is stored, updated, measured and restored through the same calls
 // as AdamW's two, and rules the store cannot hold are refused up front.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -130,6 +131,52 @@ TEST(ShardStoreRuleTest, AOneSlotRuleIsStoredUpdatedAndRestored) {
   ASSERT_EQ(norms->slots.size(), 1u);
   EXPECT_DOUBLE_EQ(norms->master, std::sqrt(norm_w));
   EXPECT_DOUBLE_EQ(norms->slots[0], std::sqrt(norm_m));
+}
+
+// A whole-tensor update writes its copies back when it succeeds; when it
+// fails the store is poisoned (every later call refused), since the step's
+// claim on the chunks stands: the server must not serve a tensor left
+// behind as if it were updated.
+TEST(ShardStoreRuleTest, AFailedWholeTensorUpdatePoisonsTheStore) {
+  const MomentumRule rule;
+  auto store = ShardStore::Create(kOwned, kChunk, Placement::kHost, rule);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ShardStore& s = **store;
+  const size_t n = kOwned.size();
+  std::vector<float> master(n), m(n, 0.5f);
+  for (size_t i = 0; i < n; ++i) master[i] = 0.001f * static_cast<float>(i);
+  ASSERT_TRUE(s.WriteState(kOwned, master.data(), {m.data()}).ok());
+  // Across the first chunk boundary: two locks, one at a time.
+  const FlatRange whole{kOwned.begin + 1000, kOwned.begin + 1100};
+  ASSERT_TRUE(s.UpdateWholeRange(whole, [&](const StateSlice& x) {
+                 EXPECT_EQ(x.n, whole.size());
+                 EXPECT_EQ(x.mirror, nullptr);
+                 for (size_t i = 0; i < x.n; ++i) x.master[i] += 1.0f;
+                 x.slots[0][0] = 7.0f;
+                 return absl::OkStatus();
+               }).ok());
+  std::vector<float> got(whole.size());
+  for (uint64_t at = whole.begin; at < whole.end;) {
+    const FlatRange r{at, std::min(whole.end, s.ChunkRange(s.ChunkOf(at)).end)};
+    ASSERT_TRUE(s.Read(r, DType::kFp32, got.data() + (at - whole.begin)).ok());
+    at = r.end;
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], master[1000 + i] + 1.0f) << i;
+  }
+
+  const absl::Status failed = s.UpdateWholeRange(
+      whole, [&](const StateSlice& x) {
+        x.master[0] = -99.0f;  // on the copy only
+        return absl::InvalidArgumentError("non-finite statistics");
+      });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(s.fault().ok());
+  EXPECT_NE(s.fault().message().find("non-finite statistics"),
+            std::string::npos) << s.fault();
+  float first = 0;
+  EXPECT_FALSE(s.Read({whole.begin, whole.begin + 1}, DType::kFp32, &first).ok());
+  EXPECT_FALSE(s.WithChunkLocked(1, [](const ShardStore::ChunkArrays&) {}).ok());
 }
 
 TEST(ShardStoreRuleTest, RulesTheStoreCannotHoldAreRefused) {
