@@ -27,6 +27,7 @@ import weakref
 import torch
 
 from . import _zeroshard
+from . import engine_setup
 from .local_cluster import LocalCluster
 from .stage3 import UnitHooks
 from . import rank_state
@@ -45,86 +46,6 @@ _FORCE_HOST_STAGING = False
 def _close_all():
     for e in list(_live_engines):
         e.close(agree=False)
-
-
-def _rank_and_world():
-    """RANK and WORLD_SIZE from the environment (torchrun's names), 0 and 1
-    when unset."""
-    try:
-        rank = int(os.environ.get("RANK", "0"))
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError as e:
-        raise ValueError(f"RANK / WORLD_SIZE: {e}") from None
-    if world < 1 or not 0 <= rank < world:
-        raise ValueError(f"RANK={rank} WORLD_SIZE={world}: need 0 <= RANK < "
-                         "WORLD_SIZE")
-    return rank, world
-
-
-def _config_text(config, args):
-    if config is None and args is not None:
-        config = getattr(args, "deepspeed_config", None) or getattr(
-            args, "zeroshard_config", None)
-    if config is None:
-        raise ValueError("zeroshard.initialize: no config (a path or a dict)")
-    if isinstance(config, dict):
-        return json.dumps(config), "config"
-    if isinstance(config, (str, os.PathLike)):
-        with open(config) as f:
-            return f.read(), os.fspath(config)
-    raise TypeError(f"config must be a path or a dict, not {type(config).__name__}")
-
-
-def _tensor_class(name, p):
-    # The class names the servers' default parameter groups (Hugging Face's):
-    # 1-D tensors do not decay.
-    if p.dim() <= 1:
-        return "norms" if "norm" in name.lower() or "ln" in name.lower() else "biases"
-    if "emb" in name.lower() or "wte" in name or "wpe" in name:
-        return "embeddings"
-    return "matrices"
-
-
-def _torch_optimizer_section(optimizer):
-    """DeepSpeed's "optimizer" section for a torch.optim.AdamW / Adam."""
-    kinds = {torch.optim.AdamW: "AdamW", torch.optim.Adam: "Adam"}
-    kind = kinds.get(type(optimizer))
-    if kind is None:
-        raise ValueError(
-            f"optimizer: {type(optimizer).__name__} is not one the servers "
-            "run (torch.optim.AdamW, torch.optim.Adam, or an \"optimizer\" "
-            "section in the config)")
-    g = optimizer.defaults
-    if g.get("amsgrad"):
-        raise ValueError("optimizer: amsgrad is not supported")
-    return {"type": kind, "params": {
-        "lr": g["lr"], "betas": list(g["betas"]), "eps": g["eps"],
-        "weight_decay": g["weight_decay"]}}
-
-
-def _same_optimizer(configured, given):
-    """An optimizer object and the config's "optimizer" section must agree:
-    the first field that differs is named."""
-    if str(configured.get("type", "")).lower() != given["type"].lower():
-        raise ValueError(
-            f"optimizer: the object passed is torch.optim.{given['type']} but "
-            f"the config's optimizer.type is {configured.get('type')!r}")
-    mine = configured.get("params", {})
-    for key, value in given["params"].items():
-        if key not in mine:
-            continue
-        theirs = mine[key]
-        if theirs == "auto":
-            mine[key] = value   # "auto" takes the object's value
-            continue
-        if key == "betas":
-            same = [float(x) for x in theirs] == [float(x) for x in value]
-        else:
-            same = float(theirs) == float(value)
-        if not same:
-            raise ValueError(
-                f"optimizer: the object passed has {key}={value} but the "
-                f"config's optimizer.params.{key} is {theirs}")
 
 
 def _all_finite(t, chunk=1 << 20):
@@ -157,12 +78,12 @@ class ZeroshardEngine(torch.nn.Module):
         self.module = model
         self._closed = False
         self._servers = None
-        text, source = _config_text(config, args)
+        text, source = engine_setup.config_text(config, args)
         doc = json.loads(text)
         if optimizer is not None and not callable(optimizer):
-            section = _torch_optimizer_section(optimizer)
+            section = engine_setup.torch_optimizer_section(optimizer)
             if "optimizer" in doc:
-                _same_optimizer(doc["optimizer"], section)
+                engine_setup.same_optimizer(doc["optimizer"], section)
             else:
                 doc["optimizer"] = section
             if model_parameters is None:
@@ -171,7 +92,7 @@ class ZeroshardEngine(torch.nn.Module):
             raise ValueError(
                 "lr_scheduler: the servers own the schedule; name it in the "
                 "config's \"scheduler\" section")
-        self.rank, self.world = _rank_and_world()
+        self.rank, self.world = engine_setup.rank_and_world()
         env_servers = os.environ.get("ZEROSHARD_SERVERS", "")
         z = doc.setdefault("zeroshard", {})
         # Read by the front-end only (units.py), not by the parser.
@@ -358,7 +279,7 @@ class ZeroshardEngine(torch.nn.Module):
                     "model_parameters: some are not parameters of the model "
                     "(or are listed twice)")
         names = {id(p): n for n, p in model.named_parameters()}
-        self._check_parameters(model, trainable, names)
+        engine_setup.check_parameters(model, trainable, names)
         plan = plan_units(model, {id(p) for p in trainable}, self._units_spec)
         if self._stage3:
             check_tied_for_stage3(model, plan, names)
@@ -368,7 +289,7 @@ class ZeroshardEngine(torch.nn.Module):
         order = []
         for uname, mod, params, _ in plan:
             units.append((uname, [(names[id(p)], list(p.shape) or [1],
-                                   _tensor_class(names[id(p)], p))
+                                   engine_setup.tensor_class(names[id(p)], p))
                                   for p in params]))
             unit_modules.append((mod, {id(p) for p in params}))
             order.extend(params)
@@ -442,39 +363,6 @@ class ZeroshardEngine(torch.nn.Module):
                 self._groups.append((float(g.get("weight_decay", wd_default)),
                                      float(g.get("lr", base_lr)) / base_lr,
                                      ranges))
-
-    def _check_parameters(self, model, trainable, names):
-        """Refuses what the flat buffers cannot hold, naming the parameter
-        or module, before any server is started."""
-        for mname, mod in model.named_modules():
-            if getattr(mod, "sparse", False) is True and any(
-                    p.requires_grad for p in mod.parameters(recurse=False)):
-                raise ValueError(
-                    f"module {mname or 'root'} ({type(mod).__name__}) has "
-                    "sparse=True: its gradients would be sparse, and the "
-                    "servers take dense gradients")
-        devices = {p.device for p in trainable}
-        if len(devices) > 1:
-            where = {}
-            for p in trainable:
-                where.setdefault(p.device, names.get(id(p), "?"))
-            raise ValueError(
-                "the parameters are on more than one device: " + ", ".join(
-                    f"{n} on {d}" for d, n in where.items()))
-        for p in trainable:
-            n = names.get(id(p), "?")
-            if p.device.type not in ("cpu", "cuda"):
-                raise NotImplementedError(
-                    f"parameter {n} is on {p.device}: the engine trains CPU "
-                    "and CUDA tensors")
-            if p.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-                raise ValueError(
-                    f"parameter {n} is {p.dtype}: the engine trains "
-                    "float32, bfloat16 or float16 parameters")
-            if p.is_sparse or not p.is_contiguous():
-                raise ValueError(
-                    f"parameter {n} is not a contiguous dense tensor: call "
-                    ".contiguous() on it (or its module's) before initialize")
 
     def _attach(self):
         """Points every parameter and its gradient at the flat buffers

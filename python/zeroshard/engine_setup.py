@@ -1,0 +1,123 @@
+"""What the engine settles before it starts anything: its rank, its config
+text, the optimizer section a torch optimizer object stands for, the
+tensor class of each parameter, and the parameters the flat buffers cannot
+hold (each refused naming the parameter or module)."""
+
+import json
+import os
+
+import torch
+
+
+def rank_and_world():
+    """RANK and WORLD_SIZE from the environment (torchrun's names), 0 and 1
+    when unset."""
+    try:
+        rank = int(os.environ.get("RANK", "0"))
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError as e:
+        raise ValueError(f"RANK / WORLD_SIZE: {e}") from None
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"RANK={rank} WORLD_SIZE={world}: need 0 <= RANK < "
+                         "WORLD_SIZE")
+    return rank, world
+
+
+def config_text(config, args):
+    if config is None and args is not None:
+        config = getattr(args, "deepspeed_config", None) or getattr(
+            args, "zeroshard_config", None)
+    if config is None:
+        raise ValueError("zeroshard.initialize: no config (a path or a dict)")
+    if isinstance(config, dict):
+        return json.dumps(config), "config"
+    if isinstance(config, (str, os.PathLike)):
+        with open(config) as f:
+            return f.read(), os.fspath(config)
+    raise TypeError(f"config must be a path or a dict, not {type(config).__name__}")
+
+
+def tensor_class(name, p):
+    # The class names the servers' default parameter groups (Hugging Face's):
+    # 1-D tensors do not decay.
+    if p.dim() <= 1:
+        return "norms" if "norm" in name.lower() or "ln" in name.lower() else "biases"
+    if "emb" in name.lower() or "wte" in name or "wpe" in name:
+        return "embeddings"
+    return "matrices"
+
+
+def torch_optimizer_section(optimizer):
+    """DeepSpeed's "optimizer" section for a torch.optim.AdamW / Adam."""
+    kinds = {torch.optim.AdamW: "AdamW", torch.optim.Adam: "Adam"}
+    kind = kinds.get(type(optimizer))
+    if kind is None:
+        raise ValueError(
+            f"optimizer: {type(optimizer).__name__} is not one the servers "
+            "run (torch.optim.AdamW, torch.optim.Adam, or an \"optimizer\" "
+            "section in the config)")
+    g = optimizer.defaults
+    if g.get("amsgrad"):
+        raise ValueError("optimizer: amsgrad is not supported")
+    return {"type": kind, "params": {
+        "lr": g["lr"], "betas": list(g["betas"]), "eps": g["eps"],
+        "weight_decay": g["weight_decay"]}}
+
+
+def same_optimizer(configured, given):
+    """An optimizer object and the config's "optimizer" section must agree:
+    the first field that differs is named."""
+    if str(configured.get("type", "")).lower() != given["type"].lower():
+        raise ValueError(
+            f"optimizer: the object passed is torch.optim.{given['type']} but "
+            f"the config's optimizer.type is {configured.get('type')!r}")
+    mine = configured.get("params", {})
+    for key, value in given["params"].items():
+        if key not in mine:
+            continue
+        theirs = mine[key]
+        if theirs == "auto":
+            mine[key] = value   # "auto" takes the object's value
+            continue
+        if key == "betas":
+            same = [float(x) for x in theirs] == [float(x) for x in value]
+        else:
+            same = float(theirs) == float(value)
+        if not same:
+            raise ValueError(
+                f"optimizer: the object passed has {key}={value} but the "
+                f"config's optimizer.params.{key} is {theirs}")
+
+
+def check_parameters(model, trainable, names):
+    """Refuses what the flat buffers cannot hold, naming the parameter
+    or module, before any server is started."""
+    for mname, mod in model.named_modules():
+        if getattr(mod, "sparse", False) is True and any(
+                p.requires_grad for p in mod.parameters(recurse=False)):
+            raise ValueError(
+                f"module {mname or 'root'} ({type(mod).__name__}) has "
+                "sparse=True: its gradients would be sparse, and the "
+                "servers take dense gradients")
+    devices = {p.device for p in trainable}
+    if len(devices) > 1:
+        where = {}
+        for p in trainable:
+            where.setdefault(p.device, names.get(id(p), "?"))
+        raise ValueError(
+            "the parameters are on more than one device: " + ", ".join(
+                f"{n} on {d}" for d, n in where.items()))
+    for p in trainable:
+        n = names.get(id(p), "?")
+        if p.device.type not in ("cpu", "cuda"):
+            raise NotImplementedError(
+                f"parameter {n} is on {p.device}: the engine trains CPU "
+                "and CUDA tensors")
+        if p.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(
+                f"parameter {n} is {p.dtype}: the engine trains "
+                "float32, bfloat16 or float16 parameters")
+        if p.is_sparse or not p.is_contiguous():
+            raise ValueError(
+                f"parameter {n} is not a contiguous dense tensor: call "
+                ".contiguous() on it (or its module's) before initialize")
