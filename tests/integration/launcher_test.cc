@@ -113,6 +113,11 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
   nlohmann::json cfg = nlohmann::json::parse(ReadFile("examples/gpt-small.json"));
   const std::string ck = dir.path("ck");
   cfg["zeroshard"]["checkpoint"] = {{"dir", ck}, {"every_steps", 10}};
+  // The demo's config with a smaller model: what is tested is the launcher
+  // (its "auto" schedule, the resume's lines, the damaged checkpoints), and
+  // the demo's model took 100 s of the sanitizer run's 50 steps.
+  cfg["zeroshard"]["model"] = {{"layers", 2}, {"heads", 2}, {"width", 64},
+                               {"vocab", 256}, {"context", 32}};
   const std::string config = "--config=" + dir.WriteConfig("a.json", cfg);
   TrainRun first = RunTrain({config, "--steps=30", "--out=" + dir.path("a"),
                              "--quiet", "--sample=false"},
