@@ -142,14 +142,17 @@ absl::Status ExplainServerRestart(const ShardCluster& cluster, uint64_t step,
       if (absl::IsUnavailable(inspected[k].status())) pending.push_back(k);
     }
     if (pending.empty() || absl::Now() >= deadline) break;
+    // A short slice each, so that one server that never returns does not
+    // keep the others from being seen back.
+    const absl::Time slice =
+        std::min(deadline, absl::Now() + absl::Milliseconds(250));
     for (size_t k : pending) {
       const int server = static_cast<int>(k);
-      if (cluster.WaitForConnected(server, deadline)) {
+      if (cluster.WaitForConnected(server, slice)) {
         inspected[k] = cluster.Inspect(server);
-      } else if (absl::Now() < deadline) {
-        absl::SleepFor(absl::Milliseconds(50));  // failed at once: again
       }
     }
+    if (absl::Now() < slice) absl::SleepFor(slice - absl::Now());
   }
   std::vector<std::string> restarted, unreachable;
   for (size_t k = 0; k < inspected.size(); ++k) {
