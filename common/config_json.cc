@@ -2,6 +2,7 @@
 // section reader records the keys it consumed; whatever is left becomes a
 // warning naming its full path.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -89,6 +90,19 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
 absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
                                     std::optional<AdafactorOptions>* adafactor) {
   ASSIGN_OR_RETURN(Section s, root.Child("optimizer"));
+  // bitsandbytes' 8-bit names: the step exists (optim/adam8bit.h), its
+  // state does not live on the servers yet; say so rather than list names.
+  if (const json* t = s.Get("type"); t != nullptr && t->is_string()) {
+    std::string name = t->get<std::string>();
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, "8bit") == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"optimizer.type\": \"", t->get<std::string>(),
+          "\" keeps the optimizer state in 8 bits, which the servers do not "
+          "hold yet; use \"AdamW\" (FP32 state: 14 bytes an element on the "
+          "servers)"));
+    }
+  }
   ASSIGN_OR_RETURN(int type, s.Choice("type", {"AdamW", "Adam", "Lion", "Adafactor"}));
   if (type == 3) {
     AdafactorOptions a;

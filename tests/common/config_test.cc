@@ -200,6 +200,12 @@ TEST(ConfigTest, BadValuesNameTheKey) {
               {"bf16.enabled", "true, false"});
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD"}})",
               {"optimizer.type", "AdamW"});
+  // bitsandbytes' names are told apart from a typo: what is missing is said.
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW8bit"}})",
+              {"optimizer.type", "\"AdamW8bit\" keeps the optimizer state in 8 bits",
+               "use \"AdamW\""});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "PagedAdam8bit"}})",
+              {"optimizer.type", "8 bits"});
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
                   "optimizer": {"params": {"betas": [0.9]}}})",
               {"optimizer.params.betas"});
