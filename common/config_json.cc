@@ -2,12 +2,12 @@
 // section reader records the keys it consumed; whatever is left becomes a
 // warning naming its full path.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -93,9 +93,7 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
   // bitsandbytes' 8-bit names: the step exists (optim/adam8bit.h), its
   // state does not live on the servers yet; say so rather than list names.
   if (const json* t = s.Get("type"); t != nullptr && t->is_string()) {
-    std::string name = t->get<std::string>();
-    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, "8bit") == 0) {
+    if (absl::EndsWith(config_internal::Lower(t->get<std::string>()), "8bit")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config key \"optimizer.type\": \"", t->get<std::string>(),
           "\" keeps the optimizer state in 8 bits, which the servers do not "
