@@ -2,10 +2,6 @@
 // (worker/engine/resume.h): every field reads back exactly, the scale bit
 // for bit (awkward doubles included), and malformed records are refused.
 // And a failed step's explanation when a server does not answer.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/client/fake_shard_service.h"
 #include "worker/engine/resume.h"
 
 namespace zeroshard {
@@ -117,25 +114,10 @@ TEST(LossScalerRecordTest, MalformedRecordsAreRefused) {
   EXPECT_EQ(spaced->second.skipped_steps, 5u);
 }
 
-// A port nothing listens on: bound, then closed.
-int ClosedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    return 0;
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // A server that stays silent is waited for, as long as asked and no longer,
 // then named as unreachable beside the step's own error.
 TEST(ExplainServerRestartTest, ASilentServerIsWaitedForThenNamed) {
-  const int port = ClosedPort();
+  const int port = testing::UnusedPort();
   ASSERT_GT(port, 0);
   const std::string address = absl::StrCat("127.0.0.1:", port);
   ShardClientOptions options;
