@@ -121,6 +121,13 @@ absl::Status ValidateTrainingConfig(const TrainingConfig& c) {
         "config key \"zeroshard.chunk_elems\" must be 0 or a multiple of 64, got ",
         c.cluster.chunk_elems));
   }
+  if (IsEightBit(c.optimizer.kind) && c.cluster.chunk_elems % kQ8SlotBlock != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"zeroshard.chunk_elems\" must be 0 or a multiple of ", kQ8SlotBlock,
+        " under optimizer.type \"", NameOf(kOptimizerKindNames, c.optimizer.kind),
+        "\" (one scale per ", kQ8SlotBlock, " elements of its 8-bit state), got ",
+        c.cluster.chunk_elems));
+  }
   if (c.cluster.servers < 1 || c.cluster.steps < 1 || !(c.cluster.init_std > 0) ||
       c.cluster.max_overflows_at_min_scale < 1) {
     return absl::InvalidArgumentError(

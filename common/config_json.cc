@@ -84,24 +84,64 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
   return absl::OkStatus();
 }
 
+// bitsandbytes' AdamW8bit / Adam8bit (type 4..7 of ParseOptimizer's list;
+// the Paged names are the same rule: the servers' state is in host memory,
+// where paging to it buys nothing) with their params and defaults: lr 1e-3,
+// betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2 (AdamW8bit) or 0. The
+// switches bitsandbytes has for other algorithms must keep their defaults;
+// min_8bit_size (its 32-bit state for small tensors) has no effect here:
+// every element's state is 8-bit.
+// Returns whether lr was given explicitly.
+absl::StatusOr<bool> ParseEightBitParams(Section& p, int type, OptimizerConfig* o) {
+  const bool adamw = type == 4 || type == 6;
+  o->kind = adamw ? OptimizerKind::kAdamW8bit : OptimizerKind::kAdam8bit;
+  o->lr = 1e-3;
+  o->beta1 = 0.9;
+  o->beta2 = 0.999;
+  o->eps = 1e-8;
+  o->weight_decay = adamw ? 1e-2 : 0.0;
+  auto must = [&](const char* key, const json& want, const char* why) -> absl::Status {
+    const json* v = p.Get(key);
+    if (v == nullptr || *v == want) return absl::OkStatus();
+    return p.Bad(key, *v, why);
+  };
+  RETURN_IF_ERROR(must("amsgrad", false, "false (the 8-bit Adams keep no max of v)"));
+  RETURN_IF_ERROR(must("block_wise", true, "true (the state is quantized in blocks of 2048)"));
+  RETURN_IF_ERROR(must("percentile_clipping", 100,
+                       "100 (clip the gradient with gradient_clipping instead)"));
+  RETURN_IF_ERROR(must("optim_bits", 8, "8 for an 8-bit type (use \"AdamW\" for 32-bit state)"));
+  RETURN_IF_ERROR(must("max_unorm", 0.0, "0 (no update-norm clipping)"));
+  p.NoEffect("min_8bit_size");
+  p.NoEffect("is_paged");
+  p.NoEffect("args");
+  ASSIGN_OR_RETURN(std::optional<double> lr, p.DoubleOrAuto("lr", 1e-30, 1e6, true));
+  if (lr.has_value()) o->lr = *lr;
+  if (const json* betas = p.Get("betas"); betas != nullptr && !IsAuto(*betas)) {
+    if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() ||
+        !(*betas)[1].is_number()) {
+      return p.Bad("betas", *betas, "[beta1, beta2], two numbers in [0, 1)");
+    }
+    o->beta1 = (*betas)[0].get<double>();
+    o->beta2 = (*betas)[1].get<double>();
+    if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1)) {
+      return p.Bad("betas", *betas, "[beta1, beta2], two numbers in [0, 1)");
+    }
+  }
+  RETURN_IF_ERROR(p.Double("eps", 1e-30, 1, &o->eps, true));
+  RETURN_IF_ERROR(p.Double("weight_decay", 0, 1e6, &o->weight_decay, true));
+  p.Finish();
+  return lr.has_value();
+}
+
 // Returns whether params.lr was given explicitly. Type "Adafactor" (Hugging
 // Face's name and params) sets `adafactor`: every tensor class's group gets
 // it as its rule (ApplyAdafactorToEveryClass), over AdamW's slots.
 absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
                                     std::optional<AdafactorOptions>* adafactor) {
   ASSIGN_OR_RETURN(Section s, root.Child("optimizer"));
-  // bitsandbytes' 8-bit names: the step exists (optim/adam8bit.h), its
-  // state does not live on the servers yet; say so rather than list names.
-  if (const json* t = s.Get("type"); t != nullptr && t->is_string()) {
-    if (absl::EndsWith(config_internal::Lower(t->get<std::string>()), "8bit")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key \"optimizer.type\": \"", t->get<std::string>(),
-          "\" keeps the optimizer state in 8 bits, which the servers do not "
-          "hold yet; use \"AdamW\" (FP32 state: 14 bytes an element on the "
-          "servers)"));
-    }
-  }
-  ASSIGN_OR_RETURN(int type, s.Choice("type", {"AdamW", "Adam", "Lion", "Adafactor"}));
+  ASSIGN_OR_RETURN(int type,
+                   s.Choice("type", {"AdamW", "Adam", "Lion", "Adafactor", "AdamW8bit",
+                                     "Adam8bit", "PagedAdamW8bit", "PagedAdam8bit"}));
   if (type == 3) {
     AdafactorOptions a;
     if (const json* params = s.Get("params")) {
@@ -114,6 +154,12 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
     if (a.relative_step) return false;
     o->lr = a.lr;  // the schedule's peak: the rule's lr follows lr_t / lr
     return true;
+  }
+  if (type >= 4) {
+    ASSIGN_OR_RETURN(Section p, s.Child("params"));
+    ASSIGN_OR_RETURN(const bool lr_explicit, ParseEightBitParams(p, type, o));
+    s.Finish();
+    return lr_explicit;
   }
   ASSIGN_OR_RETURN(Section p, s.Child("params"));
   const bool lion = type == 2;

@@ -7,24 +7,57 @@
 
 namespace zeroshard {
 
+bool IsEightBit(OptimizerKind kind) {
+  return kind == OptimizerKind::kAdamW8bit || kind == OptimizerKind::kAdam8bit;
+}
+
+OptimizerKind ArithmeticKind(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kAdamW8bit:
+      return OptimizerKind::kAdamW;
+    case OptimizerKind::kAdam8bit:
+      return OptimizerKind::kAdam;
+    default:
+      return kind;
+  }
+}
+
+uint64_t Q8Blocks(uint64_t n) {
+  return n / kQ8SlotBlock + (n % kQ8SlotBlock != 0 ? 1 : 0);
+}
+
+uint64_t SlotBytes(SlotFormat format, uint64_t n) {
+  return format == SlotFormat::kFp32 ? 4 * n : n + 4 * Q8Blocks(n);
+}
+
+double SlotBytesPerElement(SlotFormat format) {
+  return format == SlotFormat::kFp32 ? 4.0 : 1.0 + 4.0 / kQ8SlotBlock;
+}
+
 absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind) {
-  static constexpr StateSlot kAdamSlots[] = {{"exp_avg", DType::kFp32},
-                                             {"exp_avg_sq", DType::kFp32}};
-  static constexpr StateSlot kLionSlots[] = {{"exp_avg", DType::kFp32}};
+  static constexpr StateSlot kAdamSlots[] = {
+      {"exp_avg", SlotFormat::kFp32}, {"exp_avg_sq", SlotFormat::kFp32}};
+  static constexpr StateSlot kLionSlots[] = {{"exp_avg", SlotFormat::kFp32}};
+  static constexpr StateSlot kAdam8bitSlots[] = {
+      {"exp_avg", SlotFormat::kQ8Signed},
+      {"exp_avg_sq", SlotFormat::kQ8Unsigned}};
   switch (kind) {
     case OptimizerKind::kAdamW:
     case OptimizerKind::kAdam:
       return kAdamSlots;
     case OptimizerKind::kLion:
       return kLionSlots;
+    case OptimizerKind::kAdamW8bit:
+    case OptimizerKind::kAdam8bit:
+      return kAdam8bitSlots;
   }
   return {};
 }
 
-size_t OptimizerStateBytesPerElement(OptimizerKind kind) {
-  size_t bytes = 0;
+double OptimizerStateBytesPerElement(OptimizerKind kind) {
+  double bytes = 0;
   for (const StateSlot& s : OptimizerStateSlots(kind)) {
-    bytes += DTypeSize(s.dtype);
+    bytes += SlotBytesPerElement(s.format);
   }
   return bytes;
 }
@@ -42,7 +75,7 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
     return bad("weight_decay", c.weight_decay, "must be >= 0 and finite");
   }
   if (c.kind != OptimizerKind::kAdamW && c.kind != OptimizerKind::kAdam &&
-      c.kind != OptimizerKind::kLion) {
+      c.kind != OptimizerKind::kLion && !IsEightBit(c.kind)) {
     return absl::InvalidArgumentError("optimizer.type: unknown kind");
   }
   if (c.schedule == LrScheduleKind::kWarmupCosine ||

@@ -13,29 +13,71 @@
 namespace zeroshard {
 
 // kLion: Chen et al. 2023 (optim/lion.h); beta1 interpolates the update,
-// beta2 the momentum, and eps has no effect.
-enum class OptimizerKind { kAdamW = 0, kAdam = 1, kLion = 2 };
-inline constexpr EnumNames<OptimizerKind, 3> kOptimizerKindNames = {
+// beta2 the momentum, and eps has no effect. kAdamW8bit and kAdam8bit:
+// AdamW and Adam with their m and v kept in 8 bits (optim/adam8bit.h;
+// bitsandbytes' AdamW8bit and Adam8bit).
+enum class OptimizerKind {
+  kAdamW = 0,
+  kAdam = 1,
+  kLion = 2,
+  kAdamW8bit = 3,
+  kAdam8bit = 4
+};
+inline constexpr EnumNames<OptimizerKind, 5> kOptimizerKindNames = {
     {{OptimizerKind::kAdamW, "adamw"},
      {OptimizerKind::kAdam, "adam"},
-     {OptimizerKind::kLion, "lion"}}};
+     {OptimizerKind::kLion, "lion"},
+     {OptimizerKind::kAdamW8bit, "adamw8bit"},
+     {OptimizerKind::kAdam8bit, "adam8bit"}}};
+
+// Whether `kind` keeps 8-bit state (kAdamW8bit, kAdam8bit).
+bool IsEightBit(OptimizerKind kind);
+// The update's arithmetic: kAdamW for kAdamW8bit, kAdam for kAdam8bit,
+// `kind` otherwise (AdamStep::kind; optim/optimizer.h).
+OptimizerKind ArithmeticKind(OptimizerKind kind);
+
+// Elements per scale of an 8-bit slot (Dettmers et al. 2022 and
+// bitsandbytes: 2048).
+inline constexpr uint64_t kQ8SlotBlock = 2048;
 
 // One array of optimizer state that a server keeps per parameter element,
 // beside the FP32 master weights and their BF16 mirror. An update rule
 // declares its slots (optim/update_rule.h); the store, checkpoint files,
 // restore, snapshots, Inspect and the memory estimate read them from here
 // instead of naming the arrays.
+//
+// A slot is FP32 (4 bytes an element) or 8-bit (optim/quant8.h): one code
+// byte an element, of the signed (m) or unsigned (v) dynamic map, and one
+// FP32 scale (the block's absolute maximum) per kQ8SlotBlock elements,
+// the blocks counted from the first element the array holds (a server's
+// owned range, a chunk, a checkpoint file's range).
+enum class SlotFormat { kFp32 = 0, kQ8Signed = 1, kQ8Unsigned = 2 };
+inline constexpr EnumNames<SlotFormat, 3> kSlotFormatNames = {
+    {{SlotFormat::kFp32, "fp32"},
+     {SlotFormat::kQ8Signed, "q8_signed"},
+     {SlotFormat::kQ8Unsigned, "q8_unsigned"}}};
+
 struct StateSlot {
-  const char* name;  // e.g. "exp_avg"; unique within a rule
-  DType dtype;       // bytes per element: DTypeSize(dtype)
+  const char* name;   // e.g. "exp_avg"; unique within a rule
+  SlotFormat format;
 };
+
+// The scales of n elements of an 8-bit slot: ceil(n / kQ8SlotBlock).
+uint64_t Q8Blocks(uint64_t n);
+// Bytes that n elements of a slot of `format` take: 4n, or n codes and
+// 4 * Q8Blocks(n) scale bytes (codes first, where one array holds both).
+uint64_t SlotBytes(SlotFormat format, uint64_t n);
+// The same per element, for estimates: 4, or 1 + 4 / kQ8SlotBlock.
+double SlotBytesPerElement(SlotFormat format);
 
 // The slots of `kind`'s update rule, in their order in the store and in
 // checkpoint files. Adam and AdamW: exp_avg (m), exp_avg_sq (v), FP32;
-// Lion: exp_avg, FP32.
+// Lion: exp_avg, FP32; the 8-bit Adams: exp_avg (signed) and exp_avg_sq
+// (unsigned), 8-bit.
 absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind);
-// Sum of the slots' element sizes (8 for Adam / AdamW, 4 for Lion).
-size_t OptimizerStateBytesPerElement(OptimizerKind kind);
+// Sum of the slots' bytes per element (8 for Adam / AdamW, 4 for Lion,
+// 2 + 8 / 2048 for the 8-bit Adams).
+double OptimizerStateBytesPerElement(OptimizerKind kind);
 
 // kWarmupLinear is DeepSpeed's WarmupDecayLR: warmup, then linear decay to
 // min_lr at total_steps.

@@ -183,9 +183,11 @@ ProcessEstimate ServerEstimate(const EstimateInput& in, double owned,
   for (const StateSlot& slot : OptimizerStateSlots(in.optimizer)) {
     absl::StrAppend(&slots, slots.empty() ? "" : ", ", slot.name);
   }
-  const size_t k = OptimizerStateBytesPerElement(in.optimizer);
-  v.terms.push_back({absl::StrCat("optimizer state (", slots, ")"),
-                     absl::StrCat(k, o), static_cast<double>(k) * owned});
+  // 8-bit slots: a code byte an element and a 4-byte scale per 2048.
+  const double k = OptimizerStateBytesPerElement(in.optimizer);
+  v.terms.push_back({absl::StrCat("optimizer state (", slots,
+                                  IsEightBit(in.optimizer) ? ", 8-bit" : "", ")"),
+                     absl::StrCat(absl::SixDigits(k), o), k * owned});
   v.terms.push_back({"BF16 mirror", "2" + o, 2 * owned});
   v.model_state_terms = 3;
   if (in.grad_wire == CommDataType::kBf16) {
@@ -378,8 +380,8 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   st.worker_link_s = std::max(w.worker_sent(), w.worker_received()) / link;
   st.server_link_s = std::max(w.per_server_out, w.per_server_in) / link;
   // The rule per element: read and write the master and its state slots
-  // (AdamW's m and v: 24 B; Lion's m: 16 B), read the gradient, write the
-  // mirror.
+  // (AdamW's m and v: 24 B; Lion's m: 16 B; 8-bit Adam's codes and scales:
+  // about 12 B), read the gradient, write the mirror.
   const double rw = 2.0 * (4 + OptimizerStateBytesPerElement(input.optimizer));
   st.optimizer_s = (rw + g + 2) * psi / s / (input.server_mem_gbps * 1e9);
   st.serial_s = st.compute_s + st.memory_s +

@@ -65,4 +65,69 @@ absl::Status Adam8bitUpdateReference(const AdamStep& step, GradView grad,
   return absl::OkStatus();
 }
 
+absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
+                                 const Adam8bitSlice& s) {
+  if (s.n == 0 && parts.empty()) return absl::OkStatus();
+  if (s.master == nullptr || s.exp_avg == nullptr ||
+      s.exp_avg_absmax == nullptr || s.exp_avg_sq == nullptr ||
+      s.exp_avg_sq_absmax == nullptr || s.block == 0) {
+    return absl::InvalidArgumentError(
+        "8-bit Adam: master, codes and absmax arrays and a block size are "
+        "required");
+  }
+  size_t at = 0;
+  for (const Adam8bitPart& p : parts) {
+    if (p.offset != at || p.n == 0 || p.n > s.n - at ||
+        (p.grad.data == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "8-bit Adam: the parts must tile the slice of ", s.n,
+          " elements in order; one is [", p.offset, ", ", p.offset + p.n,
+          ") after ", at, " elements"));
+    }
+    at += p.n;
+  }
+  if (at != s.n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "8-bit Adam: the parts cover ", at, " of the slice's ", s.n,
+        " elements"));
+  }
+  thread_local std::vector<float> master, m, v;
+  master.assign(s.master, s.master + s.n);
+  m.resize(s.n);
+  v.resize(s.n);
+  DequantizeBlockwise(s.exp_avg, s.exp_avg_absmax, s.n, s.block,
+                      Quant8Map::kSigned, m.data());
+  DequantizeBlockwise(s.exp_avg_sq, s.exp_avg_sq_absmax, s.n, s.block,
+                      Quant8Map::kUnsigned, v.data());
+  for (const Adam8bitPart& p : parts) {
+    AdamUpdate(p.step, p.grad,
+               {.master = master.data() + p.offset,
+                .exp_avg = m.data() + p.offset,
+                .exp_avg_sq = v.data() + p.offset,
+                .mirror = nullptr,
+                .n = p.n});
+  }
+  // A non-finite m or v makes the double sum non-finite (finite floats
+  // cannot overflow it); only then are the elements searched.
+  double sum = 0;
+  for (size_t i = 0; i < s.n; ++i) sum += static_cast<double>(m[i]) + v[i];
+  if (!std::isfinite(sum)) {
+    for (size_t i = 0; i < s.n; ++i) {
+      if (!std::isfinite(m[i]) || !std::isfinite(v[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "8-bit Adam: element ", i, " of the slice would hold a "
+            "non-finite state (exp_avg ", m[i], ", exp_avg_sq ", v[i],
+            "); a step with a non-finite gradient must be skipped"));
+      }
+    }
+  }
+  QuantizeBlockwise(m.data(), s.n, s.block, Quant8Map::kSigned, s.exp_avg,
+                    s.exp_avg_absmax);
+  QuantizeBlockwise(v.data(), s.n, s.block, Quant8Map::kUnsigned,
+                    s.exp_avg_sq, s.exp_avg_sq_absmax);
+  std::memcpy(s.master, master.data(), s.n * sizeof(float));
+  if (s.mirror != nullptr) FloatToBf16Array(s.master, s.mirror, s.n);
+  return absl::OkStatus();
+}
+
 }  // namespace zeroshard

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "optim/optimizer.h"
 #include "optim/quant8.h"
 
@@ -47,6 +48,28 @@ struct Adam8bitSlice {
 // gradient the caller should have skipped: 8-bit state cannot hold one).
 absl::Status Adam8bitUpdateReference(const AdamStep& step, GradView grad,
                                      const Adam8bitSlice& slice);
+
+// A part of a slice with its own step: [offset, offset + n) of the slice,
+// its gradient at grad (n elements). The parts of one chunk's update come
+// from the parameter groups it crosses (each with its own lr and weight
+// decay) and the pieces of gradient that cover it.
+struct Adam8bitPart {
+  AdamStep step;
+  GradView grad;
+  size_t offset = 0;
+  size_t n = 0;
+};
+
+// The step the servers run: the parts (sorted, disjoint, together covering
+// [0, slice.n) exactly) applied at once, block by block: dequantize a
+// block's m and v, apply AdamUpdate (the dispatched kernel, equal to
+// AdamUpdateReference bit for bit) to each part's elements of it, quantize
+// the block back (QuantizeBlockwise). With one part covering the slice it
+// equals Adam8bitUpdateReference bit for bit. INVALID_ARGUMENT, changing
+// nothing, for parts that do not tile the slice, or an update that would
+// leave a non-finite m or v.
+absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
+                                 const Adam8bitSlice& slice);
 
 }  // namespace zeroshard
 

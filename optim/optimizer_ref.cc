@@ -27,7 +27,7 @@ AdamStep MakeAdamStep(const OptimizerConfig& config, uint64_t t,
   // schedule's value times the group's scale, in double (exact for 1).
   const double lr = LearningRateAt(config, t) * lr_scale;
   AdamStep s;
-  s.kind = config.kind;
+  s.kind = ArithmeticKind(config.kind);
   s.lr = static_cast<float>(lr);
   s.beta1 = static_cast<float>(config.beta1);
   s.beta2 = static_cast<float>(config.beta2);

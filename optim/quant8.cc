@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,8 @@ struct Code {
   std::array<float, 256> values;
   // thresholds[j] = (values[j] + values[j + 1]) / 2, exact in double.
   std::array<double, 255> thresholds;
+  // The thresholds rounded down to FP32, then +inf: the search's table.
+  std::array<float, 256> below;
   uint8_t zero = 0;
 };
 
@@ -43,7 +46,13 @@ Code MakeCode(bool is_signed) {
   for (int j = 0; j < 255; ++j) {
     c.thresholds[j] =
         (static_cast<double>(c.values[j]) + c.values[j + 1]) / 2;
+    float f = static_cast<float>(c.thresholds[j]);
+    if (static_cast<double>(f) > c.thresholds[j]) {
+      f = std::nextafter(f, -std::numeric_limits<float>::infinity());
+    }
+    c.below[j] = f;
   }
+  c.below[255] = std::numeric_limits<float>::infinity();
   return c;
 }
 
@@ -129,6 +138,41 @@ absl::Status DequantizeBlockwiseReference(absl::Span<const uint8_t> codes,
     out[i] = v[codes[i]] * absmax[i / block];
   }
   return absl::OkStatus();
+}
+
+void QuantizeBlockwise(const float* x, size_t n, size_t block, Quant8Map map,
+                       uint8_t* codes, float* absmax) {
+  const Code& c = CodeFor(map);
+  const float* t = c.below.data();
+  for (size_t begin = 0, b = 0; begin < n; begin += block, ++b) {
+    const size_t end = std::min(n, begin + block);
+    float m = 0.0f;
+    for (size_t i = begin; i < end; ++i) m = std::max(m, std::fabs(x[i]));
+    absmax[b] = m;
+    if (m == 0.0f) {
+      std::fill(codes + begin, codes + end, c.zero);
+      continue;
+    }
+    for (size_t i = begin; i < end; ++i) {
+      const float y = x[i] / m;
+      // The count of thresholds below y, t[255] = +inf never counted.
+      unsigned pos = 0;
+      for (unsigned step = 128; step != 0; step >>= 1) {
+        pos += (y > t[pos + step - 1]) ? step : 0;
+      }
+      codes[i] = static_cast<uint8_t>(pos);
+    }
+  }
+}
+
+void DequantizeBlockwise(const uint8_t* codes, const float* absmax, size_t n,
+                         size_t block, Quant8Map map, float* out) {
+  const float* v = CodeFor(map).values.data();
+  for (size_t begin = 0, b = 0; begin < n; begin += block, ++b) {
+    const size_t end = std::min(n, begin + block);
+    const float a = absmax[b];
+    for (size_t i = begin; i < end; ++i) out[i] = v[codes[i]] * a;
+  }
 }
 
 }  // namespace zeroshard

@@ -37,11 +37,13 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/optimizer_config.h"
 
 namespace zeroshard {
 
-// The paper's and bitsandbytes' block size for the optimizer states.
-inline constexpr size_t kQuant8Block = 2048;
+// The paper's and bitsandbytes' block size for the optimizer states (the
+// servers' 8-bit slots, common/optimizer_config.h).
+inline constexpr size_t kQuant8Block = kQ8SlotBlock;
 
 enum class Quant8Map { kSigned, kUnsigned };
 
@@ -68,6 +70,17 @@ absl::Status DequantizeBlockwiseReference(absl::Span<const uint8_t> codes,
                                           absl::Span<const float> absmax,
                                           size_t block, Quant8Map map,
                                           absl::Span<float> out);
+
+// The kernels the servers run, equal to the references bit for bit (tests
+// compare them on random inputs), without the checks: x finite, the sizes
+// as the references require. QuantizeBlockwise compares y with each
+// threshold rounded down to FP32, which gives the same count (a threshold,
+// the midpoint of two floats, is a float or lies strictly between two), by
+// a branch-free eight-step search.
+void QuantizeBlockwise(const float* x, size_t n, size_t block, Quant8Map map,
+                       uint8_t* codes, float* absmax);
+void DequantizeBlockwise(const uint8_t* codes, const float* absmax, size_t n,
+                         size_t block, Quant8Map map, float* out);
 
 }  // namespace zeroshard
 

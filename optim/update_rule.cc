@@ -1,6 +1,10 @@
 #include "optim/update_rule.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "optim/adam8bit.h"
 #include "optim/lion.h"
 #if ZS_HAVE_CUDA_OPTIM
 #include "optim/adam_device.h"
@@ -29,9 +33,10 @@ class AdamRule final : public UpdateRule {
                     double lr_scale) const override {
     return MakeAdamStep(config, t, coefficient, weight_decay, lr_scale);
   }
-  void Update(const AdamStep& step, GradView grad,
-              const StateSlice& slice) const override {
+  absl::Status Update(const AdamStep& step, GradView grad,
+                      const StateSlice& slice) const override {
     AdamUpdate(step, grad, AdamSliceOf(slice));
+    return absl::OkStatus();
   }
   absl::Status UpdateOnDevice(const AdamStep& step, GradView grad,
                               const StateSlice& slice,
@@ -67,11 +72,12 @@ class LionRule final : public UpdateRule {
                     double lr_scale) const override {
     return MakeLionStep(config, t, coefficient, weight_decay, lr_scale);
   }
-  void Update(const AdamStep& step, GradView grad,
-              const StateSlice& slice) const override {
+  absl::Status Update(const AdamStep& step, GradView grad,
+                      const StateSlice& slice) const override {
     LionUpdate(step, grad,
                {.master = slice.master, .exp_avg = slice.slots[0],
                 .mirror = slice.mirror, .n = slice.n});
+    return absl::OkStatus();
   }
   absl::Status UpdateOnDevice(const AdamStep& step, GradView grad,
                               const StateSlice& slice,
@@ -84,7 +90,78 @@ class LionRule final : public UpdateRule {
   absl::string_view KernelName() const override { return LionKernelName(); }
 };
 
+// AdamW8bit and Adam8bit (optim/adam8bit.h): m and v in 8 bits. Host only.
+class Adam8bitRule final : public UpdateRule {
+ public:
+  absl::string_view name() const override { return "adamw8bit"; }
+  absl::Span<const StateSlot> slots() const override {
+    return OptimizerStateSlots(OptimizerKind::kAdamW8bit);
+  }
+  AdamStep MakeStep(const OptimizerConfig& config, uint64_t t,
+                    float coefficient, double weight_decay,
+                    double lr_scale) const override {
+    return MakeAdamStep(config, t, coefficient, weight_decay, lr_scale);
+  }
+  absl::Status Update(const AdamStep& step, GradView grad,
+                      const StateSlice& slice) const override {
+    const RulePart part{step, grad, 0, slice.n};
+    return UpdateParts({&part, slice.n == 0 ? 0u : 1u}, slice);
+  }
+  absl::Status UpdateParts(absl::Span<const RulePart> parts,
+                           const StateSlice& slice) const override {
+    thread_local std::vector<Adam8bitPart> mine;
+    mine.clear();
+    for (const RulePart& p : parts) {
+      mine.push_back({p.step, p.grad, p.offset, p.n});
+    }
+    return Adam8bitUpdateParts(
+        mine, {.master = slice.master,
+               .exp_avg = slice.codes[0],
+               .exp_avg_absmax = slice.absmax[0],
+               .exp_avg_sq = slice.codes[1],
+               .exp_avg_sq_absmax = slice.absmax[1],
+               .mirror = slice.mirror,
+               .n = slice.n,
+               .block = kQuant8Block});
+  }
+  absl::Status UpdateOnDevice(const AdamStep& step, GradView grad,
+                              const StateSlice& slice,
+                              void* cuda_stream) const override {
+    (void)step, (void)grad, (void)slice, (void)cuda_stream;
+    return absl::UnimplementedError(
+        "the 8-bit Adam rule has no device kernel: use placement host or "
+        "pinned");
+  }
+  bool HasDeviceUpdate() const override { return false; }
+  absl::string_view KernelName() const override { return AdamKernelName(); }
+};
+
 }  // namespace
+
+absl::Status UpdateRule::UpdateParts(absl::Span<const RulePart> parts,
+                                     const StateSlice& slice) const {
+  for (const RulePart& p : parts) {
+    if (p.offset > slice.n || p.n > slice.n - p.offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "update part [", p.offset, ", ", p.offset + p.n,
+          ") is outside the slice of ", slice.n, " elements"));
+    }
+    StateSlice part = slice;
+    part.master += p.offset;
+    for (size_t k = 0; k < slots().size(); ++k) part.slots[k] += p.offset;
+    if (part.mirror != nullptr) part.mirror += p.offset;
+    part.n = p.n;
+    RETURN_IF_ERROR(Update(p.step, p.grad, part));
+  }
+  return absl::OkStatus();
+}
+
+bool UpdateRule::quantized() const {
+  for (const StateSlot& s : slots()) {
+    if (s.format != SlotFormat::kFp32) return true;
+  }
+  return false;
+}
 
 int UpdateRule::SlotIndex(absl::string_view name) const {
   const absl::Span<const StateSlot> s = slots();
@@ -94,21 +171,25 @@ int UpdateRule::SlotIndex(absl::string_view name) const {
   return -1;
 }
 
-size_t UpdateRule::StateBytesPerElement() const {
-  size_t bytes = 0;
-  for (const StateSlot& s : slots()) bytes += DTypeSize(s.dtype);
+double UpdateRule::StateBytesPerElement() const {
+  double bytes = 0;
+  for (const StateSlot& s : slots()) bytes += SlotBytesPerElement(s.format);
   return bytes;
 }
 
 const UpdateRule& UpdateRuleFor(OptimizerKind kind) {
   static const AdamRule* const adam = new AdamRule();
   static const LionRule* const lion = new LionRule();
+  static const Adam8bitRule* const adam8bit = new Adam8bitRule();
   switch (kind) {
     case OptimizerKind::kAdamW:
     case OptimizerKind::kAdam:
       return *adam;
     case OptimizerKind::kLion:
       return *lion;
+    case OptimizerKind::kAdamW8bit:
+    case OptimizerKind::kAdam8bit:
+      return *adam8bit;
   }
   return *adam;
 }

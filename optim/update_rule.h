@@ -7,7 +7,8 @@
 //   const UpdateRule& rule = UpdateRuleFor(config.kind);
 //   StateSlice s{.master = w, .mirror = bf16, .n = n};
 //   s.slots[0] = m; s.slots[1] = v;           // rule.slots() order
-//   rule.Update(rule.MakeStep(config, t, coef, wd, 1.0), GradView::Fp32(g), s);
+//   RETURN_IF_ERROR(rule.Update(rule.MakeStep(config, t, coef, wd, 1.0),
+//                               GradView::Fp32(g), s));
 //
 // AdamW and Adam share one rule (AdamStep::kind tells them apart); its host
 // update is AdamUpdate (optim/optimizer.h: AVX-512 / AVX2 / reference, bit
@@ -31,11 +32,25 @@ namespace zeroshard {
 inline constexpr size_t kMaxStateSlots = 4;
 
 // The arrays one update touches, n elements each; slots in the rule's
-// order (only the first slots().size() are read). mirror may be null.
+// order (only the first slots().size() are read). An FP32 slot k is
+// slots[k]; an 8-bit one is codes[k] (n bytes) and absmax[k] (Q8Blocks(n)
+// scales), its blocks counted from the slice's first element. mirror may
+// be null.
 struct StateSlice {
   float* master = nullptr;
   std::array<float*, kMaxStateSlots> slots{};
+  std::array<uint8_t*, kMaxStateSlots> codes{};
+  std::array<float*, kMaxStateSlots> absmax{};
   uint16_t* mirror = nullptr;
+  size_t n = 0;
+};
+
+// A part of a slice with its own step: elements [offset, offset + n), the
+// gradient at grad (n elements).
+struct RulePart {
+  AdamStep step;
+  GradView grad;
+  size_t offset = 0;
   size_t n = 0;
 };
 
@@ -45,15 +60,23 @@ class UpdateRule {
   // "adamw" (Adam and AdamW), "lion".
   virtual absl::string_view name() const = 0;
   // The state kept per element, beside master and mirror: at most
-  // kMaxStateSlots, each FP32 today (the store refuses other dtypes).
+  // kMaxStateSlots, FP32 or 8-bit.
   virtual absl::Span<const StateSlot> slots() const = 0;
   // The per-step constants for step t >= 1 of one parameter group.
   virtual AdamStep MakeStep(const OptimizerConfig& config, uint64_t t,
                             float coefficient, double weight_decay,
                             double lr_scale) const = 0;
-  // One step on host arrays. Preconditions as AdamUpdateReference.
-  virtual void Update(const AdamStep& step, GradView grad,
-                      const StateSlice& slice) const = 0;
+  // One step on host arrays. Preconditions as AdamUpdateReference. Always
+  // OK for FP32 slots; an 8-bit rule refuses (changing nothing) an update
+  // its state cannot hold.
+  virtual absl::Status Update(const AdamStep& step, GradView grad,
+                              const StateSlice& slice) const = 0;
+  // Several steps at once on parts that tile `slice` (sorted, disjoint,
+  // covering it). An element-wise FP32 rule applies each part alone (the
+  // default); an 8-bit rule needs every part of a block in one call, since
+  // the block's scale follows all of its elements (optim/adam8bit.h).
+  virtual absl::Status UpdateParts(absl::Span<const RulePart> parts,
+                                   const StateSlice& slice) const;
   // One step on device arrays, the gradient already on the device, queued
   // on `cuda_stream` (a cudaStream_t). UNIMPLEMENTED where the rule has no
   // device kernel or the build has no CUDA.
@@ -68,8 +91,11 @@ class UpdateRule {
 
   // The index of slot `name`, or -1.
   int SlotIndex(absl::string_view name) const;
-  // Sum of the slots' element sizes.
-  size_t StateBytesPerElement() const;
+  // Sum of the slots' bytes per element (SlotBytesPerElement).
+  double StateBytesPerElement() const;
+  // Whether a slot is 8-bit: the store then keeps its owned range and
+  // chunks in whole blocks and updates whole blocks at once.
+  bool quantized() const;
 };
 
 // The rule of an optimizer kind (never null; lives for the process).

@@ -150,9 +150,13 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
       request.optimizer(), owned, state->layout_.total_elems());
   if (!groups.ok()) return Prefixed("Init: ", groups.status());
   state->param_groups_ = *std::move(groups);
-  absl::StatusOr<std::vector<WholeTensor>> whole =
-      FindWholeTensors(request.optimizer(), state->layout_, owned,
-                       UpdateRuleFor(config->kind).slots().size());
+  // Tensor rules keep their state in the element-wise rule's FP32 slots.
+  size_t fp32_slots = 0;
+  for (const StateSlot& slot : UpdateRuleFor(config->kind).slots()) {
+    fp32_slots += slot.format == SlotFormat::kFp32 ? 1 : 0;
+  }
+  absl::StatusOr<std::vector<WholeTensor>> whole = FindWholeTensors(
+      request.optimizer(), state->layout_, owned, fp32_slots);
   if (!whole.ok()) return Prefixed("Init: ", whole.status());
   state->whole_tensors_ = *std::move(whole);
   if (!state->whole_tensors_.empty() && placement == Placement::kDevice) {
@@ -222,8 +226,8 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
         const size_t need = muon ? 1 : 2;
         if (need > slots) {
           return absl::InvalidArgumentError(absl::StrCat(
-              what, " keeps its state in the element-wise rule's slots: it "
-              "needs ", need, ", the optimizer's rule has ", slots,
+              what, " keeps its state in the element-wise rule's FP32 slots: "
+              "it needs ", need, ", the optimizer's rule has ", slots,
               " (choose optimizer.type AdamW or Adam)"));
         }
         if (!muon && matrix && t.shape[0] + t.shape[1] > static_cast<int64_t>(t.numel)) {
@@ -442,7 +446,10 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
   std::vector<FlatRange> ranges;
   ranges.reserve(pieces.size());
   for (const GradPiece& p : pieces) ranges.push_back(p.range);
-  if (!params.skip) RETURN_IF_ERROR(CheckWholeTensorsCovered(pieces));
+  if (!params.skip) {
+    RETURN_IF_ERROR(CheckWholeTensorsCovered(pieces));
+    RETURN_IF_ERROR(store_->CheckWholeBlocks(ranges));
+  }
   ASSIGN_OR_RETURN(StepClaim claim,
                    tracker_->Claim(step, params, ranges, attempt));
   // Before anything of this step touches a chunk (skipped steps included:
@@ -519,6 +526,11 @@ v1::ShardCheckpointHeader ModelShard::CheckpointHeader() const {
   for (const StateSlot& slot : store_->rule().slots()) {
     h.add_state_slots(slot.name);
   }
+  if (store_->rule().quantized()) {
+    for (const StateSlot& slot : store_->rule().slots()) {
+      h.add_state_slot_formats(static_cast<v1::StateSlotFormat>(slot.format));
+    }
+  }
   return h;
 }
 
@@ -539,11 +551,26 @@ absl::Status ModelShard::CheckRestorable() const {
 absl::Status ModelShard::RestoreState(uint64_t step, uint64_t adam_t,
                                       const float* master,
                                       absl::Span<const float* const> slots) {
+  return RestoreWith(step, adam_t, [&] {
+    return store_->WriteState(owned(), master, slots);
+  });
+}
+
+absl::Status ModelShard::RestoreStateImages(
+    uint64_t step, uint64_t adam_t, const float* master,
+    absl::Span<const void* const> images) {
+  return RestoreWith(step, adam_t, [&] {
+    return store_->WriteStateImages(master, images);
+  });
+}
+
+absl::Status ModelShard::RestoreWith(uint64_t step, uint64_t adam_t,
+                                     absl::FunctionRef<absl::Status()> write) {
   absl::MutexLock restore(&restore_mu_);
   // With no push or arming in flight, nothing can claim or arm between
   // these checks and Reset, so Reset cannot fail after the write.
   RETURN_IF_ERROR(CheckRestorable());
-  RETURN_IF_ERROR(store_->WriteState(owned(), master, slots));
+  RETURN_IF_ERROR(write());
   RETURN_IF_ERROR(tracker_->Reset(
       step, std::vector<uint64_t>(store_->num_chunks(), adam_t)));
   // Pushes prepared against the replaced state never apply.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
@@ -207,9 +208,15 @@ class ModelShard {
   // out pushes and arming for the call, so it succeeds whole or changes
   // nothing: FAILED_PRECONDITION (CheckRestorable) before any byte is
   // written.
+  // 8-bit slots quantize the values (ShardStore::WriteState).
   absl::Status RestoreState(uint64_t step, uint64_t adam_t,
                             const float* master,
                             absl::Span<const float* const> slots);
+  // The same from slot images of a file this range wrote, bit for bit
+  // (ShardStore::WriteStateImages).
+  absl::Status RestoreStateImages(uint64_t step, uint64_t adam_t,
+                                  const float* master,
+                                  absl::Span<const void* const> images);
   // FAILED_PRECONDITION while a snapshot is in progress or a step is partly
   // applied: a restore would be refused.
   absl::Status CheckRestorable() const;
@@ -260,6 +267,9 @@ class ModelShard {
   // FAILED_PRECONDITION naming the tensor unless every whole tensor that
   // `pieces` touch is covered by them entirely: its update needs all of
   // its gradient in one apply.
+  // RestoreState's work: `write` with pushes and arming held out.
+  absl::Status RestoreWith(uint64_t step, uint64_t adam_t,
+                           absl::FunctionRef<absl::Status()> write);
   absl::Status CheckWholeTensorsCovered(
       absl::Span<const GradPiece> pieces) const;
   // The tensor rule's update of each whole tensor the claim covers.

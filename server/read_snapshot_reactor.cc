@@ -94,12 +94,13 @@ void ReadSnapshotReactor::Next() {
   }
   const FlatRange& r = plan_.ranges[range_index_];
   const uint64_t n = std::min(r.end - pos_, kReadSnapshotMessageElems);
-  const float* src =
-      plan_.snapshot->array(plan_.array) + (pos_ - plan_.owned.begin);
   const size_t bytes = n * sizeof(float);
-  buffer_ =
-      EncodeGatherChunk(pos_, DType::kFp32, plan_.snapshot->step(), bytes,
-                        [&](uint8_t* dst) { std::memcpy(dst, src, bytes); });
+  // An 8-bit slot's values are dequantized into the message.
+  values_.resize(n);
+  plan_.snapshot->Values(plan_.array, {pos_, pos_ + n}, values_.data());
+  buffer_ = EncodeGatherChunk(
+      pos_, DType::kFp32, plan_.snapshot->step(), bytes,
+      [&](uint8_t* dst) { std::memcpy(dst, values_.data(), bytes); });
   counters_->AddBytesOut(bytes);
   pos_ += n;
   StartWrite(&buffer_);

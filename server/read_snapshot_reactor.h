@@ -64,6 +64,7 @@ class ReadSnapshotReactor
   size_t range_index_ = 0;
   uint64_t pos_ = 0;
   grpc::ByteBuffer buffer_;  // the message being written
+  std::vector<float> values_;  // its values, before encoding
 };
 
 }  // namespace zeroshard

@@ -16,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/atomic_file.h"
+#include "common/status_macros.h"
+#include "optim/quant8.h"
 
 namespace zeroshard {
 namespace {
@@ -70,6 +72,17 @@ absl::Status CheckHeader(const v1::ShardCheckpointHeader& h) {
         chunks, " chunks but ", h.chunk_versions_size(), " versions and ",
         h.chunk_adam_steps_size(), " Adam step counts"));
   }
+  if (h.state_slot_formats_size() != 0 &&
+      h.state_slot_formats_size() != h.state_slots_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        h.state_slots_size(), " state slots but ", h.state_slot_formats_size(),
+        " formats"));
+  }
+  for (int f : h.state_slot_formats()) {
+    if (f < 0 || f > 2) {
+      return absl::InvalidArgumentError(absl::StrCat("state slot format ", f));
+    }
+  }
   if (h.state_slots_size() > 16) {
     return absl::InvalidArgumentError(
         absl::StrCat(h.state_slots_size(), " state slots"));
@@ -110,7 +123,32 @@ bool PreadAll(int fd, void* out, size_t n, uint64_t offset) {
   return true;
 }
 
+// Bytes of array `which` (0 master, 1 + k slot k), and where it starts
+// after the header.
+uint64_t ArrayBytes(const v1::ShardCheckpointHeader& h, size_t which) {
+  const uint64_t n = h.owned().length();
+  if (which == 0) return n * sizeof(float);
+  return SlotBytes(ShardCheckpointFormats(h)[which - 1], n);
+}
+uint64_t ArrayOffset(const v1::ShardCheckpointHeader& h, size_t which) {
+  uint64_t at = 0;
+  for (size_t a = 0; a < which; ++a) at += ArrayBytes(h, a);
+  return at;
+}
+
 }  // namespace
+
+std::vector<SlotFormat> ShardCheckpointFormats(
+    const v1::ShardCheckpointHeader& header) {
+  std::vector<SlotFormat> out(ShardCheckpointSlots(header).size(),
+                              SlotFormat::kFp32);
+  for (int k = 0; k < header.state_slot_formats_size() &&
+                  k < static_cast<int>(out.size());
+       ++k) {
+    out[k] = static_cast<SlotFormat>(header.state_slot_formats(k));
+  }
+  return out;
+}
 
 std::vector<std::string> ShardCheckpointSlots(
     const v1::ShardCheckpointHeader& header) {
@@ -154,8 +192,8 @@ absl::StatusOr<uint64_t> WriteShardCheckpoint(
   if (s.ok()) s = append(&header_bytes, sizeof(header_bytes));
   if (s.ok()) s = append(header.data(), header.size());
   if (s.ok() && n > 0) s = append(c.master, n * sizeof(float));
-  for (const float* array : c.slots) {
-    if (s.ok() && n > 0) s = append(array, n * sizeof(float));
+  for (size_t k = 0; k < c.slots.size(); ++k) {
+    if (s.ok() && n > 0) s = append(c.slots[k], ArrayBytes(c.header, 1 + k));
   }
   const uint64_t checksum = hash.Digest();
   if (s.ok()) s = w->Append(&checksum, sizeof(checksum));
@@ -238,8 +276,7 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
   }
   const uint64_t arrays = 1 + ShardCheckpointSlots(info.header).size();
   const uint64_t want = info.arrays_offset +
-                        arrays * info.header.owned().length() * sizeof(float) +
-                        sizeof(uint64_t);
+                        ArrayOffset(info.header, arrays) + sizeof(uint64_t);
   if (size != want) {
     return loss(absl::StrCat(size < want ? "truncated" : "too long", ": ",
                              size, " bytes where the header implies ", want));
@@ -250,6 +287,39 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
   info.inode = static_cast<uint64_t>(st.st_ino);
   return info;
 }
+
+namespace {
+
+// Opens the verified file `info` describes and reads `bytes` at `offset`
+// (from the first array) into `out`.
+absl::Status ReadVerified(const std::string& path,
+                          const ShardCheckpointInfo& info, uint64_t offset,
+                          void* out, uint64_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (f.fd < 0) {
+    return absl::NotFoundError(absl::StrCat("shard checkpoint ", path,
+                                            ": cannot open: ",
+                                            std::strerror(errno)));
+  }
+  // The file that was verified, not one renamed over it since.
+  struct stat st;
+  if (::fstat(f.fd, &st) != 0 ||
+      static_cast<uint64_t>(st.st_dev) != info.device ||
+      static_cast<uint64_t>(st.st_ino) != info.inode ||
+      static_cast<uint64_t>(st.st_size) != info.file_bytes) {
+    return absl::DataLossError(absl::StrCat(
+        "shard checkpoint ", path, " was replaced since it was verified"));
+  }
+  if (!PreadAll(f.fd, out, bytes, info.arrays_offset + offset)) {
+    return absl::DataLossError(absl::StrCat(
+        "shard checkpoint ", path, ": cannot read ", bytes, " bytes at byte ",
+        info.arrays_offset + offset, " (changed since it was verified?)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ReadShardCheckpointRange(const std::string& path,
                                       const ShardCheckpointInfo& info,
@@ -270,31 +340,40 @@ absl::Status ReadShardCheckpointRange(const std::string& path,
         ShardCheckpointSlots(info.header).size(), " state slots)"));
   }
   if (range.size() == 0) return absl::OkStatus();
-  Fd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (f.fd < 0) {
-    return absl::NotFoundError(absl::StrCat("shard checkpoint ", path,
-                                            ": cannot open: ",
-                                            std::strerror(errno)));
+  const uint64_t base = ArrayOffset(info.header, which);
+  const uint64_t at = range.begin - owned.begin;
+  const SlotFormat format =
+      which == 0 ? SlotFormat::kFp32 : ShardCheckpointFormats(info.header)[which - 1];
+  if (format == SlotFormat::kFp32) {
+    return ReadVerified(path, info, base + at * sizeof(float), out,
+                        range.size() * sizeof(float));
   }
-  // The file that was verified, not one renamed over it since.
-  struct stat st;
-  if (::fstat(f.fd, &st) != 0 ||
-      static_cast<uint64_t>(st.st_dev) != info.device ||
-      static_cast<uint64_t>(st.st_ino) != info.inode ||
-      static_cast<uint64_t>(st.st_size) != info.file_bytes) {
-    return absl::DataLossError(absl::StrCat(
-        "shard checkpoint ", path, " was replaced since it was verified"));
-  }
-  const uint64_t array_bytes = owned.size() * sizeof(float);
-  const uint64_t offset = info.arrays_offset +
-                          uint64_t{which} * array_bytes +
-                          (range.begin - owned.begin) * sizeof(float);
-  if (!PreadAll(f.fd, out, range.size() * sizeof(float), offset)) {
-    return absl::DataLossError(absl::StrCat(
-        "shard checkpoint ", path, ": cannot read ", range.size(),
-        " elements at byte ", offset, " (changed since it was verified?)"));
+  // 8-bit: the codes of the range and the scales of the blocks it touches.
+  std::vector<uint8_t> codes(range.size());
+  RETURN_IF_ERROR(ReadVerified(path, info, base + at, codes.data(), codes.size()));
+  const uint64_t first = at / kQ8SlotBlock;
+  const uint64_t last = (at + range.size() - 1) / kQ8SlotBlock;
+  std::vector<float> absmax(last - first + 1);
+  RETURN_IF_ERROR(ReadVerified(path, info,
+                               base + owned.size() + first * sizeof(float),
+                               absmax.data(), absmax.size() * sizeof(float)));
+  const std::array<float, 256>& map = DynamicMap(
+      format == SlotFormat::kQ8Signed ? Quant8Map::kSigned : Quant8Map::kUnsigned);
+  for (uint64_t e = 0; e < range.size(); ++e) {
+    out[e] = map[codes[e]] * absmax[(at + e) / kQ8SlotBlock - first];
   }
   return absl::OkStatus();
+}
+
+absl::Status ReadShardCheckpointImage(const std::string& path,
+                                      const ShardCheckpointInfo& info,
+                                      size_t slot, void* out) {
+  if (slot >= ShardCheckpointSlots(info.header).size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard checkpoint ", path, ": no state slot ", slot));
+  }
+  return ReadVerified(path, info, ArrayOffset(info.header, 1 + slot), out,
+                      ArrayBytes(info.header, 1 + slot));
 }
 
 }  // namespace zeroshard

@@ -8,7 +8,9 @@
 //   u32 header_bytes            the size of the header that follows
 //   header                      v1::ShardCheckpointHeader (protobuf)
 //   f32 master[n]               n = header.owned.length
-//   f32 slot[k][n]              for each k of header.state_slots, in order
+//   slot k                      for each k of header.state_slots, in order:
+//                               f32[n] (FP32), or u8 codes[n] and then
+//                               f32 absmax[ceil(n / 2048)] (8-bit)
 //   u64 checksum                XXH3-64 of every byte before it
 // The BF16 mirror is not stored: it is BF16(master), rebuilt on restore.
 //
@@ -42,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/layout.h"
+#include "common/optimizer_config.h"
 #include "proto/zeroshard/v1/checkpoint.pb.h"
 
 namespace zeroshard {
@@ -53,12 +56,17 @@ inline constexpr char kShardCheckpointMagic[] = "ZSSHARD1";  // 8 bytes
 std::vector<std::string> ShardCheckpointSlots(
     const v1::ShardCheckpointHeader& header);
 
+// Each slot's format (header.state_slot_formats; FP32 where absent).
+std::vector<SlotFormat> ShardCheckpointFormats(
+    const v1::ShardCheckpointHeader& header);
+
 // What one file holds; the arrays have header.owned().length() elements,
-// `slots` one per ShardCheckpointSlots(header).
+// `slots` one per ShardCheckpointSlots(header), each an image of
+// SlotBytes(format, n) bytes (ShardStore::WriteStateImages).
 struct ShardCheckpointContents {
   v1::ShardCheckpointHeader header;
   const float* master = nullptr;
-  std::vector<const float*> slots;
+  std::vector<const void*> slots;
 };
 
 // Writes `contents` to `path`; returns the file's checksum.
@@ -81,11 +89,17 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
     const std::string& path);
 
 // Copies array `array` (0: master; 1 + k: slot k) over `range` (inside the
-// header's owned range) into `out` (range.size() floats).
+// header's owned range) into `out` (range.size() floats); an 8-bit slot's
+// values dequantized.
 absl::Status ReadShardCheckpointRange(const std::string& path,
                                       const ShardCheckpointInfo& info,
                                       size_t array, FlatRange range,
                                       float* out);
+
+// Copies slot k's whole image (SlotBytes(format, n) bytes) into `out`.
+absl::Status ReadShardCheckpointImage(const std::string& path,
+                                      const ShardCheckpointInfo& info,
+                                      size_t slot, void* out);
 
 }  // namespace zeroshard
 

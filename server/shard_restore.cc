@@ -219,8 +219,12 @@ absl::StatusOr<RestoreStats> RestoreShardAt(ModelShard& shard,
     }
     // The same optimizer keeps the same slots; a file must name this rule's.
     std::vector<std::string> want;
-    for (const StateSlot& slot : shard.rule().slots()) want.push_back(slot.name);
-    if (ShardCheckpointSlots(h) != want) {
+    std::vector<SlotFormat> formats;
+    for (const StateSlot& slot : shard.rule().slots()) {
+      want.push_back(slot.name);
+      formats.push_back(slot.format);
+    }
+    if (ShardCheckpointSlots(h) != want || ShardCheckpointFormats(h) != formats) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Restore: ", src.path, " holds the optimizer state slots [",
           absl::StrJoin(ShardCheckpointSlots(h), ", "), "], this server's "
@@ -239,10 +243,39 @@ absl::StatusOr<RestoreStats> RestoreShardAt(ModelShard& shard,
   }
 
   RestoreStats stats;
+  for (const auto& [k, src] : sources) stats.bytes_read += src.info.file_bytes;
+  // 8-bit state restores bit for bit from the file this very range wrote
+  // (the same servers and workers: its blocks are this range's); into any
+  // other layout its values are dequantized, moved and quantized again in
+  // the new range's blocks (docs/DESIGN.md, "8-bit state").
+  const bool same_range =
+      sources.size() == 1 &&
+      sources.begin()->second.entry->owned == owned &&
+      std::all_of(moves.begin(), moves.end(),
+                  [](const FlatMove& mv) { return mv.from == mv.to; });
+  if (shard.rule().quantized() && same_range) {
+    const Source& src = sources.begin()->second;
+    std::vector<float> master(owned.size());
+    RETURN_IF_ERROR(ReadShardCheckpointRange(src.path, src.info, 0, owned,
+                                             master.data()));
+    std::vector<std::vector<char>> images;
+    std::vector<const void*> pointers;
+    for (size_t k = 0; k < shard.rule().slots().size(); ++k) {
+      images.emplace_back(SlotBytes(shard.rule().slots()[k].format, owned.size()));
+      RETURN_IF_ERROR(ReadShardCheckpointImage(src.path, src.info, k,
+                                               images.back().data()));
+      pointers.push_back(images.back().data());
+    }
+    RETURN_IF_ERROR(shard.RestoreStateImages(*step, adam_t, master.data(), pointers));
+    stats.step = *step;
+    stats.adam_step = adam_t;
+    stats.files_verified = 1;
+    stats.seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    return stats;
+  }
   // Master, then each slot.
   std::vector<std::vector<float>> arrays(1 + shard.rule().slots().size());
   for (auto& a : arrays) a.assign(owned.size(), 0.0f);
-  for (const auto& [k, src] : sources) stats.bytes_read += src.info.file_bytes;
   for (const Read& r : reads) {
     for (size_t a = 0; a < arrays.size(); ++a) {
       RETURN_IF_ERROR(ReadShardCheckpointRange(

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_manifest.h"
+#include "optim/quant8.h"
 #include "server/shard_checkpoint.h"
 
 namespace zeroshard {
@@ -47,9 +48,13 @@ ShardSnapshot::ShardSnapshot(uint64_t step, std::string directory,
     arrays_->n = n;
     arrays_->a.resize(count);
     constexpr size_t kAlign = 64;
-    const size_t bytes = std::max<size_t>(
-        kAlign, (n * sizeof(float) + kAlign - 1) / kAlign * kAlign);
-    for (auto& a : arrays_->a) {  // filled by Capture
+    const std::vector<SlotFormat> formats = ShardCheckpointFormats(header_);
+    for (size_t k = 0; k < count; ++k) {  // filled by Capture
+      auto& a = arrays_->a[k];
+      const uint64_t image =
+          k == 0 ? n * sizeof(float) : SlotBytes(formats[k - 1], n);
+      const size_t bytes =
+          std::max<size_t>(kAlign, (image + kAlign - 1) / kAlign * kAlign);
       a.reset(static_cast<float*>(std::aligned_alloc(kAlign, bytes)));
       if (a == nullptr) {
         arrays_.reset();
@@ -102,10 +107,19 @@ bool ShardSnapshot::Capture(const ShardStore& store, size_t c,
     // does so before any update of this step can take the lock.
     if (copied_[c].load(std::memory_order_relaxed)) return;
     const size_t i = a.range.begin - header_.owned().offset();
-    const size_t bytes = a.range.size() * sizeof(float);
+    const size_t n = a.range.size();
+    const size_t bytes = n * sizeof(float);
     std::memcpy(arrays_->a[0].get() + i, a.master, bytes);
     for (size_t k = 0; k + 1 < arrays_->a.size(); ++k) {
-      std::memcpy(arrays_->a[1 + k].get() + i, a.slots[k], bytes);
+      if (a.slots[k] != nullptr) {
+        std::memcpy(arrays_->a[1 + k].get() + i, a.slots[k], bytes);
+        continue;
+      }
+      // An 8-bit image: codes, then the scales (chunks hold whole blocks).
+      char* image = reinterpret_cast<char*>(arrays_->a[1 + k].get());
+      std::memcpy(image + i, a.codes[k], n);
+      std::memcpy(image + arrays_->n + i / kQ8SlotBlock * sizeof(float),
+                  a.absmax[k], Q8Blocks(n) * sizeof(float));
     }
     adam_t_[c] = adam_t;
     copied_[c].store(true, std::memory_order_release);
@@ -119,6 +133,25 @@ bool ShardSnapshot::Capture(const ShardStore& store, size_t c,
   if (!copied_now) return false;
   copy_nanos_ += absl::ToInt64Nanoseconds(absl::Now() - t0);
   return remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+void ShardSnapshot::Values(size_t which, FlatRange range, float* out) const {
+  const uint64_t at = range.begin - header_.owned().offset();
+  const float* array = arrays_->a[which].get();
+  const std::vector<SlotFormat> formats = ShardCheckpointFormats(header_);
+  if (which == 0 || formats[which - 1] == SlotFormat::kFp32) {
+    std::memcpy(out, array + at, range.size() * sizeof(float));
+    return;
+  }
+  const uint8_t* codes = reinterpret_cast<const uint8_t*>(array);
+  const float* absmax = reinterpret_cast<const float*>(
+      reinterpret_cast<const char*>(array) + arrays_->n);
+  const std::array<float, 256>& map =
+      DynamicMap(formats[which - 1] == SlotFormat::kQ8Signed ? Quant8Map::kSigned
+                                                             : Quant8Map::kUnsigned);
+  for (uint64_t e = 0; e < range.size(); ++e) {
+    out[e] = map[codes[at + e]] * absmax[(at + e) / kQ8SlotBlock];
+  }
 }
 
 void ShardSnapshot::Finish() {

@@ -51,7 +51,8 @@ struct SnapshotResult {
 };
 
 // The copied arrays of `n` elements: master, then each state slot the
-// header names (ShardCheckpointSlots).
+// header names (ShardCheckpointSlots), each slot an image of
+// SlotBytes(format, n) bytes (ShardCheckpointFormats).
 // (Transparent huge pages were tried for them: with this kernel's
 // defrag=madvise, direct compaction made a checkpoint cost 2-3x more.)
 struct SnapshotArrays {
@@ -103,14 +104,17 @@ class ShardSnapshot {
   std::optional<absl::StatusOr<SnapshotResult>> result() const;
 
   // The copied arrays (valid once every chunk is in): 0 master, 1 + k slot
-  // k of the owned range. A snapshot with a directory frees them
-  // once its file is written (the server's memory goes back to its state
-  // alone); null then.
+  // k's image of the owned range (an 8-bit slot: codes, then scales). A
+  // snapshot with a directory frees them once its file is written (the
+  // server's memory goes back to its state alone); null then.
   const float* array(size_t which) const {
     return arrays_ != nullptr && which < arrays_->a.size()
                ? arrays_->a[which].get()
                : nullptr;
   }
+  // Array `which`'s values over `range` (inside the owned range) into out:
+  // an 8-bit slot's dequantized. The arrays must still be held.
+  void Values(size_t which, FlatRange range, float* out) const;
 
   // Runs `work` on a thread of its own, joined by the destructor; `work`
   // should return early once stopping() is true.

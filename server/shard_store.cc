@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/init_values.h"
 #include "common/status_macros.h"
+#include "optim/quant8.h"
 #include "server/device_transfer.h"
 
 namespace zeroshard {
@@ -32,18 +33,28 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
         "optimizer rule ", rule.name(), " declares ", slots.size(),
         " state slots; the store holds at most ", kMaxStateSlots));
   }
-  for (const StateSlot& slot : slots) {
-    if (slot.dtype != DType::kFp32) {
-      return absl::UnimplementedError(absl::StrCat(
-          "optimizer rule ", rule.name(), ": state slot '", slot.name,
-          "' is ", DTypeName(slot.dtype), "; the store holds FP32 slots"));
+  if (rule.quantized()) {
+    // Blocks never straddle chunks: each chunk's update quantizes whole
+    // blocks under its own lock.
+    if (chunk_elems % kQ8SlotBlock != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk_elems (", chunk_elems, ") must be a multiple of ",
+          kQ8SlotBlock, " under optimizer rule ", rule.name(),
+          " (its 8-bit state has one scale per ", kQ8SlotBlock,
+          " elements)"));
+    }
+    if (placement == Placement::kDevice) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "optimizer rule ", rule.name(), " keeps 8-bit state on the host "
+          "only: use placement host or pinned"));
     }
   }
   // master (4) + slots + mirror (2) bytes per element. Refuse what this
   // machine cannot hold rather than be killed while filling it.
+  uint64_t slot_bytes = 0;
+  for (const StateSlot& slot : slots) slot_bytes += SlotBytes(slot.format, owned.size());
   const unsigned __int128 need =
-      static_cast<unsigned __int128>(owned.size()) *
-      (6 + rule.StateBytesPerElement());
+      static_cast<unsigned __int128>(owned.size()) * 6 + slot_bytes;
   const unsigned __int128 have =
       static_cast<unsigned __int128>(sysconf(_SC_PHYS_PAGES)) *
       static_cast<unsigned __int128>(sysconf(_SC_PAGESIZE));
@@ -63,9 +74,17 @@ absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Create(
   const size_t n = owned.size();
   ASSIGN_OR_RETURN(store->master_buf_, StateBuffer::Allocate(placement, 4 * n));
   for (size_t k = 0; k < slots.size(); ++k) {
-    ASSIGN_OR_RETURN(store->slot_bufs_[k],
-                     StateBuffer::Allocate(placement, 4 * n));
-    store->slots_[k] = static_cast<float*>(store->slot_bufs_[k].data());
+    if (slots[k].format == SlotFormat::kFp32) {
+      ASSIGN_OR_RETURN(store->slot_bufs_[k],
+                       StateBuffer::Allocate(placement, 4 * n));
+      store->slots_[k] = static_cast<float*>(store->slot_bufs_[k].data());
+      continue;
+    }
+    ASSIGN_OR_RETURN(store->slot_bufs_[k], StateBuffer::Allocate(placement, n));
+    ASSIGN_OR_RETURN(store->absmax_bufs_[k],
+                     StateBuffer::Allocate(placement, 4 * Q8Blocks(n)));
+    store->codes_[k] = static_cast<uint8_t*>(store->slot_bufs_[k].data());
+    store->absmax_[k] = static_cast<float*>(store->absmax_bufs_[k].data());
   }
   ASSIGN_OR_RETURN(store->mirror_buf_, StateBuffer::Allocate(placement, 2 * n));
   store->master_ = static_cast<float*>(store->master_buf_.data());
@@ -168,7 +187,12 @@ absl::Status ShardStore::FinishFill() {
       }
     } else {
       for (size_t k = 0; k < num_slots_; ++k) {
-        std::memset(slots_[k] + i, 0, r.size() * sizeof(float));
+        if (slots_[k] != nullptr) {
+          std::memset(slots_[k] + i, 0, r.size() * sizeof(float));
+          continue;
+        }
+        std::memset(codes_[k] + i, ZeroCodeOf(k), r.size());
+        std::fill_n(absmax_[k] + i / kQ8SlotBlock, Q8Blocks(r.size()), 0.0f);
       }
       FloatToBf16Array(master_ + i, mirror_ + i, r.size());
     }
@@ -176,9 +200,121 @@ absl::Status ShardStore::FinishFill() {
   return absl::OkStatus();
 }
 
+StateSlice ShardStore::SliceAt(size_t i, size_t n) const {
+  StateSlice slice{.master = master_ + i, .mirror = mirror_ + i, .n = n};
+  for (size_t k = 0; k < num_slots_; ++k) {
+    if (slots_[k] != nullptr) {
+      slice.slots[k] = slots_[k] + i;
+    } else {
+      slice.codes[k] = codes_[k] + i;
+      slice.absmax[k] = absmax_[k] + i / kQ8SlotBlock;
+    }
+  }
+  return slice;
+}
+
+uint8_t ShardStore::ZeroCodeOf(size_t k) const { return ZeroCode(MapOf(k)); }
+
+absl::Status ShardStore::CheckWholeBlocks(
+    absl::Span<const FlatRange> ranges) const {
+  if (!rule_->quantized()) return absl::OkStatus();
+  // Sorted, each contiguous run must start and end on a block boundary
+  // (or the owned range's end).
+  std::vector<FlatRange> sorted(ranges.begin(), ranges.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  auto on_boundary = [&](uint64_t x) {
+    return (x - owned_.begin) % kQ8SlotBlock == 0 || x == owned_.end;
+  };
+  for (size_t k = 0; k < sorted.size(); ++k) {
+    if (sorted[k].empty()) continue;
+    const bool starts = k == 0 || sorted[k - 1].end != sorted[k].begin;
+    const bool ends = k + 1 == sorted.size() || sorted[k + 1].begin != sorted[k].end;
+    const uint64_t bad = starts && !on_boundary(sorted[k].begin) ? sorted[k].begin
+                         : ends && !on_boundary(sorted[k].end)   ? sorted[k].end
+                                                                 : UINT64_MAX;
+    if (bad != UINT64_MAX) {
+      const uint64_t block = owned_.begin + (bad - owned_.begin) / kQ8SlotBlock * kQ8SlotBlock;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "optimizer rule ", rule_->name(), " keeps 8-bit state with one scale per ",
+          kQ8SlotBlock, " elements: a step's gradient must cover whole blocks in one "
+          "apply (a two-phase commit, as zeroshard-train's workers make, or pushes "
+          "that end on block boundaries); this one ends at ", bad, ", inside the block [",
+          block, ", ", std::min(owned_.end, block + kQ8SlotBlock), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::ApplyBlockwise(size_t c,
+                                        absl::Span<const ChunkUpdate> updates,
+                                        OptimizerPool* pool) {
+  std::vector<FlatRange> ranges;
+  ranges.reserve(updates.size());
+  for (const ChunkUpdate& u : updates) ranges.push_back(u.range);
+  // The caller checked this before claiming (ModelShard::ApplyPieces); a
+  // violation here is a bug, and poisons as any failed update does.
+  RETURN_IF_ERROR(RecordAny(CheckWholeBlocks(ranges)));
+  std::vector<size_t> order(updates.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return updates[a].range.begin < updates[b].range.begin;
+  });
+  // Tasks of at most kTaskBlocks whole blocks, each over contiguous updates.
+  constexpr uint64_t kTaskBlocks = 16;
+  struct Task {
+    FlatRange range;
+    std::vector<RulePart> parts;
+  };
+  std::vector<Task> tasks;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const ChunkUpdate& u = updates[order[k]];
+    uint64_t pos = u.range.begin;
+    while (pos < u.range.end) {
+      // A task starts at a gap (a block boundary: checked above) or where
+      // the one before is full (a block boundary too).
+      const bool fresh =
+          tasks.empty() || tasks.back().range.end != pos ||
+          tasks.back().range.size() >= kTaskBlocks * kQ8SlotBlock;
+      if (fresh) tasks.push_back({{pos, pos}, {}});
+      Task& t = tasks.back();
+      const uint64_t end =
+          std::min(u.range.end, t.range.begin + kTaskBlocks * kQ8SlotBlock);
+      const size_t esize = u.grad.bf16 ? sizeof(uint16_t) : sizeof(float);
+      const GradView g{static_cast<const char*>(u.grad.data) +
+                           (pos - u.range.begin) * esize,
+                       u.grad.bf16};
+      t.parts.push_back({u.step, g, pos - t.range.begin, end - pos});
+      t.range.end = end;
+      pos = end;
+    }
+  }
+  absl::Mutex error_mu;
+  absl::Status first_error;
+  auto run = [&](size_t lo, size_t hi) {
+    for (size_t k = lo; k < hi; ++k) {
+      const Task& t = tasks[k];
+      absl::Status s = RecordAny(rule_->UpdateParts(
+          t.parts, SliceAt(t.range.begin - owned_.begin, t.range.size())));
+      if (!s.ok()) {
+        absl::MutexLock lock(&error_mu);
+        if (first_error.ok()) first_error = std::move(s);
+      }
+    }
+  };
+  absl::MutexLock lock(&chunk_mu_[c]);
+  if (pool == nullptr || tasks.size() < 2) {
+    run(0, tasks.size());
+  } else {
+    pool->ParallelFor(tasks.size(), 1, run);
+  }
+  return first_error;
+}
+
 absl::Status ShardStore::ApplyUpdatesInChunk(
     size_t c, absl::Span<const ChunkUpdate> updates, OptimizerPool* pool) {
   RETURN_IF_ERROR(fault());
+  if (rule_->quantized()) return ApplyBlockwise(c, updates, pool);
   absl::Mutex error_mu;
   absl::Status first_error;
   auto apply = [&](size_t lo, size_t hi) {
@@ -190,7 +326,7 @@ absl::Status ShardStore::ApplyUpdatesInChunk(
                        .n = u.range.size()};
       for (size_t k = 0; k < num_slots_; ++k) slice.slots[k] = slots_[k] + i;
       if (!on_device()) {
-        rule_->Update(u.step, u.grad, slice);
+        rule_->Update(u.step, u.grad, slice).IgnoreError();  // FP32: always OK
         continue;
       }
       // Any failure poisons: the step's claim on the chunk stands, so an
@@ -219,6 +355,11 @@ absl::Status ShardStore::UpdateWholeRange(
     return absl::FailedPreconditionError(
         "a whole-tensor update on device state (this build has no device "
         "kernel for tensor rules)");
+  }
+  if (rule_->quantized()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a whole-tensor update over optimizer rule ", rule_->name(),
+        "'s 8-bit slots (tensor rules keep their state in FP32 slots)"));
   }
   if (range.empty()) return absl::OkStatus();
   thread_local std::vector<float> copies[1 + kMaxStateSlots];
@@ -316,6 +457,8 @@ absl::Status ShardStore::WriteState(FlatRange range, const float* master,
         "WriteState: ", slots.size(), " state arrays for optimizer rule ",
         rule_->name(), ", which keeps ", num_slots_));
   }
+  const FlatRange whole[] = {range};
+  RETURN_IF_ERROR(CheckWholeBlocks(whole));
   return ForEachChunkRun(range, [&](size_t i, size_t src, size_t n) {
     const size_t bytes = n * sizeof(float);
     if (on_device()) {
@@ -325,13 +468,69 @@ absl::Status ShardStore::WriteState(FlatRange range, const float* master,
       }
       return PutMasterAndMirror(i, master + src, n);
     }
+    for (size_t k = 0; k < num_slots_; ++k) {
+      if (slots_[k] != nullptr) continue;  // 8-bit slots quantize finite values
+      for (size_t e = 0; e < n; ++e) {
+        if (!std::isfinite(slots[k][src + e])) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "WriteState: element ", src + e, " of state '",
+              rule_->slots()[k].name, "' is not finite"));
+        }
+      }
+    }
     std::memcpy(master_ + i, master + src, bytes);
     for (size_t k = 0; k < num_slots_; ++k) {
-      std::memcpy(slots_[k] + i, slots[k] + src, bytes);
+      if (slots_[k] != nullptr) {
+        std::memcpy(slots_[k] + i, slots[k] + src, bytes);
+        continue;
+      }
+      QuantizeBlockwise(slots[k] + src, n, kQ8SlotBlock, MapOf(k),
+                        codes_[k] + i, absmax_[k] + i / kQ8SlotBlock);
     }
     FloatToBf16Array(master_ + i, mirror_ + i, n);
     return absl::OkStatus();
   });
+}
+
+absl::Status ShardStore::WriteStateImages(
+    const float* master, absl::Span<const void* const> images) {
+  RETURN_IF_ERROR(fault());
+  if (images.size() != num_slots_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteStateImages: ", images.size(), " state arrays for optimizer "
+        "rule ", rule_->name(), ", which keeps ", num_slots_));
+  }
+  const uint64_t total = owned_.size();
+  return ForEachChunkRun(owned_, [&](size_t i, size_t src, size_t n) {
+    const size_t bytes = n * sizeof(float);
+    if (on_device()) {
+      for (size_t k = 0; k < num_slots_; ++k) {
+        RETURN_IF_ERROR(Record(CopyHostToDevice(
+            slots_[k] + i, static_cast<const float*>(images[k]) + src, bytes)));
+      }
+      return PutMasterAndMirror(i, master + src, n);
+    }
+    std::memcpy(master_ + i, master + src, bytes);
+    for (size_t k = 0; k < num_slots_; ++k) {
+      const char* image = static_cast<const char*>(images[k]);
+      if (slots_[k] != nullptr) {
+        std::memcpy(slots_[k] + i, image + src * sizeof(float), bytes);
+        continue;
+      }
+      std::memcpy(codes_[k] + i, image + src, n);
+      std::memcpy(absmax_[k] + i / kQ8SlotBlock,
+                  image + total + src / kQ8SlotBlock * sizeof(float),
+                  Q8Blocks(n) * sizeof(float));
+    }
+    FloatToBf16Array(master_ + i, mirror_ + i, n);
+    return absl::OkStatus();
+  });
+}
+
+Quant8Map ShardStore::MapOf(size_t k) const {
+  return rule_->slots()[k].format == SlotFormat::kQ8Signed
+             ? Quant8Map::kSigned
+             : Quant8Map::kUnsigned;
 }
 
 absl::Status ShardStore::WithChunkLocked(
@@ -340,13 +539,20 @@ absl::Status ShardStore::WithChunkLocked(
   const FlatRange r = ChunkRange(c);
   const size_t i = r.begin - owned_.begin;
   absl::MutexLock lock(&chunk_mu_[c]);
-  ChunkArrays a{r, master_ + i, {}};
-  for (size_t k = 0; k < num_slots_; ++k) a.slots[k] = slots_[k] + i;
+  ChunkArrays a{r, master_ + i, {}, {}, {}};
+  for (size_t k = 0; k < num_slots_; ++k) {
+    if (slots_[k] != nullptr) {
+      a.slots[k] = slots_[k] + i;
+    } else {
+      a.codes[k] = codes_[k] + i;
+      a.absmax[k] = absmax_[k] + i / kQ8SlotBlock;
+    }
+  }
   if (!on_device()) {
     f(a);
     return absl::OkStatus();
   }
-  // Host copies of the chunk, taken under its lock.
+  // Host copies of the chunk, taken under its lock (device slots are FP32).
   thread_local std::vector<float> copies[1 + kMaxStateSlots];
   auto copy = [&](size_t k, const float*& array) -> absl::Status {
     copies[k].resize(r.size());
@@ -359,6 +565,18 @@ absl::Status ShardStore::WithChunkLocked(
   for (size_t k = 0; k < num_slots_; ++k) RETURN_IF_ERROR(copy(1 + k, a.slots[k]));
   f(a);
   return absl::OkStatus();
+}
+
+void ShardStore::ChunkArrays::Values(size_t k, const StateSlot& slot,
+                                     float* out) const {
+  if (slots[k] != nullptr) {
+    std::memcpy(out, slots[k], range.size() * sizeof(float));
+    return;
+  }
+  DequantizeBlockwise(codes[k], absmax[k], range.size(), kQ8SlotBlock,
+                      slot.format == SlotFormat::kQ8Signed ? Quant8Map::kSigned
+                                                           : Quant8Map::kUnsigned,
+                      out);
 }
 
 bool ShardStore::TryAddPendingGradBytes(uint64_t bytes) {
@@ -379,11 +597,14 @@ absl::StatusOr<StateNorms> ShardStore::Norms() const {
   auto add = [](double& sum, const float* x, size_t n) {
     for (size_t k = 0; k < n; ++k) sum += static_cast<double>(x[k]) * x[k];
   };
+  thread_local std::vector<float> values;
   for (size_t c = 0; c < num_chunks_; ++c) {
     RETURN_IF_ERROR(WithChunkLocked(c, [&](const ChunkArrays& a) {
       add(sums[0], a.master, a.range.size());
       for (size_t k = 0; k < num_slots_; ++k) {
-        add(sums[1 + k], a.slots[k], a.range.size());
+        values.resize(a.range.size());
+        a.Values(k, rule_->slots()[k], values.data());
+        add(sums[1 + k], values.data(), a.range.size());
       }
     }));
   }
@@ -400,7 +621,8 @@ std::map<std::string, uint64_t> ShardStore::BytesByKind() const {
       {"mirror", mirror_buf_.bytes()},
       {"pending_grads", pending_grad_bytes()}};
   for (size_t k = 0; k < num_slots_; ++k) {
-    bytes[rule_->slots()[k].name] = slot_bufs_[k].bytes();
+    bytes[rule_->slots()[k].name] =
+        slot_bufs_[k].bytes() + absmax_bufs_[k].bytes();
   }
   return bytes;
 }

@@ -43,6 +43,7 @@
 #include "common/layout.h"
 #include "absl/types/span.h"
 #include "optim/optimizer_pool.h"
+#include "optim/quant8.h"
 #include "optim/update_rule.h"
 #include "server/placement.h"
 
@@ -58,9 +59,16 @@ struct StateNorms {
 class ShardStore {
  public:
   // Allocates master, mirror and `rule`'s slots for `owned` in `placement`.
-  // chunk_elems must be a positive multiple of 64; the rule's slots must be
-  // FP32 (UNIMPLEMENTED otherwise) and at most kMaxStateSlots. The contents
-  // are zero-filled only by a Fill*. `rule` outlives the store.
+  // chunk_elems must be a positive multiple of 64, and of kQ8SlotBlock
+  // under a rule with 8-bit slots (which the device placement refuses); at
+  // most kMaxStateSlots slots. The contents are zero-filled only by a
+  // Fill*. `rule` outlives the store.
+  //
+  // 8-bit slots (docs/DESIGN.md, "8-bit state") keep one code byte an
+  // element and one FP32 scale per block of kQ8SlotBlock elements counted
+  // from owned().begin, so no block straddles two chunks. A block's scale
+  // follows all of its elements: an update must cover whole blocks
+  // (CheckWholeBlocks), and applies each block's parts at once.
   static absl::StatusOr<std::unique_ptr<ShardStore>> Create(
       FlatRange owned, uint64_t chunk_elems, Placement placement,
       const UpdateRule& rule);
@@ -91,9 +99,16 @@ class ShardStore {
     GradView grad;
     FlatRange range;  // inside chunk c
   };
+  // Under an 8-bit rule the updates of a chunk must cover whole blocks;
+  // a failed update (8-bit state that would not be finite) is the store's
+  // fault(), as a device error is.
   absl::Status ApplyUpdatesInChunk(size_t c,
                                    absl::Span<const ChunkUpdate> updates,
                                    OptimizerPool* pool);
+  // OK unless the rule has 8-bit slots and `ranges` (disjoint, any order)
+  // leave part of a block they touch uncovered: FAILED_PRECONDITION naming
+  // the block. Callers check a step's gradient with it before claiming.
+  absl::Status CheckWholeBlocks(absl::Span<const FlatRange> ranges) const;
 
   // An update that needs a whole tensor at once (a tensor rule): copies
   // `range`'s master and slots (inside owned(), any chunks) chunk by chunk,
@@ -119,10 +134,17 @@ class ShardStore {
 
   // Overwrites master, every slot (and the mirror, BF16(master)) for `range`
   // (inside owned(), any chunks) from FP32 arrays of range.size() elements,
-  // `slots` in the rule's order (INVALID_ARGUMENT for another count): a
-  // restore.
+  // `slots` in the rule's order (INVALID_ARGUMENT for another count, or a
+  // non-finite state value): a restore. 8-bit slots quantize the values
+  // (the range then covers whole blocks: CheckWholeBlocks).
   absl::Status WriteState(FlatRange range, const float* master,
                           absl::Span<const float* const> slots);
+  // Overwrites the whole owned range from master (owned().size() floats)
+  // and each slot's image: an FP32 slot's values, or an 8-bit slot's
+  // owned().size() codes followed by its Q8Blocks(owned().size()) scales
+  // (SlotBytes bytes): a restore of a file this range wrote, bit for bit.
+  absl::Status WriteStateImages(const float* master,
+                                absl::Span<const void* const> images);
 
   // Calls `f` with chunk c's arrays while holding its lock: nothing updates
   // the chunk meanwhile (a snapshot's copy). With the device placement the
@@ -130,7 +152,14 @@ class ShardStore {
   struct ChunkArrays {
     FlatRange range;
     const float* master;
-    std::array<const float*, kMaxStateSlots> slots;  // num_slots() of them
+    // Per slot k < num_slots(): slots[k] for an FP32 slot; codes[k]
+    // (range.size()) and absmax[k] (Q8Blocks(range.size())) for an 8-bit
+    // one.
+    std::array<const float*, kMaxStateSlots> slots;
+    std::array<const uint8_t*, kMaxStateSlots> codes;
+    std::array<const float*, kMaxStateSlots> absmax;
+    // Slot k's values (dequantized when 8-bit) into out (range.size()).
+    void Values(size_t k, const StateSlot& slot, float* out) const;
   };
   absl::Status WithChunkLocked(
       size_t c, absl::FunctionRef<void(const ChunkArrays&)> f) const;
@@ -179,6 +208,13 @@ class ShardStore {
   ShardStore() = default;
   bool on_device() const { return placement_ == Placement::kDevice; }
   absl::Status FinishFill();
+  // The arrays of owned elements [i, i + n), i a block boundary.
+  StateSlice SliceAt(size_t i, size_t n) const;
+  // 8-bit slot k's map and the code of 0 in it.
+  Quant8Map MapOf(size_t k) const;
+  uint8_t ZeroCodeOf(size_t k) const;
+  absl::Status ApplyBlockwise(size_t c, absl::Span<const ChunkUpdate> updates,
+                              OptimizerPool* pool);
   // Records a device error from a write of the state as the store's fault
   // (not a failed allocation: nothing was written); returns `status`.
   absl::Status Record(absl::Status status) const;
@@ -202,9 +238,14 @@ class ShardStore {
   const UpdateRule* rule_ = nullptr;
   size_t num_slots_ = 0;
   StateBuffer master_buf_, mirror_buf_;
+  // An FP32 slot's values, or an 8-bit slot's codes (its scales in
+  // absmax_bufs_).
   StateBuffer slot_bufs_[kMaxStateSlots];
+  StateBuffer absmax_bufs_[kMaxStateSlots];
   float* master_ = nullptr;
-  std::array<float*, kMaxStateSlots> slots_{};
+  std::array<float*, kMaxStateSlots> slots_{};  // null for an 8-bit slot
+  std::array<uint8_t*, kMaxStateSlots> codes_{};
+  std::array<float*, kMaxStateSlots> absmax_{};
   uint16_t* mirror_ = nullptr;
 
   // chunk_mu_[c] guards the elements of chunk c in every array.

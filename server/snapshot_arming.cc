@@ -32,8 +32,7 @@ absl::StatusOr<std::shared_ptr<ShardSnapshot>> SnapshotArming::Arm(
       tracker_->DisarmCapture(step);
       --armed_;
       return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot allocate the ",
-          4 * (1 + store_->rule().slots().size()) * store_->owned().size(),
+          "cannot allocate the ", SnapshotBytes(),
           " bytes a snapshot of this shard needs (master and ",
           store_->rule().slots().size(), " state slots)"));
     }
@@ -128,6 +127,15 @@ void SnapshotArming::CaptureClaimed(const StepClaim& claim) {
       FinishIfLast(*snap, snap->Capture(*store_, seg.chunk, seg.adam_t - 1));
     }
   }
+}
+
+uint64_t SnapshotArming::SnapshotBytes() const {
+  const uint64_t n = store_->owned().size();
+  uint64_t bytes = n * sizeof(float);
+  for (const StateSlot& slot : store_->rule().slots()) {
+    bytes += SlotBytes(slot.format, n);
+  }
+  return bytes;
 }
 
 }  // namespace zeroshard

@@ -57,6 +57,8 @@ class SnapshotArming {
   void CaptureCompleted(const StepClaim& claim);
 
  private:
+  // Bytes of one copy of the owned range: master and each slot's image.
+  uint64_t SnapshotBytes() const;
   // The snapshots armed at `step` and not yet complete.
   std::vector<std::shared_ptr<ShardSnapshot>> ArmedAt(uint64_t step) const;
   // Finishes `snap` when `last` (its last chunk was just copied).

@@ -87,9 +87,23 @@ ModelManifest FromProto(const v1::ModelManifest& manifest) {
 
 v1::OptimizerConfig ToProto(const OptimizerConfig& c) {
   v1::OptimizerConfig out;
-  out.set_kind(c.kind == OptimizerKind::kAdam   ? v1::OptimizerConfig::ADAM
-               : c.kind == OptimizerKind::kLion ? v1::OptimizerConfig::LION
-                                                : v1::OptimizerConfig::ADAMW);
+  switch (c.kind) {
+    case OptimizerKind::kAdamW:
+      out.set_kind(v1::OptimizerConfig::ADAMW);
+      break;
+    case OptimizerKind::kAdam:
+      out.set_kind(v1::OptimizerConfig::ADAM);
+      break;
+    case OptimizerKind::kLion:
+      out.set_kind(v1::OptimizerConfig::LION);
+      break;
+    case OptimizerKind::kAdamW8bit:
+      out.set_kind(v1::OptimizerConfig::ADAMW_8BIT);
+      break;
+    case OptimizerKind::kAdam8bit:
+      out.set_kind(v1::OptimizerConfig::ADAM_8BIT);
+      break;
+  }
   out.set_lr(c.lr);
   out.set_beta1(c.beta1);
   out.set_beta2(c.beta2);
@@ -121,6 +135,12 @@ absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& p) {
       break;
     case v1::OptimizerConfig::LION:
       c.kind = OptimizerKind::kLion;
+      break;
+    case v1::OptimizerConfig::ADAMW_8BIT:
+      c.kind = OptimizerKind::kAdamW8bit;
+      break;
+    case v1::OptimizerConfig::ADAM_8BIT:
+      c.kind = OptimizerKind::kAdam8bit;
       break;
     default:
       return absl::InvalidArgumentError(

@@ -200,12 +200,19 @@ TEST(ConfigTest, BadValuesNameTheKey) {
               {"bf16.enabled", "true, false"});
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD"}})",
               {"optimizer.type", "AdamW"});
-  // bitsandbytes' names are told apart from a typo: what is missing is said.
-  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW8bit"}})",
-              {"optimizer.type", "\"AdamW8bit\" keeps the optimizer state in 8 bits",
-               "use \"AdamW\""});
-  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "PagedAdam8bit"}})",
-              {"optimizer.type", "8 bits"});
+  // bitsandbytes' switches for other algorithms keep their defaults.
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "optimizer": {"type": "AdamW8bit", "params": {"amsgrad": true}}})",
+              {"optimizer.params.amsgrad", "false"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "optimizer": {"type": "Adam8bit", "params": {"block_wise": false}}})",
+              {"optimizer.params.block_wise", "2048"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "optimizer": {"type": "AdamW8bit", "params": {"percentile_clipping": 5}}})",
+              {"optimizer.params.percentile_clipping", "gradient_clipping"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "optimizer": {"type": "AdamW8bit", "params": {"optim_bits": 32}}})",
+              {"optimizer.params.optim_bits", "\"AdamW\""});
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
                   "optimizer": {"params": {"betas": [0.9]}}})",
               {"optimizer.params.betas"});
@@ -435,6 +442,21 @@ TEST(ConfigTest, OptimizerKindsFollowDeepSpeed) {
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
       "optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})",
               {"adam_w_mode"});
+  // bitsandbytes' names and defaults (AdamW8bit: weight decay 1e-2; Adam8bit:
+  // none); the Paged names are the same rules.
+  OptimizerConfig q = kind(R"({"type": "AdamW8bit"})");
+  EXPECT_EQ(q.kind, OptimizerKind::kAdamW8bit);
+  EXPECT_EQ(q.lr, 1e-3);
+  EXPECT_EQ(q.weight_decay, 1e-2);
+  EXPECT_EQ(kind(R"({"type": "pagedadamw8bit"})").kind, OptimizerKind::kAdamW8bit);
+  OptimizerConfig a8 = kind(R"({"type": "Adam8bit", "params": {"lr": 2e-4,
+      "betas": [0.8, 0.95], "eps": 1e-7, "min_8bit_size": 4096}})");
+  EXPECT_EQ(a8.kind, OptimizerKind::kAdam8bit);
+  EXPECT_EQ(a8.weight_decay, 0.0);
+  EXPECT_EQ(a8.lr, 2e-4);
+  EXPECT_EQ(a8.beta2, 0.95);
+  EXPECT_EQ(a8.eps, 1e-7);
+  EXPECT_EQ(kind(R"({"type": "PagedAdam8bit"})").kind, OptimizerKind::kAdam8bit);
 }
 
 TEST(ConfigTest, ZeroshardSection) {

@@ -176,6 +176,102 @@ TEST(Adam8bitTest, RefusalsChangeNothing) {
   EXPECT_FALSE(s == before);
 }
 
+// The servers' step (several parts, each with its own step, applied
+// block by block at once) against the reference composed by hand: the
+// state dequantized, AdamUpdateReference on each part, quantized back. One
+// part over the slice is Adam8bitUpdateReference bit for bit.
+TEST(Adam8bitTest, PartsEqualTheReferenceComposedByHand) {
+  const uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  const size_t n = 3 * kQuant8Block + 333;
+  std::vector<float> p(n), g(n);
+  std::vector<uint16_t> g16(n);
+  for (float& x : p) x = normal(rng);
+  OptimizerConfig config;
+  config.kind = OptimizerKind::kAdamW;
+  config.lr = 1e-2;
+  // Cuts inside blocks: parameter groups with other weight decay and lr.
+  const std::vector<size_t> cuts = {0, 700, 2048, 2100, 5000, n};
+  State fast(p, kQuant8Block), ref(p, kQuant8Block);
+  std::vector<float> master(n), m(n), v(n);
+  for (uint64_t t = 1; t <= 4; ++t) {
+    const bool bf16 = t % 2 == 0;
+    for (size_t i = 0; i < n; ++i) {
+      g[i] = normal(rng) * (i % 3 == 0 ? 1e-3f : 1.0f);
+      g16[i] = FloatToBf16(g[i]);
+    }
+    std::vector<Adam8bitPart> parts;
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      const AdamStep step = MakeAdamStep(config, t, 0.5f, k % 2 == 0 ? 0.1 : 0.0,
+                                         k == 3 ? 0.25 : 1.0);
+      const GradView grad = bf16 ? GradView::Bf16(g16.data() + cuts[k])
+                                 : GradView::Fp32(g.data() + cuts[k]);
+      parts.push_back({step, grad, cuts[k], cuts[k + 1] - cuts[k]});
+    }
+    ASSERT_TRUE(Adam8bitUpdateParts(parts, fast.Slice()).ok());
+    // By hand.
+    master = ref.master;
+    ASSERT_TRUE(DequantizeBlockwiseReference(ref.m, ref.m_absmax, kQuant8Block,
+                                             Quant8Map::kSigned, absl::MakeSpan(m)).ok());
+    ASSERT_TRUE(DequantizeBlockwiseReference(ref.v, ref.v_absmax, kQuant8Block,
+                                             Quant8Map::kUnsigned, absl::MakeSpan(v)).ok());
+    for (const Adam8bitPart& part : parts) {
+      AdamUpdateReference(part.step, part.grad,
+                          {.master = master.data() + part.offset,
+                           .exp_avg = m.data() + part.offset,
+                           .exp_avg_sq = v.data() + part.offset,
+                           .mirror = nullptr, .n = part.n});
+    }
+    ASSERT_TRUE(QuantizeBlockwiseReference(m, kQuant8Block, Quant8Map::kSigned,
+                                           absl::MakeSpan(ref.m), absl::MakeSpan(ref.m_absmax)).ok());
+    ASSERT_TRUE(QuantizeBlockwiseReference(v, kQuant8Block, Quant8Map::kUnsigned,
+                                           absl::MakeSpan(ref.v), absl::MakeSpan(ref.v_absmax)).ok());
+    ref.master = master;
+    FloatToBf16Array(ref.master.data(), ref.mirror.data(), n);
+    ASSERT_TRUE(fast == ref) << "step " << t;
+  }
+  // One part: the reference itself.
+  State one = fast;
+  const AdamStep step = MakeAdamStep(config, 5, 1.0f);
+  const Adam8bitPart whole{step, GradView::Fp32(g.data()), 0, n};
+  ASSERT_TRUE(Adam8bitUpdateParts({&whole, 1}, one.Slice()).ok());
+  ASSERT_TRUE(Adam8bitUpdateReference(step, GradView::Fp32(g.data()), fast.Slice()).ok());
+  EXPECT_TRUE(one == fast);
+  // The control: another beta2 in one part is seen.
+  State other = fast;
+  OptimizerConfig changed = config;
+  changed.beta2 = 0.99;
+  const Adam8bitPart moved{MakeAdamStep(changed, 6, 1.0f), GradView::Fp32(g.data()), 0, n};
+  const Adam8bitPart same{MakeAdamStep(config, 6, 1.0f), GradView::Fp32(g.data()), 0, n};
+  ASSERT_TRUE(Adam8bitUpdateParts({&moved, 1}, other.Slice()).ok());
+  ASSERT_TRUE(Adam8bitUpdateParts({&same, 1}, fast.Slice()).ok());
+  EXPECT_FALSE(other == fast);
+}
+
+// Parts that do not tile the slice, and a state that would not be finite,
+// are refused without a change.
+TEST(Adam8bitTest, PartsThatDoNotTileTheSliceAreRefused) {
+  const size_t n = 4096;
+  std::vector<float> p(n, 0.5f), g(n, 0.25f);
+  State s(p, kQuant8Block);
+  const State before = s;
+  OptimizerConfig config;
+  const AdamStep step = MakeAdamStep(config, 1, 1.0f);
+  const Adam8bitPart gap[] = {{step, GradView::Fp32(g.data()), 0, 100},
+                              {step, GradView::Fp32(g.data()), 200, n - 200}};
+  EXPECT_TRUE(absl::IsInvalidArgument(Adam8bitUpdateParts(gap, s.Slice())));
+  const Adam8bitPart short_one{step, GradView::Fp32(g.data()), 0, n - 1};
+  EXPECT_TRUE(absl::IsInvalidArgument(Adam8bitUpdateParts({&short_one, 1}, s.Slice())));
+  g[4000] = 3e38f;
+  const Adam8bitPart overflow{step, GradView::Fp32(g.data()), 0, n};
+  const absl::Status st = Adam8bitUpdateParts({&overflow, 1}, s.Slice());
+  EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
+  EXPECT_NE(st.message().find("element 4000"), std::string::npos) << st;
+  EXPECT_TRUE(s == before);
+}
+
 }  // namespace
 }  // namespace adam8bit_test
 }  // namespace zeroshard

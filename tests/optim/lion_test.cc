@@ -200,7 +200,7 @@ TEST(LionRuleTest, TheStoreSeesOneSlotAndNoDeviceKernel) {
   s.master = &p;
   s.slots[0] = &m;
   s.n = 1;
-  rule.Update(step, GradView::Fp32(&g), s);
+  ASSERT_TRUE(rule.Update(step, GradView::Fp32(&g), s).ok());
   // decay 1 - 2e-3 * 0.01, then + lr (sign of -0.05 is -1).
   EXPECT_EQ(Bits(p), Bits(std::fmaf(-1.0f, -2e-3f,
                                     1.0f * static_cast<float>(1.0 - 2e-5))));

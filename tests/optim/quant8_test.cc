@@ -192,6 +192,53 @@ TEST(Quant8Test, ATieGoesToTheLowerCode) {
   }
 }
 
+// The servers' kernels equal the references on fresh random blocks: wide
+// magnitudes, every code's value and every threshold's neighbours (the
+// float search's edge cases), zero blocks, short last blocks.
+TEST(Quant8Test, TheFastKernelsEqualTheReferences) {
+  const uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> exponent(-12.0f, 4.0f);
+  for (const Quant8Map map : {Quant8Map::kSigned, Quant8Map::kUnsigned}) {
+    const std::array<float, 256>& v = DynamicMap(map);
+    std::vector<float> x;
+    // A block whose maximum is 1 holds each code value and the floats just
+    // around each midpoint.
+    x.push_back(1.0f);
+    for (int j = 0; j < 256; ++j) {
+      x.push_back(v[j]);
+      if (j + 1 < 256) {
+        const float mid = static_cast<float>((static_cast<double>(v[j]) + v[j + 1]) / 2);
+        for (float f : {std::nextafter(mid, -2.0f), mid, std::nextafter(mid, 2.0f)}) {
+          if (std::fabs(f) <= 1.0f) x.push_back(f);
+        }
+      }
+    }
+    x.resize(2048, 0.0f);
+    x.insert(x.end(), 2048, 0.0f);  // a zero block
+    for (int i = 0; i < 2048 * 3 + 77; ++i) {  // random blocks, a short one last
+      const float mag = std::pow(10.0f, exponent(rng));
+      const float r = normal(rng) * mag;
+      x.push_back(map == Quant8Map::kSigned ? r : std::fabs(r));
+    }
+    const size_t n = x.size(), blocks = Quant8Blocks(n, kQuant8Block);
+    std::vector<uint8_t> want(n), got(n);
+    std::vector<float> want_max(blocks), got_max(blocks);
+    ASSERT_TRUE(Quantize(x, kQuant8Block, map, want, want_max).ok());
+    QuantizeBlockwise(x.data(), n, kQuant8Block, map, got.data(), got_max.data());
+    size_t differ = 0;
+    for (size_t i = 0; i < n; ++i) differ += want[i] != got[i];
+    EXPECT_EQ(differ, 0u) << "codes differ from the reference";
+    EXPECT_EQ(want_max, got_max);
+    std::vector<float> a(n), b(n);
+    ASSERT_TRUE(Dequantize(want, want_max, kQuant8Block, map, a).ok());
+    DequantizeBlockwise(want.data(), want_max.data(), n, kQuant8Block, map, b.data());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+  }
+}
+
 TEST(Quant8Test, ZeroBlocksAndSignedZeros) {
   const std::vector<float> x = {0.0f, -0.0f, 0.0f, 4.0f, -0.0f, 0.0f};
   std::vector<uint8_t> codes(6, 77);

@@ -22,7 +22,7 @@ namespace {
 class MomentumRule final : public UpdateRule {
  public:
   explicit MomentumRule(std::vector<StateSlot> slots = {
-                            {"momentum_buffer", DType::kFp32}})
+                            {"momentum_buffer", SlotFormat::kFp32}})
       : slots_(std::move(slots)) {}
   absl::string_view name() const override { return "sgd_momentum"; }
   absl::Span<const StateSlot> slots() const override { return slots_; }
@@ -35,8 +35,8 @@ class MomentumRule final : public UpdateRule {
     s.coefficient = coefficient;
     return s;
   }
-  void Update(const AdamStep& step, GradView grad,
-              const StateSlice& slice) const override {
+  absl::Status Update(const AdamStep& step, GradView grad,
+                      const StateSlice& slice) const override {
     for (size_t i = 0; i < slice.n; ++i) {
       const float g =
           (grad.bf16 ? Bf16ToFloat(static_cast<const uint16_t*>(grad.data)[i])
@@ -47,6 +47,7 @@ class MomentumRule final : public UpdateRule {
       slice.master[i] -= step.lr * m;
       if (slice.mirror != nullptr) slice.mirror[i] = FloatToBf16(slice.master[i]);
     }
+    return absl::OkStatus();
   }
   absl::Status UpdateOnDevice(const AdamStep&, GradView, const StateSlice&,
                               void*) const override {
@@ -105,7 +106,7 @@ TEST(ShardStoreRuleTest, AOneSlotRuleIsStoredUpdatedAndRestored) {
   std::vector<uint16_t> want_mirror(n);
   StateSlice want{.master = master.data(), .mirror = want_mirror.data(), .n = n};
   want.slots[0] = m.data();
-  rule.Update(step, GradView::Fp32(g.data()), want);
+  ASSERT_TRUE(rule.Update(step, GradView::Fp32(g.data()), want).ok());
 
   double norm_w = 0, norm_m = 0;
   for (size_t c = 0; c < s.num_chunks(); ++c) {
@@ -180,11 +181,14 @@ TEST(ShardStoreRuleTest, AFailedWholeTensorUpdatePoisonsTheStore) {
 }
 
 TEST(ShardStoreRuleTest, RulesTheStoreCannotHoldAreRefused) {
-  const MomentumRule bf16({{"momentum_buffer", DType::kBf16}});
-  auto a = ShardStore::Create(kOwned, kChunk, Placement::kHost, bf16);
-  EXPECT_EQ(a.status().code(), absl::StatusCode::kUnimplemented) << a.status();
-  EXPECT_NE(a.status().message().find("momentum_buffer"), std::string::npos);
-  std::vector<StateSlot> five(kMaxStateSlots + 1, {"s", DType::kFp32});
+  // 8-bit slots: chunks must hold whole blocks, and stay off the device.
+  const UpdateRule& q8 = UpdateRuleFor(OptimizerKind::kAdamW8bit);
+  auto a = ShardStore::Create(kOwned, kChunk, Placement::kHost, q8);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << a.status();
+  EXPECT_NE(a.status().message().find("multiple of 2048"), std::string::npos);
+  auto d = ShardStore::Create(kOwned, 4096, Placement::kDevice, q8);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition) << d.status();
+  std::vector<StateSlot> five(kMaxStateSlots + 1, {"s", SlotFormat::kFp32});
   const MomentumRule many(five);
   auto b = ShardStore::Create(kOwned, kChunk, Placement::kHost, many);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument)

@@ -45,7 +45,8 @@ ABSL_FLAG(uint64_t, seed, 1, "init: weight seed; smoke: gradient seed; "
           "sample: sampling seed");
 ABSL_FLAG(double, init_std, 0, "init: std of the normal init (0: 0.02)");
 ABSL_FLAG(uint64_t, chunk_elems, 0, "init: elements per version chunk (0: server default)");
-ABSL_FLAG(std::string, optimizer, "adamw", "init: adamw or adam");
+ABSL_FLAG(std::string, optimizer, "adamw",
+          "init: adamw, adam, lion, adamw8bit or adam8bit");
 ABSL_FLAG(double, lr, 1e-3, "init: learning rate");
 ABSL_FLAG(double, beta1, 0.9, "init: Adam beta1");
 ABSL_FLAG(double, beta2, 0.999, "init: Adam beta2");
@@ -194,12 +195,12 @@ int main(int argc, char** argv) {
     }
   }
   const std::string opt = absl::GetFlag(FLAGS_optimizer);
-  if (opt == "adamw") {
-    f.optimizer.kind = OptimizerKind::kAdamW;
-  } else if (opt == "adam") {
-    f.optimizer.kind = OptimizerKind::kAdam;
+  if (const std::optional<OptimizerKind> kind = ValueOf(kOptimizerKindNames, opt)) {
+    f.optimizer.kind = *kind;
   } else {
-    std::fprintf(stderr, "--optimizer must be adamw or adam, not '%s'\n",
+    std::fprintf(stderr,
+                 "--optimizer must be adamw, adam, lion, adamw8bit or adam8bit, "
+                 "not '%s'\n",
                  opt.c_str());
     return 2;
   }
