@@ -107,11 +107,17 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
                 .mirror = nullptr,
                 .n = p.n});
   }
-  // A non-finite m or v makes the double sum non-finite (finite floats
-  // cannot overflow it); only then are the elements searched.
-  double sum = 0;
-  for (size_t i = 0; i < s.n; ++i) sum += static_cast<double>(m[i]) + v[i];
-  if (!std::isfinite(sum)) {
+  // Any non-finite m or v (all exponent bits set), by integer ops that
+  // vectorize; only then are the elements searched.
+  uint32_t inf = 0;
+  for (size_t i = 0; i < s.n; ++i) {
+    uint32_t a, b;
+    std::memcpy(&a, &m[i], 4);
+    std::memcpy(&b, &v[i], 4);
+    inf |= static_cast<uint32_t>((a & 0x7f800000u) == 0x7f800000u) |
+           static_cast<uint32_t>((b & 0x7f800000u) == 0x7f800000u);
+  }
+  if (inf != 0) {
     for (size_t i = 0; i < s.n; ++i) {
       if (!std::isfinite(m[i]) || !std::isfinite(v[i])) {
         return absl::InvalidArgumentError(absl::StrCat(

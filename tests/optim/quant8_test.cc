@@ -227,11 +227,15 @@ TEST(Quant8Test, TheFastKernelsEqualTheReferences) {
     std::vector<uint8_t> want(n), got(n);
     std::vector<float> want_max(blocks), got_max(blocks);
     ASSERT_TRUE(Quantize(x, kQuant8Block, map, want, want_max).ok());
-    QuantizeBlockwise(x.data(), n, kQuant8Block, map, got.data(), got_max.data());
-    size_t differ = 0;
-    for (size_t i = 0; i < n; ++i) differ += want[i] != got[i];
-    EXPECT_EQ(differ, 0u) << "codes differ from the reference";
-    EXPECT_EQ(want_max, got_max);
+    for (const bool scalar : {false, true}) {
+      (scalar ? QuantizeBlockwiseScalar : QuantizeBlockwise)(
+          x.data(), n, kQuant8Block, map, got.data(), got_max.data());
+      size_t differ = 0;
+      for (size_t i = 0; i < n; ++i) differ += want[i] != got[i];
+      EXPECT_EQ(differ, 0u) << (scalar ? "scalar" : "dispatched")
+                            << " codes differ from the reference";
+      EXPECT_EQ(want_max, got_max);
+    }
     std::vector<float> a(n), b(n);
     ASSERT_TRUE(Dequantize(want, want_max, kQuant8Block, map, a).ok());
     DequantizeBlockwise(want.data(), want_max.data(), n, kQuant8Block, map, b.data());
