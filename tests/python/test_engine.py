@@ -440,6 +440,59 @@ def test_lion_on_the_servers_is_the_published_update_bit_for_bit():
         engine.close()
 
 
+def test_adamw8bit_on_the_servers_is_adamw_with_its_state_quantized():
+    # "optimizer": {"type": "AdamW8bit"}: the servers keep m and v in 8 bits,
+    # in blocks of 2048 counted from each server's first element. The
+    # reference: torch's AdamW whose state is quantized the same way after
+    # every step (the codec of tests/fixtures/make_quant8_golden.py) over the
+    # servers' flat ranges, bit for bit.
+    q = fixture_module("make_quant8_golden")
+    maps = {"exp_avg": q.dynamic_map(True), "exp_avg_sq": q.dynamic_map(False)}
+    steps = 4
+    data = batches(steps, 4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    ref = make_model()
+    opt = torch.optim.AdamW(ref.parameters(), lr=3e-3, betas=(0.9, 0.95),
+                            eps=1e-8, weight_decay=0.01, foreach=False)
+    model = make_model()
+    cfg = config(2, 1, 1.0)
+    cfg["optimizer"]["type"] = "AdamW8bit"
+    engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
+    try:
+        owned = [tuple(s["owned"]) for s in engine.inspect()]
+        where = {id(p): (off, n) for p, off, n in engine._slots}
+        pairs = [(r, where[id(p)]) for p, r in zip(model.parameters(),
+                                                   ref.parameters())]
+        total = max(e for _, e in owned)
+        for s in range(steps):
+            x, y = data[s]
+            loss_fn(ref(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            for key, code in maps.items():
+                flat = torch.zeros(total)
+                for r, (off, n) in pairs:
+                    flat[off:off + n] = opt.state[r][key].reshape(-1)
+                for b, e in owned:
+                    codes, absmax = q.quantize(flat[b:e], 2048, code)
+                    flat[b:e] = q.dequantize(codes, absmax, 2048, code)
+                with torch.no_grad():
+                    for r, (off, n) in pairs:
+                        opt.state[r][key].copy_(flat[off:off + n].view_as(r))
+            engine.backward(loss_fn(engine(x), y))
+            engine.step()
+            for p, r in zip(model.parameters(), ref.parameters()):
+                assert torch.equal(p, r), f"step {s + 1}"
+        # Not FP32-state AdamW: the quantization shows.
+        plain = make_model()
+        torch_reference(plain, data, 1, 1.0, 0.01, steps)
+        assert any(not torch.equal(p, r) for p, r in
+                   zip(model.parameters(), plain.parameters()))
+    finally:
+        engine.close()
+
+
 # The Muon group of the tests (test_launch.py's ranks too).
 MUON_PARAMS = {"lr": 0.02, "momentum": 0.95, "weight_decay": 0.1}
 
