@@ -9,14 +9,13 @@
 // the scales are 16 B per 2048 elements. 18 / 20 B per parameter; the bound
 // is triad STREAM bytes/s * 32/24 (write-allocate counted) / those bytes.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "bench/bench.h"
 #include "common/dtype.h"
 #include "common/optimizer_config.h"
@@ -28,25 +27,12 @@ namespace zeroshard::bench {
 namespace {
 
 int RunAdam8bit(const std::vector<std::string>& args) {
-  uint64_t n = Smoke() ? 1'000'000 : 100'000'000;
-  bool bf16 = true;
-  int reps = Smoke() ? 1 : 5;
+  UpdateArgs parsed;
+  if (!ParseUpdateArgs(args, "adam8bit", &parsed)) return 2;
+  const uint64_t n = parsed.n;
+  const bool bf16 = parsed.bf16;
+  const int reps = parsed.reps;
   const size_t triad_bytes = Smoke() ? size_t{8} << 20 : size_t{512} << 20;
-  for (const std::string& a : args) {
-    if (absl::StartsWith(a, "--n=") && absl::SimpleAtoi(a.substr(4), &n) &&
-        n > 0) {
-    } else if (a == "--grad=bf16" || a == "--grad=fp32") {
-      bf16 = a == "--grad=bf16";
-    } else if (absl::StartsWith(a, "--reps=") &&
-               absl::SimpleAtoi(a.substr(7), &reps) && reps > 0) {
-    } else {
-      std::fprintf(stderr,
-                   "usage: zeroshard-bench adam8bit [--n=100000000] "
-                   "[--grad=bf16|fp32] [--reps=5]\n  bad argument: %s\n",
-                   a.c_str());
-      return 2;
-    }
-  }
   const int threads = std::max(1u, std::thread::hardware_concurrency());
   const uint64_t blocks = Q8Blocks(n);
   float* master = AllocHugeArray<float>(n, "adam8bit");
@@ -72,7 +58,7 @@ int RunAdam8bit(const std::vector<std::string>& args) {
   OptimizerPool pool(threads);
   constexpr uint64_t kTask = 16 * kQ8SlotBlock;  // ShardStore's task size
   const uint64_t tasks = (n + kTask - 1) / kTask;
-  bool failed = false;
+  std::atomic<bool> failed{false};
   auto step_all = [&](uint64_t t) {
     const AdamStep step = rule.MakeStep(config, t, 1.0f, 0.1, 1.0);
     pool.ParallelFor(tasks, 1, [&](size_t lo, size_t hi) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,18 @@ template <typename T>
 T* AllocHugeArray(size_t n, const char* who) {
   return static_cast<T*>(AllocHugeBytes(n * sizeof(T), who));
 }
+
+// The arguments of the optimizer-update benchmarks (lion, adam8bit):
+// --n=PARAMS, --grad=bf16|fp32, --reps=R, with their defaults (100 M, BF16,
+// 5; 1 M and 1 rep under --smoke). False, after printing the usage line
+// for `name`, on any other argument.
+struct UpdateArgs {
+  uint64_t n = 0;
+  bool bf16 = true;
+  int reps = 0;
+};
+bool ParseUpdateArgs(const std::vector<std::string>& args, const char* name,
+                     UpdateArgs* out);
 
 // The directory of the running zeroshard-bench (where zeroshard-server is
 // built beside it), or "." when /proc/self/exe cannot be read.

@@ -15,8 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "bench/bench.h"
 #include "common/dtype.h"
 #include "common/optimizer_config.h"
@@ -26,25 +24,12 @@ namespace zeroshard::bench {
 namespace {
 
 int RunLion(const std::vector<std::string>& args) {
-  uint64_t n = Smoke() ? 1'000'000 : 100'000'000;
-  bool bf16 = true;
-  int reps = Smoke() ? 1 : 5;
+  UpdateArgs parsed;
+  if (!ParseUpdateArgs(args, "lion", &parsed)) return 2;
+  const uint64_t n = parsed.n;
+  const bool bf16 = parsed.bf16;
+  const int reps = parsed.reps;
   const size_t triad_bytes = Smoke() ? size_t{8} << 20 : size_t{512} << 20;
-  for (const std::string& a : args) {
-    if (absl::StartsWith(a, "--n=") && absl::SimpleAtoi(a.substr(4), &n) &&
-        n > 0) {
-    } else if (a == "--grad=bf16" || a == "--grad=fp32") {
-      bf16 = a == "--grad=bf16";
-    } else if (absl::StartsWith(a, "--reps=") &&
-               absl::SimpleAtoi(a.substr(7), &reps) && reps > 0) {
-    } else {
-      std::fprintf(stderr,
-                   "usage: zeroshard-bench lion [--n=100000000] "
-                   "[--grad=bf16|fp32] [--reps=5]\n  bad argument: %s\n",
-                   a.c_str());
-      return 2;
-    }
-  }
   const int threads = std::max(1u, std::thread::hardware_concurrency());
   float* master = AllocHugeArray<float>(n, "lion");
   float* m = AllocHugeArray<float>(n, "lion");

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "bench/bench.h"
 #include "common/malloc_tuning.h"
 
@@ -26,6 +28,29 @@ bool smoke = false;
 }  // namespace
 
 bool Smoke() { return smoke; }
+
+bool ParseUpdateArgs(const std::vector<std::string>& args, const char* name,
+                     UpdateArgs* out) {
+  out->n = Smoke() ? 1'000'000 : 100'000'000;
+  out->bf16 = true;
+  out->reps = Smoke() ? 1 : 5;
+  for (const std::string& a : args) {
+    if (absl::StartsWith(a, "--n=") && absl::SimpleAtoi(a.substr(4), &out->n) &&
+        out->n > 0) {
+    } else if (a == "--grad=bf16" || a == "--grad=fp32") {
+      out->bf16 = a == "--grad=bf16";
+    } else if (absl::StartsWith(a, "--reps=") &&
+               absl::SimpleAtoi(a.substr(7), &out->reps) && out->reps > 0) {
+    } else {
+      std::fprintf(stderr,
+                   "usage: zeroshard-bench %s [--n=100000000] "
+                   "[--grad=bf16|fp32] [--reps=5]\n  bad argument: %s\n",
+                   name, a.c_str());
+      return false;
+    }
+  }
+  return true;
+}
 void SetSmoke(bool on) { smoke = on; }
 
 void* AllocHugeBytes(size_t bytes, const char* who) {

@@ -90,9 +90,10 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
 // betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2 (AdamW8bit) or 0. The
 // switches bitsandbytes has for other algorithms must keep their defaults;
 // min_8bit_size (its 32-bit state for small tensors) has no effect here:
-// every element's state is 8-bit.
-// Returns whether lr was given explicitly.
-absl::StatusOr<bool> ParseEightBitParams(Section& p, int type, OptimizerConfig* o) {
+// every element's state is 8-bit. The shared params (lr, betas, eps,
+// weight_decay) are ParseOptimizer's.
+// lr, betas, eps and weight_decay are read after it, as for AdamW.
+absl::Status ParseEightBitSwitches(Section& p, int type, OptimizerConfig* o) {
   const bool adamw = type == 4 || type == 6;
   o->kind = adamw ? OptimizerKind::kAdamW8bit : OptimizerKind::kAdam8bit;
   o->lr = 1e-3;
@@ -114,23 +115,7 @@ absl::StatusOr<bool> ParseEightBitParams(Section& p, int type, OptimizerConfig* 
   p.NoEffect("min_8bit_size");
   p.NoEffect("is_paged");
   p.NoEffect("args");
-  ASSIGN_OR_RETURN(std::optional<double> lr, p.DoubleOrAuto("lr", 1e-30, 1e6, true));
-  if (lr.has_value()) o->lr = *lr;
-  if (const json* betas = p.Get("betas"); betas != nullptr && !IsAuto(*betas)) {
-    if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() ||
-        !(*betas)[1].is_number()) {
-      return p.Bad("betas", *betas, "[beta1, beta2], two numbers in [0, 1)");
-    }
-    o->beta1 = (*betas)[0].get<double>();
-    o->beta2 = (*betas)[1].get<double>();
-    if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1)) {
-      return p.Bad("betas", *betas, "[beta1, beta2], two numbers in [0, 1)");
-    }
-  }
-  RETURN_IF_ERROR(p.Double("eps", 1e-30, 1, &o->eps, true));
-  RETURN_IF_ERROR(p.Double("weight_decay", 0, 1e6, &o->weight_decay, true));
-  p.Finish();
-  return lr.has_value();
+  return absl::OkStatus();
 }
 
 // Returns whether params.lr was given explicitly. Type "Adafactor" (Hugging
@@ -155,15 +140,11 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
     o->lr = a.lr;  // the schedule's peak: the rule's lr follows lr_t / lr
     return true;
   }
-  if (type >= 4) {
-    ASSIGN_OR_RETURN(Section p, s.Child("params"));
-    ASSIGN_OR_RETURN(const bool lr_explicit, ParseEightBitParams(p, type, o));
-    s.Finish();
-    return lr_explicit;
-  }
   ASSIGN_OR_RETURN(Section p, s.Child("params"));
   const bool lion = type == 2;
-  if (lion) {
+  if (type >= 4) {
+    RETURN_IF_ERROR(ParseEightBitSwitches(p, type, o));
+  } else if (lion) {
     // DeepSpeed's Lion and the paper's defaults: lr 1e-4, betas (0.9,
     // 0.99), no weight decay; eps and Adam's switches do nothing.
     o->kind = OptimizerKind::kLion;
