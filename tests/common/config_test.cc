@@ -95,6 +95,10 @@ TEST(ConfigTest, ExampleVariantsDifferWhereIntended) {
   const TrainingConfig fp16 = load("examples/gpt-small-fp16.json");
   const TrainingConfig stage2 = load("examples/gpt-small-stage2.json");
   const TrainingConfig accum = load("examples/gpt-small-accum.json");
+  const TrainingConfig q8 = load("examples/gpt-small-adamw8bit.json");
+  EXPECT_EQ(q8.optimizer.kind, OptimizerKind::kAdamW8bit);
+  EXPECT_EQ(q8.optimizer.lr, base.optimizer.lr);
+  EXPECT_EQ(q8.optimizer.beta2, base.optimizer.beta2);
   EXPECT_EQ(fp16.precision, Precision::kFp16);
   EXPECT_EQ(fp16.fp16.loss_scale, 0);  // dynamic
   EXPECT_EQ(stage2.zero.stage, 2);
