@@ -91,10 +91,14 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
         "8-bit Adam: the parts cover ", at, " of the slice's ", s.n,
         " elements"));
   }
+  // The mirror is written by the update kernel into a copy (BF16 of the new
+  // master, as FloatToBf16Array rounds), committed with the rest.
   thread_local std::vector<float> master, m, v;
+  thread_local std::vector<uint16_t> mirror;
   master.assign(s.master, s.master + s.n);
   m.resize(s.n);
   v.resize(s.n);
+  if (s.mirror != nullptr) mirror.resize(s.n);
   DequantizeBlockwise(s.exp_avg, s.exp_avg_absmax, s.n, s.block,
                       Quant8Map::kSigned, m.data());
   DequantizeBlockwise(s.exp_avg_sq, s.exp_avg_sq_absmax, s.n, s.block,
@@ -104,7 +108,7 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
                {.master = master.data() + p.offset,
                 .exp_avg = m.data() + p.offset,
                 .exp_avg_sq = v.data() + p.offset,
-                .mirror = nullptr,
+                .mirror = s.mirror != nullptr ? mirror.data() + p.offset : nullptr,
                 .n = p.n});
   }
   // Any non-finite m or v (all exponent bits set), by integer ops that
@@ -132,7 +136,9 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
   QuantizeBlockwise(v.data(), s.n, s.block, Quant8Map::kUnsigned,
                     s.exp_avg_sq, s.exp_avg_sq_absmax);
   std::memcpy(s.master, master.data(), s.n * sizeof(float));
-  if (s.mirror != nullptr) FloatToBf16Array(s.master, s.mirror, s.n);
+  if (s.mirror != nullptr) {
+    std::memcpy(s.mirror, mirror.data(), s.n * sizeof(uint16_t));
+  }
   return absl::OkStatus();
 }
 
