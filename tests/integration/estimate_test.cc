@@ -9,10 +9,12 @@
 // grows, and every step reaches the same peak, so the last sample of a
 // worker that ran several steps is its peak.
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -157,6 +159,28 @@ TEST(EstimateCtlTest, OnlineAttentionIsCountedWhenAsked) {
   EXPECT_NE(text.out.find("online attention"), std::string::npos) << text.out;
 }
 
+// A /proc file's text, or "" when it cannot be read whole: a process that
+// exits while it is read makes the read fail with ESRCH (which an ifstream
+// turns into an exception), and such a process is simply not sampled.
+std::string ReadProcFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      text.clear();
+      break;
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
 // VmHWM of every live child of `parent`, by pid, with its /proc comm.
 void SampleChildren(pid_t parent, std::map<pid_t, std::pair<std::string, double>>* peak) {
   DIR* d = opendir("/proc");
@@ -164,8 +188,7 @@ void SampleChildren(pid_t parent, std::map<pid_t, std::pair<std::string, double>
   while (dirent* e = readdir(d)) {
     const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
     if (pid <= 0) continue;
-    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    const std::string text = ReadProcFile(absl::StrCat("/proc/", pid, "/stat"));
     const size_t close = text.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream rest(text.substr(close + 1));
@@ -173,7 +196,7 @@ void SampleChildren(pid_t parent, std::map<pid_t, std::pair<std::string, double>
     long ppid = 0;
     rest >> state >> ppid;
     if (ppid != parent) continue;
-    std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+    std::istringstream status(ReadProcFile(absl::StrCat("/proc/", pid, "/status")));
     std::string line, name;
     double hwm = 0;
     while (std::getline(status, line)) {
