@@ -47,6 +47,13 @@ inline constexpr size_t kQuant8Block = kQ8SlotBlock;
 
 enum class Quant8Map { kSigned, kUnsigned };
 
+// The map of an 8-bit slot format (kQ8Signed: signed; kQ8Unsigned:
+// unsigned; not called for kFp32).
+inline Quant8Map Quant8MapOf(SlotFormat format) {
+  return format == SlotFormat::kQ8Signed ? Quant8Map::kSigned
+                                         : Quant8Map::kUnsigned;
+}
+
 // The 256 code values, ascending (lives for the process).
 const std::array<float, 256>& DynamicMap(Quant8Map map);
 

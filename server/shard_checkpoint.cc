@@ -357,8 +357,7 @@ absl::Status ReadShardCheckpointRange(const std::string& path,
   RETURN_IF_ERROR(ReadVerified(path, info,
                                base + owned.size() + first * sizeof(float),
                                absmax.data(), absmax.size() * sizeof(float)));
-  const std::array<float, 256>& map = DynamicMap(
-      format == SlotFormat::kQ8Signed ? Quant8Map::kSigned : Quant8Map::kUnsigned);
+  const std::array<float, 256>& map = DynamicMap(Quant8MapOf(format));
   for (uint64_t e = 0; e < range.size(); ++e) {
     out[e] = map[codes[e]] * absmax[(at + e) / kQ8SlotBlock - first];
   }

@@ -147,8 +147,7 @@ void ShardSnapshot::Values(size_t which, FlatRange range, float* out) const {
   const float* absmax = reinterpret_cast<const float*>(
       reinterpret_cast<const char*>(array) + arrays_->n);
   const std::array<float, 256>& map =
-      DynamicMap(formats[which - 1] == SlotFormat::kQ8Signed ? Quant8Map::kSigned
-                                                             : Quant8Map::kUnsigned);
+      DynamicMap(Quant8MapOf(formats[which - 1]));
   for (uint64_t e = 0; e < range.size(); ++e) {
     out[e] = map[codes[at + e]] * absmax[(at + e) / kQ8SlotBlock];
   }

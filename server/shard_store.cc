@@ -528,9 +528,7 @@ absl::Status ShardStore::WriteStateImages(
 }
 
 Quant8Map ShardStore::MapOf(size_t k) const {
-  return rule_->slots()[k].format == SlotFormat::kQ8Signed
-             ? Quant8Map::kSigned
-             : Quant8Map::kUnsigned;
+  return Quant8MapOf(rule_->slots()[k].format);
 }
 
 absl::Status ShardStore::WithChunkLocked(
@@ -574,8 +572,7 @@ void ShardStore::ChunkArrays::Values(size_t k, const StateSlot& slot,
     return;
   }
   DequantizeBlockwise(codes[k], absmax[k], range.size(), kQ8SlotBlock,
-                      slot.format == SlotFormat::kQ8Signed ? Quant8Map::kSigned
-                                                           : Quant8Map::kUnsigned,
+                      Quant8MapOf(slot.format),
                       out);
 }
 
