@@ -474,6 +474,8 @@ int main(int argc, char** argv) {
   // Gloo writes to its peers' sockets with writev, which raises SIGPIPE when
   // a peer has died; ignored, the write fails with EPIPE and the collective
   // returns an error naming the peer instead of the process being killed.
+  // (GlooWorkerGroup::Create does the same for any host; this covers the
+  // worker's other sockets too.)
   signal(SIGPIPE, SIG_IGN);
   absl::ParseCommandLine(argc, argv);
   zeroshard::SetLogIdentity(

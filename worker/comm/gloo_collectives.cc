@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <exception>
+#include <mutex>
 
 #include <gloo/common/error.h>
 #include <gloo/context.h>
@@ -26,6 +28,22 @@ namespace {
 // the marker a root sends when its payload is too long, so the receivers
 // fail with it instead of waiting.
 constexpr uint64_t kBroadcastTooLong = ~uint64_t{0};
+
+// Gloo writes to its peers' sockets with writev, which raises SIGPIPE when a
+// peer has gone away; under the default disposition that kills the whole
+// process instead of failing the collective with an error naming the peer.
+// The first group a process creates therefore ignores SIGPIPE, unless the
+// host has installed a disposition of its own (Python ignores it already).
+void IgnoreSigpipeUnlessHandled() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+        current.sa_handler == SIG_DFL && !(current.sa_flags & SA_SIGINFO)) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
 
 std::chrono::milliseconds Remaining(absl::Time deadline) {
   // Rounded up, so that Gloo's timer cannot fire before `deadline` (it did,
@@ -128,6 +146,7 @@ absl::StatusOr<std::unique_ptr<GlooWorkerGroup>> GlooWorkerGroup::Create(
   std::unique_ptr<GlooWorkerGroup> group(
       new GlooWorkerGroup(rank, size, options));
   if (size == 1) return group;  // Every collective is local.
+  IgnoreSigpipeUnlessHandled();
 
   const std::string where =
       absl::StrCat("worker group '", options.group, "' (rank ", rank, " of ",

@@ -1,6 +1,7 @@
 // WorkerGroup on Gloo, ranks as threads of this process: results against a
 // serial reference on fresh random data, and bounded failures.
 #include <atomic>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -316,6 +317,27 @@ TEST(GlooWorkerGroupTest, PeerThatSkipsACollectiveGivesDeadlineThenBroken) {
   EXPECT_EQ(first.code(), absl::StatusCode::kDeadlineExceeded) << first;
   EXPECT_NE(first.message().find("rank 1"), std::string::npos) << first;
   EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition) << second;
+}
+
+TEST(GlooWorkerGroupTest, AGroupLeavesSigpipeIgnoredInItsHost) {
+  // Nothing else in this test program touches SIGPIPE: without the group's
+  // own setting it would stay at the default, which kills the process when a
+  // peer goes away mid-write (the next test, under load).
+  InMemoryRendezvousStore store;
+  GroupOptions options = TestGroupOptions();
+  absl::Status peer_status;
+  std::thread peer([&] {
+    auto p = CreateWorkerGroup("gloo", 1, 2, &store, options);
+    peer_status = p.ok() ? (*p)->Barrier() : p.status();
+  });
+  auto g = CreateWorkerGroup("gloo", 0, 2, &store, options);
+  absl::Status status = g.ok() ? (*g)->Barrier() : g.status();
+  peer.join();
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(peer_status.ok()) << peer_status;
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
 }
 
 TEST(GlooWorkerGroupTest, PeerThatGoesAwayMidCollectiveGivesError) {
