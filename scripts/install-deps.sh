@@ -8,7 +8,8 @@
 # python3 runs the build-parity check (tests/build/build_parity.py);
 # clang, libclang-rt-14-dev (the sanitizer and libFuzzer runtimes, not a
 # dependency of clang), libomp-14-dev (clang's OpenMP, which the worker's
-# kernels need) and llvm-14 (llvm-symbolizer for readable reports)
+# kernels need), llvm-14 (llvm-symbolizer for readable reports) and lld
+# (links the instrumented programs about four times faster than ld.bfd)
 # build and run scripts/sanitize.sh; openssl makes the development
 # certificates (scripts/make-dev-credentials.sh) that scripts/demo.sh and the
 # TLS tests use; libcpp-httplib-dev is the HTTP server behind
@@ -24,7 +25,7 @@ PKGS=(
   zlib1g-dev libxxhash-dev libssl-dev
   bazel-bootstrap gnuplot-nox ccache
   python3 openssl
-  clang libclang-rt-14-dev libomp-14-dev llvm-14
+  clang libclang-rt-14-dev libomp-14-dev llvm-14 lld
   # tests/deploy's Kubernetes checks: kubectl 1.20 (kustomize v2.0.3)
   # renders deploy/k8s, node with node-ajv and node-js-yaml validates the
   # objects offline (they skip without them)
@@ -51,7 +52,7 @@ PKGS=(
 #                 test, tests/deploy/image_test.sh) needs.
 NOT_FOR_BUILD=(
   bazel-bootstrap gnuplot-nox openssl
-  clang libclang-rt-14-dev libomp-14-dev llvm-14
+  clang libclang-rt-14-dev libomp-14-dev llvm-14 lld
   kubernetes-client nodejs node-ajv node-js-yaml
   prometheus iproute2 python3-yaml mount
   python3-torch python3-pytest
