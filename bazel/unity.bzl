@@ -19,10 +19,13 @@ load("@rules_cc//cc:defs.bzl", _cc_binary = "cc_binary", _cc_library = "cc_libra
 
 _BATCH = 8
 
+def _is_cc(src):
+    return type(src) == "string" and src.endswith(".cc")
+
 def _batches(name, srcs, testonly):
     """Returns (generated .cc files + the non-.cc srcs, the .cc files)."""
-    ccs = [s for s in srcs if type(s) == "string" and s.endswith(".cc")]
-    rest = [s for s in srcs if not (type(s) == "string" and s.endswith(".cc"))]
+    ccs = [s for s in srcs if _is_cc(s)]
+    rest = [s for s in srcs if not _is_cc(s)]
     out = []
     for i in range(0, len(ccs), _BATCH):
         batch = ccs[i:i + _BATCH]
@@ -43,7 +46,7 @@ def _batches(name, srcs, testonly):
 def _wants_unity(srcs, tags):
     if "layering_probe" in tags:
         return False
-    return len([s for s in srcs if type(s) == "string" and s.endswith(".cc")]) >= 2
+    return len([s for s in srcs if _is_cc(s)]) >= 2
 
 def cc_library(name, srcs = [], tags = [], textual_hdrs = [], testonly = False, **kwargs):
     if not _wants_unity(srcs, tags):

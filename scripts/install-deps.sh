@@ -9,7 +9,7 @@
 # clang, libclang-rt-14-dev (the sanitizer and libFuzzer runtimes, not a
 # dependency of clang), libomp-14-dev (clang's OpenMP, which the worker's
 # kernels need), llvm-14 (llvm-symbolizer for readable reports) and lld
-# (links the instrumented programs about four times faster than ld.bfd)
+# (links the instrumented programs about three times faster than ld.bfd)
 # build and run scripts/sanitize.sh; openssl makes the development
 # certificates (scripts/make-dev-credentials.sh) that scripts/demo.sh and the
 # TLS tests use; libcpp-httplib-dev is the HTTP server behind

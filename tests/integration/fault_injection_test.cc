@@ -5,7 +5,8 @@
 // falls — chosen by the run's own progress (a random step, a random part of
 // it), never by a clock, until ten trials (ZS_FAULT_KILLS) have killed a
 // live process. Every trial must finish, and finish with the weights of the
-// uninterrupted run, bit for bit. The seed is printed; ZS_FAULT_SEED repeats a sequence.
+// uninterrupted run, bit for bit. The seed is printed; ZS_FAULT_SEED repeats
+// a sequence.
 #include <signal.h>
 
 #include <cstdlib>
