@@ -21,7 +21,9 @@ if [ ${#targets[@]} -eq 0 ]; then
   # What compiling needs first; the rest (Bazel, clang, torch, the test
   # tools) is downloaded and unpacked while CMake compiles, and must be in
   # place before this script returns.
+  t0=$(date +%s)
   bash scripts/install-deps.sh --build-only
+  t_pkgs=$(( $(date +%s) - t0 ))
   deps_log=$(mktemp)
   bash scripts/install-deps.sh >"$deps_log" 2>&1 &
   deps_pid=$!
@@ -42,8 +44,13 @@ if [ ${#targets[@]} -eq 0 ]; then
     cmake -S . -B "$BUILD" -DZS_ENABLE_CUDA=ON >/dev/null || { deps_done; exit 1; }
   fi
   build_rc=0
+  t1=$(date +%s)
   cmake --build "$BUILD" -j "$(nproc)" || build_rc=$?
+  t2=$(date +%s)
   deps_done || exit 1
+  # Where the time went (CI's tail shows it): a warm build waits on the
+  # test packages' install more than on the compiler.
+  echo "build: build packages $t_pkgs s, configure $((t1 - t0 - t_pkgs)) s, compile $((t2 - t1)) s, then $(( $(date +%s) - t2 )) s waiting for the test packages" >&2
   exit "$build_rc"
 fi
 bash scripts/install-deps.sh --build-only

@@ -3,8 +3,9 @@
 # its own build directory, with clang:
 #   build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer (UB aborts)
 #                over the whole tree, plus the libFuzzer targets of
-#                tests/fuzz/: runs the whole CTest suite, each fuzz target
-#                for ZS_FUZZ_SECONDS (default 20).
+#                tests/fuzz/: runs the CTest suite less the scenario runs
+#                that scripts/asan_tests.py leaves to the plain build, and
+#                each fuzz target for ZS_FUZZ_SECONDS (default 20).
 #   build-tsan/  ThreadSanitizer over the shard server's concurrency tests
 #                and the flash kernels' emulation (its threads and barriers):
 #                server_unit_test (step tracker and capture, ModelShard
@@ -86,15 +87,25 @@ run_asan() {
   fi
   t1=$(date +%s)
   echo "== asan: build done in $((t1 - t0)) s"
-  # The deployment runs (the multi-host run in network namespaces, the image
-  # build) train or build with unchanged binaries' code paths already run
-  # above; they stay in the plain build's CTest only, to keep CI's time.
-  # The random-kill test trains the run again per kill: three kills here
-  # (each about 23 s under ASan) exercise the same recovery paths the plain
-  # build's ten do, at a quarter of the time.
-  ZS_FAULT_KILLS=${ZS_FAULT_KILLS:-3} \
+  # What runs here (scripts/asan_tests.py, from CTest's JSON listing): every
+  # unit test and fuzz target, the integration tests of the server's RPC
+  # surface (bad and hostile requests over real sockets, TLS, the
+  # collectives between processes), and one end-to-end run of each kind: a
+  # training run, a cut-and-resumed run, the trainer's fault handling and
+  # the ctl against live servers. The other scenario programs train whole
+  # runs again and again (random kills, resumes onto other counts, pod
+  # restarts, every ZeRO stage and optimizer) through the same code those
+  # already run here; they, the multi-host run in network namespaces and the
+  # image build run in the plain build's CTest only, to keep CI's time.
+  local numbers
+  numbers=$(ctest --test-dir build-asan --show-only=json-v1 | python3 scripts/asan_tests.py)
+  if [ -z "$numbers" ]; then
+    echo "== asan: no tests selected"
+    failed=$((failed + 1))
+    return
+  fi
   ctest --test-dir build-asan --output-on-failure --no-tests=error \
-    -j "$JOBS" --timeout 900 -LE 'multihost|image|bench' 2>&1 | tee "$log"
+    -j "$JOBS" --timeout 900 -I "${numbers%%,*},${numbers%%,*},1,$numbers" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   echo "== asan: ctest done in $(( $(date +%s) - t1 )) s"
   count "$log" "$rc" asan

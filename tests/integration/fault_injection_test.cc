@@ -31,9 +31,9 @@ namespace fs = std::filesystem;
 
 // Trials go on until Kills() of them killed a live process, at most four
 // more trials (with kill points chosen by the run's progress every trial
-// should; the cap only bounds a broken test). ZS_FAULT_KILLS sets the count:
-// scripts/sanitize.sh asks for fewer, since each trial trains the whole run
-// again at a sanitizer's pace and the plain build's run makes all ten.
+// should; the cap only bounds a broken test). ZS_FAULT_KILLS sets the count
+// (1 to 100), for a longer hunt or a quicker run under a sanitizer, where
+// each trial trains the whole run again at the sanitizer's pace.
 int Kills() {
   if (const char* s = std::getenv("ZS_FAULT_KILLS")) {
     const int n = std::atoi(s);
