@@ -174,6 +174,11 @@ py::dict StatusDict(const ServerStatus& s) {
   py::dict bytes;
   for (const auto& [kind, n] : s.bytes_by_kind) bytes[py::str(kind)] = n;
   d["bytes_by_kind"] = bytes;
+  py::dict calls;
+  for (const auto& [method, n] : s.counters.calls) calls[py::str(method)] = n;
+  d["rpc_calls"] = calls;
+  d["rpc_bytes_in"] = s.counters.bytes_in;
+  d["rpc_bytes_out"] = s.counters.bytes_out;
   d["arch"] = s.manifest.arch;
   return d;
 }
@@ -188,11 +193,47 @@ class PyGroup {
 
   int rank() const { return group_->rank(); }
   int size() const { return group_->size(); }
+  std::string backend() const { return std::string(group_->backend()); }
+
+  // Device buffers (an NCCL group, CUDA builds): the same collectives on
+  // device memory given by address (a CUDA tensor's data_ptr()), enqueued
+  // on the group's stream; synchronize() waits for them. A host group
+  // refuses these, and a device group the host-buffer calls above.
+  void ReduceScatterDevice(uintptr_t in, uintptr_t out, uint64_t part,
+                           float scale) {
+    NeedDevice("reduce_scatter_device");
+    if (in == 0 || out == 0 || part == 0) {
+      Raise(absl::InvalidArgumentError(
+          "reduce_scatter_device: null buffer or zero elements"));
+    }
+    py::gil_scoped_release release;
+    Check(group_->ReduceScatter(
+        absl::MakeConstSpan(reinterpret_cast<const float*>(in),
+                            part * size()),
+        absl::MakeSpan(reinterpret_cast<float*>(out), part), scale));
+  }
+
+  void AllGatherInPlaceDevice(uintptr_t buf, uint64_t bytes) {
+    NeedDevice("all_gather_in_place_device");
+    if (buf == 0 || bytes == 0) {
+      Raise(absl::InvalidArgumentError(
+          "all_gather_in_place_device: null buffer or zero bytes"));
+    }
+    py::gil_scoped_release release;
+    Check(group_->AllGatherInPlace(
+        absl::MakeSpan(reinterpret_cast<uint8_t*>(buf), bytes)));
+  }
+
+  void Synchronize() {
+    py::gil_scoped_release release;
+    Check(group_->Synchronize());
+  }
 
   // out = scale * the sum over ranks of their in[rank * part, ...), part =
   // out's length; `in` holds size() parts.
   void ReduceScatter(const py::buffer& in, const py::buffer& out,
                      float scale) {
+    NeedHost("reduce_scatter");
     py::buffer_info oi = out.request(true);
     const uint64_t part = static_cast<uint64_t>(oi.size);
     Bytes o = BufferOf(out, true, part * sizeof(float), "reduce_scatter out");
@@ -207,6 +248,7 @@ class PyGroup {
   // This rank's part of `buf` (size() equal parts) is in place; on return
   // every part is filled.
   void AllGatherInPlace(const py::buffer& buf) {
+    NeedHost("all_gather_in_place");
     py::buffer_info bi = buf.request(true);
     const uint64_t bytes = static_cast<uint64_t>(bi.size * bi.itemsize);
     Bytes b = BufferOf(buf, true, bytes, "all_gather");
@@ -244,6 +286,20 @@ class PyGroup {
   }
 
  private:
+  void NeedHost(const char* call) const {
+    if (group_->device_buffers()) {
+      Raise(absl::FailedPreconditionError(absl::StrCat(
+          call, ": this ", group_->backend(), " group takes device buffers; "
+          "use ", call, "_device")));
+    }
+  }
+  void NeedDevice(const char* call) const {
+    if (!group_->device_buffers()) {
+      Raise(absl::FailedPreconditionError(absl::StrCat(
+          call, ": this ", group_->backend(), " group takes host buffers")));
+    }
+  }
+
   std::unique_ptr<KvClient> kv_;
   std::unique_ptr<WorkerGroup> group_;
 };
@@ -418,11 +474,20 @@ class PyCluster {
 
   // Joins the run's `world` ranks through server 0's key-value store under
   // `name` (every rank passes the same), each call bounded by timeout_s.
+  // backend "gloo" (host buffers) or "nccl" (device buffers, CUDA builds:
+  // on CUDA device `cuda_device`, -1 for rank % devices, its collectives on
+  // the cudaStream_t `cuda_stream`, 0 for one of its own).
   std::unique_ptr<PyGroup> OpenGroup(int rank, int world,
                                      const std::string& name,
-                                     double timeout_s) {
+                                     double timeout_s,
+                                     const std::string& backend,
+                                     int cuda_device, uintptr_t cuda_stream) {
     if (!(timeout_s > 0)) {
       Raise(absl::InvalidArgumentError("timeout_s must be > 0"));
+    }
+    if (backend != "gloo" && backend != "nccl") {
+      Raise(absl::InvalidArgumentError(absl::StrCat(
+          "backend \"", backend, "\" is not gloo or nccl")));
     }
     Check(ValidateGroupShape(rank, world));
     py::gil_scoped_release release;
@@ -431,8 +496,10 @@ class PyCluster {
     GroupOptions o;
     o.group = name;
     o.timeout = absl::Seconds(timeout_s);
+    o.cuda_device = cuda_device;
+    o.cuda_stream = reinterpret_cast<void*>(cuda_stream);
     std::unique_ptr<WorkerGroup> g =
-        Value(CreateWorkerGroup("gloo", rank, world, kv.get(), o));
+        Value(CreateWorkerGroup(backend, rank, world, kv.get(), o));
     return std::make_unique<PyGroup>(std::move(kv), std::move(g));
   }
 
@@ -475,6 +542,16 @@ PYBIND11_MODULE(_zeroshard, m) {
                               t);
       },
       "The learning rate of optimizer step t (1-based) under the schedule.");
+  m.def(
+      "has_nccl",
+      []() {
+#ifdef ZS_HAVE_NCCL
+        return true;
+#else
+        return false;
+#endif
+      },
+      "Whether this build has the NCCL collectives (a CUDA build).");
   m.def(
       "make_run_tokens",
       [](const std::string& dir) { return Value(MakeRunTokens(dir)); },
@@ -600,12 +677,21 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def("restore", &PyCluster::Restore, py::arg("directory"),
            py::arg("step") = py::none(), py::arg("timeout_s") = 300.0)
       .def("open_group", &PyCluster::OpenGroup, py::arg("rank"),
-           py::arg("world"), py::arg("name"), py::arg("timeout_s") = 120.0)
+           py::arg("world"), py::arg("name"), py::arg("timeout_s") = 120.0,
+           py::arg("backend") = "gloo", py::arg("cuda_device") = -1,
+           py::arg("cuda_stream") = 0)
       .def_property_readonly("total_elems", &PyCluster::total_elems);
 
   py::class_<PyGroup>(m, "Group")
       .def_property_readonly("rank", &PyGroup::rank)
       .def_property_readonly("size", &PyGroup::size)
+      .def_property_readonly("backend", &PyGroup::backend)
+      .def("reduce_scatter_device", &PyGroup::ReduceScatterDevice,
+           py::arg("inp"), py::arg("out"), py::arg("part_elems"),
+           py::arg("scale") = 1.0f)
+      .def("all_gather_in_place_device", &PyGroup::AllGatherInPlaceDevice,
+           py::arg("buf"), py::arg("bytes"))
+      .def("synchronize", &PyGroup::Synchronize)
       .def("reduce_scatter", &PyGroup::ReduceScatter, py::arg("inp"),
            py::arg("out"), py::arg("scale") = 1.0f)
       .def("all_gather_in_place", &PyGroup::AllGatherInPlace)

@@ -22,6 +22,7 @@ import math
 import os
 import secrets
 import sys
+import time
 import weakref
 
 import torch
@@ -37,7 +38,9 @@ _live_engines = weakref.WeakSet()
 
 # Parameters off the CPU (a CUDA build of torch) train through host staging
 # buffers: the flat parameter and gradient buffers live on the device and
-# every push and gather goes through a host copy (pinned where torch can pin).
+# every push and gather goes through a host copy (pinned where torch can pin);
+# the ranks' collectives run on the device over NCCL in a CUDA build of
+# zeroshard (stages 1 and 2), on the host copies over Gloo otherwise.
 # Tests set this to run the staged path with CPU parameters.
 _FORCE_HOST_STAGING = False
 
@@ -127,7 +130,9 @@ class ZeroshardEngine(torch.nn.Module):
         self._has_grads = False
         self._last_norm = None
         self._last_skipped = False
+        self._last_breakdown = {}   # step_breakdown()
         self._group = None
+        self._dgroup = None   # NCCL, for CUDA parameters (stages 1 and 2)
 
         self._build_flat(model, model_parameters)
         ac = cfg["activation_checkpointing"]
@@ -188,6 +193,7 @@ class ZeroshardEngine(torch.nn.Module):
             self._group = self._cluster.open_group(
                 self.rank, self.world, "python/workers",
                 timeout_s=cl["startup_timeout_s"])
+            self._dgroup = self._open_device_group(cl["startup_timeout_s"])
             # Every rank trains what rank 0 resolved.
             theirs = self._group.broadcast(resolved.encode(), 0).decode()
             if theirs != resolved:
@@ -394,7 +400,9 @@ class ZeroshardEngine(torch.nn.Module):
         if self._stage3:
             self._hooks.release_all()  # gathered again by each module
             return
-        if self._staged:
+        if self._group is not None:
+            self._gather_partitions()
+        elif self._staged:
             self._cluster.gather([(0, self._total)],
                                  "fp32" if self._prec == "fp16" else self._wire,
                                  self._np(self._host_param),
@@ -409,6 +417,64 @@ class ZeroshardEngine(torch.nn.Module):
             self._cluster.gather([(0, self._total)], self._wire,
                                  self._np(self._flat_param),
                                  min_version=self.global_steps)
+        self._attach()
+
+    def _open_device_group(self, timeout_s):
+        # CUDA parameters under stages 1 and 2 reduce and gather on the
+        # device over NCCL, on torch's current stream, where this build has
+        # NCCL; otherwise (and under stage 3, whose units are staged on the
+        # host one by one) on host copies over the Gloo group.
+        if self._device.type != "cuda" or self._stage3:
+            return None
+        if not _zeroshard.has_nccl():
+            if self.rank == 0:
+                print("zeroshard: this build has no NCCL (a build without "
+                      "CUDA): the ranks reduce the CUDA parameters' "
+                      "gradients on host copies over Gloo", file=sys.stderr)
+            return None
+        stream = torch.cuda.current_stream(self._device)
+        return self._cluster.open_group(
+            self.rank, self.world, "python/workers/nccl",
+            timeout_s=timeout_s, backend="nccl",
+            cuda_device=(self._device.index if self._device.index is not None
+                         else torch.cuda.current_device()),
+            cuda_stream=stream.cuda_stream)
+
+    def _gather_partitions(self):
+        # Ranks, stages 1 and 2: each rank gathers from the servers the
+        # partitions it pushed (its 1/N of every unit), and the ranks
+        # all-gather the rest unit by unit, so the servers send each value
+        # once whatever the number of ranks. A partition is converted to the
+        # model's dtype (FP16 travels as FP32) by its owner, the same
+        # conversion every rank made of the whole before.
+        host = self._host_param if self._staged else self._flat_param
+        wire = "fp32" if self._prec == "fp16" else self._wire
+        part = torch.empty(self._my_elems, dtype=(
+            torch.float32 if wire == "fp32" else torch.bfloat16),
+            pin_memory=self._dgroup is not None)
+        self._cluster.gather(self._my_ranges, wire, self._np(part),
+                             min_version=self.global_steps)
+        if self._dgroup is not None:
+            # Up to the device, then NCCL's all-gather there, on torch's
+            # stream (the copies are ordered before it).
+            flat = self._flat_param
+            dev = part.to(self._device)
+            for (b, e), at in zip(self._my_ranges, self._part_offsets):
+                flat[b:e].copy_(dev[at:at + e - b])
+            for _, off, _, padded in self._layout.units():
+                self._dgroup.all_gather_in_place_device(
+                    flat[off:off + padded].data_ptr(),
+                    padded * flat.element_size())
+            self._dgroup.synchronize()
+            self._attach()
+            return
+        for (b, e), at in zip(self._my_ranges, self._part_offsets):
+            host[b:e].copy_(part[at:at + e - b])
+        for _, off, _, padded in self._layout.units():
+            self._group.all_gather_in_place(
+                self._np(host[off:off + padded]))
+        if self._staged:
+            self._flat_param.copy_(host)
         self._attach()
 
     # --- DeepSpeed's engine API -------------------------------------------
@@ -521,7 +587,26 @@ class ZeroshardEngine(torch.nn.Module):
                 f"{int(lo)} to {int(hi)} (this one at {self.global_steps}): "
                 "every rank must call step() the same number of times")
 
+    def _mark(self, phase):
+        # Ends `phase` of the optimizer step being timed (step_breakdown).
+        now = time.perf_counter()
+        self._breakdown[phase] = self._breakdown.get(phase, 0.0) + (
+            now - self._mark_at) * 1e3
+        self._mark_at = now
+
+    def step_breakdown(self):
+        """Where the last optimizer step's time went, in milliseconds, by
+        phase: "grad" (its gradient made ready: the last units' hooks, a
+        device's copy down, the ranks' reduce-scatter and norm), "push"
+        (sent to the servers; one rank's is also applied there), "commit"
+        (ranks: every rank's part held on the servers, then rank 0's apply
+        of them all), "gather" (the new values back, and the ranks'
+        all-gather of the rest) and "total". Empty before the first."""
+        return dict(self._last_breakdown)
+
     def _optimizer_step(self):
+        self._breakdown = {}
+        self._mark_at = start = time.perf_counter()
         self._check_ranks_agree()
         self._attach()
         if self._servers is not None:
@@ -536,6 +621,9 @@ class ZeroshardEngine(torch.nn.Module):
         self._gather()
         self._zero_grads()
         self._has_grads = False
+        self._mark("gather")
+        self._breakdown["total"] = (time.perf_counter() - start) * 1e3
+        self._last_breakdown = self._breakdown
 
     def _push_exact(self):
         # One rank, FP32 or BF16: the whole gradient, with torch's clipping
@@ -552,10 +640,12 @@ class ZeroshardEngine(torch.nn.Module):
         if self._staged and not self._stage3:   # stage 3's is on the host
             self._host_grad.copy_(grad)   # down from the device
             grad = self._host_grad
+        self._mark("grad")
         self._cluster.push(self.global_steps, 0, [(0, self._total)],
                            self._wire, self._np(grad),
                            coefficient=coefficient if apply else 0.0,
                            skip=not apply)
+        self._mark("push")
 
     def _push_scaled(self):
         # Ranks, or FP16: the gradient in FP32 (averaged over ranks and
@@ -566,6 +656,23 @@ class ZeroshardEngine(torch.nn.Module):
         # overflow skips the step and moves the loss scale.
         if self._stage3 and self._group is not None:
             payload, ranges, worker = self._part_grad, self._my_ranges, self.rank
+        elif self._dgroup is not None:
+            # CUDA over NCCL: reduce-scattered on the device, then this
+            # rank's partitions copied down.
+            grad = self._flat_grad.float()
+            part = torch.empty(self._my_elems, dtype=torch.float32,
+                               device=self._device)
+            for (_, off, _, padded), (b, e), at in zip(
+                    self._layout.units(), self._my_ranges,
+                    self._part_offsets):
+                self._dgroup.reduce_scatter_device(
+                    grad[off:off + padded].data_ptr(),
+                    part[at:at + e - b].data_ptr(), e - b, 1.0 / self.world)
+            self._dgroup.synchronize()
+            payload = torch.empty(self._my_elems, dtype=torch.float32,
+                                  pin_memory=True)
+            payload.copy_(part)
+            ranges, worker = self._my_ranges, self.rank
         elif self._group is not None:
             if self._staged:
                 # Down from the device; the ranks' Gloo collectives run on
@@ -603,15 +710,18 @@ class ZeroshardEngine(torch.nn.Module):
         # then rank 0 applies them as one commit, so that a rule updating
         # whole tensors (Muon) has all of a matrix's gradient at once.
         two_phase = self._group is not None
+        self._mark("grad")
         self._cluster.push(self.global_steps, worker, ranges, "fp32",
                            payload.numpy(),
                            coefficient=coefficient if apply else 0.0,
                            skip=not apply, prepare=two_phase)
+        self._mark("push")
         if two_phase:
             self._group.barrier()
             if self.rank == 0:
                 self._cluster.apply_step(self.global_steps,
                                          timeout_s=self._step_timeout_s)
+            self._mark("commit")
 
     def _zero_grads(self):
         if self._flat_grad is not None:
@@ -767,6 +877,7 @@ class ZeroshardEngine(torch.nn.Module):
             self._close()
 
     def _close(self):
+        self._dgroup = None   # NCCL's communicator, before the servers go
         if self._hooks is not None:
             self._hooks.shutdown()
         self._cluster = None

@@ -63,6 +63,7 @@ assert engine._staged == zeroshard.engine._FORCE_HOST_STAGING
 if resume:
     engine.load_checkpoint(resume)
 loss_fn = torch.nn.CrossEntropyLoss()
+sent = sum(st["rpc_bytes_out"] for st in engine.inspect())
 for s in range(engine.global_steps, steps + (1 if rank == extra else 0)):
     for m in range(gas):
         x, y = data[(s * world + rank) * gas + m]
@@ -78,6 +79,13 @@ if stage == 3:
     with torch.no_grad():
         engine(data[0][0])
     assert all(p.numel() == 0 for p in model.parameters())
+# What the servers sent over the steps (every rank's calls), and what this
+# rank's model holds: the tests compare both.
+sent = sum(st["rpc_bytes_out"] for st in engine.inspect()) - sent
+local = ([] if stage == 3 else
+         [p.detach().clone() for _, p in model.named_parameters()])
+torch.save({"sent": sent, "local": local, "total": engine._total},
+           f"{out}.rank{rank}.extra.pt")
 sd = engine.consolidated_state_dict()
 torch.save([sd[n] for n, _ in model.named_parameters()], f"{out}.rank{rank}.pt")
 engine.close()

@@ -111,3 +111,48 @@ def test_parameters_on_another_or_on_two_devices():
     refused(m, re.escape("more than one device: 0.weight on cpu, 3.weight on meta"))
     refused(make_model().to("meta"),
             re.escape("parameter 0.weight is on meta: the engine trains CPU and CUDA"))
+
+
+def test_collectives_refuse_the_other_kind_of_buffer_and_missing_backends():
+    # The ranks' groups (zeroshard._zeroshard.Group): a Gloo group takes
+    # host buffers and refuses device addresses; NCCL exists only in a CUDA
+    # build and needs a device (none here): either way a clear error, not a
+    # crash; an unknown backend is named.
+    from zeroshard import _zeroshard
+    engine, _, _, _ = zeroshard.initialize(model=make_model(),
+                                           config=config(1, 1, 0.0))
+    try:
+        cluster = engine._cluster
+        g = cluster.open_group(0, 1, "test/gloo", timeout_s=10)
+        assert g.backend == "gloo"
+        buf = torch.zeros(4)
+        with pytest.raises(_zeroshard.ZeroshardError, match=re.escape(
+                "reduce_scatter_device: this gloo group takes host buffers")):
+            g.reduce_scatter_device(buf.data_ptr(), buf.data_ptr(), 4)
+        with pytest.raises(_zeroshard.ZeroshardError, match=re.escape(
+                "all_gather_in_place_device: this gloo group takes host")):
+            g.all_gather_in_place_device(buf.data_ptr(), 16)
+        out = torch.zeros(4)
+        g.reduce_scatter(torch.arange(4.0).numpy(), out.numpy(), 0.5)
+        assert out.tolist() == [0.0, 0.5, 1.0, 1.5]   # host buffers: fine
+        with pytest.raises(_zeroshard.ZeroshardError,
+                           match='backend "mpi" is not gloo or nccl'):
+            cluster.open_group(0, 1, "test/mpi", timeout_s=10, backend="mpi")
+        if not _zeroshard.has_nccl():
+            with pytest.raises(_zeroshard.ZeroshardError, match=re.escape(
+                    "collectives backend 'nccl' is not built")):
+                cluster.open_group(0, 1, "test/nccl", timeout_s=10,
+                                   backend="nccl")
+            return
+        try:   # a CUDA build: a GPU is needed
+            n = cluster.open_group(0, 1, "test/nccl", timeout_s=10,
+                                   backend="nccl")
+        except _zeroshard.ZeroshardError as e:
+            assert "needs a CUDA GPU, and none is visible" in str(e), str(e)
+        else:
+            assert n.backend == "nccl"
+            with pytest.raises(_zeroshard.ZeroshardError, match=re.escape(
+                    "reduce_scatter: this nccl group takes device buffers")):
+                n.reduce_scatter(buf.numpy(), buf.numpy())
+    finally:
+        engine.close()

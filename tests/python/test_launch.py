@@ -42,6 +42,18 @@ def test_two_ranks_train_as_one_data_parallel_run(tmp_path, stage):
     got = [torch.load(f"{out}.rank{k}.pt") for k in range(world)]
     for a, b in zip(got[0], got[1]):
         assert torch.equal(a, b)   # every rank holds the same weights
+    extra = [torch.load(f"{out}.rank{k}.extra.pt") for k in range(world)]
+    if stage == 2:
+        # Each rank gathered its half of the new values and the ranks
+        # all-gathered the rest: every rank's model holds the servers'
+        # weights, and the servers sent each value of the flat layout
+        # (padding included) once a step, framing aside, not once a rank.
+        for k in range(world):
+            for a, b in zip(extra[k]["local"], got[0]):
+                assert torch.equal(a.reshape(-1), b.reshape(-1)), k
+        values = 4 * extra[0]["total"]
+        assert extra[0]["sent"] <= 1.2 * steps * values, (
+            extra[0]["sent"], steps * values)
 
     assert_data_parallel(got[0], steps, world, gas, clip)
     # The host-staged path (CUDA parameters'), forced on CPU ones: the
