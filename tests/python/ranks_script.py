@@ -17,6 +17,8 @@ Environment (the tests' variations):
   ZS_TEST_STAGED=1            the host-staged path (CUDA parameters')
                               forced on the CPU parameters
   ZS_TEST_MUON=1              Muon for the matrices group (MUON_PARAMS)
+  ZS_TEST_PREC=bf16|fp16      the model in BF16, or test_engine's FP16
+                              HalfLinears under dynamic loss scaling
 """
 
 import os
@@ -26,7 +28,7 @@ import torch
 
 import zeroshard
 import zeroshard.engine
-from test_engine import MUON_PARAMS, batches, config, make_model
+from test_engine import HalfLinears, MUON_PARAMS, batches, config, make_model
 
 out, steps, gas, clip = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 stage = int(sys.argv[5])
@@ -56,8 +58,13 @@ if os.environ.get("ZS_TEST_MUON") == "1":
 if ckpt:
     d, every = ckpt.rsplit(":", 1)
     cfg["zeroshard"]["checkpoint"] = {"dir": d, "every_steps": int(every)}
+prec = os.environ.get("ZS_TEST_PREC", "")
+if prec == "bf16":
+    cfg["bf16"] = {"enabled": True}
+elif prec == "fp16":
+    cfg["fp16"] = {"enabled": True, "initial_scale_power": 8}
 data = batches((steps + 1) * world * gas, 4)
-model = make_model()
+model = HalfLinears() if prec == "fp16" else make_model()
 engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
 assert engine._staged == zeroshard.engine._FORCE_HOST_STAGING
 if resume:
@@ -67,7 +74,8 @@ sent = sum(st["rpc_bytes_out"] for st in engine.inspect())
 for s in range(engine.global_steps, steps + (1 if rank == extra else 0)):
     for m in range(gas):
         x, y = data[(s * world + rank) * gas + m]
-        engine.backward(loss_fn(engine(x), y))
+        x = x.bfloat16() if prec == "bf16" else x
+        engine.backward(loss_fn(engine(x).float(), y))
         engine.step()
     if save and s + 1 == int(save.rsplit(":", 1)[1]):
         engine.save_checkpoint(save.rsplit(":", 1)[0])

@@ -68,6 +68,26 @@ def test_two_ranks_train_as_one_data_parallel_run(tmp_path, stage):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("prec", ["bf16", "fp16"])
+def test_two_ranks_in_half_precision_hold_the_servers_weights(tmp_path, prec):
+    # Each rank gathers its partitions (BF16 from the servers' mirror, FP16
+    # as FP32 rounded here) and the ranks all-gather the rest: every rank's
+    # model holds the servers' FP32 masters rounded to its dtype.
+    out = str(tmp_path / "params")
+    r = launch(tmp_path, "--workers=2", "--servers=2",
+               os.path.join(HERE, "ranks_script.py"), out, "3", "1", "0.5",
+               "2", env={"ZS_TEST_PREC": prec})
+    assert r.returncode == 0, r.stderr
+    masters = torch.load(f"{out}.rank0.pt")
+    dtype = torch.bfloat16 if prec == "bf16" else torch.float16
+    for k in range(2):
+        local = torch.load(f"{out}.rank{k}.extra.pt")["local"]
+        assert len(local) == len(masters) > 0
+        for a, m in zip(local, masters):
+            assert a.dtype == dtype
+            assert torch.equal(a.reshape(-1), m.reshape(-1).to(dtype)), k
+
+
 def assert_data_parallel(got, steps, world, gas, clip):
     """`got` equals one process trained over all ranks' micro-batches."""
     data = batches(steps * world * gas, 4)
