@@ -447,7 +447,10 @@ class ZeroshardEngine(torch.nn.Module):
         # once whatever the number of ranks. A partition is converted to the
         # model's dtype (FP16 travels as FP32) by its owner, the same
         # conversion every rank made of the whole before.
-        host = self._host_param if self._staged else self._flat_param
+        # `into`: where the values land and are all-gathered: the host
+        # staging buffer, or the parameters themselves (on the CPU, or on
+        # the device with NCCL).
+        into = self._host_param if self._staged else self._flat_param
         wire = "fp32" if self._prec == "fp16" else self._wire
         part = torch.empty(self._my_elems, dtype=(
             torch.float32 if wire == "fp32" else torch.bfloat16),
@@ -457,24 +460,21 @@ class ZeroshardEngine(torch.nn.Module):
         if self._dgroup is not None:
             # Up to the device, then NCCL's all-gather there, on torch's
             # stream (the copies are ordered before it).
-            flat = self._flat_param
-            dev = part.to(self._device)
-            for (b, e), at in zip(self._my_ranges, self._part_offsets):
-                flat[b:e].copy_(dev[at:at + e - b])
-            for _, off, _, padded in self._layout.units():
-                self._dgroup.all_gather_in_place_device(
-                    flat[off:off + padded].data_ptr(),
-                    padded * flat.element_size())
-            self._dgroup.synchronize()
-            self._attach()
-            return
+            into, part = self._flat_param, part.to(self._device)
         for (b, e), at in zip(self._my_ranges, self._part_offsets):
-            host[b:e].copy_(part[at:at + e - b])
+            into[b:e].copy_(part[at:at + e - b])
         for _, off, _, padded in self._layout.units():
-            self._group.all_gather_in_place(
-                self._np(host[off:off + padded]))
-        if self._staged:
-            self._flat_param.copy_(host)
+            if self._dgroup is not None:
+                self._dgroup.all_gather_in_place_device(
+                    into[off:off + padded].data_ptr(),
+                    padded * into.element_size())
+            else:
+                self._group.all_gather_in_place(
+                    self._np(into[off:off + padded]))
+        if self._dgroup is not None:
+            self._dgroup.synchronize()
+        elif self._staged:
+            self._flat_param.copy_(into)
         self._attach()
 
     # --- DeepSpeed's engine API -------------------------------------------
