@@ -53,6 +53,9 @@ def parse(argv):
     ap.add_argument("--order", default="blocks", choices=["blocks", "alternate"],
                     help="steps of each side in blocks (default) or "
                          "alternating")
+    ap.add_argument("--transport", default="shm", choices=["shm", "grpc"],
+                    help="the server's bytes through shared memory (the "
+                         "default for local servers) or over loopback gRPC")
     ap.add_argument("--smoke", action="store_true",
                     help="a tiny shape, 2 reps: checks that it runs")
     a = ap.parse_args(argv)
@@ -93,7 +96,8 @@ def main(argv):
             # Each block a unit (FSDP's auto-wrap at a block's size); the
             # root holds the rest, the tied embedding and head together.
             "zeroshard": {"servers": 1, "units": {"min_params": sum(
-                p.numel() for p in ref.h[0].parameters())}},
+                p.numel() for p in ref.h[0].parameters())},
+                "shared_memory": a.transport == "shm"},
         }
         if bf16:
             zs_model = zs_model.to(torch.bfloat16)
@@ -112,7 +116,7 @@ def main(argv):
             t1 = time.perf_counter()
             engine.step()
             t2 = time.perf_counter()
-            return t2 - t0, t1 - t0, t2 - t1
+            return t2 - t0, t1 - t0, t2 - t1, engine.step_breakdown()
 
         def torch_step():
             t0 = time.perf_counter()
@@ -147,16 +151,21 @@ def main(argv):
                     zs.extend(zs_step() for _ in range(half))
                     tr.extend(torch_step() for _ in range(half))
         finally:
+            shm = engine.shared_memory_servers > 0
             engine.close()
-        zbest = min(zs)
+        zbest = min(zs, key=lambda s: s[0])
         tbest = min(tr)
         ratio = zbest[0] / tbest[0]
         print(f"torch-step {name}: GPT {layers} layers x width {width}, "
               f"context {context}, batch {batch}, {params / 1e6:.2f} M params, "
-              f"{a.precision}, stage {a.stage}, fastest of {reps}")
+              f"{a.precision}, stage {a.stage}, fastest of {reps}, the "
+              f"server reached through "
+              f"{'shared memory' if shm else 'loopback gRPC'}")
         print(f"  zeroshard: {zbest[0] * 1e3:.1f} ms a step (forward+backward "
               f"{zbest[1] * 1e3:.1f}, step: push, server AdamW, gather "
-              f"{zbest[2] * 1e3:.1f}); median "
+              f"{zbest[2] * 1e3:.1f}: " + ", ".join(
+                  f"{k} {v:.1f}" for k, v in zbest[3].items()
+                  if k != "total") + "); median "
               f"{statistics.median(s[0] for s in zs) * 1e3:.1f}")
         print(f"  torch:     {tbest[0] * 1e3:.1f} ms a step (forward+backward "
               f"{tbest[1] * 1e3:.1f}, clip + AdamW(foreach) "

@@ -1,7 +1,9 @@
 #include "client/gather_stream.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
+#include <optional>
 
 #include <grpcpp/grpcpp.h>
 
@@ -20,7 +22,7 @@ constexpr char kGatherMethod[] = "/zeroshard.v1.ShardService/Gather";
 absl::Status OneAttempt(const ShardChannels& channels, int server,
                         const std::vector<GatherTarget>& targets, DType dtype,
                         int64_t min_version, CallCanceller* cancel,
-                        GatherResult* result) {
+                        const ServerRegion* region, GatherResult* result) {
   const ShardClientOptions& opt = channels.options();
   const std::string& address = channels.address(server);
   const std::string what = absl::StrCat("Gather(version ", min_version, ")");
@@ -35,6 +37,17 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
   request.set_dtype(ToProto(dtype));
   request.set_min_version(min_version);
   request.set_max_message_bytes(static_cast<uint32_t>(opt.max_message_bytes));
+  if (region != nullptr) {
+    request.set_region(region->id());
+    request.set_region_offset(region->gather_offset());
+  }
+  // Where each target's elements start in the request's concatenation.
+  std::vector<uint64_t> starts;
+  starts.reserve(targets.size());
+  for (uint64_t at = 0; const GatherTarget& t : targets) {
+    starts.push_back(at);
+    at += t.range.size();
+  }
 
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.call_timeout));
@@ -67,12 +80,23 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
       local = absl::DataLossError(absl::StrCat("piece at ", chunk.offset,
                                                " has dtype ", chunk.dtype));
     }
+    if (local.ok() && (region != nullptr) != (chunk.region_elems != 0)) {
+      local = absl::DataLossError(absl::StrCat(
+          "piece at ", chunk.offset, region != nullptr
+                                         ? " came over gRPC, not in the region"
+                                         : " names a region that was not asked for"));
+    }
+    if (local.ok() && region != nullptr && chunk.data_bytes != 0) {
+      local = absl::DataLossError(absl::StrCat(
+          "piece at ", chunk.offset, " carries data and region elements"));
+    }
     if (local.ok() && chunk.data_bytes % esize != 0) {
       local = absl::DataLossError(absl::StrCat(
           "piece at ", chunk.offset, " has ", chunk.data_bytes,
           " bytes, not a whole number of elements"));
     }
-    const uint64_t n = chunk.data_bytes / esize;
+    const uint64_t n =
+        region != nullptr ? chunk.region_elems : chunk.data_bytes / esize;
     // The requested range holding the piece (targets are sorted).
     auto it = std::upper_bound(targets.begin(), targets.end(), chunk.offset,
                                [](uint64_t off, const GatherTarget& t) {
@@ -92,10 +116,19 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
       break;
     }
     const GatherTarget& t = *(it - 1);
-    chunk.CopyDataTo(t.dst + (chunk.offset - t.range.begin) * esize);
+    uint8_t* dst = t.dst + (chunk.offset - t.range.begin) * esize;
+    if (region != nullptr) {
+      // The server wrote the piece at its place in the concatenation.
+      const uint64_t at = starts[(it - 1) - targets.begin()] +
+                          (chunk.offset - t.range.begin);
+      std::memcpy(dst, region->at(region->gather_offset() + at * esize),
+                  n * esize);
+    } else {
+      chunk.CopyDataTo(dst);
+    }
     pieces.push_back({chunk.offset, chunk.offset + n});
     received += n;
-    result->bytes += chunk.data_bytes;
+    result->bytes += n * esize;
     if (first || chunk.version < result->min_version) {
       result->min_version = chunk.version;
     }
@@ -148,9 +181,13 @@ absl::StatusOr<GatherResult> GatherFromServer(const ShardChannels& channels,
               return a.range.begin < b.range.begin;
             });
   GatherResult result;
+  const std::shared_ptr<const ServerRegion> region = channels.region(server);
+  // One Gather at a time uses the region's gather area.
+  std::optional<absl::MutexLock> lock;
+  if (region != nullptr) lock.emplace(&region->gather_mu());
   absl::Status s = RunWithRetry(channels.options().retry, [&] {
     return OneAttempt(channels, server, targets, dtype, min_version, cancel,
-                      &result);
+                      region.get(), &result);
   }, channels.channel(server).get());
   if (!s.ok()) return s;
   return result;

@@ -1,15 +1,20 @@
 #include "client/server_push_stream.h"
 
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "client/generic_call.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_buffer.h"
+#include "wire/proto_convert.h"
 #include "wire/push_grad_codec.h"
 
 namespace zeroshard {
 namespace {
+
+// The servers' limit on one piece's bytes (kMaxPiecePayloadBytes).
+constexpr size_t kMaxRegionPieceBytes = size_t{4} << 20;
 
 constexpr char kPushGradMethod[] = "/zeroshard.v1.ShardService/PushGrad";
 
@@ -93,6 +98,8 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   // The tracker is shared with every slice still referencing caller data
   // (wire/push_grad_codec.h), so it outlives whatever gRPC still holds.
   auto in_flight = std::make_shared<InFlightBytes>();
+  const std::shared_ptr<const ServerRegion> region =
+      channels_->region(server_);
   *response = v1::PushGradResponse();
   GenericStreamCall call(channels_->channel(server_), kPushGradMethod, &ctx);
 
@@ -127,6 +134,18 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
       if (cancelled_) break;
       if (next < pieces_.size()) {
         piece = pieces_[next++];
+        // Through a region, queued pieces that continue each other go as
+        // one, up to the servers' limit per piece: fewer messages, and no
+        // gRPC message holds the bytes.
+        while (region != nullptr && next < pieces_.size() &&
+               pieces_[next].dtype == piece.dtype &&
+               pieces_[next].offset ==
+                   piece.offset + piece.bytes / DTypeSize(piece.dtype) &&
+               pieces_[next].data ==
+                   static_cast<const uint8_t*>(piece.data) + piece.bytes &&
+               piece.bytes + pieces_[next].bytes <= kMaxRegionPieceBytes) {
+          piece.bytes += pieces_[next++].bytes;
+        }
       } else {
         commit = commit_;
       }
@@ -142,6 +161,21 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
         ok = call.WritesDone();
       }
       break;
+    }
+    if (region != nullptr) {
+      // Written at the piece's place in the push area, then named.
+      const uint64_t at =
+          region->push_offset(piece.offset, DTypeSize(piece.dtype));
+      std::memcpy(region->at(at), piece.data, piece.bytes);
+      v1::PushGradMessage msg;
+      v1::PushGradRegionPiece* p = msg.mutable_region_piece();
+      p->set_offset(piece.offset);
+      p->set_dtype(ToProto(piece.dtype));
+      p->set_region(region->id());
+      p->set_region_offset(at);
+      p->set_bytes(piece.bytes);
+      ok = call.Write(ProtoToByteBuffer(msg));
+      continue;
     }
     if (!in_flight->WaitForRoom(piece.bytes, opt.max_bytes_in_flight,
                                 deadline)) {

@@ -106,6 +106,35 @@ bool ShardChannels::WaitForConnected(int k, absl::Time deadline) const {
   return channels_[k]->WaitForConnected(absl::ToChronoTime(deadline));
 }
 
+std::shared_ptr<const ServerRegion> ShardChannels::region(int k) const {
+  absl::MutexLock lock(&regions_mu_);
+  return k >= 0 && static_cast<size_t>(k) < regions_.size() ? regions_[k]
+                                                            : nullptr;
+}
+
+void ShardChannels::SetRegion(int k,
+                              std::shared_ptr<const ServerRegion> region) {
+  std::shared_ptr<const ServerRegion> old;
+  {
+    absl::MutexLock lock(&regions_mu_);
+    if (regions_.size() < static_cast<size_t>(size())) regions_.resize(size());
+    old = std::move(regions_[k]);
+    regions_[k] = std::move(region);
+  }
+  if (old != nullptr) old->Close(*this, k);
+}
+
+ShardChannels::~ShardChannels() {
+  std::vector<std::shared_ptr<const ServerRegion>> regions;
+  {
+    absl::MutexLock lock(&regions_mu_);
+    regions.swap(regions_);
+  }
+  for (size_t k = 0; k < regions.size(); ++k) {
+    if (regions[k] != nullptr) regions[k]->Close(*this, static_cast<int>(k));
+  }
+}
+
 void ShardChannels::PrepareControlContext(grpc::ClientContext* ctx) const {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.control_timeout));
 }

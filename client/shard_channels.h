@@ -19,11 +19,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client_options.h"
 #include "client/retry_policy.h"
+#include "client/server_region.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/zeroshard/v1/shard.grpc.pb.h"
 #include "wire/credentials.h"
@@ -71,6 +74,15 @@ class ShardChannels {
   // A ClientContext with the control deadline set.
   void PrepareControlContext(grpc::ClientContext* ctx) const;
 
+  // The shared-memory region with server k (client/server_region.h), or
+  // null: Gather and PushGrad then go over gRPC alone.
+  std::shared_ptr<const ServerRegion> region(int k) const;
+  // Installs server k's region; null closes the one installed (calls still
+  // using it keep it mapped until they end).
+  void SetRegion(int k, std::shared_ptr<const ServerRegion> region);
+  // Closes every installed region on its server.
+  ~ShardChannels();
+
  private:
   ShardChannels() = default;
 
@@ -80,6 +92,9 @@ class ShardChannels {
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::ShardService::Stub>> stubs_;
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health_stubs_;
+  mutable absl::Mutex regions_mu_;
+  std::vector<std::shared_ptr<const ServerRegion>> regions_
+      ABSL_GUARDED_BY(regions_mu_);
 };
 
 // Runs call(i) for i in [0, n) in parallel (a thread each), e.g. one call

@@ -1,10 +1,12 @@
 #include "client/shard_client.h"
 
 #include <cmath>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/piece_plan.h"
+#include "client/server_region.h"
 #include "client/status_from_proto.h"
 #include "common/status_macros.h"
 #include "wire/grpc_status.h"
@@ -157,6 +159,31 @@ absl::StatusOr<GatherResult> ShardClient::Gather(
     first = false;
   }
   return total;
+}
+
+absl::StatusOr<int> ShardClient::AttachSharedMemory(std::string* why) {
+  int attached = 0;
+  for (int k = 0; k < num_servers(); ++k) {
+    if (channels_->region(k) != nullptr) {
+      ++attached;
+      continue;
+    }
+    absl::StatusOr<std::unique_ptr<ServerRegion>> region =
+        ServerRegion::Open(*channels_, k, layout_.ServerRange(k));
+    if (!region.ok()) {
+      if (why != nullptr && why->empty()) {
+        *why = std::string(region.status().message());
+      }
+      continue;
+    }
+    channels_->SetRegion(k, *std::move(region));
+    ++attached;
+  }
+  return attached;
+}
+
+void ShardClient::DetachSharedMemory() {
+  for (int k = 0; k < num_servers(); ++k) channels_->SetRegion(k, nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<PushSession>> ShardClient::OpenPush(

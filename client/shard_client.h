@@ -84,6 +84,18 @@ class ShardClient {
                                       const StepCommit& commit,
                                       bool coefficient_known);
 
+  // Shared memory with the servers on this host (docs/DESIGN.md, "Shared
+  // memory on one host"): opens a region on each server and maps it, so that
+  // Gather and PushGrad move their elements through it and send only small
+  // messages over gRPC. A server whose region cannot be mapped here (another
+  // host, another pid namespace, another user, or its limit of regions
+  // reached) stays on gRPC; `why`, when given, receives the first such
+  // reason. Returns how many servers use shared memory. Call it with no
+  // Gather or push in flight.
+  absl::StatusOr<int> AttachSharedMemory(std::string* why = nullptr);
+  // Closes the regions; every call goes over gRPC again.
+  void DetachSharedMemory();
+
  private:
   ShardClient(FlatLayout layout, std::unique_ptr<ShardChannels> channels)
       : layout_(std::move(layout)), channels_(std::move(channels)) {}

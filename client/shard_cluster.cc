@@ -113,6 +113,15 @@ absl::StatusOr<std::unique_ptr<PushSession>> ShardCluster::OpenPush(
   return client_->OpenPush(step, worker, known);
 }
 
+absl::StatusOr<int> ShardCluster::AttachSharedMemory(std::string* why) {
+  RETURN_IF_ERROR(NeedLayout("AttachSharedMemory"));
+  return client_->AttachSharedMemory(why);
+}
+
+void ShardCluster::DetachSharedMemory() {
+  if (client_ != nullptr) client_->DetachSharedMemory();
+}
+
 absl::StatusOr<PushResult> ShardCluster::PushGrad(
     uint64_t step, uint32_t worker, absl::Span<const GradSpan> grads,
     const StepCommit& commit, bool coefficient_known) {

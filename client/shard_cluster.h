@@ -112,6 +112,18 @@ class ShardCluster {
                                       absl::Span<const GradSpan> grads,
                                       const StepCommit& commit,
                                       bool coefficient_known);
+
+  // Shared memory with the servers on this host (docs/DESIGN.md, "Shared
+  // memory on one host"): opens a region on each server and maps it, so that
+  // Gather and PushGrad move their elements through it and send only small
+  // messages over gRPC. A server whose region cannot be mapped here (another
+  // host, another pid namespace, another user, or its limit of regions
+  // reached) stays on gRPC; `why`, when given, receives the first such
+  // reason. Returns how many servers use shared memory. Call it with no
+  // Gather or push in flight.
+  absl::StatusOr<int> AttachSharedMemory(std::string* why = nullptr);
+  // Closes the regions; every call goes over gRPC again.
+  void DetachSharedMemory();
   // Replaces the master weights (all of [0, total), FP32) of initialised
   // servers; m, v and the step counts stay (client/set_weights.h).
   absl::Status SetMasterWeights(absl::Span<const float> flat);

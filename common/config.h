@@ -175,6 +175,10 @@ struct ClusterConfig {
   std::string credentials;
   double step_timeout_s = 300;                // timeouts.step_seconds, > 0
   double startup_timeout_s = 60;              // timeouts.startup_seconds, > 0
+  // Gather and push through shared memory with servers on the same host
+  // (docs/DESIGN.md, "Shared memory on one host"); servers elsewhere are
+  // reached over gRPC either way.
+  bool shared_memory = true;                  // zeroshard.shared_memory
   // FP16: consecutive overflowing steps with the scale at min_loss_scale
   // before training stops with FAILED_PRECONDITION; >= 1.
   int max_overflows_at_min_scale = 10;

@@ -533,6 +533,7 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
         "in zeroshard.credentials");
   }
   RETURN_IF_ERROR(s.String("credentials", &z.credentials));
+  RETURN_IF_ERROR(s.Bool("shared_memory", &z.shared_memory));
   ASSIGN_OR_RETURN(Section t, s.Child("timeouts"));
   RETURN_IF_ERROR(t.Double("step_seconds", 1e-3, 1e7, &z.step_timeout_s));
   RETURN_IF_ERROR(t.Double("startup_seconds", 1e-3, 1e7, &z.startup_timeout_s));

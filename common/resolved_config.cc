@@ -179,6 +179,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
       v.Field("credentials", z.credentials);
       v.Field("step_timeout_s", z.step_timeout_s);
       v.Field("startup_timeout_s", z.startup_timeout_s);
+      v.Field("shared_memory", z.shared_memory);
     });
     v.Field("max_overflows_at_min_scale", z.max_overflows_at_min_scale);
   });

@@ -389,11 +389,18 @@ class PyCluster {
   }
 
   // `grad` holds the ranges' elements concatenated, in `dtype`. Returns
-  // the elements the servers applied (0 for a prepared push).
+  // the elements the servers applied (0 for a prepared push). With
+  // `known`, the coefficient goes in the streams' headers and the servers
+  // apply each piece as it arrives (the caller has checked that none will
+  // be refused: finite, and within the servers' bound once scaled).
   uint64_t Push(uint64_t step, uint32_t worker,
                 const std::vector<Range>& ranges, const std::string& dtype,
                 const py::buffer& grad, double coefficient, bool skip,
-                bool prepare) {
+                bool prepare, bool known) {
+    if (known && prepare) {
+      Raise(absl::InvalidArgumentError(
+          "push: a prepared push cannot carry a known coefficient"));
+    }
     const DType t = Value(WireDType(dtype));
     const std::vector<FlatRange> r = ToRanges(ranges);
     Bytes b = BufferOf(grad, false, RangesBytes(r, t), "push");
@@ -406,9 +413,22 @@ class PyCluster {
     StepCommit c{coefficient, skip, prepare};
     Check(ValidateStepCommit(c));
     py::gil_scoped_release release;
-    return Value(cluster_->PushGrad(step, worker, spans, c,
-                                    /*coefficient_known=*/false))
+    return Value(cluster_->PushGrad(step, worker, spans, c, known))
         .applied_elems;
+  }
+
+  // Shared memory with the servers on this host (ShardCluster::
+  // AttachSharedMemory): (servers attached, the first reason one was not).
+  std::pair<int, std::string> AttachSharedMemory() {
+    py::gil_scoped_release release;
+    std::string why;
+    const int n = Value(cluster_->AttachSharedMemory(&why));
+    return {n, why};
+  }
+
+  void DetachSharedMemory() {
+    py::gil_scoped_release release;
+    cluster_->DetachSharedMemory();
   }
 
   void ApplyStep(uint64_t step, uint64_t attempt, double timeout_s) {
@@ -666,7 +686,9 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def("push", &PyCluster::Push, py::arg("step"), py::arg("worker"),
            py::arg("ranges"), py::arg("dtype"), py::arg("grad"),
            py::arg("coefficient") = 1.0, py::arg("skip") = false,
-           py::arg("prepare") = false)
+           py::arg("prepare") = false, py::arg("known") = false)
+      .def("attach_shared_memory", &PyCluster::AttachSharedMemory)
+      .def("detach_shared_memory", &PyCluster::DetachSharedMemory)
       .def("apply_step", &PyCluster::ApplyStep, py::arg("step"),
            py::arg("attempt") = 0, py::arg("timeout_s") = 120.0)
       .def("inspect_all", &PyCluster::InspectAll)

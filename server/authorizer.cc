@@ -46,7 +46,8 @@ bool RoleMayCall(Role role, absl::string_view method) {
   if (role == Role::kWorker) {
     return method == "Gather" || method == "PushGrad" ||
            method == "ApplyStep" || method == "KvSet" || method == "KvGet" ||
-           method == "KvWait";
+           method == "KvWait" || method == "OpenRegion" ||
+           method == "CloseRegion";
   }
   return false;
 }

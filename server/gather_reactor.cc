@@ -12,7 +12,8 @@
 namespace zeroshard {
 
 absl::StatusOr<GatherPlan> PlanGather(const ModelShard& state,
-                                      const v1::GatherRequest& request) {
+                                      const v1::GatherRequest& request,
+                                      const SharedRegions* regions) {
   GatherPlan plan;
   if (request.dtype() != v1::DTYPE_FP32 && request.dtype() != v1::DTYPE_BF16) {
     return absl::InvalidArgumentError(
@@ -36,6 +37,28 @@ absl::StatusOr<GatherPlan> PlanGather(const ModelShard& state,
   plan.elems_per_message =
       std::max<uint64_t>(1, max_bytes / DTypeSize(plan.dtype));
   plan.min_version = request.min_version();
+  if (request.region() != 0) {
+    if (regions == nullptr) {
+      return absl::FailedPreconditionError(
+          "Gather: into shared memory, but this server serves none");
+    }
+    absl::StatusOr<std::shared_ptr<SharedMemory>> found =
+        regions->Find(request.region());
+    if (!found.ok()) {
+      return absl::Status(found.status().code(),
+                          absl::StrCat("Gather: ", found.status().message()));
+    }
+    uint64_t bytes = 0;
+    for (const FlatRange& r : plan.ranges) {
+      bytes += r.size() * DTypeSize(plan.dtype);
+    }
+    ASSIGN_OR_RETURN(plan.region_at,
+                     SharedRegions::Span(**found, request.region_offset(),
+                                         bytes, "Gather"));
+    plan.region = *std::move(found);
+    // One message per server chunk: it carries no data.
+    plan.elems_per_message = state.owned().size() + 1;
+  }
   return plan;
 }
 
@@ -92,9 +115,17 @@ void GatherReactor::Next() {
         const FlatRange piece{pos_, end};
         const size_t bytes = piece.size() * DTypeSize(plan_.dtype);
         absl::Status read;
-        buffer_ = EncodeGatherChunk(
-            piece.begin, plan_.dtype, version, bytes,
-            [&](uint8_t* dst) { read = state_->Read(piece, plan_.dtype, dst); });
+        if (plan_.region != nullptr) {
+          read = state_->Read(piece, plan_.dtype, plan_.region_at + written_);
+          written_ += bytes;
+          buffer_ = EncodeGatherRegionChunk(piece.begin, plan_.dtype, version,
+                                            piece.size());
+        } else {
+          buffer_ = EncodeGatherChunk(
+              piece.begin, plan_.dtype, version, bytes, [&](uint8_t* dst) {
+                read = state_->Read(piece, plan_.dtype, dst);
+              });
+        }
         if (!read.ok()) {
           // Only the device placement can fail here (its state is lost).
           buffer_.Clear();

@@ -6,7 +6,8 @@
 // pairwise disjoint, dtype FP32 or BF16). Then, range by range in request
 // order, each server chunk is sent once its version is >= min_version, in
 // messages of at most max_message_bytes (default and cap 1 MiB) that never
-// span two chunks. Waiting registers a callback with the StepTracker; no
+// span two chunks. A Gather into a shared-memory region writes each chunk's
+// elements there instead and sends one small message per server chunk. Waiting registers a callback with the StepTracker; no
 // thread blocks. A call cancelled or past its deadline while waiting is
 // finished at once and its waiter removed.
 //
@@ -31,6 +32,7 @@
 #include "server/status_reactor.h"
 #include "server/rpc_counters.h"
 #include "server/model_shard.h"
+#include "server/shared_regions.h"
 
 namespace zeroshard {
 
@@ -43,10 +45,16 @@ struct GatherPlan {
   DType dtype = DType::kBf16;
   int64_t min_version = -1;
   uint64_t elems_per_message = 0;
+  // A Gather into shared memory: the region and where in it the ranges'
+  // elements go (checked to fit); the replies carry no data.
+  std::shared_ptr<SharedMemory> region;
+  uint8_t* region_at = nullptr;
 };
 
+// `regions` (null: none served) resolves a request's region.
 absl::StatusOr<GatherPlan> PlanGather(const ModelShard& state,
-                                      const v1::GatherRequest& request);
+                                      const v1::GatherRequest& request,
+                                      const SharedRegions* regions = nullptr);
 
 class GatherReactor
     : public StatusReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>> {
@@ -77,6 +85,7 @@ class GatherReactor
   absl::Mutex mu_;
   size_t range_index_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pos_ ABSL_GUARDED_BY(mu_) = 0;  // next offset in the range
+  uint64_t written_ ABSL_GUARDED_BY(mu_) = 0;  // bytes into the region
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

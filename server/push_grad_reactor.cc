@@ -12,11 +12,12 @@ namespace zeroshard {
 
 PushGradReactor::PushGradReactor(std::shared_ptr<ModelShard> state,
                                  grpc::ByteBuffer* response,
-                                 RpcCounters* counters, IdleStreams* idle)
+                                 RpcCounters* counters, IdleStreams* idle,
+                                 const SharedRegions* regions)
     : response_(response),
       counters_(counters),
       idle_(idle),
-      session_(std::move(state)) {
+      session_(std::move(state), regions) {
   waiting_since_ns_.store(absl::ToUnixNanos(absl::Now()));
   idle_->Add(this);
   StartRead(&message_);

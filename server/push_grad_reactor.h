@@ -40,7 +40,7 @@ class PushGradReactor
   // call) watches the stream.
   PushGradReactor(std::shared_ptr<ModelShard> state,
                   grpc::ByteBuffer* response, RpcCounters* counters,
-                  IdleStreams* idle);
+                  IdleStreams* idle, const SharedRegions* regions = nullptr);
 
   void OnReadDone(bool ok) override;
   void OnDone() override;

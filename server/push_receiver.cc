@@ -11,8 +11,9 @@
 
 namespace zeroshard {
 
-PushReceiver::PushReceiver(std::shared_ptr<ModelShard> state)
-    : state_(std::move(state)) {}
+PushReceiver::PushReceiver(std::shared_ptr<ModelShard> state,
+                           const SharedRegions* regions)
+    : state_(std::move(state)), regions_(regions) {}
 
 PushReceiver::~PushReceiver() { FreeBuffers(); }
 
@@ -34,6 +35,8 @@ absl::Status PushReceiver::OnMessage(v1::PushGradMessage& message) {
       return OnProtoPiece(*message.mutable_piece());
     case v1::PushGradMessage::kCommit:
       return OnCommit(message.commit());
+    case v1::PushGradMessage::kRegionPiece:
+      return OnRegionPiece(message.region_piece());
     default:
       return absl::InvalidArgumentError(
           "PushGrad: message has no header, piece or commit");
@@ -75,6 +78,44 @@ absl::Status PushReceiver::OnProtoPiece(v1::PushGradPiece& piece) {
   in.segments.emplace_back(reinterpret_cast<const uint8_t*>(bytes->data()),
                            bytes->size());
   in.owner = std::move(bytes);
+  return OnPiece(std::move(in));
+}
+
+absl::Status PushReceiver::OnRegionPiece(
+    const v1::PushGradRegionPiece& piece) {
+  if (regions_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "PushGrad: a piece in shared memory, but this server serves none");
+  }
+  const std::string what =
+      absl::StrCat("PushGrad: piece at offset ", piece.offset());
+  absl::StatusOr<std::shared_ptr<SharedMemory>> found =
+      regions_->Find(piece.region());
+  if (!found.ok()) {
+    return absl::Status(found.status().code(),
+                        absl::StrCat(what, ": ", found.status().message()));
+  }
+  std::shared_ptr<SharedMemory> region = std::move(*found);
+  ASSIGN_OR_RETURN(const uint8_t* at,
+                   SharedRegions::Span(*region, piece.region_offset(),
+                                       piece.bytes(), what));
+  PushGradPieceInput in;
+  in.offset = piece.offset();
+  in.dtype = piece.dtype();
+  in.bytes = piece.bytes();
+  // A piece that waits for a commit is copied, once OnPiece's limits hold
+  // for it; one applied now (or refused) is read where it lies.
+  if (have_header_ && !header_.coefficient_known() && !finished_ &&
+      piece.bytes() <= kMaxPiecePayloadBytes) {
+    auto copy = std::make_shared<std::string>(
+        reinterpret_cast<const char*>(at), piece.bytes());
+    in.segments.emplace_back(reinterpret_cast<const uint8_t*>(copy->data()),
+                             copy->size());
+    in.owner = std::move(copy);
+  } else {
+    in.segments.emplace_back(at, piece.bytes());
+    in.owner = std::move(region);
+  }
   return OnPiece(std::move(in));
 }
 

@@ -22,6 +22,9 @@
 // destroyed; a session destroyed before its commit applies nothing.
 // A piece's bytes are never copied here: they stay with the owner they
 // arrived in (received gRPC slices, or the proto's string) until applied.
+// A piece in a shared-memory region (PushGradRegionPiece) is read from the
+// region when it is applied at once, and copied out of it when it waits for
+// a commit, so that the client may reuse its region once the push is over.
 // Not thread-safe: one stream, one caller at a time.
 #ifndef ZEROSHARD_SERVER_PUSH_RECEIVER_H_
 #define ZEROSHARD_SERVER_PUSH_RECEIVER_H_
@@ -36,12 +39,16 @@
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "wire/push_grad_codec.h"
 #include "server/model_shard.h"
+#include "server/shared_regions.h"
 
 namespace zeroshard {
 
 class PushReceiver {
  public:
-  explicit PushReceiver(std::shared_ptr<ModelShard> state);
+  // `regions`, when given, serves pieces in shared memory (it outlives the
+  // receiver); without it such a piece is FAILED_PRECONDITION.
+  explicit PushReceiver(std::shared_ptr<ModelShard> state,
+                        const SharedRegions* regions = nullptr);
   ~PushReceiver();
   PushReceiver(const PushReceiver&) = delete;
   PushReceiver& operator=(const PushReceiver&) = delete;
@@ -82,6 +89,7 @@ class PushReceiver {
 
   absl::Status OnHeader(const v1::PushGradHeader& header);
   absl::Status OnProtoPiece(v1::PushGradPiece& piece);
+  absl::Status OnRegionPiece(const v1::PushGradRegionPiece& piece);
   absl::Status OnCommit(const v1::PushGradCommit& commit);
   absl::Status Apply(const StepParams& params,
                      absl::Span<const GradPiece> pieces);
@@ -94,6 +102,7 @@ class PushReceiver {
   void FreeBuffers();
 
   std::shared_ptr<ModelShard> state_;
+  const SharedRegions* regions_;
   bool have_header_ = false;
   bool finished_ = false;
   v1::PushGradHeader header_;

@@ -1,5 +1,7 @@
 #include "server/shard_service_impl.h"
 
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -156,6 +158,20 @@ grpc::ServerUnaryReactor* ShardServiceImpl::KvGet(
                     &ShardServiceImpl::HandleKvGet);
 }
 
+grpc::ServerUnaryReactor* ShardServiceImpl::OpenRegion(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "OpenRegion", request, response,
+                    &ShardServiceImpl::HandleOpenRegion);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::CloseRegion(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeUnary(context, "CloseRegion", request, response,
+                    &ShardServiceImpl::HandleCloseRegion);
+}
+
 grpc::ServerUnaryReactor* ShardServiceImpl::KvWait(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
@@ -218,7 +234,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::Gather(
   }
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   if (!state.ok()) return new Failed(state.status(), &counters_);
-  absl::StatusOr<GatherPlan> plan = PlanGather(**state, parsed);
+  absl::StatusOr<GatherPlan> plan = PlanGather(**state, parsed, &regions_);
   if (!plan.ok()) return new Failed(plan.status(), &counters_);
   return new GatherReactor(*std::move(state), *std::move(plan), &counters_);
 }
@@ -232,7 +248,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::PushGrad(
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   if (!state.ok()) return new Failed(state.status(), &counters_);
   return new PushGradReactor(*std::move(state), response, &counters_,
-                             &push_streams_);
+                             &push_streams_, &regions_);
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::HandleApplyStep(
@@ -435,6 +451,42 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleKvWait(
   RETURN_UNARY_IF_ERROR(KvStore::ValidateKeys(keys));
   return new KvWaitReactor(context, &kv_, *scope, keys, std::move(*reply),
                            &counters_);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleOpenRegion(
+    grpc::CallbackServerContext* context, const v1::OpenRegionRequest* request,
+    UnaryReply<v1::OpenRegionResponse>* reply) {
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  RETURN_UNARY_IF_ERROR(state.status());
+  if (request->run_id() != (*state)->run_id()) {
+    return FinishUnary(
+        context,
+        absl::PermissionDeniedError(absl::StrCat(
+            "OpenRegion names run '", request->run_id(),
+            "', but this server serves run '", (*state)->run_id(), "'")),
+        reply);
+  }
+  // Room for a push and a gather of the whole owned range in FP32.
+  const uint64_t max_bytes =
+      SharedMemory::kDataOffset + 2 * (*state)->owned().size() * sizeof(float);
+  absl::StatusOr<SharedRegions::Opened> opened =
+      regions_.Open(request->bytes(), max_bytes);
+  RETURN_UNARY_IF_ERROR(opened.status());
+  v1::OpenRegionResponse* response = reply->message();
+  response->set_region(opened->id);
+  response->set_pid(static_cast<int64_t>(::getpid()));
+  response->set_fd(opened->memory->fd());
+  response->set_nonce(opened->memory->nonce());
+  response->set_data_offset(SharedMemory::kDataOffset);
+  response->set_bytes(opened->memory->size());
+  return FinishUnary(context, absl::OkStatus(), reply);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::HandleCloseRegion(
+    grpc::CallbackServerContext* context,
+    const v1::CloseRegionRequest* request,
+    UnaryReply<v1::CloseRegionResponse>* reply) {
+  return FinishUnary(context, regions_.Close(request->region()), reply);
 }
 
 }  // namespace zeroshard

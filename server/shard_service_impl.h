@@ -37,6 +37,7 @@
 #include "server/raw_messages.h"
 #include "server/rpc_counters.h"
 #include "server/server_metrics.h"
+#include "server/shared_regions.h"
 #include "server/model_shard.h"
 
 namespace zeroshard {
@@ -54,7 +55,9 @@ using ShardServiceBase = v1::ShardService::WithRawCallbackMethod_Init<
     v1::ShardService::WithRawCallbackMethod_KvSet<
     v1::ShardService::WithRawCallbackMethod_KvGet<
     v1::ShardService::WithRawCallbackMethod_KvWait<
-        v1::ShardService::CallbackService>>>>>>>>>>>>;
+    v1::ShardService::WithRawCallbackMethod_OpenRegion<
+    v1::ShardService::WithRawCallbackMethod_CloseRegion<
+        v1::ShardService::CallbackService>>>>>>>>>>>>>>;
 // clang-format on
 
 class ShardServiceImpl final : public ShardServiceBase {
@@ -104,6 +107,12 @@ class ShardServiceImpl final : public ShardServiceBase {
   grpc::ServerUnaryReactor* KvWait(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* request,
                                    grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* OpenRegion(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CloseRegion(grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
 
   // The streaming methods.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Gather(
@@ -126,6 +135,7 @@ class ShardServiceImpl final : public ShardServiceBase {
   // The state after Init; FAILED_PRECONDITION before.
   absl::StatusOr<std::shared_ptr<ModelShard>> state() const;
   RpcCounters& counters() { return counters_; }
+  const SharedRegions& regions() const { return regions_; }
 
  private:
   absl::Status DoInit(const v1::InitRequest& request,
@@ -183,10 +193,19 @@ class ShardServiceImpl final : public ShardServiceBase {
   grpc::ServerUnaryReactor* HandleKvWait(grpc::CallbackServerContext* context,
                                          const v1::KvWaitRequest* request,
                                          UnaryReply<v1::KvWaitResponse>* reply);
+  grpc::ServerUnaryReactor* HandleOpenRegion(
+      grpc::CallbackServerContext* context,
+      const v1::OpenRegionRequest* request,
+      UnaryReply<v1::OpenRegionResponse>* reply);
+  grpc::ServerUnaryReactor* HandleCloseRegion(
+      grpc::CallbackServerContext* context,
+      const v1::CloseRegionRequest* request,
+      UnaryReply<v1::CloseRegionResponse>* reply);
 
   const Config config_;
   RpcCounters counters_;
   KvStore kv_;
+  SharedRegions regions_;
   IdleStreams push_streams_;
   absl::Mutex init_mu_;  // serialises Init
   mutable absl::Mutex mu_;

@@ -19,6 +19,7 @@ constexpr uint8_t kOffsetTag = FieldTag(1, kVarint);
 constexpr uint8_t kDtypeTag = FieldTag(2, kVarint);
 constexpr uint8_t kVersionTag = FieldTag(3, kVarint);
 constexpr uint8_t kDataTag = FieldTag(4, kLengthDelimited);
+constexpr uint8_t kRegionElemsTag = FieldTag(5, kVarint);
 
 }  // namespace
 
@@ -55,6 +56,22 @@ grpc::ByteBuffer EncodeGatherChunk(uint64_t offset, DType dtype,
   return grpc::ByteBuffer(&slice, 1);
 }
 
+grpc::ByteBuffer EncodeGatherRegionChunk(uint64_t offset, DType dtype,
+                                         uint64_t version, uint64_t elems) {
+  uint8_t raw[64];
+  uint8_t* p = raw;
+  *p++ = kOffsetTag;
+  p = PutVarint(offset, p);
+  *p++ = kDtypeTag;
+  p = PutVarint(static_cast<uint64_t>(dtype), p);
+  *p++ = kVersionTag;
+  p = PutVarint(version, p);
+  *p++ = kRegionElemsTag;
+  p = PutVarint(elems, p);
+  grpc::Slice slice(raw, static_cast<size_t>(p - raw));
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 void GatherChunkView::CopyDataTo(void* dst) const {
   auto* out = static_cast<uint8_t*>(dst);
   for (const auto& [p, n] : segments) {
@@ -84,6 +101,7 @@ absl::Status DecodeGatherChunk(grpc::ByteBuffer& buffer,
       if (field == 1) out->offset = v;
       if (field == 2) out->dtype = static_cast<int>(v);
       if (field == 3) out->version = v;
+      if (field == 5) out->region_elems = v;
     } else if (wire == kLengthDelimited) {
       uint64_t len;
       if (!cur.ReadVarint(&len)) return malformed("truncated length");

@@ -47,6 +47,11 @@ grpc::ByteBuffer EncodeGatherChunk(uint64_t offset, DType dtype,
                                    uint64_t version, size_t payload_bytes,
                                    absl::FunctionRef<void(uint8_t*)> fill);
 
+// A chunk of a Gather into shared memory: offset, dtype, version and
+// region_elems, no data.
+grpc::ByteBuffer EncodeGatherRegionChunk(uint64_t offset, DType dtype,
+                                         uint64_t version, uint64_t elems);
+
 // ---- Decoding (client) ------------------------------------------------------
 
 // A decoded GatherChunk whose data stays in the received slices.
@@ -55,6 +60,8 @@ struct GatherChunkView {
   int dtype = 0;  // zeroshard.v1.DType value
   uint64_t version = 0;
   size_t data_bytes = 0;
+  // Elements written into the caller's shared-memory region (field 5).
+  uint64_t region_elems = 0;
 
   // Copies the data_bytes bytes of data to dst.
   void CopyDataTo(void* dst) const;

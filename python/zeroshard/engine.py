@@ -51,13 +51,21 @@ def _close_all():
         e.close(agree=False)
 
 
-def _all_finite(t, chunk=1 << 20):
-    """Whether every element of the 1-D t is finite, a chunk at a time (no
-    mask of t's whole size)."""
+def _max_abs(t, chunk=1 << 22):
+    """The largest magnitude in the 1-D t (NaN or Inf where it holds one),
+    a chunk at a time (no copy of t's whole size)."""
+    m = 0.0
     for at in range(0, t.numel(), chunk):
-        if not bool(torch.isfinite(t[at:at + chunk]).all()):
-            return False
-    return True
+        x = float(t[at:at + chunk].abs().max())
+        if not math.isfinite(x):
+            return x
+        m = max(m, x)
+    return m
+
+
+# The servers refuse a gradient that the coefficient scales past 2^60
+# (its square would overflow Adam's second moment: optim/grad_scan.h).
+_MAX_SCALED_GRAD = 2.0 ** 60
 
 
 def _has_complete_checkpoint(d):
@@ -214,6 +222,16 @@ class ZeroshardEngine(torch.nn.Module):
             # model then holds what the servers hold (BF16: their mirror).
             self._send_initial_weights()
         self._barrier()
+        # Servers on this host: gathers and pushes through shared memory
+        # (zeroshard.shared_memory); the others over gRPC.
+        self.shared_memory_servers = 0
+        if cl["shared_memory"]:
+            self.shared_memory_servers, why = \
+                self._cluster.attach_shared_memory()
+            if why and self.rank == 0:
+                print(f"zeroshard: {len(addresses) - self.shared_memory_servers}"
+                      f" of {len(addresses)} servers over gRPC only: {why}",
+                      file=sys.stderr)
         self._gather()
         if self._stage3 and self.world == 1:
             self._flat_grad = torch.zeros(self._total, dtype=self._dtype)
@@ -631,9 +649,14 @@ class ZeroshardEngine(torch.nn.Module):
         coefficient, norm = self._clip_coefficient()
         self._last_norm = norm
         if norm is None:
-            skip = not _all_finite(self._flat_grad)
+            big = _max_abs(self._flat_grad)
+            skip = not math.isfinite(big)
+            # Every piece passes the servers' checks: they may apply each
+            # as it arrives (clipped, no scaled element exceeds the clip).
+            known = skip or big * coefficient <= _MAX_SCALED_GRAD
         else:
             skip = not math.isfinite(norm)
+            known = skip or norm * coefficient <= _MAX_SCALED_GRAD
         apply = self._scaler.update(skip)
         self._last_skipped = not apply
         grad = self._flat_grad
@@ -644,7 +667,7 @@ class ZeroshardEngine(torch.nn.Module):
         self._cluster.push(self.global_steps, 0, [(0, self._total)],
                            self._wire, self._np(grad),
                            coefficient=coefficient if apply else 0.0,
-                           skip=not apply)
+                           skip=not apply, known=known)
         self._mark("push")
 
     def _push_scaled(self):

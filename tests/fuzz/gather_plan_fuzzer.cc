@@ -1,6 +1,7 @@
 // Gather planning (server/gather_reactor.h PlanGather): any GatherRequest
 // against server 1 of 2 of a small shard (so the owned range does not start
-// at 0). Input: the request's protobuf bytes.
+// at 0), with one shared-memory region open, which a request naming an odd
+// region id is pointed at. Input: the request's protobuf bytes.
 // Checked: an accepted plan has every range inside the owned range and the
 // non-empty ranges pairwise disjoint, a dtype of FP32 or BF16 and
 // messages of at most kMaxGatherMessageBytes holding at least one element.
@@ -24,17 +25,38 @@ namespace {
 void Run(const uint8_t* data, size_t size) {
   QuietProtobuf();
   static const std::shared_ptr<ModelShard> state = FuzzShard(2, 1);
+  static SharedRegions* const regions = new SharedRegions();
+  static const uint64_t region = [] {
+    absl::StatusOr<SharedRegions::Opened> r = regions->Open(4 * 4096, 4 * 4096);
+    if (!r.ok()) std::abort();
+    return r->id;
+  }();
   v1::GatherRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  absl::StatusOr<GatherPlan> plan = PlanGather(*state, request);
+  if (request.region() % 2 == 1) request.set_region(region);
+  absl::StatusOr<GatherPlan> plan = PlanGather(*state, request, regions);
   if (!plan.ok()) return;
+  if (request.region() != 0) {
+    uint64_t bytes = 0;
+    for (const FlatRange& r : plan->ranges) {
+      bytes += r.size() * DTypeSize(plan->dtype);
+    }
+    const uint8_t* begin = plan->region->data() + SharedMemory::kDataOffset;
+    const uint8_t* end = plan->region->data() + plan->region->size();
+    if (plan->region_at < begin || plan->region_at > end ||
+        bytes > static_cast<uint64_t>(end - plan->region_at)) {
+      Fail("accepted a gather that does not fit its region");
+    }
+  }
   const FlatRange own = state->owned();
   if (plan->dtype != DType::kFp32 && plan->dtype != DType::kBf16) {
     Fail("accepted a dtype other than FP32 or BF16");
   }
   const uint64_t esize = DTypeSize(plan->dtype);
+  // A gather into a region sends no data: one message per server chunk.
   if (plan->elems_per_message == 0 ||
-      plan->elems_per_message * esize > kMaxGatherMessageBytes) {
+      (request.region() == 0 &&
+       plan->elems_per_message * esize > kMaxGatherMessageBytes)) {
     Fail("message size out of bounds");
   }
   std::vector<FlatRange> ranges;

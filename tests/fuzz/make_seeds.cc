@@ -159,6 +159,33 @@ void PushReceiver(const fs::path& root) {
   overlap.Byte(0).Byte(0).Record(
       Serialized(PieceMsg(32, v1::DTYPE_FP32, Floats(64, 1))));
   c.Add("overlap", overlap.bytes());
+  // Pieces in the shared-memory region (flag 4 points them at it): applied
+  // at once, buffered until a commit, and one past the region's end.
+  auto region_piece = [](uint64_t offset, uint64_t region_offset,
+                         uint64_t bytes) {
+    v1::PushGradMessage m;
+    v1::PushGradRegionPiece* p = m.mutable_region_piece();
+    p->set_offset(offset);
+    p->set_dtype(v1::DTYPE_FP32);
+    p->set_region(1);
+    p->set_region_offset(region_offset);
+    p->set_bytes(bytes);
+    return Serialized(m);
+  };
+  for (bool known : {true, false}) {
+    FuzzInputWriter w;
+    w.Byte(2 | 4);
+    w.Byte(0).Byte(0).Record(Serialized(HeaderMsg(run, known)));
+    w.Byte(0).Byte(0).Record(region_piece(0, 4096, 256));
+    w.Byte(0).Byte(0).Record(region_piece(64, 4096 + 512, 1024));
+    if (!known) w.Byte(0).Byte(0).Record(Serialized(CommitMsg(1.0, false)));
+    c.Add(known ? "region-known" : "region-commit", w.bytes());
+  }
+  FuzzInputWriter past;
+  past.Byte(2 | 4);
+  past.Byte(0).Byte(0).Record(Serialized(HeaderMsg(run, true)));
+  past.Byte(0).Byte(0).Record(region_piece(0, 4 * 4096 - 128, 256));
+  c.Add("region-past-end", past.bytes());
   FuzzInputWriter no_header;
   no_header.Byte(0).Byte(0).Byte(0).Record(
       Serialized(PieceMsg(0, v1::DTYPE_FP32, Floats(8, 1))));
@@ -220,6 +247,12 @@ void GatherPlan(const fs::path& root) {
   v1::GatherRequest outside = one;
   outside.mutable_ranges(0)->set_offset(own.begin - 8);
   c.Add("outside", Serialized(outside));
+  v1::GatherRequest region = two;  // an odd id names the open region
+  region.set_region(1);
+  region.set_region_offset(4096 + 8);
+  c.Add("region", Serialized(region));
+  region.set_region_offset(4 * 4096 - 64);
+  c.Add("region-past-end", Serialized(region));
 }
 
 void Init(const fs::path& root) {

@@ -4,7 +4,8 @@
 // slices, by wire/push_grad_codec.h's raw decoder over 1 to 3 slices.
 //
 // Input: a flags byte (bit 0: raw decoder; bit 1: give headers the shard's
-// run_id so the fuzzer gets past that check), then one record per message
+// run_id so the fuzzer gets past that check; bit 2: make every region piece
+// name the one open shared-memory region), then one record per message
 // (tests/fuzz/fuzz_util.h), each preceded by two slice-split bytes.
 // Checked: no crash, leak or UB; a session that ends (finished, failed or
 // dropped) leaves no pending gradient bytes behind.
@@ -25,7 +26,8 @@ namespace {
 
 // Feeds one message to the session; false when the stream ends here.
 bool Feed(PushReceiver& session, const ModelShard& state, bool raw,
-          bool fix_run, std::string_view record, size_t cut1, size_t cut2) {
+          bool fix_run, uint64_t region, std::string_view record, size_t cut1,
+          size_t cut2) {
   v1::PushGradMessage message;
   if (raw) {
     grpc::ByteBuffer buffer = Slices(record, cut1, cut2);
@@ -41,6 +43,9 @@ bool Feed(PushReceiver& session, const ModelShard& state, bool raw,
   if (fix_run && message.has_header()) {
     message.mutable_header()->set_run_id(state.request().run_id());
   }
+  if (region != 0 && message.has_region_piece()) {
+    message.mutable_region_piece()->set_region(region);
+  }
   return session.OnMessage(message).ok();
 }
 
@@ -49,12 +54,21 @@ void Run(const uint8_t* data, size_t size) {
   std::shared_ptr<ModelShard> state = FuzzShard();
   FuzzInput in(data, size);
   const uint8_t flags = in.Byte();
+  // One region of 4 pages: the pieces it serves are read from or copied out
+  // of it, never past its end.
+  static SharedRegions* const regions = new SharedRegions();
+  static const uint64_t region = [] {
+    absl::StatusOr<SharedRegions::Opened> r = regions->Open(4 * 4096, 4 * 4096);
+    if (!r.ok()) std::abort();
+    return r->id;
+  }();
   {
-    PushReceiver session(state);
+    PushReceiver session(state, regions);
     bool ok = true;
     while (ok && !in.empty() && !session.finished()) {
       const size_t cut1 = in.Byte(), cut2 = in.Byte();
-      ok = Feed(session, *state, flags & 1, flags & 2, in.Record(), cut1, cut2);
+      ok = Feed(session, *state, flags & 1, flags & 2,
+                (flags & 4) ? region : 0, in.Record(), cut1, cut2);
     }
     if (ok && !session.finished()) ok = session.OnEndOfStream().ok();
     if (!ok) session.Discard();

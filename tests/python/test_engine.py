@@ -71,20 +71,27 @@ def weights(engine, model, stage):
     return [sd[n] for n, _ in model.named_parameters()]
 
 
-@pytest.mark.parametrize("servers,gas,clip,stage", [
-    (1, 1, 0.0, 2), (2, 2, 1.0, 2), (3, 3, 0.05, 1), (2, 2, 1.0, 3),
-    (1, 3, 0.05, 3)])
-def test_matches_torch_adamw_bit_for_bit(servers, gas, clip, stage):
+# The local servers are reached through shared memory unless the config
+# says otherwise (the last case: gRPC alone).
+@pytest.mark.parametrize("servers,gas,clip,stage,shm", [
+    (1, 1, 0.0, 2, True), (2, 2, 1.0, 2, True), (3, 3, 0.05, 1, True),
+    (2, 2, 1.0, 3, True), (1, 3, 0.05, 3, True), (2, 2, 1.0, 3, False)])
+def test_matches_torch_adamw_bit_for_bit(servers, gas, clip, stage, shm):
     steps = 4
     data = batches(steps * gas, 4)
     ref = torch_reference(make_model(), data, gas, clip, 0.01, steps)
 
     model = make_model()
+    c = config(servers, gas, clip, stage=stage)
+    c["zeroshard"]["shared_memory"] = shm
     engine, _, _, _ = zeroshard.initialize(
-        model=model, model_parameters=model.parameters(),
-        config=config(servers, gas, clip, stage=stage))
+        model=model, model_parameters=model.parameters(), config=c)
     loss_fn = torch.nn.CrossEntropyLoss()
     try:
+        assert engine.shared_memory_servers == (servers if shm else 0)
+        calls = [s["rpc_calls"].get("OpenRegion", 0)
+                 for s in engine.inspect()]
+        assert calls == [1 if shm else 0] * servers
         for s in range(steps):
             for m in range(gas):
                 x, y = data[s * gas + m]

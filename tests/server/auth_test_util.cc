@@ -13,7 +13,7 @@ const std::vector<std::string>& AllMethods() {
   static const auto* methods = new std::vector<std::string>{
       "Init",    "Gather",       "PushGrad",   "ApplyStep", "Inspect",
       "Checkpoint", "Restore",   "ReadSnapshot", "SetWeights", "KvSet",
-      "KvGet",   "KvWait"};
+      "KvGet",   "KvWait",       "OpenRegion", "CloseRegion"};
   return *methods;
 }
 
@@ -152,6 +152,19 @@ std::map<std::string, grpc::Status> CallEveryMethod(
     v1::KvWaitResponse r;
     out["KvWait"] = stub.KvWait(&c, q, &r);
   }
+  unary("OpenRegion", [&](grpc::ClientContext* c) {
+    v1::OpenRegionRequest q;
+    q.set_bytes(8192);
+    q.set_run_id(kTestRunId);
+    v1::OpenRegionResponse r;
+    return stub.OpenRegion(c, q, &r);
+  });
+  unary("CloseRegion", [&](grpc::ClientContext* c) {
+    v1::CloseRegionRequest q;
+    q.set_region(1);
+    v1::CloseRegionResponse r;
+    return stub.CloseRegion(c, q, &r);
+  });
   return out;
 }
 

@@ -31,7 +31,7 @@ const std::map<std::string, std::set<std::string>>& Allowed() {
   static const auto* allowed = new std::map<std::string, std::set<std::string>>{
       {"worker",
        {"Gather", "PushGrad", "ApplyStep", "KvSet", "KvGet", "KvWait",
-        "Inspect"}},
+        "OpenRegion", "CloseRegion", "Inspect"}},
       {"ctl", {"Inspect"}},
       {"admin", std::set<std::string>(AllMethods().begin(), AllMethods().end())},
   };

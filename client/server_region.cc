@@ -1,0 +1,56 @@
+#include "client/server_region.h"
+
+#include <utility>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/shard_channels.h"
+#include "wire/grpc_status.h"
+
+namespace zeroshard {
+
+absl::StatusOr<std::unique_ptr<ServerRegion>> ServerRegion::Open(
+    const ShardChannels& channels, int k, FlatRange owned) {
+  if (owned.size() == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", k, " owns no elements: no region"));
+  }
+  v1::OpenRegionRequest request;
+  request.set_bytes(SharedMemory::kDataOffset +
+                    2 * owned.size() * sizeof(float));
+  request.set_run_id(channels.options().run_id);
+  v1::OpenRegionResponse response;
+  {
+    grpc::ClientContext ctx;
+    channels.PrepareControlContext(&ctx);
+    grpc::Status st = channels.stub(k).OpenRegion(&ctx, request, &response);
+    if (!st.ok()) return FromGrpcStatus(st, "OpenRegion", channels.address(k));
+  }
+  absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
+      SharedMemory::Attach(response.pid(), response.fd(), response.bytes(),
+                           response.nonce());
+  if (!memory.ok() || response.bytes() != request.bytes() ||
+      response.data_offset() != SharedMemory::kDataOffset) {
+    std::unique_ptr<ServerRegion> unmapped(
+        new ServerRegion(response.region(), nullptr, owned));
+    unmapped->Close(channels, k);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", channels.address(k), ": its region cannot be used here: ",
+        memory.ok() ? "its size or layout differs from the request"
+                    : memory.status().message()));
+  }
+  return std::unique_ptr<ServerRegion>(
+      new ServerRegion(response.region(), *std::move(memory), owned));
+}
+
+void ServerRegion::Close(const ShardChannels& channels, int k) const {
+  v1::CloseRegionRequest request;
+  request.set_region(id_);
+  v1::CloseRegionResponse response;
+  grpc::ClientContext ctx;
+  channels.PrepareControlContext(&ctx);
+  channels.stub(k).CloseRegion(&ctx, request, &response);
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,92 @@
+#include "server/shared_regions.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace zeroshard {
+
+absl::StatusOr<SharedRegions::Opened> SharedRegions::Open(size_t bytes,
+                                                          size_t max_bytes) {
+  if (bytes <= SharedMemory::kDataOffset || bytes > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OpenRegion: ", bytes, " bytes; want more than ",
+        SharedMemory::kDataOffset, " and at most ", max_bytes,
+        " (one page and twice this server's range in FP32)"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (regions_.size() >= kMaxRegions) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "OpenRegion: this server has ", regions_.size(),
+          " regions open, its limit; close one (CloseRegion) or use gRPC"));
+    }
+  }
+  absl::StatusOr<std::unique_ptr<SharedMemory>> made =
+      SharedMemory::Create(bytes);
+  if (!made.ok()) {
+    return absl::Status(made.status().code(),
+                        absl::StrCat("OpenRegion: ", made.status().message()));
+  }
+  Opened out;
+  out.memory = std::move(*made);
+  absl::MutexLock lock(&mu_);
+  if (regions_.size() >= kMaxRegions) {
+    return absl::ResourceExhaustedError(
+        "OpenRegion: this server's regions reached their limit meanwhile");
+  }
+  // Random ids: a caller cannot name a region it was not told of.
+  do {
+    if (::getrandom(&out.id, sizeof(out.id), 0) !=
+        static_cast<ssize_t>(sizeof(out.id))) {
+      if (errno == EINTR) continue;
+      return absl::InternalError("OpenRegion: getrandom failed");
+    }
+  } while (out.id == 0 || regions_.contains(out.id));
+  regions_.emplace(out.id, out.memory);
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<SharedMemory>> SharedRegions::Find(
+    uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(id);
+  if (it == regions_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "region ", id, " is not open on this server (closed, or opened on "
+        "another server or before a restart)"));
+  }
+  return it->second;
+}
+
+absl::Status SharedRegions::Close(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  if (regions_.erase(id) == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("CloseRegion: region ", id, " is not open"));
+  }
+  return absl::OkStatus();
+}
+
+size_t SharedRegions::size() const {
+  absl::MutexLock lock(&mu_);
+  return regions_.size();
+}
+
+absl::StatusOr<uint8_t*> SharedRegions::Span(const SharedMemory& memory,
+                                             uint64_t offset, uint64_t bytes,
+                                             absl::string_view what) {
+  if (offset < SharedMemory::kDataOffset || offset > memory.size() ||
+      bytes > memory.size() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": bytes [", offset, ", ", offset, " + ", bytes,
+        ") are not inside the region's data [", SharedMemory::kDataOffset,
+        ", ", memory.size(), ")"));
+  }
+  return memory.data() + offset;
+}
+
+}  // namespace zeroshard
