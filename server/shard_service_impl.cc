@@ -251,19 +251,23 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::PushGrad(
                              &push_streams_, &regions_);
 }
 
+absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::StateOfRun(
+    absl::string_view method, const std::string& run_id) const {
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  if (state.ok() && run_id != (*state)->run_id()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(method, " names run '", run_id,
+                     "', but this server serves run '", (*state)->run_id(), "'"));
+  }
+  return state;
+}
+
 grpc::ServerUnaryReactor* ShardServiceImpl::HandleApplyStep(
     grpc::CallbackServerContext* context, const v1::ApplyStepRequest* request,
     UnaryReply<v1::ApplyStepResponse>* reply) {
-  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  absl::StatusOr<std::shared_ptr<ModelShard>> state =
+      StateOfRun("ApplyStep", request->run_id());
   RETURN_UNARY_IF_ERROR(state.status());
-  if (request->run_id() != (*state)->run_id()) {
-    return FinishUnary(
-        context,
-        absl::PermissionDeniedError(absl::StrCat(
-            "ApplyStep names run '", request->run_id(),
-            "', but this server serves run '", (*state)->run_id(), "'")),
-        reply);
-  }
   absl::StatusOr<ApplyResult> r =
       (*state)->ApplyPrepared(request->step(), request->attempt());
   RETURN_UNARY_IF_ERROR(r.status());
@@ -456,16 +460,9 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleKvWait(
 grpc::ServerUnaryReactor* ShardServiceImpl::HandleOpenRegion(
     grpc::CallbackServerContext* context, const v1::OpenRegionRequest* request,
     UnaryReply<v1::OpenRegionResponse>* reply) {
-  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  absl::StatusOr<std::shared_ptr<ModelShard>> state =
+      StateOfRun("OpenRegion", request->run_id());
   RETURN_UNARY_IF_ERROR(state.status());
-  if (request->run_id() != (*state)->run_id()) {
-    return FinishUnary(
-        context,
-        absl::PermissionDeniedError(absl::StrCat(
-            "OpenRegion names run '", request->run_id(),
-            "', but this server serves run '", (*state)->run_id(), "'")),
-        reply);
-  }
   // Room for a push and a gather of the whole owned range in FP32.
   const uint64_t max_bytes =
       SharedMemory::kDataOffset + 2 * (*state)->owned().size() * sizeof(float);

@@ -134,6 +134,10 @@ class ShardServiceImpl final : public ShardServiceBase {
                      absl::string_view method);
   // The state after Init; FAILED_PRECONDITION before.
   absl::StatusOr<std::shared_ptr<ModelShard>> state() const;
+  // The same, and PERMISSION_DENIED naming `method` when `run_id` is not
+  // the initialised run's.
+  absl::StatusOr<std::shared_ptr<ModelShard>> StateOfRun(
+      absl::string_view method, const std::string& run_id) const;
   RpcCounters& counters() { return counters_; }
   const SharedRegions& regions() const { return regions_; }
 
