@@ -223,9 +223,12 @@ class ZeroshardEngine(torch.nn.Module):
             self._send_initial_weights()
         self._barrier()
         # Servers on this host: gathers and pushes through shared memory
-        # (zeroshard.shared_memory); the others over gRPC.
+        # (zeroshard.shared_memory); the others over gRPC. Stages 1 and 2
+        # only: a region holds this rank's share of the parameters and the
+        # gradient once more, which a ZeRO-3 rank, gathering unit by unit,
+        # exists not to hold.
         self.shared_memory_servers = 0
-        if cl["shared_memory"]:
+        if cl["shared_memory"] and not self._stage3:
             self.shared_memory_servers, why = \
                 self._cluster.attach_shared_memory()
             if why and self.rank == 0:

@@ -105,6 +105,39 @@ def test_a_sparse_gradient_changes_nothing_on_the_servers():
         engine.close()
 
 
+@pytest.mark.parametrize("shm", [True, False])
+def test_a_gradient_the_servers_refuse_applies_nothing(shm):
+    # Two million parameters: the push is several pieces, and the element
+    # past the servers' bound (2^60, unclipped) is in the last one, so a push
+    # that applied pieces as they arrived would change the first ones.
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(2048, 1024), torch.nn.Linear(1024, 4))
+    c = config(1, 1, 0.0)
+    c["zeroshard"]["shared_memory"] = shm
+    engine, _, _, _ = zeroshard.initialize(model=m, config=c)
+    try:
+        assert engine.shared_memory_servers == (1 if shm else 0)
+        x = torch.randn(2, 2048)
+        engine.backward(engine(x).square().mean())
+        engine.step()
+        before = engine.consolidated_state_dict()
+        state = [(s["max_version"], s["min_version"], s["optimizer_step"],
+                  s["master_norm"]) for s in engine.inspect()]
+        engine.backward(engine(x).square().mean())
+        last = list(m.parameters())[-1]
+        with torch.no_grad():
+            last.grad[-1] = 1e19
+        with pytest.raises(Exception, match=re.escape("2^60")):
+            engine.step()
+        assert [(s["max_version"], s["min_version"], s["optimizer_step"],
+                 s["master_norm"]) for s in engine.inspect()] == state
+        after = engine.consolidated_state_dict()
+        for n in before:
+            assert torch.equal(before[n], after[n]), n
+    finally:
+        engine.close()
+
+
 def test_parameters_on_another_or_on_two_devices():
     m = make_model()
     m[3].to("meta")
