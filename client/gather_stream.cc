@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <optional>
 
 #include <grpcpp/grpcpp.h>
 
@@ -181,10 +180,21 @@ absl::StatusOr<GatherResult> GatherFromServer(const ShardChannels& channels,
               return a.range.begin < b.range.begin;
             });
   GatherResult result;
-  const std::shared_ptr<const ServerRegion> region = channels.region(server);
-  // One Gather at a time uses the region's gather area.
-  std::optional<absl::MutexLock> lock;
-  if (region != nullptr) lock.emplace(&region->gather_mu());
+  // Through the region when the elements fit its gather area and no other
+  // Gather is using it; over gRPC otherwise.
+  std::shared_ptr<const ServerRegion> region = channels.region(server);
+  uint64_t bytes = 0;
+  for (const GatherTarget& t : targets) bytes += t.range.size() * DTypeSize(dtype);
+  if (region != nullptr &&
+      (bytes > region->gather_bytes() || !region->TryLockGather())) {
+    region = nullptr;
+  }
+  struct Unlock {
+    const ServerRegion* region;
+    ~Unlock() {
+      if (region != nullptr) region->UnlockGather();
+    }
+  } unlock{region.get()};
   absl::Status s = RunWithRetry(channels.options().retry, [&] {
     return OneAttempt(channels, server, targets, dtype, min_version, cancel,
                       region.get(), &result);

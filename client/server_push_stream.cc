@@ -98,8 +98,19 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   // The tracker is shared with every slice still referencing caller data
   // (wire/push_grad_codec.h), so it outlives whatever gRPC still holds.
   auto in_flight = std::make_shared<InFlightBytes>();
-  const std::shared_ptr<const ServerRegion> region =
-      channels_->region(server_);
+  // The region's push area, when no other stream holds it: this stream's
+  // pieces are written there one after the other while they fit (`used`
+  // bytes so far), the rest goes over gRPC. Held until the reply, by which
+  // time the server has read or copied every piece.
+  std::shared_ptr<const ServerRegion> region = channels_->region(server_);
+  if (region != nullptr && !region->TryLockPush()) region = nullptr;
+  struct Unlock {
+    const ServerRegion* region;
+    ~Unlock() {
+      if (region != nullptr) region->UnlockPush();
+    }
+  } unlock{region.get()};
+  uint64_t used = 0;
   *response = v1::PushGradResponse();
   GenericStreamCall call(channels_->channel(server_), kPushGradMethod, &ctx);
 
@@ -143,7 +154,9 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
                    piece.offset + piece.bytes / DTypeSize(piece.dtype) &&
                pieces_[next].data ==
                    static_cast<const uint8_t*>(piece.data) + piece.bytes &&
-               piece.bytes + pieces_[next].bytes <= kMaxRegionPieceBytes) {
+               piece.bytes + pieces_[next].bytes <= kMaxRegionPieceBytes &&
+               used + piece.bytes + pieces_[next].bytes <=
+                   region->push_bytes()) {
           piece.bytes += pieces_[next++].bytes;
         }
       } else {
@@ -162,10 +175,10 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
       }
       break;
     }
-    if (region != nullptr) {
-      // Written at the piece's place in the push area, then named.
-      const uint64_t at =
-          region->push_offset(piece.offset, DTypeSize(piece.dtype));
+    if (region != nullptr && used + piece.bytes <= region->push_bytes()) {
+      // Written after the stream's earlier pieces, then named.
+      const uint64_t at = region->push_offset() + used;
+      used += piece.bytes;
       std::memcpy(region->at(at), piece.data, piece.bytes);
       v1::PushGradMessage msg;
       v1::PushGradRegionPiece* p = msg.mutable_region_piece();

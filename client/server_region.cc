@@ -14,14 +14,17 @@
 namespace zeroshard {
 
 absl::StatusOr<std::unique_ptr<ServerRegion>> ServerRegion::Open(
-    const ShardChannels& channels, int k, FlatRange owned) {
-  if (owned.size() == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("server ", k, " owns no elements: no region"));
+    const ShardChannels& channels, int k, uint64_t push_bytes,
+    uint64_t gather_bytes) {
+  auto round_up = [](uint64_t n) { return (n + 63) / 64 * 64; };
+  push_bytes = round_up(push_bytes);
+  gather_bytes = round_up(gather_bytes);
+  if (push_bytes == 0 && gather_bytes == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", channels.address(k), ": nothing to move, no region"));
   }
   v1::OpenRegionRequest request;
-  request.set_bytes(SharedMemory::kDataOffset +
-                    2 * owned.size() * sizeof(float));
+  request.set_bytes(SharedMemory::kDataOffset + push_bytes + gather_bytes);
   request.set_run_id(channels.options().run_id);
   v1::OpenRegionResponse response;
   {
@@ -36,15 +39,15 @@ absl::StatusOr<std::unique_ptr<ServerRegion>> ServerRegion::Open(
   if (!memory.ok() || response.bytes() != request.bytes() ||
       response.data_offset() != SharedMemory::kDataOffset) {
     std::unique_ptr<ServerRegion> unmapped(
-        new ServerRegion(response.region(), nullptr, owned));
+        new ServerRegion(response.region(), nullptr, 0, 0));
     unmapped->Close(channels, k);
     return absl::FailedPreconditionError(absl::StrCat(
         "server ", channels.address(k), ": its region cannot be used here: ",
         memory.ok() ? "its size or layout differs from the request"
                     : memory.status().message()));
   }
-  return std::unique_ptr<ServerRegion>(
-      new ServerRegion(response.region(), *std::move(memory), owned));
+  return std::unique_ptr<ServerRegion>(new ServerRegion(
+      response.region(), *std::move(memory), push_bytes, gather_bytes));
 }
 
 void ServerRegion::Close(const ShardChannels& channels, int k) const {

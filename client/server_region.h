@@ -1,15 +1,18 @@
 // A shared-memory region with one shard server on this host: the client's
 // half of OpenRegion (docs/DESIGN.md, "Shared memory on one host").
 //
-// The region holds two areas of the server's owned range in FP32 each:
-// - the push area, where a gradient piece for flat offset o in dtype t is
-//   written at (o - owned.begin) * sizeof(t) before its PushGradRegionPiece
-//   is sent (client/server_push_stream.cc);
+// The region holds two areas, sized for what the client moves at a time:
+// - the push area: a PushGrad stream writes its pieces there one after the
+//   other and names each in a PushGradRegionPiece
+//   (client/server_push_stream.cc);
 // - the gather area, into which the server writes a Gather's elements,
 //   concatenated in request order, for the client to copy out
-//   (client/gather_stream.cc). One Gather at a time uses it (gather_mu).
+//   (client/gather_stream.cc).
+// One stream and one Gather at a time use each area (TryLock*): another
+// call made meanwhile, or one that does not fit, goes over gRPC as before.
 //
-//   ASSIGN_OR_RETURN(auto region, ServerRegion::Open(channels, k, owned));
+//   ASSIGN_OR_RETURN(auto region, ServerRegion::Open(channels, k, push_bytes,
+//                                                    gather_bytes));
 //   channels.SetRegion(k, std::move(region));
 //
 // Thread-safe.
@@ -22,7 +25,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/layout.h"
 #include "common/shared_memory.h"
 
 namespace zeroshard {
@@ -31,25 +33,28 @@ class ShardChannels;
 
 class ServerRegion {
  public:
-  // Opens a region on server k, whose owned range is `owned`, and maps it.
+  // Opens a region on server k with areas of `push_bytes` and
+  // `gather_bytes` (each rounded up to 64 bytes), and maps it.
   // FAILED_PRECONDITION when it cannot be mapped here (the server is on
   // another host, in another pid namespace or runs as another user): the
   // region is closed again on the server and the caller stays on gRPC.
   static absl::StatusOr<std::unique_ptr<ServerRegion>> Open(
-      const ShardChannels& channels, int k, FlatRange owned);
+      const ShardChannels& channels, int k, uint64_t push_bytes,
+      uint64_t gather_bytes);
 
   uint64_t id() const { return id_; }
-  const FlatRange& owned() const { return owned_; }
-  // Byte offsets in the region, as the RPCs name them.
-  uint64_t push_offset(uint64_t flat_offset, size_t elem_size) const {
-    return SharedMemory::kDataOffset + (flat_offset - owned_.begin) * elem_size;
-  }
-  uint64_t gather_offset() const {
-    return SharedMemory::kDataOffset + owned_.size() * sizeof(float);
-  }
+  // The areas, as byte offsets in the region (the RPCs name these).
+  uint64_t push_offset() const { return SharedMemory::kDataOffset; }
+  uint64_t push_bytes() const { return push_bytes_; }
+  uint64_t gather_offset() const { return push_offset() + push_bytes_; }
+  uint64_t gather_bytes() const { return gather_bytes_; }
   uint8_t* at(uint64_t offset) const { return memory_->data() + offset; }
-  // Held by a Gather for its whole call.
-  absl::Mutex& gather_mu() const { return gather_mu_; }
+  // Each true once the area is this caller's until the matching Unlock;
+  // false while another call uses it.
+  bool TryLockPush() const { return push_mu_.TryLock(); }
+  void UnlockPush() const { push_mu_.Unlock(); }
+  bool TryLockGather() const { return gather_mu_.TryLock(); }
+  void UnlockGather() const { gather_mu_.Unlock(); }
 
   // CloseRegion on the server (best effort: the server frees it at exit
   // anyway).
@@ -57,12 +62,17 @@ class ServerRegion {
 
  private:
   ServerRegion(uint64_t id, std::unique_ptr<SharedMemory> memory,
-               FlatRange owned)
-      : id_(id), memory_(std::move(memory)), owned_(owned) {}
+               uint64_t push_bytes, uint64_t gather_bytes)
+      : id_(id),
+        memory_(std::move(memory)),
+        push_bytes_(push_bytes),
+        gather_bytes_(gather_bytes) {}
 
   const uint64_t id_;
   const std::unique_ptr<SharedMemory> memory_;
-  const FlatRange owned_;
+  const uint64_t push_bytes_;
+  const uint64_t gather_bytes_;
+  mutable absl::Mutex push_mu_;
   mutable absl::Mutex gather_mu_;
 };
 

@@ -1,5 +1,6 @@
 #include "client/shard_client.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -161,15 +162,32 @@ absl::StatusOr<GatherResult> ShardClient::Gather(
   return total;
 }
 
-absl::StatusOr<int> ShardClient::AttachSharedMemory(std::string* why) {
+absl::StatusOr<int> ShardClient::AttachSharedMemory(
+    absl::Span<const FlatRange> ranges, std::string* why) {
+  std::vector<uint64_t> elems(num_servers(), 0);
+  for (const FlatRange& r : ranges) {
+    if (r.end < r.begin || r.end > layout_.total_elems()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AttachSharedMemory: range [", r.begin, ", ", r.end,
+          ") is not inside [0, ", layout_.total_elems(), ")"));
+    }
+    for (int k = 0; k < num_servers(); ++k) {
+      const FlatRange own = layout_.ServerRange(k);
+      const uint64_t b = std::max(r.begin, own.begin);
+      const uint64_t e = std::min(r.end, own.end);
+      if (b < e) elems[k] += e - b;
+    }
+  }
   int attached = 0;
   for (int k = 0; k < num_servers(); ++k) {
     if (channels_->region(k) != nullptr) {
       ++attached;
       continue;
     }
+    if (elems[k] == 0) continue;
+    const uint64_t bytes = elems[k] * sizeof(float);
     absl::StatusOr<std::unique_ptr<ServerRegion>> region =
-        ServerRegion::Open(*channels_, k, layout_.ServerRange(k));
+        ServerRegion::Open(*channels_, k, bytes, bytes);
     if (!region.ok()) {
       if (why != nullptr && why->empty()) {
         *why = std::string(region.status().message());

@@ -113,9 +113,10 @@ absl::StatusOr<std::unique_ptr<PushSession>> ShardCluster::OpenPush(
   return client_->OpenPush(step, worker, known);
 }
 
-absl::StatusOr<int> ShardCluster::AttachSharedMemory(std::string* why) {
+absl::StatusOr<int> ShardCluster::AttachSharedMemory(
+    absl::Span<const FlatRange> ranges, std::string* why) {
   RETURN_IF_ERROR(NeedLayout("AttachSharedMemory"));
-  return client_->AttachSharedMemory(why);
+  return client_->AttachSharedMemory(ranges, why);
 }
 
 void ShardCluster::DetachSharedMemory() {

@@ -114,14 +114,18 @@ class ShardCluster {
                                       bool coefficient_known);
 
   // Shared memory with the servers on this host (docs/DESIGN.md, "Shared
-  // memory on one host"): opens a region on each server and maps it, so that
-  // Gather and PushGrad move their elements through it and send only small
-  // messages over gRPC. A server whose region cannot be mapped here (another
-  // host, another pid namespace, another user, or its limit of regions
-  // reached) stays on gRPC; `why`, when given, receives the first such
-  // reason. Returns how many servers use shared memory. Call it with no
-  // Gather or push in flight.
-  absl::StatusOr<int> AttachSharedMemory(std::string* why = nullptr);
+  // memory on one host"): opens a region on each server owning part of
+  // `ranges` (what this client pushes and gathers at a time: each server's
+  // region holds its part of them in FP32 twice, once for a push and once
+  // for a gather) and maps it, so that Gather and PushGrad move their
+  // elements through it and send only small messages over gRPC; a call that
+  // does not fit, or that finds the region in use, goes over gRPC. A server
+  // whose region cannot be mapped here (another host, another pid
+  // namespace, another user, or its limits reached) stays on gRPC; `why`,
+  // when given, receives the first such reason. Returns how many servers
+  // use shared memory. Call it with no Gather or push in flight.
+  absl::StatusOr<int> AttachSharedMemory(absl::Span<const FlatRange> ranges,
+                                         std::string* why = nullptr);
   // Closes the regions; every call goes over gRPC again.
   void DetachSharedMemory();
   // Replaces the master weights (all of [0, total), FP32) of initialised

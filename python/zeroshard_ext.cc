@@ -417,12 +417,15 @@ class PyCluster {
         .applied_elems;
   }
 
-  // Shared memory with the servers on this host (ShardCluster::
-  // AttachSharedMemory): (servers attached, the first reason one was not).
-  std::pair<int, std::string> AttachSharedMemory() {
+  // Shared memory with the servers on this host for the caller's `ranges`
+  // (ShardCluster::AttachSharedMemory): (servers attached, the first reason
+  // one was not).
+  std::pair<int, std::string> AttachSharedMemory(
+      const std::vector<Range>& ranges) {
+    const std::vector<FlatRange> r = ToRanges(ranges);
     py::gil_scoped_release release;
     std::string why;
-    const int n = Value(cluster_->AttachSharedMemory(&why));
+    const int n = Value(cluster_->AttachSharedMemory(r, &why));
     return {n, why};
   }
 
@@ -687,7 +690,8 @@ PYBIND11_MODULE(_zeroshard, m) {
            py::arg("ranges"), py::arg("dtype"), py::arg("grad"),
            py::arg("coefficient") = 1.0, py::arg("skip") = false,
            py::arg("prepare") = false, py::arg("known") = false)
-      .def("attach_shared_memory", &PyCluster::AttachSharedMemory)
+      .def("attach_shared_memory", &PyCluster::AttachSharedMemory,
+           py::arg("ranges"))
       .def("detach_shared_memory", &PyCluster::DetachSharedMemory)
       .def("apply_step", &PyCluster::ApplyStep, py::arg("step"),
            py::arg("attempt") = 0, py::arg("timeout_s") = 120.0)

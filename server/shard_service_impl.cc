@@ -463,11 +463,14 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleOpenRegion(
   absl::StatusOr<std::shared_ptr<ModelShard>> state =
       StateOfRun("OpenRegion", request->run_id());
   RETURN_UNARY_IF_ERROR(state.status());
-  // Room for a push and a gather of the whole owned range in FP32.
+  // A region has room for a push and a gather of the whole owned range in
+  // FP32; all of them together for twice that (ranks that each push and
+  // gather their share need one such region's worth between them).
   const uint64_t max_bytes =
       SharedMemory::kDataOffset + 2 * (*state)->owned().size() * sizeof(float);
-  absl::StatusOr<SharedRegions::Opened> opened =
-      regions_.Open(request->bytes(), max_bytes);
+  absl::StatusOr<SharedRegions::Opened> opened = regions_.Open(
+      request->bytes(), max_bytes,
+      2 * max_bytes + SharedRegions::kMaxRegions * SharedMemory::kDataOffset);
   RETURN_UNARY_IF_ERROR(opened.status());
   v1::OpenRegionResponse* response = reply->message();
   response->set_region(opened->id);

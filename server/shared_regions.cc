@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -9,21 +10,31 @@
 
 namespace zeroshard {
 
-absl::StatusOr<SharedRegions::Opened> SharedRegions::Open(size_t bytes,
-                                                          size_t max_bytes) {
+absl::StatusOr<SharedRegions::Opened> SharedRegions::Open(
+    size_t bytes, size_t max_bytes, size_t max_total_bytes) {
   if (bytes <= SharedMemory::kDataOffset || bytes > max_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "OpenRegion: ", bytes, " bytes; want more than ",
         SharedMemory::kDataOffset, " and at most ", max_bytes,
         " (one page and twice this server's range in FP32)"));
   }
-  {
-    absl::MutexLock lock(&mu_);
+  auto full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     if (regions_.size() >= kMaxRegions) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "OpenRegion: this server has ", regions_.size(),
           " regions open, its limit; close one (CloseRegion) or use gRPC"));
     }
+    if (bytes > max_total_bytes - std::min(bytes_, max_total_bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "OpenRegion: ", bytes, " bytes more would bring this server's "
+          "regions past their limit of ", max_total_bytes, " (", bytes_,
+          " open); close one (CloseRegion) or use gRPC"));
+    }
+    return absl::OkStatus();
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = full(); !s.ok()) return s;
   }
   absl::StatusOr<std::unique_ptr<SharedMemory>> made =
       SharedMemory::Create(bytes);
@@ -34,10 +45,7 @@ absl::StatusOr<SharedRegions::Opened> SharedRegions::Open(size_t bytes,
   Opened out;
   out.memory = std::move(*made);
   absl::MutexLock lock(&mu_);
-  if (regions_.size() >= kMaxRegions) {
-    return absl::ResourceExhaustedError(
-        "OpenRegion: this server's regions reached their limit meanwhile");
-  }
+  if (absl::Status s = full(); !s.ok()) return s;
   // Random ids: a caller cannot name a region it was not told of.
   do {
     if (::getrandom(&out.id, sizeof(out.id), 0) !=
@@ -47,6 +55,7 @@ absl::StatusOr<SharedRegions::Opened> SharedRegions::Open(size_t bytes,
     }
   } while (out.id == 0 || regions_.contains(out.id));
   regions_.emplace(out.id, out.memory);
+  bytes_ += bytes;
   return out;
 }
 
@@ -64,16 +73,24 @@ absl::StatusOr<std::shared_ptr<SharedMemory>> SharedRegions::Find(
 
 absl::Status SharedRegions::Close(uint64_t id) {
   absl::MutexLock lock(&mu_);
-  if (regions_.erase(id) == 0) {
+  auto it = regions_.find(id);
+  if (it == regions_.end()) {
     return absl::NotFoundError(
         absl::StrCat("CloseRegion: region ", id, " is not open"));
   }
+  bytes_ -= it->second->size();
+  regions_.erase(it);
   return absl::OkStatus();
 }
 
 size_t SharedRegions::size() const {
   absl::MutexLock lock(&mu_);
   return regions_.size();
+}
+
+size_t SharedRegions::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
 }
 
 absl::StatusOr<uint8_t*> SharedRegions::Span(const SharedMemory& memory,

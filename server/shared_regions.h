@@ -5,9 +5,10 @@
 // 64-bit id. Gather writes into a region and PushGrad reads from one, each
 // holding the region by shared_ptr for as long as it uses it, so a Close
 // racing a call frees the memory only after the call. At most kMaxRegions
-// are open; a client that dies without closing its region leaves it until
-// the server exits, and OpenRegion beyond the cap is RESOURCE_EXHAUSTED (the
-// client then goes on over gRPC).
+// are open, together at most the caller's byte limit; a client that dies
+// without closing its region leaves it until the server exits, and
+// OpenRegion beyond either limit is RESOURCE_EXHAUSTED (the client then goes
+// on over gRPC).
 //
 //   ASSIGN_OR_RETURN(SharedRegions::Opened r, regions.Open(bytes));
 //   ASSIGN_OR_RETURN(std::shared_ptr<SharedMemory> m, regions.Find(r.id));
@@ -41,8 +42,12 @@ class SharedRegions {
   };
 
   // A new region of `bytes` bytes; INVALID_ARGUMENT outside
-  // (kDataOffset, max_bytes], RESOURCE_EXHAUSTED at the cap.
-  absl::StatusOr<Opened> Open(size_t bytes, size_t max_bytes);
+  // (kDataOffset, max_bytes], RESOURCE_EXHAUSTED at kMaxRegions or when the
+  // open regions' bytes would pass `max_total_bytes`.
+  absl::StatusOr<Opened> Open(size_t bytes, size_t max_bytes,
+                              size_t max_total_bytes);
+  // The open regions' bytes.
+  size_t bytes() const;
   // NOT_FOUND for an id that is not open.
   absl::StatusOr<std::shared_ptr<SharedMemory>> Find(uint64_t id) const;
   // NOT_FOUND for an id that is not open.
@@ -60,6 +65,7 @@ class SharedRegions {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemory>> regions_
       ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace zeroshard

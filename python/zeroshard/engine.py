@@ -229,8 +229,11 @@ class ZeroshardEngine(torch.nn.Module):
         # exists not to hold.
         self.shared_memory_servers = 0
         if cl["shared_memory"] and not self._stage3:
+            # Sized for what this rank moves: its partitions (one rank:
+            # everything, as it pushes and gathers the whole).
             self.shared_memory_servers, why = \
-                self._cluster.attach_shared_memory()
+                self._cluster.attach_shared_memory(
+                    self._my_ranges if self.world > 1 else [(0, self._total)])
             if why and self.rank == 0:
                 print(f"zeroshard: {len(addresses) - self.shared_memory_servers}"
                       f" of {len(addresses)} servers over gRPC only: {why}",

@@ -58,7 +58,8 @@ void Run(const uint8_t* data, size_t size) {
   // of it, never past its end.
   static SharedRegions* const regions = new SharedRegions();
   static const uint64_t region = [] {
-    absl::StatusOr<SharedRegions::Opened> r = regions->Open(4 * 4096, 4 * 4096);
+    absl::StatusOr<SharedRegions::Opened> r =
+        regions->Open(4 * 4096, 4 * 4096, 4 * 4096);
     if (!r.ok()) std::abort();
     return r->id;
   }();

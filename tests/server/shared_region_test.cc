@@ -74,22 +74,29 @@ TEST(SharedMemoryTest, AttachSeesTheServersBytesAndChecksWhatItOpens) {
 TEST(SharedRegionsTest, LimitsIdsAndSpans) {
   SharedRegions regions;
   const size_t max = 64 * 1024;
-  EXPECT_EQ(regions.Open(4096, max).status().code(),
+  const size_t total = SharedRegions::kMaxRegions * 8192;
+  EXPECT_EQ(regions.Open(4096, max, total).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(regions.Open(max + 1, max).status().code(),
+  EXPECT_EQ(regions.Open(max + 1, max, total).status().code(),
             absl::StatusCode::kInvalidArgument);
   std::vector<uint64_t> ids;
   for (size_t i = 0; i < SharedRegions::kMaxRegions; ++i) {
-    absl::StatusOr<SharedRegions::Opened> r = regions.Open(8192, max);
+    absl::StatusOr<SharedRegions::Opened> r = regions.Open(8192, max, total);
     ASSERT_TRUE(r.ok()) << r.status();
     ids.push_back(r->id);
   }
-  absl::StatusOr<SharedRegions::Opened> over = regions.Open(8192, max);
+  EXPECT_EQ(regions.bytes(), total);
+  // The count, then the bytes.
+  absl::StatusOr<SharedRegions::Opened> over = regions.Open(8192, max, 1 << 30);
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
   ASSERT_TRUE(regions.Close(ids[7]).ok());
   EXPECT_EQ(regions.Close(ids[7]).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(regions.Find(ids[7]).status().code(), absl::StatusCode::kNotFound);
-  ASSERT_TRUE(regions.Open(8192, max).ok());
+  EXPECT_EQ(regions.bytes(), total - 8192);
+  over = regions.Open(8192 + 64, max, total);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("limit of"), std::string::npos);
+  ASSERT_TRUE(regions.Open(8192, max, total).ok());
 
   absl::StatusOr<std::shared_ptr<SharedMemory>> m = regions.Find(ids[0]);
   ASSERT_TRUE(m.ok());
@@ -124,8 +131,12 @@ std::vector<uint8_t> Gather(ShardClient& c, const std::vector<FlatRange>& r,
 
 // Two servers with the same Init; one client through a region, one over
 // gRPC alone; the same pushes (applied at once, buffered until a commit,
-// prepared for ApplyStep, BF16) and gathers.
-TEST(SharedRegionRpcTest, PushAndGatherEqualTheGrpcPathBitForBit) {
+// prepared for ApplyStep, BF16) and gathers. The region is sized for the
+// whole range, or for a third of it: then a push's later pieces and the
+// larger gathers go over gRPC (in the same stream, for the push).
+class SharedRegionRpcTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SharedRegionRpcTest, PushAndGatherEqualTheGrpcPathBitForBit) {
   const v1::ModelManifest manifest = SmallManifest(1);
   absl::StatusOr<FlatLayout> made = FlatLayout::Create(FromProto(manifest), 1, 1);
   ASSERT_TRUE(made.ok());
@@ -139,12 +150,13 @@ TEST(SharedRegionRpcTest, PushAndGatherEqualTheGrpcPathBitForBit) {
   std::unique_ptr<ShardClient> rpc = ClientOf(b, layout);
   ASSERT_NE(shm, nullptr);
   ASSERT_NE(rpc, nullptr);
+  const uint64_t total = layout.total_elems();
   std::string why;
-  absl::StatusOr<int> attached = shm->AttachSharedMemory(&why);
+  absl::StatusOr<int> attached =
+      shm->AttachSharedMemory({{0, total / GetParam()}}, &why);
   ASSERT_TRUE(attached.ok()) << attached.status();
   ASSERT_EQ(*attached, 1) << why;
 
-  const uint64_t total = layout.total_elems();
   std::mt19937 rng(std::random_device{}());
   std::normal_distribution<float> normal(0.f, 1.f);
   // Ranges out of order and split, so that pieces land in the middle of
@@ -184,11 +196,14 @@ TEST(SharedRegionRpcTest, PushAndGatherEqualTheGrpcPathBitForBit) {
       }
     }
     for (DType t : {DType::kFp32, DType::kBf16}) {
-      const std::vector<uint8_t> x = Gather(*shm, ranges, t);
-      const std::vector<uint8_t> y = Gather(*rpc, ranges, t);
-      ASSERT_EQ(x.size(), y.size());
-      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0)
-          << "step " << step << " " << DTypeName(t);
+      for (const std::vector<FlatRange>& r :
+           {ranges, std::vector<FlatRange>{{total / 3 - 7, total / 3}, {0, 5}}}) {
+        const std::vector<uint8_t> x = Gather(*shm, r, t);
+        const std::vector<uint8_t> y = Gather(*rpc, r, t);
+        ASSERT_EQ(x.size(), y.size());
+        EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size()), 0)
+            << "step " << step << " " << DTypeName(t);
+      }
     }
   }
   const v1::InspectResponse ia = Inspect(*a.stub), ib = Inspect(*b.stub);
@@ -204,6 +219,41 @@ TEST(SharedRegionRpcTest, PushAndGatherEqualTheGrpcPathBitForBit) {
   // Over gRPC again: still equal.
   const std::vector<uint8_t> x = Gather(*shm, ranges, DType::kFp32);
   EXPECT_EQ(x, Gather(*rpc, ranges, DType::kFp32));
+}
+
+INSTANTIATE_TEST_SUITE_P(WholeAndThird, SharedRegionRpcTest,
+                         ::testing::Values(1, 3));
+
+// Regions beyond a server's limit are refused, and the client stays on
+// gRPC, saying why.
+TEST(SharedRegionLimitTest, AClientPastTheServersLimitStaysOnGrpc) {
+  const v1::ModelManifest manifest = SmallManifest(1);
+  absl::StatusOr<FlatLayout> made = FlatLayout::Create(FromProto(manifest), 1, 1);
+  ASSERT_TRUE(made.ok());
+  TestServer t = StartServer(0, 1);
+  ASSERT_NE(t.stub, nullptr);
+  ASSERT_TRUE(InitServer(*t.stub, MakeInit(manifest, 1, 0, 7, 1024)).ok());
+  const FlatRange all{0, made->total_elems()};
+  std::vector<std::unique_ptr<ShardClient>> clients;
+  std::string why;
+  // Whole-range regions, until the server's limit (twice one of them, plus
+  // a page for each region it may hold) refuses one: bounded by the count.
+  for (size_t i = 0; i <= SharedRegions::kMaxRegions && why.empty(); ++i) {
+    clients.push_back(ClientOf(t, *made));
+    ASSERT_NE(clients.back(), nullptr);
+    absl::StatusOr<int> n = clients.back()->AttachSharedMemory({all}, &why);
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, why.empty() ? 1 : 0);
+  }
+  ASSERT_GE(clients.size(), 3u);
+  EXPECT_NE(why.find("limit"), std::string::npos) << why;
+  // The last gathers over gRPC what the first gathers through its region.
+  const std::vector<uint8_t> x = Gather(*clients.back(), {all}, DType::kFp32);
+  EXPECT_EQ(x, Gather(*clients[0], {all}, DType::kFp32));
+  clients[0]->DetachSharedMemory();
+  absl::StatusOr<int> n = clients.back()->AttachSharedMemory({all}, &why);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1);
 }
 
 grpc::Status OpenRegion(v1::ShardService::Stub& stub, uint64_t bytes,
@@ -253,6 +303,8 @@ TEST(SharedRegionRpcTest, BadRegionRequestsAreRefusedAndChangeNothing) {
   const v1::InspectResponse info = Inspect(*t.stub);
   const uint64_t owned = info.owned_end() - info.owned_begin();
   const uint64_t max = SharedMemory::kDataOffset + 8 * owned;
+  EXPECT_EQ(OpenRegion(*t.stub, 8192, "", &opened).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   grpc::Status s = OpenRegion(*t.stub, max + 1, testing::kTestRunId, &opened);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("at most"), std::string::npos);
