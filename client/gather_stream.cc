@@ -182,19 +182,10 @@ absl::StatusOr<GatherResult> GatherFromServer(const ShardChannels& channels,
   GatherResult result;
   // Through the region when the elements fit its gather area and no other
   // Gather is using it; over gRPC otherwise.
-  std::shared_ptr<const ServerRegion> region = channels.region(server);
   uint64_t bytes = 0;
   for (const GatherTarget& t : targets) bytes += t.range.size() * DTypeSize(dtype);
-  if (region != nullptr &&
-      (bytes > region->gather_bytes() || !region->TryLockGather())) {
-    region = nullptr;
-  }
-  struct Unlock {
-    const ServerRegion* region;
-    ~Unlock() {
-      if (region != nullptr) region->UnlockGather();
-    }
-  } unlock{region.get()};
+  const std::shared_ptr<const ServerRegion> region =
+      ServerRegion::TakeGather(channels.region(server), bytes);
   absl::Status s = RunWithRetry(channels.options().retry, [&] {
     return OneAttempt(channels, server, targets, dtype, min_version, cancel,
                       region.get(), &result);

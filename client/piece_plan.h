@@ -24,7 +24,7 @@ namespace zeroshard {
 
 // Largest payload of one message the client sends or asks for (1 MiB, the
 // chunk size of the wire contract; the server accepts pieces up to 4 MiB,
-// server/model_shard.h kMaxPiecePayloadBytes).
+// kMaxPiecePayloadBytes, wire/push_grad_codec.h).
 inline constexpr size_t kMaxClientPieceBytes = 1 << 20;
 
 struct PlannedPiece {

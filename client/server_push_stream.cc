@@ -13,9 +13,6 @@
 namespace zeroshard {
 namespace {
 
-// The servers' limit on one piece's bytes (kMaxPiecePayloadBytes).
-constexpr size_t kMaxRegionPieceBytes = size_t{4} << 20;
-
 constexpr char kPushGradMethod[] = "/zeroshard.v1.ShardService/PushGrad";
 
 }  // namespace
@@ -102,14 +99,8 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   // pieces are written there one after the other while they fit (`used`
   // bytes so far), the rest goes over gRPC. Held until the reply, by which
   // time the server has read or copied every piece.
-  std::shared_ptr<const ServerRegion> region = channels_->region(server_);
-  if (region != nullptr && !region->TryLockPush()) region = nullptr;
-  struct Unlock {
-    const ServerRegion* region;
-    ~Unlock() {
-      if (region != nullptr) region->UnlockPush();
-    }
-  } unlock{region.get()};
+  const std::shared_ptr<const ServerRegion> region =
+      ServerRegion::TakePush(channels_->region(server_));
   uint64_t used = 0;
   *response = v1::PushGradResponse();
   GenericStreamCall call(channels_->channel(server_), kPushGradMethod, &ctx);
@@ -154,7 +145,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
                    piece.offset + piece.bytes / DTypeSize(piece.dtype) &&
                pieces_[next].data ==
                    static_cast<const uint8_t*>(piece.data) + piece.bytes &&
-               piece.bytes + pieces_[next].bytes <= kMaxRegionPieceBytes &&
+               piece.bytes + pieces_[next].bytes <= kMaxPiecePayloadBytes &&
                used + piece.bytes + pieces_[next].bytes <=
                    region->push_bytes()) {
           piece.bytes += pieces_[next++].bytes;

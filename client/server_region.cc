@@ -38,9 +38,7 @@ absl::StatusOr<std::unique_ptr<ServerRegion>> ServerRegion::Open(
                            response.nonce());
   if (!memory.ok() || response.bytes() != request.bytes() ||
       response.data_offset() != SharedMemory::kDataOffset) {
-    std::unique_ptr<ServerRegion> unmapped(
-        new ServerRegion(response.region(), nullptr, 0, 0));
-    unmapped->Close(channels, k);
+    CloseOn(channels, k, response.region());
     return absl::FailedPreconditionError(absl::StrCat(
         "server ", channels.address(k), ": its region cannot be used here: ",
         memory.ok() ? "its size or layout differs from the request"
@@ -50,9 +48,31 @@ absl::StatusOr<std::unique_ptr<ServerRegion>> ServerRegion::Open(
       response.region(), *std::move(memory), push_bytes, gather_bytes));
 }
 
-void ServerRegion::Close(const ShardChannels& channels, int k) const {
+std::shared_ptr<const ServerRegion> ServerRegion::Take(
+    std::shared_ptr<const ServerRegion> region, bool push) {
+  if (region == nullptr || !region->area_mu(push).TryLock()) return nullptr;
+  const ServerRegion* held = region.get();
+  return std::shared_ptr<const ServerRegion>(
+      held, [region = std::move(region), push](const ServerRegion* r) {
+        r->area_mu(push).Unlock();
+      });
+}
+
+std::shared_ptr<const ServerRegion> ServerRegion::TakePush(
+    std::shared_ptr<const ServerRegion> region) {
+  return Take(std::move(region), /*push=*/true);
+}
+
+std::shared_ptr<const ServerRegion> ServerRegion::TakeGather(
+    std::shared_ptr<const ServerRegion> region, uint64_t bytes) {
+  if (region == nullptr || bytes > region->gather_bytes()) return nullptr;
+  return Take(std::move(region), /*push=*/false);
+}
+
+void ServerRegion::CloseOn(const ShardChannels& channels, int k,
+                           uint64_t id) {
   v1::CloseRegionRequest request;
-  request.set_region(id_);
+  request.set_region(id);
   v1::CloseRegionResponse response;
   grpc::ClientContext ctx;
   // Short: a client closing down does not wait on a server that is gone

@@ -8,8 +8,9 @@
 // - the gather area, into which the server writes a Gather's elements,
 //   concatenated in request order, for the client to copy out
 //   (client/gather_stream.cc).
-// One stream and one Gather at a time use each area (TryLock*): another
-// call made meanwhile, or one that does not fit, goes over gRPC as before.
+// One stream and one Gather at a time use each area (TakePush /
+// TakeGather): another call made meanwhile, or one that does not fit, goes
+// over gRPC as before.
 //
 //   ASSIGN_OR_RETURN(auto region, ServerRegion::Open(channels, k, push_bytes,
 //                                                    gather_bytes));
@@ -49,16 +50,21 @@ class ServerRegion {
   uint64_t gather_offset() const { return push_offset() + push_bytes_; }
   uint64_t gather_bytes() const { return gather_bytes_; }
   uint8_t* at(uint64_t offset) const { return memory_->data() + offset; }
-  // Each true once the area is this caller's until the matching Unlock;
-  // false while another call uses it.
-  bool TryLockPush() const { return push_mu_.TryLock(); }
-  void UnlockPush() const { push_mu_.Unlock(); }
-  bool TryLockGather() const { return gather_mu_.TryLock(); }
-  void UnlockGather() const { gather_mu_.Unlock(); }
+  // `region`'s push area, or its gather area for `bytes` bytes, for one
+  // call: held (and the region kept) until the returned pointer is
+  // released; null when there is no region, the call does not fit, or
+  // another call holds the area.
+  static std::shared_ptr<const ServerRegion> TakePush(
+      std::shared_ptr<const ServerRegion> region);
+  static std::shared_ptr<const ServerRegion> TakeGather(
+      std::shared_ptr<const ServerRegion> region, uint64_t bytes);
 
   // CloseRegion on the server (best effort: the server frees it at exit
   // anyway).
-  void Close(const ShardChannels& channels, int k) const;
+  void Close(const ShardChannels& channels, int k) const {
+    CloseOn(channels, k, id_);
+  }
+  static void CloseOn(const ShardChannels& channels, int k, uint64_t id);
 
  private:
   ServerRegion(uint64_t id, std::unique_ptr<SharedMemory> memory,
@@ -72,6 +78,10 @@ class ServerRegion {
   const std::unique_ptr<SharedMemory> memory_;
   const uint64_t push_bytes_;
   const uint64_t gather_bytes_;
+  static std::shared_ptr<const ServerRegion> Take(
+      std::shared_ptr<const ServerRegion> region, bool push);
+  absl::Mutex& area_mu(bool push) const { return push ? push_mu_ : gather_mu_; }
+
   mutable absl::Mutex push_mu_;
   mutable absl::Mutex gather_mu_;
 };

@@ -42,20 +42,16 @@ absl::StatusOr<GatherPlan> PlanGather(const ModelShard& state,
       return absl::FailedPreconditionError(
           "Gather: into shared memory, but this server serves none");
     }
-    absl::StatusOr<std::shared_ptr<SharedMemory>> found =
-        regions->Find(request.region());
-    if (!found.ok()) {
-      return absl::Status(found.status().code(),
-                          absl::StrCat("Gather: ", found.status().message()));
-    }
     uint64_t bytes = 0;
     for (const FlatRange& r : plan.ranges) {
       bytes += r.size() * DTypeSize(plan.dtype);
     }
-    ASSIGN_OR_RETURN(plan.region_at,
-                     SharedRegions::Span(**found, request.region_offset(),
-                                         bytes, "Gather"));
-    plan.region = *std::move(found);
+    ASSIGN_OR_RETURN(SharedRegions::Resolved region,
+                     regions->Resolve(request.region(),
+                                      request.region_offset(), bytes,
+                                      "Gather"));
+    plan.region = std::move(region.memory);
+    plan.region_at = region.at;
     // One message per server chunk: it carries no data.
     plan.elems_per_message = state.owned().size() + 1;
   }

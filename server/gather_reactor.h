@@ -7,9 +7,10 @@
 // order, each server chunk is sent once its version is >= min_version, in
 // messages of at most max_message_bytes (default and cap 1 MiB) that never
 // span two chunks. A Gather into a shared-memory region writes each chunk's
-// elements there instead and sends one small message per server chunk. Waiting registers a callback with the StepTracker; no
-// thread blocks. A call cancelled or past its deadline while waiting is
-// finished at once and its waiter removed.
+// elements there instead and sends one small message per server chunk.
+// Waiting registers a callback with the StepTracker; no thread blocks. A
+// call cancelled or past its deadline while waiting is finished at once and
+// its waiter removed.
 //
 // Lifetime: the reactor deletes itself when gRPC is done with it and no
 // waiter callback can still reach it (reference counted).

@@ -39,11 +39,10 @@
 #include "server/snapshot_arming.h"
 #include "server/shard_store.h"
 #include "server/step_tracker.h"
+#include "wire/push_grad_codec.h"
 
 namespace zeroshard {
 
-// Largest payload of one PushGrad piece or WeightPiece.
-inline constexpr size_t kMaxPiecePayloadBytes = size_t{4} << 20;
 // Pushes of at least this many elements (a commit of many buffered pieces)
 // are applied chunk by chunk on several threads; smaller ones spread the
 // segments of each chunk over the threads.

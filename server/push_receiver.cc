@@ -87,18 +87,12 @@ absl::Status PushReceiver::OnRegionPiece(
     return absl::FailedPreconditionError(
         "PushGrad: a piece in shared memory, but this server serves none");
   }
-  const std::string what =
-      absl::StrCat("PushGrad: piece at offset ", piece.offset());
-  absl::StatusOr<std::shared_ptr<SharedMemory>> found =
-      regions_->Find(piece.region());
-  if (!found.ok()) {
-    return absl::Status(found.status().code(),
-                        absl::StrCat(what, ": ", found.status().message()));
-  }
-  std::shared_ptr<SharedMemory> region = std::move(*found);
-  ASSIGN_OR_RETURN(const uint8_t* at,
-                   SharedRegions::Span(*region, piece.region_offset(),
-                                       piece.bytes(), what));
+  ASSIGN_OR_RETURN(
+      SharedRegions::Resolved region,
+      regions_->Resolve(piece.region(), piece.region_offset(), piece.bytes(),
+                        absl::StrCat("PushGrad: piece at offset ",
+                                     piece.offset())));
+  const uint8_t* at = region.at;
   PushGradPieceInput in;
   in.offset = piece.offset();
   in.dtype = piece.dtype();
@@ -114,7 +108,7 @@ absl::Status PushReceiver::OnRegionPiece(
     in.owner = std::move(copy);
   } else {
     in.segments.emplace_back(at, piece.bytes());
-    in.owner = std::move(region);
+    in.owner = std::move(region.memory);
   }
   return OnPiece(std::move(in));
 }

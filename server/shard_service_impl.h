@@ -139,7 +139,6 @@ class ShardServiceImpl final : public ShardServiceBase {
   absl::StatusOr<std::shared_ptr<ModelShard>> StateOfRun(
       absl::string_view method, const std::string& run_id) const;
   RpcCounters& counters() { return counters_; }
-  const SharedRegions& regions() const { return regions_; }
 
  private:
   absl::Status DoInit(const v1::InitRequest& request,

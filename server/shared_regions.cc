@@ -106,4 +106,17 @@ absl::StatusOr<uint8_t*> SharedRegions::Span(const SharedMemory& memory,
   return memory.data() + offset;
 }
 
+absl::StatusOr<SharedRegions::Resolved> SharedRegions::Resolve(
+    uint64_t id, uint64_t offset, uint64_t bytes,
+    absl::string_view what) const {
+  absl::StatusOr<std::shared_ptr<SharedMemory>> found = Find(id);
+  if (!found.ok()) {
+    return absl::Status(found.status().code(),
+                        absl::StrCat(what, ": ", found.status().message()));
+  }
+  absl::StatusOr<uint8_t*> at = Span(**found, offset, bytes, what);
+  if (!at.ok()) return at.status();
+  return Resolved{*std::move(found), *at};
+}
+
 }  // namespace zeroshard

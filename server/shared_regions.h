@@ -61,6 +61,16 @@ class SharedRegions {
                                        uint64_t offset, uint64_t bytes,
                                        absl::string_view what);
 
+  // Region `id`'s span, with the region held for as long as the caller
+  // keeps `memory`: Find, then Span, each error naming `what`.
+  struct Resolved {
+    std::shared_ptr<SharedMemory> memory;
+    uint8_t* at = nullptr;
+  };
+  absl::StatusOr<Resolved> Resolve(uint64_t id, uint64_t offset,
+                                   uint64_t bytes,
+                                   absl::string_view what) const;
+
  private:
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemory>> regions_

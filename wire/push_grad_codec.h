@@ -43,6 +43,10 @@
 
 namespace zeroshard {
 
+// Largest payload of one PushGrad piece (in its message or in a region) or
+// WeightPiece that a server accepts.
+inline constexpr size_t kMaxPiecePayloadBytes = size_t{4} << 20;
+
 // ---- Encoding (client) ------------------------------------------------------
 
 // Bytes of caller data referenced by messages that gRPC has not released yet.

@@ -10,6 +10,7 @@
 
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/model_shard.h"
+#include "server/shared_regions.h"
 
 namespace zeroshard::fuzz {
 
@@ -65,6 +66,24 @@ inline std::shared_ptr<ModelShard> FuzzShard(uint32_t servers = 1,
     std::abort();
   }
   return std::shared_ptr<ModelShard>(*std::move(state));
+}
+
+// The fuzzers' shared-memory regions: one of 4 pages, open for the whole
+// process (its id in `*id`). Aborts when it cannot be made.
+inline const SharedRegions& FuzzRegions(uint64_t* id) {
+  static SharedRegions* const regions = new SharedRegions();
+  static const uint64_t region = [] {
+    absl::StatusOr<SharedRegions::Opened> r =
+        regions->Open(4 * 4096, 4 * 4096, 4 * 4096);
+    if (!r.ok()) {
+      std::fprintf(stderr, "fuzz: cannot open a region: %s\n",
+                   r.status().ToString().c_str());
+      std::abort();
+    }
+    return r->id;
+  }();
+  *id = region;
+  return *regions;
 }
 
 }  // namespace zeroshard::fuzz

@@ -25,13 +25,8 @@ namespace {
 void Run(const uint8_t* data, size_t size) {
   QuietProtobuf();
   static const std::shared_ptr<ModelShard> state = FuzzShard(2, 1);
-  static SharedRegions* const regions = new SharedRegions();
-  static const uint64_t region = [] {
-    absl::StatusOr<SharedRegions::Opened> r =
-        regions->Open(4 * 4096, 4 * 4096, 4 * 4096);
-    if (!r.ok()) std::abort();
-    return r->id;
-  }();
+  uint64_t region = 0;
+  const SharedRegions* regions = &FuzzRegions(&region);
   v1::GatherRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
   if (request.region() % 2 == 1) request.set_region(region);

@@ -56,13 +56,8 @@ void Run(const uint8_t* data, size_t size) {
   const uint8_t flags = in.Byte();
   // One region of 4 pages: the pieces it serves are read from or copied out
   // of it, never past its end.
-  static SharedRegions* const regions = new SharedRegions();
-  static const uint64_t region = [] {
-    absl::StatusOr<SharedRegions::Opened> r =
-        regions->Open(4 * 4096, 4 * 4096, 4 * 4096);
-    if (!r.ok()) std::abort();
-    return r->id;
-  }();
+  uint64_t region = 0;
+  const SharedRegions* regions = &FuzzRegions(&region);
   {
     PushReceiver session(state, regions);
     bool ok = true;
