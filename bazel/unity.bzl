@@ -43,13 +43,45 @@ def _batches(name, srcs, testonly):
         out.append(gen)
     return out + rest, ccs
 
+# The precompiled system headers (bazel/BUILD.bazel, bazel/system_pch.h):
+# one for compiles without options of their own, one for those with OpenMP.
+_PCH_VARIANTS = {
+    (): "",
+    ("-fopenmp",): "_omp",
+}
+
+def with_pch(kwargs, srcs, tags):
+    """kwargs with a precompiled header's copts and dependency added.
+
+    Only where one can be loaded: a target that compiles something, with no
+    options but -fopenmp and no macros of its own (clang refuses a
+    precompiled header built with other target features, language options
+    or macros); not a layering probe, whose dependencies must be only those
+    it names.
+    """
+    copts = tuple(kwargs.get("copts", []))
+    if copts not in _PCH_VARIANTS or kwargs.get("local_defines") or kwargs.get("defines"):
+        return kwargs
+    if "layering_probe" in tags or not [s for s in srcs if _is_cc(s)]:
+        return kwargs
+    variant = _PCH_VARIANTS[copts]
+    out = dict(kwargs)
+    out["copts"] = list(copts) + [
+        "-include-pch",
+        "$(GENDIR)/bazel/system_pch%s.inc" % variant,
+    ]
+    out["deps"] = kwargs.get("deps", []) + ["//bazel:system_pch" + variant]
+    return out
+
 def _wants_unity(srcs, tags):
     if "layering_probe" in tags:
         return False
     return len([s for s in srcs if _is_cc(s)]) >= 2
 
-def cc_library(name, srcs = [], tags = [], textual_hdrs = [], testonly = False, **kwargs):
-    if not _wants_unity(srcs, tags):
+def cc_library(name, srcs = [], tags = [], textual_hdrs = [], testonly = False, unity = True, **kwargs):
+    """cc_library; unity = False compiles the .cc files one by one."""
+    kwargs = with_pch(kwargs, srcs, tags)
+    if not unity or not _wants_unity(srcs, tags):
         _cc_library(name = name, srcs = srcs, tags = tags, textual_hdrs = textual_hdrs, testonly = testonly, **kwargs)
         return
     unity, ccs = _batches(name, srcs, testonly)
@@ -63,6 +95,8 @@ def cc_library(name, srcs = [], tags = [], textual_hdrs = [], testonly = False, 
     )
 
 def _program(rule, name, srcs, tags, deps, testonly, kwargs):
+    kwargs = with_pch(dict(kwargs, deps = deps), srcs, tags)
+    deps = kwargs.pop("deps")
     if not _wants_unity(srcs, tags):
         rule(name = name, srcs = srcs, tags = tags, deps = deps, testonly = testonly, **kwargs)
         return
