@@ -5,7 +5,10 @@
 #                over the whole tree, plus the libFuzzer targets of
 #                tests/fuzz/: runs the CTest suite less the scenario runs
 #                that scripts/asan_tests.py leaves to the plain build, and
-#                each fuzz target for ZS_FUZZ_SECONDS (default 20).
+#                each fuzz target for ZS_FUZZ_SECONDS (default 10) from its
+#                seeds and the inputs earlier runs found, kept in
+#                ZS_FUZZ_CORPUS (default ~/.cache/zeroshard/fuzz-corpus,
+#                which CI keeps between runs with the compiler cache).
 #   build-tsan/  ThreadSanitizer over the shard server's concurrency tests
 #                and the flash kernels' emulation (its threads and barriers):
 #                server_unit_test (step tracker and capture, ModelShard
@@ -33,7 +36,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-all}
 JOBS=$(nproc)
-FUZZ_SECONDS=${ZS_FUZZ_SECONDS:-20}
+FUZZ_SECONDS=${ZS_FUZZ_SECONDS:-10}
+FUZZ_CORPUS=${ZS_FUZZ_CORPUS:-$HOME/.cache/zeroshard/fuzz-corpus}
 ROOT=$PWD
 passed=0
 failed=0
@@ -79,14 +83,15 @@ run_asan() {
   bash scripts/install-deps.sh
   t0=$(date +%s)
   # The scenario programs of which nothing runs here are not built.
-  local unbuilt
-  unbuilt=$(python3 scripts/asan_tests.py --unbuilt)
-  if [ -f build-asan/build.ninja ] &&
-     ! grep -qxF "ZS_UNBUILT_TESTS:STRING=$unbuilt" build-asan/CMakeCache.txt; then
-    cmake -B build-asan -DZS_UNBUILT_TESTS="$unbuilt" >/dev/null
+  local settings
+  settings=(-DZS_FUZZ=ON -DZS_FUZZ_SECONDS="$FUZZ_SECONDS"
+            -DZS_FUZZ_CORPUS="$FUZZ_CORPUS"
+            -DZS_UNBUILT_TESTS="$(python3 scripts/asan_tests.py --unbuilt)")
+  mkdir -p "$FUZZ_CORPUS"
+  if [ -f build-asan/build.ninja ]; then  # an earlier run's: these may differ
+    cmake -B build-asan "${settings[@]}" >/dev/null
   fi
-  if ! configure build-asan address,undefined -DZS_FUZZ=ON \
-      -DZS_FUZZ_SECONDS="$FUZZ_SECONDS" -DZS_UNBUILT_TESTS="$unbuilt" ||
+  if ! configure build-asan address,undefined "${settings[@]}" ||
      ! cmake --build build-asan -j "$JOBS"; then
     echo "== asan: build FAILED after $(( $(date +%s) - t0 )) s"
     failed=$((failed + 1))
