@@ -69,9 +69,9 @@ def chosen(test):
             labels = set(prop["value"])
     if labels & LEFT_OUT_LABELS:
         return False
-    program = program_of(test)
     if test["name"].endswith(NOT_BUILT):
         return False
+    program = program_of(test)
     if program not in SCENARIO_PROGRAMS:
         return True
     return any(re.fullmatch(k, test["name"]) for k in KEPT.get(program, []))
@@ -100,8 +100,9 @@ def main():
             if not any(re.fullmatch(k, t["name"]) and program_of(t) == program
                        for t in tests):
                 sys.exit("asan_tests: no test of %s matches %s" % (program, k))
+    left_unbuilt = unbuilt()
     for t in tests:
-        if t["name"].endswith(NOT_BUILT) and program_of(t) not in unbuilt():
+        if t["name"].endswith(NOT_BUILT) and program_of(t) not in left_unbuilt:
             sys.exit("asan_tests: %s was not built" % program_of(t))
     print(",".join(numbers))
 

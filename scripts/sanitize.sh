@@ -82,12 +82,12 @@ run_asan() {
   local t0 t1 log=build-asan/sanitize-ctest.log
   bash scripts/install-deps.sh
   t0=$(date +%s)
-  # The scenario programs of which nothing runs here are not built.
+  # The fuzzing's time and kept corpus (CMake makes its folders), and the
+  # scenario programs of which nothing runs here, which are not built.
   local settings
   settings=(-DZS_FUZZ=ON -DZS_FUZZ_SECONDS="$FUZZ_SECONDS"
             -DZS_FUZZ_CORPUS="$FUZZ_CORPUS"
             -DZS_UNBUILT_TESTS="$(python3 scripts/asan_tests.py --unbuilt)")
-  mkdir -p "$FUZZ_CORPUS"
   if [ -f build-asan/build.ninja ]; then  # an earlier run's: these may differ
     cmake -B build-asan "${settings[@]}" >/dev/null
   fi
