@@ -7,12 +7,14 @@ numbers, comma-separated, for `ctest -I`. Chosen: every test except
 - those labelled multihost, image or bench (the multi-host run in network
   namespaces, the image build, the benchmarks at a tiny size: unchanged
   programs' code paths, timed or deployed), and
-- the tests of the scenario programs below, which train whole runs again
-  and again (random kills, resumes onto other counts, pod restarts, every
-  ZeRO stage, optimizer and example config) through the code that the
-  tests kept from them run already: one training run, one cut-and-resumed
-  run, the trainer's fault handling, the engine's step and the ctl against
-  live servers.
+- the tests of the scenario programs below that KEPT does not name, which
+  train whole runs again and again (random kills, resumes onto other
+  counts, pod restarts, every ZeRO stage, optimizer and example config)
+  through the code that the kept tests run already: one training run, one
+  cut-and-resumed run, the trainer's fault handling, the engine's step and
+  the ctl against live servers. integration_test also holds the cluster's
+  tests against hostile clients, which are no scenarios: KEPT names them
+  too.
 
 Every test left out here runs in the plain build's CTest. The scenario
 programs none of whose tests run here are not even built there:
@@ -25,31 +27,20 @@ import sys
 
 SCENARIO_PROGRAMS = {
     "engine_test",
-    "engine_model_memory_test",
-    "integration_checkpoint_test",
-    "integration_connection_fault_test",
-    "integration_ctl_snapshot_test",
-    "integration_ctl_test",
-    "integration_deepspeed_examples_test",
     "integration_estimate_test",
-    "integration_fault_injection_test",
-    "integration_init_from_test",
-    "integration_load_test",
-    "integration_metrics_test",
-    "integration_pod_mode_test",
-    "integration_sample_test",
-    "integration_secure_run_test",
-    "integration_token_data_run_test",
-    "integration_train_fault_test",
-    "integration_train_run_test",
+    "integration_scenario_test",
+    "integration_test",
 }
 KEPT = {  # program: its tests kept, full names as regular expressions
-    "integration_train_run_test": [r"TrainRunTest\.LossFallsAndOutputsAreWritten"],
-    "integration_checkpoint_test": [
-        r"ResumeTest\.CutAndResumedRunEqualsTheUninterruptedOneBitForBit"],
-    "integration_train_fault_test": [r"TrainFaultTest\..*"],
     "engine_test": [r"EngineStep\..*"],
-    "integration_ctl_test": [r"CtlTest\..*"],
+    "integration_test": [
+        r"ClusterTest\..*",
+        r"HostileClientTest\..*",
+        r"CtlTest\..*",
+        r"TrainRunTest\.LossFallsAndOutputsAreWritten",
+        r"ResumeTest\.CutAndResumedRunEqualsTheUninterruptedOneBitForBit",
+        r"TrainFaultTest\..*",
+    ],
 }
 LEFT_OUT_LABELS = {"multihost", "image", "bench"}
 NOT_BUILT = "_NOT_BUILT"

@@ -44,10 +44,16 @@ fi
 last() { sed -n "$1" "$log" | tail -1; }
 ctest_total=$(last 's/.*tests passed, \([0-9]*\) tests\? failed out of \([0-9]*\).*/\2/p')
 ctest_failed=$(last 's/.*tests passed, \([0-9]*\) tests\? failed out of \([0-9]*\).*/\1/p')
+# Bazel's test cases (scripts/bazel-test.sh reads them from each program's
+# test.xml); a program that failed to build or run has no cases of its own,
+# so Bazel's count of failed programs stands in where no case failed.
 bazel_summary=$(grep -E '^Executed [0-9]+ out of [0-9]+ tests?:' "$log" | tail -1)
-bazel_passed=$(sed -n 's/.*: \([0-9]*\) tests\? pass.*/\1/p' <<<"$bazel_summary")
+bazel_cases=$(grep -E '^bazel: [0-9]+ test cases passed, [0-9]+ failed in [0-9]+ programs$' "$log" | tail -1)
+bazel_passed=$(sed -n 's/^bazel: \([0-9]*\) test cases passed.*/\1/p' <<<"$bazel_cases")
+bazel_failed=$(sed -n 's/^bazel: [0-9]* test cases passed, \([0-9]*\) failed.*/\1/p' <<<"$bazel_cases")
 # "N fail to build", "N fails locally", ...: every such count.
-bazel_failed=$(grep -oE '[0-9]+ fails?\b' <<<"$bazel_summary" | awk '{s += $1} END {print s + 0}')
+bazel_programs_failed=$(grep -oE '[0-9]+ fails?\b' <<<"$bazel_summary" | awk '{s += $1} END {print s + 0}')
+if [ "${bazel_failed:-0}" = 0 ]; then bazel_failed=$bazel_programs_failed; fi
 layering_ok=$(last 's/^layering: \([0-9]*\) forbidden dependencies refused, \([0-9]*\) accepted$/\1/p')
 layering_bad=$(last 's/^layering: \([0-9]*\) forbidden dependencies refused, \([0-9]*\) accepted$/\2/p')
 san_passed=0

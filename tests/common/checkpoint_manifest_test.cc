@@ -15,7 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string MakeDir() { return testing::MakeTempDir("zs_manifest_"); }
+std::string MakeManifestDir() { return testing::MakeTempDir("zs_manifest_"); }
 
 CheckpointManifest TwoShards(uint64_t step) {
   CheckpointManifest m;
@@ -89,7 +89,7 @@ TEST(CheckpointManifestTest, ShardListsThatDoNotTileTheSpaceAreRefused) {
 }
 
 TEST(CheckpointManifestTest, OnlyFoldersWithAValidManifestAreCheckpoints) {
-  const std::string dir = MakeDir();
+  const std::string dir = MakeManifestDir();
   for (uint64_t step : {10, 15, 20, 30, 40}) {
     fs::create_directories(fs::path(dir) / CheckpointFolderName(step));
   }

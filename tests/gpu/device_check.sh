@@ -112,7 +112,7 @@ else
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
   fi
   cmake --build "$BUILD" -j "$(nproc)" --target adam_device_test kernels_cuda_test \
-    comm_nccl_test shard_store_device_test device_gpt_test engine_device_test compute_device_test \
+    comm_test shard_store_device_test device_gpt_test engine_device_test compute_device_test \
     zeroshard-bench zeroshard-server zeroshard-ctl zeroshard-train \
     zeroshard-worker >/dev/null || exit 1
   BIN="$BUILD/bin"; TESTS="$BUILD/tests"
@@ -202,10 +202,14 @@ main_job() {
 }
 export -f placement_server main_job
 
-for t in adam_device_test kernels_cuda_test comm_nccl_test \
-    shard_store_device_test device_gpt_test engine_device_test compute_device_test; do
+for t in adam_device_test kernels_cuda_test shard_store_device_test device_gpt_test \
+    engine_device_test compute_device_test; do
   stage "$t" 120 0 "$TESTS/$t" --gtest_brief=1
 done
+# The NCCL group's tests, of the collectives' program (comm_test).
+stage "comm_test (NCCL)" 120 0 "$TESTS/comm_test" --gtest_brief=1 \
+  --gtest_filter='NcclWorkerGroupTest.*'
+
 stage "device AdamW (device-adam)" 60 0 "$BIN/zeroshard-bench" device-adam
 stage "NCCL sweep, one GPU (device-nccl)" 90 0 "$BIN/zeroshard-bench" device-nccl
 # Without a device (the rehearsal) device-gpt still runs its whole-step rig,

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kSteps = 12;
 constexpr uint64_t kCut = 6;
-const absl::Duration kRunTimeout = absl::Seconds(300);
+const absl::Duration kResumeRunTimeout = absl::Seconds(300);
 
 // 2 servers x 2 workers, a constant learning rate, checkpoints every kCut
 // steps into `ckpt`.
@@ -46,13 +46,13 @@ class ResumeTest : public ::testing::Test {
     full_ = new TrainRun(RunTrain({"--config=" + full_cfg,
                                    "--out=" + dir_->path("full"),
                                    "--save_weights", "--quiet"},
-                                  kRunTimeout));
+                                  kResumeRunTimeout));
     const std::string cut_cfg =
         dir_->WriteConfig("cut.json", Config(dir_->path("cut-ckpt")));
     cut_ = new TrainRun(RunTrain(
         {"--config=" + cut_cfg, "--out=" + dir_->path("cut"),
          absl::StrCat("--steps=", kCut), "--quiet"},
-        kRunTimeout));
+        kResumeRunTimeout));
   }
   static void TearDownTestSuite() {
     delete full_;
@@ -82,7 +82,7 @@ class ResumeTest : public ::testing::Test {
                      "--resume=" + from, absl::StrCat("--servers=", servers),
                      absl::StrCat("--workers=", workers), "--save_weights",
                      "--quiet"},
-                    kRunTimeout);
+                    kResumeRunTimeout);
   }
 
   static TrainDir* dir_;
@@ -176,7 +176,7 @@ TEST(TensorRuleResumeTest, CutAndResumedOnThreeServersEqualsTheUninterruptedRun)
                                       config(dir.path(name + "-ckpt"))),
         "--out=" + dir.path(name), "--save_weights", "--quiet"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return RunTrain(args, kRunTimeout);
+    return RunTrain(args, kResumeRunTimeout);
   };
   TrainRun full = run("full", {});
   ASSERT_TRUE(full.status.success()) << full.err;
@@ -194,7 +194,7 @@ TEST(TensorRuleResumeTest, CutAndResumedOnThreeServersEqualsTheUninterruptedRun)
   TrainRun adam = RunTrain(
       {"--config=" + dir.WriteConfig("adam.json", Config(dir.path("adam-ckpt"))),
        "--out=" + dir.path("adam"), "--steps=8", "--save_weights", "--quiet"},
-      kRunTimeout);
+      kResumeRunTimeout);
   ASSERT_TRUE(adam.status.success()) << adam.err;
   EXPECT_FALSE(CompareWeights(a, ReadWeights(dir.path("adam"))).bit_identical);
 }
@@ -220,7 +220,7 @@ TEST(EightBitResumeTest, CutAndResumedRunsEqualTheUninterruptedOne) {
                                       config(dir.path(name + "-ckpt"), eight_bit)),
         "--out=" + dir.path(name), "--save_weights", "--quiet"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return RunTrain(args, kRunTimeout);
+    return RunTrain(args, kResumeRunTimeout);
   };
   TrainRun full = run("full", true, {});
   ASSERT_TRUE(full.status.success()) << full.err;

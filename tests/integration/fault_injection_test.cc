@@ -41,14 +41,14 @@ int Kills() {
   }
   return 10;
 }
-constexpr size_t kSteps = 24;  // Config()'s steps
-const absl::Duration kRunTimeout = absl::Seconds(240);
+constexpr size_t kFaultSteps = 24;  // Config()'s steps
+const absl::Duration kFaultRunTimeout = absl::Seconds(240);
 
 nlohmann::json Config(const std::string& ckpt) {
   nlohmann::json cfg = SmallConfig();
   cfg["zeroshard"]["servers"] = 2;
   cfg["zeroshard"]["workers"] = 2;
-  cfg["zeroshard"]["steps"] = kSteps;
+  cfg["zeroshard"]["steps"] = kFaultSteps;
   cfg["zeroshard"]["checkpoint"] = {
       {"dir", ckpt}, {"every_steps", 4}, {"keep_last", 2}};
   // A killed peer shows as a broken connection at once; the step timeout
@@ -85,7 +85,7 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
       dir.WriteConfig("ref.json", Config(dir.path("ref-ckpt")));
   TrainRun ref = RunTrain({"--config=" + ref_cfg, "--out=" + dir.path("ref"),
                            "--save_weights", "--quiet"},
-                          kRunTimeout);
+                          kFaultRunTimeout);
   ASSERT_TRUE(ref.status.success()) << ref.err;
   const auto want = ReadWeights(dir.path("ref"));
   EXPECT_EQ(NotTrained(dir.path("ref"), Config("")), "");
@@ -113,7 +113,7 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
     // Wait for the processes, then kill one at a point chosen by the run's
     // own progress: once step k is done (k = 0: during start-up, Init and
     // the rendezvous), a random fraction of this run's own step time into
-    // step k. k <= kSteps - 2 leaves a step after it, so every process of
+    // step k. k <= kFaultSteps - 2 leaves a step after it, so every process of
     // cluster.json is still alive then, however slow the machine.
     std::vector<std::pair<std::string, int>> pids;
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -122,10 +122,10 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
       absl::SleepFor(absl::Milliseconds(10));
     }
     ASSERT_EQ(pids.size(), 4u) << "trial " << t << ": no cluster.json";
-    const size_t k = std::uniform_int_distribution<size_t>(0, kSteps - 2)(rng);
+    const size_t k = std::uniform_int_distribution<size_t>(0, kFaultSteps - 2)(rng);
     const double frac = std::uniform_real_distribution<double>(0, 1)(rng);
     const auto& victim = pids[rng() % pids.size()];
-    const StepReached reached = WaitForStep(out, k, **train, kRunTimeout);
+    const StepReached reached = WaitForStep(out, k, **train, kFaultRunTimeout);
     ASSERT_TRUE(reached.ok) << "trial " << t << ": step " << k
                             << " not reached (" << StepsDone(out) << " done)\n"
                             << ReadFile(o.stderr_path);
@@ -143,9 +143,9 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
     std::printf("trial %d: SIGKILL %s (pid %d) in %s%s\n", t,
                 victim.first.c_str(), victim.second, at.c_str(),
                 hit ? "" : " (already gone)");
-    absl::StatusOr<ExitStatus> st = (*train)->Wait(kRunTimeout);
+    absl::StatusOr<ExitStatus> st = (*train)->Wait(kFaultRunTimeout);
     ASSERT_TRUE(st.ok()) << "trial " << t << " did not end within "
-                         << absl::FormatDuration(kRunTimeout);
+                         << absl::FormatDuration(kFaultRunTimeout);
     std::ifstream err_in(o.stderr_path);
     const std::string err((std::istreambuf_iterator<char>(err_in)),
                           std::istreambuf_iterator<char>());
@@ -171,12 +171,12 @@ TEST(FaultInjectionTest, RankZeroDyingHalfWayThroughApplyLosesNoStep) {
   const std::string path = dir.WriteConfig("c.json", cfg);
   TrainRun ref = RunTrain({"--config=" + path, "--out=" + dir.path("ref"),
                            "--save_weights", "--quiet"},
-                          kRunTimeout);
+                          kFaultRunTimeout);
   ASSERT_TRUE(ref.status.success()) << ref.err;
   TrainRun run = RunTrain({"--config=" + path, "--out=" + dir.path("run"),
                            "--save_weights", "--quiet", "--max_restarts=1",
                            "--inject_partial_apply_at_step=5"},
-                          kRunTimeout);
+                          kFaultRunTimeout);
   ASSERT_TRUE(run.status.success()) << run.err;
   EXPECT_NE(run.err.find("step 5 finished from the servers' prepared pushes"),
             std::string::npos)

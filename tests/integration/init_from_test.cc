@@ -27,7 +27,7 @@
 namespace zeroshard::testing {
 namespace {
 
-const absl::Duration kRunTimeout = absl::Seconds(240);
+const absl::Duration kInitRunTimeout = absl::Seconds(240);
 
 // 2 servers x 2 workers, FP32, width 96: units are not multiples of
 // 64 * 2 elements, so the flat space has padding.
@@ -164,7 +164,7 @@ TEST(InitFromTest, ServersHoldTheFilesWeightsExactly) {
                            "--out=" + out, "--quiet", "--init_from=" + file,
                            "--inject_overflow_at_step=0", "--save_weights",
                            "--format=safetensors"},
-                          kRunTimeout);
+                          kInitRunTimeout);
   ASSERT_TRUE(run.status.success()) << run.status.ToString() << "\n" << run.err;
   auto rows = ReadMetricsCsv(out + "/metrics.csv");
   ASSERT_EQ(rows.size(), 1u);
@@ -208,7 +208,7 @@ TEST(InitFromTest, TrainingStartsFromTheFile) {
   TrainRun run = RunTrain({"--config=" + dir.WriteConfig("c.json", cfg),
                            "--out=" + out, "--quiet", "--init_from=" + file,
                            "--save_weights"},
-                          kRunTimeout);
+                          kInitRunTimeout);
   ASSERT_TRUE(run.status.success()) << run.status.ToString() << "\n" << run.err;
   const auto weights = ReadWeights(out);
   ASSERT_EQ(weights.size(), model.size());
@@ -238,7 +238,7 @@ TEST(InitFromTest, WrongFileIsRefusedBeforeAnythingStarts) {
   const std::string config = dir.WriteConfig("c.json", cfg);
   TrainRun run = RunTrain({"--config=" + config, "--out=" + dir.path("out"),
                            "--quiet", "--init_from=" + file},
-                          kRunTimeout);
+                          kInitRunTimeout);
   EXPECT_EQ(run.status.code, 2) << run.status.ToString() << "\n" << run.err;
   EXPECT_NE(run.err.find("--init_from"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("'h.1.mlp.c_fc.weight'"), std::string::npos)
@@ -251,13 +251,13 @@ TEST(InitFromTest, WrongFileIsRefusedBeforeAnythingStarts) {
   WriteModel(MakeModel(wide, 1), file, "", 0, 0);
   run = RunTrain({"--config=" + config, "--out=" + dir.path("out"), "--quiet",
                   "--init_from=" + file},
-                 kRunTimeout);
+                 kInitRunTimeout);
   EXPECT_EQ(run.status.code, 2) << run.err;
   EXPECT_NE(run.err.find("has shape"), std::string::npos) << run.err;
 
   run = RunTrain({"--config=" + config, "--out=" + dir.path("out"), "--quiet",
                   "--init_from=" + dir.path("absent.safetensors")},
-                 kRunTimeout);
+                 kInitRunTimeout);
   EXPECT_EQ(run.status.code, 2) << run.err;
   EXPECT_NE(run.err.find("absent.safetensors"), std::string::npos) << run.err;
 }
@@ -278,14 +278,14 @@ TEST(InitFromTest, ServersThatHaveTrainedKeepTheirWeights) {
   TrainRun first = RunTrain({"--config=" + config, "--out=" + dir.path("a"),
                              "--quiet", servers, "--init_from=" + file,
                              "--save_weights"},
-                            kRunTimeout);
+                            kInitRunTimeout);
   ASSERT_TRUE(first.status.success()) << first.err;
   // Step 2 is skipped, so the servers end where the first run left them.
   TrainRun again = RunTrain({"--config=" + config, "--out=" + dir.path("b"),
                              "--quiet", servers, "--init_from=" + file,
                              "--steps=3", "--inject_overflow_at_step=2",
                              "--save_weights"},
-                            kRunTimeout);
+                            kInitRunTimeout);
   ASSERT_TRUE(again.status.success()) << again.err;
   auto rows = ReadMetricsCsv(dir.path("b") + "/metrics.csv");
   ASSERT_EQ(rows.size(), 1u);

@@ -249,14 +249,14 @@ Summary Summarize(const std::vector<std::string>& servers) {
   return s;
 }
 
-constexpr int kSteps = 24;
+constexpr int kPodSteps = 24;
 
 // A pod-mode run without faults: the reference state.
 Summary Uninterrupted(const TrainDir& dir) {
   Servers servers(dir, "ref");
   EXPECT_TRUE(servers.Start().ok());
   const std::string config =
-      WriteResolvedConfig(dir, "ref", servers.addresses(), kSteps);
+      WriteResolvedConfig(dir, "ref", servers.addresses(), kPodSteps);
   EXPECT_FALSE(config.empty());
   Workers w(dir, "ref", config, dir.path("ref-ckpt"));
   for (int r = 0; r < kWorkers; ++r) EXPECT_TRUE(w.Start(r).ok());
@@ -267,13 +267,13 @@ Summary Uninterrupted(const TrainDir& dir) {
 TEST(PodModeTest, RestartedWorkerRejoinsTheSameStep) {
   TrainDir dir("pods_worker");
   const Summary reference = Uninterrupted(dir);
-  ASSERT_EQ(reference.version, kSteps);
+  ASSERT_EQ(reference.version, kPodSteps);
   ASSERT_EQ(reference.norms.size(), 3u * kServers);
 
   Servers servers(dir, "run");
   ASSERT_TRUE(servers.Start().ok());
   const std::string config =
-      WriteResolvedConfig(dir, "run", servers.addresses(), kSteps);
+      WriteResolvedConfig(dir, "run", servers.addresses(), kPodSteps);
   ASSERT_FALSE(config.empty());
   Workers w(dir, "run", config, dir.path("run-ckpt"));
   for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(w.Start(r).ok());
@@ -296,7 +296,7 @@ TEST(PodModeTest, RestartedWorkerRejoinsTheSameStep) {
   EXPECT_EQ(events.front().value("event", ""), "start");
   EXPECT_GE(events.front().value("step", 0), 6) << "did not continue";
   EXPECT_EQ(events.back().value("event", ""), "done");
-  EXPECT_EQ(events.back().value("step", 0), kSteps);
+  EXPECT_EQ(events.back().value("step", 0), kPodSteps);
   const std::string logs = w.Logs();
   EXPECT_TRUE(absl::StrContains(logs, "this rank restarted")) << logs;
   const Summary got = Summarize(servers.addresses());
@@ -310,7 +310,7 @@ TEST(PodModeTest, RestartedServerIsRestoredFromTheNewestCheckpoint) {
   Servers servers(dir, "run");
   ASSERT_TRUE(servers.Start().ok());
   const std::string config =
-      WriteResolvedConfig(dir, "run", servers.addresses(), kSteps);
+      WriteResolvedConfig(dir, "run", servers.addresses(), kPodSteps);
   ASSERT_FALSE(config.empty());
   Workers w(dir, "run", config, dir.path("run-ckpt"));
   for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(w.Start(r).ok());
@@ -344,9 +344,9 @@ TEST(PodModeTest, RestartedServerIsRestoredFromTheNewestCheckpoint) {
   EXPECT_GE(start, 4) << w.Logs();
   EXPECT_EQ(start % 4, 0) << "not a checkpoint's step";
   EXPECT_EQ(events.back().value("event", ""), "done");
-  EXPECT_EQ(events.back().value("step", 0), kSteps);
+  EXPECT_EQ(events.back().value("step", 0), kPodSteps);
   EXPECT_TRUE(absl::StrContains(w.Logs(), "restoring every server")) << w.Logs();
-  EXPECT_EQ(Summarize(servers.addresses()).version, kSteps);
+  EXPECT_EQ(Summarize(servers.addresses()).version, kPodSteps);
 }
 
 // The same restart with no checkpoint to restore from (--resume empty):
@@ -357,7 +357,7 @@ TEST(PodModeTest, RestartedServerWithNoCheckpointIsNamed) {
   Servers servers(dir, "run");
   ASSERT_TRUE(servers.Start().ok());
   const std::string config =
-      WriteResolvedConfig(dir, "run", servers.addresses(), kSteps);
+      WriteResolvedConfig(dir, "run", servers.addresses(), kPodSteps);
   ASSERT_FALSE(config.empty());
   Workers w(dir, "run", config, "");
   for (int r = 0; r < kWorkers; ++r) ASSERT_TRUE(w.Start(r).ok());
@@ -390,7 +390,7 @@ TEST(PodModeTest, HalfAppliedStepIsFinishedByTheNextAttempt) {
   Servers servers(dir, "run");
   ASSERT_TRUE(servers.Start().ok());
   const std::string config =
-      WriteResolvedConfig(dir, "run", servers.addresses(), kSteps);
+      WriteResolvedConfig(dir, "run", servers.addresses(), kPodSteps);
   ASSERT_FALSE(config.empty());
   Workers w(dir, "run", config, dir.path("run-ckpt"),
             {"--inject_partial_apply_at_step=5"});
@@ -408,7 +408,7 @@ TEST(PodModeTest, HalfAppliedStepIsFinishedByTheNextAttempt) {
   EXPECT_EQ(events.back().value("event", ""), "done");
   EXPECT_TRUE(absl::StrContains(w.Logs(), "finishing it from the prepared pushes"))
       << w.Logs();
-  EXPECT_EQ(Summarize(servers.addresses()).version, kSteps);
+  EXPECT_EQ(Summarize(servers.addresses()).version, kPodSteps);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 namespace zeroshard::kernels::cpu {
 namespace {
 
-std::vector<float> Random(size_t n, float scale, float offset = 0.0f) {
+std::vector<float> RandomValues(size_t n, float scale, float offset = 0.0f) {
   static std::mt19937 rng(
       static_cast<uint32_t>(zeroshard::testing::TestSeed()));
   std::uniform_real_distribution<float> u(-scale, scale);
@@ -42,9 +42,9 @@ class LayerNormFastTest : public ::testing::TestWithParam<Case> {};
 TEST_P(LayerNormFastTest, MatchesReference) {
   const auto [m, c] = GetParam();
   // An offset mean tests the two-pass variance.
-  auto x = Random(m * c, 2.0f, 3.0f), g = Random(c, 1.5f), b = Random(c, 1.0f);
-  auto dy = Random(m * c, 1.0f), dx0 = Random(m * c, 1.0f);
-  auto dg0 = Random(c, 1.0f), db0 = Random(c, 1.0f);
+  auto x = RandomValues(m * c, 2.0f, 3.0f), g = RandomValues(c, 1.5f), b = RandomValues(c, 1.0f);
+  auto dy = RandomValues(m * c, 1.0f), dx0 = RandomValues(m * c, 1.0f);
+  auto dg0 = RandomValues(c, 1.0f), db0 = RandomValues(c, 1.0f);
   std::vector<float> y(m * c), mean(m), rstd(m);
   std::vector<float> yr(m * c), meanr(m), rstdr(m);
   ASSERT_TRUE(LayerNormForward(x.data(), g.data(), b.data(), m, c, y.data(),

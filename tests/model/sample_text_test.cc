@@ -18,7 +18,7 @@ namespace {
 using Ids = std::vector<int32_t>;
 
 // Whether `text` contains `part` (printing both when not).
-::testing::AssertionResult Has(absl::string_view text, absl::string_view part) {
+::testing::AssertionResult HasText(absl::string_view text, absl::string_view part) {
   if (text.find(part) != absl::string_view::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "\"" << text << "\" lacks \"" << part << "\"";
 }
@@ -40,8 +40,8 @@ TEST(SampleTextTest, SmallByteVocabularyChecksEachByte) {
   ASSERT_TRUE(t.ok());
   auto s = t->EncodePrompt("The");  // 'T' = 0x54 >= 64
   ASSERT_FALSE(s.ok());
-  EXPECT_TRUE(Has(s.status().message(), "prompt byte 0x54"));
-  EXPECT_TRUE(Has(s.status().message(), "vocab_size 64"));
+  EXPECT_TRUE(HasText(s.status().message(), "prompt byte 0x54"));
+  EXPECT_TRUE(HasText(s.status().message(), "vocab_size 64"));
 }
 
 TEST(SampleTextTest, LargerVocabularyWithoutFilesTakesIds) {
@@ -53,8 +53,8 @@ TEST(SampleTextTest, LargerVocabularyWithoutFilesTakesIds) {
   EXPECT_EQ(t->Render({15496, 995}), "15496,995");
   auto text = t->EncodePrompt("Hello");
   ASSERT_FALSE(text.ok());
-  EXPECT_TRUE(Has(text.status().message(), "needs a GPT-2 vocabulary"));
-  EXPECT_TRUE(Has(text.status().message(), "ids:"));
+  EXPECT_TRUE(HasText(text.status().message(), "needs a GPT-2 vocabulary"));
+  EXPECT_TRUE(HasText(text.status().message(), "ids:"));
 }
 
 TEST(SampleTextTest, BadPromptsAreClearErrors) {
@@ -62,14 +62,15 @@ TEST(SampleTextTest, BadPromptsAreClearErrors) {
   ASSERT_TRUE(t.ok());
   auto empty = t->EncodePrompt("");
   EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Has(empty.status().message(), "prompt is empty"));
-  EXPECT_TRUE(Has(t->EncodePrompt("ids:").status().message(), "no token ids"));
-  EXPECT_TRUE(Has(t->EncodePrompt("ids: ").status().message(), "no token ids"));
-  EXPECT_TRUE(Has(t->EncodePrompt("ids:1,x").status().message(), "\"x\" is not a token id"));
-  EXPECT_TRUE(Has(t->EncodePrompt("ids:1,,2").status().message(), "is not a token id"));
-  EXPECT_TRUE(Has(t->EncodePrompt("ids:-3").status().message(), "\"-3\""));
+  EXPECT_TRUE(HasText(empty.status().message(), "prompt is empty"));
+  EXPECT_TRUE(HasText(t->EncodePrompt("ids:").status().message(), "no token ids"));
+  EXPECT_TRUE(HasText(t->EncodePrompt("ids: ").status().message(), "no token ids"));
+  EXPECT_TRUE(HasText(t->EncodePrompt("ids:1,x").status().message(), "\"x\" is not a token id"));
+  EXPECT_TRUE(HasText(t->EncodePrompt("ids:1,,2").status().message(), "is not a token id"));
+  EXPECT_TRUE(HasText(t->EncodePrompt("ids:-3").status().message(), "\"-3\""));
   auto big = t->EncodePrompt("ids:256");
-  EXPECT_TRUE(Has(big.status().message(), "prompt token 256 is not below the model's vocab_size 256"));
+  EXPECT_TRUE(HasText(big.status().message(),
+                      "prompt token 256 is not below the model's vocab_size 256"));
 }
 
 class SampleTextFilesTest : public ::testing::Test {
@@ -105,13 +106,13 @@ TEST_F(SampleTextFilesTest, Gpt2VocabularyEncodesAndDecodesText) {
 TEST_F(SampleTextFilesTest, FileErrorsNameTheFile) {
   auto missing = SampleText::Create(300, (dir_ / "none.json").string(), merges_);
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(Has(missing.status().message(), "none.json"));
+  EXPECT_TRUE(HasText(missing.status().message(), "none.json"));
   auto one = SampleText::Create(300, vocab_, "");
   EXPECT_EQ(one.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Has(one.status().message(), "needs both files"));
+  EXPECT_TRUE(HasText(one.status().message(), "needs both files"));
   auto small = SampleText::Create(256, vocab_, merges_);  // id 256 >= 256
-  EXPECT_TRUE(Has(small.status().message(), "token ids up to 256"));
-  EXPECT_TRUE(Has(small.status().message(), "vocab_size is 256"));
+  EXPECT_TRUE(HasText(small.status().message(), "token ids up to 256"));
+  EXPECT_TRUE(HasText(small.status().message(), "vocab_size is 256"));
 }
 
 // zeroshard.sample in a config file (common/config.h, SampleConfig).
@@ -141,13 +142,13 @@ TEST(SampleConfigTest, ParsesAndChecksTheSection) {
   EXPECT_EQ(c.merges, "m.txt");
   auto one = ParseTrainingConfig(
       R"({"train_batch_size": 8, "zeroshard": {"sample": {"vocab": "v.json"}}})");
-  EXPECT_TRUE(Has(one.status().message(), "zeroshard.sample.merges"));
+  EXPECT_TRUE(HasText(one.status().message(), "zeroshard.sample.merges"));
   auto neg = ParseTrainingConfig(
       R"({"train_batch_size": 8, "zeroshard": {"sample": {"max_new_tokens": -1}}})");
-  EXPECT_TRUE(Has(neg.status().message(), "zeroshard.sample.max_new_tokens"));
+  EXPECT_TRUE(HasText(neg.status().message(), "zeroshard.sample.max_new_tokens"));
   auto temp = ParseTrainingConfig(
       R"({"train_batch_size": 8, "zeroshard": {"sample": {"temperature": "hot"}}})");
-  EXPECT_TRUE(Has(temp.status().message(), "zeroshard.sample.temperature"));
+  EXPECT_TRUE(HasText(temp.status().message(), "zeroshard.sample.temperature"));
 }
 
 TEST(EscapeForTerminalTest, KeepsPrintableUtf8AndEscapesTheRest) {
