@@ -4,11 +4,15 @@ With ``"zeroshard": {"servers": S}`` as a count and no addresses,
 ``zeroshard.initialize`` starts S ``zeroshard-server`` processes on
 127.0.0.1 (port 0, each writes the port it bound), with fresh per-run bearer
 tokens, as ``zeroshard-train`` does, and stops them when the engine closes,
-at interpreter exit, or when this process dies (PR_SET_PDEATHSIG).
+at interpreter exit, or when this process dies (PR_SET_PDEATHSIG). Their
+tokens, ports and logs go to a temporary directory that goes with them,
+unless a server exited on its own: then its log stays, and the error names
+it.
 """
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -49,6 +53,7 @@ class LocalCluster:
                 f"{server} not found: build the project first (the README's "
                 "main or test command), or set ZEROSHARD_BIN_DIR")
         self._owned_dir = out_dir is None
+        self._keep_dir = False
         self.out_dir = out_dir or tempfile.mkdtemp(prefix="zeroshard-run-")
         os.makedirs(os.path.join(self.out_dir, "logs"), exist_ok=True)
         os.makedirs(os.path.join(self.out_dir, "ports"), exist_ok=True)
@@ -82,7 +87,8 @@ class LocalCluster:
                     if rc is not None:
                         raise RuntimeError(
                             f"server {k} exited with code {rc} before it "
-                            f"listened: {self._last_line(k)}")
+                            f"listened: {self._last_line(k)} "
+                            f"(its log: {self._log(k)})")
                     port = self._read_port(port_file)
                     if port:
                         self.addresses.append(f"127.0.0.1:{port}")
@@ -90,7 +96,8 @@ class LocalCluster:
                     if time.monotonic() > deadline:
                         raise TimeoutError(
                             f"server {k} did not listen within "
-                            f"{startup_timeout_s} s: {self._last_line(k)}")
+                            f"{startup_timeout_s} s: {self._last_line(k)} "
+                            f"(its log: {self._log(k)})")
                     time.sleep(0.02)
         except BaseException:
             self.stop()
@@ -105,10 +112,12 @@ class LocalCluster:
             return None
         return text if text.isdigit() and int(text) > 0 else None
 
+    def _log(self, k):
+        return os.path.join(self.out_dir, "logs", f"server{k}.log")
+
     def _last_line(self, k):
         try:
-            with open(os.path.join(self.out_dir, "logs",
-                                   f"server{k}.log"), "rb") as f:
+            with open(self._log(k), "rb") as f:
                 lines = f.read().decode(errors="replace").strip().splitlines()
             return lines[-1] if lines else "(its log is empty)"
         except OSError:
@@ -123,10 +132,14 @@ class LocalCluster:
                        else f"exited with code {rc}")
                 raise RuntimeError(
                     f"server {k} ({self.addresses[k] if k < len(self.addresses) else '?'}) "
-                    f"{how}: {self._last_line(k)}")
+                    f"{how}: {self._last_line(k)} (its log: {self._log(k)})")
 
     def stop(self, timeout_s=5.0):
-        """SIGTERM, then SIGKILL after timeout_s; idempotent."""
+        """SIGTERM, then SIGKILL after timeout_s; idempotent. Removes the
+        directory it made itself, unless a server had exited on its own
+        (its log is what tells why)."""
+        if any(p.poll() is not None for p in self.procs):
+            self._keep_dir = True
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
@@ -138,3 +151,5 @@ class LocalCluster:
                 p.kill()
                 p.wait()
         self.procs = []
+        if self._owned_dir and not self._keep_dir:
+            shutil.rmtree(self.out_dir, ignore_errors=True)
