@@ -61,7 +61,7 @@ size_t BackwardSmemFor(int64_t hd) {
 
 // Both kernels' grid: a block per kTile rows of its own side, head and
 // sequence.
-dim3 GridOf(const AttentionShape& s) {
+dim3 TileGridOf(const AttentionShape& s) {
   return dim3(static_cast<unsigned>((s.seq + kTile - 1) / kTile),
               static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
 }
@@ -78,7 +78,7 @@ absl::Status LaunchForward(const char* op, const AttentionShape& s,
                            static_cast<int>(kSmem)),
       op));
   const float scale = 1.0f / sqrtf(static_cast<float>(HD));
-  FlashForwardKernel<HD><<<GridOf(s), kBlock, kSmem, stream>>>(
+  FlashForwardKernel<HD><<<TileGridOf(s), kBlock, kSmem, stream>>>(
       qkv, s.seq, s.width, s.heads, scale, lse, y);
   return LaunchStatus(op);
 }
@@ -107,7 +107,7 @@ absl::Status LaunchBackward(const char* op, const AttentionShape& s,
                         static_cast<size_t>(s.batch * s.seq), stream),
       op));
   const float scale = 1.0f / sqrtf(static_cast<float>(HD));
-  FlashBackwardKernel<HD><<<GridOf(s), kBlock, kSmem, stream>>>(
+  FlashBackwardKernel<HD><<<TileGridOf(s), kBlock, kSmem, stream>>>(
       qkv, dy16, lse, dsum, s.seq, s.width, s.heads, scale, dqkv);
   return LaunchStatus(op);
 }

@@ -195,7 +195,7 @@ Dims DimsOf(const AttentionShape& s) {
   return g;
 }
 
-dim3 GridOf(const AttentionShape& s) {
+dim3 RowGridOf(const AttentionShape& s) {
   return dim3(static_cast<unsigned>((s.seq + kRows - 1) / kRows),
               static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
 }
@@ -205,10 +205,10 @@ void LaunchForward(const AttentionShape& s, const void* qkv, float* lse,
                    float* y, cudaStream_t stream) {
   const Dims g = DimsOf(s);
   if (s.dtype == DType::kBf16) {
-    ForwardKernel<HD><<<GridOf(s), kRows, 0, stream>>>(
+    ForwardKernel<HD><<<RowGridOf(s), kRows, 0, stream>>>(
         static_cast<const uint16_t*>(qkv), g, lse, y);
   } else {
-    ForwardKernel<HD><<<GridOf(s), kRows, 0, stream>>>(
+    ForwardKernel<HD><<<RowGridOf(s), kRows, 0, stream>>>(
         static_cast<const float*>(qkv), g, lse, y);
   }
 }
@@ -223,12 +223,12 @@ void LaunchBackward(const AttentionShape& s, const void* qkv, const float* lse,
                                                             dsum);
   if (s.dtype == DType::kBf16) {
     const auto* x = static_cast<const uint16_t*>(qkv);
-    QueryKernel<HD><<<GridOf(s), kRows, 0, stream>>>(x, lse, dy, dsum, g, dqkv);
-    KeyKernel<HD><<<GridOf(s), kRows, 0, stream>>>(x, lse, dy, dsum, g, dqkv);
+    QueryKernel<HD><<<RowGridOf(s), kRows, 0, stream>>>(x, lse, dy, dsum, g, dqkv);
+    KeyKernel<HD><<<RowGridOf(s), kRows, 0, stream>>>(x, lse, dy, dsum, g, dqkv);
   } else {
     const auto* x = static_cast<const float*>(qkv);
-    QueryKernel<HD><<<GridOf(s), kRows, 0, stream>>>(x, lse, dy, dsum, g, dqkv);
-    KeyKernel<HD><<<GridOf(s), kRows, 0, stream>>>(x, lse, dy, dsum, g, dqkv);
+    QueryKernel<HD><<<RowGridOf(s), kRows, 0, stream>>>(x, lse, dy, dsum, g, dqkv);
+    KeyKernel<HD><<<RowGridOf(s), kRows, 0, stream>>>(x, lse, dy, dsum, g, dqkv);
   }
 }
 
