@@ -19,19 +19,24 @@ load("@rules_cc//cc:defs.bzl", _cc_binary = "cc_binary", _cc_library = "cc_libra
 
 _BATCH = 8
 
+# Test programs in batches of 16, as CMake's zs_test() does: a test file
+# is small beside the GoogleTest, gRPC and Abseil templates every batch
+# instantiates again.
+_TEST_BATCH = 16
+
 def _is_cc(src):
     return type(src) == "string" and src.endswith(".cc")
 
-def _batches(name, srcs, testonly):
+def _batches(name, srcs, testonly, size = _BATCH):
     """Returns (generated .cc files + the non-.cc srcs, the .cc files)."""
     ccs = [s for s in srcs if _is_cc(s)]
     rest = [s for s in srcs if not _is_cc(s)]
     out = []
-    for i in range(0, len(ccs), _BATCH):
-        batch = ccs[i:i + _BATCH]
-        gen = "%s_unity_%d.cc" % (name, i // _BATCH)
+    for i in range(0, len(ccs), size):
+        batch = ccs[i:i + size]
+        gen = "%s_unity_%d.cc" % (name, i // size)
         native.genrule(
-            name = "%s_unity_%d" % (name, i // _BATCH),
+            name = "%s_unity_%d" % (name, i // size),
             srcs = batch,
             outs = [gen],
             # $(SRCS) are the files' paths from the execution root, which
@@ -94,13 +99,13 @@ def cc_library(name, srcs = [], tags = [], textual_hdrs = [], testonly = False, 
         **kwargs
     )
 
-def _program(rule, name, srcs, tags, deps, testonly, kwargs):
+def _program(rule, name, srcs, tags, deps, testonly, kwargs, size = _BATCH):
     kwargs = with_pch(dict(kwargs, deps = deps), srcs, tags)
     deps = kwargs.pop("deps")
     if not _wants_unity(srcs, tags):
         rule(name = name, srcs = srcs, tags = tags, deps = deps, testonly = testonly, **kwargs)
         return
-    unity, ccs = _batches(name, srcs, testonly)
+    unity, ccs = _batches(name, srcs, testonly, size)
 
     # A program has no textual_hdrs: a library of the .cc files declares them.
     _cc_library(
@@ -122,4 +127,4 @@ def cc_binary(name, srcs = [], tags = [], deps = [], testonly = False, **kwargs)
     _program(_cc_binary, name, srcs, tags, deps, testonly, kwargs)
 
 def cc_test(name, srcs = [], tags = [], deps = [], **kwargs):
-    _program(_cc_test, name, srcs, tags, deps, True, kwargs)
+    _program(_cc_test, name, srcs, tags, deps, True, kwargs, _TEST_BATCH)

@@ -25,7 +25,7 @@
 namespace zeroshard {
 namespace {
 
-uint32_t Bits(float f) {
+uint32_t FloatBits(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
   return b;
@@ -158,8 +158,8 @@ TEST(TensorRuleShardTest, MuonUpdatesEachMatrixWholeFromPiecesOfAnySize) {
                              t.shape[1], w.data(), m.data(), nullptr, scratch)
                       .ok());
       for (uint64_t i = 0; i < t.numel; ++i) {
-        ASSERT_EQ(Bits(after.arrays[0][at + i]), Bits(w[i])) << t.name << " " << i;
-        ASSERT_EQ(Bits(after.arrays[1][at + i]), Bits(m[i])) << t.name << " " << i;
+        ASSERT_EQ(FloatBits(after.arrays[0][at + i]), FloatBits(w[i])) << t.name << " " << i;
+        ASSERT_EQ(FloatBits(after.arrays[1][at + i]), FloatBits(m[i])) << t.name << " " << i;
         ASSERT_EQ(after.arrays[2][at + i], 0.0f) << t.name << " " << i;
       }
     }
@@ -248,7 +248,7 @@ TEST(TensorRuleShardTest, AdafactorUpdatesEachTensorWholeWithItsStateInTheSlots)
         const size_t at = t.offset - own.begin;
         for (int a = 0; a < 3; ++a) {
           for (uint64_t i = 0; i < t.numel; ++i) {
-            ASSERT_EQ(Bits(got.arrays[a][at + i]), Bits(want.arrays[a][at + i]))
+            ASSERT_EQ(FloatBits(got.arrays[a][at + i]), FloatBits(want.arrays[a][at + i]))
                 << t.name << " " << testing::kArrayNames[a] << "[" << i
                 << "] after step " << step + 1;
           }
@@ -256,7 +256,7 @@ TEST(TensorRuleShardTest, AdafactorUpdatesEachTensorWholeWithItsStateInTheSlots)
         if (step == 0) {
           bool told_apart = false;
           for (uint64_t i = 0; i < t.numel && !told_apart; ++i) {
-            told_apart = Bits(got.arrays[0][at + i]) != Bits(perturbed[at + i]);
+            told_apart = FloatBits(got.arrays[0][at + i]) != FloatBits(perturbed[at + i]);
           }
           EXPECT_TRUE(told_apart) << t.name;
         }
