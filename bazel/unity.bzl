@@ -8,11 +8,11 @@ headers (about 3.5 s of the 4 s a small test file takes with clang), so the
 Bazel build took twice the CPU of either CMake build.
 
 These macros keep the rules' interface. A target with two or more .cc files
-gets one generated file per batch of 8 (in the order the BUILD file lists
-them) that #includes them, and compiles those instead; the .cc files become
-textual headers, so Bazel still checks that every file a compile reads is
-declared. A target with one .cc file, or tagged "layering_probe", is passed
-to the native rule unchanged.
+gets one generated file per batch of 8, 16 for a cc_test (in the order the
+BUILD file lists them), that #includes them, and compiles those instead; the
+.cc files become textual headers, so Bazel still checks that every file a
+compile reads is declared. A target with one .cc file, or tagged
+"layering_probe", is passed to the native rule unchanged.
 """
 
 load("@rules_cc//cc:defs.bzl", _cc_binary = "cc_binary", _cc_library = "cc_library", _cc_test = "cc_test")
