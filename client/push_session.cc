@@ -15,6 +15,9 @@ absl::Status ValidateStepCommit(const StepCommit& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push coefficient ", c.coefficient, " must be finite and >= 0"));
   }
+  for (size_t i = 0; i < c.settings.size(); ++i) {
+    RETURN_IF_ERROR(ValidateStepSetting(c.settings[i], i));
+  }
   return absl::OkStatus();
 }
 
@@ -103,7 +106,8 @@ absl::Status PushSession::SendCommit(const StepCommit& commit) {
   }
   if (absl::Status s = ValidateStepCommit(commit); !s.ok()) return s;
   if (known_.has_value() && (known_->coefficient != commit.coefficient ||
-                             known_->skip != commit.skip)) {
+                             known_->skip != commit.skip ||
+                             known_->settings != commit.settings)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "commit (", commit.coefficient, ", skip=", commit.skip,
         ") differs from the coefficient given up front (", known_->coefficient,

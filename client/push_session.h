@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 #include "common/layout.h"
+#include "common/optimizer_config.h"
 
 namespace zeroshard {
 
@@ -51,6 +52,9 @@ struct StepCommit {
   // Two-phase commit: the servers hold the pieces until ApplyStep
   // (client/apply_step.h); the push's result then counts nothing applied.
   bool prepare = false;
+  // This step's hyper-parameters, one per parameter group the servers hold
+  // (common/optimizer_config.h StepSetting); empty: the schedule's.
+  std::vector<StepSetting> settings;
 };
 
 // INVALID_ARGUMENT unless the coefficient is finite and >= 0.

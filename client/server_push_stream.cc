@@ -114,6 +114,9 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     header.mutable_header()->set_coefficient_known(true);
     header.mutable_header()->set_coefficient(known_->coefficient);
     header.mutable_header()->set_skip(known_->skip);
+    for (const StepSetting& g : known_->settings) {
+      SettingToProto(g, header.mutable_header()->add_group_settings());
+    }
   }
   absl::Status local;  // an error found on this side
   bool ok = call.Write(ProtoToByteBuffer(header));
@@ -160,6 +163,9 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
         msg.mutable_commit()->set_coefficient(commit->coefficient);
         msg.mutable_commit()->set_skip(commit->skip);
         msg.mutable_commit()->set_prepare(commit->prepare);
+        for (const StepSetting& g : commit->settings) {
+          SettingToProto(g, msg.mutable_commit()->add_group_settings());
+        }
         ok = call.WriteLast(ProtoToByteBuffer(msg));
       } else {
         ok = call.WritesDone();

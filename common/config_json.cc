@@ -41,7 +41,9 @@ constexpr const char* kDeepSpeedOnlySections[] = {
     "elasticity", "autotuning", "data_efficiency", "compression_training", "checkpoint",
     "data_types", "pipeline", "curriculum_learning", "dataloader_drop_last", "eigenvalue",
     "progressive_layer_drop", "sparse_attention", "hybrid_engine", "torch_autocast", "compile",
-    "nebula", "timers", "zero_quantized_weights", "zero_quantized_gradients"};
+    "nebula", "timers", "zero_quantized_weights", "zero_quantized_gradients",
+    "managed_gradient_accumulation", "disable_allgather", "seq_parallel_communication_data_type",
+    "tensor_parallel", "sequence_parallel_size", "data_parallel_size"};
 constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
 
 absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
@@ -49,7 +51,13 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
   for (const char* name : {"bf16", "bfloat16"}) {
     ASSIGN_OR_RETURN(Section s, root.Child(name));
     RETURN_IF_ERROR(s.Bool("enabled", &bf16, /*auto_value=*/bf16));
-    s.NoEffect("immediate_grad_update");
+    // DeepSpeed 0.19's: the servers keep FP32 masters and FP32 state
+    // whatever these say, and a BF16 step with a non-finite gradient is
+    // always skipped.
+    for (const char* k : {"immediate_grad_update", "check_grad_overflow",
+                          "bf16_master_weights_and_grads", "bf16_optimizer_states"}) {
+      s.NoEffect(k);
+    }
     s.Finish();
   }
   ASSIGN_OR_RETURN(Section s, root.Child("fp16"));
@@ -307,9 +315,11 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     o->warmup_type = WarmupType::kLinear;
     return absl::OkStatus();
   }
+  // WarmupLR has no end: its warmup is never fitted to the run's length
+  // (a run shorter than the warmup stops inside it, as under DeepSpeed).
   o->schedule = LrScheduleKind::kWarmupCosine;  // cosine from lr to lr: constant
-  o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), steps, "", warnings);
-  o->total_steps = steps;
+  o->warmup_steps = static_cast<uint64_t>(warmup);
+  o->total_steps = std::max<uint64_t>(steps, o->warmup_steps);
   o->min_lr = o->lr;
   o->warmup_start_lr = min_lr;
   return absl::OkStatus();

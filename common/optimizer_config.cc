@@ -128,4 +128,32 @@ double LearningRateAt(const OptimizerConfig& c, uint64_t t) {
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
+absl::Status ValidateStepSetting(const StepSetting& s, size_t index) {
+  const auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group setting ", index, ": ", what, " (lr ", s.lr,
+                     ", weight_decay ", s.weight_decay, ", betas (", s.beta1,
+                     ", ", s.beta2, "), eps ", s.eps, ")"));
+  };
+  if (!std::isfinite(s.lr) || s.lr < 0) return bad("lr must be finite and >= 0");
+  if (!std::isfinite(s.weight_decay) || s.weight_decay < 0) {
+    return bad("weight_decay must be finite and >= 0");
+  }
+  if (!(s.beta1 >= 0 && s.beta1 < 1) || !(s.beta2 >= 0 && s.beta2 < 1)) {
+    return bad("betas must be in [0, 1)");
+  }
+  if (!std::isfinite(s.eps) || !(s.eps > 0)) return bad("eps must be finite and > 0");
+  return absl::OkStatus();
+}
+
+OptimizerConfig WithStepSetting(OptimizerConfig base, const StepSetting& s) {
+  base.lr = s.lr;
+  base.beta1 = s.beta1;
+  base.beta2 = s.beta2;
+  base.eps = s.eps;
+  base.weight_decay = s.weight_decay;
+  base.schedule = LrScheduleKind::kConstant;
+  return base;
+}
+
 }  // namespace zeroshard

@@ -141,6 +141,29 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
 // 1e-3.
 double LearningRateAt(const OptimizerConfig& config, uint64_t t);
 
+// One parameter group's hyper-parameters for one step (GroupSetting in
+// proto/zeroshard/v1/shard.proto), given by a client that owns them step
+// by step (torch's param_groups) in place of the schedule.
+struct StepSetting {
+  double lr = 0;
+  double weight_decay = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+
+  friend bool operator==(const StepSetting&, const StepSetting&) = default;
+};
+
+// INVALID_ARGUMENT naming group `index` unless lr and weight_decay are
+// finite and >= 0, the betas in [0, 1) and eps finite and > 0.
+absl::Status ValidateStepSetting(const StepSetting& setting, size_t index);
+
+// `base` with the setting's lr, betas and eps, its schedule constant (so
+// LearningRateAt gives setting.lr at every t); the weight decay travels
+// apart (the rules take it per group).
+OptimizerConfig WithStepSetting(OptimizerConfig base,
+                                const StepSetting& setting);
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_COMMON_OPTIMIZER_CONFIG_H_

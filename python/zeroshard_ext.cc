@@ -396,7 +396,10 @@ class PyCluster {
   uint64_t Push(uint64_t step, uint32_t worker,
                 const std::vector<Range>& ranges, const std::string& dtype,
                 const py::buffer& grad, double coefficient, bool skip,
-                bool prepare, bool known) {
+                bool prepare, bool known,
+                const std::optional<std::vector<
+                    std::tuple<double, double, double, double, double>>>&
+                    settings) {
     if (known && prepare) {
       Raise(absl::InvalidArgumentError(
           "push: a prepared push cannot carry a known coefficient"));
@@ -411,6 +414,12 @@ class PyCluster {
       p += fr.size() * DTypeSize(t);
     }
     StepCommit c{coefficient, skip, prepare};
+    if (settings.has_value()) {
+      // (lr, weight_decay, beta1, beta2, eps) of each group, in order.
+      for (const auto& [lr, wd, b1, b2, eps] : *settings) {
+        c.settings.push_back({lr, wd, b1, b2, eps});
+      }
+    }
     Check(ValidateStepCommit(c));
     py::gil_scoped_release release;
     return Value(cluster_->PushGrad(step, worker, spans, c, known))
@@ -689,7 +698,8 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def("push", &PyCluster::Push, py::arg("step"), py::arg("worker"),
            py::arg("ranges"), py::arg("dtype"), py::arg("grad"),
            py::arg("coefficient") = 1.0, py::arg("skip") = false,
-           py::arg("prepare") = false, py::arg("known") = false)
+           py::arg("prepare") = false, py::arg("known") = false,
+           py::arg("settings") = py::none())
       .def("attach_shared_memory", &PyCluster::AttachSharedMemory,
            py::arg("ranges"))
       .def("detach_shared_memory", &PyCluster::DetachSharedMemory)

@@ -608,6 +608,13 @@ void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,
     }
   }
   starts.push_back(order.size());
+  // The push's own hyper-parameters per group (CheckParams matched their
+  // count to the groups): the optimizer's config with each group's values.
+  std::vector<OptimizerConfig> stepped;
+  stepped.reserve(params.settings.size());
+  for (const StepSetting& g : params.settings) {
+    stepped.push_back(WithStepSetting(optimizer_, g));
+  }
   // Applies the segments of chunk runs [lo, hi); each run under one hold of
   // its chunk's lock, its segments spread over `pool` when given.
   auto apply_runs = [&](size_t lo, size_t hi, OptimizerPool* pool) {
@@ -633,10 +640,17 @@ void ModelShard::ApplyClaimed(const StepClaim& claim, const StepParams& params,
           const size_t skip = span.range.begin - seg.range.begin;
           const GradView part{
               static_cast<const char*>(grad.data) + skip * esize, grad.bf16};
+          // The step's own settings for the group, when the push gave them.
+          const bool own = !stepped.empty() && span.group >= 0;
           updates.push_back(
-              {store_->rule().MakeStep(optimizer_, seg.adam_t,
-                                       static_cast<float>(params.coefficient),
-                                       span.weight_decay, span.lr_scale),
+              {own ? store_->rule().MakeStep(
+                         stepped[span.group], seg.adam_t,
+                         static_cast<float>(params.coefficient),
+                         stepped[span.group].weight_decay, 1.0)
+                   : store_->rule().MakeStep(
+                         optimizer_, seg.adam_t,
+                         static_cast<float>(params.coefficient),
+                         span.weight_decay, span.lr_scale),
                part, span.range});
         }
       }

@@ -127,6 +127,10 @@ class ModelShard {
   // Pushes: the checks a stream's header and commit pass before any piece
   // is applied (StepTracker::CheckParams / CheckAttempt).
   absl::Status CheckParams(uint64_t step, const StepParams& params) const {
+    if (absl::Status s = param_groups_.CheckSettings(params.settings.size());
+        !s.ok()) {
+      return s;
+    }
     return tracker_->CheckParams(step, params);
   }
   absl::Status CheckAttempt(uint64_t attempt) const {

@@ -23,7 +23,10 @@ absl::StatusOr<ParamGroupTable> ParamGroupTable::Create(
   table.base_weight_decay_ = optimizer.weight_decay();
   std::set<std::string> names;
   std::vector<Span> all;
+  table.groups_ = static_cast<size_t>(optimizer.param_groups_size());
+  int index = 0;
   for (const v1::ParamGroup& g : optimizer.param_groups()) {
+    const int group = index++;
     const std::string what = absl::StrCat("optimizer.param_groups '", g.name(), "'");
     if (g.name().empty() || !names.insert(g.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -41,6 +44,7 @@ absl::StatusOr<ParamGroupTable> ParamGroupTable::Create(
           " is not one this server knows (Muon)"));
     }
     const TensorRule rule = TensorRuleFromProto(g.tensor_rule());
+    if (rule.active()) table.any_rule_ = true;
     if (absl::Status s = ValidateTensorRule(
             rule, absl::StrCat(what, " tensor_rule"));
         !s.ok()) {
@@ -55,7 +59,7 @@ absl::StatusOr<ParamGroupTable> ParamGroupTable::Create(
             " elements"));
       }
       all.push_back({{r.offset(), r.offset() + r.length()}, g.weight_decay(),
-                     g.lr_scale(), rule.active()});
+                     g.lr_scale(), rule.active(), group});
     }
   }
   std::sort(all.begin(), all.end(), [](const Span& a, const Span& b) {
@@ -74,6 +78,21 @@ absl::StatusOr<ParamGroupTable> ParamGroupTable::Create(
     if (!s.range.empty()) table.entries_.push_back(s);
   }
   return table;
+}
+
+absl::Status ParamGroupTable::CheckSettings(size_t settings) const {
+  if (settings == 0) return absl::OkStatus();
+  if (any_rule_) {
+    return absl::InvalidArgumentError(
+        "PushGrad: group_settings with a tensor rule (Muon, Adafactor) in a "
+        "group: those rules take the schedule's learning rate");
+  }
+  if (settings != groups_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PushGrad: ", settings, " group_settings for the optimizer's ",
+        groups_, " param_groups: one each, in order"));
+  }
+  return absl::OkStatus();
 }
 
 v1::OptimizerConfig ParamGroupTable::WithoutRanges(
@@ -100,7 +119,8 @@ std::vector<ParamGroupTable::Span> ParamGroupTable::Split(
       at = it->range.begin;
     }
     const uint64_t end = std::min(range.end, it->range.end);
-    out.push_back({{at, end}, it->weight_decay, it->lr_scale, it->whole});
+    out.push_back({{at, end}, it->weight_decay, it->lr_scale, it->whole,
+                   it->group});
     at = end;
     ++it;
   }

@@ -32,6 +32,8 @@ class ParamGroupTable {
     // In a group with a tensor rule (TensorRule): updated whole, tensor by
     // tensor, not by the element-wise rule.
     bool whole = false;
+    // Its index in OptimizerConfig.param_groups; -1: in no group.
+    int group = -1;
   };
 
   // Validates the groups (unique non-empty names, weight_decay and lr_scale
@@ -55,8 +57,15 @@ class ParamGroupTable {
   // True when no element of the owned range is in a group.
   bool empty() const { return entries_.empty(); }
 
+  // OK for a step's group settings (StepParams::settings): none, or one per
+  // group when no group has a tensor rule; INVALID_ARGUMENT saying which
+  // otherwise.
+  absl::Status CheckSettings(size_t settings) const;
+
  private:
   double base_weight_decay_ = 0;
+  size_t groups_ = 0;      // every group, whether or not it is in `owned`
+  bool any_rule_ = false;  // a group with a tensor rule
   std::vector<Span> entries_;  // sorted, disjoint, inside the owned range
 };
 

@@ -73,12 +73,15 @@ absl::StatusOr<uint64_t> PreparedPushes::Prepare(PreparedPush push) {
     if (p.step == push.step && p.attempt == push.attempt &&
         p.worker != push.worker &&
         (p.params.coefficient != push.params.coefficient ||
-         p.params.skip != push.params.skip)) {
+         p.params.skip != push.params.skip ||
+         p.params.settings != push.params.settings)) {
       return refuse(absl::InvalidArgumentError(absl::StrCat(
           "prepare for step ", push.step, " from worker ", push.worker,
           " has coefficient ", push.params.coefficient, " skip=",
-          push.params.skip, ", but worker ", p.worker, " prepared coefficient ",
-          p.params.coefficient, " skip=", p.params.skip,
+          push.params.skip, " (", push.params.settings.size(),
+          " group settings), but worker ", p.worker, " prepared coefficient ",
+          p.params.coefficient, " skip=", p.params.skip, " (",
+          p.params.settings.size(), ")",
           "; every push of one step must agree")));
     }
   }
@@ -159,7 +162,8 @@ absl::StatusOr<std::vector<PreparedPush>> PreparedPushes::Take(
     if (p.step != step || p.attempt != attempt) continue;
     if (first == nullptr) first = &p;
     if (p.params.coefficient != first->params.coefficient ||
-        p.params.skip != first->params.skip) {
+        p.params.skip != first->params.skip ||
+        p.params.settings != first->params.settings) {
       // Prepare refuses this; kept as the stated rule.
       return absl::InvalidArgumentError(absl::StrCat(
           "ApplyStep ", step, ": workers ", first->worker, " and ", p.worker,

@@ -57,8 +57,15 @@ absl::Status PushReceiver::OnHeader(const v1::PushGradHeader& header) {
   RETURN_IF_ERROR(state_->CheckPusher(header.worker(), 0, 0));
   if (header.coefficient_known()) {
     RETURN_IF_ERROR(ValidateCoefficient(header.coefficient()));
-    RETURN_IF_ERROR(state_->CheckParams(
-        header.step(), {header.coefficient(), header.skip()}));
+    ASSIGN_OR_RETURN(std::vector<StepSetting> settings,
+                     SettingsFromProto(header.group_settings()));
+    known_ = StepParams{header.coefficient(), header.skip(),
+                        std::move(settings)};
+    RETURN_IF_ERROR(state_->CheckParams(header.step(), known_));
+  } else if (header.group_settings_size() > 0) {
+    return absl::InvalidArgumentError(
+        "PushGrad: group_settings in a header without coefficient_known; "
+        "a commit carries them");
   }
   // Checked, not recorded: the attempt is the servers' only once a claim or
   // a prepare of this stream is accepted.
@@ -168,7 +175,7 @@ absl::Status PushReceiver::OnPiece(PushGradPieceInput piece) {
   if (header_.coefficient_known()) {
     if (!header_.skip()) RETURN_IF_ERROR(CheckMagnitude(header_.coefficient()));
     RETURN_IF_ERROR(
-        Apply({header_.coefficient(), header_.skip()}, parts.parts));
+        Apply(known_, parts.parts));
     ranges_.emplace(range.begin, range.end);
     return absl::OkStatus();
   }
@@ -241,6 +248,9 @@ absl::Status PushReceiver::OnCommit(const v1::PushGradCommit& commit) {
   }
   RETURN_IF_ERROR(ValidateCoefficient(commit.coefficient()));
   if (!commit.skip()) RETURN_IF_ERROR(CheckMagnitude(commit.coefficient()));
+  ASSIGN_OR_RETURN(std::vector<StepSetting> settings,
+                   SettingsFromProto(commit.group_settings()));
+  StepParams params{commit.coefficient(), commit.skip(), std::move(settings)};
   std::vector<GradPiece> pieces;
   pieces.reserve(buffered_.size());
   for (const Buffered& b : buffered_) {
@@ -249,7 +259,6 @@ absl::Status PushReceiver::OnCommit(const v1::PushGradCommit& commit) {
   if (commit.prepare()) {
     // Held whole until ApplyStep: the pieces' data moves with the buffers
     // (a vector's move keeps its elements where they are).
-    const StepParams params{commit.coefficient(), commit.skip()};
     RETURN_IF_ERROR(state_->CheckParams(header_.step(), params));
     PreparedPush push;
     push.step = header_.step();
@@ -267,7 +276,8 @@ absl::Status PushReceiver::OnCommit(const v1::PushGradCommit& commit) {
     response_.set_duplicate_elems(duplicates);
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(Apply({commit.coefficient(), commit.skip()}, pieces));
+  RETURN_IF_ERROR(state_->CheckParams(header_.step(), params));
+  RETURN_IF_ERROR(Apply(params, pieces));
   FreeBuffers();
   finished_ = true;
   return absl::OkStatus();

@@ -106,6 +106,8 @@ class PushReceiver {
   bool have_header_ = false;
   bool finished_ = false;
   v1::PushGradHeader header_;
+  // With coefficient_known: the header's parameters (settings included).
+  StepParams known_;
   // Ranges received on this stream: begin -> end.
   std::map<uint64_t, uint64_t> ranges_;
   std::vector<Buffered> buffered_;

@@ -79,6 +79,13 @@ absl::Status StepTracker::CheckParamsLocked(uint64_t step,
         "coefficient ", it->second.coefficient, " skip=", it->second.skip,
         "; every push of one step must agree"));
   }
+  if (it->second.settings != params.settings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", step, " was pushed with other group settings (",
+        params.settings.size(), " groups) than an earlier push of the same "
+        "step (", it->second.settings.size(), "); every push of one step "
+        "must agree"));
+  }
   return absl::OkStatus();
 }
 

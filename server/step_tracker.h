@@ -54,6 +54,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/layout.h"
+#include "common/optimizer_config.h"
 
 namespace zeroshard {
 
@@ -61,6 +62,9 @@ namespace zeroshard {
 struct StepParams {
   double coefficient = 1.0;
   bool skip = false;
+  // The step's hyper-parameters per parameter group (GroupSetting); empty:
+  // the schedule and the groups' own settings.
+  std::vector<StepSetting> settings;
 };
 
 // A piece of a claim inside one chunk.

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace zeroshard {
 
@@ -282,6 +283,25 @@ std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in) {
       g.elems += r.length();
     }
     out.push_back(std::move(g));
+  }
+  return out;
+}
+
+void SettingToProto(const StepSetting& in, v1::GroupSetting* out) {
+  out->set_lr(in.lr);
+  out->set_weight_decay(in.weight_decay);
+  out->set_beta1(in.beta1);
+  out->set_beta2(in.beta2);
+  out->set_eps(in.eps);
+}
+
+absl::StatusOr<std::vector<StepSetting>> SettingsFromProto(
+    const google::protobuf::RepeatedPtrField<v1::GroupSetting>& in) {
+  std::vector<StepSetting> out;
+  out.reserve(in.size());
+  for (const v1::GroupSetting& g : in) {
+    out.push_back({g.lr(), g.weight_decay(), g.beta1(), g.beta2(), g.eps()});
+    RETURN_IF_ERROR(ValidateStepSetting(out.back(), out.size() - 1));
   }
   return out;
 }

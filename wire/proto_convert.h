@@ -39,6 +39,12 @@ v1::DType ToProto(DType dtype);
 // INVALID_ARGUMENT for DTYPE_UNSPECIFIED or an unknown value.
 absl::StatusOr<DType> FromProto(v1::DType dtype);
 
+// A step's group settings (PushGradHeader / PushGradCommit group_settings).
+void SettingToProto(const StepSetting& in, v1::GroupSetting* out);
+// Each checked (ValidateStepSetting): INVALID_ARGUMENT naming the first bad.
+absl::StatusOr<std::vector<StepSetting>> SettingsFromProto(
+    const google::protobuf::RepeatedPtrField<v1::GroupSetting>& in);
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_WIRE_PROTO_CONVERT_H_

@@ -27,65 +27,28 @@ __all__ = ["initialize", "GatheredParameters", "RunOutputs", "ZeroshardEngine",
            "ZeroshardError", "resolve_config"]
 
 
-class _Optimizer:
-    """The optimizer initialize returns: the servers run it; step() and
-    zero_grad() serve the plain torch loop (loss.backward();
-    optimizer.step()), each step() one optimizer step."""
-
-    def __init__(self, engine):
-        self._engine = engine
-
-    @property
-    def param_groups(self):
-        lrs = self._engine.get_lr()
-        return [{"lr": lr} for lr in lrs]
-
-    def step(self, closure=None):
-        if closure is not None:
-            raise ValueError("closures are not supported")
-        self._engine._need_open()
-        self._engine._optimizer_step()
-        self._engine.micro_steps += self._engine.gradient_accumulation_steps()
-        self._engine._maybe_checkpoint()
-
-    def zero_grad(self, set_to_none=False):
-        self._engine.zero_grad(set_to_none)
-
-
-class _Scheduler:
-    """The schedule is the servers' (the config's "scheduler"); this reports
-    it. step() does nothing: the servers advance it with each optimizer
-    step."""
-
-    def __init__(self, engine):
-        self._engine = engine
-
-    def get_last_lr(self):
-        return self._engine.get_lr()
-
-    def step(self, *args, **kwargs):
-        del args, kwargs
-
-
 def initialize(args=None, model=None, optimizer=None, model_parameters=None,
-               training_data=None, lr_scheduler=None, mpu=None,
-               dist_init_required=None, collate_fn=None, config=None,
-               config_params=None):
+               training_data=None, lr_scheduler=None, distributed_port=29500,
+               mpu=None, dist_init_required=None, collate_fn=None,
+               config=None, mesh_param=None, config_params=None):
     """DeepSpeed's initialize: returns (engine, optimizer, training
     dataloader or None, lr scheduler)."""
     if model is None:
         raise ValueError("zeroshard.initialize: model is required")
     if mpu is not None:
         raise NotImplementedError("mpu: model parallelism is not supported")
-    del dist_init_required
+    if mesh_param is not None:
+        raise NotImplementedError(
+            "mesh_param: sequence and tensor parallelism are not supported")
+    del dist_init_required, distributed_port
     if config is None:
         config = config_params
     engine = ZeroshardEngine(model, model_parameters=model_parameters,
                              optimizer=optimizer, config=config, args=args,
                              training_data=training_data,
                              collate_fn=collate_fn, lr_scheduler=lr_scheduler)
-    return (engine, _Optimizer(engine), engine.training_dataloader,
-            _Scheduler(engine))
+    return (engine, engine.optimizer, engine.training_dataloader,
+            engine.lr_scheduler)
 
 
 def _bits(t):

@@ -32,6 +32,7 @@ from . import engine_setup
 from .local_cluster import LocalCluster
 from .stage3 import UnitHooks
 from . import rank_state
+from .engine_api import DeepSpeedEngineApi
 from .units import apply_checkpointing, check_tied_for_stage3, plan_units
 
 _live_engines = weakref.WeakSet()
@@ -79,7 +80,7 @@ def _has_complete_checkpoint(d):
                for n in names)
 
 
-class ZeroshardEngine(torch.nn.Module):
+class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
     """What zeroshard.initialize returns first; see the module docstring."""
 
     def __init__(self, model, model_parameters=None, optimizer=None,
@@ -91,7 +92,31 @@ class ZeroshardEngine(torch.nn.Module):
         self._servers = None
         text, source = engine_setup.config_text(config, args)
         doc = json.loads(text)
-        if optimizer is not None and not callable(optimizer):
+        self.rank, self.world = engine_setup.rank_and_world()
+        # DeepSpeed 0.19's defaults where the config is silent (stage 0,
+        # clipping at 1.0); what they chose is said once, on rank 0.
+        self._ds_stage, notes = engine_setup.deepspeed_defaults(
+            doc, client_scheduler=lr_scheduler is not None)
+        if model_parameters is not None:
+            model_parameters = list(model_parameters)
+        if optimizer is not None and not isinstance(
+                optimizer, torch.optim.Optimizer):
+            if not callable(optimizer):
+                raise TypeError(
+                    "optimizer: a torch.optim.Optimizer or a callable "
+                    "taking the parameters and returning one, not "
+                    f"{type(optimizer).__name__}")
+            # DeepSpeed's callable form: called with the parameters.
+            made = optimizer(model_parameters if model_parameters is not None
+                             else [p for p in model.parameters()
+                                   if p.requires_grad])
+            if not isinstance(made, torch.optim.Optimizer):
+                raise TypeError(
+                    "optimizer: the callable returned "
+                    f"{type(made).__name__}, not a torch.optim.Optimizer")
+            optimizer = made
+        self._client_optimizer = optimizer
+        if optimizer is not None:
             section = engine_setup.torch_optimizer_section(optimizer)
             if "optimizer" in doc:
                 engine_setup.same_optimizer(doc["optimizer"], section)
@@ -99,13 +124,17 @@ class ZeroshardEngine(torch.nn.Module):
                 doc["optimizer"] = section
             if model_parameters is None:
                 model_parameters = optimizer.param_groups
-        if lr_scheduler is not None:
+        elif "optimizer" not in doc:
             raise ValueError(
-                "lr_scheduler: the servers own the schedule; name it in the "
-                "config's \"scheduler\" section")
-        self.rank, self.world = engine_setup.rank_and_world()
+                "no optimizer: pass one to initialize (optimizer=torch.optim."
+                "AdamW(...), or a callable taking the parameters) or name one "
+                "in the config's \"optimizer\" section")
+        self._client_scheduler = lr_scheduler
         env_servers = os.environ.get("ZEROSHARD_SERVERS", "")
         z = doc.setdefault("zeroshard", {})
+        self._zero_keys = dict(doc.get("zero_optimization") or {})
+        # DeepSpeed prints progress only when the config asks.
+        self._steps_per_print = doc.get("steps_per_print")
         # Read by the front-end only (units.py), not by the parser.
         self._units_spec = z.pop("units", None)
         self._zs_section = dict(z)
@@ -115,7 +144,7 @@ class ZeroshardEngine(torch.nn.Module):
         z["workers"] = self.world
         resolved, warnings = _zeroshard.resolve_config(json.dumps(doc))
         if self.rank == 0:
-            for w in warnings:
+            for w in notes + list(warnings):
                 print(f"zeroshard: {source}: {w}", file=sys.stderr)
         self._resolved = resolved
         cfg = json.loads(resolved)["config"]
@@ -143,6 +172,8 @@ class ZeroshardEngine(torch.nn.Module):
         self._dgroup = None   # NCCL, for CUDA parameters (stages 1 and 2)
 
         self._build_flat(model, model_parameters)
+        self._forced_boundary = None
+        self._make_optimizer()
         ac = cfg["activation_checkpointing"]
         self.checkpointed_units = apply_checkpointing(self._plan, ac["policy"],
                                                       ac["k"])
@@ -303,8 +334,13 @@ class ZeroshardEngine(torch.nn.Module):
             else:
                 listed = mp
             ids = {id(p) for p in listed}
+            # Frozen ones (requires_grad=False) are dropped, as DeepSpeed
+            # drops them; they stay the module's, checkpointed with it.
+            frozen = {id(p) for p in model.parameters() if not p.requires_grad}
+            ids -= frozen
             trainable = [p for p in trainable if id(p) in ids]
-            if len(ids) != len(trainable):
+            if len(ids) != len(trainable) or len(listed) != len(
+                    {id(p) for p in listed}):
                 raise ValueError(
                     "model_parameters: some are not parameters of the model "
                     "(or are listed twice)")
@@ -381,15 +417,23 @@ class ZeroshardEngine(torch.nn.Module):
             # tensor (zeroshard.param_groups, when the config names it,
             # chooses by tensor class instead).
             groups = [{"params": order}]
+        # The groups the returned optimizer shows (torch's dicts; a client
+        # optimizer's own), and for each group the servers hold, which of
+        # them it is (a group of frozen parameters only has none there).
+        self._torch_groups = groups
+        self._server_group_of = []
         if groups is not None:
             base_lr = self._cfg["optimizer"]["lr"]
             self._groups = []
             where = {id(p): (off, n) for p, off, n in self._slots}
             wd_default = self._cfg["optimizer"]["weight_decay"]
-            for g in groups:
+            for i, g in enumerate(groups):
                 ranges = sorted(
                     (where[id(p)][0], where[id(p)][0] + where[id(p)][1])
-                    for p in g["params"])
+                    for p in g["params"] if id(p) in where)
+                if not ranges:
+                    continue
+                self._server_group_of.append(i)
                 self._groups.append((float(g.get("weight_decay", wd_default)),
                                      float(g.get("lr", base_lr)) / base_lr,
                                      ranges))
@@ -514,19 +558,25 @@ class ZeroshardEngine(torch.nn.Module):
     def _pending_grads(self):
         return self._has_grads
 
-    def backward(self, loss):
-        """(loss / gradient_accumulation_steps) * the loss scale (FP16; 1
-        otherwise), then its backward()."""
+    def backward(self, loss, allreduce_gradients=True, release_loss=False,
+                 retain_graph=False, scale_wrt_gas=True):
+        """(loss / gradient_accumulation_steps, unless scale_wrt_gas=False)
+        * the loss scale (FP16; 1 otherwise), then its backward(). The
+        ranks reduce at the optimizer step, whatever allreduce_gradients
+        says."""
+        del allreduce_gradients, release_loss
         self._need_open()
         self._attach()
-        scaled = loss / self._gas
+        scaled = loss / self._gas if scale_wrt_gas else loss
         if self._prec == "fp16":
             scaled = scaled * self._scaler.scale
-        scaled.backward()
+        scaled.backward(retain_graph=retain_graph)
         self._has_grads = True
         return loss
 
     def is_gradient_accumulation_boundary(self):
+        if self._forced_boundary is not None:
+            return self._forced_boundary
         return (self.micro_steps + 1) % self._gas == 0
 
     def step(self):
@@ -637,11 +687,14 @@ class ZeroshardEngine(torch.nn.Module):
             self._servers.check_alive()
         if self._hooks is not None:
             self._hooks.flush()
+        # The groups' hyper-parameters now (checked before anything is sent).
+        self._settings = self._step_settings()
         if self._group is None and self._prec != "fp16":
             self._push_exact()
         else:
             self._push_scaled()
         self.global_steps += 1
+        self._after_step(not self._last_skipped)
         self._gather()
         self._zero_grads()
         self._has_grads = False
@@ -673,7 +726,8 @@ class ZeroshardEngine(torch.nn.Module):
         self._cluster.push(self.global_steps, 0, [(0, self._total)],
                            self._wire, self._np(grad),
                            coefficient=coefficient if apply else 0.0,
-                           skip=not apply, known=known)
+                           skip=not apply, known=known,
+                           settings=self._settings)
         self._mark("push")
 
     def _push_scaled(self):
@@ -743,7 +797,8 @@ class ZeroshardEngine(torch.nn.Module):
         self._cluster.push(self.global_steps, worker, ranges, "fp32",
                            payload.numpy(),
                            coefficient=coefficient if apply else 0.0,
-                           skip=not apply, prepare=two_phase)
+                           skip=not apply, prepare=two_phase,
+                           settings=self._settings)
         self._mark("push")
         if two_phase:
             self._group.barrier()
@@ -770,15 +825,13 @@ class ZeroshardEngine(torch.nn.Module):
     def train_batch_size(self):
         return self._train_batch
 
-    def train_micro_batch_size_per_gpu(self):
-        return self._micro
-
     def gradient_accumulation_steps(self):
         return self._gas
 
     def get_lr(self):
         """The learning rate of the next optimizer step, per group."""
-        lr = _zeroshard.learning_rate_at(self._resolved, self.global_steps + 1)
+        lr = _zeroshard.learning_rate_at(self._resolved,
+                                         self._applied_steps() + 1)
         if not self._groups:
             return [lr]
         return [lr * s for _, s, _ in self._groups]
@@ -794,13 +847,18 @@ class ZeroshardEngine(torch.nn.Module):
     # --- checkpoints --------------------------------------------------------
 
     def save_checkpoint(self, save_dir, tag=None, client_state=None,
+                        save_latest=True, exclude_frozen_parameters=False,
                         keep_last=0):
         """The servers' coordinated checkpoint of the current step in
         save_dir (in save_dir/tag when a tag is given), with the engine's
-        own state, each rank's (buffers, RNG, data position) and
-        client_state written into it before the manifest that makes it
-        complete. keep_last > 0 prunes all but the newest keep_last
-        complete checkpoints there."""
+        own state, each rank's (buffers, frozen parameters unless
+        exclude_frozen_parameters, RNG, data position) and client_state
+        written into it before the manifest that makes it complete.
+        keep_last > 0 prunes all but the newest keep_last complete
+        checkpoints there. save_latest: load_checkpoint finds the newest
+        complete checkpoint by itself, so no "latest" file is needed."""
+        del save_latest
+        self._exclude_frozen = bool(exclude_frozen_parameters)
         self._need_open()
         if self.micro_steps % self._gas != 0 or self._pending_grads():
             raise RuntimeError(
@@ -809,7 +867,13 @@ class ZeroshardEngine(torch.nn.Module):
         d = os.path.join(save_dir, str(tag)) if tag is not None else save_dir
         engine_state = {"global_steps": self.global_steps,
                         "micro_steps": self.micro_steps,
+                        "skipped_steps": self.skipped_steps,
+                        "global_samples": self.global_samples,
                         "loss_scaler": self._scaler.state(),
+                        "param_groups": self._group_hypers(),
+                        "lr_scheduler": (self.lr_scheduler.state_dict()
+                                         if self.lr_scheduler is not None
+                                         else None),
                         "client_state": dict(client_state or {})}
 
         def write_states(path):
@@ -838,14 +902,41 @@ class ZeroshardEngine(torch.nn.Module):
         torch.save({"rng": rank_state.rng_state(),
                     "sampler": (self._sampler.state_dict()
                                 if self._sampler else None),
-                    "buffers": rank_state.buffers_bytes(self.module)},
+                    "buffers": rank_state.buffers_bytes(self.module),
+                    "frozen": (None if getattr(self, "_exclude_frozen", False)
+                               else rank_state.frozen_bytes(self.module))},
                    os.path.join(path, f"zeroshard_rank{self.rank}.pt"))
 
-    def load_checkpoint(self, load_dir, tag=None):
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
+                        load_optimizer_states=True,
+                        load_lr_scheduler_states=True,
+                        load_module_only=False, custom_load_fn=None):
         """Restores the servers from load_dir's newest checkpoint (or tag's)
-        and the model's weights from them; returns (path, client_state)."""
+        and the model's weights from them; returns (path, client_state),
+        or (None, None) with a warning when there is none, as DeepSpeed.
+        load_lr_scheduler_states=False keeps the scheduler and the groups'
+        hyper-parameters as they are now."""
         self._need_open()
+        if custom_load_fn is not None:
+            raise NotImplementedError(
+                "load_checkpoint(custom_load_fn=...): the servers restore "
+                "their own shards")
+        if load_module_only or not load_optimizer_states:
+            raise NotImplementedError(
+                "load_checkpoint(load_module_only=True / load_optimizer_"
+                "states=False): the servers restore weights and optimizer "
+                "state together; restore all, or load the weights with "
+                "zeroshard.deepspeed.utils.zero_to_fp32 and initialize anew")
+        del load_module_strict
         d = os.path.join(load_dir, str(tag)) if tag is not None else load_dir
+        found = _has_complete_checkpoint(d)
+        if self._group is not None:   # rank 0 decides for every rank
+            found = self._group.broadcast(b"1" if found else b"0", 0) == b"1"
+        if not found:
+            if self.rank == 0:
+                print(f"zeroshard: load_checkpoint: no complete checkpoint "
+                      f"in {d}: nothing loaded", file=sys.stderr)
+            return None, None
         path = ""
         if self.rank == 0:
             _, path = self._cluster.restore(d)
@@ -863,9 +954,15 @@ class ZeroshardEngine(torch.nn.Module):
             zero = (ranks if self.rank == 0 or not os.path.exists(own)
                     else torch.load(first))
             rank_state.load_buffers(self.module, zero["buffers"])
+            if zero.get("frozen") is not None:
+                rank_state.load_frozen(self.module, zero["frozen"])
         self.global_steps = state["global_steps"]
         self.micro_steps = state["micro_steps"]
+        self.skipped_steps = state.get("skipped_steps", 0)
+        self.global_samples = state.get("global_samples", 0)
         self._scaler.restore(state["loss_scaler"])
+        if load_lr_scheduler_states:
+            self._restore_schedule(state)
         self._gather()
         self._zero_grads()
         self._has_grads = False

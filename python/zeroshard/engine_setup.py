@@ -47,18 +47,39 @@ def tensor_class(name, p):
     return "matrices"
 
 
-def torch_optimizer_section(optimizer):
-    """DeepSpeed's "optimizer" section for a torch.optim.AdamW / Adam."""
-    kinds = {torch.optim.AdamW: "AdamW", torch.optim.Adam: "Adam"}
-    kind = kinds.get(type(optimizer))
-    if kind is None:
+def optimizer_rule(optimizer):
+    """The servers' rule for a torch optimizer object: "AdamW" or "Adam"
+    (torch's classes exactly, or DeepSpeed's FusedAdam / DeepSpeedCPUAdam
+    from zeroshard.deepspeed.ops.adam); a ValueError naming the class and
+    the rules there are otherwise (never the default in its place)."""
+    rule = getattr(type(optimizer), "_zeroshard_rule", None)
+    if callable(rule):
+        rule = rule(optimizer)
+    if rule is None:
+        rule = {torch.optim.AdamW: "AdamW",
+                torch.optim.Adam: "Adam"}.get(type(optimizer))
+    if rule is None:
         raise ValueError(
-            f"optimizer: {type(optimizer).__name__} is not one the servers "
-            "run (torch.optim.AdamW, torch.optim.Adam, or an \"optimizer\" "
-            "section in the config)")
+            f"optimizer: {type(optimizer).__module__}."
+            f"{type(optimizer).__name__} is not a rule the servers run; "
+            "they run torch.optim.AdamW and torch.optim.Adam (and "
+            "DeepSpeed's FusedAdam / DeepSpeedCPUAdam), or the config's "
+            "\"optimizer\" section (AdamW, Adam, Lion, AdamW8bit, Adam8bit, "
+            "Adafactor, Muon)")
+    return rule
+
+
+def torch_optimizer_section(optimizer):
+    """DeepSpeed's "optimizer" section for a torch optimizer object: its
+    rule and its defaults (each group's own values travel with the group)."""
+    kind = optimizer_rule(optimizer)
     g = optimizer.defaults
-    if g.get("amsgrad"):
-        raise ValueError("optimizer: amsgrad is not supported")
+    for i, group in enumerate(optimizer.param_groups):
+        for flag in ("amsgrad", "maximize"):
+            if group.get(flag):
+                raise ValueError(
+                    f"optimizer: param_groups[{i}] has {flag}=True, which "
+                    "the servers' AdamW / Adam do not run")
     return {"type": kind, "params": {
         "lr": g["lr"], "betas": list(g["betas"]), "eps": g["eps"],
         "weight_decay": g["weight_decay"]}}
@@ -121,3 +142,59 @@ def check_parameters(model, trainable, names):
             raise ValueError(
                 f"parameter {n} is not a contiguous dense tensor: call "
                 ".contiguous() on it (or its module's) before initialize")
+
+
+# The DeepSpeed release whose defaults the front-end follows (docs/PYTORCH.md).
+DEEPSPEED_DEFAULTS_VERSION = "0.19"
+
+
+def deepspeed_defaults(doc, client_scheduler=False):
+    """DeepSpeed 0.19's defaults where the config `doc` (changed in place)
+    is silent, and what it cannot mean here refused. Returns (the ZeRO stage
+    DeepSpeed would run, lines to say once):
+
+    - no zero_optimization (or no stage in it) is stage 0, as DeepSpeed's:
+      every rank keeps whole parameters and gradients, which is stage 1
+      here (the optimizer is on the servers either way);
+    - gradient_clipping absent is 1.0 (an explicit 0 turns it off);
+    - a client scheduler wins over the config's "scheduler", as in
+      DeepSpeed;
+    - WarmupDecayLR and WarmupCosineLR need total_num_steps (or the run's
+      length in zeroshard.steps): the front-end assumes no run length
+      (WarmupLR has no end and needs none)."""
+    notes = []
+    zero = doc.get("zero_optimization")
+    if zero is not None and not isinstance(zero, dict):
+        raise ValueError("config key \"zero_optimization\": an object")
+    stage = None if zero is None else zero.get("stage")
+    if stage is None or (not isinstance(stage, bool) and stage == 0):
+        doc.setdefault("zero_optimization", {})["stage"] = 1
+        notes.append(
+            "ZeRO stage 0 (" + ("no zero_optimization section" if zero is None
+                                else "zero_optimization.stage " +
+                                ("0" if stage is not None else "absent")) +
+            ", DeepSpeed's default): every rank keeps whole parameters and "
+            "gradients, as under stage 1; the optimizer runs on the shard "
+            "servers")
+        ds_stage = 0
+    else:
+        ds_stage = stage
+    if "gradient_clipping" not in doc:
+        doc["gradient_clipping"] = 1.0
+    sched = doc.get("scheduler")
+    if sched is not None and client_scheduler:
+        del doc["scheduler"]
+        notes.append("the lr_scheduler passed to initialize is used; the "
+                     "config's \"scheduler\" section is not (as in DeepSpeed)")
+    elif isinstance(sched, dict):
+        kind = sched.get("type")
+        params = sched.get("params") or {}
+        steps = (doc.get("zeroshard") or {}).get("steps")
+        if kind in ("WarmupDecayLR", "WarmupCosineLR") and steps is None and (
+                not isinstance(params, dict)
+                or params.get("total_num_steps") in (None, "auto")):
+            raise ValueError(
+                f"config key \"scheduler.params.total_num_steps\": "
+                f"{kind} needs it (the steps its decay spans), or the run's "
+                "length in zeroshard.steps; the front-end assumes none")
+    return ds_stage, notes

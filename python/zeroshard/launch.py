@@ -24,6 +24,7 @@ import argparse
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -46,6 +47,14 @@ def _parse(argv):
                     help="times to start every server and rank again after "
                          "a failure (they resume from the newest complete "
                          "checkpoint in zeroshard.checkpoint.dir)")
+    ap.add_argument("--deepspeed", action="store_true",
+                    help="run a script written for DeepSpeed unedited: in "
+                         "the ranks, `import deepspeed` is zeroshard.deepspeed "
+                         "and each gets --local_rank=R first among its "
+                         "arguments, as DeepSpeed's launcher passes it")
+    ap.add_argument("--master_port", type=int, default=0,
+                    help="MASTER_PORT for the ranks' torch.distributed "
+                         "(default: a free port)")
     ap.add_argument("--out", default=None,
                     help="directory for the servers' logs, ports and "
                          "credentials (default: a new temporary one)")
@@ -61,6 +70,12 @@ def _parse(argv):
     if not os.path.isfile(a.script):
         ap.error(f"{a.script}: no such file")
     return a
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _how(rc):
@@ -81,11 +96,18 @@ def _run_once(a, attempt, run_id, stop):
           file=sys.stderr)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ)
+    # --deepspeed: the shim that makes `import deepspeed` zeroshard's, in
+    # the ranks only.
+    front = [os.path.join(here, "zeroshard", "_shim")] if a.deepspeed else []
     env["PYTHONPATH"] = os.pathsep.join(
-        [here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        front + [here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                          else []))
     env.update({
         "WORLD_SIZE": str(a.workers),
         "LOCAL_WORLD_SIZE": str(a.workers),
+        # torchrun's rendezvous for the script's own torch.distributed.
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(a.master_port or _free_port()),
         "ZEROSHARD_SERVERS": ",".join(servers.addresses),
         "ZEROSHARD_CREDENTIALS": servers.credentials,
         "ZEROSHARD_RUN_ID": run_id,
@@ -96,8 +118,9 @@ def _run_once(a, attempt, run_id, stop):
     try:
         for r in range(a.workers):
             e = dict(env, RANK=str(r), LOCAL_RANK=str(r))
+            first = [f"--local_rank={r}"] if a.deepspeed else []
             ranks.append(subprocess.Popen(
-                [sys.executable, a.script] + a.args, env=e,
+                [sys.executable, a.script] + first + a.args, env=e,
                 start_new_session=True, preexec_fn=_die_with_parent))
         while True:
             if stop():

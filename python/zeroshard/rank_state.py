@@ -94,3 +94,25 @@ def rng_state():
 def set_rng_state(state):
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
+
+
+def frozen_bytes(module):
+    """The module's parameters that do not train (requires_grad=False):
+    the servers do not hold them, so the rank's state does."""
+    buf = io.BytesIO()
+    torch.save({n: p.detach().cpu() for n, p in module.named_parameters()
+                if not p.requires_grad}, buf)
+    return buf.getvalue()
+
+
+def load_frozen(module, data):
+    saved = torch.load(io.BytesIO(data))
+    own = {n: p for n, p in module.named_parameters() if not p.requires_grad}
+    if set(saved) != set(own):
+        differ = sorted(set(saved) ^ set(own))
+        raise RuntimeError(
+            f"the module's frozen parameters differ from the saved ones: "
+            f"{differ[:4]}")
+    with torch.no_grad():
+        for n, p in own.items():
+            p.copy_(saved[n])

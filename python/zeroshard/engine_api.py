@@ -1,0 +1,324 @@
+"""DeepSpeed's engine API beyond training's core (ZeroshardEngine holds
+that): the attributes and queries scripts call, the returned optimizer and
+scheduler, and the per-step hyper-parameters they give the servers."""
+
+import contextlib
+import logging
+import os
+import sys
+
+import torch
+
+from . import _zeroshard
+from .optimizer import ConfigScheduler, ZeroshardOptimizer
+
+_log = logging.getLogger("zeroshard")
+
+
+class DeepSpeedEngineApi:
+    """Mixed into ZeroshardEngine; see the module docstring."""
+
+    # --- the optimizer and the scheduler ---------------------------------
+
+    def _make_optimizer(self):
+        """self.optimizer and self.lr_scheduler, as initialize returns
+        them. The groups are live (what they hold at a step is what the
+        servers apply) unless the config gives its tensor classes their own
+        settings or rules (zeroshard.param_groups, Adafactor, Muon): then
+        one group shows the schedule's lr, and writes to it are refused."""
+        o = self._cfg["optimizer"]
+        defaults = {"lr": o["lr"], "betas": (o["beta1"], o["beta2"]),
+                    "eps": o["eps"], "weight_decay": o["weight_decay"]}
+        self.skipped_steps = 0
+        self.global_samples = 0
+        self._step_applied = True
+        client = self._client_optimizer
+        self._live_groups = self._torch_groups is not None
+        if not self._live_groups:
+            groups = [{"params": list(self._order)}]
+            shared = None
+        elif client is not None:
+            groups = [{**{k: v for k, v in g.items() if k != "params"},
+                       "params": list(g["params"])}
+                      for g in client.param_groups]
+            shared = client.param_groups
+        else:
+            groups = [{**defaults, **{k: v for k, v in g.items()
+                                      if k != "params"},
+                       "params": list(g["params"])}
+                      for g in self._torch_groups]
+            shared = None
+        # torch refuses a group without parameters; a frozen-only group's
+        # dicts still come through `shared`.
+        self.optimizer = ZeroshardOptimizer(
+            self, [g for g in groups if g["params"]] or
+            [{"params": list(self._order)}], defaults, shared=shared)
+        if not self._live_groups:
+            self.optimizer.param_groups[0]["lr"] = self.get_lr()[0]
+        base = o["lr"]
+        self._schedule_scales = [
+            float(g.get("lr", base)) / base for g in self.optimizer.param_groups]
+        sched = self._client_scheduler
+        if sched is not None and not self._live_groups:
+            raise ValueError(
+                "lr_scheduler: the config's zeroshard.param_groups or tensor "
+                "rules (Adafactor, Muon) fix each class's learning rate; a "
+                "client scheduler needs torch's parameter groups")
+        if sched is not None and not hasattr(sched, "step"):
+            if not callable(sched):
+                raise TypeError("lr_scheduler: a scheduler (with step()) or "
+                                "a callable taking the optimizer")
+            sched = sched(self.optimizer)   # DeepSpeed's callable form
+        if sched is not None:
+            owner = getattr(sched, "optimizer", None)
+            if owner is not None and owner is not self.optimizer and (
+                    client is None or owner is not client):
+                raise ValueError(
+                    "lr_scheduler: it steps another optimizer than the one "
+                    "passed to initialize, so its learning rates would not "
+                    "reach the servers")
+            self.lr_scheduler = sched
+            self._config_scheduler = False
+        elif self._live_groups and self._cfg["optimizer"][
+                "schedule"] != "constant":
+            self.lr_scheduler = ConfigScheduler(self, self.optimizer,
+                                                self._schedule_scales)
+            self._config_scheduler = True
+        else:
+            self.lr_scheduler = (ConfigScheduler(self, self.optimizer,
+                                                 self._schedule_scales)
+                                 if not self._live_groups else None)
+            self._config_scheduler = self.lr_scheduler is not None
+
+    def _applied_steps(self):
+        return self.global_steps - self.skipped_steps
+
+    def _step_settings(self):
+        """This step's (lr, weight_decay, beta1, beta2, eps) for each group
+        the servers hold; None where the config's classes fix them."""
+        if not self._live_groups:
+            want = self.get_lr()[0]
+            got = self.optimizer.param_groups[0]["lr"]
+            if got != want:
+                raise ValueError(
+                    f"optimizer.param_groups[0][\"lr\"] = {got}: the config's "
+                    "zeroshard.param_groups or tensor rules (Adafactor, Muon) "
+                    "fix each class's learning rate to the schedule "
+                    f"({want} at this step)")
+            return None
+        every = self.optimizer.settings()
+        return [every[i] for i in self._server_group_of]
+
+    def _after_step(self, applied):
+        """DeepSpeed's bookkeeping after an optimizer step: counts, the
+        scheduler (stepped only when the step was applied), the progress
+        line every steps_per_print steps."""
+        self._step_applied = applied
+        if not applied:
+            self.skipped_steps += 1
+        self.global_samples += self._train_batch
+        # torch's schedulers count their optimizer's steps (and warn when
+        # they step first): the servers' step is this optimizer's.
+        for o in (self.optimizer, self._client_optimizer):
+            if o is not None and hasattr(o, "_step_count"):
+                o._step_count += 1
+        if applied and self.lr_scheduler is not None:
+            if self._config_scheduler:
+                self.lr_scheduler._advance()
+            else:
+                self.lr_scheduler.step()
+        if not self._live_groups:
+            self.optimizer.param_groups[0]["lr"] = self.get_lr()[0]
+        every = self._steps_per_print or 0
+        if every and self.rank == 0 and self.global_steps % every == 0:
+            lrs = [g["lr"] for g in self.optimizer.param_groups]
+            print(f"zeroshard: step={self.global_steps}, skipped="
+                  f"{self.skipped_steps}, lr={lrs}, loss_scale="
+                  f"{self.loss_scale()}", file=sys.stderr, flush=True)
+
+    # --- who and where --------------------------------------------------
+
+    @property
+    def global_rank(self):
+        return self.rank
+
+    @property
+    def local_rank(self):
+        v = os.environ.get("LOCAL_RANK")
+        return int(v) if v not in (None, "") else self.rank
+
+    @property
+    def world_size(self):
+        return self.world
+
+    @property
+    def dp_world_size(self):
+        return self.world
+
+    @property
+    def device(self):
+        return self._device
+
+    # --- what the config says ---------------------------------------------
+
+    def fp16_enabled(self):
+        return self._prec == "fp16"
+
+    def bfloat16_enabled(self):
+        return self._prec == "bf16"
+
+    def gradient_clipping(self):
+        return self._clip
+
+    def zero_optimization_stage(self):
+        return self._ds_stage
+
+    def zero_optimization(self):
+        return self._ds_stage > 0
+
+    def steps_per_print(self):
+        return self._steps_per_print
+
+    def train_micro_batch_size_per_gpu(self):
+        return self._micro
+
+    def zero_gather_16bit_weights_on_model_save(self):
+        return bool(self._zero_keys.get(
+            "stage3_gather_16bit_weights_on_model_save",
+            self._zero_keys.get("stage3_gather_fp16_weights_on_model_save",
+                                False)))
+
+    # --- the step's state -------------------------------------------------
+
+    def was_step_applied(self):
+        """Whether the last optimizer step changed the weights (False when
+        its gradients were not finite and it was skipped)."""
+        return self._step_applied
+
+    def set_gradient_accumulation_boundary(self, is_boundary):
+        """Makes the next step() an optimizer step (True) or a micro-step
+        (False) whatever the count says, as DeepSpeed's manual boundary."""
+        self._forced_boundary = bool(is_boundary)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """DeepSpeed's no_sync: backward passes inside it accumulate
+        without reducing. The ranks here reduce once per optimizer step, at
+        step(), so every backward already does that."""
+        yield
+
+    def get_mom(self):
+        return [g.get("betas") for g in self.optimizer.param_groups]
+
+    # --- saving the module ------------------------------------------------
+
+    def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters=False):
+        """The module's state dict with every trainable parameter whole, in
+        the compute dtype (the servers' masters rounded once), on rank 0;
+        None on the other ranks (every rank must call it)."""
+        self._need_open()
+        masters = self.consolidated_state_dict()
+        out = None
+        if self.rank == 0:
+            dtype = self._dtype
+            out = {}
+            trainable = {self._names[id(p)] for p in self._order}
+            for name, t in self.module.state_dict().items():
+                if name in masters:
+                    out[name] = masters[name].to(dtype)
+                elif name in trainable:
+                    continue
+                else:
+                    frozen = name in self._names.values()
+                    if frozen and exclude_frozen_parameters:
+                        continue
+                    out[name] = t.detach().cpu().clone()
+        self._barrier()
+        return out
+
+    def save_16bit_model(self, save_dir, save_filename="pytorch_model.bin",
+                         exclude_frozen_parameters=False):
+        """torch.save of _zero3_consolidated_16bit_state_dict() into
+        save_dir/save_filename, by rank 0; True once written."""
+        sd = self._zero3_consolidated_16bit_state_dict(
+            exclude_frozen_parameters=exclude_frozen_parameters)
+        if self.rank == 0:
+            os.makedirs(save_dir, exist_ok=True)
+            torch.save(sd, os.path.join(save_dir, save_filename))
+        self._barrier()
+        return True
+
+    save_fp16_model = save_16bit_model
+
+    # --- memory -------------------------------------------------------------
+
+    def empty_partition_cache(self):
+        """Releases every gathered ZeRO-3 unit (gathered again when used)."""
+        self._need_open()
+        if self._hooks is not None:
+            self._hooks.release_all()
+
+    def offload_states(self, include=None, device=None, pin_memory=True,
+                       non_blocking=False):
+        """DeepSpeed moves the optimizer state off the device; here it never
+        is on it (the servers hold it), and under stage 3 the gathered
+        units are released."""
+        del include, device, pin_memory, non_blocking
+        self.empty_partition_cache()
+
+    def reload_states(self, non_blocking=False):
+        """The counterpart of offload_states: nothing to bring back (the
+        units are gathered again when used)."""
+        del non_blocking
+        self._need_open()
+
+    def destroy(self):
+        """DeepSpeed's destroy: close()."""
+        self.close()
+
+    def compile(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"engine.compile: torch.compile needs torch 2 (this is torch "
+            f"{torch.__version__}), and the engine's hooks are not traced")
+
+    def is_compiled(self):
+        return False
+
+    # --- checkpointed hyper-parameters ---------------------------------------
+
+    def _group_hypers(self):
+        """Each group's hyper-parameters (what a checkpoint keeps of them)."""
+        return [{k: v for k, v in g.items() if k != "params"}
+                for g in self.optimizer.param_groups]
+
+    def _restore_schedule(self, state):
+        """After a restore: the groups' hyper-parameters and the scheduler
+        as they were saved (the config's scheduler follows the restored
+        step count)."""
+        saved = state.get("param_groups")
+        if saved is not None and self._live_groups:
+            if len(saved) != len(self.optimizer.param_groups):
+                raise RuntimeError(
+                    f"the checkpoint has {len(saved)} parameter groups, this "
+                    f"optimizer {len(self.optimizer.param_groups)}")
+            for g, h in zip(self.optimizer.param_groups, saved):
+                g.update(h)
+        if self.lr_scheduler is None:
+            return
+        if self._config_scheduler:
+            self.lr_scheduler._set()
+        elif state.get("lr_scheduler") is not None:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+    # --- the optimizer's state --------------------------------------------------
+
+    def _optimizer_state_dict(self, optimizer):
+        raise NotImplementedError(
+            "optimizer.state_dict(): reading the servers' optimizer state "
+            "into torch's layout is not built yet; engine.save_checkpoint / "
+            "load_checkpoint keep and restore it (bit for bit)")
+
+    def _load_optimizer_state_dict(self, optimizer, state_dict):
+        raise NotImplementedError(
+            "optimizer.load_state_dict(): writing optimizer state to the "
+            "servers is not built yet; engine.load_checkpoint restores it")

@@ -1,0 +1,369 @@
+"""DeepSpeed's public API over zeroshard (zeroshard.deepspeed): every name
+a script calls exists and works, the optimizer and scheduler a script
+gives are the ones that train (bit for bit torch's), DeepSpeed's defaults,
+and zeroshard-launch --deepspeed running a DeepSpeed-style script."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import zeroshard
+import zeroshard.deepspeed as deepspeed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(),
+                               torch.nn.Linear(32, 5))
+
+
+def data(n, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(4, 12, generator=g),
+             torch.randint(0, 5, (4,), generator=g)) for _ in range(n)]
+
+
+def base_config(**extra):
+    c = {"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 0.5,
+         "zero_optimization": {"stage": 2}, "zeroshard": {"servers": 1}}
+    c.update(extra)
+    return c
+
+
+def bits_equal(a, b):
+    return all(torch.equal(x.detach(), y.detach()) for x, y in zip(a, b))
+
+
+# --- the surface ----------------------------------------------------------
+
+MODULE_NAMES = [
+    "comm.init_distributed", "comm.get_rank", "comm.get_world_size",
+    "comm.get_local_rank", "comm.barrier", "comm.all_reduce",
+    "comm.all_gather", "comm.broadcast", "comm.is_initialized",
+    "accelerator.get_accelerator", "zero.Init", "zero.GatheredParameters",
+    "zero.register_external_parameter",
+    "utils.safe_get_full_fp32_param", "utils.safe_get_full_grad",
+    "utils.safe_get_full_optimizer_state", "utils.safe_set_full_fp32_param",
+    "utils.safe_set_full_optimizer_state", "utils.safe_set_full_grad",
+    "utils.zero_to_fp32.get_fp32_state_dict_from_zero_checkpoint",
+    "utils.logger", "utils.log_dist",
+    "runtime.engine.DeepSpeedEngine", "runtime.zero.partition_parameters",
+    "runtime.dataloader.RepeatingLoader", "runtime.utils.see_memory_usage",
+    "ops.adam.FusedAdam", "ops.adam.DeepSpeedCPUAdam", "ops.lamb.FusedLamb",
+    "checkpointing.checkpoint", "moe.layer.MoE",
+    "moe.utils.split_params_into_different_moe_groups_for_optimizer",
+    "pipe.PipelineModule", "init_distributed", "add_config_arguments",
+    "DeepSpeedEngine", "initialize", "__version__"]
+
+
+@pytest.mark.parametrize("name", MODULE_NAMES)
+def test_every_module_name_exists(name):
+    obj = deepspeed
+    for part in name.split("."):
+        obj = getattr(obj, part)   # an AttributeError fails the test
+    assert obj is not None
+
+
+def test_unsupported_parts_say_why():
+    for make in (lambda: deepspeed.pipe.PipelineModule(layers=[]),
+                 lambda: deepspeed.moe.layer.MoE(hidden_size=4),
+                 lambda: deepspeed.ops.lamb.FusedLamb([]),
+                 lambda: deepspeed.init_inference(None)):
+        with pytest.raises(NotImplementedError, match="not supported"):
+            make()
+
+
+def test_add_config_arguments_and_initialize_from_args(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(base_config(optimizer={
+        "type": "AdamW", "params": {"lr": 1e-3}})))
+    parser = deepspeed.add_config_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(["--deepspeed", "--deepspeed_config", str(path)])
+    assert args.deepspeed and args.deepspeed_config == str(path)
+    model = make_model()
+    engine, opt, loader, sched = deepspeed.initialize(
+        args=args, model=model, model_parameters=model.parameters())
+    try:
+        assert isinstance(engine, deepspeed.DeepSpeedEngine)
+        assert isinstance(opt, torch.optim.Optimizer)
+        assert loader is None and sched is None   # no scheduler anywhere
+        assert deepspeed.comm.is_initialized()
+        assert deepspeed.comm.get_world_size() == 1
+    finally:
+        engine.close()
+
+
+ENGINE_CALLS = [
+    ("local_rank", 0), ("global_rank", 0), ("world_size", 1),
+    ("dp_world_size", 1), ("device", torch.device("cpu")),
+    ("skipped_steps", 0), ("global_samples", 8),
+    ("fp16_enabled()", False), ("bfloat16_enabled()", False),
+    ("gradient_clipping()", 0.5), ("zero_optimization_stage()", 2),
+    ("steps_per_print()", 3), ("was_step_applied()", True),
+    ("train_micro_batch_size_per_gpu()", 4),
+    ("is_gradient_accumulation_boundary()", False),
+    ("zero_gather_16bit_weights_on_model_save()", False)]
+
+
+def test_engine_attributes_and_methods(tmp_path, capfd):
+    model = make_model()
+    engine, opt, _, _ = zeroshard.initialize(
+        model=model, model_parameters=model.parameters(),
+        config=base_config(gradient_accumulation_steps=2, steps_per_print=3,
+                           optimizer={"type": "AdamW",
+                                      "params": {"lr": 1e-3}}))
+    try:
+        for x, y in data(2):
+            engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+            engine.step()
+        for expr, want in ENGINE_CALLS:
+            got = eval("engine." + expr)
+            assert got == want, (expr, got, want)
+        assert engine.optimizer is opt
+        assert engine.get_global_grad_norm() > 0
+        with engine.no_sync():
+            pass
+        engine.set_gradient_accumulation_boundary(True)
+        assert engine.is_gradient_accumulation_boundary()
+        engine.set_gradient_accumulation_boundary(False)
+        # saving the module in the compute dtype, and its masters
+        engine.save_16bit_model(str(tmp_path), "m.bin")
+        sd = torch.load(tmp_path / "m.bin")
+        masters = engine.consolidated_state_dict()
+        assert set(sd) == set(model.state_dict())
+        assert all(torch.equal(sd[k], masters[k]) for k in masters)
+        full = deepspeed.utils.safe_get_full_fp32_param(model[0].weight)
+        assert torch.equal(full, masters["0.weight"])
+        engine.empty_partition_cache()
+        engine.offload_states()
+        engine.reload_states()
+        assert opt.loss_scale == 1.0 and opt.overflow is False
+        # load_checkpoint on a directory without one
+        assert engine.load_checkpoint(str(tmp_path / "none")) == (None, None)
+    finally:
+        engine.destroy()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine(torch.randn(1, 12))
+
+
+# --- the optimizer a script gives is the one that trains -------------------
+
+def run_torch(model, opt, batches, sched=None, lr_of=None):
+    for it, (x, y) in enumerate(batches):
+        if lr_of is not None:
+            for g in opt.param_groups:
+                g["lr"] = lr_of(it)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+        opt.zero_grad()
+        if sched is not None:
+            sched.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def run_engine(model, batches, lr_of=None, **init):
+    engine, opt, _, _ = zeroshard.initialize(
+        model=model, config=base_config(), **init)
+    try:
+        for it, (x, y) in enumerate(batches):
+            if lr_of is not None:
+                for g in opt.param_groups:
+                    g["lr"] = lr_of(it)
+            engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+            engine.step()
+        return [p.detach().clone() for p in model.parameters()], opt
+    finally:
+        engine.close()
+
+
+def nano_lr(it):
+    # nanoGPT's shape: linear warmup, then cosine decay to a floor.
+    import math
+    if it < 3:
+        return 6e-3 * (it + 1) / 3
+    r = min(1.0, (it - 3) / 5)
+    return 6e-4 + 0.5 * (1 + math.cos(math.pi * r)) * (6e-3 - 6e-4)
+
+
+def test_param_group_lr_written_every_iteration_equals_torch():
+    b = data(9)
+    ref = make_model()
+    want = run_torch(ref, torch.optim.AdamW(ref.parameters(), lr=1.0,
+                                            weight_decay=0.1),
+                     b, lr_of=nano_lr)
+    model = make_model()
+    got, _ = run_engine(
+        model, b, lr_of=nano_lr,
+        optimizer=torch.optim.AdamW(model.parameters(), lr=1.0,
+                                    weight_decay=0.1))
+    assert bits_equal(got, want)
+
+
+def two_groups(model):
+    return [{"params": [model[0].weight, model[0].bias], "lr": 2e-3},
+            {"params": [model[2].weight, model[2].bias], "lr": 5e-3,
+             "weight_decay": 0.0, "betas": (0.8, 0.9)}]
+
+
+@pytest.mark.parametrize("kind", ["lambda", "onecycle", "cosine_callable"])
+def test_client_schedulers_equal_torch(kind):
+    b = data(7)
+
+    def make(model):
+        opt = torch.optim.AdamW(two_groups(model), weight_decay=0.05)
+        if kind == "lambda":
+            return opt, torch.optim.lr_scheduler.LambdaLR(
+                opt, lambda s: (s + 1) / 4 if s < 3 else 0.5 ** (s - 3))
+        if kind == "onecycle":
+            return opt, torch.optim.lr_scheduler.OneCycleLR(
+                opt, max_lr=[4e-3, 8e-3], total_steps=len(b))
+        return opt, (lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(
+            o, T_max=5))
+
+    ref = make_model()
+    opt, sched = make(ref)
+    if callable(sched) and not hasattr(sched, "step"):
+        sched = sched(opt)
+    want = run_torch(ref, opt, b, sched=sched)
+    model = make_model()
+    opt, sched = make(model)
+    got, zopt = run_engine(model, b, optimizer=opt, lr_scheduler=sched)
+    assert bits_equal(got, want)
+    assert zopt.param_groups is opt.param_groups   # one set of dicts
+
+
+def test_callable_optimizer_and_one_group_changed_alone():
+    b = data(6)
+    ref = make_model()
+    ropt = torch.optim.AdamW(two_groups(ref), weight_decay=0.05)
+    want = []
+    for it, (x, y) in enumerate(b):
+        if it == 2:
+            ropt.param_groups[1]["weight_decay"] = 0.3
+            ropt.param_groups[1]["betas"] = (0.5, 0.6)
+        torch.nn.functional.cross_entropy(ref(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+        ropt.step()
+        ropt.zero_grad()
+    want = [p.detach().clone() for p in ref.parameters()]
+
+    model = make_model()
+    engine, opt, _, _ = zeroshard.initialize(
+        model=model, config=base_config(),
+        model_parameters=two_groups(model),
+        optimizer=lambda params: torch.optim.AdamW(params,
+                                                   weight_decay=0.05))
+    try:
+        for it, (x, y) in enumerate(b):
+            if it == 2:
+                opt.param_groups[1]["weight_decay"] = 0.3
+                opt.param_groups[1]["betas"] = (0.5, 0.6)
+            engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+            engine.step()
+        assert bits_equal([p.detach() for p in model.parameters()], want)
+    finally:
+        engine.close()
+
+
+def test_an_optimizer_the_servers_have_no_rule_for_is_refused():
+    model = make_model()
+    with pytest.raises(ValueError, match="torch.optim.sgd.SGD is not a rule"):
+        zeroshard.initialize(model=model, config=base_config(),
+                             optimizer=torch.optim.SGD(model.parameters(),
+                                                       lr=0.1))
+
+
+def test_no_optimizer_anywhere_is_an_error():
+    with pytest.raises(ValueError, match="no optimizer"):
+        zeroshard.initialize(model=make_model(), config=base_config())
+
+
+def test_bad_group_values_are_refused_before_anything_is_sent():
+    model = make_model()
+    engine, opt, _, _ = zeroshard.initialize(
+        model=model, config=base_config(),
+        optimizer=torch.optim.AdamW(model.parameters()))
+    try:
+        x, y = data(1)[0]
+        engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+        opt.param_groups[0]["lr"] = float("nan")
+        with pytest.raises(ValueError, match=r"param_groups\[0\]: lr=nan"):
+            engine.step()
+    finally:
+        engine.close()
+
+
+# --- DeepSpeed's defaults --------------------------------------------------
+
+def test_deepspeed_defaults(capfd):
+    model = make_model()
+    cfg = base_config(optimizer={"type": "AdamW", "params": {"lr": 1e-3}})
+    del cfg["zero_optimization"], cfg["gradient_clipping"]
+    engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
+    try:
+        assert engine.zero_optimization_stage() == 0
+        assert engine.gradient_clipping() == 1.0
+    finally:
+        engine.close()
+    assert "ZeRO stage 0" in capfd.readouterr().err
+    for kind in ("WarmupDecayLR", "WarmupCosineLR"):
+        cfg = base_config(optimizer={"type": "AdamW", "params": {"lr": 1e-3}},
+                          scheduler={"type": kind,
+                                     "params": {"warmup_num_steps": 5}})
+        with pytest.raises(ValueError, match="total_num_steps"):
+            zeroshard.initialize(model=make_model(), config=cfg)
+
+
+def test_warmup_lr_is_not_cut_to_an_assumed_run_length():
+    model = make_model()
+    cfg = base_config(optimizer={"type": "AdamW", "params": {"lr": 1e-3}},
+                      scheduler={"type": "WarmupLR", "params": {
+                          "warmup_num_steps": 1000, "warmup_type": "linear"}})
+    engine, opt, _, sched = zeroshard.initialize(model=model, config=cfg)
+    try:
+        for x, y in data(3):
+            engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+            engine.step()
+        # step 4 of a 1000-step linear warmup
+        assert sched.get_last_lr() == [pytest.approx(1e-3 * 4 / 1000)]
+        assert opt.param_groups[0]["lr"] == sched.get_last_lr()[0]
+    finally:
+        engine.close()
+
+
+# --- zeroshard-launch --deepspeed ------------------------------------------
+
+def launch(tmp_path, *args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [HERE] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return subprocess.run([sys.executable, "-m", "zeroshard.launch", *args],
+                          env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=180)
+
+
+def test_launch_deepspeed_runs_a_deepspeed_script_unedited(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 4,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
+    script = os.path.join(HERE, "ds_script.py")
+    r = launch(tmp_path, "--deepspeed", "--workers=2", script, "--deepspeed",
+               f"--deepspeed_config={cfg}", str(tmp_path), "3")
+    assert r.returncode == 0, r.stderr
+    done = json.loads((tmp_path / "done.json").read_text())
+    assert done == {"steps": 3, "sum": 6.0, "world": 2, "stage": 0,
+                    "clip": 1.0}
+    assert any(n.startswith("step-") for n in os.listdir(tmp_path / "ckpt"))
+    # Without --deepspeed nothing named deepspeed is there.
+    r = launch(tmp_path, "--workers=1", script, str(tmp_path), "1")
+    assert r.returncode != 0
+    assert "No module named 'deepspeed'" in r.stderr
