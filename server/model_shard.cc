@@ -443,6 +443,8 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPush(
 absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
     uint64_t step, const StepParams& params,
     absl::Span<const GradPiece> pieces, uint64_t attempt) {
+  // Before ApplyClaimed indexes the settings by group.
+  RETURN_IF_ERROR(param_groups_.CheckSettings(params.settings.size()));
   std::vector<FlatRange> ranges;
   ranges.reserve(pieces.size());
   for (const GradPiece& p : pieces) ranges.push_back(p.range);
@@ -479,6 +481,7 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
 }
 
 absl::StatusOr<uint64_t> ModelShard::Prepare(PreparedPush push) {
+  RETURN_IF_ERROR(param_groups_.CheckSettings(push.params.settings.size()));
   absl::ReaderMutexLock restore(&restore_mu_);
   return prepared_->Prepare(std::move(push));
 }

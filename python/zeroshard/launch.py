@@ -65,6 +65,8 @@ def _parse(argv):
     for name, v in (("--workers", a.workers), ("--servers", a.servers)):
         if not 1 <= v <= 4096:
             ap.error(f"{name}={v}: must be in [1, 4096]")
+    if not 0 <= a.master_port <= 65535:
+        ap.error(f"--master_port={a.master_port}: must be in [0, 65535]")
     if not 0 <= a.max_restarts <= 1000:
         ap.error(f"--max_restarts={a.max_restarts}: must be in [0, 1000]")
     if not os.path.isfile(a.script):
