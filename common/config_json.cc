@@ -315,11 +315,9 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     o->warmup_type = WarmupType::kLinear;
     return absl::OkStatus();
   }
-  // WarmupLR has no end: its warmup is never fitted to the run's length
-  // (a run shorter than the warmup stops inside it, as under DeepSpeed).
   o->schedule = LrScheduleKind::kWarmupCosine;  // cosine from lr to lr: constant
-  o->warmup_steps = static_cast<uint64_t>(warmup);
-  o->total_steps = std::max<uint64_t>(steps, o->warmup_steps);
+  o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), steps, "", warnings);
+  o->total_steps = steps;
   o->min_lr = o->lr;
   o->warmup_start_lr = min_lr;
   return absl::OkStatus();

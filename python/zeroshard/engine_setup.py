@@ -189,6 +189,14 @@ def deepspeed_defaults(doc, client_scheduler=False):
     elif isinstance(sched, dict):
         kind = sched.get("type")
         params = sched.get("params") or {}
+        z = doc.setdefault("zeroshard", {})
+        warmup = params.get("warmup_num_steps", 1000) if isinstance(
+            params, dict) else None
+        if kind == "WarmupLR" and "steps" not in z and isinstance(
+                warmup, int) and not isinstance(warmup, bool) and warmup > 100:
+            # WarmupLR has no end: the parser's run length (100 steps
+            # unless zeroshard.steps says) must not shorten its warmup.
+            z["steps"] = warmup
         steps = (doc.get("zeroshard") or {}).get("steps")
         if kind in ("WarmupDecayLR", "WarmupCosineLR") and steps is None and (
                 not isinstance(params, dict)
