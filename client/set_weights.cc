@@ -19,7 +19,9 @@ static_assert(std::endian::native == std::endian::little,
 
 // One attempt: server k's pieces (owned ranges, ascending) as one stream.
 absl::Status SendRanges(const ShardChannels& channels, int k,
-                        absl::Span<const WeightRange> ranges) {
+                        absl::Span<const WeightRange> ranges,
+                        const std::string& state,
+                        std::optional<uint64_t> optimizer_step) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() +
                                       channels.options().call_timeout));
@@ -37,6 +39,8 @@ absl::Status SendRanges(const ShardChannels& channels, int k,
       const uint64_t n = std::min(per_piece, w.range.end - at);
       piece.set_offset(at);
       piece.set_dtype(v1::DTYPE_FP32);
+      if (!state.empty()) piece.set_state(state);
+      if (optimizer_step.has_value()) piece.set_optimizer_step(*optimizer_step);
       piece.set_data(
           reinterpret_cast<const char*>(w.data + (at - w.range.begin)),
           n * sizeof(float));
@@ -75,6 +79,14 @@ absl::Status SetMasterWeights(const ShardChannels& channels,
 absl::Status SetMasterWeightRanges(const ShardChannels& channels,
                                    const FlatLayout& layout,
                                    absl::Span<const WeightRange> ranges) {
+  return SetStateRanges(channels, layout, ranges, "", std::nullopt);
+}
+
+absl::Status SetStateRanges(const ShardChannels& channels,
+                            const FlatLayout& layout,
+                            absl::Span<const WeightRange> ranges,
+                            const std::string& state,
+                            std::optional<uint64_t> optimizer_step) {
   if (channels.size() != static_cast<int>(layout.num_servers())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "SetMasterWeights: ", channels.size(), " servers for a layout of ",
@@ -114,7 +126,7 @@ absl::Status SetMasterWeightRanges(const ShardChannels& channels,
     if (per_server[k].empty()) continue;
     threads.emplace_back([&, k] {
       results[k] = RunWithRetry(channels.options().retry, [&] {
-        return SendRanges(channels, k, per_server[k]);
+        return SendRanges(channels, k, per_server[k], state, optimizer_step);
       }, channels.channel(k).get());
     });
   }

@@ -17,6 +17,8 @@
 #ifndef ZEROSHARD_CLIENT_SET_WEIGHTS_H_
 #define ZEROSHARD_CLIENT_SET_WEIGHTS_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -45,6 +47,17 @@ struct WeightRange {
 absl::Status SetMasterWeightRanges(const ShardChannels& channels,
                                    const FlatLayout& layout,
                                    absl::Span<const WeightRange> ranges);
+
+// The same for any array: `state` "" (the master weights) or one of the
+// optimizer rule's FP32 state slots ("exp_avg", ...); with optimizer_step,
+// every server that gets a piece then sets its chunks' Adam step count to
+// it (torch's optimizer.load_state_dict: the state of another run). The
+// weights and the other arrays stay.
+absl::Status SetStateRanges(const ShardChannels& channels,
+                            const FlatLayout& layout,
+                            absl::Span<const WeightRange> ranges,
+                            const std::string& state,
+                            std::optional<uint64_t> optimizer_step);
 
 }  // namespace zeroshard
 

@@ -137,6 +137,12 @@ absl::Status ShardCluster::SetMasterWeights(absl::Span<const float> flat) {
 
 absl::Status ShardCluster::SetMasterWeightRanges(
     absl::Span<const FlatRange> ranges, absl::Span<const float> values) {
+  return SetStateRanges(ranges, values, "", std::nullopt);
+}
+
+absl::Status ShardCluster::SetStateRanges(
+    absl::Span<const FlatRange> ranges, absl::Span<const float> values,
+    const std::string& state, std::optional<uint64_t> optimizer_step) {
   RETURN_IF_ERROR(NeedLayout("SetMasterWeights"));
   std::vector<WeightRange> pieces;
   uint64_t at = 0;
@@ -155,7 +161,8 @@ absl::Status ShardCluster::SetMasterWeightRanges(
         "SetMasterWeights: ", values.size(), " values for ranges of ", at,
         " elements; nothing is written"));
   }
-  return zeroshard::SetMasterWeightRanges(channels(), layout(), pieces);
+  return zeroshard::SetStateRanges(channels(), layout(), pieces, state,
+                                   optimizer_step);
 }
 
 absl::StatusOr<PushResult> ShardCluster::ApplyStep(

@@ -135,6 +135,12 @@ class ShardCluster {
   // `values` holds their elements concatenated. The rest keeps its values.
   absl::Status SetMasterWeightRanges(absl::Span<const FlatRange> ranges,
                                      absl::Span<const float> values);
+  // The same for any array: "" (the masters) or an FP32 state slot, and
+  // the Adam step count with it (client/set_weights.h SetStateRanges).
+  absl::Status SetStateRanges(absl::Span<const FlatRange> ranges,
+                              absl::Span<const float> values,
+                              const std::string& state,
+                              std::optional<uint64_t> optimizer_step);
 
   // --- Two-phase steps (no layout needed) -----------------------------------
   // Applies the prepared pushes of (step, attempt) on every server in

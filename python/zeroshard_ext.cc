@@ -171,6 +171,7 @@ py::dict StatusDict(const ServerStatus& s) {
   py::dict norms;
   for (const auto& [slot, norm] : s.state_norms) norms[py::str(slot)] = norm;
   d["state_norms"] = norms;
+  d["state_slots"] = s.state_slots;
   py::dict bytes;
   for (const auto& [kind, n] : s.bytes_by_kind) bytes[py::str(kind)] = n;
   d["bytes_by_kind"] = bytes;
@@ -424,6 +425,53 @@ class PyCluster {
     py::gil_scoped_release release;
     return Value(cluster_->PushGrad(step, worker, spans, c, known))
         .applied_elems;
+  }
+
+  // FP32 `values` (the ranges' elements concatenated) overwrite array
+  // `state` ("" the masters, or a state slot such as "exp_avg") over those
+  // ranges; with optimizer_step, the servers' Adam step counts too.
+  void SetStateRanges(const std::vector<Range>& ranges,
+                      const std::string& state, const py::buffer& values,
+                      std::optional<uint64_t> optimizer_step) {
+    const std::vector<FlatRange> r = ToRanges(ranges);
+    Bytes b = BufferOf(values, false, RangesBytes(r, DType::kFp32),
+                       "set_state_ranges");
+    const float* p = static_cast<const float*>(b.data);
+    py::gil_scoped_release release;
+    Check(cluster_->SetStateRanges(
+        r, absl::MakeConstSpan(p, b.size / sizeof(float)), state,
+        optimizer_step));
+  }
+
+  // A consistent copy of `range` ([begin, end); the whole flat space by
+  // default) of `arrays` ("master" or state slots) at one step, into `out`
+  // (len(arrays) * range size FP32 values, array after array); returns the
+  // step (client/snapshot_reader.h).
+  uint64_t ReadState(const std::vector<std::string>& arrays,
+                     const py::buffer& out, std::optional<Range> range) {
+    const uint64_t total = cluster_->layout().total_elems();
+    const FlatRange r = range.has_value()
+                            ? FlatRange{range->first, range->second}
+                            : FlatRange{0, total};
+    if (r.begin > r.end || r.end > total) {
+      Raise(absl::InvalidArgumentError(absl::StrCat(
+          "read_state: range [", r.begin, ", ", r.end,
+          ") is not inside the flat space [0, ", total, ")")));
+    }
+    const uint64_t n = r.size();
+    Bytes b = BufferOf(out, true, arrays.size() * n * sizeof(float),
+                       "read_state");
+    ConsistentSnapshot snap;
+    {
+      py::gil_scoped_release release;
+      snap = Value(cluster_->ReadConsistentSnapshot(
+          cluster_->layout(), r, arrays, SnapshotReadOptions{}));
+    }
+    float* dst = static_cast<float*>(b.data);
+    for (size_t k = 0; k < arrays.size(); ++k) {
+      std::memcpy(dst + k * n, snap.arrays[k].data(), n * sizeof(float));
+    }
+    return snap.step;
   }
 
   // Shared memory with the servers on this host for the caller's `ranges`
@@ -700,6 +748,11 @@ PYBIND11_MODULE(_zeroshard, m) {
            py::arg("coefficient") = 1.0, py::arg("skip") = false,
            py::arg("prepare") = false, py::arg("known") = false,
            py::arg("settings") = py::none())
+      .def("set_state_ranges", &PyCluster::SetStateRanges, py::arg("ranges"),
+           py::arg("state"), py::arg("values"),
+           py::arg("optimizer_step") = py::none())
+      .def("read_state", &PyCluster::ReadState, py::arg("arrays"),
+           py::arg("out"), py::arg("range") = py::none())
       .def("attach_shared_memory", &PyCluster::AttachSharedMemory,
            py::arg("ranges"))
       .def("detach_shared_memory", &PyCluster::DetachSharedMemory)

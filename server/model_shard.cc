@@ -513,7 +513,38 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPrepared(uint64_t step,
 absl::Status ModelShard::WriteWeights(FlatRange range, DType dtype,
                                       const void* data) const {
   absl::ReaderMutexLock restore(&restore_mu_);
-  return store_->WriteWeights(range, dtype, data);
+  RETURN_IF_ERROR(store_->WriteWeights(range, dtype, data));
+  snapshots_->ForgetFinishedInMemory();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> ModelShard::StateSlotIndex(
+    absl::string_view name) const {
+  const absl::Span<const StateSlot> slots = store_->rule().slots();
+  std::string known;
+  for (size_t k = 0; k < slots.size(); ++k) {
+    if (slots[k].name == name) return k;
+    absl::StrAppend(&known, k == 0 ? "" : ", ", "\"", slots[k].name, "\"");
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "SetWeights: state \"", name, "\" is not one the optimizer rule ",
+      store_->rule().name(), " keeps (\"master\"", known.empty() ? "" : ", ",
+      known, ")"));
+}
+
+absl::Status ModelShard::WriteStateSlot(FlatRange range, size_t slot,
+                                        const float* data) const {
+  absl::ReaderMutexLock restore(&restore_mu_);
+  RETURN_IF_ERROR(store_->WriteSlot(range, slot, data));
+  snapshots_->ForgetFinishedInMemory();
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::SetAdamSteps(uint64_t adam_t) const {
+  absl::ReaderMutexLock restore(&restore_mu_);
+  RETURN_IF_ERROR(tracker_->SetAdamSteps(adam_t));
+  snapshots_->ForgetFinishedInMemory();
+  return absl::OkStatus();
 }
 
 v1::ShardCheckpointHeader ModelShard::CheckpointHeader() const {

@@ -158,6 +158,14 @@ class ModelShard {
   // SetMasterWeights: writes `range` (owned) from FP32 or BF16 `data`.
   absl::Status WriteWeights(FlatRange range, DType dtype,
                             const void* data) const;
+  // SetWeights with a state slot: its index by name (InspectResponse's
+  // state_slots), INVALID_ARGUMENT naming the slots there are otherwise.
+  absl::StatusOr<size_t> StateSlotIndex(absl::string_view name) const;
+  // Writes `range` (owned) of FP32 state slot `slot` from FP32 `data`.
+  absl::Status WriteStateSlot(FlatRange range, size_t slot,
+                              const float* data) const;
+  // SetWeights' optimizer_step: every chunk's Adam step count.
+  absl::Status SetAdamSteps(uint64_t adam_t) const;
   // Elements AdamW has updated since Create (skipped steps and duplicate
   // pushes excluded): the optimizer's work, for the metrics.
   uint64_t updated_elems() const { return updated_elems_.load(); }

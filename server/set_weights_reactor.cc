@@ -1,9 +1,11 @@
 #include "server/set_weights_reactor.h"
 
+#include <cstring>
 #include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/status_macros.h"
 #include "optim/grad_scan.h"
 #include "wire/grpc_status.h"
@@ -42,6 +44,27 @@ absl::Status SetWeightsReactor::Buffer() {
         "; want DTYPE_FP32 or DTYPE_BF16; nothing is written"));
   }
   ASSIGN_OR_RETURN(const DType dtype, FromProto(piece.dtype()));
+  if (!have_state_) {
+    have_state_ = true;
+    state_name_ = piece.state();
+    if (!state_name_.empty() && state_name_ != "master") {
+      ASSIGN_OR_RETURN(slot_, state.StateSlotIndex(state_name_));
+    }
+  } else if (piece.state() != state_name_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SetWeights: piece at offset ", piece.offset(), " writes state \"",
+        piece.state(), "\" but the stream's first wrote \"", state_name_,
+        "\": one array a stream; nothing is written"));
+  }
+  if (piece.has_optimizer_step()) {
+    if (optimizer_step_.has_value() &&
+        *optimizer_step_ != piece.optimizer_step()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SetWeights: pieces set optimizer_step ", *optimizer_step_, " and ",
+          piece.optimizer_step(), "; nothing is written"));
+    }
+    optimizer_step_ = piece.optimizer_step();
+  }
   const size_t esize = DTypeSize(dtype);
   const size_t bytes = piece.data().size();
   if (bytes > kMaxPiecePayloadBytes || bytes % esize != 0) {
@@ -88,9 +111,27 @@ absl::Status SetWeightsReactor::Buffer() {
 absl::StatusOr<uint64_t> SetWeightsReactor::Apply() {
   const ModelShard& state = **state_;
   uint64_t written = 0;
+  std::vector<float> fp32;
   for (const Piece& p : pieces_) {
-    RETURN_IF_ERROR(state.WriteWeights(p.range, p.dtype, p.data.data()));
+    if (!slot_.has_value()) {
+      RETURN_IF_ERROR(state.WriteWeights(p.range, p.dtype, p.data.data()));
+    } else {
+      fp32.resize(p.range.size());
+      if (p.dtype == DType::kBf16) {
+        for (size_t k = 0; k < fp32.size(); ++k) {
+          uint16_t b;
+          std::memcpy(&b, p.data.data() + k * sizeof(b), sizeof(b));
+          fp32[k] = Bf16ToFloat(b);
+        }
+      } else {
+        std::memcpy(fp32.data(), p.data.data(), fp32.size() * sizeof(float));
+      }
+      RETURN_IF_ERROR(state.WriteStateSlot(p.range, *slot_, fp32.data()));
+    }
     written += p.range.size();
+  }
+  if (optimizer_step_.has_value()) {
+    RETURN_IF_ERROR(state.SetAdamSteps(*optimizer_step_));
   }
   return written;
 }

@@ -17,6 +17,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,12 @@ class SetWeightsReactor
   grpc::ByteBuffer message_;
   std::vector<Piece> pieces_;
   std::map<uint64_t, uint64_t> ranges_;  // begin -> end of buffered pieces
+  // The stream's array (WeightPiece.state, from its first piece): the
+  // master weights, or this state slot.
+  bool have_state_ = false;
+  std::string state_name_;
+  std::optional<size_t> slot_;
+  std::optional<uint64_t> optimizer_step_;  // WeightPiece.optimizer_step
   uint64_t buffered_bytes_ = 0;
   absl::Status result_;
   bool recorded_ = false;  // result_ already counted

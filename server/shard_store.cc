@@ -449,6 +449,30 @@ absl::Status ShardStore::WriteWeights(FlatRange range, DType dtype,
   });
 }
 
+absl::Status ShardStore::WriteSlot(FlatRange range, size_t slot,
+                                   const float* data) {
+  RETURN_IF_ERROR(fault());
+  if (slot >= num_slots_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteSlot: slot ", slot, " of optimizer rule ", rule_->name(),
+        ", which keeps ", num_slots_));
+  }
+  if (slots_[slot] == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WriteSlot: state '", rule_->slots()[slot].name, "' of ",
+        rule_->name(), " is kept in 8 bits; it is written whole by a restore "
+        "only"));
+  }
+  return ForEachChunkRun(range, [&](size_t i, size_t src, size_t n) {
+    if (on_device()) {
+      return Record(CopyHostToDevice(slots_[slot] + i, data + src,
+                                     n * sizeof(float)));
+    }
+    std::memcpy(slots_[slot] + i, data + src, n * sizeof(float));
+    return absl::OkStatus();
+  });
+}
+
 absl::Status ShardStore::WriteState(FlatRange range, const float* master,
                                     absl::Span<const float* const> slots) {
   RETURN_IF_ERROR(fault());

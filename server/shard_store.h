@@ -131,6 +131,11 @@ class ShardStore {
   // Overwrites master and mirror for `range` (inside owned(), any chunks)
   // from FP32 or BF16 `data`; the slots are unchanged.
   absl::Status WriteWeights(FlatRange range, DType dtype, const void* data);
+  // Overwrites FP32 state slot `slot` (< the rule's slot count) for `range`
+  // (inside owned(), any chunks) from range.size() finite FP32 values;
+  // master, mirror and the other slots stay. INVALID_ARGUMENT for an 8-bit
+  // slot (its blocks' scales would change for values outside the range).
+  absl::Status WriteSlot(FlatRange range, size_t slot, const float* data);
 
   // Overwrites master, every slot (and the mirror, BF16(master)) for `range`
   // (inside owned(), any chunks) from FP32 arrays of range.size() elements,

@@ -90,6 +90,16 @@ void SnapshotArming::FinishIfLast(ShardSnapshot& snap, bool last) {
   snap.Finish();
 }
 
+void SnapshotArming::ForgetFinishedInMemory() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<ShardSnapshot>> kept;
+  for (auto& s : snapshots_) {
+    if (s->directory().empty() && s->result().has_value()) continue;
+    kept.push_back(std::move(s));
+  }
+  snapshots_ = std::move(kept);
+}
+
 std::vector<std::shared_ptr<ShardSnapshot>> SnapshotArming::ArmedAt(
     uint64_t step) const {
   std::vector<std::shared_ptr<ShardSnapshot>> armed;

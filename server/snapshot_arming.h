@@ -46,6 +46,10 @@ class SnapshotArming {
                                       const std::string& directory) const;
   // A snapshot is armed and not yet complete.
   bool InProgress() const;
+  // Forgets the finished in-memory snapshots (directory ""): after the
+  // state was written out of band (SetWeights) they no longer show it, and
+  // the next read arms a fresh copy of the same step.
+  void ForgetFinishedInMemory();
   // Some snapshot is armed (cheap: an atomic load).
   bool any_armed() const { return armed_.load() > 0; }
 

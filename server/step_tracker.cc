@@ -145,6 +145,20 @@ uint64_t StepTracker::adam_t(size_t chunk) const {
   return chunks_[chunk].adam_t;
 }
 
+absl::Status StepTracker::SetAdamSteps(uint64_t adam_t) {
+  absl::MutexLock lock(&mu_);
+  for (size_t c = 0; c < num_chunks_; ++c) {
+    if (!chunks_[c].claimed.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "chunk ", RangeText(ChunkRange(c)), " has part of step ",
+          versions_[c].load(), " applied: the Adam step count is set between "
+          "steps"));
+    }
+  }
+  for (size_t c = 0; c < num_chunks_; ++c) chunks_[c].adam_t = adam_t;
+  return absl::OkStatus();
+}
+
 absl::Status StepTracker::Reset(uint64_t version,
                                 absl::Span<const uint64_t> adam_t) {
   std::vector<std::function<void()>> wake;

@@ -124,6 +124,9 @@ class StepTracker {
   // are woken. FAILED_PRECONDITION while any chunk has part of a step
   // claimed or a capture is armed.
   absl::Status Reset(uint64_t version, absl::Span<const uint64_t> adam_t);
+  // Every chunk's Adam step count becomes `adam_t`; versions and the rest
+  // stay. FAILED_PRECONDITION while any chunk has part of a step claimed.
+  absl::Status SetAdamSteps(uint64_t adam_t);
 
   // Checks params against those remembered for `step` (if any) without
   // recording anything.

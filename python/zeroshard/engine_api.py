@@ -310,15 +310,155 @@ class DeepSpeedEngineApi:
         elif state.get("lr_scheduler") is not None:
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
-    # --- the optimizer's state --------------------------------------------------
+    # --- the optimizer's state ------------------------------------------------
+
+    def _state_slots(self):
+        return list(self._cluster.inspect_all()[0]["state_slots"])
+
+    def _read_state(self, arrays, begin, end):
+        """`arrays` over [begin, end) from the servers, on every rank (rank
+        0 reads them, an admin's call, and broadcasts): a float32 tensor
+        of shape (len(arrays), end - begin)."""
+        out = torch.empty(len(arrays) * (end - begin), dtype=torch.float32)
+        if self.rank == 0:
+            self._cluster.read_state(arrays, out.numpy(), range=(begin, end))
+        if self._group is not None:
+            data = self._group.broadcast(
+                out.numpy().tobytes() if self.rank == 0 else b"", 0)
+            out = torch.frombuffer(bytearray(data), dtype=torch.float32)
+        return out.view(len(arrays), end - begin)
+
+    def _param_index(self, optimizer):
+        """(index in torch's numbering, parameter) over the groups in order."""
+        out = []
+        for g in optimizer.param_groups:
+            for p in g["params"]:
+                out.append(p)
+        return list(enumerate(out))
 
     def _optimizer_state_dict(self, optimizer):
-        raise NotImplementedError(
-            "optimizer.state_dict(): reading the servers' optimizer state "
-            "into torch's layout is not built yet; engine.save_checkpoint / "
-            "load_checkpoint keep and restore it (bit for bit)")
+        """torch's layout from the servers (rank 0 reads; every rank gets
+        the same, all must call it): "state" per parameter index, with the
+        rule's arrays in the parameter's shape and "step", for the trained
+        parameters once a step has been applied; "param_groups" with the
+        groups' values and parameter indices. Under BF16 / FP16 each state
+        also holds "zeroshard_master", the FP32 master, which torch's
+        mixed-precision loops keep elsewhere and load_state_dict restores."""
+        import io
+        self._need_open()
+        if self._pending_grads():
+            raise RuntimeError(
+                "optimizer.state_dict() inside an accumulation window: save "
+                "after engine.step()")
+        blob = b""
+        if self.rank == 0:
+            slots = self._state_slots()
+            steps = min(s["optimizer_step"] for s in self._cluster.inspect_all())
+            arrays = ["master"] + slots
+            flat = torch.empty(len(arrays) * self._total, dtype=torch.float32)
+            self._cluster.read_state(arrays, flat.numpy())
+            flat = flat.view(len(arrays), self._total)
+            where = {id(p): (off, n) for p, off, n in self._slots}
+            state = {}
+            if steps > 0:
+                for i, p in self._param_index(optimizer):
+                    if id(p) not in where:
+                        continue   # frozen: torch keeps no state for it
+                    off, n = where[id(p)]
+                    shape = self._shapes[id(p)]
+                    st = {"step": torch.tensor(float(steps))}
+                    for k, name in enumerate(slots):
+                        st[name] = flat[1 + k, off:off + n].clone().view(shape)
+                    if self._prec != "fp32":
+                        st["zeroshard_master"] = flat[0, off:off + n].clone() \
+                            .view(shape)
+                    state[i] = st
+            groups, at = [], 0
+            for g in optimizer.param_groups:
+                h = {k: v for k, v in g.items() if k != "params"}
+                h["params"] = list(range(at, at + len(g["params"])))
+                at += len(g["params"])
+                groups.append(h)
+            sd = {"state": state, "param_groups": groups}
+            if self._group is None:
+                return sd
+            buf = io.BytesIO()
+            torch.save(sd, buf)
+            blob = buf.getvalue()
+        blob = self._group.broadcast(blob, 0)
+        return torch.load(io.BytesIO(blob))
 
     def _load_optimizer_state_dict(self, optimizer, state_dict):
-        raise NotImplementedError(
-            "optimizer.load_state_dict(): writing optimizer state to the "
-            "servers is not built yet; engine.load_checkpoint restores it")
+        """Every rank calls it with the same dict: the groups' values here,
+        the rule's arrays and the step count on the servers (rank 0 writes;
+        parameters without state start from zeros, as torch's)."""
+        self._need_open()
+        if self._pending_grads():
+            raise RuntimeError(
+                "optimizer.load_state_dict() inside an accumulation window")
+        try:
+            groups = state_dict["param_groups"]
+            state = state_dict["state"]
+        except (KeyError, TypeError):
+            raise ValueError("load_state_dict: want a dict with \"state\" and "
+                             "\"param_groups\" (torch's layout)") from None
+        mine = optimizer.param_groups
+        if len(groups) != len(mine) or any(
+                len(a["params"]) != len(b["params"])
+                for a, b in zip(groups, mine)):
+            raise ValueError(
+                "load_state_dict: the saved groups hold "
+                f"{[len(g['params']) for g in groups]} parameters, this "
+                f"optimizer's {[len(g['params']) for g in mine]}")
+        index = self._param_index(optimizer)
+        where = {id(p): (off, n) for p, off, n in self._slots}
+        slots = self._state_slots()
+        steps = {float(st["step"]) for st in state.values() if "step" in st}
+        if len(steps) > 1:
+            raise ValueError(
+                "load_state_dict: the parameters' step counts differ "
+                f"({sorted(steps)[:4]}); the servers keep one per step")
+        step = int(steps.pop()) if steps else 0
+        arrays = {name: torch.zeros(self._total, dtype=torch.float32)
+                  for name in slots}
+        master = None
+        for i, p in index:
+            st = state.get(i, state.get(str(i)))
+            if st is None or id(p) not in where:
+                continue
+            off, n = where[id(p)]
+            for name in slots:
+                if name not in st:
+                    raise ValueError(
+                        f"load_state_dict: state {i} has no {name!r} (the "
+                        f"servers' rule keeps {slots})")
+                t = torch.as_tensor(st[name]).detach().to("cpu", torch.float32)
+                if t.numel() != n:
+                    raise ValueError(
+                        f"load_state_dict: state {i} {name!r} has {t.numel()} "
+                        f"elements, the parameter {n}")
+                arrays[name][off:off + n] = t.reshape(-1)
+            if "zeroshard_master" in st:
+                if master is None:
+                    master = []
+                master.append((off, n, torch.as_tensor(
+                    st["zeroshard_master"]).detach().to(
+                        "cpu", torch.float32).reshape(-1)))
+        for g, h in zip(mine, groups):
+            for k, v in h.items():
+                if k != "params":
+                    g[k] = v
+        if self.rank == 0:
+            whole = [(0, self._total)]
+            for name in slots:
+                self._cluster.set_state_ranges(whole, name,
+                                               arrays[name].numpy(),
+                                               optimizer_step=step)
+            if master:
+                master.sort(key=lambda m: m[0])
+                self._cluster.set_master_weight_ranges(
+                    [(o, o + n) for o, n, _ in master],
+                    torch.cat([v for _, _, v in master]).numpy())
+        self._barrier()
+        if master:
+            self._gather()

@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "client/set_weights.h"
 #include "client/shard_client.h"
 #include "client/snapshot_reader.h"
 #include "common/init_values.h"
@@ -464,6 +465,51 @@ TEST(CtlSnapshotTest, BadInputIsAClearError) {
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_NE(s.message().find("outside the owned range"), std::string::npos)
       << s;
+}
+
+// SetWeights with a state slot (WeightPiece.state, optimizer_step): what
+// torch's optimizer.load_state_dict sends. The write is read back by the
+// next consistent snapshot of the same step (an in-memory snapshot taken
+// before it is not served again), the step count follows, and a state the
+// rule does not keep is refused by name with nothing written.
+TEST(CtlSnapshotTest, SetWeightsWritesAStateSlotAndTheStepCount) {
+  auto cluster = testing::LocalCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_NO_FATAL_FAILURE(InitCluster(**cluster));
+  auto channels = ShardChannels::Connect((*cluster)->addresses(), {});
+  ASSERT_TRUE(channels.ok()) << channels.status();
+  auto view = InspectCluster(**channels);
+  ASSERT_TRUE(view.ok()) << view.status();
+  const FlatLayout& L = view->layout;
+  const uint64_t total = L.total_elems();
+  // Read once at step 0: this snapshot must not be served after the write.
+  auto before = ReadConsistentSnapshot(**channels, L, {0, total},
+                                       {"exp_avg"}, {});
+  ASSERT_TRUE(before.ok()) << before.status();
+  std::vector<float> m(total);
+  for (uint64_t i = 0; i < total; ++i) m[i] = 1e-3f * CounterNormal(5, i);
+  // Across the two servers' boundary, and a second range apart.
+  const FlatRange a{0, total / 2 + 100}, b{total - 64, total};
+  const WeightRange pieces[] = {{a, m.data()}, {b, m.data() + b.begin}};
+  ASSERT_TRUE(SetStateRanges(**channels, L, pieces, "exp_avg", 7).ok());
+  auto after = ReadConsistentSnapshot(**channels, L, {0, total},
+                                      {"master", "exp_avg", "exp_avg_sq"}, {});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->step, 0u);
+  for (uint64_t i = 0; i < total; ++i) {
+    const bool written = (i >= a.begin && i < a.end) || (i >= b.begin && i < b.end);
+    ASSERT_EQ(after->arrays[1][i], written ? m[i] : before->arrays[0][i]) << i;
+    ASSERT_EQ(after->arrays[2][i], 0.0f) << i;  // the other slot stays
+  }
+  auto status = InspectCluster(**channels);
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const auto& s : status->servers) EXPECT_EQ(s.optimizer_step, 7u);
+  // A slot the rule does not keep: refused by name, nothing written.
+  const absl::Status bad =
+      SetStateRanges(**channels, L, pieces, "momentum_buffer", std::nullopt);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+  EXPECT_NE(bad.message().find("\"exp_avg\", \"exp_avg_sq\""),
+            std::string::npos) << bad;
 }
 
 }  // namespace

@@ -367,3 +367,94 @@ def test_launch_deepspeed_runs_a_deepspeed_script_unedited(tmp_path):
     r = launch(tmp_path, "--workers=1", script, str(tmp_path), "1")
     assert r.returncode != 0
     assert "No module named 'deepspeed'" in r.stderr
+
+
+# --- optimizer.state_dict() in torch's layout -------------------------------
+
+def test_optimizer_state_dict_is_torchs_and_a_resumed_loop_continues(tmp_path):
+    b = data(8)
+    ref = make_model()
+    ropt = torch.optim.AdamW(two_groups(ref), weight_decay=0.05)
+    want = run_torch(ref, ropt, b, lr_of=nano_lr)
+    torch_sd_after_4 = None
+
+    ref2 = make_model()
+    ropt2 = torch.optim.AdamW(two_groups(ref2), weight_decay=0.05)
+    run_torch(ref2, ropt2, b[:4], lr_of=nano_lr)
+    torch_sd_after_4 = ropt2.state_dict()
+
+    # First half: 4 steps, then save the model and the optimizer as
+    # nanoGPT does (torch.save of both state dicts).
+    model = make_model()
+    opt0 = torch.optim.AdamW(two_groups(model), weight_decay=0.05)
+    engine, opt, _, _ = zeroshard.initialize(model=model, config=base_config(),
+                                             optimizer=opt0)
+    try:
+        for it, (x, y) in enumerate(b[:4]):
+            for g in opt.param_groups:
+                g["lr"] = nano_lr(it)
+            engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+            engine.step()
+        sd = opt.state_dict()
+        torch.save({"model": model.state_dict(), "optimizer": sd},
+                   tmp_path / "ckpt.pt")
+    finally:
+        engine.close()
+    # The layout and the values are torch's.
+    assert set(sd["state"]) == set(torch_sd_after_4["state"])
+    for i, st in torch_sd_after_4["state"].items():
+        assert float(sd["state"][i]["step"]) == float(st["step"])
+        for k in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(sd["state"][i][k], st[k]), (i, k)
+    assert [g["params"] for g in sd["param_groups"]] == \
+        [g["params"] for g in torch_sd_after_4["param_groups"]]
+
+    # Second half, in a new engine (new servers) from the saved files.
+    saved = torch.load(tmp_path / "ckpt.pt")
+    model = make_model(seed=5)   # other initial values, then loaded
+    model.load_state_dict(saved["model"])
+    opt0 = torch.optim.AdamW(two_groups(model), weight_decay=0.05)
+    engine, opt, _, _ = zeroshard.initialize(model=model, config=base_config(),
+                                             optimizer=opt0)
+    try:
+        opt.load_state_dict(saved["optimizer"])
+        for it, (x, y) in enumerate(b[4:], start=4):
+            for g in opt.param_groups:
+                g["lr"] = nano_lr(it)
+            engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+            engine.step()
+        assert bits_equal([p.detach() for p in model.parameters()], want)
+        # The accessors read and write the same state.
+        w = model[2].weight
+        got = deepspeed.utils.safe_get_full_optimizer_state(w, "exp_avg")
+        assert torch.equal(got, opt.state_dict()["state"][2]["exp_avg"])
+        deepspeed.utils.safe_set_full_optimizer_state(
+            w, torch.full_like(got, 0.25), "exp_avg")
+        assert torch.equal(
+            deepspeed.utils.safe_get_full_optimizer_state(w, "exp_avg"),
+            torch.full_like(got, 0.25))
+        assert float(deepspeed.utils.safe_get_full_optimizer_state(
+            w, "step")) == 8.0
+    finally:
+        engine.close()
+
+
+def test_load_state_dict_refuses_a_mismatch():
+    model = make_model()
+    engine, opt, _, _ = zeroshard.initialize(
+        model=model, config=base_config(),
+        optimizer=torch.optim.AdamW(model.parameters()))
+    try:
+        with pytest.raises(ValueError, match="saved groups hold"):
+            opt.load_state_dict({"state": {}, "param_groups": [
+                {"params": [0]}]})
+        with pytest.raises(ValueError, match="step counts differ"):
+            p = list(model.parameters())
+            opt.load_state_dict({"state": {
+                0: {"step": torch.tensor(1.), "exp_avg": torch.zeros_like(p[0]),
+                    "exp_avg_sq": torch.zeros_like(p[0])},
+                1: {"step": torch.tensor(2.), "exp_avg": torch.zeros_like(p[1]),
+                    "exp_avg_sq": torch.zeros_like(p[1])}},
+                "param_groups": [{"params": list(range(len(p)))}]})
+    finally:
+        engine.close()

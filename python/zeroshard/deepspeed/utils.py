@@ -113,17 +113,43 @@ def safe_set_full_grad(param, value):
 
 
 def safe_get_full_optimizer_state(param, optim_state_key):
-    raise NotImplementedError(
-        f"safe_get_full_optimizer_state(param, {optim_state_key!r}): "
-        "reading one tensor's optimizer state from the servers is not built "
-        "yet (zeroshard-ctl inspect --tensor=NAME --state=exp_avg reads it "
-        "from a running cluster)")
+    """The parameter's whole optimizer state `optim_state_key` (AdamW:
+    "exp_avg", "exp_avg_sq"; "step" the step count) from the servers, at
+    the newest step (a consistent snapshot; training may go on). Rank 0
+    reads and the others get its values: call it on every rank, as
+    DeepSpeed's."""
+    e = _engine_of(param)
+    e._need_open()
+    off, n = _slot(e, param)
+    if optim_state_key == "step":
+        return torch.tensor(float(min(
+            s["optimizer_step"] for s in e._cluster.inspect_all())))
+    slots = e._state_slots()
+    if optim_state_key not in slots:
+        raise ValueError(f"safe_get_full_optimizer_state: {optim_state_key!r}"
+                         f" is not a state the servers keep ({slots})")
+    return e._read_state([optim_state_key], off, off + n)[0].clone().view(
+        e._shapes[id(param)])
 
 
 def safe_set_full_optimizer_state(param, value, optim_state_key):
-    raise NotImplementedError(
-        f"safe_set_full_optimizer_state(param, ..., {optim_state_key!r}): "
-        "writing optimizer state to the servers is not built yet")
+    """Writes the parameter's whole optimizer state `optim_state_key` on the
+    servers (rank 0 writes; every rank calls it with the same value)."""
+    e = _engine_of(param)
+    e._need_open()
+    off, n = _slot(e, param)
+    slots = e._state_slots()
+    if optim_state_key not in slots:
+        raise ValueError(f"safe_set_full_optimizer_state: {optim_state_key!r}"
+                         f" is not a state the servers keep ({slots})")
+    value = torch.as_tensor(value).detach().to("cpu", torch.float32)
+    if value.numel() != n:
+        raise ValueError(f"safe_set_full_optimizer_state: {value.numel()} "
+                         f"values for a parameter of {n}")
+    if e.rank == 0:
+        e._cluster.set_state_ranges([(off, off + n)], optim_state_key,
+                                    value.contiguous().reshape(-1).numpy())
+    e._barrier()
 
 
 # DeepSpeed's local (this rank's partition) forms: a rank here holds the
