@@ -874,7 +874,12 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
                         "lr_scheduler": (self.lr_scheduler.state_dict()
                                          if self.lr_scheduler is not None
                                          else None),
-                        "client_state": dict(client_state or {})}
+                        "client_state": dict(client_state or {}),
+                        # The module's names in the flat space, for reading
+                        # the masters without servers (checkpoint_io.py).
+                        "layout": [(self._names[id(p)], off, n,
+                                    list(self._shapes[id(p)]))
+                                   for p, off, n in self._slots]}
 
         def write_states(path):
             # Rank 0, between the shard files and the manifest: every rank
@@ -915,19 +920,17 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         and the model's weights from them; returns (path, client_state),
         or (None, None) with a warning when there is none, as DeepSpeed.
         load_lr_scheduler_states=False keeps the scheduler and the groups'
-        hyper-parameters as they are now."""
+        hyper-parameters as they are now. load_module_only=True (or
+        load_optimizer_states=False) writes the checkpoint's weights, its
+        frozen parameters and buffers into this run and keeps the
+        optimizer state and the step count as they are
+        (load_optimizer_states=False also takes the scheduler's and the
+        groups' saved state, unless load_lr_scheduler_states=False)."""
         self._need_open()
         if custom_load_fn is not None:
             raise NotImplementedError(
                 "load_checkpoint(custom_load_fn=...): the servers restore "
                 "their own shards")
-        if load_module_only or not load_optimizer_states:
-            raise NotImplementedError(
-                "load_checkpoint(load_module_only=True / load_optimizer_"
-                "states=False): the servers restore weights and optimizer "
-                "state together; restore all, or load the weights with "
-                "zeroshard.deepspeed.utils.zero_to_fp32 and initialize anew")
-        del load_module_strict
         d = os.path.join(load_dir, str(tag)) if tag is not None else load_dir
         found = _has_complete_checkpoint(d)
         if self._group is not None:   # rank 0 decides for every rank
@@ -937,6 +940,10 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
                 print(f"zeroshard: load_checkpoint: no complete checkpoint "
                       f"in {d}: nothing loaded", file=sys.stderr)
             return None, None
+        if load_module_only or not load_optimizer_states:
+            return self._load_weights_only(
+                d, strict=load_module_strict,
+                scheduler=load_lr_scheduler_states and not load_module_only)
         path = ""
         if self.rank == 0:
             _, path = self._cluster.restore(d)

@@ -284,6 +284,59 @@ class DeepSpeedEngineApi:
     def is_compiled(self):
         return False
 
+    # --- loading the weights alone ------------------------------------------
+
+    def _load_weights_only(self, directory, strict=True, scheduler=False):
+        """load_checkpoint(load_module_only=True): the newest checkpoint's
+        masters (read from its files by rank 0, which then writes them to
+        the servers), frozen parameters and buffers; the optimizer state,
+        the servers' versions and the engine's counters stay. Returns
+        (path, client_state)."""
+        from . import checkpoint_io
+        path = ""
+        if self.rank == 0:
+            path, values = checkpoint_io.read_fp32(directory)
+            mine = {self._names[id(p)]: (off, n) for p, off, n in self._slots}
+            missing = sorted(set(mine) - set(values))
+            if missing and strict:
+                raise RuntimeError(
+                    f"load_checkpoint(load_module_only=True): {path} has no "
+                    f"{missing[:4]} (load_module_strict=False loads the rest)")
+            ranges, chunks = [], []
+            for name, (off, n) in sorted(mine.items(), key=lambda x: x[1][0]):
+                if name not in values:
+                    continue
+                v = values[name].reshape(-1)
+                if v.numel() != n:
+                    raise RuntimeError(
+                        f"load_checkpoint: {name} has {v.numel()} elements in "
+                        f"{path}, {n} here")
+                ranges.append((off, off + n))
+                chunks.append(v)
+            if ranges:
+                self._cluster.set_master_weight_ranges(
+                    ranges, torch.cat(chunks).numpy())
+        if self._group is not None:
+            path = self._group.broadcast(path.encode(), 0).decode()
+        # Frozen parameters and buffers: rank 0's, read by every rank.
+        from . import rank_state
+        first = os.path.join(path, "zeroshard_rank0.pt")
+        if os.path.exists(first):
+            zero = torch.load(first)
+            try:
+                rank_state.load_buffers(self.module, zero["buffers"])
+                if zero.get("frozen") is not None:
+                    rank_state.load_frozen(self.module, zero["frozen"])
+            except RuntimeError:
+                if strict:
+                    raise
+        state = torch.load(os.path.join(path, "zeroshard_engine.pt"))
+        if scheduler:
+            self._restore_schedule(state)
+        self._barrier()
+        self._gather()
+        return path, state["client_state"]
+
     # --- checkpointed hyper-parameters ---------------------------------------
 
     def _group_hypers(self):

@@ -458,3 +458,81 @@ def test_load_state_dict_refuses_a_mismatch():
                 "param_groups": [{"params": list(range(len(p)))}]})
     finally:
         engine.close()
+
+
+# --- checkpoints: weights without servers, and the module alone -------------
+
+def bn_model(seed=0):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.BatchNorm1d(16),
+                            torch.nn.ReLU(), torch.nn.Linear(16, 5))
+    m[0].bias.requires_grad_(False)   # a frozen parameter
+    return m
+
+
+def train_bn(engine, n, seed):
+    for x, y in data(n, seed=seed):
+        engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+        engine.step()
+
+
+def test_zero_to_fp32_and_load_module_only(tmp_path):
+    cfg = base_config(optimizer={"type": "AdamW", "params": {"lr": 1e-2}})
+    model = bn_model()
+    engine, _, _, _ = zeroshard.initialize(
+        model=model, config=cfg,
+        model_parameters=[p for p in model.parameters()])   # frozen dropped
+    try:
+        train_bn(engine, 3, seed=1)
+        engine.save_checkpoint(str(tmp_path / "ck"), tag="t1",
+                               client_state={"it": 3})
+        masters = engine.consolidated_state_dict()
+        saved = {k: v.clone() for k, v in model.state_dict().items()}
+    finally:
+        engine.close()
+    z = deepspeed.utils.zero_to_fp32
+    sd = z.get_fp32_state_dict_from_zero_checkpoint(str(tmp_path / "ck"),
+                                                    tag="t1")
+    assert set(sd) == set(saved)
+    for k, v in saved.items():
+        want = masters.get(k, v)
+        assert torch.equal(sd[k], want), k
+    assert "0.bias" not in z.get_fp32_state_dict_from_zero_checkpoint(
+        str(tmp_path / "ck"), tag="t1", exclude_frozen_parameters=True)
+    fresh = z.load_state_dict_from_zero_checkpoint(bn_model(seed=9),
+                                                   str(tmp_path / "ck"), "t1")
+    assert torch.equal(fresh[1].running_mean, saved["1.running_mean"])
+    out = z.convert_zero_checkpoint_to_fp32_state_dict(
+        str(tmp_path / "ck"), str(tmp_path / "out"), tag="t1")
+    assert torch.equal(torch.load(out)["3.weight"], masters["3.weight"])
+
+    # load_module_only into a run that trained on: its weights become the
+    # checkpoint's, its optimizer state and step count stay.
+    model = bn_model(seed=4)
+    engine, opt, _, _ = zeroshard.initialize(model=model, config=cfg)
+    try:
+        train_bn(engine, 2, seed=7)
+        before = opt.state_dict()
+        path, client = engine.load_checkpoint(str(tmp_path / "ck"), tag="t1",
+                                              load_module_only=True)
+        assert client == {"it": 3} and path.endswith("step-" + "0" * 19 + "3")
+        assert engine.global_steps == 2
+        for k, v in sd.items():
+            assert torch.equal(model.state_dict()[k].float(), v), k
+        after = opt.state_dict()
+        for i, st in before["state"].items():
+            assert torch.equal(after["state"][i]["exp_avg"], st["exp_avg"])
+            assert float(after["state"][i]["step"]) == 2.0
+        train_bn(engine, 1, seed=8)   # and it trains on from there
+        assert engine.global_steps == 3
+    finally:
+        engine.close()
+
+    # A damaged shard file is named, never read.
+    folder = tmp_path / "ck" / "t1" / ("step-" + "0" * 19 + "3")
+    shard = next(p for p in folder.iterdir() if p.name.startswith("shard-"))
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(zeroshard.ZeroshardError, match=shard.name):
+        z.get_fp32_state_dict_from_zero_checkpoint(str(tmp_path / "ck"), "t1")
