@@ -36,8 +36,9 @@ PKGS=(
   # reads the rendered manifests for the pods' commands (tests/deploy/pod_plan.py)
   iproute2 python3-yaml mount
   # the PyTorch front-end (python/): pybind11 and Python's headers build its
-  # extension module; torch and pytest run its tests
-  pybind11-dev python3-dev python3-torch python3-pytest
+  # extension module; torch and pytest run its tests; venv (with its pip and
+  # setuptools) for `pip install .` into a venv (tests/python/test_pip_install.py)
+  pybind11-dev python3-dev python3-torch python3-pytest python3-venv
 )
 # Options (the default, no option, installs PKGS as before):
 #   --build-only  PKGS less NOT_FOR_BUILD: what configuring and compiling the
@@ -55,7 +56,7 @@ NOT_FOR_BUILD=(
   clang libclang-rt-14-dev libomp-14-dev llvm-14 lld
   kubernetes-client nodejs node-ajv node-js-yaml
   prometheus iproute2 python3-yaml mount
-  python3-torch python3-pytest
+  python3-torch python3-pytest python3-venv
 )
 case "${1:-}" in
   "") ;;

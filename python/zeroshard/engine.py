@@ -278,9 +278,14 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         if training_data is not None:
             self._sampler = rank_state.ResumableSampler(
                 len(training_data), cl["seed"], self.rank, self.world)
+            # Its own generator: starting an epoch's iterator draws a seed
+            # from it, not from the global RNG, so a run resumed mid-epoch
+            # (the global RNG restored, then a new iterator) draws dropout's
+            # masks as the uninterrupted run did.
             self.training_dataloader = torch.utils.data.DataLoader(
                 training_data, batch_size=self._micro, sampler=self._sampler,
-                collate_fn=collate_fn, drop_last=True)
+                collate_fn=collate_fn, drop_last=True,
+                generator=torch.Generator().manual_seed(cl["seed"]))
 
         ck = cl["checkpoint"]
         self._ckpt_dir = ck["dir"]

@@ -30,12 +30,16 @@ def _die_with_parent():
 
 
 def bin_dir():
-    """Where zeroshard-server lives: $ZEROSHARD_BIN_DIR, else the build tree
-    this package was built into (build/python/zeroshard -> build/bin)."""
+    """Where zeroshard-server lives: $ZEROSHARD_BIN_DIR, else inside the
+    package (zeroshard/bin/, as pip installs it), else the build tree this
+    package was built into (build/python/zeroshard -> build/bin)."""
     d = os.environ.get("ZEROSHARD_BIN_DIR")
     if d:
         return d
     here = os.path.dirname(os.path.abspath(__file__))
+    packaged = os.path.join(here, "bin")
+    if os.access(os.path.join(packaged, "zeroshard-server"), os.X_OK):
+        return packaged
     return os.path.normpath(os.path.join(here, "..", "..", "bin"))
 
 

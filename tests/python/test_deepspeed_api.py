@@ -536,3 +536,53 @@ def test_zero_to_fp32_and_load_module_only(tmp_path):
     shard.write_bytes(bytes(raw))
     with pytest.raises(zeroshard.ZeroshardError, match=shard.name):
         z.get_fp32_state_dict_from_zero_checkpoint(str(tmp_path / "ck"), "t1")
+
+
+def test_a_resumed_run_with_dropout_and_the_engines_loader_is_bit_identical(
+        tmp_path):
+    ds = torch.utils.data.TensorDataset(torch.randn(64, 12),
+                                        torch.randint(0, 5, (64,)))
+    cfg = base_config(optimizer={"type": "AdamW", "params": {"lr": 1e-2}})
+
+    def model():
+        torch.manual_seed(3)
+        return torch.nn.Sequential(torch.nn.Linear(12, 32),
+                                   torch.nn.Dropout(0.3),
+                                   torch.nn.Linear(32, 5))
+
+    def run(engine, loader, steps):
+        it = iter(loader)
+        for _ in range(steps):
+            x, y = next(it)
+            engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+            engine.step()
+
+    m = model()
+    torch.manual_seed(11)
+    engine, _, loader, _ = zeroshard.initialize(model=m, config=cfg,
+                                                training_data=ds)
+    try:
+        run(engine, loader, 6)
+        want = [p.detach().clone() for p in m.parameters()]
+    finally:
+        engine.close()
+
+    m = model()
+    torch.manual_seed(11)
+    engine, _, loader, _ = zeroshard.initialize(model=m, config=cfg,
+                                                training_data=ds)
+    try:
+        run(engine, loader, 3)
+        engine.save_checkpoint(str(tmp_path / "ck"))
+    finally:
+        engine.close()
+    m = model()
+    torch.manual_seed(99)   # whatever the new process's RNG holds
+    engine, _, loader, _ = zeroshard.initialize(model=m, config=cfg,
+                                                training_data=ds)
+    try:
+        engine.load_checkpoint(str(tmp_path / "ck"))
+        run(engine, loader, 3)
+        assert bits_equal([p.detach() for p in m.parameters()], want)
+    finally:
+        engine.close()
