@@ -101,6 +101,7 @@ def _run_once(a, attempt, run_id, stop):
     # --deepspeed: the shim that makes `import deepspeed` zeroshard's, in
     # the ranks only.
     front = [os.path.join(here, "zeroshard", "_shim")] if a.deepspeed else []
+    # (zeroshard.deepspeed.SHIM_DIR, without importing torch here)
     env["PYTHONPATH"] = os.pathsep.join(
         front + [here] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
                           else []))

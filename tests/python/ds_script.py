@@ -4,7 +4,7 @@ from the launcher, deepspeed.init_distributed, deepspeed.initialize with
 args, engine.backward / step, save_checkpoint. Run by test_deepspeed_api.py
 under `zeroshard-launch --deepspeed`.
 
-    ds_script.py --local_rank=R --deepspeed --deepspeed_config=C OUT STEPS
+    ds_script.py [--local_rank=R] --deepspeed --deepspeed_config=C OUT STEPS
 """
 
 import argparse
@@ -24,8 +24,11 @@ parser = deepspeed.add_config_arguments(parser)
 args = parser.parse_args()
 
 deepspeed.init_distributed()
-assert args.local_rank == int(os.environ["LOCAL_RANK"]), args.local_rank
-get_accelerator().set_device(args.local_rank)
+# DeepSpeed's launcher passes --local_rank; torchrun sets LOCAL_RANK.
+local_rank = args.local_rank if args.local_rank >= 0 else int(
+    os.environ["LOCAL_RANK"])
+assert local_rank == int(os.environ["LOCAL_RANK"]), local_rank
+get_accelerator().set_device(local_rank)
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(),
                             torch.nn.Linear(16, 3))

@@ -6,6 +6,7 @@ shard servers. Each name works with DeepSpeed's semantics or raises
 NotImplementedError saying why (pipeline, MoE, inference); the differences
 are listed in docs/PYTORCH.md."""
 
+import os
 import sys
 import types
 
@@ -17,6 +18,13 @@ from ..engine import ZeroshardEngine
 from . import accelerator, comm, ops, unsupported, utils, zero, zero_to_fp32
 from .comm import init_distributed
 from .utils import OnDevice, log_dist, logger
+
+# The folder whose `deepspeed` package is this one: on a process's
+# PYTHONPATH, its `import deepspeed` resolves here (zeroshard-launch
+# --deepspeed puts it there; for torchrun: `PYTHONPATH=$(python3 -m
+# zeroshard.deepspeed) torchrun ...`).
+SHIM_DIR = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "_shim")
 
 # The DeepSpeed release whose API and defaults this follows.
 __version__ = "0.19.6"
