@@ -46,8 +46,9 @@ PKGS=(
 #                 sanitizer toolchain and test-only tools; the image builders
 #                 (deploy/docker/*.Dockerfile) use it. A package added to PKGS
 #                 is thus in the image build unless listed here.
-#   --torch       --build-only's packages plus python3-torch: what the torch
-#                 examples need (scripts/run-torch-example.sh).
+#   --torch       --build-only's packages plus python3-torch and python3-venv:
+#                 what the torch examples (scripts/run-torch-example.sh) and
+#                 the zeroshard-torch image (pip install .) need.
 #   --images      PKGS plus podman, buildah and mmdebstrap, which only the
 #                 optional image build (deploy/docker/build-images.sh and its
 #                 test, tests/deploy/image_test.sh) needs.
@@ -72,7 +73,7 @@ case "${1:-}" in
     for p in "${PKGS[@]}"; do
       [[ " ${NOT_FOR_BUILD[*]} " == *" $p "* ]] || build+=("$p")
     done
-    PKGS=("${build[@]}" python3-torch) ;;
+    PKGS=("${build[@]}" python3-torch python3-venv) ;;
   *) echo "usage: $0 [--build-only | --images | --torch]" >&2; exit 2 ;;
 esac
 missing=()

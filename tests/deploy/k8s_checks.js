@@ -239,6 +239,74 @@ function checkWorkers(o, cfg, expect, problems) {
   return labels;
 }
 
+// The pytorch overlay's ranks of a user's script (expect.torch): an Indexed
+// Job as the workers' (labels, counts, Secret, PVC), torchrun's environment
+// with MASTER_ADDR naming rank 0's pod under the headless Service its pods'
+// subdomain names, the shim on PYTHONPATH, the script from its ConfigMap
+// and the DeepSpeed config from zeroshard-config.
+const TORCH_SHIM = "/opt/zeroshard/shim";
+const SCRIPT_DIR = "/etc/zeroshard/script";
+function checkTorch(o, cfg, problems) {
+  const job = o.get("Job/zeroshard-torch");
+  const svc = o.get("Service/zeroshard-torch");
+  const tpl = job.spec.template;
+  const spec = tpl.spec;
+  const labels = tpl.metadata.labels || {};
+  const W = cfg.zeroshard && cfg.zeroshard.workers;
+  const where = "Job/zeroshard-torch";
+  if (labels[COMPONENT] !== "worker" || labels[NAME] !== "zeroshard") {
+    problems.push(`${where}: template labels are not name zeroshard, component worker`);
+  }
+  if (job.spec.completionMode !== "Indexed") problems.push(`${where}: completionMode is not Indexed`);
+  if (job.spec.completions !== W || job.spec.parallelism !== W) {
+    problems.push(`${where}: completions ${job.spec.completions}, parallelism ` +
+                  `${job.spec.parallelism}, want zeroshard.workers = ${W} for both`);
+  }
+  if (svc.spec.clusterIP !== "None") problems.push("Service/zeroshard-torch: not headless (clusterIP: None)");
+  if (spec.subdomain !== "zeroshard-torch") problems.push(`${where}: pods' subdomain is not the Service zeroshard-torch`);
+  if (!selects({ matchLabels: svc.spec.selector },
+               Object.assign({ "job-name": "zeroshard-torch" }, labels))) {
+    problems.push("Service/zeroshard-torch: selector does not match the Job's pods");
+  }
+  const c = spec.containers[0];
+  const cw = `${where} container ${c.name}`;
+  checkContainerBasics(c, spec, "zeroshard-torch", cw, problems);
+  const env = new Map((c.env || []).map((e) => [e.name, e]));
+  const value = (k) => (env.get(k) || {}).value;
+  const rank = env.get("RANK");
+  if (!rank || !rank.valueFrom || !rank.valueFrom.fieldRef || rank.valueFrom.fieldRef.fieldPath !== INDEX_ANNOTATION) {
+    problems.push(`${cw}: env RANK does not come from ${INDEX_ANNOTATION}`);
+  }
+  const want = {
+    WORLD_SIZE: String(W), LOCAL_RANK: "0", LOCAL_WORLD_SIZE: "1",
+    MASTER_ADDR: "zeroshard-torch-0.zeroshard-torch", ZEROSHARD_CREDENTIALS: CREDENTIALS,
+    PYTHONPATH: TORCH_SHIM,
+  };
+  for (const [k, v] of Object.entries(want)) {
+    if (value(k) !== v) problems.push(`${cw}: env ${k} is ${JSON.stringify(value(k))}, want ${JSON.stringify(v)}`);
+  }
+  const port = Number(value("MASTER_PORT"));
+  if (portOf(c, "dist") !== port) problems.push(`${cw}: MASTER_PORT ${port} is not its port dist`);
+  if (!value("ZEROSHARD_RUN_ID")) problems.push(`${cw}: no ZEROSHARD_RUN_ID`);
+  const argv = [...(c.command || []), ...(c.args || [])];
+  const isScript = (v) => v.configMap && v.configMap.name === "zeroshard-torch-script";
+  const script = argv.find((a) => a.endsWith(".py"));
+  if (argv[0] !== "python3" || !script || !script.startsWith(SCRIPT_DIR + "/")) {
+    problems.push(`${cw}: command is not python3 ${SCRIPT_DIR}/SCRIPT.py`);
+  }
+  if (mountPath(c, spec.volumes, isScript) !== SCRIPT_DIR) problems.push(`${cw}: ConfigMap zeroshard-torch-script is not mounted at ${SCRIPT_DIR}`);
+  const scriptCm = o.get("ConfigMap/zeroshard-torch-script");
+  if (script && !(scriptCm && scriptCm.data && scriptCm.data[script.slice(SCRIPT_DIR.length + 1)])) {
+    problems.push(`ConfigMap/zeroshard-torch-script: no ${script.slice(SCRIPT_DIR.length + 1)}`);
+  }
+  if (mountPath(c, spec.volumes, isConfig) !== CONFIG_DIR) problems.push(`${cw}: ConfigMap zeroshard-config is not mounted at ${CONFIG_DIR}`);
+  if (!argv.includes(`--deepspeed_config=${CONFIG_DIR}/ds_config.json`)) {
+    problems.push(`${cw}: no --deepspeed_config=${CONFIG_DIR}/ds_config.json`);
+  }
+  if (o.has("Job/zeroshard-worker")) problems.push("Job/zeroshard-worker: still there beside the script's ranks");
+  return labels;
+}
+
 function checkCtl(o, cfg, problems) {
   const job = o.get("Job/zeroshard-ctl-inspect");
   const tpl = job.spec.template;
@@ -302,10 +370,13 @@ const REQUIRED = [
   "ConfigMap/zeroshard-config", "Service/zeroshard-server", "StatefulSet/zeroshard-server",
   "PodDisruptionBudget/zeroshard-server", "NetworkPolicy/zeroshard-server",
   "NetworkPolicy/zeroshard-worker", "PersistentVolumeClaim/zeroshard-checkpoints",
-  "Job/zeroshard-worker", "Job/zeroshard-ctl-inspect",
+  "Job/zeroshard-ctl-inspect",
 ];
+const WORKERS = ["Job/zeroshard-worker"];
+const TORCH = ["Job/zeroshard-torch", "Service/zeroshard-torch", "ConfigMap/zeroshard-torch-script"];
 
-// expect: { comm: "gloo" | "nccl", gpus: workers' nvidia.com/gpu (0: none) }.
+// expect: { comm: "gloo" | "nccl", gpus: workers' nvidia.com/gpu (0: none),
+// torch: the ranks are a PyTorch script's (the pytorch overlay) }.
 function checkManifests(objects, expect) {
   const problems = [];
   const o = new Map();
@@ -318,7 +389,7 @@ function checkManifests(objects, expect) {
       problems.push(`${key}: no label ${NAME}: zeroshard`);
     }
   }
-  const missing = REQUIRED.filter((k) => !o.has(k));
+  const missing = [...REQUIRED, ...(expect.torch ? TORCH : WORKERS)].filter((k) => !o.has(k));
   if (missing.length > 0) return problems.concat(missing.map((k) => `${k}: missing`));
   let cfg;
   try {
@@ -341,7 +412,7 @@ function checkManifests(objects, expect) {
   }
   const pods = {};
   pods.server = checkServers(o, cfg, problems);
-  pods.worker = checkWorkers(o, cfg, expect, problems);
+  pods.worker = expect.torch ? checkTorch(o, cfg, problems) : checkWorkers(o, cfg, expect, problems);
   pods.ctl = checkCtl(o, cfg, problems);
   checkPolicies(o, pods, problems);
   return problems;

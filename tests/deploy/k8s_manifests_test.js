@@ -9,7 +9,8 @@
 // requires each break to be reported: the checks can fail.
 //
 //   node tests/deploy/k8s_manifests_test.js --overlay=deploy/k8s/overlays/gpu \
-//     --comm=gloo --gpus=1 [--bin=build/bin/zeroshard-ctl]... [--kubectl=K]... [--mutations]
+//     --comm=gloo --gpus=1 [--bin=build/bin/zeroshard-ctl]... [--kubectl=K]... [--mutations] [--torch]
+// (--torch: the pytorch overlay, whose ranks are a PyTorch script's Job)
 //
 // --bin names a zeroshard binary of this build (zeroshard-ctl resolves the
 // config; for each binary given, the flags the manifests pass it must be
@@ -29,13 +30,14 @@ const SKIP = 77;
 const validateJs = path.join(__dirname, "..", "..", "deploy", "k8s", "validate.js");
 
 function parseArgs(argv) {
-  const a = { kubectl: [], bin: new Map(), comm: "gloo", gpus: 0, mutations: false };
+  const a = { kubectl: [], bin: new Map(), comm: "gloo", gpus: 0, mutations: false, torch: false };
   for (const arg of argv) {
     const m = /^--([a-z]+)(?:=(.*))?$/.exec(arg);
     if (!m) throw new Error(`unexpected argument ${arg}`);
     if (m[1] === "kubectl") a.kubectl.push(m[2]);
     else if (m[1] === "bin") a.bin.set(path.basename(m[2]), m[2]);
     else if (m[1] === "mutations") a.mutations = true;
+    else if (m[1] === "torch") a.torch = true;
     else if (["overlay", "comm"].includes(m[1])) a[m[1]] = m[2];
     else if (m[1] === "gpus") a.gpus = Number(m[2]);
     else throw new Error(`unknown flag ${arg}`);
@@ -106,7 +108,8 @@ function checkWithCtl(ctl, objects) {
     if (r.error) return [`zeroshard-ctl config: ${r.error.message}`];
     if (r.status !== 0) return [`zeroshard-ctl config rejects ds_config.json: ${r.stderr.trim()}`];
     const cluster = JSON.parse(fs.readFileSync(out, "utf8")).config.cluster;
-    const job = objects.find((o) => o.kind === "Job" && o.metadata.name === "zeroshard-worker");
+    const job = objects.find((o) => o.kind === "Job" &&
+        ["zeroshard-worker", "zeroshard-torch"].includes(o.metadata.name));
     const sts = objects.find((o) => o.kind === "StatefulSet" && o.metadata.name === "zeroshard-server");
     const problems = [];
     if (job && cluster.workers !== job.spec.completions) {
@@ -174,7 +177,7 @@ function allProblems(objects, validate, args) {
   for (const obj of objects) {
     for (const e of validate(obj)) problems.push(`schema: ${obj.kind}/${obj.metadata && obj.metadata.name}: ${e}`);
   }
-  problems.push(...checkManifests(objects, { comm: args.comm, gpus: args.gpus }));
+  problems.push(...checkManifests(objects, { comm: args.comm, gpus: args.gpus, torch: args.torch }));
   if (args.ctl) problems.push(...checkWithCtl(args.ctl, objects));
   problems.push(...checkBinaryFlags(args.bin, objects));
   return problems;

@@ -26,5 +26,6 @@ function(zs_k8s_test name)
 endfunction()
 zs_k8s_test(k8s_cpu_demo_manifests_test --overlay=${zs_k8s}/cpu-demo --comm=gloo --gpus=0)
 zs_k8s_test(k8s_gpu_manifests_test --overlay=${zs_k8s}/gpu --comm=gloo --gpus=1)
+zs_k8s_test(k8s_pytorch_manifests_test --overlay=${zs_k8s}/pytorch --comm=gloo --gpus=0 --torch)
 zs_k8s_test(k8s_manifest_checks_fail_test --overlay=${zs_k8s}/cpu-demo --comm=gloo --gpus=0
             --mutations)

@@ -17,6 +17,7 @@ import zeroshard
 import zeroshard.deepspeed as deepspeed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def make_model(seed=0):
@@ -663,3 +664,25 @@ def _inspect(servers):
         capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["servers"]
+
+
+def test_the_kubernetes_overlays_example_script_trains_and_resumes(tmp_path):
+    # deploy/k8s/overlays/pytorch's train.py with base's ds_config.json (its
+    # server names replaced by the launcher's servers, /ckpt by a folder
+    # here): 3 steps, then resumed to 5.
+    base = json.load(open(os.path.join(ROOT, "deploy", "k8s", "base",
+                                       "ds_config.json")))
+    base["zeroshard"]["checkpoint"]["dir"] = str(tmp_path / "ckpt")
+    del base["zeroshard"]["servers"]
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps(base))
+    script = os.path.join(ROOT, "deploy", "k8s", "overlays", "pytorch",
+                          "train.py")
+    for steps in (3, 5):
+        r = launch(tmp_path, "--deepspeed", "--workers=2", "--servers=2",
+                   script, "--deepspeed", f"--deepspeed_config={cfg}",
+                   f"--steps={steps}", f"--ckpt={tmp_path / 'ckpt'}")
+        assert r.returncode == 0, r.stderr[-3000:]
+    steps = sorted(n for n in os.listdir(tmp_path / "ckpt")
+                   if n.startswith("step-"))
+    assert steps[-2:] == ["step-" + "0" * 19 + "3", "step-" + "0" * 19 + "5"]
