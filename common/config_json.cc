@@ -43,7 +43,9 @@ constexpr const char* kDeepSpeedOnlySections[] = {
     "progressive_layer_drop", "sparse_attention", "hybrid_engine", "torch_autocast", "compile",
     "nebula", "timers", "zero_quantized_weights", "zero_quantized_gradients",
     "managed_gradient_accumulation", "disable_allgather", "seq_parallel_communication_data_type",
-    "tensor_parallel", "sequence_parallel_size", "data_parallel_size"};
+    "tensor_parallel", "sequence_parallel_size", "data_parallel_size", "gradient_allreduce_op",
+    "graph_harvesting", "log_level", "use_data_before_expert_parallelism", "weight_quantization",
+    "expert_parallel"};
 constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
 
 absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
@@ -342,7 +344,8 @@ absl::Status ParseZero(Section& root, ZeroConfig* z) {
   if (device >= 0) z->offload_optimizer = static_cast<OffloadDevice>(device);
   RETURN_IF_ERROR(off.Bool("pin_memory", &z->offload_pin_memory, false));
   for (const char* k : {"buffer_count", "fast_init", "ratio", "nvme_path", "buffer_size",
-                        "max_in_cpu", "pipeline_read", "pipeline_write"}) {
+                        "max_in_cpu", "pipeline_read", "pipeline_write", "super_offload",
+                        "cpuadam_cores_perc"}) {
     off.Accept(k);
   }
   off.Finish();
@@ -388,6 +391,21 @@ absl::Status ParseZero(Section& root, ZeroConfig* z) {
         "stage3_gather_fp16_weights_on_model_save", "cpu_offload", "allgather_bucket_size",
         "reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
         "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size"}) {
+    s.NoEffect(k);
+  }
+  // DeepSpeed 0.19's other ZeRO settings: its own partitioning, bucketing,
+  // quantized communication (ZeRO++), MiCS and ZenFlow, none of which this
+  // system's servers and step use (docs/PYTORCH.md).
+  for (const char* k :
+       {"use_multi_rank_bucket_allreduce", "zenflow", "cpu_offload_param",
+        "cpu_offload_use_pin_memory", "stage3_model_persistence_threshold",
+        "stage3_module_granularity_threshold", "stage3_use_all_reduce_for_fetch_params",
+        "stage3_allgather_sequential", "legacy_stage1", "zero_hpz_partition_size",
+        "zero_quantized_weights", "zero_quantized_nontrainable_weights",
+        "zero_quantized_gradients", "zeropp_loco_param", "mics_shard_size",
+        "mics_hierarchical_params_gather", "memory_efficient_linear",
+        "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings",
+        "enable_sanity_checks", "save_muon_momentum_buffer_in_memory", "leaf_module"}) {
     s.NoEffect(k);
   }
   s.Finish();

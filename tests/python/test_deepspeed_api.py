@@ -686,3 +686,118 @@ def test_the_kubernetes_overlays_example_script_trains_and_resumes(tmp_path):
     steps = sorted(n for n in os.listdir(tmp_path / "ckpt")
                    if n.startswith("step-"))
     assert steps[-2:] == ["step-" + "0" * 19 + "3", "step-" + "0" * 19 + "5"]
+
+
+# DeepSpeed 0.19's config keys (its runtime/config.py, constants.py and the
+# ZeRO, offload and precision models), each with a value it accepts.
+DEEPSPEED_KEYS = {
+    "": {"amp": {}, "dataloader_drop_last": True, "disable_allgather": True,
+         "dump_state": True, "gradient_allreduce_op": "sum",
+         "gradient_predivide_factor": 1.0, "graph_harvesting": True,
+         "log_level": "info", "managed_gradient_accumulation": True,
+         "memory_breakdown": True, "prescale_gradients": True,
+         "sparse_gradients": True, "use_data_before_expert_parallelism": True,
+         "zero_allow_untested_optimizer": True,
+         "zero_force_ds_cpu_optimizer": True, "hybrid_engine": {},
+         "pipeline": {}, "eigenvalue": {}, "elasticity": {},
+         "progressive_layer_drop": {}, "sparse_attention": {},
+         "torch_autocast": {}, "checkpoint": {}, "data_types": {},
+         "communication_data_type": "fp32",
+         "seq_parallel_communication_data_type": "fp32",
+         "weight_quantization": {}, "compression_training": {}, "aio": {},
+         "autotuning": {}, "flops_profiler": {}, "tensorboard": {},
+         "wandb": {}, "csv_monitor": {}, "comet": {}, "nebula": {},
+         "curriculum_learning": {}, "data_efficiency": {},
+         "comms_logger": {}, "compile": {}, "timers": {},
+         "steps_per_print": 10, "wall_clock_breakdown": True,
+         "tensor_parallel": {}, "expert_parallel": {}},
+    "zero_optimization": {
+        k: True for k in (
+            "contiguous_gradients reduce_scatter allgather_partitions "
+            "overlap_comm load_from_fp32_weights elastic_checkpoint "
+            "ignore_unused_parameters round_robin_gradients "
+            "stage3_gather_16bit_weights_on_model_save "
+            "stage3_gather_fp16_weights_on_model_save "
+            "use_multi_rank_bucket_allreduce cpu_offload_param "
+            "cpu_offload_use_pin_memory stage3_use_all_reduce_for_fetch_params "
+            "stage3_allgather_sequential legacy_stage1 zero_quantized_weights "
+            "zero_quantized_nontrainable_weights zero_quantized_gradients "
+            "mics_hierarchical_params_gather memory_efficient_linear "
+            "pipeline_loading_checkpoint override_module_apply "
+            "log_trace_cache_warnings enable_sanity_checks "
+            "save_muon_momentum_buffer_in_memory").split()},
+    "zero_optimization.sizes": {
+        k: 1000 for k in (
+            "reduce_bucket_size allgather_bucket_size sub_group_size "
+            "stage3_prefetch_bucket_size stage3_param_persistence_threshold "
+            "stage3_model_persistence_threshold stage3_max_live_parameters "
+            "stage3_max_reuse_distance stage3_module_granularity_threshold "
+            "zero_hpz_partition_size mics_shard_size").split()},
+    "zero_optimization.objects": {"zenflow": {}, "zeropp_loco_param": {},
+                                  "leaf_module": {}},
+    "zero_optimization.offload_optimizer": {
+        "device": "cpu", "nvme_path": "/tmp", "buffer_count": 4,
+        "buffer_size": 1000, "max_in_cpu": 1000, "pin_memory": True,
+        "pipeline_read": False, "pipeline_write": False, "fast_init": False,
+        "ratio": 1.0, "super_offload": False, "cpuadam_cores_perc": 0.8},
+    "zero_optimization.offload_param": {
+        "device": "cpu", "nvme_path": "/tmp", "buffer_count": 4,
+        "buffer_size": 1000, "max_in_cpu": 1000, "pin_memory": True},
+    "bf16": {"enabled": True, "immediate_grad_update": True,
+             "check_grad_overflow": True, "bf16_master_weights_and_grads": True,
+             "bf16_optimizer_states": True},
+    "fp16": {"enabled": True, "auto_cast": False, "loss_scale": 0,
+             "initial_scale_power": 16, "loss_scale_window": 1000,
+             "hysteresis": 2, "consecutive_hysteresis": False,
+             "min_loss_scale": 1, "fp16_master_weights_and_grads": False},
+}
+
+
+@pytest.mark.parametrize("section", sorted(DEEPSPEED_KEYS))
+def test_every_deepspeed_0_19_key_is_known(section):
+    cfg = {"train_micro_batch_size_per_gpu": 1,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    keys = DEEPSPEED_KEYS[section]
+    if section == "":
+        cfg.update(keys)
+    elif section.startswith("zero_optimization."):
+        sub = section.split(".", 1)[1]
+        cfg["zero_optimization"] = {"stage": 3}
+        if sub in ("sizes", "objects"):
+            cfg["zero_optimization"].update(keys)
+        else:
+            cfg["zero_optimization"][sub] = keys
+    else:
+        cfg[section] = dict(keys)
+    if section == "zero_optimization":
+        cfg["zero_optimization"] = dict(keys, stage=3)
+    _, warnings = zeroshard.resolve_config(json.dumps(cfg))
+    unknown = [w for w in warnings if "unknown" in w]
+    assert not unknown, unknown
+
+
+def test_a_bf16_step_with_non_finite_gradients_is_skipped_and_counted():
+    model = make_model()
+    engine, opt, _, _ = zeroshard.initialize(
+        model=model, config=base_config(
+            bf16={"enabled": True},
+            optimizer={"type": "AdamW", "params": {"lr": 1e-3}}))
+    try:
+        before = [p.detach().clone() for p in model.parameters()]
+        x, y = data(1)[0]
+        x = x.to(torch.bfloat16)
+        x[0, 0] = float("inf")
+        engine.backward(torch.nn.functional.cross_entropy(
+            engine(x).float(), y))
+        engine.step()
+        assert not engine.was_step_applied() and opt.overflow
+        assert engine.skipped_steps == 1 and engine.global_steps == 1
+        assert bits_equal([p.detach() for p in model.parameters()], before)
+        x, y = data(1)[0]
+        engine.backward(torch.nn.functional.cross_entropy(
+            engine(x.to(torch.bfloat16)).float(), y))
+        engine.step()
+        assert engine.was_step_applied() and engine.skipped_steps == 1
+        assert not bits_equal([p.detach() for p in model.parameters()], before)
+    finally:
+        engine.close()
