@@ -172,6 +172,7 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         self._dgroup = None   # NCCL, for CUDA parameters (stages 1 and 2)
 
         self._build_flat(model, model_parameters)
+        self._cast_the_rest(model)
         self._forced_boundary = None
         self._make_optimizer()
         ac = cfg["activation_checkpointing"]

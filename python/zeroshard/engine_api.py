@@ -90,6 +90,24 @@ class DeepSpeedEngineApi:
                                  if not self._live_groups else None)
             self._config_scheduler = self.lr_scheduler is not None
 
+    def _cast_the_rest(self, model):
+        """Under BF16 / FP16 the whole module computes in that dtype, as
+        DeepSpeed's module.bfloat16() / half(): the trained parameters are
+        views of the flat buffer (that dtype, FP32 masters on the servers);
+        here the frozen ones and the floating-point buffers (BatchNorm's
+        running statistics) follow."""
+        if self._dtype == torch.float32:
+            return
+        trained = {id(p) for p in self._order}
+        with torch.no_grad():
+            for p in model.parameters():
+                if id(p) not in trained and p.is_floating_point():
+                    p.data = p.data.to(self._dtype)
+            for m in model.modules():
+                for name, b in m._buffers.items():
+                    if b is not None and b.is_floating_point():
+                        m._buffers[name] = b.to(self._dtype)
+
     def _applied_steps(self):
         return self.global_steps - self.skipped_steps
 
