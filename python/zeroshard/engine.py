@@ -33,7 +33,7 @@ from .local_cluster import LocalCluster
 from .stage3 import UnitHooks
 from . import rank_state
 from .engine_api import DeepSpeedEngineApi
-from .units import apply_checkpointing, check_tied_for_stage3, plan_units
+from .units import apply_checkpointing, plan_units
 
 _live_engines = weakref.WeakSet()
 
@@ -87,6 +87,18 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
                  config=None, args=None, training_data=None, collate_fn=None,
                  lr_scheduler=None):
         super().__init__()
+        # The module given again (a notebook's second cell): the engine that
+        # holds it is closed first, which leaves it whole (stage 3 too).
+        prev = model.__dict__.get("_zeroshard_engine")
+        prev = prev() if prev is not None else None
+        if prev is not None and not prev._closed:
+            if prev.rank == 0:
+                print("zeroshard: this module was given to initialize "
+                      "before: that engine is closed first (its servers "
+                      "stop; the module keeps its newest weights)",
+                      file=sys.stderr)
+            prev.close()
+        model.__dict__["_zeroshard_engine"] = weakref.ref(self)
         self.module = model
         self._closed = False
         self._servers = None
@@ -353,8 +365,6 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         names = {id(p): n for n, p in model.named_parameters()}
         engine_setup.check_parameters(model, trainable, names)
         plan = plan_units(model, {id(p) for p in trainable}, self._units_spec)
-        if self._stage3:
-            check_tied_for_stage3(model, plan, names)
         self._plan = plan
         units = []
         unit_modules = []
@@ -558,7 +568,12 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         self._attach()
         if self._hooks is not None:
             with self._hooks.saving():
-                return self.module(*args, **kwargs)
+                self._hooks.active = True
+                try:
+                    return self.module(*args, **kwargs)
+                finally:
+                    self._hooks.active = False
+                    self._hooks.forward_done()
         return self.module(*args, **kwargs)
 
     def _pending_grads(self):
@@ -1005,7 +1020,10 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
     def close(self, agree=True):
         """Checks that every rank made the same number of optimizer steps
         (ranks only; not at interpreter exit, where another rank may be
-        gone), then stops the servers initialize started; idempotent."""
+        gone), then stops the servers initialize started; idempotent.
+        Under stage 3 the module is left whole (each parameter the servers'
+        newest value, in the compute dtype) and a plain module again; at
+        interpreter exit it is not, and its use says why."""
         if self._closed:
             return
         self._closed = True
@@ -1013,12 +1031,28 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
             if agree and self._group is not None:
                 self._check_ranks_agree(closing=True)
         finally:
-            self._close()
+            self._close(whole=agree)
 
-    def _close(self):
+    def _close(self, whole=False):
         self._dgroup = None   # NCCL's communicator, before the servers go
         if self._hooks is not None:
-            self._hooks.shutdown()
+            values = None
+            if whole and self._cluster is not None:
+                try:
+                    values = [self._hooks._gather(u, self.global_steps)
+                              for u in range(len(self._hooks.units))]
+                except Exception:
+                    values = None   # servers gone: said when used
+            if values is not None:
+                self._hooks.remove(values)
+            else:
+                self._hooks.shutdown()
+                self._hooks.closed_why = (
+                    "this module's stage-3 engine is closed, and its "
+                    "parameters were on the servers it stopped: read them "
+                    "before close() (engine.consolidated_state_dict()), or "
+                    "from a checkpoint (zeroshard.deepspeed.utils."
+                    "zero_to_fp32)")
         self._cluster = None
         if self._servers is not None:
             self._servers.stop()

@@ -34,14 +34,64 @@ order (an evaluation, a different branch) finds its place again or gathers
 plainly. At most one unit is in flight beyond the live ones, and what is in
 flight at a step's end (an old version) is dropped.
 
+Parameters read outside their unit's forward (a weight tied between the
+embedding and the head, nn.MultiheadAttention's out_proj.weight, an
+F.linear on another module's weight, a ModuleList's parameters read by
+code that iterates it): every trained parameter is a _Zero3Param, whose
+__torch_function__ gathers its unit when an op reads it while the
+engine's forward runs and the unit is released. Such a gather belongs to
+the innermost unit whose forward is running (released when that forward
+ends) or, outside every unit, to the forward itself (released when
+engine.forward returns); autograd's saved views and the gradient hooks
+then treat it as any unit. Outside engine.forward nothing is gathered on
+access: GatheredParameters is the way in, as in DeepSpeed.
+
 Every rank must run the same modules in the same order (the
-reduce-scatters pair up by order), and a parameter must be used only inside
-the module that owns it (tied weights read elsewhere need stage 1 or 2).
+reduce-scatters pair up by order).
 """
 
 import concurrent.futures
 
 import torch
+
+
+# Recomputations running (activation checkpointing's forward again inside
+# the backward, units.py): parameters are gathered on access there too.
+_recomputing = [0]
+
+
+class gather_on_access:
+    """The context a checkpointed forward runs under (units.py)."""
+
+    def __enter__(self):
+        _recomputing[0] += 1
+
+    def __exit__(self, *exc):
+        _recomputing[0] -= 1
+        return False
+
+
+def _released(t):
+    return isinstance(t, _Zero3Param) and t.__dict__.get("_zs_unit") is not None
+
+
+class _Zero3Param(torch.nn.Parameter):
+    """A trained parameter under ZeRO-3 (see the module docstring): an op
+    that reads it inside engine.forward while its unit is released gathers
+    the unit first. Everything else is nn.Parameter's."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, (list, tuple)):
+                for b in a:
+                    if _released(b):
+                        b._zs_hooks.on_access(b._zs_unit)
+            elif _released(a):
+                a._zs_hooks.on_access(a._zs_unit)
+        with torch._C.DisableTorchFunction():
+            return func(*args, **kwargs)
 
 
 class _PreBackward(torch.autograd.Function):
@@ -102,9 +152,19 @@ class UnitHooks:
         self.prefetched = 0  # gathers that found their unit prefetched
         self._pool = None
         self.owner = {}      # a live buffer's data_ptr -> its unit
+        self.active = False  # engine.forward is running (gather on access)
+        self.busy = False    # inside fetch / release (no gather on access)
+        self.running = []    # units whose forward is running, innermost last
+        self.borrowed = {}   # running unit (None: the forward) -> units it read
+        self.closed_why = None   # set when the engine closes
+        for u, (_, params, _, _) in enumerate(units):
+            for p, _, _ in params:
+                p.__class__ = _Zero3Param
+                p.__dict__["_zs_hooks"] = self
+                p.__dict__["_zs_unit"] = u
         for u, (mod, params, _, _) in enumerate(units):
             self.handles.append(mod.register_forward_pre_hook(
-                lambda m, inp, u=u: self.fetch(u)))
+                lambda m, inp, u=u: self._before_forward(u)))
             self.handles.append(mod.register_forward_hook(
                 lambda m, inp, out, u=u: self._after_forward(u, out)))
 
@@ -148,6 +208,15 @@ class UnitHooks:
         """Gathers unit u at the engine's current version (idempotent)."""
         if self.live[u] is not None:
             return
+        if self.closed_why is not None:
+            raise RuntimeError(self.closed_why)
+        busy, self.busy = self.busy, True
+        try:
+            self._fetch(u)
+        finally:
+            self.busy = busy
+
+    def _fetch(self, u):
         e = self.engine
         _, params, off, _ = self.units[u]
         future = self.pending.pop(u, None)
@@ -200,11 +269,36 @@ class UnitHooks:
                 pass   # an old version's gather: nobody waits for it
         self.pending = {}
 
+    def on_access(self, u):
+        """An op read a parameter of released unit u (_Zero3Param)."""
+        if (not self.active and not _recomputing[0]) or self.busy or \
+                self.live[u] is not None:
+            return
+        self.fetch(u)
+        owner = self.running[-1] if self.running else None
+        self.borrowed.setdefault(owner, []).append(u)
+
+    def _release_borrowed(self, owner):
+        for v in self.borrowed.pop(owner, ()):
+            if v not in self.running:
+                self.release(v)
+
+    def forward_done(self):
+        """engine.forward returned: units read outside every unit's forward
+        are released (autograd's saved views gather them again)."""
+        self._release_borrowed(None)
+        self.borrowed = {}
+        self.running = []
+
     def release(self, u):
         if self.live[u] is None:
             return
-        for p, _, _ in self.units[u][1]:
-            p.data = self.empty
+        busy, self.busy = self.busy, True
+        try:
+            for p, _, _ in self.units[u][1]:
+                p.data = self.empty
+        finally:
+            self.busy = busy
         self.owner.pop(self.live[u].data_ptr(), None)
         self.live[u] = None
 
@@ -228,16 +322,22 @@ class UnitHooks:
         """The context engine.forward runs the model under."""
         return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
+    def _before_forward(self, u):
+        self.fetch(u)
+        self.running.append(u)
+
     def release_all(self):
         """Every unit released, the model's own initial tensors included
         (at a new version: after a step or a restore); the first call arms
         the gradient hooks, the first after a step ends the recording of
         the prefetch order."""
         self._drop_prefetches()
+        busy, self.busy = self.busy, True
         for u in range(len(self.units)):
             for p, _, _ in self.units[u][1]:
                 p.data = self.empty
             self.live[u] = None
+        self.busy = busy
         self.owner = {}
         if not self.grad_accs:
             self._arm_gradient_hooks()
@@ -246,6 +346,9 @@ class UnitHooks:
         self.pos = 0
 
     def _after_forward(self, u, out):
+        if self.running and self.running[-1] == u:
+            self.running.pop()
+        self._release_borrowed(u)
         if not torch.is_grad_enabled():
             self.release(u)
             return None
@@ -304,8 +407,25 @@ class UnitHooks:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def remove(self):
+    def remove(self, values=None):
+        """Detaches from the module: the hooks removed, each parameter a
+        plain nn.Parameter again holding values[unit] (the units' flat
+        buffers, when given) or nothing."""
         self.shutdown()
         for h in self.handles:
             h.remove()
         self.handles = []
+        busy, self.busy = self.busy, True
+        e = self.engine
+        for u, (_, params, off, _) in enumerate(self.units):
+            buf = None if values is None else values[u]
+            for p, poff, n in params:
+                p.__dict__.pop("_zs_hooks", None)
+                p.__dict__.pop("_zs_unit", None)
+                p.__class__ = torch.nn.Parameter
+                if buf is not None:
+                    p.data = buf[poff - off:poff - off + n].view(
+                        e._shapes[id(p)]).to(e._device)
+        self.busy = busy
+        self.live = [None] * len(self.units)
+        self.owner = {}

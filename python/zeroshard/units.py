@@ -14,9 +14,10 @@ stage 3 gathers together. zeroshard.units (a key of the config's
   yet in a unit number at least N; the root takes what is left.
 
 A tied parameter (one tensor under two modules) is one tensor of the
-layout, in the unit of the first module that names it. Under stage 3 both
-of its modules must lie inside that unit, since a unit's parameters exist
-only while its module runs.
+layout, in the unit of the first module that names it; under stage 3 the
+other module's read of it gathers that unit (stage3.py). A container
+(ModuleList, ModuleDict) has no forward of its own: {"min_params": N}
+never makes one a unit, and a unit named in the list may not be one.
 
 Activation checkpointing (zeroshard.activation_checkpointing.policy): the
 blocks are the named units ("every_block": each; "every_k": every k-th);
@@ -29,6 +30,13 @@ import fnmatch
 
 import torch
 import torch.utils.checkpoint
+
+
+def _runs(mod):
+    """Whether the module has a forward of its own to run: a container
+    (ModuleList, ModuleDict, ParameterList) has none, so as a unit its
+    hooks would never fire."""
+    return type(mod).forward is not torch.nn.Module.forward
 
 
 def _module_index(model):
@@ -66,6 +74,11 @@ def plan_units(model, chosen, spec):
             hit = [s for s in spec if name and fnmatch.fnmatchcase(name, s)]
             if not hit:
                 continue
+            if not _runs(mod):
+                raise ValueError(
+                    f"zeroshard.units: {name} ({type(mod).__name__}) has no "
+                    "forward of its own, so it never runs as a unit: name "
+                    f"its members ({name}.*) or the module that uses it")
             for s in hit:
                 matched[s] += 1
             taken.append(name)
@@ -90,7 +103,8 @@ def plan_units(model, chosen, spec):
                 visit(f"{name}.{cname}" if name else cname, child)
             pending = sum(p.numel() for _, p in mod.named_parameters()
                           if id(p) in chosen and id(p) not in seen)
-            if pending >= n_min or (mod is model and pending):
+            # A container never runs: its members (or its parent) are units.
+            if (pending >= n_min and _runs(mod)) or (mod is model and pending):
                 plan.append((index[id(mod)], name or "root", mod,
                              claim(mod, True), True))
         visit("", model)
@@ -107,28 +121,15 @@ def plan_units(model, chosen, spec):
     return [(n, m, ps, named) for _, n, m, ps, named in plan]
 
 
-def check_tied_for_stage3(model, plan, names):
-    """Under stage 3 a tied parameter must be used inside its own unit."""
-    unit_of = {}
-    for u, (_, mod, params, _) in enumerate(plan):
-        for p in params:
-            unit_of[id(p)] = u
-    inside = {}
-    for u, (_, mod, _, _) in enumerate(plan):
-        for m in mod.modules():
-            inside.setdefault(id(m), set()).add(u)
-    for mname, mod in model.named_modules():
-        for pn, p in mod.named_parameters(recurse=False):
-            u = unit_of.get(id(p))
-            if u is not None and u not in inside.get(id(mod), ()):
-                raise ValueError(
-                    f"stage 3: parameter {names[id(p)]} is also used by "
-                    f"module {mname or 'root'} ({mname}.{pn}), outside its "
-                    f"unit {plan[u][0]}: name a module holding both in "
-                    "zeroshard.units, or train it under stage 1 or 2")
-
-
 def _checkpointed(forward):
+    from .stage3 import gather_on_access
+
+    def recomputable(*args, **kwargs):
+        # Its recomputation (inside the backward) may read parameters of
+        # other units, as its first run did.
+        with gather_on_access():
+            return forward(*args, **kwargs)
+
     def run(*args, **kwargs):
         if not torch.is_grad_enabled() or not any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
@@ -142,8 +143,9 @@ def _checkpointed(forward):
                     "a gradient; pass it positionally")
         if kwargs:
             return torch.utils.checkpoint.checkpoint(
-                lambda *a: forward(*a, **kwargs), *args, use_reentrant=True)
-        return torch.utils.checkpoint.checkpoint(forward, *args,
+                lambda *a: recomputable(*a, **kwargs), *args,
+                use_reentrant=True)
+        return torch.utils.checkpoint.checkpoint(recomputable, *args,
                                                  use_reentrant=True)
     run.zeroshard_checkpointed = True
     return run

@@ -19,6 +19,8 @@ Environment (the tests' variations):
   ZS_TEST_MUON=1              Muon for the matrices group (MUON_PARAMS)
   ZS_TEST_PREC=bf16|fp16      the model in BF16, or test_engine's FP16
                               HalfLinears under dynamic loss scaling
+  ZS_TEST_MODEL=mha|gpt       test_zero3_access's MhaNet, or models' tied
+                              GPT (with their data and loss)
 """
 
 import os
@@ -65,11 +67,21 @@ elif prec == "fp16":
     cfg["fp16"] = {"enabled": True, "initial_scale_power": 8}
 data = batches((steps + 1) * world * gas, 4)
 model = HalfLinears() if prec == "fp16" else make_model()
+loss_fn = torch.nn.CrossEntropyLoss()
+which = os.environ.get("ZS_TEST_MODEL", "")
+if which == "mha":
+    import test_zero3_access
+    model = test_zero3_access.make("mha")
+    data = test_zero3_access.data((steps + 1) * world * gas)
+elif which == "gpt":
+    import models
+    model = models.gpt()
+    data = models.gpt_batches((steps + 1) * world * gas)
+    loss_fn = models.gpt_loss
 engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
 assert engine._staged == zeroshard.engine._FORCE_HOST_STAGING
 if resume:
     engine.load_checkpoint(resume)
-loss_fn = torch.nn.CrossEntropyLoss()
 sent = sum(st["rpc_bytes_out"] for st in engine.inspect())
 for s in range(engine.global_steps, steps + (1 if rank == extra else 0)):
     for m in range(gas):
