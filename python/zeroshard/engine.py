@@ -21,7 +21,9 @@ import json
 import math
 import os
 import secrets
+import signal
 import sys
+import threading
 import time
 import weakref
 
@@ -33,6 +35,7 @@ from .local_cluster import LocalCluster
 from .stage3 import UnitHooks
 from . import rank_state
 from .engine_api import DeepSpeedEngineApi
+from .interruptible import Interruptible
 from .units import apply_checkpointing, plan_units
 
 _live_engines = weakref.WeakSet()
@@ -44,6 +47,22 @@ _live_engines = weakref.WeakSet()
 # zeroshard (stages 1 and 2), on the host copies over Gloo otherwise.
 # Tests set this to run the staged path with CPU parameters.
 _FORCE_HOST_STAGING = False
+
+
+def _exit_on_sigterm():
+    """SIGTERM ends the process as an exception does (SystemExit: the exit
+    handlers below stop the servers initialize started and remove their
+    directory, tokens included), where no handler of the script's own is
+    set; the main thread only (signal's rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def on_term(signum, frame):
+        del frame
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, on_term)
 
 
 @atexit.register
@@ -99,6 +118,7 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
                       file=sys.stderr)
             prev.close()
         model.__dict__["_zeroshard_engine"] = weakref.ref(self)
+        _exit_on_sigterm()
         self.module = model
         self._closed = False
         self._servers = None
@@ -236,15 +256,17 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
                 for (mod, ids), (_, uoff, _, padded) in zip(
                     self._unit_modules, self._layout.units())])
         self._step_timeout_s = cl["step_timeout_s"]
-        self._cluster = _zeroshard.Cluster(
+        # Ctrl-C interrupts a call blocked on a server or a rank
+        # (interruptible.py).
+        self._cluster = Interruptible(_zeroshard.Cluster(
             addresses, self._layout, credentials_dir=credentials,
             role="admin" if self.rank == 0 else "worker",
             run_id=run_id or secrets.token_hex(8),
-            call_timeout_s=cl["step_timeout_s"])
+            call_timeout_s=cl["step_timeout_s"]))
         if self.world > 1:
-            self._group = self._cluster.open_group(
+            self._group = Interruptible(self._cluster.open_group(
                 self.rank, self.world, "python/workers",
-                timeout_s=cl["startup_timeout_s"])
+                timeout_s=cl["startup_timeout_s"]))
             self._dgroup = self._open_device_group(cl["startup_timeout_s"])
             # Every rank trains what rank 0 resolved.
             theirs = self._group.broadcast(resolved.encode(), 0).decode()

@@ -144,6 +144,10 @@ def check_parameters(model, trainable, names):
                 ".contiguous() on it (or its module's) before initialize")
 
 
+# The front-end's zeroshard.timeouts.step_seconds when the config gives none:
+# a normal step's calls take well under a second on one host.
+STEP_SECONDS_DEFAULT = 30.0
+
 # The DeepSpeed release whose defaults the front-end follows (docs/PYTORCH.md).
 DEEPSPEED_DEFAULTS_VERSION = "0.19"
 
@@ -157,6 +161,7 @@ def deepspeed_defaults(doc, client_scheduler=False):
       every rank keeps whole parameters and gradients, which is stage 1
       here (the optimizer is on the servers either way);
     - gradient_clipping absent is 1.0 (an explicit 0 turns it off);
+    - zeroshard.timeouts.step_seconds absent is STEP_SECONDS_DEFAULT;
     - a client scheduler wins over the config's "scheduler", as in
       DeepSpeed;
     - WarmupDecayLR and WarmupCosineLR need total_num_steps (or the run's
@@ -181,6 +186,12 @@ def deepspeed_defaults(doc, client_scheduler=False):
         ds_stage = stage
     if "gradient_clipping" not in doc:
         doc["gradient_clipping"] = 1.0
+    # A server that stops answering fails the step within this bound (each
+    # call's deadline), naming it; zeroshard-train's default is 300 s.
+    z = doc.setdefault("zeroshard", {})
+    if isinstance(z, dict) and isinstance(z.get("timeouts", {}), dict):
+        z.setdefault("timeouts", {}).setdefault("step_seconds",
+                                                STEP_SECONDS_DEFAULT)
     sched = doc.get("scheduler")
     if sched is not None and client_scheduler:
         del doc["scheduler"]
