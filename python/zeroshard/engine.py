@@ -128,7 +128,14 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         # DeepSpeed 0.19's defaults where the config is silent (stage 0,
         # clipping at 1.0); what they chose is said once, on rank 0.
         self._ds_stage, notes = engine_setup.deepspeed_defaults(
-            doc, client_scheduler=lr_scheduler is not None)
+            doc, client_scheduler=lr_scheduler is not None,
+            client_optimizer=optimizer is not None)
+        # The config's scheduler, run on this side as DeepSpeed runs it
+        # (zeroshard.deepspeed.lr_schedules).
+        sched = doc.get("scheduler")
+        self._ds_scheduler = ((sched.get("type"), dict(sched.get("params")
+                                                         or {}))
+                              if isinstance(sched, dict) else None)
         if model_parameters is not None:
             model_parameters = list(model_parameters)
         if optimizer is not None and not isinstance(
@@ -333,6 +340,10 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         except ValueError:
             raise ValueError("ZEROSHARD_RESTART: not a count") from None
         self.resumed_from = None
+        pending = getattr(self, "_pending_client_state", None)
+        if pending is not None:
+            self._pending_client_state = None
+            self._load_optimizer_state_dict(self.optimizer, pending)
         if self.restart > 0:
             self._resume_after_restart()
 
@@ -732,6 +743,7 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
             self._hooks.flush()
         # The groups' hyper-parameters now (checked before anything is sent).
         self._settings = self._step_settings()
+        self._last_lrs = self.get_lr()
         if self._group is None and self._prec != "fp16":
             self._push_exact()
         else:
@@ -870,14 +882,6 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
 
     def gradient_accumulation_steps(self):
         return self._gas
-
-    def get_lr(self):
-        """The learning rate of the next optimizer step, per group."""
-        lr = _zeroshard.learning_rate_at(self._resolved,
-                                         self._applied_steps() + 1)
-        if not self._groups:
-            return [lr]
-        return [lr * s for _, s, _ in self._groups]
 
     def get_global_grad_norm(self):
         return self._last_norm

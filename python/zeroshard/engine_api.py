@@ -10,7 +10,7 @@ import sys
 import torch
 
 from . import _zeroshard
-from .optimizer import ConfigScheduler, ZeroshardOptimizer
+from .optimizer import ServerSchedule, ZeroshardOptimizer
 
 _log = logging.getLogger("zeroshard")
 
@@ -54,10 +54,7 @@ class DeepSpeedEngineApi:
             self, [g for g in groups if g["params"]] or
             [{"params": list(self._order)}], defaults, shared=shared)
         if not self._live_groups:
-            self.optimizer.param_groups[0]["lr"] = self.get_lr()[0]
-        base = o["lr"]
-        self._schedule_scales = [
-            float(g.get("lr", base)) / base for g in self.optimizer.param_groups]
+            self.optimizer.param_groups[0]["lr"] = self._server_lr()
         sched = self._client_scheduler
         if sched is not None and not self._live_groups:
             raise ValueError(
@@ -79,16 +76,26 @@ class DeepSpeedEngineApi:
                     "reach the servers")
             self.lr_scheduler = sched
             self._config_scheduler = False
-        elif self._live_groups and self._cfg["optimizer"][
-                "schedule"] != "constant":
-            self.lr_scheduler = ConfigScheduler(self, self.optimizer,
-                                                self._schedule_scales)
+        elif not self._live_groups:
+            # The servers run the config's schedule: this reports it.
+            self.lr_scheduler = ServerSchedule(self, self.optimizer)
             self._config_scheduler = True
+        elif self._ds_scheduler is not None:
+            # DeepSpeed's class for the config's section, stepped by the
+            # engine as a client's is.
+            from .deepspeed import lr_schedules
+            kind, params = self._ds_scheduler
+            self.lr_scheduler = lr_schedules.from_config(
+                kind, params, self.optimizer, self._cfg["optimizer"])
+            self._config_scheduler = False
         else:
-            self.lr_scheduler = (ConfigScheduler(self, self.optimizer,
-                                                 self._schedule_scales)
-                                 if not self._live_groups else None)
-            self._config_scheduler = self.lr_scheduler is not None
+            self.lr_scheduler = None
+            self._config_scheduler = False
+        client = self._client_optimizer
+        if client is not None and client.state:
+            # State the script loaded into its torch optimizer before
+            # initialize (nanoGPT's resume): the servers take it.
+            self._pending_client_state = client.state_dict()
 
     def _cast_the_rest(self, model):
         """Under BF16 / FP16 the whole module computes in that dtype, as
@@ -108,6 +115,17 @@ class DeepSpeedEngineApi:
                     if b is not None and b.is_floating_point():
                         m._buffers[name] = b.to(self._dtype)
 
+    def _server_lr(self):
+        """The learning rate the servers' own schedule gives the next step
+        (the config's classes decide the groups: not live)."""
+        return _zeroshard.learning_rate_at(self._resolved,
+                                           self._applied_steps() + 1)
+
+    def get_lr(self):
+        """The learning rate of the next optimizer step, per group (what
+        the groups hold, as DeepSpeed's engine reports)."""
+        return [g["lr"] for g in self.optimizer.param_groups]
+
     def _applied_steps(self):
         return self.global_steps - self.skipped_steps
 
@@ -115,7 +133,7 @@ class DeepSpeedEngineApi:
         """This step's (lr, weight_decay, beta1, beta2, eps) for each group
         the servers hold; None where the config's classes fix them."""
         if not self._live_groups:
-            want = self.get_lr()[0]
+            want = self._server_lr()
             got = self.optimizer.param_groups[0]["lr"]
             if got != want:
                 raise ValueError(
@@ -145,8 +163,6 @@ class DeepSpeedEngineApi:
                 self.lr_scheduler._advance()
             else:
                 self.lr_scheduler.step()
-        if not self._live_groups:
-            self.optimizer.param_groups[0]["lr"] = self.get_lr()[0]
         every = self._steps_per_print or 0
         if every and self.rank == 0 and self.global_steps % every == 0:
             lrs = [g["lr"] for g in self.optimizer.param_groups]

@@ -152,7 +152,7 @@ STEP_SECONDS_DEFAULT = 30.0
 DEEPSPEED_DEFAULTS_VERSION = "0.19"
 
 
-def deepspeed_defaults(doc, client_scheduler=False):
+def deepspeed_defaults(doc, client_scheduler=False, client_optimizer=False):
     """DeepSpeed 0.19's defaults where the config `doc` (changed in place)
     is silent, and what it cannot mean here refused. Returns (the ZeRO stage
     DeepSpeed would run, lines to say once):
@@ -161,6 +161,9 @@ def deepspeed_defaults(doc, client_scheduler=False):
       every rank keeps whole parameters and gradients, which is stage 1
       here (the optimizer is on the servers either way);
     - gradient_clipping absent is 1.0 (an explicit 0 turns it off);
+    - Adam / AdamW / Lion without weight_decay is 0 (DeepSpeed's optimizers'
+      default), and a WarmupLR / WarmupDecayLR warmup_max_lr unlike the
+      optimizer's lr wins;
     - zeroshard.timeouts.step_seconds absent is STEP_SECONDS_DEFAULT;
     - a client scheduler wins over the config's "scheduler", as in
       DeepSpeed;
@@ -192,7 +195,30 @@ def deepspeed_defaults(doc, client_scheduler=False):
     if isinstance(z, dict) and isinstance(z.get("timeouts", {}), dict):
         z.setdefault("timeouts", {}).setdefault("step_seconds",
                                                 STEP_SECONDS_DEFAULT)
+    opt = doc.get("optimizer")
+    if not client_optimizer and isinstance(opt, dict) and str(
+            opt.get("type", "")).lower() in (
+            "adam", "adamw", "lion", "adamw8bit", "adam8bit"):
+        params = opt.setdefault("params", {})
+        if isinstance(params, dict):
+            # DeepSpeed's FusedAdam / CPUAdam / Lion default (torch's AdamW
+            # object's 0.01 comes with the object).
+            params.setdefault("weight_decay", 0.0)
     sched = doc.get("scheduler")
+    if (isinstance(sched, dict) and isinstance(opt, dict)
+            and sched.get("type") in ("WarmupLR", "WarmupDecayLR")
+            and isinstance(sched.get("params"), dict)
+            and isinstance(opt.get("params"), dict)):
+        top = sched["params"].get("warmup_max_lr")
+        mine = opt["params"].get("lr")
+        if isinstance(top, (int, float)) and isinstance(mine, (int, float)) \
+                and top != mine:
+            # DeepSpeed's scheduler sets every group's lr from step 1 on:
+            # warmup_max_lr wins over the optimizer's.
+            opt["params"]["lr"] = top
+            notes.append(f"scheduler.params.warmup_max_lr {top} is the peak "
+                         f"learning rate (optimizer.params.lr {mine} is "
+                         "overridden, as in DeepSpeed)")
     if sched is not None and client_scheduler:
         del doc["scheduler"]
         notes.append("the lr_scheduler passed to initialize is used; the "

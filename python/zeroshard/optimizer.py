@@ -9,10 +9,10 @@ writes param_group["lr"], drives them). When the script passed a torch
 optimizer, its param_groups are these very dicts, so a torch scheduler
 built on it drives the servers too.
 
-ConfigScheduler is the config's "scheduler" section (WarmupLR, ...): at
-each applied optimizer step it writes the schedule's learning rate into
-every group (times the group's lr relative to the optimizer's), as
-DeepSpeed's schedulers write theirs.
+The config's "scheduler" section is DeepSpeed's own class over these
+groups (zeroshard.deepspeed.lr_schedules), stepped by the engine; where
+the config's classes fix the groups (zeroshard.param_groups, Adafactor,
+Muon) the servers run the schedule and ServerSchedule reports it.
 """
 
 import torch
@@ -110,43 +110,34 @@ class ZeroshardOptimizer(torch.optim.Optimizer):
         return out
 
 
-class ConfigScheduler:
-    """The config's "scheduler" section, stepped by the engine after each
-    applied optimizer step (as DeepSpeed steps its schedulers): sets every
-    group's lr for the next step. step() from the script does nothing more
-    (the engine has stepped it), as DeepSpeed's engine-owned schedulers."""
+class ServerSchedule:
+    """The schedule the servers run themselves (the config's
+    zeroshard.param_groups or tensor rules fix the groups): reports it in
+    the one group the optimizer shows, after each step."""
 
-    def __init__(self, engine, optimizer, scales):
+    def __init__(self, engine, optimizer):
         self._engine = engine
         self.optimizer = optimizer
-        self._scales = scales   # each group's lr relative to the optimizer's
-        self.last_batch_iteration = -1
-        self._set()
-
-    def _set(self):
-        lr = _zeroshard.learning_rate_at(self._engine._resolved,
-                                         self._engine._applied_steps() + 1)
-        for g, s in zip(self.optimizer.param_groups, self._scales):
-            g["lr"] = lr * s
-        self.last_batch_iteration = self._engine._applied_steps() - 1
+        self._advance()
 
     def _advance(self):
-        self._set()
+        self.optimizer.param_groups[0]["lr"] = self._engine._server_lr()
+
+    def _set(self):
+        self._advance()
 
     def step(self, *args, **kwargs):
         del args, kwargs
 
     def get_lr(self):
-        return [g["lr"] for g in self.optimizer.param_groups]
+        return [self.optimizer.param_groups[0]["lr"]]
 
     def get_last_lr(self):
         return self.get_lr()
 
     def state_dict(self):
-        return {"last_batch_iteration": self.last_batch_iteration}
+        return {"applied_steps": self._engine._applied_steps()}
 
     def load_state_dict(self, state_dict):
-        # The schedule is a function of the engine's applied steps, which a
-        # checkpoint restores; the groups' lr follow them.
         del state_dict
-        self._set()
+        self._advance()

@@ -69,7 +69,7 @@ class RunOutputs:
             tokens_per_s=self._tokens / seconds if seconds > 0 else 0.0,
             loss_scale=e.loss_scale(),
             grad_norm=math.nan if norm is None else norm,
-            lr=_zeroshard.learning_rate_at(e._resolved, e.global_steps),
+            lr=e._last_lrs[0],
             skipped=e.last_step_skipped(),
             val_loss=math.nan if val_loss is None else float(val_loss))
 

@@ -324,19 +324,41 @@ def test_deepspeed_defaults(capfd):
             zeroshard.initialize(model=make_model(), config=cfg)
 
 
-def test_warmup_lr_is_not_cut_to_an_assumed_run_length():
+@pytest.mark.parametrize("kind,params", [
+    # 1000 warm-up steps and no run length: never cut (WarmupLR has no end)
+    ("WarmupLR", {"warmup_num_steps": 1000, "warmup_type": "linear"}),
+    ("WarmupLR", {"warmup_num_steps": 5, "warmup_min_lr": 1e-5}),
+    ("WarmupDecayLR", {"warmup_num_steps": 3, "total_num_steps": 7,
+                       "warmup_min_lr": 2e-5, "warmup_type": "linear"}),
+    ("WarmupCosineLR", {"warmup_num_steps": 8, "total_num_steps": 20,
+                        "warmup_min_ratio": 0.1})])
+def test_the_configs_scheduler_is_deepspeeds_step_for_step(kind, params):
+    # DeepSpeed's scheduler starts at iteration -1 and is stepped after
+    # each optimizer step: step k uses iteration k - 2 (the warmup's start
+    # before that). The reference is tests/fixtures' independent emulation
+    # of DeepSpeed's classes.
+    from test_engine import fixture_module
+    golden = fixture_module("make_deepspeed_lr_golden")
+    kw = dict(params)
+    if kind == "WarmupDecayLR":
+        ref = golden.WarmupDecayLR(1e-3, kw.pop("total_num_steps"), **kw)
+    elif kind == "WarmupCosineLR":   # its warmup phase (the fixture's)
+        ref = golden.WarmupCosineLR(1e-3, kw.pop("total_num_steps"), **kw)
+    else:
+        ref = golden.WarmupLR(1e-3, **kw)
     model = make_model()
     cfg = base_config(optimizer={"type": "AdamW", "params": {"lr": 1e-3}},
-                      scheduler={"type": "WarmupLR", "params": {
-                          "warmup_num_steps": 1000, "warmup_type": "linear"}})
+                      scheduler={"type": kind, "params": params})
     engine, opt, _, sched = zeroshard.initialize(model=model, config=cfg)
     try:
-        for x, y in data(3):
+        for k, (x, y) in enumerate(data(8), start=1):
+            start = 0.0 if kind == "WarmupCosineLR" else params.get(
+                "warmup_min_lr", 0.0)
+            want = ref.get_lr(k - 2) if k >= 2 else start
+            assert opt.param_groups[0]["lr"] == want, (k, want)
+            assert engine.get_lr() == [want] and sched.get_last_lr() == [want]
             engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
             engine.step()
-        # step 4 of a 1000-step linear warmup
-        assert sched.get_last_lr() == [pytest.approx(1e-3 * 4 / 1000)]
-        assert opt.param_groups[0]["lr"] == sched.get_last_lr()[0]
     finally:
         engine.close()
 

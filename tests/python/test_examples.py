@@ -27,7 +27,9 @@ def test_example_trains_and_leaves_its_outputs(tmp_path, name, steps):
     with open(out / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     assert [int(x["step"]) for x in rows] == list(range(steps))
-    assert all(float(x["loss"]) > 0 and float(x["lr"]) > 0 for x in rows)
+    # DeepSpeed's warmup schedulers start at their warmup's start (0 here)
+    # for the first two steps.
+    assert all(float(x["loss"]) > 0 and float(x["lr"]) >= 0 for x in rows)
     assert rows[-1]["val_loss"] != ""
     assert (out / "loss.svg").read_text().startswith("<svg") or \
         "<svg" in (out / "loss.svg").read_text()

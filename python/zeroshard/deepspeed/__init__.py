@@ -15,7 +15,8 @@ import torch
 from .. import GatheredParameters
 from .. import initialize as _zs_initialize
 from ..engine import ZeroshardEngine
-from . import accelerator, comm, ops, unsupported, utils, zero, zero_to_fp32
+from . import (accelerator, comm, lr_schedules, ops, unsupported, utils, zero,
+               zero_to_fp32)
 from .comm import init_distributed
 from .utils import OnDevice, log_dist, logger
 
@@ -157,6 +158,7 @@ runtime = _module("runtime", "deepspeed.runtime")
 _module("runtime.engine", "deepspeed.runtime.engine",
         DeepSpeedEngine=ZeroshardEngine,
         DeepSpeedOptimizerCallable=object, DeepSpeedSchedulerCallable=object)
+_alias("runtime.lr_schedules", lr_schedules)
 _alias("runtime.zero", zero)
 _alias("runtime.zero.partition_parameters", zero)
 _module("runtime.dataloader", "deepspeed.runtime.dataloader",
