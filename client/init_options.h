@@ -31,6 +31,8 @@ struct InitOptions {
   // The number of workers of the run (0: the manifest's partition_count);
   // the run id comes from ShardClientOptions.run_id.
   uint32_t num_workers = 0;
+  // InitRequest.replace: a new model for the same run replaces the state.
+  bool replace = false;
 };
 
 }  // namespace zeroshard

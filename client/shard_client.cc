@@ -76,6 +76,7 @@ absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
   base.mutable_init()->set_init_std(options.init_std);
   base.set_run_id(channels_->options().run_id);
   base.set_num_workers(options.num_workers);
+  base.set_replace(options.replace);
   base.set_chunk_elems(options.chunk_elems);
 
   std::vector<v1::InitResponse> responses(S);

@@ -333,9 +333,10 @@ class PyCluster {
   void Init(const std::string& resolved_json,
             const std::optional<std::vector<
                 std::tuple<double, double, std::vector<Range>>>>& groups,
-            uint32_t num_workers, uint64_t chunk_elems) {
+            uint32_t num_workers, uint64_t chunk_elems, bool replace) {
     const TrainingConfig config = Value(ParseResolvedConfig(resolved_json));
     InitOptions o;
+    o.replace = replace;
     o.optimizer = config.optimizer;
     o.param_groups = config.param_groups;
     o.seed = std::nullopt;  // zeros: the caller sets the model's weights
@@ -786,7 +787,7 @@ PYBIND11_MODULE(_zeroshard, m) {
            py::arg("call_timeout_s") = 120.0)
       .def("init", &PyCluster::Init, py::arg("resolved_config"),
            py::arg("groups") = py::none(), py::arg("num_workers") = 0,
-           py::arg("chunk_elems") = 0)
+           py::arg("chunk_elems") = 0, py::arg("replace") = false)
       .def("set_master_weights", &PyCluster::SetMasterWeights)
       .def("set_master_weight_ranges", &PyCluster::SetMasterWeightRanges,
            py::arg("ranges"), py::arg("values"))

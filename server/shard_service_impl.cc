@@ -184,7 +184,16 @@ absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
   absl::MutexLock init_lock(&init_mu_);
   {
     absl::MutexLock lock(&mu_);
-    if (state_ != nullptr) {
+    if (state_ != nullptr && request.replace()) {
+      if (state_->run_id() != request.run_id()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "Init with replace: this server serves run '", state_->run_id(),
+            "', not '", request.run_id(), "'; only the same run may replace "
+            "its model (restart the server for another run)"));
+      }
+      // Replaced below, identical or not (a new model starts from its own
+      // values at step 0); calls in flight finish on the old state.
+    } else if (state_ != nullptr) {
       ASSIGN_OR_RETURN(v1::InitRequest normal, ModelShard::Normalize(request));
       const std::string conflict =
           ModelShard::DescribeConflict(state_->request(), normal);

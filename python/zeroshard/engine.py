@@ -39,6 +39,8 @@ from .interruptible import Interruptible
 from .units import apply_checkpointing, plan_units
 
 _live_engines = weakref.WeakSet()
+# Engines made so far on each set of given servers (by their addresses).
+_engines_on = {}
 
 # Parameters off the CPU (a CUDA build of torch) train through host staging
 # buffers: the flat parameter and gradient buffers live on the device and
@@ -232,6 +234,15 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
             # id in the servers' key-value store (ZEROSHARD_RUN_ID names
             # another, for two runs on the same servers).
             run_id = "run"
+        # Servers given to this process (the launcher's, or a pod's): its
+        # second and later engines replace the model they hold (Init with
+        # replace, same run) and meet under a group of their own.
+        generation = 0
+        if addresses:
+            key = tuple(addresses)
+            generation = _engines_on.get(key, 0)
+            _engines_on[key] = generation + 1
+        self._generation = generation
         if not addresses:
             self._servers = LocalCluster(
                 cl["servers"], placement=cl["placement"],
@@ -265,14 +276,18 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         self._step_timeout_s = cl["step_timeout_s"]
         # Ctrl-C interrupts a call blocked on a server or a rank
         # (interruptible.py).
+        run_id = run_id or secrets.token_hex(8)
+        self._connection = (addresses, credentials, run_id,
+                            cl["step_timeout_s"])
+        self._admin = None   # a rank's reader of optimizer state (engine_api)
         self._cluster = Interruptible(_zeroshard.Cluster(
             addresses, self._layout, credentials_dir=credentials,
             role="admin" if self.rank == 0 else "worker",
-            run_id=run_id or secrets.token_hex(8),
-            call_timeout_s=cl["step_timeout_s"]))
+            run_id=run_id, call_timeout_s=cl["step_timeout_s"]))
         if self.world > 1:
             self._group = Interruptible(self._cluster.open_group(
-                self.rank, self.world, "python/workers",
+                self.rank, self.world, "python/workers" + (
+                    f"/{generation}" if generation else ""),
                 timeout_s=cl["startup_timeout_s"]))
             self._dgroup = self._open_device_group(cl["startup_timeout_s"])
             # Every rank trains what rank 0 resolved.
@@ -290,7 +305,8 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         if self.rank == 0:
             self._cluster.init(resolved, groups=self._groups,
                                num_workers=self.world,
-                               chunk_elems=cl["chunk_elems"])
+                               chunk_elems=cl["chunk_elems"],
+                               replace=generation > 0)
             # The model's own initial values become the master weights; the
             # model then holds what the servers hold (BF16: their mirror).
             self._send_initial_weights()
@@ -551,7 +567,8 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
             return None
         stream = torch.cuda.current_stream(self._device)
         return self._cluster.open_group(
-            self.rank, self.world, "python/workers/nccl",
+            self.rank, self.world, "python/workers/nccl" + (
+                f"/{self._generation}" if self._generation else ""),
             timeout_s=timeout_s, backend="nccl",
             cuda_device=(self._device.index if self._device.index is not None
                          else torch.cuda.current_device()),

@@ -402,17 +402,33 @@ class DeepSpeedEngineApi:
     def _state_slots(self):
         return list(self._cluster.inspect_all()[0]["state_slots"])
 
-    def _read_state(self, arrays, begin, end):
-        """`arrays` over [begin, end) from the servers, on every rank (rank
-        0 reads them, an admin's call, and broadcasts): a float32 tensor
-        of shape (len(arrays), end - begin)."""
-        out = torch.empty(len(arrays) * (end - begin), dtype=torch.float32)
+    def _reader(self):
+        """Who reads optimizer state (a snapshot: an admin's call) on this
+        rank, with no collective: rank 0's own connection; another rank's
+        own admin connection, made when first needed (the run's credentials
+        hold every role's token)."""
         if self.rank == 0:
-            self._cluster.read_state(arrays, out.numpy(), range=(begin, end))
-        if self._group is not None:
-            data = self._group.broadcast(
-                out.numpy().tobytes() if self.rank == 0 else b"", 0)
-            out = torch.frombuffer(bytearray(data), dtype=torch.float32)
+            return self._cluster
+        if self._admin is None:
+            from .interruptible import Interruptible
+            addresses, credentials, run_id, timeout = self._connection
+            try:
+                self._admin = Interruptible(_zeroshard.Cluster(
+                    addresses, self._layout, credentials_dir=credentials,
+                    role="admin", run_id=run_id, call_timeout_s=timeout))
+            except _zeroshard.ZeroshardError as err:
+                raise RuntimeError(
+                    f"rank {self.rank}: reading the optimizer state needs the "
+                    f"admin token in {credentials or 'the credentials'}: "
+                    f"{err}") from None
+        return self._admin
+
+    def _read_state(self, arrays, begin, end):
+        """`arrays` over [begin, end) from the servers, read by this rank
+        alone (no collective): a float32 tensor of shape (len(arrays),
+        end - begin)."""
+        out = torch.empty(len(arrays) * (end - begin), dtype=torch.float32)
+        self._reader().read_state(arrays, out.numpy(), range=(begin, end))
         return out.view(len(arrays), end - begin)
 
     def _param_index(self, optimizer):
@@ -424,56 +440,45 @@ class DeepSpeedEngineApi:
         return list(enumerate(out))
 
     def _optimizer_state_dict(self, optimizer):
-        """torch's layout from the servers (rank 0 reads; every rank gets
-        the same, all must call it): "state" per parameter index, with the
+        """torch's layout from the servers, read by the calling rank alone
+        (a local call, as torch's: rank 0 alone may save it): "state" per
+        parameter index, with the
         rule's arrays in the parameter's shape and "step", for the trained
         parameters once a step has been applied; "param_groups" with the
         groups' values and parameter indices. Under BF16 / FP16 each state
         also holds "zeroshard_master", the FP32 master, which torch's
         mixed-precision loops keep elsewhere and load_state_dict restores."""
-        import io
         self._need_open()
         if self._pending_grads():
             raise RuntimeError(
                 "optimizer.state_dict() inside an accumulation window: save "
                 "after engine.step()")
-        blob = b""
-        if self.rank == 0:
-            slots = self._state_slots()
-            steps = min(s["optimizer_step"] for s in self._cluster.inspect_all())
-            arrays = ["master"] + slots
-            flat = torch.empty(len(arrays) * self._total, dtype=torch.float32)
-            self._cluster.read_state(arrays, flat.numpy())
-            flat = flat.view(len(arrays), self._total)
-            where = {id(p): (off, n) for p, off, n in self._slots}
-            state = {}
-            if steps > 0:
-                for i, p in self._param_index(optimizer):
-                    if id(p) not in where:
-                        continue   # frozen: torch keeps no state for it
-                    off, n = where[id(p)]
-                    shape = self._shapes[id(p)]
-                    st = {"step": torch.tensor(float(steps))}
-                    for k, name in enumerate(slots):
-                        st[name] = flat[1 + k, off:off + n].clone().view(shape)
-                    if self._prec != "fp32":
-                        st["zeroshard_master"] = flat[0, off:off + n].clone() \
-                            .view(shape)
-                    state[i] = st
-            groups, at = [], 0
-            for g in optimizer.param_groups:
-                h = {k: v for k, v in g.items() if k != "params"}
-                h["params"] = list(range(at, at + len(g["params"])))
-                at += len(g["params"])
-                groups.append(h)
-            sd = {"state": state, "param_groups": groups}
-            if self._group is None:
-                return sd
-            buf = io.BytesIO()
-            torch.save(sd, buf)
-            blob = buf.getvalue()
-        blob = self._group.broadcast(blob, 0)
-        return torch.load(io.BytesIO(blob))
+        slots = self._state_slots()
+        steps = min(st["optimizer_step"] for st in self._cluster.inspect_all())
+        arrays = ["master"] + slots
+        flat = self._read_state(arrays, 0, self._total)
+        where = {id(p): (off, n) for p, off, n in self._slots}
+        state = {}
+        if steps > 0:
+            for i, p in self._param_index(optimizer):
+                if id(p) not in where:
+                    continue   # frozen: torch keeps no state for it
+                off, n = where[id(p)]
+                shape = self._shapes[id(p)]
+                st = {"step": torch.tensor(float(steps))}
+                for k, name in enumerate(slots):
+                    st[name] = flat[1 + k, off:off + n].clone().view(shape)
+                if self._prec != "fp32":
+                    st["zeroshard_master"] = flat[0, off:off + n].clone() \
+                        .view(shape)
+                state[i] = st
+        groups, at = [], 0
+        for g in optimizer.param_groups:
+            h = {k: v for k, v in g.items() if k != "params"}
+            h["params"] = list(range(at, at + len(g["params"])))
+            at += len(g["params"])
+            groups.append(h)
+        return {"state": state, "param_groups": groups}
 
     def _load_optimizer_state_dict(self, optimizer, state_dict):
         """Every rank calls it with the same dict: the groups' values here,

@@ -44,6 +44,16 @@ for _ in range(args.steps):
     loss = torch.nn.functional.cross_entropy(engine(x), y)
     engine.backward(loss)
     engine.step()
+# optimizer.state_dict() is a local call (nanoGPT saves on rank 0 alone):
+# rank 0 saves it, rank 1 reads it too, and training goes on.
+sd = optimizer.state_dict()
+assert sd["state"] and float(sd["state"][0]["step"]) == engine.global_steps
+if dist.get_rank() == 0:
+    torch.save(sd, os.path.join(args.out, "optimizer.pt"))
+x = torch.randn(4, 6, generator=g).to(device)
+y = torch.randint(0, 3, (4,), generator=g).to(device)
+engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
+engine.step()
 t = torch.tensor([float(engine.global_steps)])
 dist.all_reduce(t)
 engine.save_checkpoint(os.path.join(args.out, "ckpt"),

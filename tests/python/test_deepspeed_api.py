@@ -384,8 +384,9 @@ def test_launch_deepspeed_runs_a_deepspeed_script_unedited(tmp_path):
                f"--deepspeed_config={cfg}", str(tmp_path), "3")
     assert r.returncode == 0, r.stderr
     done = json.loads((tmp_path / "done.json").read_text())
-    assert done == {"steps": 3, "sum": 6.0, "world": 2, "stage": 0,
+    assert done == {"steps": 4, "sum": 8.0, "world": 2, "stage": 0,
                     "clip": 1.0}
+    assert float(torch.load(tmp_path / "optimizer.pt")["state"][0]["step"]) == 3
     assert any(n.startswith("step-") for n in os.listdir(tmp_path / "ckpt"))
     # Without --deepspeed nothing named deepspeed is there.
     r = launch(tmp_path, "--workers=1", script, str(tmp_path), "1")
@@ -395,7 +396,11 @@ def test_launch_deepspeed_runs_a_deepspeed_script_unedited(tmp_path):
 
 # --- optimizer.state_dict() in torch's layout -------------------------------
 
-def test_optimizer_state_dict_is_torchs_and_a_resumed_loop_continues(tmp_path):
+@pytest.mark.parametrize("load", ["after", "before"])
+def test_optimizer_state_dict_is_torchs_and_a_resumed_loop_continues(
+        tmp_path, load):
+    # load="before": nanoGPT's order, the state loaded into the torch
+    # optimizer before initialize (which then sends it to the servers).
     b = data(8)
     ref = make_model()
     ropt = torch.optim.AdamW(two_groups(ref), weight_decay=0.05)
@@ -438,10 +443,13 @@ def test_optimizer_state_dict_is_torchs_and_a_resumed_loop_continues(tmp_path):
     model = make_model(seed=5)   # other initial values, then loaded
     model.load_state_dict(saved["model"])
     opt0 = torch.optim.AdamW(two_groups(model), weight_decay=0.05)
+    if load == "before":
+        opt0.load_state_dict(saved["optimizer"])
     engine, opt, _, _ = zeroshard.initialize(model=model, config=base_config(),
                                              optimizer=opt0)
     try:
-        opt.load_state_dict(saved["optimizer"])
+        if load == "after":
+            opt.load_state_dict(saved["optimizer"])
         for it, (x, y) in enumerate(b[4:], start=4):
             for g in opt.param_groups:
                 g["lr"] = nano_lr(it)
@@ -662,9 +670,9 @@ def test_torchrun_runs_the_script_against_servers_given_as_addresses(tmp_path):
                 out, err = p.communicate(timeout=240)
                 assert p.returncode == 0, err[-3000:]
         done = json.loads((tmp_path / "done.json").read_text())
-        assert done["steps"] == 2 and done["world"] == 2 and done["stage"] == 2
-        # The servers trained: two optimizer steps on each.
-        assert [s["adam_step"] for s in _inspect(servers)] == [2, 2]
+        assert done["steps"] == 3 and done["world"] == 2 and done["stage"] == 2
+        # The servers trained: three optimizer steps on each.
+        assert [s["adam_step"] for s in _inspect(servers)] == [3, 3]
     finally:
         servers.stop()
 
@@ -823,3 +831,13 @@ def test_a_bf16_step_with_non_finite_gradients_is_skipped_and_counted():
         assert not bits_equal([p.detach() for p in model.parameters()], before)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_several_engines_in_one_process_share_the_launchers_servers(
+        tmp_path, workers):
+    r = launch(tmp_path, f"--workers={workers}",
+               os.path.join(HERE, "two_engines_script.py"), str(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    for k in range(workers):
+        assert (tmp_path / f"ok.{k}").exists()

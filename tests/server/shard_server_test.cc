@@ -38,6 +38,41 @@ FlatLayout Layout(const v1::ModelManifest& manifest, uint32_t servers) {
   return *std::move(layout);
 }
 
+// Init with replace: a new model of the same run replaces the state
+// (identical or not: it starts again from its own values); another run's
+// is refused and changes nothing; without replace a different model is a
+// conflict, as before.
+TEST(ShardServerTest, InitWithReplaceTakesANewModelOfTheSameRunOnly) {
+  TestServer t = StartServer(0, 1);
+  ASSERT_NE(t.stub, nullptr);
+  ASSERT_TRUE(InitServer(*t.stub, MakeInit(SmallManifest(1), 1, 0, 3, 4096)).ok());
+  const double first = Inspect(*t.stub).norms().master();
+  v1::InitRequest other = MakeInit(SmallManifest(2), 1, 0, 9, 2048);
+  grpc::Status s = InitServer(*t.stub, other);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("conflicts with the existing state"),
+            std::string::npos) << s.error_message();
+  other.set_replace(true);
+  other.set_run_id("another-run");
+  s = InitServer(*t.stub, other);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("serves run 'test-run'"),
+            std::string::npos) << s.error_message();
+  EXPECT_EQ(Inspect(*t.stub).norms().master(), first);   // nothing changed
+  other.set_run_id(testing::kTestRunId);
+  v1::InitResponse init;
+  ASSERT_TRUE(InitServer(*t.stub, other, &init).ok());
+  EXPECT_FALSE(init.already_initialized());
+  const v1::InspectResponse info = Inspect(*t.stub);
+  EXPECT_EQ(info.chunk_elems(), 2048u);
+  EXPECT_NE(info.norms().master(), first);
+  // The same request again with replace: a fresh state all the same.
+  ASSERT_TRUE(InitServer(*t.stub, other, &init).ok());
+  EXPECT_FALSE(init.already_initialized());
+}
+
 TEST(ShardServerTest, InitInspectAndGatherMatchTheSeededInit) {
   const v1::ModelManifest manifest = SmallManifest(2);
   const FlatLayout layout = Layout(manifest, 2);
