@@ -37,8 +37,9 @@ PKGS=(
   iproute2 python3-yaml mount
   # the PyTorch front-end (python/): pybind11 and Python's headers build its
   # extension module; torch and pytest run its tests; venv (with its pip and
-  # setuptools) for `pip install .` into a venv (tests/python/test_pip_install.py)
-  pybind11-dev python3-dev python3-torch python3-pytest python3-venv
+  # setuptools) and wheel (setuptools' bdist_wheel, which a venv's pip needs
+  # to build the package) for `pip install .` (tests/python/test_pip_install.py)
+  pybind11-dev python3-dev python3-torch python3-pytest python3-venv python3-wheel
 )
 # Options (the default, no option, installs PKGS as before):
 #   --build-only  PKGS less NOT_FOR_BUILD: what configuring and compiling the
@@ -57,7 +58,7 @@ NOT_FOR_BUILD=(
   clang libclang-rt-14-dev libomp-14-dev llvm-14 lld
   kubernetes-client nodejs node-ajv node-js-yaml
   prometheus iproute2 python3-yaml mount
-  python3-torch python3-pytest python3-venv
+  python3-torch python3-pytest python3-venv python3-wheel
 )
 case "${1:-}" in
   "") ;;
@@ -73,7 +74,7 @@ case "${1:-}" in
     for p in "${PKGS[@]}"; do
       [[ " ${NOT_FOR_BUILD[*]} " == *" $p "* ]] || build+=("$p")
     done
-    PKGS=("${build[@]}" python3-torch python3-venv) ;;
+    PKGS=("${build[@]}" python3-torch python3-venv python3-wheel) ;;
   *) echo "usage: $0 [--build-only | --images | --torch]" >&2; exit 2 ;;
 esac
 missing=()

@@ -665,6 +665,10 @@ std::unique_ptr<ModelShard> SettingsShard(const v1::OptimizerConfig& o,
       ModelShard::Create(init, {0, 1}, Placement::kHost);
   EXPECT_TRUE(shard.ok()) << shard.status();
   const FlatRange own = (*shard)->owned();
+  if (own.size() > w.size()) {
+    ADD_FAILURE() << "the test's weights are shorter than the owned range";
+    return nullptr;
+  }
   std::vector<float> mine(w.begin(), w.begin() + own.size());
   std::vector<float> zero(own.size(), 0.0f);
   EXPECT_TRUE(
@@ -699,7 +703,8 @@ TEST(StepSettingsTest, ReplaceTheScheduleAndTheGroupsSettingsBitForBit) {
                  &ref);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
-  std::vector<float> w(4096), g(4096);
+  // More than SmallManifest(1)'s flat space (every element read).
+  std::vector<float> w(1 << 16), g(1 << 16);
   for (float& x : w) x = normal(rng);
   for (float& x : g) x = normal(rng);
   std::unique_ptr<ModelShard> a = SettingsShard(base, w);
@@ -733,7 +738,7 @@ TEST(StepSettingsTest, RefusedUnlessOnePerGroupAndNotWithTensorRules) {
   o.set_beta2(0.999);
   o.set_eps(1e-8);
   AddParamGroups({ResolvedGroup{"g0", 0.0, 1.0, {{0, 128}}, 128}}, &o);
-  std::vector<float> w(4096, 0.5f), g(4096, 0.25f);
+  std::vector<float> w(1 << 16, 0.5f), g(1 << 16, 0.25f);
   std::unique_ptr<ModelShard> a = SettingsShard(o, w);
   const std::vector<GradPiece> pieces = {{a->owned(), DType::kFp32, g.data()}};
   absl::StatusOr<ApplyResult> r = a->ApplyPush(
