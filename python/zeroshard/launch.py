@@ -108,6 +108,7 @@ def _run_once(a, attempt, run_id, stop):
     env.update({
         "WORLD_SIZE": str(a.workers),
         "LOCAL_WORLD_SIZE": str(a.workers),
+        "LOCAL_SIZE": str(a.workers),   # DeepSpeed's launcher's name
         # torchrun's rendezvous for the script's own torch.distributed.
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(a.master_port or _free_port()),

@@ -62,6 +62,12 @@ MODULE_NAMES = [
     "checkpointing.checkpoint", "moe.layer.MoE",
     "moe.utils.split_params_into_different_moe_groups_for_optimizer",
     "pipe.PipelineModule", "init_distributed", "add_config_arguments",
+    "runtime.lr_schedules.WarmupLR", "runtime.lr_schedules.WarmupDecayLR",
+    "runtime.lr_schedules.WarmupCosineLR", "runtime.config.ADAM_OPTIMIZER",
+    "runtime.zero.stage3.DeepSpeedZeroOptimizer_Stage3",
+    "runtime.fp16.unfused_optimizer.FP16_UnfusedOptimizer",
+    "utils.torch.required_torch_version", "ops.op_builder.FusedAdamBuilder",
+    "ops.__compatible_ops__", "checkpointing.configure",
     "DeepSpeedEngine", "initialize", "__version__"]
 
 
@@ -71,6 +77,20 @@ def test_every_module_name_exists(name):
     for part in name.split("."):
         obj = getattr(obj, part)   # an AttributeError fails the test
     assert obj is not None
+
+
+def test_the_moe_split_without_experts_and_the_cpu_device_count(monkeypatch):
+    groups = [{"params": [torch.nn.Parameter(torch.zeros(2))]}]
+    split = deepspeed.moe.utils.split_params_into_different_moe_groups_for_optimizer
+    assert split(groups) == groups
+    expert = torch.nn.Parameter(torch.zeros(2))
+    expert.allreduce = False   # how DeepSpeed marks an expert's parameter
+    with pytest.raises(NotImplementedError, match="expert parameters"):
+        split([{"params": [expert]}])
+    acc = deepspeed.accelerator.get_accelerator()
+    if acc.device_name() == "cpu":
+        monkeypatch.setenv("LOCAL_SIZE", "3")
+        assert acc.device_count() == 3
 
 
 def test_unsupported_parts_say_why():

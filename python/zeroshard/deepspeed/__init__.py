@@ -15,8 +15,8 @@ import torch
 from .. import GatheredParameters
 from .. import initialize as _zs_initialize
 from ..engine import ZeroshardEngine
-from . import (accelerator, comm, lr_schedules, ops, unsupported, utils, zero,
-               zero_to_fp32)
+from . import (accelerator, comm, lr_schedules, ops, support, unsupported,
+               utils, zero, zero_to_fp32)
 from .comm import init_distributed
 from .utils import OnDevice, log_dist, logger
 
@@ -128,6 +128,8 @@ def _module(name, doc, **attrs):
     for k, v in attrs.items():
         setattr(m, k, v)
     parent, _, leaf = full.rpartition(".")
+    if parent not in sys.modules:   # a parent named later: made now
+        _module(parent[len(__name__) + 1:], f"deepspeed.{parent[len(__name__) + 1:]}")
     setattr(sys.modules[parent], leaf, m)
     return m
 
@@ -143,6 +145,25 @@ checkpointing = _module(
     checkpoint=_activation_checkpoint, configure=_configure_checkpointing,
     is_configured=lambda: True, reset=lambda: None)
 _alias("ops.adam", ops)
+ops.__compatible_ops__ = support.COMPATIBLE_OPS
+_module("ops.op_builder", "deepspeed.ops.op_builder: DeepSpeed's compiled ops "
+        "are not built here", **{b.__name__: b for b in support.BUILDERS})
+_module("utils.torch", "deepspeed.utils.torch",
+        required_torch_version=support.required_torch_version)
+_module("runtime.config", "deepspeed.runtime.config",
+        DeepSpeedConfigError=support.DeepSpeedConfigError,
+        **{k: getattr(support, k) for k in (
+            "ADAM_OPTIMIZER", "ADAMW_OPTIMIZER", "LAMB_OPTIMIZER",
+            "ONEBIT_ADAM_OPTIMIZER", "LION_OPTIMIZER", "MUON_OPTIMIZER",
+            "DEEPSPEED_OPTIMIZERS")})
+_module("runtime.fp16", "deepspeed.runtime.fp16")
+_module("runtime.fp16.fused_optimizer", "deepspeed.runtime.fp16.fused_optimizer",
+        FP16_Optimizer=support.FP16_Optimizer)
+_module("runtime.fp16.unfused_optimizer",
+        "deepspeed.runtime.fp16.unfused_optimizer",
+        FP16_UnfusedOptimizer=support.FP16_UnfusedOptimizer)
+_module("runtime.bf16_optimizer", "deepspeed.runtime.bf16_optimizer",
+        BF16_Optimizer=support.BF16_Optimizer)
 _module("ops.lamb", "deepspeed.ops.lamb", FusedLamb=ops.FusedLamb)
 _module("ops.lion", "deepspeed.ops.lion",
         DeepSpeedCPULion=ops.DeepSpeedCPULion, FusedLion=ops.FusedLion)
@@ -161,6 +182,10 @@ _module("runtime.engine", "deepspeed.runtime.engine",
 _alias("runtime.lr_schedules", lr_schedules)
 _alias("runtime.zero", zero)
 _alias("runtime.zero.partition_parameters", zero)
+_module("runtime.zero.stage3", "deepspeed.runtime.zero.stage3",
+        DeepSpeedZeroOptimizer_Stage3=support.DeepSpeedZeroOptimizer_Stage3)
+_module("runtime.zero.stage_1_and_2", "deepspeed.runtime.zero.stage_1_and_2",
+        DeepSpeedZeroOptimizer=support.DeepSpeedZeroOptimizer)
 _module("runtime.dataloader", "deepspeed.runtime.dataloader",
         RepeatingLoader=utils.RepeatingLoader,
         DeepSpeedDataLoader=torch.utils.data.DataLoader)

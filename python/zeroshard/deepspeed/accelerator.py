@@ -35,7 +35,15 @@ class _Accelerator:
         return "cpu"
 
     def device_count(self):
-        return torch.cuda.device_count() if self._name == "cuda" else 1
+        if self._name == "cuda":
+            return torch.cuda.device_count()
+        # DeepSpeed's CPU accelerator: the ranks on this node, as its
+        # launcher (and zeroshard-launch) give them.
+        for name in ("LOCAL_SIZE", "LOCAL_WORLD_SIZE"):
+            v = os.environ.get(name)
+            if v and v.isdigit():
+                return int(v)
+        return 1
 
     def is_available(self):
         return torch.cuda.is_available() if self._name == "cuda" else True

@@ -36,10 +36,30 @@ TiedLayerSpec = refused_class("deepspeed.pipe.TiedLayerSpec", _PIPE)
 PipelineEngine = refused_class("deepspeed.runtime.pipe.engine.PipelineEngine",
                                _PIPE)
 MoE = refused_class("deepspeed.moe.layer.MoE", _MOE)
-split_params_into_different_moe_groups_for_optimizer = refused_function(
-    "deepspeed.moe.utils.split_params_into_different_moe_groups_for_optimizer",
-    _MOE)
-is_moe_param = refused_function("deepspeed.moe.utils.is_moe_param", _MOE)
+def is_moe_param(param):
+    """DeepSpeed's test for an expert's parameter: none exists here."""
+    return bool(getattr(param, "allreduce", True) is False)
+
+
+def split_params_into_different_moe_groups_for_optimizer(
+        param_groups, max_group_size=178956971):
+    """DeepSpeed's split of the experts' parameters into groups of their
+    own. With no MoE layer (none is built here) there is nothing to split:
+    the groups come back as given, as DeepSpeed returns them; an expert's
+    parameter is refused."""
+    del max_group_size
+    groups = param_groups
+    if isinstance(groups, dict):
+        groups = [groups]
+    elif isinstance(groups, tuple):
+        groups = list(groups)
+    for g in groups:
+        params = g["params"] if isinstance(g, dict) else [g]
+        if any(is_moe_param(p) for p in params):
+            _refuse("deepspeed.moe.utils."
+                    "split_params_into_different_moe_groups_for_optimizer "
+                    "with expert parameters", _MOE)
+    return groups
 InferenceEngine = refused_class("deepspeed.InferenceEngine", _INF)
 init_inference = refused_function("deepspeed.init_inference", _INF)
 DeepSpeedTransformerLayer = refused_class(
