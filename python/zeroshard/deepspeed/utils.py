@@ -3,7 +3,8 @@ parameter's full FP32 value and gradient (the servers' masters here)."""
 
 import logging
 
-import torch
+# (as _torch: deepspeed.utils.torch is a module of this name)
+import torch as _torch
 
 logger = logging.getLogger("DeepSpeed")
 if not logger.handlers:
@@ -53,7 +54,7 @@ def safe_get_full_fp32_param(param):
     e = _engine_of(param)
     e._need_open()
     off, n = _slot(e, param)
-    out = torch.empty(n, dtype=torch.float32)
+    out = _torch.empty(n, dtype=_torch.float32)
     e._cluster.gather([(off, off + n)], "fp32", out.numpy(),
                       min_version=e.global_steps)
     return out.view(e._shapes[id(param)])
@@ -67,7 +68,7 @@ def safe_set_full_fp32_param(param, value):
     e = _engine_of(param)
     e._need_open()
     off, n = _slot(e, param)
-    value = torch.as_tensor(value).detach().to("cpu", torch.float32)
+    value = _torch.as_tensor(value).detach().to("cpu", _torch.float32)
     if tuple(value.shape) != tuple(e._shapes[id(param)]):
         raise ValueError(f"safe_set_full_fp32_param: shape {tuple(value.shape)}"
                          f", the parameter's is {tuple(e._shapes[id(param)])}")
@@ -105,7 +106,7 @@ def safe_set_full_grad(param, value):
     if e._flat_grad is None:
         raise NotImplementedError("safe_set_full_grad under stage 3 with "
                                   "several ranks")
-    value = torch.as_tensor(value).to(e._flat_grad.dtype)
+    value = _torch.as_tensor(value).to(e._flat_grad.dtype)
     if e._prec == "fp16":
         value = value * e.loss_scale()
     e._flat_grad[off:off + n].copy_(value.reshape(-1))
@@ -122,7 +123,7 @@ def safe_get_full_optimizer_state(param, optim_state_key):
     e._need_open()
     off, n = _slot(e, param)
     if optim_state_key == "step":
-        return torch.tensor(float(min(
+        return _torch.tensor(float(min(
             s["optimizer_step"] for s in e._cluster.inspect_all())))
     slots = e._state_slots()
     if optim_state_key not in slots:
@@ -142,7 +143,7 @@ def safe_set_full_optimizer_state(param, value, optim_state_key):
     if optim_state_key not in slots:
         raise ValueError(f"safe_set_full_optimizer_state: {optim_state_key!r}"
                          f" is not a state the servers keep ({slots})")
-    value = torch.as_tensor(value).detach().to("cpu", torch.float32)
+    value = _torch.as_tensor(value).detach().to("cpu", _torch.float32)
     if value.numel() != n:
         raise ValueError(f"safe_set_full_optimizer_state: {value.numel()} "
                          f"values for a parameter of {n}")
@@ -195,12 +196,12 @@ class OnDevice:
         self._saved = None
 
     def __enter__(self):
-        if self._enabled and self._dtype in (torch.float32, torch.float64):
-            self._saved = torch.get_default_dtype()
-            torch.set_default_dtype(self._dtype)
+        if self._enabled and self._dtype in (_torch.float32, _torch.float64):
+            self._saved = _torch.get_default_dtype()
+            _torch.set_default_dtype(self._dtype)
         return self
 
     def __exit__(self, *exc):
         if self._saved is not None:
-            torch.set_default_dtype(self._saved)
+            _torch.set_default_dtype(self._saved)
         return False
