@@ -132,6 +132,9 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         self._ds_stage, notes = engine_setup.deepspeed_defaults(
             doc, client_scheduler=lr_scheduler is not None,
             client_optimizer=optimizer is not None)
+        # DeepSpeed's torch_autocast: FP32 parameters and masters, the
+        # forward under torch.autocast in its dtype.
+        self._autocast = engine_setup.autocast_dtype(doc)
         # The config's scheduler, run on this side as DeepSpeed runs it
         # (zeroshard.deepspeed.lr_schedules).
         sched = doc.get("scheduler")
@@ -616,6 +619,13 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
     def forward(self, *args, **kwargs):
         self._need_open()
         self._attach()
+        if self._autocast is not None:
+            with torch.autocast(device_type=self._device.type,
+                                dtype=self._autocast):
+                return self._forward(*args, **kwargs)
+        return self._forward(*args, **kwargs)
+
+    def _forward(self, *args, **kwargs):
         if self._hooks is not None:
             with self._hooks.saving():
                 self._hooks.active = True

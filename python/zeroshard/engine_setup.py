@@ -243,3 +243,34 @@ def deepspeed_defaults(doc, client_scheduler=False, client_optimizer=False):
                 f"{kind} needs it (the steps its decay spans), or the run's "
                 "length in zeroshard.steps; the front-end assumes none")
     return ds_stage, notes
+
+
+def autocast_dtype(doc):
+    """DeepSpeed's "torch_autocast" section (removed from `doc`): the dtype
+    the forward runs under torch.autocast in, or None. The parameters, their
+    gradients and the servers' masters stay FP32; it cannot be combined
+    with bf16 / fp16, which cast the module instead."""
+    section = doc.pop("torch_autocast", None)
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise ValueError("config key \"torch_autocast\": an object")
+    unknown = set(section) - {"enabled", "dtype", "lower_precision_safe_modules"}
+    if unknown:
+        raise ValueError(f"config key \"torch_autocast.{sorted(unknown)[0]}\": "
+                         "unknown (enabled, dtype, lower_precision_safe_modules)")
+    if not section.get("enabled", False):
+        return None
+    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "torch.bfloat16": torch.bfloat16, "float16": torch.float16,
+             "fp16": torch.float16, "torch.float16": torch.float16}
+    dtype = names.get(str(section.get("dtype", "bfloat16")))
+    if dtype is None:
+        raise ValueError(f"config key \"torch_autocast.dtype\": "
+                         f"{section.get('dtype')!r} (bfloat16 or float16)")
+    for key in ("bf16", "bfloat16", "fp16"):
+        if isinstance(doc.get(key), dict) and doc[key].get("enabled") is True:
+            raise ValueError(f"config keys \"torch_autocast\" and \"{key}\": "
+                             "give one (autocast keeps FP32 parameters, "
+                             f"{key} casts the module)")
+    return dtype

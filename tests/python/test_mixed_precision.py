@@ -86,3 +86,47 @@ def test_a_batchnorm_cnn_with_a_frozen_block_trains_under_bf16(stage):
             assert p.dtype == torch.bfloat16
     finally:
         engine.close()
+
+
+def test_torch_autocast_from_the_config_equals_torchs():
+    # DeepSpeed's "torch_autocast": FP32 parameters and masters, the forward
+    # under torch.autocast(bfloat16): bit for bit torch doing the same.
+    data = batches(3)
+    ref = bn_cnn()
+    for p in ref.parameters():
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(ref.parameters(), lr=3e-3, betas=(0.9, 0.95),
+                            eps=1e-8, weight_decay=0.01)
+    for x, y in data:
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            out = ref(x)
+        torch.nn.functional.cross_entropy(out.float(), y).backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+    model = bn_cnn()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    engine, _, _, _ = zeroshard.initialize(model=model, config={
+        "train_micro_batch_size_per_gpu": 4,
+        "torch_autocast": {"enabled": True, "dtype": "bfloat16"},
+        "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
+            "weight_decay": 0.01}},
+        "zeroshard": {"servers": 1}})
+    try:
+        for x, y in data:
+            engine.backward(torch.nn.functional.cross_entropy(
+                engine(x).float(), y))
+            engine.step()
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        for (n, p), r in zip(model.named_parameters(), ref.parameters()):
+            assert torch.equal(p, r), n
+    finally:
+        engine.close()
+    with pytest.raises(ValueError, match="give one"):
+        zeroshard.initialize(model=bn_cnn(), config={
+            "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
+            "torch_autocast": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})
