@@ -18,13 +18,11 @@ servers keep FP32 masters and send their BF16 mirror).
 
 import atexit
 import json
-import math
 import os
 import secrets
 import signal
 import sys
 import threading
-import time
 import weakref
 
 import torch
@@ -35,6 +33,8 @@ from .local_cluster import LocalCluster
 from .stage3 import UnitHooks
 from . import rank_state
 from .engine_api import DeepSpeedEngineApi
+from .engine_checkpoint import CheckpointApi
+from .engine_step import StepApi
 from .interruptible import Interruptible
 from .units import apply_checkpointing, plan_units
 
@@ -73,35 +73,8 @@ def _close_all():
         e.close(agree=False)
 
 
-def _max_abs(t, chunk=1 << 22):
-    """The largest magnitude in the 1-D t (NaN or Inf where it holds one),
-    a chunk at a time (no copy of t's whole size)."""
-    m = 0.0
-    for at in range(0, t.numel(), chunk):
-        x = float(t[at:at + chunk].abs().max())
-        if not math.isfinite(x):
-            return x
-        m = max(m, x)
-    return m
-
-
-# The servers refuse a gradient that the coefficient scales past 2^60
-# (its square would overflow Adam's second moment: optim/grad_scan.h).
-_MAX_SCALED_GRAD = 2.0 ** 60
-
-
-def _has_complete_checkpoint(d):
-    """Whether d holds a step folder with its manifest (written last)."""
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        return False
-    return any(n.startswith("step-") and
-               os.path.isfile(os.path.join(d, n, "MANIFEST.json"))
-               for n in names)
-
-
-class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
+class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
+                      torch.nn.Module):
     """What zeroshard.initialize returns first; see the module docstring."""
 
     def __init__(self, model, model_parameters=None, optimizer=None,
@@ -672,222 +645,9 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         if boundary:
             self._maybe_checkpoint()
 
-    def _maybe_checkpoint(self):
-        if (self._ckpt_dir and self._ckpt_every > 0
-                and self.global_steps % self._ckpt_every == 0):
-            self.save_checkpoint(self._ckpt_dir, keep_last=self._ckpt_keep)
-
-    def _resume_after_restart(self):
-        """After zeroshard-launch restarted the run: the newest complete
-        checkpoint in zeroshard.checkpoint.dir, or step 0 when there is
-        none, said on rank 0's stderr either way."""
-        d = self._ckpt_dir
-        found = bool(d) and _has_complete_checkpoint(d)
-        if self._group is not None:   # rank 0 decides for every rank
-            found = self._group.broadcast(b"1" if found else b"0", 0) == b"1"
-        what = f"zeroshard: restart {self.restart}"
-        if found:
-            path, _ = self.load_checkpoint(d)
-            self.resumed_from = path
-            msg = f"{what}: resumed from {path} at step {self.global_steps}"
-        elif not d:
-            msg = (f"{what}: the config has no zeroshard.checkpoint.dir: "
-                   "starting again from step 0")
-        else:
-            msg = (f"{what}: no complete checkpoint in {d} yet: starting "
-                   "again from step 0")
-        if self.rank == 0:
-            print(msg, file=sys.stderr)
-
-    def _clip_coefficient(self):
-        # torch.nn.utils.clip_grad_norm_ (norm_type 2) over
-        # model.parameters(), op for op and in that order (the norms'
-        # sum depends on it), so the coefficient has its bits; BF16
-        # gradients are normed in FP32, as the servers see them.
-        grads = [self._flat_grad[off:off + n].view(self._shapes[id(p)]).float()
-                 for p, off, n in self._norm_slots]
-        if self._clip <= 0:
-            return 1.0, None
-        norms = [torch.norm(g.detach(), 2.0) for g in grads]
-        total = torch.norm(torch.stack(norms), 2.0)
-        coef = self._clip / (total + 1e-6)
-        coef = torch.clamp(coef, max=1.0)
-        return float(coef), float(total)
-
     def _barrier(self):
         if self._group is not None:
             self._group.barrier()
-
-    def _check_ranks_agree(self, closing=False):
-        """Every rank is at the same optimizer step, about to make it (or,
-        from close(), finished at it). A rank that called step() more or
-        fewer times meets the others here, and every rank raises, naming
-        one of each side."""
-        if self._group is None:
-            return
-        g = float(self.global_steps)
-        r = float(self.rank)
-        hi, neg_lo, closer, stepper = self._group.all_reduce(
-            [g, -g, r if closing else -1.0, -1.0 if closing else r], "max")
-        lo = -neg_lo
-        if closer >= 0 and stepper >= 0:
-            raise RuntimeError(
-                f"rank {int(stepper)} called step() for an optimizer step "
-                f"while rank {int(closer)} had finished (engine.close()) "
-                f"after {int(lo)} of them: every rank must call step() the "
-                "same number of times")
-        if hi != lo:
-            raise RuntimeError(
-                f"rank {self.rank}: the ranks are at optimizer steps "
-                f"{int(lo)} to {int(hi)} (this one at {self.global_steps}): "
-                "every rank must call step() the same number of times")
-
-    def _mark(self, phase):
-        # Ends `phase` of the optimizer step being timed (step_breakdown).
-        now = time.perf_counter()
-        self._breakdown[phase] = self._breakdown.get(phase, 0.0) + (
-            now - self._mark_at) * 1e3
-        self._mark_at = now
-
-    def step_breakdown(self):
-        """Where the last optimizer step's time went, in milliseconds, by
-        phase: "grad" (its gradient made ready: the last units' hooks, a
-        device's copy down, the ranks' reduce-scatter and norm), "push"
-        (sent to the servers; one rank's is also applied there), "commit"
-        (ranks: every rank's part held on the servers, then rank 0's apply
-        of them all), "gather" (the new values back, and the ranks'
-        all-gather of the rest) and "total". Empty before the first."""
-        return dict(self._last_breakdown)
-
-    def _optimizer_step(self):
-        self._breakdown = {}
-        self._mark_at = start = time.perf_counter()
-        self._check_ranks_agree()
-        self._attach()
-        if self._servers is not None:
-            self._servers.check_alive()
-        if self._hooks is not None:
-            self._hooks.flush()
-        # The groups' hyper-parameters now (checked before anything is sent).
-        self._settings = self._step_settings()
-        self._last_lrs = self.get_lr()
-        if self._group is None and self._prec != "fp16":
-            self._push_exact()
-        else:
-            self._push_scaled()
-        self.global_steps += 1
-        self._after_step(not self._last_skipped)
-        self._gather()
-        self._zero_grads()
-        self._has_grads = False
-        self._mark("gather")
-        self._breakdown["total"] = (time.perf_counter() - start) * 1e3
-        self._last_breakdown = self._breakdown
-
-    def _push_exact(self):
-        # One rank, FP32 or BF16: the whole gradient, with torch's clipping
-        # coefficient bit for bit.
-        coefficient, norm = self._clip_coefficient()
-        self._last_norm = norm
-        if norm is None:
-            big = _max_abs(self._flat_grad)
-            skip = not math.isfinite(big)
-            # Every piece passes the servers' checks: they may apply each
-            # as it arrives (clipped, no scaled element exceeds the clip).
-            known = skip or big * coefficient <= _MAX_SCALED_GRAD
-        else:
-            skip = not math.isfinite(norm)
-            known = skip or norm * coefficient <= _MAX_SCALED_GRAD
-        apply = self._scaler.update(skip)
-        self._last_skipped = not apply
-        grad = self._flat_grad
-        if self._staged and not self._stage3:   # stage 3's is on the host
-            self._host_grad.copy_(grad)   # down from the device
-            grad = self._host_grad
-        self._mark("grad")
-        self._cluster.push(self.global_steps, 0, [(0, self._total)],
-                           self._wire, self._np(grad),
-                           coefficient=coefficient if apply else 0.0,
-                           skip=not apply, known=known,
-                           settings=self._settings)
-        self._mark("push")
-
-    def _push_scaled(self):
-        # Ranks, or FP16: the gradient in FP32 (averaged over ranks and
-        # reduce-scattered unit by unit into this rank's partitions, the
-        # layout's worker ranges); the global norm from the sums of squares
-        # in double, the loss scale removed and the clipping applied in one
-        # coefficient (common/grad_clip.h), as the C++ worker does; an
-        # overflow skips the step and moves the loss scale.
-        if self._stage3 and self._group is not None:
-            payload, ranges, worker = self._part_grad, self._my_ranges, self.rank
-        elif self._dgroup is not None:
-            # CUDA over NCCL: reduce-scattered on the device, then this
-            # rank's partitions copied down.
-            grad = self._flat_grad.float()
-            part = torch.empty(self._my_elems, dtype=torch.float32,
-                               device=self._device)
-            for (_, off, _, padded), (b, e), at in zip(
-                    self._layout.units(), self._my_ranges,
-                    self._part_offsets):
-                self._dgroup.reduce_scatter_device(
-                    grad[off:off + padded].data_ptr(),
-                    part[at:at + e - b].data_ptr(), e - b, 1.0 / self.world)
-            self._dgroup.synchronize()
-            payload = torch.empty(self._my_elems, dtype=torch.float32,
-                                  pin_memory=True)
-            payload.copy_(part)
-            ranges, worker = self._my_ranges, self.rank
-        elif self._group is not None:
-            if self._staged:
-                # Down from the device; the ranks' Gloo collectives run on
-                # the host copy.
-                self._host_grad.copy_(self._flat_grad)
-                grad = self._host_grad.float()
-            else:
-                grad = self._flat_grad.float()
-            payload = torch.empty(self._my_elems, dtype=torch.float32)
-            at = 0
-            for (_, off, _, padded), (b, e) in zip(self._layout.units(),
-                                                    self._my_ranges):
-                self._group.reduce_scatter(grad[off:off + padded].numpy(),
-                                           payload[at:at + e - b].numpy(),
-                                           1.0 / self.world)
-                at += e - b
-            ranges, worker = self._my_ranges, self.rank
-        elif self._staged and not self._stage3:
-            self._host_grad.copy_(self._flat_grad)   # FP32 on the host
-            payload = self._host_grad
-            ranges, worker = [(0, self._total)], 0
-        else:
-            payload = self._flat_grad.float()
-            ranges, worker = [(0, self._total)], 0
-        sumsq = float(payload.double().square().sum())
-        if self._group is not None:
-            sumsq = self._group.all_reduce([sumsq])[0]
-        overflow, norm, coefficient = _zeroshard.grad_coefficient(
-            sumsq, self._scaler.scale, self._clip)
-        self._last_norm = None if overflow else norm
-        apply = self._scaler.update(overflow)
-        self._last_skipped = not apply
-        # Ranks commit in two phases, as zeroshard-train's workers do: each
-        # rank's part is held on the servers until all are (the barrier),
-        # then rank 0 applies them as one commit, so that a rule updating
-        # whole tensors (Muon) has all of a matrix's gradient at once.
-        two_phase = self._group is not None
-        self._mark("grad")
-        self._cluster.push(self.global_steps, worker, ranges, "fp32",
-                           payload.numpy(),
-                           coefficient=coefficient if apply else 0.0,
-                           skip=not apply, prepare=two_phase,
-                           settings=self._settings)
-        self._mark("push")
-        if two_phase:
-            self._group.barrier()
-            if self.rank == 0:
-                self._cluster.apply_step(self.global_steps,
-                                         timeout_s=self._step_timeout_s)
-            self._mark("commit")
 
     def _zero_grads(self):
         if self._flat_grad is not None:
@@ -917,148 +677,6 @@ class ZeroshardEngine(DeepSpeedEngineApi, torch.nn.Module):
         """Whether the last optimizer step was skipped (a non-finite
         gradient; FP16's loss scale then backs off)."""
         return self._last_skipped
-
-    # --- checkpoints --------------------------------------------------------
-
-    def save_checkpoint(self, save_dir, tag=None, client_state=None,
-                        save_latest=True, exclude_frozen_parameters=False,
-                        keep_last=0):
-        """The servers' coordinated checkpoint of the current step in
-        save_dir (in save_dir/tag when a tag is given), with the engine's
-        own state, each rank's (buffers, frozen parameters unless
-        exclude_frozen_parameters, RNG, data position) and client_state
-        written into it before the manifest that makes it complete.
-        keep_last > 0 prunes all but the newest keep_last complete
-        checkpoints there. save_latest: load_checkpoint finds the newest
-        complete checkpoint by itself, so no "latest" file is needed."""
-        del save_latest
-        self._exclude_frozen = bool(exclude_frozen_parameters)
-        self._need_open()
-        if self.micro_steps % self._gas != 0 or self._pending_grads():
-            raise RuntimeError(
-                "save_checkpoint inside an accumulation window: its "
-                "gradients would be lost; save after engine.step()")
-        d = os.path.join(save_dir, str(tag)) if tag is not None else save_dir
-        engine_state = {"global_steps": self.global_steps,
-                        "micro_steps": self.micro_steps,
-                        "skipped_steps": self.skipped_steps,
-                        "global_samples": self.global_samples,
-                        "loss_scaler": self._scaler.state(),
-                        "param_groups": self._group_hypers(),
-                        "lr_scheduler": (self.lr_scheduler.state_dict()
-                                         if self.lr_scheduler is not None
-                                         else None),
-                        "client_state": dict(client_state or {}),
-                        # The module's names in the flat space, for reading
-                        # the masters without servers (checkpoint_io.py).
-                        "layout": [(self._names[id(p)], off, n,
-                                    list(self._shapes[id(p)]))
-                                   for p, off, n in self._slots]}
-
-        def write_states(path):
-            # Rank 0, between the shard files and the manifest: every rank
-            # writes its file, then rank 0 the engine's.
-            if self._group is not None:
-                self._group.broadcast(path.encode(), 0)
-            self._write_rank_state(path)
-            torch.save(engine_state, os.path.join(path, "zeroshard_engine.pt"))
-            self._barrier()
-
-        if self.rank == 0:
-            os.makedirs(d, exist_ok=True)
-            path = self._cluster.checkpoint(
-                self.global_steps, d, self._resolved, keep_last=keep_last,
-                before_commit=write_states)
-        else:
-            path = self._group.broadcast(b"", 0).decode()
-            self._write_rank_state(path)
-            self._barrier()
-        self._barrier()   # committed before any rank goes on
-        return path
-
-    def _write_rank_state(self, path):
-        os.makedirs(path, exist_ok=True)
-        torch.save({"rng": rank_state.rng_state(),
-                    "sampler": (self._sampler.state_dict()
-                                if self._sampler else None),
-                    "buffers": rank_state.buffers_bytes(self.module),
-                    "frozen": (None if getattr(self, "_exclude_frozen", False)
-                               else rank_state.frozen_bytes(self.module))},
-                   os.path.join(path, f"zeroshard_rank{self.rank}.pt"))
-
-    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
-                        load_optimizer_states=True,
-                        load_lr_scheduler_states=True,
-                        load_module_only=False, custom_load_fn=None):
-        """Restores the servers from load_dir's newest checkpoint (or tag's)
-        and the model's weights from them; returns (path, client_state),
-        or (None, None) with a warning when there is none, as DeepSpeed.
-        load_lr_scheduler_states=False keeps the scheduler and the groups'
-        hyper-parameters as they are now. load_module_only=True (or
-        load_optimizer_states=False) writes the checkpoint's weights, its
-        frozen parameters and buffers into this run and keeps the
-        optimizer state and the step count as they are
-        (load_optimizer_states=False also takes the scheduler's and the
-        groups' saved state, unless load_lr_scheduler_states=False)."""
-        self._need_open()
-        if custom_load_fn is not None:
-            raise NotImplementedError(
-                "load_checkpoint(custom_load_fn=...): the servers restore "
-                "their own shards")
-        d = os.path.join(load_dir, str(tag)) if tag is not None else load_dir
-        found = _has_complete_checkpoint(d)
-        if self._group is not None:   # rank 0 decides for every rank
-            found = self._group.broadcast(b"1" if found else b"0", 0) == b"1"
-        if not found:
-            if self.rank == 0:
-                print(f"zeroshard: load_checkpoint: no complete checkpoint "
-                      f"in {d}: nothing loaded", file=sys.stderr)
-            return None, None
-        if load_module_only or not load_optimizer_states:
-            return self._load_weights_only(
-                d, strict=load_module_strict,
-                scheduler=load_lr_scheduler_states and not load_module_only)
-        path = ""
-        if self.rank == 0:
-            _, path = self._cluster.restore(d)
-        if self._group is not None:
-            path = self._group.broadcast(path.encode(), 0).decode()
-        state = torch.load(os.path.join(path, "zeroshard_engine.pt"))
-        own = os.path.join(path, f"zeroshard_rank{self.rank}.pt")
-        first = os.path.join(path, "zeroshard_rank0.pt")
-        if os.path.exists(first):
-            ranks = torch.load(own if os.path.exists(own) else first)
-            rank_state.set_rng_state(ranks["rng"])
-            if self._sampler is not None and ranks["sampler"] is not None:
-                self._sampler.load_state_dict(ranks["sampler"])
-            # Buffers: rank 0's on every rank.
-            zero = (ranks if self.rank == 0 or not os.path.exists(own)
-                    else torch.load(first))
-            rank_state.load_buffers(self.module, zero["buffers"])
-            if zero.get("frozen") is not None:
-                rank_state.load_frozen(self.module, zero["frozen"])
-        self.global_steps = state["global_steps"]
-        self.micro_steps = state["micro_steps"]
-        self.skipped_steps = state.get("skipped_steps", 0)
-        self.global_samples = state.get("global_samples", 0)
-        self._scaler.restore(state["loss_scaler"])
-        if load_lr_scheduler_states:
-            self._restore_schedule(state)
-        self._gather()
-        self._zero_grads()
-        self._has_grads = False
-        return path, state["client_state"]
-
-    def consolidated_state_dict(self):
-        """The servers' FP32 master weights under the module's own names."""
-        self._need_open()
-        master = torch.empty(self._total, dtype=torch.float32)
-        self._cluster.gather([(0, self._total)], "fp32", master.numpy(),
-                             min_version=self.global_steps)
-        out = {}
-        for p, off, n in self._slots:
-            out[self._names[id(p)]] = master[off:off + n].view(self._shapes[id(p)]).clone()
-        return out
 
     def inspect(self):
         """Each server's state (zeroshard-ctl inspect's fields)."""

@@ -17,7 +17,6 @@ Muon) the servers run the schedule and ServerSchedule reports it.
 
 import torch
 
-from . import _zeroshard
 
 # The hyper-parameters each group carries to the servers.
 _HYPER = ("lr", "weight_decay", "betas", "eps")

@@ -12,7 +12,6 @@ import datetime
 import os
 import socket
 
-import torch
 import torch.distributed as _dist
 
 ReduceOp = _dist.ReduceOp
