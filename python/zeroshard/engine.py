@@ -189,6 +189,7 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
         self._dgroup = None   # NCCL, for CUDA parameters (stages 1 and 2)
 
         self._build_flat(model, model_parameters)
+        self._check_fp16_on_cpu(model)
         self._cast_the_rest(model)
         self._forced_boundary = None
         self._make_optimizer()

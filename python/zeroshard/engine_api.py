@@ -97,6 +97,22 @@ class DeepSpeedEngineApi:
             # initialize (nanoGPT's resume): the servers take it.
             self._pending_client_state = client.state_dict()
 
+    def _check_fp16_on_cpu(self, model):
+        """fp16 on the CPU: torch has no FP16 convolution there, so a model
+        with one would fail at its first forward; refused now, naming it
+        (DeepSpeed refuses fp16 on a device without it at initialize)."""
+        if self._prec != "fp16" or self._device.type != "cpu":
+            return
+        convs = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
+                 torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d,
+                 torch.nn.ConvTranspose3d)
+        for name, m in model.named_modules():
+            if isinstance(m, convs):
+                raise ValueError(
+                    f"fp16 on the CPU: module {name} ({type(m).__name__}) has "
+                    f"no FP16 kernel on the CPU in torch {torch.__version__}; "
+                    "use bf16 (\"bf16\": {\"enabled\": true}) or a GPU")
+
     def _cast_the_rest(self, model):
         """Under BF16 / FP16 the whole module computes in that dtype, as
         DeepSpeed's module.bfloat16() / half(): the trained parameters are

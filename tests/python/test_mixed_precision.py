@@ -130,3 +130,11 @@ def test_torch_autocast_from_the_config_equals_torchs():
             "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
             "torch_autocast": {"enabled": True},
             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})
+
+
+def test_fp16_on_the_cpu_with_a_convolution_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"fp16 on the CPU: module 0 \(Conv2d\)"):
+        zeroshard.initialize(model=bn_cnn(), config={
+            "train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zeroshard": {"servers": 1}})
