@@ -28,6 +28,19 @@ VALID_LR_SCHEDULES = [LR_RANGE_TEST, ONE_CYCLE, WARMUP_LR, WARMUP_DECAY_LR,
                       WARMUP_COSINE_LR]
 WARMUP_LOG_RATE = "log"
 WARMUP_LINEAR_RATE = "linear"
+# The schedules' parameter names (their keys in the config's
+# scheduler.params), as constants named after them (CYCLE_MIN_LR, ...).
+for _key in ("lr_schedule", "lr_range_test_min_lr", "lr_range_test_step_rate",
+             "lr_range_test_step_size", "lr_range_test_staircase",
+             "edge_value", "mid_value", "cycle_first_step_size",
+             "cycle_first_stair_count", "cycle_second_step_size",
+             "cycle_second_stair_count", "decay_step_size", "cycle_min_lr",
+             "cycle_max_lr", "decay_lr_rate", "cycle_min_mom", "cycle_max_mom",
+             "decay_mom_rate", "warmup_min_lr", "warmup_max_lr",
+             "warmup_num_steps", "warmup_type", "warmup_min_ratio",
+             "cos_min_ratio", "total_num_steps"):
+    globals()[_key.upper()] = _key
+del _key
 
 
 def _groups(optimizer):
