@@ -302,6 +302,27 @@ class DeepSpeedEngineApi:
 
     # --- memory -------------------------------------------------------------
 
+    def memory_peak(self):
+        """The most bytes this rank's engine has held of the parameters and
+        gradients at once (its own buffers: the flat parameters and
+        gradient, or under stage 3 the gradient or its partition plus the
+        gathered units, the prefetches and the units' FP32 gradient sums);
+        not autograd's transient gradients, activations or torch's own
+        memory. What zeroshard-ctl estimate --torch_units estimates."""
+        grads = [t for t in (self._flat_grad,
+                             getattr(self, "_part_grad", None))
+                 if t is not None]
+        fixed = sum(t.numel() * t.element_size() for t in grads)
+        if self._hooks is None:
+            fixed += self._flat_param.numel() * self._flat_param.element_size()
+            return fixed
+        return fixed + self._hooks.peak_bytes
+
+    def unit_sizes(self):
+        """The units' padded sizes in elements, in layout order (for
+        zeroshard-ctl estimate --torch_units)."""
+        return [padded for _, _, _, padded in self._layout.units()]
+
     def empty_partition_cache(self):
         """Releases every gathered ZeRO-3 unit (gathered again when used)."""
         self._need_open()

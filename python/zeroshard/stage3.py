@@ -157,6 +157,7 @@ class UnitHooks:
         self.running = []    # units whose forward is running, innermost last
         self.borrowed = {}   # running unit (None: the forward) -> units it read
         self.closed_why = None   # set when the engine closes
+        self.peak_bytes = 0  # the most the buffers below held at once
         for u, (_, params, _, _) in enumerate(units):
             for p, _, _ in params:
                 p.__class__ = _Zero3Param
@@ -234,6 +235,7 @@ class UnitHooks:
             p.data = buf[poff - off:poff - off + n].view(e._shapes[id(p)])
         self.live[u] = buf
         self.owner[buf.data_ptr()] = u
+        self._note()
         if self.order is None:
             self.seq.append(u)
         else:
@@ -260,6 +262,19 @@ class UnitHooks:
                 max_workers=1, thread_name_prefix="zeroshard-prefetch")
         self.pending[nxt] = self._pool.submit(self._gather, nxt,
                                               self.engine.global_steps)
+        self._note()
+
+    def held_bytes(self):
+        """What the gathered units, the prefetches in flight and the
+        units' FP32 gradient sums hold now."""
+        size = self.empty.element_size()
+        n = sum(b.numel() * b.element_size() for b in self.live if b is not None)
+        n += sum(self.units[v][3] * size for v in self.pending)
+        n += sum(g.numel() * 4 for g in self.unit_grad if g is not None)
+        return n
+
+    def _note(self):
+        self.peak_bytes = max(self.peak_bytes, self.held_bytes())
 
     def _drop_prefetches(self):
         for future in self.pending.values():
@@ -374,6 +389,7 @@ class UnitHooks:
             _, _, off, padded = self.units[u]
             if self.unit_grad[u] is None:
                 self.unit_grad[u] = torch.zeros(padded, dtype=torch.float32)
+                self._note()
             self.unit_grad[u][poff - off:poff - off + n].add_(
                 g.reshape(-1).float())
         self.arrived[u] += 1

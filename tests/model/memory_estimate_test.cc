@@ -2,6 +2,7 @@
 // example, zeroshard's worker/server split, wire bytes, activations and bad
 // input.
 #include "model/memory_estimate.h"
+#include "model/torch_rank_estimate.h"
 
 #include <cmath>
 #include <limits>
@@ -234,6 +235,32 @@ TEST(MemoryEstimateTest, BadInputIsInvalidArgument) {
               in.model = GptShape{.layers = 2, .heads = 3, .width = 128};
             }),
             kInvalid);
+}
+
+// The PyTorch front-end rank (model/torch_rank_estimate.h): each stage's
+// terms by hand from the units' sizes.
+TEST(TorchRankEstimateTest, TermsFollowTheStageAndTheRanks) {
+  const std::vector<uint64_t> units = {832, 320, 128};  // Ψ 1280
+  absl::StatusOr<ProcessEstimate> one =
+      EstimateTorchRank(units, 1, 3, Precision::kFp32);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->model_state_bytes(), 4.0 * 1280 + 4.0 * (832 + 320));
+  absl::StatusOr<ProcessEstimate> two =
+      EstimateTorchRank(units, 2, 3, Precision::kBf16);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->model_state_bytes(),
+            4.0 * 1280 / 2 + 2.0 * (832 + 320) + 4.0 * 832);
+  absl::StatusOr<ProcessEstimate> flat =
+      EstimateTorchRank(units, 4, 2, Precision::kBf16);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  EXPECT_EQ(flat->model_state_bytes(), 2 * 2.0 * 1280);
+  // One unit: it alone is gathered.
+  EXPECT_EQ(EstimateTorchRank({64}, 1, 3, Precision::kFp32)->model_state_bytes(),
+            4.0 * 64 + 4.0 * 64);
+  EXPECT_FALSE(EstimateTorchRank({}, 1, 3, Precision::kFp32).ok());
+  EXPECT_FALSE(EstimateTorchRank({64, 0}, 1, 3, Precision::kFp32).ok());
+  EXPECT_FALSE(EstimateTorchRank({64}, 0, 3, Precision::kFp32).ok());
+  EXPECT_FALSE(EstimateTorchRank({64}, 1, 4, Precision::kFp32).ok());
 }
 
 }  // namespace

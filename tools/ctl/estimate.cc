@@ -27,6 +27,7 @@
 #include "tools/ctl/commands.h"
 #include "common/config.h"
 #include "model/memory_estimate.h"
+#include "model/torch_rank_estimate.h"
 
 ABSL_DECLARE_FLAG(std::string, servers);
 ABSL_DECLARE_FLAG(int, workers);
@@ -65,6 +66,10 @@ ABSL_FLAG(double, link_gbps, 100, "estimate: network Gbit/s per process, "
 ABSL_FLAG(double, mem_gbps, 2000, "estimate: accelerator memory GB/s");
 ABSL_FLAG(double, flops, 312e12, "estimate: accelerator FLOP/s");
 ABSL_FLAG(double, server_mem_gbps, 50, "estimate: shard server DRAM GB/s");
+ABSL_FLAG(std::string, torch_units, "",
+          "estimate: a PyTorch front-end rank instead: its units' sizes in "
+          "elements, padded as the flat layout pads them (engine._layout."
+          "units()), comma-separated; with --workers, --stage, --precision");
 ABSL_FLAG(double, device_gb, 0,
           "estimate: a worker device's memory in GB (1e9 bytes): say whether "
           "a worker fits in it, and by how much (0: no verdict)");
@@ -558,8 +563,52 @@ std::string VerdictText(const MemoryEstimate& e, const Verdict& v) {
       v.fits() ? "leaving" : "short by", Both(std::abs(v.device - v.needed)));
 }
 
+// --torch_units: the PyTorch front-end rank's parameter and gradient memory
+// (model/torch_rank_estimate.h), as a table or JSON.
+int RunTorchRankEstimate() {
+  std::vector<uint64_t> units;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_torch_units), ',')) {
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n == 0) {
+      return Usage(absl::StrCat("--torch_units: \"", part, "\" is not a "
+                                "positive element count"));
+    }
+    units.push_back(n);
+  }
+  const int stage = Given("stage") ? absl::GetFlag(FLAGS_stage) : 3;
+  const int workers = Given("workers") ? absl::GetFlag(FLAGS_workers) : 1;
+  const std::string p = absl::GetFlag(FLAGS_precision);
+  const std::optional<Precision> precision =
+      ParsePrecision(p.empty() ? "fp32" : p);
+  if (!precision.has_value()) {
+    return Usage(absl::StrCat("--precision must be bf16, fp16 or fp32, got '",
+                              p, "'"));
+  }
+  absl::StatusOr<ProcessEstimate> r =
+      EstimateTorchRank(units, workers, stage, *precision);
+  if (!r.ok()) return Usage(std::string(r.status().message()));
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json j = TermsJson(*r);
+    j["input"] = {{"units", units.size()}, {"workers", workers},
+                  {"stage", stage}, {"precision", p.empty() ? "fp32" : p}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("PyTorch front-end rank, stage %d, %d rank(s), %zu units: "
+              "parameters and gradients\n", stage, workers, units.size());
+  std::vector<std::vector<std::string>> rows = {{"term", "formula", "bytes"}};
+  for (const EstimateTerm& t : r->terms) {
+    rows.push_back({t.name, t.formula, HumanBytes(t.bytes)});
+  }
+  rows.push_back({"model state", "", HumanBytes(r->model_state_bytes())});
+  PrintRows(rows);
+  return 0;
+}
+
 int RunEstimate(int argc, char** argv) {
   g_args.assign(argv + 1, argv + argc);
+  if (Given("torch_units")) return RunTorchRankEstimate();
   EstimateInput in;
   if (std::optional<int> rc = BuildInput(&in)) return *rc;
   absl::StatusOr<MemoryEstimate> e = EstimateMemory(in);
