@@ -10,12 +10,10 @@
 // error raises zeroshard.ZeroshardError (a RuntimeError) with the status
 // code's name first: "INVALID_ARGUMENT: ...".
 #include <pybind11/pybind11.h>
-#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -32,7 +30,6 @@
 #include "client/kv_client.h"
 #include "client/client_options.h"
 #include "client/shard_cluster.h"
-#include "common/checkpoint_files.h"
 #include "common/checkpoint_manifest.h"
 #include "common/config.h"
 #include "common/dtype.h"
@@ -42,6 +39,8 @@
 #include "common/param_groups.h"
 #include "common/resolved_config.h"
 #include "client/run_tokens.h"
+#include "python/checkpoint_files.h"
+#include "python/ext_status.h"
 #include "python/run_outputs.h"
 #include "worker/comm/collectives.h"
 
@@ -49,32 +48,6 @@ namespace py = pybind11;
 
 namespace zeroshard {
 namespace {
-
-struct StatusError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-[[noreturn]] void Raise(const absl::Status& s) {
-  throw StatusError(
-      absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message()));
-}
-
-void Check(const absl::Status& s) {
-  if (!s.ok()) Raise(s);
-}
-
-template <typename T>
-T Value(absl::StatusOr<T> v) {
-  if (!v.ok()) Raise(v.status());
-  return *std::move(v);
-}
-
-absl::StatusOr<DType> WireDType(const std::string& name) {
-  if (name == "fp32") return DType::kFp32;
-  if (name == "bf16") return DType::kBf16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("dtype \"", name, "\" is neither fp32 nor bf16"));
-}
 
 absl::StatusOr<TensorClass> ClassOfName(const std::string& name) {
   for (int c = 0; c < kNumTensorClasses; ++c) {
@@ -85,49 +58,6 @@ absl::StatusOr<TensorClass> ClassOfName(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat(
       "tensor class \"", name,
       "\" is none of matrices, embeddings, biases, norms"));
-}
-
-using Range = std::pair<uint64_t, uint64_t>;
-
-std::vector<FlatRange> ToRanges(const std::vector<Range>& in) {
-  std::vector<FlatRange> out;
-  out.reserve(in.size());
-  for (const auto& [b, e] : in) out.push_back(FlatRange{b, e});
-  return out;
-}
-
-// A writable or readable C-contiguous buffer of exactly `bytes` bytes.
-struct Bytes {
-  void* data = nullptr;
-  size_t size = 0;
-};
-
-Bytes BufferOf(const py::buffer& b, bool writable, uint64_t want_bytes,
-               const char* what) {
-  // PyBUF_ND | PyBUF_FORMAT | (writable) with C contiguity required.
-  py::buffer_info info = b.request(writable);
-  size_t bytes = static_cast<size_t>(info.itemsize);
-  int64_t expect_stride = info.itemsize;
-  for (int d = info.ndim - 1; d >= 0; --d) {
-    if (info.shape[d] != 1 && info.strides[d] != expect_stride) {
-      Raise(absl::InvalidArgumentError(
-          absl::StrCat(what, ": the buffer is not C-contiguous")));
-    }
-    expect_stride *= info.shape[d];
-    bytes *= static_cast<size_t>(info.shape[d]);
-  }
-  if (bytes != want_bytes) {
-    Raise(absl::InvalidArgumentError(absl::StrCat(
-        what, ": the buffer holds ", bytes, " bytes, the call needs ",
-        want_bytes)));
-  }
-  return Bytes{info.ptr, bytes};
-}
-
-uint64_t RangesBytes(const std::vector<FlatRange>& ranges, DType dtype) {
-  uint64_t n = 0;
-  for (const FlatRange& r : ranges) n += r.empty() ? 0 : r.size();
-  return n * DTypeSize(dtype);
 }
 
 // unit name, [(tensor name, shape, class name)]
@@ -373,13 +303,7 @@ class PyCluster {
   // ranges of the master weights; the rest, m, v and the steps stay.
   void SetMasterWeightRanges(const std::vector<Range>& ranges,
                              const py::buffer& values) {
-    const std::vector<FlatRange> r = ToRanges(ranges);
-    Bytes b = BufferOf(values, false, RangesBytes(r, DType::kFp32),
-                       "set_master_weight_ranges");
-    const float* p = static_cast<const float*>(b.data);
-    py::gil_scoped_release release;
-    Check(cluster_->SetMasterWeightRanges(
-        r, absl::MakeConstSpan(p, b.size / sizeof(float))));
+    WriteRanges(ranges, "", values, std::nullopt, "set_master_weight_ranges");
   }
 
   // Returns (min_version, max_version) of the pieces received.
@@ -438,14 +362,7 @@ class PyCluster {
   void SetStateRanges(const std::vector<Range>& ranges,
                       const std::string& state, const py::buffer& values,
                       std::optional<uint64_t> optimizer_step) {
-    const std::vector<FlatRange> r = ToRanges(ranges);
-    Bytes b = BufferOf(values, false, RangesBytes(r, DType::kFp32),
-                       "set_state_ranges");
-    const float* p = static_cast<const float*>(b.data);
-    py::gil_scoped_release release;
-    Check(cluster_->SetStateRanges(
-        r, absl::MakeConstSpan(p, b.size / sizeof(float)), state,
-        optimizer_step));
+    WriteRanges(ranges, state, values, optimizer_step, "set_state_ranges");
   }
 
   // A consistent copy of `range` ([begin, end); the whole flat space by
@@ -589,6 +506,20 @@ class PyCluster {
   }
 
  private:
+  // SetWeights of `state` over `ranges` (client/set_weights.h); `what`
+  // names the Python call in a buffer error.
+  void WriteRanges(const std::vector<Range>& ranges, const std::string& state,
+                   const py::buffer& values,
+                   std::optional<uint64_t> optimizer_step, const char* what) {
+    const std::vector<FlatRange> r = ToRanges(ranges);
+    Bytes b = BufferOf(values, false, RangesBytes(r, DType::kFp32), what);
+    const float* p = static_cast<const float*>(b.data);
+    py::gil_scoped_release release;
+    Check(cluster_->SetStateRanges(
+        r, absl::MakeConstSpan(p, b.size / sizeof(float)), state,
+        optimizer_step));
+  }
+
   std::unique_ptr<ShardCluster> cluster_;
 };
 
@@ -627,51 +558,7 @@ PYBIND11_MODULE(_zeroshard, m) {
                               t);
       },
       "The learning rate of optimizer step t (1-based) under the schedule.");
-  m.def(
-      "read_checkpoint_masters",
-      [](const std::string& dir, std::optional<uint64_t> step) {
-        // The newest complete checkpoint of `dir` (or `step`'s): its shard
-        // files verified whole against the manifest (size and XXH3-64),
-        // then each one's FP32 master array (after the magic, the header's
-        // size and the header: docs/formats/shard_checkpoint.md).
-        std::vector<uint64_t> steps = Value(ListCheckpoints(dir));
-        if (steps.empty()) {
-          Raise(absl::NotFoundError(
-              absl::StrCat(dir, ": no complete checkpoint")));
-        }
-        const uint64_t s = step.has_value() ? *step : steps.back();
-        const CheckpointManifest man = Value(ReadCheckpointManifest(dir, s));
-        Check(VerifyCheckpointFiles(dir, man, /*full=*/true));
-        py::array_t<float> out(static_cast<py::ssize_t>(man.total_elems));
-        float* dst = out.mutable_data();
-        const std::string folder =
-            absl::StrCat(dir, "/", CheckpointFolderName(s));
-        for (const CheckpointShardEntry& e : man.shards) {
-          const std::string path = absl::StrCat(folder, "/", e.file);
-          std::ifstream f(path, std::ios::binary);
-          char head[12];
-          uint32_t header_bytes = 0;
-          if (!f.read(head, sizeof(head))) {
-            Raise(absl::DataLossError(absl::StrCat(path, ": cut short")));
-          }
-          std::memcpy(&header_bytes, head + 8, sizeof(header_bytes));
-          const uint64_t n = e.owned.size();
-          if (12 + uint64_t{header_bytes} + 4 * n + 8 > e.bytes) {
-            Raise(absl::DataLossError(absl::StrCat(
-                path, ": a header of ", header_bytes, " bytes and ", n,
-                " weights do not fit in its ", e.bytes, " bytes")));
-          }
-          f.seekg(12 + header_bytes);
-          if (!f.read(reinterpret_cast<char*>(dst + e.owned.begin),
-                      static_cast<std::streamsize>(4 * n))) {
-            Raise(absl::DataLossError(absl::StrCat(path, ": cut short")));
-          }
-        }
-        return py::make_tuple(s, out);
-      },
-      py::arg("dir"), py::arg("step") = py::none(),
-      "(step, FP32 masters of the flat space) of a checkpoint folder's "
-      "newest complete checkpoint (or `step`'s), every file verified first.");
+  BindCheckpointFiles(m);
   m.def(
       "has_nccl",
       []() {
