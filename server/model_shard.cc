@@ -523,7 +523,16 @@ absl::StatusOr<size_t> ModelShard::StateSlotIndex(
   const absl::Span<const StateSlot> slots = store_->rule().slots();
   std::string known;
   for (size_t k = 0; k < slots.size(); ++k) {
-    if (slots[k].name == name) return k;
+    if (slots[k].name == name) {
+      // Refused with the stream's first piece, before anything is written
+      // (ShardStore::WriteSlot takes FP32 slots only).
+      if (slots[k].format != SlotFormat::kFp32) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "SetWeights: state \"", name, "\" of ", store_->rule().name(),
+            " is kept in 8 bits; a restore writes it whole"));
+      }
+      return k;
+    }
     absl::StrAppend(&known, k == 0 ? "" : ", ", "\"", slots[k].name, "\"");
   }
   return absl::InvalidArgumentError(absl::StrCat(

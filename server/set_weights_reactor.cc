@@ -111,6 +111,11 @@ absl::Status SetWeightsReactor::Buffer() {
 absl::StatusOr<uint64_t> SetWeightsReactor::Apply() {
   const ModelShard& state = **state_;
   uint64_t written = 0;
+  // The step count first: the one check left that can refuse (a step
+  // partly applied), so a refusal writes nothing.
+  if (optimizer_step_.has_value()) {
+    RETURN_IF_ERROR(state.SetAdamSteps(*optimizer_step_));
+  }
   std::vector<float> fp32;
   for (const Piece& p : pieces_) {
     if (!slot_.has_value()) {
@@ -129,9 +134,6 @@ absl::StatusOr<uint64_t> SetWeightsReactor::Apply() {
       RETURN_IF_ERROR(state.WriteStateSlot(p.range, *slot_, fp32.data()));
     }
     written += p.range.size();
-  }
-  if (optimizer_step_.has_value()) {
-    RETURN_IF_ERROR(state.SetAdamSteps(*optimizer_step_));
   }
   return written;
 }

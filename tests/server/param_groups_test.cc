@@ -757,5 +757,53 @@ TEST(StepSettingsTest, RefusedUnlessOnePerGroupAndNotWithTensorRules) {
   EXPECT_TRUE(ValidateStepSetting({0.0, 0, 0.0, 0.0, 1e-8}, 0).ok());
 }
 
+// SetWeights' state writes below the RPC layer: a slot by name (an unknown
+// one and an 8-bit one refused before anything is written), the step count
+// refused while a step is partly applied, leaving every array and count as
+// they were, and accepted once the step is whole.
+TEST(StateWriteTest, SlotsAndStepCountsAreRefusedBeforeAnyChange) {
+  v1::OptimizerConfig o;
+  o.set_lr(1e-3);
+  o.set_beta1(0.9);
+  o.set_beta2(0.999);
+  o.set_eps(1e-8);
+  std::vector<float> w(1 << 16, 0.5f), g(1 << 16, 0.25f);
+  std::unique_ptr<ModelShard> a = SettingsShard(o, w);
+  ASSERT_NE(a, nullptr);
+  absl::StatusOr<size_t> slot = a->StateSlotIndex("exp_avg_sq");
+  ASSERT_TRUE(slot.ok()) << slot.status();
+  EXPECT_EQ(*slot, 1u);
+  absl::StatusOr<size_t> bad = a->StateSlotIndex("momentum_buffer");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("\"exp_avg\", \"exp_avg_sq\""),
+            std::string::npos) << bad.status();
+  // Part of step 0 applied (the first half of the first chunk).
+  const FlatRange half{0, 32};
+  ASSERT_TRUE(a->ApplyPush(0, {1.0, false}, {{half, DType::kFp32, g.data()}})
+                  .ok());
+  const testing::ShardState before = testing::ReadState(*a);
+  const absl::Status partly = a->SetAdamSteps(7);
+  EXPECT_EQ(partly.code(), absl::StatusCode::kFailedPrecondition) << partly;
+  EXPECT_TRUE(testing::ReadState(*a) == before);
+  // The rest of the step, then the count is taken.
+  ASSERT_TRUE(a->ApplyPush(0, {1.0, false},
+                           {{FlatRange{32, a->owned().end}, DType::kFp32,
+                             g.data() + 32}}).ok());
+  ASSERT_TRUE(a->SetAdamSteps(7).ok());
+  EXPECT_EQ(a->versions().min_adam_step, 7u);
+
+  // An 8-bit rule's slots are written whole by a restore only.
+  v1::InitRequest init = testing::MakeInit(testing::SmallManifest(1), 1, 0,
+                                           /*seed=*/1, /*chunk=*/4096);
+  init.mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAMW_8BIT);
+  absl::StatusOr<std::unique_ptr<ModelShard>> q8 =
+      ModelShard::Create(init, {0, 1}, Placement::kHost);
+  ASSERT_TRUE(q8.ok()) << q8.status();
+  absl::StatusOr<size_t> q8_slot = (*q8)->StateSlotIndex("exp_avg");
+  EXPECT_EQ(q8_slot.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(q8_slot.status().message().find("8 bits"), std::string::npos)
+      << q8_slot.status();
+}
+
 }  // namespace
 }  // namespace zeroshard
