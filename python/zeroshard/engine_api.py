@@ -75,11 +75,9 @@ class DeepSpeedEngineApi:
                     "passed to initialize, so its learning rates would not "
                     "reach the servers")
             self.lr_scheduler = sched
-            self._config_scheduler = False
         elif not self._live_groups:
             # The servers run the config's schedule: this reports it.
             self.lr_scheduler = ServerSchedule(self, self.optimizer)
-            self._config_scheduler = True
         elif self._ds_scheduler is not None:
             # DeepSpeed's class for the config's section, stepped by the
             # engine as a client's is.
@@ -87,11 +85,8 @@ class DeepSpeedEngineApi:
             kind, params = self._ds_scheduler
             self.lr_scheduler = lr_schedules.from_config(
                 kind, params, self.optimizer, self._cfg["optimizer"])
-            self._config_scheduler = False
         else:
             self.lr_scheduler = None
-            self._config_scheduler = False
-        client = self._client_optimizer
         if client is not None and client.state:
             # State the script loaded into its torch optimizer before
             # initialize (nanoGPT's resume): the servers take it.
@@ -175,7 +170,9 @@ class DeepSpeedEngineApi:
             if o is not None and hasattr(o, "_step_count"):
                 o._step_count += 1
         if applied and self.lr_scheduler is not None:
-            if self._config_scheduler:
+            # The servers' own schedule is only reported; any other is the
+            # script's or DeepSpeed's class, stepped as DeepSpeed steps it.
+            if isinstance(self.lr_scheduler, ServerSchedule):
                 self.lr_scheduler._advance()
             else:
                 self.lr_scheduler.step()
@@ -429,8 +426,8 @@ class DeepSpeedEngineApi:
                 g.update(h)
         if self.lr_scheduler is None:
             return
-        if self._config_scheduler:
-            self.lr_scheduler._set()
+        if isinstance(self.lr_scheduler, ServerSchedule):
+            self.lr_scheduler._advance()
         elif state.get("lr_scheduler") is not None:
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 

@@ -122,9 +122,6 @@ class ServerSchedule:
     def _advance(self):
         self.optimizer.param_groups[0]["lr"] = self._engine._server_lr()
 
-    def _set(self):
-        self._advance()
-
     def step(self, *args, **kwargs):
         del args, kwargs
 

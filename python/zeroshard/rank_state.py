@@ -59,22 +59,31 @@ class ResumableSampler(torch.utils.data.Sampler):
         self.read = min(int(state["samples_read"]) // self._world, len(self))
 
 
-def buffers_bytes(module):
+def _tensors_bytes(named):
     buf = io.BytesIO()
-    torch.save({n: b for n, b in module.named_buffers()}, buf)
+    torch.save(dict(named), buf)
     return buf.getvalue()
 
 
-def load_buffers(module, data):
+def _load_tensors(own, data, what):
+    """Copies the saved tensors into `own` (name -> tensor), whose names
+    must be the saved ones."""
     saved = torch.load(io.BytesIO(data))
-    own = dict(module.named_buffers())
     if set(saved) != set(own):
-        missing = sorted(set(saved) ^ set(own))
+        differ = sorted(set(saved) ^ set(own))
         raise RuntimeError(
-            f"the module's buffers differ from the saved ones: {missing[:4]}")
+            f"the module's {what} differ from the saved ones: {differ[:4]}")
     with torch.no_grad():
-        for n, b in own.items():
-            b.copy_(saved[n])
+        for n, t in own.items():
+            t.copy_(saved[n])
+
+
+def buffers_bytes(module):
+    return _tensors_bytes(module.named_buffers())
+
+
+def load_buffers(module, data):
+    _load_tensors(dict(module.named_buffers()), data, "buffers")
 
 
 def broadcast_buffers(group, module):
@@ -96,23 +105,16 @@ def set_rng_state(state):
     random.setstate(state["python"])
 
 
+def _frozen(module):
+    return {n: p for n, p in module.named_parameters() if not p.requires_grad}
+
+
 def frozen_bytes(module):
     """The module's parameters that do not train (requires_grad=False):
     the servers do not hold them, so the rank's state does."""
-    buf = io.BytesIO()
-    torch.save({n: p.detach().cpu() for n, p in module.named_parameters()
-                if not p.requires_grad}, buf)
-    return buf.getvalue()
+    return _tensors_bytes((n, p.detach().cpu())
+                          for n, p in _frozen(module).items())
 
 
 def load_frozen(module, data):
-    saved = torch.load(io.BytesIO(data))
-    own = {n: p for n, p in module.named_parameters() if not p.requires_grad}
-    if set(saved) != set(own):
-        differ = sorted(set(saved) ^ set(own))
-        raise RuntimeError(
-            f"the module's frozen parameters differ from the saved ones: "
-            f"{differ[:4]}")
-    with torch.no_grad():
-        for n, p in own.items():
-            p.copy_(saved[n])
+    _load_tensors(_frozen(module), data, "frozen parameters")

@@ -71,7 +71,8 @@ class gather_on_access:
         return False
 
 
-def _released(t):
+def _tracked(t):
+    """A parameter these hooks place (its unit may be gathered or not)."""
     return isinstance(t, _Zero3Param) and t.__dict__.get("_zs_unit") is not None
 
 
@@ -86,9 +87,9 @@ class _Zero3Param(torch.nn.Parameter):
         for a in list(args) + list(kwargs.values()):
             if isinstance(a, (list, tuple)):
                 for b in a:
-                    if _released(b):
+                    if _tracked(b):
                         b._zs_hooks.on_access(b._zs_unit)
-            elif _released(a):
+            elif _tracked(a):
                 a._zs_hooks.on_access(a._zs_unit)
         with torch._C.DisableTorchFunction():
             return func(*args, **kwargs)

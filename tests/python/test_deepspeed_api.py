@@ -386,12 +386,9 @@ def test_the_configs_scheduler_is_deepspeeds_step_for_step(kind, params):
 # --- zeroshard-launch --deepspeed ------------------------------------------
 
 def launch(tmp_path, *args):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [HERE] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return subprocess.run([sys.executable, "-m", "zeroshard.launch", *args],
-                          env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=180)
+    """zeroshard-launch ARGS in tmp_path (test_launch's, with more time)."""
+    from test_launch import launch as run
+    return run(tmp_path, *args, timeout=180)
 
 
 def test_launch_deepspeed_runs_a_deepspeed_script_unedited(tmp_path):
@@ -602,6 +599,13 @@ def test_a_resumed_run_with_dropout_and_the_engines_loader_is_bit_identical(
                                    torch.nn.Dropout(0.3),
                                    torch.nn.Linear(32, 5))
 
+    def start(seed):
+        m = model()
+        torch.manual_seed(seed)   # whatever the process's RNG holds
+        engine, _, loader, _ = zeroshard.initialize(model=m, config=cfg,
+                                                    training_data=ds)
+        return m, engine, loader
+
     def run(engine, loader, steps):
         it = iter(loader)
         for _ in range(steps):
@@ -609,29 +613,20 @@ def test_a_resumed_run_with_dropout_and_the_engines_loader_is_bit_identical(
             engine.backward(torch.nn.functional.cross_entropy(engine(x), y))
             engine.step()
 
-    m = model()
-    torch.manual_seed(11)
-    engine, _, loader, _ = zeroshard.initialize(model=m, config=cfg,
-                                                training_data=ds)
+    m, engine, loader = start(11)
     try:
         run(engine, loader, 6)
         want = [p.detach().clone() for p in m.parameters()]
     finally:
         engine.close()
 
-    m = model()
-    torch.manual_seed(11)
-    engine, _, loader, _ = zeroshard.initialize(model=m, config=cfg,
-                                                training_data=ds)
+    m, engine, loader = start(11)
     try:
         run(engine, loader, 3)
         engine.save_checkpoint(str(tmp_path / "ck"))
     finally:
         engine.close()
-    m = model()
-    torch.manual_seed(99)   # whatever the new process's RNG holds
-    engine, _, loader, _ = zeroshard.initialize(model=m, config=cfg,
-                                                training_data=ds)
+    m, engine, loader = start(99)
     try:
         engine.load_checkpoint(str(tmp_path / "ck"))
         run(engine, loader, 3)

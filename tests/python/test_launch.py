@@ -88,13 +88,15 @@ def test_two_ranks_in_half_precision_hold_the_servers_weights(tmp_path, prec):
             assert torch.equal(a.reshape(-1), m.reshape(-1).to(dtype)), k
 
 
-def assert_data_parallel(got, steps, world, gas, clip):
-    """`got` equals one process trained over all ranks' micro-batches."""
-    data = batches(steps * world * gas, 4)
-    model = make_model()
+def assert_data_parallel(got, steps, world, gas, clip, model=None,
+                         data=None, loss_fn=None):
+    """`got` equals one process trained over all ranks' micro-batches (by
+    default test_engine's model, batches and cross-entropy)."""
+    data = data if data is not None else batches(steps * world * gas, 4)
+    model = model if model is not None else make_model()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95),
                             eps=1e-8, weight_decay=0.01)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = loss_fn or torch.nn.CrossEntropyLoss()
     for s in range(steps):
         for k in range(world * gas):
             x, y = data[s * world * gas + k]

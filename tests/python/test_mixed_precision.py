@@ -56,6 +56,18 @@ def reference(data, steps, clip):
     return master, low
 
 
+def config(stage, servers, **extra):
+    """AdamW as the references step it, at `stage` on `servers` servers."""
+    c = {"train_micro_batch_size_per_gpu": 4,
+         "zero_optimization": {"stage": stage},
+         "optimizer": {"type": "AdamW", "params": {
+             "lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
+             "weight_decay": 0.01}},
+         "zeroshard": {"servers": servers}}
+    c.update(extra)
+    return c
+
+
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_a_batchnorm_cnn_with_a_frozen_block_trains_under_bf16(stage):
     steps, clip = 3, 0.5
@@ -63,14 +75,9 @@ def test_a_batchnorm_cnn_with_a_frozen_block_trains_under_bf16(stage):
     master, low = reference(data, steps, clip)
     model = bn_cnn()
     engine, _, _, _ = zeroshard.initialize(
-        model=model, model_parameters=model.parameters(), config={
-            "train_micro_batch_size_per_gpu": 4, "gradient_clipping": clip,
-            "bf16": {"enabled": True},
-            "zero_optimization": {"stage": stage},
-            "optimizer": {"type": "AdamW", "params": {
-                "lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
-                "weight_decay": 0.01}},
-            "zeroshard": {"servers": 2}})
+        model=model, model_parameters=model.parameters(),
+        config=config(stage, 2, gradient_clipping=clip,
+                      bf16={"enabled": True}))
     try:
         for x, y in data:
             engine.backward(torch.nn.functional.cross_entropy(
@@ -107,14 +114,8 @@ def test_torch_autocast_from_the_config_equals_torchs():
     model = bn_cnn()
     for p in model.parameters():
         p.requires_grad_(True)
-    engine, _, _, _ = zeroshard.initialize(model=model, config={
-        "train_micro_batch_size_per_gpu": 4,
-        "torch_autocast": {"enabled": True, "dtype": "bfloat16"},
-        "zero_optimization": {"stage": 2},
-        "optimizer": {"type": "AdamW", "params": {
-            "lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
-            "weight_decay": 0.01}},
-        "zeroshard": {"servers": 1}})
+    engine, _, _, _ = zeroshard.initialize(model=model, config=config(
+        2, 1, torch_autocast={"enabled": True, "dtype": "bfloat16"}))
     try:
         for x, y in data:
             engine.backward(torch.nn.functional.cross_entropy(

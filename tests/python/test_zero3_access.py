@@ -185,43 +185,28 @@ def test_the_module_is_whole_after_close_and_can_be_given_again(capfd):
 @pytest.mark.parametrize("which,stage", [("mha", 2), ("mha", 3),
                                          ("gpt", 2), ("gpt", 3)])
 def test_two_ranks_train_as_one_process(tmp_path, which, stage):
-    # Against one torch process over both ranks' micro-batches: the ranks
-    # sum their gradients in another order, so within 2e-6, not bitwise.
+    # Against one torch process over both ranks' micro-batches
+    # (test_launch's reference: within 2e-6, the ranks sum in another order).
     import os
-    import subprocess
-    import sys
     import models
-    here = os.path.dirname(os.path.abspath(__file__))
+    from test_launch import HERE, launch
     steps, world, gas, clip = 2, 2, 1, 1.0
     out = str(tmp_path / "params")
-    env = dict(os.environ, ZS_TEST_MODEL=which)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    r = subprocess.run(
-        [sys.executable, "-m", "zeroshard.launch", "--workers=2",
-         "--servers=2", os.path.join(here, "ranks_script.py"), out,
-         str(steps), str(gas), str(clip), str(stage)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    r = launch(tmp_path, "--workers=2", "--servers=2",
+               os.path.join(HERE, "ranks_script.py"), out, str(steps),
+               str(gas), str(clip), str(stage), timeout=240,
+               env={"ZS_TEST_MODEL": which})
     assert r.returncode == 0, r.stderr[-3000:]
     got = torch.load(f"{out}.rank0.pt")
+    from test_launch import assert_data_parallel
     if which == "mha":
-        model, batches = make("mha"), data(steps * world * gas)
-        loss = nn.functional.cross_entropy
+        assert_data_parallel(got, steps, world, gas, clip, model=make("mha"),
+                             data=data(steps * world * gas),
+                             loss_fn=nn.functional.cross_entropy)
     else:
-        model, batches = models.gpt(), models.gpt_batches(steps * world * gas)
-        loss = models.gpt_loss
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95),
-                            eps=1e-8, weight_decay=0.01)
-    for s in range(steps):
-        for k in range(world * gas):
-            x, y = batches[s * world * gas + k]
-            (loss(model(x), y) / (world * gas)).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        opt.zero_grad()
-    for a, ref in zip(got, model.parameters()):
-        assert torch.allclose(a, ref.detach(), rtol=0, atol=2e-6), (
-            (a - ref).abs().max().item())
+        assert_data_parallel(got, steps, world, gas, clip, model=models.gpt(),
+                             data=models.gpt_batches(steps * world * gas),
+                             loss_fn=models.gpt_loss)
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS) + ["gpt"])
