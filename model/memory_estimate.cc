@@ -207,7 +207,7 @@ ProcessEstimate ServerEstimate(const EstimateInput& in, double owned,
   // Gather replies queued and PushGrad pieces being read, per worker's
   // connection (HTTP/2 windows grow to a few MiB): an allowance fitted to
   // the measured runs, not counted from the code.
-  v.terms.push_back({"gRPC transport buffers", "≈ 4 MiB · N",
+  v.terms.push_back({"gRPC transport buffers", "≈ 6 MiB · N",
                      kServerGrpcBytesPerWorker * in.workers});
   v.terms.push_back({"process base", "measured", in.server_base_bytes});
   return v;
