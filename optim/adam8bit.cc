@@ -2,6 +2,7 @@
 // (optim/adam8bit.h).
 #include "optim/adam8bit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
+#include "optim/grad_scan.h"
 
 namespace zeroshard {
 
@@ -65,6 +67,38 @@ absl::Status Adam8bitUpdateReference(const AdamStep& step, GradView grad,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether this step can leave no m or v non-finite, so that its blocks
+// need not be saved: every part's gradient finite and, scaled by its
+// coefficient, at most kMaxScaledGrad = 2^60 (as the servers admit
+// pushes), no part adding Adam's L2 term (p · weight_decay, which the
+// gradient does not bound), and every scale of the old state at most
+// 2^120. Then |g| <= 2^60 after scaling, |m'| <= 2^60 + 2^120 and
+// v' <= 2^120 + 2^120: finite (FLT_MAX is about 2^128).
+bool CannotOverflow(absl::Span<const Adam8bitPart> parts,
+                    const Adam8bitSlice& s, size_t blocks) {
+  constexpr float kMaxScale = 1.329227995784915872903807060280344576e36f;  // 2^120
+  for (const Adam8bitPart& p : parts) {
+    if (AdamElementArgsOf(p.step).l2) return false;
+    const GradScan g = ScanGrad(p.grad, p.n);
+    if (!g.finite() ||
+        static_cast<double>(g.max_abs()) * std::fabs(p.step.coefficient) >
+            kMaxScaledGrad) {
+      return false;
+    }
+  }
+  for (size_t b = 0; b < blocks; ++b) {
+    if (!(s.exp_avg_absmax[b] <= kMaxScale) ||
+        !(s.exp_avg_sq_absmax[b] <= kMaxScale)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
                                  const Adam8bitSlice& s) {
   if (s.n == 0 && parts.empty()) return absl::OkStatus();
@@ -91,53 +125,101 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
         "8-bit Adam: the parts cover ", at, " of the slice's ", s.n,
         " elements"));
   }
-  // The mirror is written by the update kernel into a copy (BF16 of the new
-  // master, as FloatToBf16Array rounds), committed with the rest.
-  thread_local std::vector<float> master, m, v;
-  thread_local std::vector<uint16_t> mirror;
-  master.assign(s.master, s.master + s.n);
-  m.resize(s.n);
-  v.resize(s.n);
-  if (s.mirror != nullptr) mirror.resize(s.n);
-  DequantizeBlockwise(s.exp_avg, s.exp_avg_absmax, s.n, s.block,
-                      Quant8Map::kSigned, m.data());
-  DequantizeBlockwise(s.exp_avg_sq, s.exp_avg_sq_absmax, s.n, s.block,
-                      Quant8Map::kUnsigned, v.data());
-  for (const Adam8bitPart& p : parts) {
-    AdamUpdate(p.step, p.grad,
-               {.master = master.data() + p.offset,
-                .exp_avg = m.data() + p.offset,
-                .exp_avg_sq = v.data() + p.offset,
-                .mirror = s.mirror != nullptr ? mirror.data() + p.offset : nullptr,
-                .n = p.n});
+  // Block by block, in cache: the block's m and v dequantized into
+  // block-sized buffers, AdamUpdate on each part's elements of it (master
+  // and mirror in place), then m and v quantized back. Unless no m or v
+  // can leave the finite range (CannotOverflow), what a block overwrites
+  // is saved first, so that a block whose m or v would not be finite
+  // restores the blocks before it and refuses with nothing changed.
+  const size_t blocks = Quant8Blocks(s.n, s.block);
+  const bool save = !CannotOverflow(parts, s, blocks);
+  thread_local std::vector<float> m, v, undo_master, undo_absmax;
+  thread_local std::vector<uint16_t> undo_mirror;
+  thread_local std::vector<uint8_t> undo_codes;
+  m.resize(s.block);
+  v.resize(s.block);
+  if (save) {
+    undo_master.resize(s.n);
+    undo_codes.resize(2 * s.n);
+    undo_absmax.resize(2 * blocks);
+    if (s.mirror != nullptr) undo_mirror.resize(s.n);
   }
-  // Any non-finite m or v (all exponent bits set), by integer ops that
-  // vectorize; only then are the elements searched.
-  uint32_t inf = 0;
-  for (size_t i = 0; i < s.n; ++i) {
-    uint32_t a, b;
-    std::memcpy(&a, &m[i], 4);
-    std::memcpy(&b, &v[i], 4);
-    inf |= static_cast<uint32_t>((a & 0x7f800000u) == 0x7f800000u) |
-           static_cast<uint32_t>((b & 0x7f800000u) == 0x7f800000u);
-  }
-  if (inf != 0) {
-    for (size_t i = 0; i < s.n; ++i) {
-      if (!std::isfinite(m[i]) || !std::isfinite(v[i])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "8-bit Adam: element ", i, " of the slice would hold a "
-            "non-finite state (exp_avg ", m[i], ", exp_avg_sq ", v[i],
-            "); a step with a non-finite gradient must be skipped"));
+  // Puts back blocks [0, b) whole and block b's master and mirror.
+  auto restore = [&](size_t b) {
+    const size_t end = std::min(s.n, (b + 1) * s.block);
+    std::memcpy(s.master, undo_master.data(), end * sizeof(float));
+    if (s.mirror != nullptr) {
+      std::memcpy(s.mirror, undo_mirror.data(), end * sizeof(uint16_t));
+    }
+    std::memcpy(s.exp_avg, undo_codes.data(), b * s.block);
+    std::memcpy(s.exp_avg_sq, undo_codes.data() + s.n, b * s.block);
+    std::memcpy(s.exp_avg_absmax, undo_absmax.data(), b * sizeof(float));
+    std::memcpy(s.exp_avg_sq_absmax, undo_absmax.data() + blocks,
+                b * sizeof(float));
+  };
+  size_t part = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t begin = b * s.block, len = std::min(s.block, s.n - begin);
+    if (save) {
+      std::memcpy(undo_master.data() + begin, s.master + begin,
+                  len * sizeof(float));
+      if (s.mirror != nullptr) {
+        std::memcpy(undo_mirror.data() + begin, s.mirror + begin,
+                    len * sizeof(uint16_t));
+      }
+      std::memcpy(undo_codes.data() + begin, s.exp_avg + begin, len);
+      std::memcpy(undo_codes.data() + s.n + begin, s.exp_avg_sq + begin, len);
+      undo_absmax[b] = s.exp_avg_absmax[b];
+      undo_absmax[blocks + b] = s.exp_avg_sq_absmax[b];
+    }
+    DequantizeBlockwise(s.exp_avg + begin, s.exp_avg_absmax + b, len, s.block,
+                        Quant8Map::kSigned, m.data());
+    DequantizeBlockwise(s.exp_avg_sq + begin, s.exp_avg_sq_absmax + b, len,
+                        s.block, Quant8Map::kUnsigned, v.data());
+    // The parts that meet [begin, begin + len), in order.
+    while (part < parts.size() && parts[part].offset + parts[part].n <= begin) {
+      ++part;
+    }
+    for (size_t k = part; k < parts.size() && parts[k].offset < begin + len; ++k) {
+      const Adam8bitPart& p = parts[k];
+      const size_t lo = std::max(begin, p.offset);
+      const size_t hi = std::min(begin + len, p.offset + p.n);
+      const size_t esize = p.grad.bf16 ? sizeof(uint16_t) : sizeof(float);
+      const GradView g{static_cast<const char*>(p.grad.data) +
+                           (lo - p.offset) * esize,
+                       p.grad.bf16};
+      AdamUpdate(p.step, g,
+                 {.master = s.master + lo,
+                  .exp_avg = m.data() + (lo - begin),
+                  .exp_avg_sq = v.data() + (lo - begin),
+                  .mirror = s.mirror != nullptr ? s.mirror + lo : nullptr,
+                  .n = hi - lo});
+    }
+    // Any non-finite m or v (all exponent bits set), by integer ops that
+    // vectorize; only then are the elements searched.
+    uint32_t inf = 0;
+    for (size_t i = 0; i < len; ++i) {
+      uint32_t a, c;
+      std::memcpy(&a, &m[i], 4);
+      std::memcpy(&c, &v[i], 4);
+      inf |= static_cast<uint32_t>((a & 0x7f800000u) == 0x7f800000u) |
+             static_cast<uint32_t>((c & 0x7f800000u) == 0x7f800000u);
+    }
+    if (inf != 0) {
+      for (size_t i = 0; i < len; ++i) {
+        if (!std::isfinite(m[i]) || !std::isfinite(v[i])) {
+          if (save) restore(b);
+          return absl::InvalidArgumentError(absl::StrCat(
+              "8-bit Adam: element ", begin + i, " of the slice would hold a "
+              "non-finite state (exp_avg ", m[i], ", exp_avg_sq ", v[i],
+              "); a step with a non-finite gradient must be skipped"));
+        }
       }
     }
-  }
-  QuantizeBlockwise(m.data(), s.n, s.block, Quant8Map::kSigned, s.exp_avg,
-                    s.exp_avg_absmax);
-  QuantizeBlockwise(v.data(), s.n, s.block, Quant8Map::kUnsigned,
-                    s.exp_avg_sq, s.exp_avg_sq_absmax);
-  std::memcpy(s.master, master.data(), s.n * sizeof(float));
-  if (s.mirror != nullptr) {
-    std::memcpy(s.mirror, mirror.data(), s.n * sizeof(uint16_t));
+    QuantizeBlockwise(m.data(), len, s.block, Quant8Map::kSigned,
+                      s.exp_avg + begin, s.exp_avg_absmax + b);
+    QuantizeBlockwise(v.data(), len, s.block, Quant8Map::kUnsigned,
+                      s.exp_avg_sq + begin, s.exp_avg_sq_absmax + b);
   }
   return absl::OkStatus();
 }

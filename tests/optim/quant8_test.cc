@@ -243,6 +243,45 @@ TEST(Quant8Test, TheFastKernelsEqualTheReferences) {
   }
 }
 
+// The kernels find a code from y's top 16 bits (a table of buckets) and
+// one comparison: every bucket's first and last float of either sign, and
+// their neighbours, from 2^-24 up to 1, in a block whose maximum is 1 (so
+// y = x), get the reference's codes.
+TEST(Quant8Test, EveryBucketEdgeEqualsTheReference) {
+  std::vector<float> x = {1.0f};
+  for (uint32_t high = (127 - 24) << 7; high <= (127 << 7); ++high) {
+    for (uint32_t low : {0u, 1u, 0xfffeu, 0xffffu}) {
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        const uint32_t bits = sign | (high << 16) | low;
+        float f;
+        std::memcpy(&f, &bits, 4);
+        if (std::fabs(f) <= 1.0f) x.push_back(f);
+      }
+    }
+  }
+  ASSERT_GT(x.size(), 20000u);
+  for (const Quant8Map map : {Quant8Map::kSigned, Quant8Map::kUnsigned}) {
+    // Blocks of 2048 each with 1 first: y = x exactly.
+    std::vector<float> blocked;
+    for (size_t i = 1; i < x.size(); ++i) {
+      if (blocked.size() % kQuant8Block == 0) blocked.push_back(1.0f);
+      blocked.push_back(x[i]);
+    }
+    const size_t n = blocked.size(), blocks = Quant8Blocks(n, kQuant8Block);
+    std::vector<uint8_t> want(n), got(n);
+    std::vector<float> want_max(blocks), got_max(blocks);
+    ASSERT_TRUE(Quantize(blocked, kQuant8Block, map, want, want_max).ok());
+    for (const bool scalar : {false, true}) {
+      (scalar ? QuantizeBlockwiseScalar : QuantizeBlockwise)(
+          blocked.data(), n, kQuant8Block, map, got.data(), got_max.data());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(want[i], got[i]) << (scalar ? "scalar" : "dispatched")
+                                   << ": y = " << blocked[i];
+      }
+    }
+  }
+}
+
 TEST(Quant8Test, ZeroBlocksAndSignedZeros) {
   const std::vector<float> x = {0.0f, -0.0f, 0.0f, 4.0f, -0.0f, 0.0f};
   std::vector<uint8_t> codes(6, 77);
