@@ -79,13 +79,17 @@ absl::Status DequantizeBlockwiseReference(absl::Span<const uint8_t> codes,
                                           absl::Span<float> out);
 
 // The kernels the servers run, equal to the references bit for bit (tests
-// compare them on random inputs), without the checks: x finite, the sizes
-// as the references require. QuantizeBlockwise compares y with each
-// threshold rounded down to FP32, which gives the same count (a threshold,
-// the midpoint of two floats, is a float or lies strictly between two):
-// with AVX-512 where the CPU has it (two register-resident passes of
-// compares, 16 lanes), else a branch-free eight-step search
-// (QuantizeBlockwiseScalar, which tests compare too).
+// compare them on random inputs and on every edge of the table below),
+// without the checks: x finite, the sizes as the references require.
+// QuantizeBlockwise compares y with each threshold rounded down to FP32,
+// which gives the same count (a threshold, the midpoint of two floats, is a
+// float or lies strictly between two), and finds that count from y's top
+// 16 bits (sign, exponent, 7 mantissa bits): a table gives, per such
+// bucket, the thresholds below it and the one threshold inside it (no
+// bucket holds two), so a code costs a lookup and one compare; with
+// AVX-512 16 lanes at a time (one gather), else one element at a time
+// (QuantizeBlockwiseScalar, which tests compare too). DequantizeBlockwise
+// with AVX-512 takes the 256 values from registers (permutes and blends).
 void QuantizeBlockwise(const float* x, size_t n, size_t block, Quant8Map map,
                        uint8_t* codes, float* absmax);
 void QuantizeBlockwiseScalar(const float* x, size_t n, size_t block,
