@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -364,6 +365,85 @@ TEST(SharedRegionRpcTest, BadRegionRequestsAreRefusedAndChangeNothing) {
   // A push naming the closed region.
   s = PushRegionPiece(*t.stub, opened.region(), 0, 4096, 64);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// A push prepared from a region is the values the region held when the
+// prepare was answered: the client may reuse its push area at once (for
+// its next push), so the server copies a prepared piece. Here the client
+// overwrites the area with NaN between the prepare's reply and ApplyStep;
+// the step applied equals the same push prepared over gRPC, bit for bit.
+TEST(SharedRegionRpcTest, APreparedPushIsTheBytesTheRegionHeldAtItsReply) {
+  const v1::ModelManifest manifest = SmallManifest(1);
+  TestServer a = StartServer(0, 1), b = StartServer(0, 1);
+  ASSERT_NE(a.stub, nullptr);
+  ASSERT_NE(b.stub, nullptr);
+  ASSERT_TRUE(InitServer(*a.stub, MakeInit(manifest, 1, 0, 7, 1024)).ok());
+  ASSERT_TRUE(InitServer(*b.stub, MakeInit(manifest, 1, 0, 7, 1024)).ok());
+  const v1::InspectResponse info = Inspect(*a.stub);
+  const FlatRange all{info.owned_begin(), info.owned_end()};
+  const uint64_t owned = all.size();
+  v1::OpenRegionResponse opened;
+  ASSERT_TRUE(OpenRegion(*a.stub, SharedMemory::kDataOffset + 4 * owned,
+                         testing::kTestRunId, &opened)
+                  .ok());
+  absl::StatusOr<std::unique_ptr<SharedMemory>> mapped = SharedMemory::Attach(
+      opened.pid(), opened.fd(), opened.bytes(), opened.nonce());
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  uint8_t* area = (*mapped)->data() + opened.data_offset();
+
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> grad(owned);
+  for (float& g : grad) g = normal(rng);
+  std::memcpy(area, grad.data(), 4 * owned);
+  {
+    grpc::ClientContext ctx;
+    testing::SetDeadline(ctx, 20000);
+    v1::PushGradResponse resp;
+    auto w = a.stub->PushGrad(&ctx, &resp);
+    v1::PushGradMessage m;
+    *m.mutable_header() = Header(0);
+    ASSERT_TRUE(w->Write(m));
+    m.Clear();
+    v1::PushGradRegionPiece* p = m.mutable_region_piece();
+    p->set_offset(all.begin);
+    p->set_dtype(v1::DTYPE_FP32);
+    p->set_region(opened.region());
+    p->set_region_offset(opened.data_offset());
+    p->set_bytes(4 * owned);
+    ASSERT_TRUE(w->Write(m));
+    m.Clear();
+    m.mutable_commit()->set_coefficient(0.5);
+    m.mutable_commit()->set_prepare(true);
+    ASSERT_TRUE(w->Write(m));
+    w->WritesDone();
+    const grpc::Status st = w->Finish();
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  // The prepare is answered: the client reuses its area.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (uint64_t i = 0; i < owned; ++i) std::memcpy(area + 4 * i, &nan, 4);
+  ASSERT_TRUE(testing::Push(*b.stub, Header(0), {Fp32Piece(all.begin, grad)},
+                            0.5, false, nullptr, /*prepare=*/true)
+                  .ok());
+  for (v1::ShardService::Stub* stub : {a.stub.get(), b.stub.get()}) {
+    v1::ApplyStepRequest req;
+    req.set_step(0);
+    req.set_run_id(testing::kTestRunId);
+    v1::ApplyStepResponse resp;
+    grpc::ClientContext ctx;
+    testing::SetDeadline(ctx, 20000);
+    const grpc::Status st = stub->ApplyStep(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  const std::vector<float> x = GatherFp32(*a.stub, all);
+  const std::vector<float> y = GatherFp32(*b.stub, all);
+  ASSERT_EQ(x.size(), owned);
+  ASSERT_EQ(x.size(), y.size());
+  EXPECT_EQ(std::memcmp(x.data(), y.data(), 4 * owned), 0)
+      << "the step applied the region's bytes at ApplyStep, not at the "
+         "prepare's reply";
+  EXPECT_EQ(Inspect(*a.stub).adam_step(), 1u);
 }
 
 }  // namespace
