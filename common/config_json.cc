@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "common/config.h"
 #include "common/config_section.h"
+#include "common/optimizer_rules.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -94,8 +95,7 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
   return absl::OkStatus();
 }
 
-// bitsandbytes' AdamW8bit / Adam8bit (type 4..7 of ParseOptimizer's list;
-// the Paged names are the same rule: the servers' state is in host memory,
+// bitsandbytes' AdamW8bit / Adam8bit (and their Paged names, the same rule: the servers' state is in host memory,
 // where paging to it buys nothing) with their params and defaults: lr 1e-3,
 // betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2 (AdamW8bit) or 0. The
 // switches bitsandbytes has for other algorithms must keep their defaults;
@@ -103,8 +103,7 @@ absl::Status ParsePrecision(Section& root, TrainingConfig* c) {
 // every element's state is 8-bit. The shared params (lr, betas, eps,
 // weight_decay) are ParseOptimizer's.
 // lr, betas, eps and weight_decay are read after it, as for AdamW.
-absl::Status ParseEightBitSwitches(Section& p, int type, OptimizerConfig* o) {
-  const bool adamw = type == 4 || type == 6;
+absl::Status ParseEightBitSwitches(Section& p, bool adamw, OptimizerConfig* o) {
   o->kind = adamw ? OptimizerKind::kAdamW8bit : OptimizerKind::kAdam8bit;
   o->lr = 1e-3;
   o->beta1 = 0.9;
@@ -131,13 +130,85 @@ absl::Status ParseEightBitSwitches(Section& p, int type, OptimizerConfig* o) {
 // Returns whether params.lr was given explicitly. Type "Adafactor" (Hugging
 // Face's name and params) sets `adafactor`: every tensor class's group gets
 // it as its rule (ApplyAdafactorToEveryClass), over AdamW's slots.
+// A rule of the registry (common/optimizer_rules.h) from its params: each
+// as its description bounds it, the fixed ones at their value, the ones
+// with no effect named. Returns whether lr was given.
+absl::StatusOr<bool> ParseRegisteredRule(Section& s, const RuleInfo& rule,
+                                         OptimizerConfig* o) {
+  ASSIGN_OR_RETURN(Section p, s.Child("params"));
+  o->kind = OptimizerKind::kRule;
+  o->rule = rule.name;
+  o->rule_params.clear();
+  bool lr_given = false;
+  for (const RuleParam& param : rule.params) {
+    double value = param.default_value;
+    if (param.kind == RuleParam::Kind::kBool) {
+      bool b = value != 0;
+      RETURN_IF_ERROR(p.Bool(param.name, &b));
+      value = b ? 1 : 0;
+    } else {
+      ASSIGN_OR_RETURN(std::optional<double> v,
+                       p.DoubleOrAuto(param.name, param.min, param.max,
+                                      /*allow_auto=*/param.name == "lr"));
+      if (v.has_value()) {
+        if (param.max_open && *v >= param.max) {
+          return p.Bad(param.name, *p.Get(param.name),
+                       absl::StrCat("a number in [", param.min, ", ", param.max, ")"));
+        }
+        value = *v;
+        lr_given = lr_given || param.name == "lr";
+      }
+    }
+    if (std::isnan(value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"optimizer.params.", param.name, "\" is required by type \"",
+          rule.types.front(), "\" (", rule.description, ")"));
+    }
+    if (param.name == "lr") {
+      o->lr = value;
+    } else if (param.name == "weight_decay") {
+      o->weight_decay = value;
+    } else if (param.name == "eps") {
+      o->eps = value;
+    } else {
+      o->rule_params[param.name] = value;
+    }
+  }
+  for (const FixedParam& f : rule.fixed) {
+    const json* v = p.Get(f.name);
+    if (v == nullptr) continue;
+    const bool same = v->is_boolean() ? (v->get<bool>() ? 1.0 : 0.0) == f.value
+                                      : v->is_number() && v->get<double>() == f.value;
+    if (!same) {
+      return p.Bad(f.name, *v, absl::StrCat(f.value == 0 ? "false" : "true", " (", f.why, ")"));
+    }
+  }
+  for (const std::string& key : rule.no_effect) p.NoEffect(key);
+  p.Finish();
+  s.Finish();
+  RETURN_IF_ERROR(ValidateRuleConfig(*o));
+  return lr_given;
+}
+
+// Returns whether params.lr was given explicitly. Type "Adafactor" (Hugging
+// Face's name and params) sets `adafactor`: every tensor class's group gets
+// it as its rule (ApplyAdafactorToEveryClass), over AdamW's slots. The
+// types are matched by name, never by their place in a list.
 absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
                                     std::optional<AdafactorOptions>* adafactor) {
   ASSIGN_OR_RETURN(Section s, root.Child("optimizer"));
-  ASSIGN_OR_RETURN(int type,
-                   s.Choice("type", {"AdamW", "Adam", "Lion", "Adafactor", "AdamW8bit",
-                                     "Adam8bit", "PagedAdamW8bit", "PagedAdam8bit"}));
-  if (type == 3) {
+  std::vector<std::string> types = {"AdamW",     "Adam",     "Lion",
+                                    "Adafactor", "AdamW8bit", "Adam8bit",
+                                    "PagedAdamW8bit", "PagedAdam8bit"};
+  for (const RuleInfo& r : RegisteredRules()) {
+    types.insert(types.end(), r.types.begin(), r.types.end());
+  }
+  ASSIGN_OR_RETURN(const int index, s.Choice("type", types));
+  const std::string type = index < 0 ? "" : types[index];  // "": AdamW
+  if (const RuleInfo* rule = FindRuleByType(type)) {
+    return ParseRegisteredRule(s, *rule, o);
+  }
+  if (type == "Adafactor") {
     AdafactorOptions a;
     if (const json* params = s.Get("params")) {
       ASSIGN_OR_RETURN(a, ParseAdafactorParams(params->dump(), "optimizer.params"));
@@ -151,9 +222,10 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
     return true;
   }
   ASSIGN_OR_RETURN(Section p, s.Child("params"));
-  const bool lion = type == 2;
-  if (type >= 4) {
-    RETURN_IF_ERROR(ParseEightBitSwitches(p, type, o));
+  const bool lion = type == "Lion";
+  if (absl::StrContains(type, "8bit")) {
+    RETURN_IF_ERROR(ParseEightBitSwitches(
+        p, type == "AdamW8bit" || type == "PagedAdamW8bit", o));
   } else if (lion) {
     // DeepSpeed's Lion and the paper's defaults: lr 1e-4, betas (0.9,
     // 0.99), no weight decay; eps and Adam's switches do nothing.
@@ -171,12 +243,12 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
     bool torch_adam = false;
     RETURN_IF_ERROR(p.Bool("torch_adam", &torch_adam));
     p.NoEffect("torch_adam");
-    if (type == 0 && !adam_w_mode) {
+    if (type == "AdamW" && !adam_w_mode) {
       return absl::InvalidArgumentError(
           "config key \"optimizer.params.adam_w_mode\": false contradicts type \"AdamW\"; "
           "use type \"Adam\" for L2 weight decay");
     }
-    o->kind = (type == 1 && !adam_w_mode) ? OptimizerKind::kAdam : OptimizerKind::kAdamW;
+    o->kind = (type == "Adam" && !adam_w_mode) ? OptimizerKind::kAdam : OptimizerKind::kAdamW;
     o->weight_decay = o->kind == OptimizerKind::kAdamW ? 0.01 : 0.0;
   }
   ASSIGN_OR_RETURN(std::optional<double> lr, p.DoubleOrAuto("lr", 1e-30, 1e6, true));

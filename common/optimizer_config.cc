@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/optimizer_rules.h"
+#include "common/status_macros.h"
 
 namespace zeroshard {
 
@@ -34,7 +36,8 @@ double SlotBytesPerElement(SlotFormat format) {
   return format == SlotFormat::kFp32 ? 4.0 : 1.0 + 4.0 / kQ8SlotBlock;
 }
 
-absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind) {
+absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind,
+                                                absl::string_view rule) {
   static constexpr StateSlot kAdamSlots[] = {
       {"exp_avg", SlotFormat::kFp32}, {"exp_avg_sq", SlotFormat::kFp32}};
   static constexpr StateSlot kLionSlots[] = {{"exp_avg", SlotFormat::kFp32}};
@@ -50,16 +53,33 @@ absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind) {
     case OptimizerKind::kAdamW8bit:
     case OptimizerKind::kAdam8bit:
       return kAdam8bitSlots;
+    case OptimizerKind::kRule:
+      if (const RuleInfo* r = FindRule(rule)) return r->slots;
+      return {};
   }
   return {};
 }
 
-double OptimizerStateBytesPerElement(OptimizerKind kind) {
+absl::Span<const StateSlot> OptimizerStateSlots(const OptimizerConfig& c) {
+  return OptimizerStateSlots(c.kind, c.rule);
+}
+
+double OptimizerStateBytesPerElement(OptimizerKind kind,
+                                     absl::string_view rule) {
   double bytes = 0;
-  for (const StateSlot& s : OptimizerStateSlots(kind)) {
+  for (const StateSlot& s : OptimizerStateSlots(kind, rule)) {
     bytes += SlotBytesPerElement(s.format);
   }
   return bytes;
+}
+
+std::string OptimizerName(OptimizerKind kind, absl::string_view rule) {
+  if (kind == OptimizerKind::kRule) return std::string(rule);
+  return std::string(NameOf(kOptimizerKindNames, kind));
+}
+
+std::string OptimizerName(const OptimizerConfig& c) {
+  return OptimizerName(c.kind, c.rule);
 }
 
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
@@ -74,8 +94,14 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
   if (!(c.weight_decay >= 0) || !std::isfinite(c.weight_decay)) {
     return bad("weight_decay", c.weight_decay, "must be >= 0 and finite");
   }
-  if (c.kind != OptimizerKind::kAdamW && c.kind != OptimizerKind::kAdam &&
-      c.kind != OptimizerKind::kLion && !IsEightBit(c.kind)) {
+  if (c.kind == OptimizerKind::kRule) {
+    RETURN_IF_ERROR(ValidateRuleConfig(c));
+  } else if (!c.rule.empty() || !c.rule_params.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.rule \"", c.rule, "\" and its params belong to kind "
+        "\"rule\", not \"", NameOf(kOptimizerKindNames, c.kind), "\""));
+  } else if (c.kind != OptimizerKind::kAdamW && c.kind != OptimizerKind::kAdam &&
+             c.kind != OptimizerKind::kLion && !IsEightBit(c.kind)) {
     return absl::InvalidArgumentError("optimizer.type: unknown kind");
   }
   if (c.schedule == LrScheduleKind::kWarmupCosine ||

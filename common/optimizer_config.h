@@ -4,8 +4,11 @@
 #define ZEROSHARD_COMMON_OPTIMIZER_CONFIG_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
 #include "common/enum_names.h"
@@ -15,20 +18,23 @@ namespace zeroshard {
 // kLion: Chen et al. 2023 (optim/lion.h); beta1 interpolates the update,
 // beta2 the momentum, and eps has no effect. kAdamW8bit and kAdam8bit:
 // AdamW and Adam with their m and v kept in 8 bits (optim/adam8bit.h;
-// bitsandbytes' AdamW8bit and Adam8bit).
+// bitsandbytes' AdamW8bit and Adam8bit). kRule: a rule of the registry
+// (common/optimizer_rules.h), OptimizerConfig::rule its name.
 enum class OptimizerKind {
   kAdamW = 0,
   kAdam = 1,
   kLion = 2,
   kAdamW8bit = 3,
-  kAdam8bit = 4
+  kAdam8bit = 4,
+  kRule = 5
 };
-inline constexpr EnumNames<OptimizerKind, 5> kOptimizerKindNames = {
+inline constexpr EnumNames<OptimizerKind, 6> kOptimizerKindNames = {
     {{OptimizerKind::kAdamW, "adamw"},
      {OptimizerKind::kAdam, "adam"},
      {OptimizerKind::kLion, "lion"},
      {OptimizerKind::kAdamW8bit, "adamw8bit"},
-     {OptimizerKind::kAdam8bit, "adam8bit"}}};
+     {OptimizerKind::kAdam8bit, "adam8bit"},
+     {OptimizerKind::kRule, "rule"}}};
 
 // Whether `kind` keeps 8-bit state (kAdamW8bit, kAdam8bit).
 bool IsEightBit(OptimizerKind kind);
@@ -61,6 +67,7 @@ struct StateSlot {
   const char* name;   // e.g. "exp_avg"; unique within a rule
   SlotFormat format;
 };
+struct OptimizerConfig;
 
 // The scales of n elements of an 8-bit slot: ceil(n / kQ8SlotBlock).
 uint64_t Q8Blocks(uint64_t n);
@@ -74,10 +81,20 @@ double SlotBytesPerElement(SlotFormat format);
 // checkpoint files. Adam and AdamW: exp_avg (m), exp_avg_sq (v), FP32;
 // Lion: exp_avg, FP32; the 8-bit Adams: exp_avg (signed) and exp_avg_sq
 // (unsigned), 8-bit.
-absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind);
+// A kRule kind's slots are its registered rule's (`rule`, its name; none
+// for a name not registered).
+absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind,
+                                                absl::string_view rule = "");
+absl::Span<const StateSlot> OptimizerStateSlots(const OptimizerConfig& config);
 // Sum of the slots' bytes per element (8 for Adam / AdamW, 4 for Lion,
 // 2 + 8 / 2048 for the 8-bit Adams).
-double OptimizerStateBytesPerElement(OptimizerKind kind);
+double OptimizerStateBytesPerElement(OptimizerKind kind,
+                                     absl::string_view rule = "");
+
+// The optimizer's name for logs, Inspect and errors: the kind's
+// ("adamw"), or a kRule's rule name ("sgd").
+std::string OptimizerName(OptimizerKind kind, absl::string_view rule);
+std::string OptimizerName(const OptimizerConfig& config);
 
 // kWarmupLinear is DeepSpeed's WarmupDecayLR: warmup, then linear decay to
 // min_lr at total_steps.
@@ -111,6 +128,11 @@ struct OptimizerConfig {
   // them means.
   WarmupType warmup_type = WarmupType::kLinear;
   double warmup_start_lr = 0.0;
+  // kRule: the registered rule (common/optimizer_rules.h) and its params
+  // other than lr, weight_decay and eps (which live above), by torch's
+  // keyword; absent ones take the rule's defaults.
+  std::string rule;
+  std::map<std::string, double> rule_params;
 
   friend bool operator==(const OptimizerConfig&,
                          const OptimizerConfig&) = default;
@@ -118,7 +140,9 @@ struct OptimizerConfig {
 
 // Checks ranges: lr > 0 and finite, betas in [0, 1), eps > 0 and finite,
 // weight_decay >= 0, schedule fields consistent (warmup_steps <= total_steps,
-// 0 <= min_lr <= lr, 0 <= warmup_start_lr <= lr). The error names the field.
+// 0 <= min_lr <= lr, 0 <= warmup_start_lr <= lr); a kRule config as
+// ValidateRuleConfig checks it, and no rule or rule_params on another
+// kind. The error names the field.
 absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
 
 // Learning rate at Adam step t (1-based) under the config's schedule:

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <set>
 #include <sstream>
 #include <type_traits>
@@ -70,6 +71,11 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("min_lr", o.min_lr);
     v.Enum("warmup_type", o.warmup_type, kWarmupTypeNames);
     v.Field("warmup_start_lr", o.warmup_start_lr);
+    // Read after "kind", so the reader sees the kind that owns them.
+    if (o.kind == OptimizerKind::kRule) {
+      v.Field("rule", o.rule);
+      v.Field("rule_params", o.rule_params);
+    }
   });
   v.Object("param_groups", [&] {
     ParamGroups& g = c.param_groups;
@@ -253,6 +259,13 @@ class Reader {
       for (const json& e : *j) {
         if (!e.is_string()) return Fail(name, "is not a list of strings");
         value.push_back(e.get<std::string>());
+      }
+    } else if constexpr (std::is_same_v<T, std::map<std::string, double>>) {
+      if (!j->is_object()) return Fail(name, "is not an object of numbers");
+      value.clear();
+      for (auto it = j->begin(); it != j->end(); ++it) {
+        if (!it->is_number()) return Fail(name, "is not an object of numbers");
+        value[it.key()] = it->get<double>();
       }
     } else if constexpr (std::is_floating_point_v<T>) {
       if (!j->is_number()) return Fail(name, "is not a number");

@@ -180,11 +180,11 @@ ProcessEstimate ServerEstimate(const EstimateInput& in, double owned,
   v.terms.push_back({"FP32 master weights", "4" + o, 4 * owned});
   // The optimizer's state slots, as its rule declares them (AdamW: m, v).
   std::string slots;
-  for (const StateSlot& slot : OptimizerStateSlots(in.optimizer)) {
+  for (const StateSlot& slot : OptimizerStateSlots(in.optimizer, in.optimizer_rule)) {
     absl::StrAppend(&slots, slots.empty() ? "" : ", ", slot.name);
   }
   // 8-bit slots: a code byte an element and a 4-byte scale per 2048.
-  const double k = OptimizerStateBytesPerElement(in.optimizer);
+  const double k = OptimizerStateBytesPerElement(in.optimizer, in.optimizer_rule);
   v.terms.push_back({absl::StrCat("optimizer state (", slots,
                                   IsEightBit(in.optimizer) ? ", 8-bit" : "", ")"),
                      absl::StrCat(absl::SixDigits(k), o), k * owned});
@@ -200,7 +200,7 @@ ProcessEstimate ServerEstimate(const EstimateInput& in, double owned,
     // of the tensor's master and slots, its assembled FP32 gradient, and
     // the rule's own scratch (Adafactor's scaled gradient and update;
     // Muon's update and Newton-Schulz buffers, about as much).
-    const double per = 4.0 * (1 + OptimizerStateSlots(in.optimizer).size()) + 12;
+    const double per = 4.0 * (1 + OptimizerStateSlots(in.optimizer, in.optimizer_rule).size()) + 12;
     v.terms.push_back({"whole-tensor update scratch",
                        absl::StrCat(per, "·Tmax"), per * largest_whole});
   }
@@ -382,7 +382,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   // The rule per element: read and write the master and its state slots
   // (AdamW's m and v: 24 B; Lion's m: 16 B; 8-bit Adam's codes and scales:
   // about 12 B), read the gradient, write the mirror.
-  const double rw = 2.0 * (4 + OptimizerStateBytesPerElement(input.optimizer));
+  const double rw = 2.0 * (4 + OptimizerStateBytesPerElement(input.optimizer, input.optimizer_rule));
   st.optimizer_s = (rw + g + 2) * psi / s / (input.server_mem_gbps * 1e9);
   st.serial_s = st.compute_s + st.memory_s +
                 std::max(st.worker_link_s, st.server_link_s) + st.optimizer_s;

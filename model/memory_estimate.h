@@ -71,6 +71,7 @@ struct EstimateInput {
   // The servers' update rule: its state slots (OptimizerStateSlots) size the
   // server's optimizer state. The ZeRO-paper rows keep the paper's K = 12.
   OptimizerKind optimizer = OptimizerKind::kAdamW;
+  std::string optimizer_rule;  // kRule: the registered rule's name
   // The classes' rules (Muon, Adafactor) keep their tensors whole on one
   // server; with `model`, the server rows are for the largest server.
   ParamGroups param_groups;

@@ -14,6 +14,7 @@
 #ifndef ZEROSHARD_OPTIM_OPTIMIZER_H_
 #define ZEROSHARD_OPTIM_OPTIMIZER_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -53,6 +54,11 @@ struct AdamStep {
   float one_minus_beta2 = 0;          // float(1 - beta2)
   float bias_correction2_sqrt_f = 1;  // float(sqrt(1 - beta2^t))
   float neg_step_size = 0;            // float(-(lr / (1 - beta1^t)))
+  // The step number t (>= 1) and a registered rule's own constants, as its
+  // MakeStep packs them (optim/elementwise_rule.h; each rule's file says
+  // which is which).
+  uint64_t t = 0;
+  std::array<float, 6> rule{};
 };
 
 // Builds the per-step constants for Adam step t >= 1 (t == 0 is treated as

@@ -1,5 +1,7 @@
 #include "optim/update_rule.h"
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -177,6 +179,30 @@ double UpdateRule::StateBytesPerElement() const {
   return bytes;
 }
 
+// The updates of the registered rules (common/optimizer_rules.h), by name:
+// each is defined in its own file of optim/.
+const UpdateRule& SgdRule();      // optim/sgd.cc
+const UpdateRule& AdagradRule();  // optim/adagrad.cc
+
+absl::StatusOr<const UpdateRule*> UpdateRuleFor(const OptimizerConfig& config) {
+  if (config.kind != OptimizerKind::kRule) return &UpdateRuleFor(config.kind);
+  static const std::vector<std::pair<absl::string_view, const UpdateRule*>>*
+      const kRules = new std::vector<std::pair<absl::string_view, const UpdateRule*>>{
+          {"sgd", &SgdRule()},
+          {"adagrad", &AdagradRule()},
+      };
+  for (const auto& [name, rule] : *kRules) {
+    if (name == config.rule) return rule;
+  }
+  std::string names;
+  for (const auto& [name, rule] : *kRules) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+  }
+  return absl::NotFoundError(absl::StrCat("optimizer rule \"", config.rule,
+                                          "\" has no update in this build; "
+                                          "it has: ", names));
+}
+
 const UpdateRule& UpdateRuleFor(OptimizerKind kind) {
   static const AdamRule* const adam = new AdamRule();
   static const LionRule* const lion = new LionRule();
@@ -190,6 +216,8 @@ const UpdateRule& UpdateRuleFor(OptimizerKind kind) {
     case OptimizerKind::kAdamW8bit:
     case OptimizerKind::kAdam8bit:
       return *adam8bit;
+    case OptimizerKind::kRule:  // found by name: UpdateRuleFor(config)
+      break;
   }
   return *adam;
 }

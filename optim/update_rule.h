@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/optimizer_config.h"
@@ -77,6 +78,12 @@ class UpdateRule {
   // the block's scale follows all of its elements (optim/adam8bit.h).
   virtual absl::Status UpdateParts(absl::Span<const RulePart> parts,
                                    const StateSlice& slice) const;
+  // The same step by the rule's scalar reference, which tests compare
+  // with Update (a rule whose Update is its reference: Update itself).
+  virtual absl::Status UpdateReference(const AdamStep& step, GradView grad,
+                                       const StateSlice& slice) const {
+    return Update(step, grad, slice);
+  }
   // One step on device arrays, the gradient already on the device, queued
   // on `cuda_stream` (a cudaStream_t). UNIMPLEMENTED where the rule has no
   // device kernel or the build has no CUDA.
@@ -98,8 +105,13 @@ class UpdateRule {
   bool quantized() const;
 };
 
-// The rule of an optimizer kind (never null; lives for the process).
+// The rule of an optimizer kind (never null; lives for the process). Not
+// for kRule, whose rule is found by name:
 const UpdateRule& UpdateRuleFor(OptimizerKind kind);
+// The rule of a config: its kind's, or a kRule config's registered rule
+// by name (NOT_FOUND naming the registered ones when this build has no
+// update for it).
+absl::StatusOr<const UpdateRule*> UpdateRuleFor(const OptimizerConfig& config);
 
 }  // namespace zeroshard
 

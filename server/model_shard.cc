@@ -136,10 +136,11 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   if (absl::Status s = ValidateOptimizerConfig(*config); !s.ok()) {
     return Prefixed("Init: optimizer: ", s);
   }
-  if (placement == Placement::kDevice &&
-      !UpdateRuleFor(config->kind).HasDeviceUpdate()) {
+  absl::StatusOr<const UpdateRule*> rule = UpdateRuleFor(*config);
+  if (!rule.ok()) return Prefixed("Init: ", rule.status());
+  if (placement == Placement::kDevice && !(*rule)->HasDeviceUpdate()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "Init: optimizer rule ", UpdateRuleFor(config->kind).name(),
+        "Init: optimizer rule ", (*rule)->name(),
         " has no device kernel in this build; start the servers with "
         "--placement=host or --placement=pinned"));
   }
@@ -152,7 +153,7 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   state->param_groups_ = *std::move(groups);
   // Tensor rules keep their state in the element-wise rule's FP32 slots.
   size_t fp32_slots = 0;
-  for (const StateSlot& slot : UpdateRuleFor(config->kind).slots()) {
+  for (const StateSlot& slot : (*rule)->slots()) {
     fp32_slots += slot.format == SlotFormat::kFp32 ? 1 : 0;
   }
   absl::StatusOr<std::vector<WholeTensor>> whole = FindWholeTensors(
@@ -168,7 +169,7 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
   }
   ASSIGN_OR_RETURN(state->store_, ShardStore::Create(
                                       owned, request.chunk_elems(), placement,
-                                      UpdateRuleFor(config->kind)));
+                                      **rule));
   state->tracker_ =
       std::make_unique<StepTracker>(owned, request.chunk_elems());
   state->prepared_ = std::make_unique<PreparedPushes>(state->store_.get(),

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/optimizer_rules.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
@@ -104,6 +105,13 @@ v1::OptimizerConfig ToProto(const OptimizerConfig& c) {
     case OptimizerKind::kAdam8bit:
       out.set_kind(v1::OptimizerConfig::ADAM_8BIT);
       break;
+    case OptimizerKind::kRule:
+      out.set_kind(v1::OptimizerConfig::RULE);
+      out.set_rule(c.rule);
+      for (const auto& [name, value] : c.rule_params) {
+        (*out.mutable_rule_params())[name] = value;
+      }
+      break;
   }
   out.set_lr(c.lr);
   out.set_beta1(c.beta1);
@@ -143,9 +151,27 @@ absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& p) {
     case v1::OptimizerConfig::ADAM_8BIT:
       c.kind = OptimizerKind::kAdam8bit;
       break;
+    case v1::OptimizerConfig::RULE:
+      c.kind = OptimizerKind::kRule;
+      if (FindRule(p.rule()) == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "optimizer.rule: unknown rule \"", p.rule(),
+            "\"; the registered rules: ", RegisteredRuleNames()));
+      }
+      c.rule = p.rule();
+      for (const auto& [name, value] : p.rule_params()) {
+        c.rule_params[name] = value;
+      }
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer.kind: unknown value ", p.kind()));
+  }
+  if (c.kind != OptimizerKind::kRule &&
+      (!p.rule().empty() || p.rule_params_size() != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.rule \"", p.rule(), "\" and rule_params belong to kind "
+        "RULE, not ", v1::OptimizerConfig::Kind_Name(p.kind())));
   }
   c.lr = p.lr();
   c.beta1 = p.beta1();

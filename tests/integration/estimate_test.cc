@@ -251,6 +251,7 @@ TEST(EstimateRssTest, ServersAndWorkersWithinTenPercent) {
   in.grad_accum = c.gradient_accumulation_steps;
   in.checkpointing = c.activation_checkpointing.policy;
   in.optimizer = c.optimizer.kind;
+  in.optimizer_rule = c.optimizer.rule;
   // This CPU's way of running BF16 products, as zeroshard-ctl estimate's
   // --bf16_gemm=auto takes it.
   in.bf16_gemm_widened = CpuWidensBf16Gemm();

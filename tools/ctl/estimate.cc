@@ -154,6 +154,7 @@ std::optional<int> BuildInput(EstimateInput* in) {
     in->precision = cfg->precision;
     in->grad_wire = cfg->communication_data_type;
     in->optimizer = cfg->optimizer.kind;
+    in->optimizer_rule = cfg->optimizer.rule;
     in->param_groups = cfg->param_groups;
     in->micro_batch = cfg->micro_batch_size;
     in->grad_accum = cfg->gradient_accumulation_steps;
@@ -532,7 +533,7 @@ void PrintText(const MemoryEstimate& e) {
               {"  worker link", "", sec(t.worker_link_s)},
               {"  server link", "", sec(t.server_link_s)},
               {absl::StrCat("  server update (",
-                            NameOf(kOptimizerKindNames, in.optimizer), ")"),
+                            OptimizerName(in.optimizer, in.optimizer_rule), ")"),
                "", sec(t.optimizer_s)},
               {"  total, nothing overlapped", "", sec(t.serial_s)},
               {"  total, fully overlapped", "", sec(t.overlapped_s)}});

@@ -77,7 +77,7 @@ nlohmann::json ToJson(int k, const std::string& address,
   j["bytes_in"] = r->counters.bytes_in;
   j["bytes_out"] = r->counters.bytes_out;
   const OptimizerConfig& o = r->optimizer;
-  j["optimizer"] = {{"kind", std::string(NameOf(kOptimizerKindNames, o.kind))},
+  j["optimizer"] = {{"kind", OptimizerName(o)},
                     {"lr", o.lr},
                     {"beta1", o.beta1},
                     {"beta2", o.beta2},

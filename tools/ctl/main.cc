@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/optimizer_rules.h"
 #include "tools/ctl/cluster_file.h"
 #include "tools/ctl/commands.h"
 #include "client/shard_cluster.h"
@@ -46,7 +47,9 @@ ABSL_FLAG(uint64_t, seed, 1, "init: weight seed; smoke: gradient seed; "
 ABSL_FLAG(double, init_std, 0, "init: std of the normal init (0: 0.02)");
 ABSL_FLAG(uint64_t, chunk_elems, 0, "init: elements per version chunk (0: server default)");
 ABSL_FLAG(std::string, optimizer, "adamw",
-          "init: adamw, adam, lion, adamw8bit or adam8bit");
+          "init: adamw, adam, lion, adamw8bit, adam8bit, or a registered "
+          "rule (sgd, adagrad): --lr, --eps and --weight_decay as given, its "
+          "other params at their defaults");
 ABSL_FLAG(double, lr, 1e-3, "init: learning rate");
 ABSL_FLAG(double, beta1, 0.9, "init: Adam beta1");
 ABSL_FLAG(double, beta2, 0.999, "init: Adam beta2");
@@ -195,13 +198,17 @@ int main(int argc, char** argv) {
     }
   }
   const std::string opt = absl::GetFlag(FLAGS_optimizer);
-  if (const std::optional<OptimizerKind> kind = ValueOf(kOptimizerKindNames, opt)) {
+  const std::optional<OptimizerKind> kind = ValueOf(kOptimizerKindNames, opt);
+  if (kind.has_value() && *kind != OptimizerKind::kRule) {
     f.optimizer.kind = *kind;
+  } else if (const RuleInfo* rule = FindRule(opt)) {
+    f.optimizer.kind = OptimizerKind::kRule;
+    f.optimizer.rule = rule->name;  // its other params at their defaults
   } else {
     std::fprintf(stderr,
-                 "--optimizer must be adamw, adam, lion, adamw8bit or adam8bit, "
-                 "not '%s'\n",
-                 opt.c_str());
+                 "--optimizer must be adamw, adam, lion, adamw8bit, adam8bit "
+                 "or a registered rule (%s), not '%s'\n",
+                 RegisteredRuleNames().c_str(), opt.c_str());
     return 2;
   }
   f.optimizer.lr = absl::GetFlag(FLAGS_lr);
