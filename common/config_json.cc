@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -127,52 +128,36 @@ absl::Status ParseEightBitSwitches(Section& p, bool adamw, OptimizerConfig* o) {
   return absl::OkStatus();
 }
 
-// Returns whether params.lr was given explicitly. Type "Adafactor" (Hugging
-// Face's name and params) sets `adafactor`: every tensor class's group gets
-// it as its rule (ApplyAdafactorToEveryClass), over AdamW's slots.
 // A rule of the registry (common/optimizer_rules.h) from its params: each
 // as its description bounds it, the fixed ones at their value, the ones
 // with no effect named. Returns whether lr was given.
 absl::StatusOr<bool> ParseRegisteredRule(Section& s, const RuleInfo& rule,
                                          OptimizerConfig* o) {
   ASSIGN_OR_RETURN(Section p, s.Child("params"));
-  o->kind = OptimizerKind::kRule;
-  o->rule = rule.name;
-  o->rule_params.clear();
-  bool lr_given = false;
+  std::map<std::string, double> given;
   for (const RuleParam& param : rule.params) {
-    double value = param.default_value;
     if (param.kind == RuleParam::Kind::kBool) {
-      bool b = value != 0;
+      if (p.Get(param.name) == nullptr) continue;
+      bool b = false;
       RETURN_IF_ERROR(p.Bool(param.name, &b));
-      value = b ? 1 : 0;
-    } else {
-      ASSIGN_OR_RETURN(std::optional<double> v,
-                       p.DoubleOrAuto(param.name, param.min, param.max,
-                                      /*allow_auto=*/param.name == "lr"));
-      if (v.has_value()) {
-        if (param.max_open && *v >= param.max) {
-          return p.Bad(param.name, *p.Get(param.name),
-                       absl::StrCat("a number in [", param.min, ", ", param.max, ")"));
-        }
-        value = *v;
-        lr_given = lr_given || param.name == "lr";
-      }
+      given[param.name] = b ? 1 : 0;
+      continue;
     }
-    if (std::isnan(value)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key \"optimizer.params.", param.name, "\" is required by type \"",
-          rule.types.front(), "\" (", rule.description, ")"));
+    ASSIGN_OR_RETURN(std::optional<double> v,
+                     p.DoubleOrAuto(param.name, param.min, param.max,
+                                    /*allow_auto=*/param.name == "lr"));
+    if (!v.has_value()) continue;
+    if (param.max_open && *v >= param.max) {
+      return p.Bad(param.name, *p.Get(param.name),
+                   absl::StrCat("a number in [", param.min, ", ", param.max, ")"));
     }
-    if (param.name == "lr") {
-      o->lr = value;
-    } else if (param.name == "weight_decay") {
-      o->weight_decay = value;
-    } else if (param.name == "eps") {
-      o->eps = value;
-    } else {
-      o->rule_params[param.name] = value;
-    }
+    given[param.name] = *v;
+  }
+  const RuleParam* lr = rule.FindParam("lr");
+  if (lr != nullptr && std::isnan(lr->default_value) && !given.count("lr")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"optimizer.params.lr\" is required by type \"",
+        rule.types.front(), "\" (", rule.description, ")"));
   }
   for (const FixedParam& f : rule.fixed) {
     const json* v = p.Get(f.name);
@@ -186,8 +171,8 @@ absl::StatusOr<bool> ParseRegisteredRule(Section& s, const RuleInfo& rule,
   for (const std::string& key : rule.no_effect) p.NoEffect(key);
   p.Finish();
   s.Finish();
-  RETURN_IF_ERROR(ValidateRuleConfig(*o));
-  return lr_given;
+  ASSIGN_OR_RETURN(*o, MakeRuleConfig(rule, given, *o));
+  return given.count("lr") != 0;
 }
 
 // Returns whether params.lr was given explicitly. Type "Adafactor" (Hugging

@@ -10,7 +10,7 @@ namespace {
 
 constexpr double kRequired = std::numeric_limits<double>::quiet_NaN();
 
-RuleParam Number(const char* name, double default_value, double min,
+RuleParam RuleNumber(const char* name, double default_value, double min,
                  double max, bool max_open = false) {
   RuleParam p;
   p.name = name;
@@ -21,7 +21,7 @@ RuleParam Number(const char* name, double default_value, double min,
   return p;
 }
 
-RuleParam Bool(const char* name, bool default_value) {
+RuleParam RuleBool(const char* name, bool default_value) {
   RuleParam p;
   p.name = name;
   p.kind = RuleParam::Kind::kBool;
@@ -58,11 +58,11 @@ std::vector<RuleInfo> MakeRegistry() {
       .types = {"SGD"},
       .torch_class = "SGD",
       .description = "stochastic gradient descent with momentum (torch.optim.SGD)",
-      .params = {Number("lr", kRequired, 1e-30, 1e6),
-                 Number("momentum", 0, 0, 1e6),
-                 Number("dampening", 0, 0, 1),
-                 Number("weight_decay", 0, 0, 1e6),
-                 Bool("nesterov", false)},
+      .params = {RuleNumber("lr", kRequired, 1e-30, 1e6),
+                 RuleNumber("momentum", 0, 0, 1e6),
+                 RuleNumber("dampening", 0, 0, 1),
+                 RuleNumber("weight_decay", 0, 0, 1e6),
+                 RuleBool("nesterov", false)},
       .fixed = {kNotMaximize},
       .no_effect = {"foreach", "differentiable"},
       .slots = {{"momentum_buffer", SlotFormat::kFp32}},
@@ -74,11 +74,11 @@ std::vector<RuleInfo> MakeRegistry() {
       .types = {"Adagrad"},
       .torch_class = "Adagrad",
       .description = "Adagrad (torch.optim.Adagrad, DeepSpeed's CPU Adagrad)",
-      .params = {Number("lr", 1e-2, 1e-30, 1e6),
-                 Number("lr_decay", 0, 0, 1e6),
-                 Number("weight_decay", 0, 0, 1e6),
-                 Number("initial_accumulator_value", 0, 0, 1e6),
-                 Number("eps", 1e-10, 1e-30, 1)},
+      .params = {RuleNumber("lr", 1e-2, 1e-30, 1e6),
+                 RuleNumber("lr_decay", 0, 0, 1e6),
+                 RuleNumber("weight_decay", 0, 0, 1e6),
+                 RuleNumber("initial_accumulator_value", 0, 0, 1e6),
+                 RuleNumber("eps", 1e-10, 1e-30, 1)},
       .fixed = {kNotMaximize},
       .no_effect = {"foreach", "differentiable"},
       .slots = {{"sum", SlotFormat::kFp32}}});
@@ -131,6 +131,35 @@ double RuleParamValue(const OptimizerConfig& c, const RuleParam& p) {
   if (p.name == "eps") return c.eps;
   auto it = c.rule_params.find(p.name);
   return it != c.rule_params.end() ? it->second : p.default_value;
+}
+
+absl::StatusOr<OptimizerConfig> MakeRuleConfig(
+    const RuleInfo& rule, const std::map<std::string, double>& params,
+    OptimizerConfig o) {
+  for (const auto& [name, value] : params) {
+    if (rule.FindParam(name) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer.params.", name, ": not a param of ", rule.name));
+    }
+  }
+  o.kind = OptimizerKind::kRule;
+  o.rule = rule.name;
+  o.rule_params.clear();
+  for (const RuleParam& p : rule.params) {
+    auto it = params.find(p.name);
+    const double value = it != params.end() ? it->second : p.default_value;
+    if (p.name == "lr") {
+      o.lr = value;
+    } else if (p.name == "weight_decay") {
+      o.weight_decay = value;
+    } else if (p.name == "eps") {
+      o.eps = value;
+    } else {
+      o.rule_params[p.name] = value;
+    }
+  }
+  if (absl::Status s = ValidateRuleConfig(o); !s.ok()) return s;
+  return o;
 }
 
 absl::Status ValidateRuleConfig(const OptimizerConfig& c) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/optimizer_config.h"
 
@@ -93,6 +94,14 @@ std::string RegisteredRuleNames();
 // A param's value in `config` (its field, or rule_params, else its
 // default).
 double RuleParamValue(const OptimizerConfig& config, const RuleParam& param);
+
+// `base` (its schedule kept) made a config of `rule`: kind kRule, each
+// param from `params` (torch's keywords; a bool 0 or 1) or its default, lr,
+// weight_decay and eps in their fields; then ValidateRuleConfig. An
+// unknown keyword is INVALID_ARGUMENT naming it.
+absl::StatusOr<OptimizerConfig> MakeRuleConfig(
+    const RuleInfo& rule, const std::map<std::string, double>& params,
+    OptimizerConfig base = {});
 
 // `config` (kind kRule) against its rule: a registered name, every param
 // present in rule_params known and within its range, none missing, the

@@ -202,8 +202,8 @@ TEST(ConfigTest, BadValuesNameTheKey) {
               {"fp16.hysteresis"});
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": 1}})",
               {"bf16.enabled", "true, false"});
-  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD"}})",
-              {"optimizer.type", "AdamW"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "RMSprop"}})",
+              {"optimizer.type", "AdamW", "SGD", "Adagrad"});
   // bitsandbytes' switches for other algorithms keep their defaults.
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
                   "optimizer": {"type": "AdamW8bit", "params": {"amsgrad": true}}})",

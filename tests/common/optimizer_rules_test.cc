@@ -1,0 +1,176 @@
+// The registry of rules described by data (common/optimizer_rules.h): its
+// entries are well formed; a config names a rule by its type and takes its
+// params with their defaults, ranges, fixed and no-effect keywords; the
+// resolved config and the wire carry it; a name not registered is refused
+// listing those that are; the legacy types still parse by name, not by
+// their place in a list.
+#include "common/optimizer_rules.h"
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/config.h"
+#include "common/resolved_config.h"
+#include "gtest/gtest.h"
+
+namespace zeroshard {
+namespace {
+
+OptimizerConfig Parse(const std::string& optimizer, std::string* warning = nullptr) {
+  absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(absl::StrCat(
+      R"({"train_micro_batch_size_per_gpu": 1, "optimizer": )", optimizer, "}"));
+  EXPECT_TRUE(p.ok()) << p.status() << "\n" << optimizer;
+  if (!p.ok()) return {};
+  if (warning != nullptr) {
+    for (const std::string& w : p->warnings) absl::StrAppend(warning, w, "\n");
+  }
+  return p->config.optimizer;
+}
+
+absl::Status ParseError(const std::string& optimizer) {
+  return ParseTrainingConfig(absl::StrCat(
+                                 R"({"train_micro_batch_size_per_gpu": 1, "optimizer": )",
+                                 optimizer, "}"))
+      .status();
+}
+
+TEST(OptimizerRulesTest, EveryEntryIsWellFormed) {
+  std::set<std::string> names, types;
+  ASSERT_GE(RegisteredRules().size(), 2u);
+  for (const RuleInfo& r : RegisteredRules()) {
+    SCOPED_TRACE(r.name);
+    EXPECT_TRUE(names.insert(r.name).second) << "a name twice";
+    EXPECT_FALSE(r.types.empty());
+    for (const std::string& t : r.types) {
+      EXPECT_TRUE(types.insert(t).second) << "type " << t << " twice";
+    }
+    EXPECT_FALSE(r.torch_class.empty());
+    EXPECT_FALSE(r.slots.empty());
+    EXPECT_LE(r.slots.size(), 4u);
+    ASSERT_NE(r.FindParam("lr"), nullptr);
+    EXPECT_EQ(FindRule(r.name), &r);
+    EXPECT_EQ(FindRuleByType(r.types.front()), &r);
+    // Its defaults (lr given where required) make a valid config.
+    std::map<std::string, double> given;
+    if (std::isnan(r.FindParam("lr")->default_value)) given["lr"] = 0.1;
+    absl::StatusOr<OptimizerConfig> c = MakeRuleConfig(r, given);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(ValidateOptimizerConfig(*c).ok());
+    EXPECT_EQ(OptimizerStateSlots(*c).size(), r.slots.size());
+    EXPECT_EQ(OptimizerName(*c), r.name);
+  }
+  EXPECT_EQ(FindRule("adamw"), nullptr);  // a kind, not a registered rule
+  EXPECT_EQ(FindRuleByType("sgd"), FindRule("sgd"));  // case aside
+}
+
+TEST(OptimizerRulesTest, SgdAndAdagradParseWithTheirDefaults) {
+  std::string warning;
+  const OptimizerConfig s = Parse(R"({"type": "SGD", "params": {"lr": 0.1,
+      "momentum": 0.9, "nesterov": true, "weight_decay": 5e-4, "foreach": null,
+      "maximize": false, "differentiable": false}})", &warning);
+  EXPECT_EQ(s.kind, OptimizerKind::kRule);
+  EXPECT_EQ(s.rule, "sgd");
+  EXPECT_EQ(s.lr, 0.1);
+  EXPECT_EQ(s.weight_decay, 5e-4);
+  EXPECT_EQ(s.rule_params.at("momentum"), 0.9);
+  EXPECT_EQ(s.rule_params.at("nesterov"), 1.0);
+  EXPECT_EQ(s.rule_params.at("dampening"), 0.0);
+  EXPECT_NE(warning.find("optimizer.params.differentiable"), std::string::npos)
+      << warning;
+  const OptimizerConfig a = Parse(R"({"type": "adagrad"})");
+  EXPECT_EQ(a.rule, "adagrad");
+  EXPECT_EQ(a.lr, 1e-2);  // torch's defaults
+  EXPECT_EQ(a.eps, 1e-10);
+  EXPECT_EQ(a.weight_decay, 0.0);
+  EXPECT_EQ(a.rule_params.at("lr_decay"), 0.0);
+  EXPECT_EQ(a.rule_params.at("initial_accumulator_value"), 0.0);
+}
+
+TEST(OptimizerRulesTest, BadParamsAreRefusedNamingThem) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"type": "SGD"})", "optimizer.params.lr\" is required"},
+      {R"({"type": "SGD", "params": {"lr": 0.1, "momentum": -1}})", "momentum"},
+      {R"({"type": "SGD", "params": {"lr": 0.1, "dampening": 2}})", "dampening"},
+      {R"({"type": "SGD", "params": {"lr": 0.1, "nesterov": true}})",
+       "Nesterov momentum needs momentum > 0"},
+      {R"({"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9,
+          "dampening": 0.1, "nesterov": true}})", "dampening 0"},
+      {R"({"type": "SGD", "params": {"lr": 0.1, "maximize": true}})", "maximize"},
+      {R"({"type": "SGD", "params": {"lr": 0.1, "nesterov": 3}})", "nesterov"},
+      {R"({"type": "Adagrad", "params": {"eps": 0}})", "eps"},
+      {R"({"type": "Adagrad", "params": {"lr_decay": -0.1}})", "lr_decay"},
+      {R"({"type": "Momentum"})", "\"SGD\", \"Adagrad\""},
+  };
+  for (const auto& [text, needle] : bad) {
+    const absl::Status s = ParseError(text);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << text << ": " << s;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  }
+  // An unknown key is a warning that names it, as for every section.
+  std::string warning;
+  Parse(R"({"type": "SGD", "params": {"lr": 0.1, "momentun": 0.9}})", &warning);
+  EXPECT_NE(warning.find("did you mean \"optimizer.params.momentum\""),
+            std::string::npos) << warning;
+}
+
+// Types are matched by name: the legacy ones keep their rules whatever the
+// list holds after them (appending "SGD" once made it parse as 8-bit Adam
+// where types were told apart by their index).
+TEST(OptimizerRulesTest, LegacyTypesStillParseByName) {
+  EXPECT_EQ(Parse(R"({"type": "AdamW"})").kind, OptimizerKind::kAdamW);
+  EXPECT_EQ(Parse(R"({"type": "Adam", "params": {"adam_w_mode": false}})").kind,
+            OptimizerKind::kAdam);
+  EXPECT_EQ(Parse(R"({"type": "Lion"})").kind, OptimizerKind::kLion);
+  EXPECT_EQ(Parse(R"({"type": "PagedAdam8bit"})").kind, OptimizerKind::kAdam8bit);
+  EXPECT_EQ(Parse(R"({"type": "AdamW8bit"})").kind, OptimizerKind::kAdamW8bit);
+  EXPECT_EQ(Parse(R"({"type": "SGD", "params": {"lr": 1}})").kind,
+            OptimizerKind::kRule);
+  EXPECT_EQ(Parse(R"({"params": {"adam_w_mode": false}})").kind,
+            OptimizerKind::kAdamW);  // no type: AdamW, as before
+}
+
+TEST(OptimizerRulesTest, TheResolvedConfigCarriesTheRule) {
+  absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(
+      R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD",
+          "params": {"lr": 0.2, "momentum": 0.5}}})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  const std::string text = ResolvedConfigJson(p->config);
+  absl::StatusOr<TrainingConfig> back = ParseResolvedConfig(text);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+  EXPECT_EQ(back->optimizer, p->config.optimizer);
+  EXPECT_EQ(back->optimizer.rule, "sgd");
+  EXPECT_EQ(back->optimizer.rule_params.at("momentum"), 0.5);
+  EXPECT_NE(text.find("rule_params"), std::string::npos) << text;
+  // A legacy kind writes neither field.
+  absl::StatusOr<ParsedConfig> w =
+      ParseTrainingConfig(R"({"train_micro_batch_size_per_gpu": 1})");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(ResolvedConfigJson(w->config).find("rule_params"), std::string::npos);
+}
+
+TEST(OptimizerRulesTest, ValidationRefusesWhatTheRegistryDoesNotHold) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kRule;
+  c.rule = "rmsprop";
+  absl::Status s = ValidateOptimizerConfig(c);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_NE(s.message().find("sgd, adagrad"), std::string::npos) << s;
+  c.rule = "sgd";
+  c.lr = 0.1;
+  c.rule_params["betas"] = 0.9;
+  s = ValidateOptimizerConfig(c);
+  EXPECT_NE(s.message().find("\"betas\" is not a param of rule sgd"),
+            std::string::npos) << s;
+  c.rule_params = {{"lr", 0.2}};  // has its own field
+  EXPECT_FALSE(ValidateOptimizerConfig(c).ok());
+  c.rule_params.clear();
+  EXPECT_TRUE(ValidateOptimizerConfig(c).ok());
+  OptimizerConfig adam;
+  adam.rule = "sgd";  // a rule name on a legacy kind
+  EXPECT_FALSE(ValidateOptimizerConfig(adam).ok());
+}
+
+}  // namespace
+}  // namespace zeroshard
