@@ -40,6 +40,7 @@
 #include "common/resolved_config.h"
 #include "client/run_tokens.h"
 #include "python/checkpoint_files.h"
+#include "python/optimizer_rules.h"
 #include "python/ext_status.h"
 #include "python/run_outputs.h"
 #include "worker/comm/collectives.h"
@@ -559,6 +560,7 @@ PYBIND11_MODULE(_zeroshard, m) {
       },
       "The learning rate of optimizer step t (1-based) under the schedule.");
   BindCheckpointFiles(m);
+  BindOptimizerRules(m);
   m.def(
       "has_nccl",
       []() {

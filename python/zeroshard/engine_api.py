@@ -53,6 +53,8 @@ class DeepSpeedEngineApi:
         self.optimizer = ZeroshardOptimizer(
             self, [g for g in groups if g["params"]] or
             [{"params": list(self._order)}], defaults, shared=shared)
+        self.optimizer._rule_params = {
+            k: float(v) for k, v in o.get("rule_params", {}).items()}
         if not self._live_groups:
             self.optimizer.param_groups[0]["lr"] = self._server_lr()
         sched = self._client_scheduler
@@ -544,7 +546,14 @@ class DeepSpeedEngineApi:
             raise ValueError(
                 "load_state_dict: the parameters' step counts differ "
                 f"({sorted(steps)[:4]}); the servers keep one per step")
+        counted = bool(steps)
         step = int(steps.pop()) if steps else 0
+        if not counted and any(st and slots[0] in st
+                               for st in state.values()):
+            # The rule's arrays with no step count (torch's SGD keeps
+            # none): the next step goes on from them, as torch's does,
+            # not from a first step's fresh state.
+            step = 1
         arrays = {name: torch.zeros(self._total, dtype=torch.float32)
                   for name in slots}
         master = None

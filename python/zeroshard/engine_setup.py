@@ -47,11 +47,29 @@ def tensor_class(name, p):
     return "matrices"
 
 
+def registered_rules():
+    """The servers' registered rules (common/optimizer_rules.h), as the
+    extension describes them: name, types, torch_class, params, fixed,
+    slots."""
+    from . import _zeroshard
+    return _zeroshard.optimizer_rules()
+
+
+def registered_rule_of(optimizer):
+    """The registered rule whose torch class the object is exactly (the
+    class, not a subclass, whose step could differ), or None."""
+    for r in registered_rules():
+        if type(optimizer) is getattr(torch.optim, r["torch_class"], None):
+            return r
+    return None
+
+
 def optimizer_rule(optimizer):
     """The servers' rule for a torch optimizer object: "AdamW" or "Adam"
     (torch's classes exactly, or DeepSpeed's FusedAdam / DeepSpeedCPUAdam
-    from zeroshard.deepspeed.ops.adam); a ValueError naming the class and
-    the rules there are otherwise (never the default in its place)."""
+    from zeroshard.deepspeed.ops.adam), or a registered rule's type ("SGD"
+    for torch.optim.SGD); a ValueError naming the class and the rules there
+    are otherwise (never the default in its place)."""
     rule = getattr(type(optimizer), "_zeroshard_rule", None)
     if callable(rule):
         rule = rule(optimizer)
@@ -59,20 +77,58 @@ def optimizer_rule(optimizer):
         rule = {torch.optim.AdamW: "AdamW",
                 torch.optim.Adam: "Adam"}.get(type(optimizer))
     if rule is None:
+        r = registered_rule_of(optimizer)
+        rule = r["types"][0] if r else None
+    if rule is None:
+        classes = ", ".join(f"torch.optim.{r['torch_class']}"
+                            for r in registered_rules())
         raise ValueError(
             f"optimizer: {type(optimizer).__module__}."
             f"{type(optimizer).__name__} is not a rule the servers run; "
-            "they run torch.optim.AdamW and torch.optim.Adam (and "
-            "DeepSpeed's FusedAdam / DeepSpeedCPUAdam), or the config's "
-            "\"optimizer\" section (AdamW, Adam, Lion, AdamW8bit, Adam8bit, "
-            "Adafactor, Muon)")
+            f"they run torch.optim.AdamW, torch.optim.Adam, {classes} (and "
+            "DeepSpeed's FusedAdam / DeepSpeedCPUAdam / DeepSpeedCPUAdagrad), "
+            "or the config's \"optimizer\" section (AdamW, Adam, Lion, "
+            "AdamW8bit, Adam8bit, Adafactor, Muon, and the registered rules' "
+            "types)")
     return rule
+
+
+def _registered_section(optimizer, r):
+    """A registered rule's section from a torch optimizer of its class: the
+    params its description names, from the first group (lr, weight_decay
+    and eps also travel per group, step by step; the others are one value
+    for the run, so every group must agree on them)."""
+    groups = optimizer.param_groups
+    params = {}
+    for p in r["params"]:
+        name = p["name"]
+        values = [g[name] for g in groups if name in g]
+        if not values:
+            continue
+        if name not in ("lr", "weight_decay", "eps"):
+            if any(v != values[0] for v in values):
+                raise ValueError(
+                    f"optimizer: the param_groups differ in {name} "
+                    f"({values}); the servers apply one {name} for the run "
+                    "(lr, weight_decay and eps may differ by group)")
+        params[name] = bool(values[0]) if p["bool"] else float(values[0])
+    for i, g in enumerate(groups):
+        for name, value in r["fixed"].items():
+            if name in g and float(bool(g[name]) if isinstance(g[name], bool)
+                                   else g[name]) != value:
+                raise ValueError(
+                    f"optimizer: param_groups[{i}] has {name}={g[name]}, "
+                    f"which the servers' {r['name']} does not run")
+    return {"type": r["types"][0], "params": params}
 
 
 def torch_optimizer_section(optimizer):
     """DeepSpeed's "optimizer" section for a torch optimizer object: its
     rule and its defaults (each group's own values travel with the group)."""
     kind = optimizer_rule(optimizer)
+    r = next((x for x in registered_rules() if kind in x["types"]), None)
+    if r is not None:
+        return _registered_section(optimizer, r)
     g = optimizer.defaults
     for i, group in enumerate(optimizer.param_groups):
         for flag in ("amsgrad", "maximize"):

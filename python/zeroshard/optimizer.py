@@ -35,6 +35,9 @@ class ZeroshardOptimizer(torch.optim.Optimizer):
         if shared is not None:
             self.param_groups = shared
         self._engine = engine
+        # A registered rule's params other than lr, weight_decay and eps
+        # (SGD's momentum...): one value for the run.
+        self._rule_params = {}
 
     def __getstate__(self):
         raise TypeError("a ZeroshardOptimizer cannot be pickled: save "
@@ -103,6 +106,11 @@ class ZeroshardOptimizer(torch.optim.Optimizer):
                 bad = f"betas=({b1}, {b2}): each must be in [0, 1)"
             elif not 0.0 < eps < float("inf"):
                 bad = f"eps={eps}: must be finite and > 0"
+            for key, value in self._rule_params.items():
+                if key in g and float(g[key]) != value:
+                    bad = (f"{key}={g[key]}: the servers apply {key}="
+                           f"{value} for the whole run (lr, weight_decay, "
+                           "betas and eps change step by step)")
             if bad:
                 raise ValueError(f"optimizer.param_groups[{i}]: {bad}")
             out.append((lr, wd, b1, b2, eps))

@@ -66,8 +66,11 @@ def test_an_optimizer_unlike_the_configs():
     refused(m, re.escape("the object passed has lr=0.001 but the config's "
                          "optimizer.params.lr is 0.003"),
             optimizer=torch.optim.AdamW(m.parameters(), lr=1e-3))
-    refused(m, "SGD is not a rule the servers run",
-            optimizer=torch.optim.SGD(m.parameters(), lr=1e-3))
+    refused(m, "RMSprop is not a rule the servers run",
+            optimizer=torch.optim.RMSprop(m.parameters(), lr=1e-3))
+    refused(m, "the object passed is torch.optim.SGD but the config's "
+            "optimizer.type is 'AdamW'",
+            optimizer=torch.optim.SGD(m.parameters(), lr=3e-3))
     refused(m, "it steps another optimizer than the one passed",
             lr_scheduler=torch.optim.lr_scheduler.StepLR(
                 torch.optim.AdamW(m.parameters()), 1))

@@ -297,10 +297,11 @@ def test_callable_optimizer_and_one_group_changed_alone():
 
 def test_an_optimizer_the_servers_have_no_rule_for_is_refused():
     model = make_model()
-    with pytest.raises(ValueError, match="torch.optim.sgd.SGD is not a rule"):
+    with pytest.raises(ValueError,
+                       match="torch.optim.rmsprop.RMSprop is not a rule"):
         zeroshard.initialize(model=model, config=base_config(),
-                             optimizer=torch.optim.SGD(model.parameters(),
-                                                       lr=0.1))
+                             optimizer=torch.optim.RMSprop(model.parameters(),
+                                                           lr=0.1))
 
 
 def test_no_optimizer_anywhere_is_an_error():

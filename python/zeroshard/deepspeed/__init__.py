@@ -153,7 +153,8 @@ _module("utils.torch", "deepspeed.utils.torch",
 _module("runtime.config", "deepspeed.runtime.config",
         DeepSpeedConfigError=support.DeepSpeedConfigError,
         **{k: getattr(support, k) for k in (
-            "ADAM_OPTIMIZER", "ADAMW_OPTIMIZER", "LAMB_OPTIMIZER",
+            "ADAGRAD_OPTIMIZER", "ADAM_OPTIMIZER", "ADAMW_OPTIMIZER",
+            "LAMB_OPTIMIZER",
             "ONEBIT_ADAM_OPTIMIZER", "LION_OPTIMIZER", "MUON_OPTIMIZER",
             "DEEPSPEED_OPTIMIZERS")})
 _module("runtime.fp16", "deepspeed.runtime.fp16")
@@ -165,6 +166,8 @@ _module("runtime.fp16.unfused_optimizer",
 _module("runtime.bf16_optimizer", "deepspeed.runtime.bf16_optimizer",
         BF16_Optimizer=support.BF16_Optimizer)
 _module("ops.lamb", "deepspeed.ops.lamb", FusedLamb=ops.FusedLamb)
+_module("ops.adagrad", "deepspeed.ops.adagrad",
+        DeepSpeedCPUAdagrad=ops.DeepSpeedCPUAdagrad)
 _module("ops.lion", "deepspeed.ops.lion",
         DeepSpeedCPULion=ops.DeepSpeedCPULion, FusedLion=ops.FusedLion)
 _module("ops.transformer", "deepspeed.ops.transformer",

@@ -2,7 +2,7 @@
 is a torch optimizer (it steps in-process as torch's would, if stepped on
 its own) that zeroshard.initialize maps to the servers' rule:
 FusedAdam and DeepSpeedCPUAdam to AdamW (adam_w_mode / adamw_mode, the
-default) or Adam. LAMB, Lion-on-the-GPU and the 1-bit optimizers have no
+default) or Adam, DeepSpeedCPUAdagrad to Adagrad. LAMB, Lion-on-the-GPU and the 1-bit optimizers have no
 rule on the servers and are refused when constructed."""
 
 import torch
@@ -65,6 +65,21 @@ DeepSpeedCPULion = _unsupported(
     "DeepSpeedCPULion", "name \"Lion\" in the config's optimizer.type: the "
     "servers run it")
 FusedLion = DeepSpeedCPULion
-DeepSpeedCPUAdagrad = _unsupported("DeepSpeedCPUAdagrad",
-                                   "the shard servers have no Adagrad rule")
+
+
+class DeepSpeedCPUAdagrad(torch.optim.Adagrad):
+    """DeepSpeed's CPU Adagrad: torch's Adagrad without lr_decay (its sum
+    of squared gradients starting at 0); the servers run the Adagrad rule.
+    fp32_optimizer_states is what they keep anyway."""
+
+    _zeroshard_rule = "Adagrad"
+
+    def __init__(self, model_params, lr=1e-2, eps=1e-10, weight_decay=0,
+                 amsgrad=False, fp32_optimizer_states=True):
+        del fp32_optimizer_states
+        if amsgrad:
+            raise ValueError("DeepSpeedCPUAdagrad(amsgrad=True) is not "
+                             "supported (nor by DeepSpeed)")
+        super().__init__(model_params, lr=lr, eps=eps,
+                         weight_decay=weight_decay)
 OnebitAdam = _unsupported("OnebitAdam", "1-bit communication is not built")

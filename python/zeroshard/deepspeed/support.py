@@ -9,12 +9,14 @@ from .unsupported import refused_class
 
 # deepspeed.runtime.config's optimizer names.
 ADAM_OPTIMIZER = "adam"
+ADAGRAD_OPTIMIZER = "adagrad"
 ADAMW_OPTIMIZER = "adamw"
 LAMB_OPTIMIZER = "lamb"
 ONEBIT_ADAM_OPTIMIZER = "onebitadam"
 LION_OPTIMIZER = "lion"
 MUON_OPTIMIZER = "muon"
-DEEPSPEED_OPTIMIZERS = [ADAM_OPTIMIZER, ADAMW_OPTIMIZER, LAMB_OPTIMIZER,
+DEEPSPEED_OPTIMIZERS = [ADAGRAD_OPTIMIZER, ADAM_OPTIMIZER, ADAMW_OPTIMIZER,
+                        LAMB_OPTIMIZER,
                         ONEBIT_ADAM_OPTIMIZER, LION_OPTIMIZER, MUON_OPTIMIZER]
 
 
@@ -64,7 +66,7 @@ def _builder(name, cls_name, compatible):
 FusedAdamBuilder = _builder("fused_adam", "FusedAdamBuilder", True)
 CPUAdamBuilder = _builder("cpu_adam", "CPUAdamBuilder", True)
 FusedLambBuilder = _builder("fused_lamb", "FusedLambBuilder", False)
-CPUAdagradBuilder = _builder("cpu_adagrad", "CPUAdagradBuilder", False)
+CPUAdagradBuilder = _builder("cpu_adagrad", "CPUAdagradBuilder", True)
 FusedLionBuilder = _builder("fused_lion", "FusedLionBuilder", False)
 CPULionBuilder = _builder("cpu_lion", "CPULionBuilder", False)
 TransformerBuilder = _builder("transformer", "TransformerBuilder", False)
