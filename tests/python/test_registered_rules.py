@@ -11,18 +11,8 @@ import torch
 import zeroshard
 import zeroshard.deepspeed as deepspeed
 
-from test_deepspeed_api import base_config, bits_equal, data, make_model
-
-
-def run_torch(model, opt, batches, sched=None):
-    for x, y in batches:
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
-        opt.step()
-        opt.zero_grad()
-        if sched is not None:
-            sched.step()
-    return [p.detach().clone() for p in model.parameters()]
+from test_deepspeed_api import (base_config, bits_equal, data, make_model,
+                                run_torch)
 
 
 def run_engine(model, batches, config=None, sched=None, **init):
