@@ -36,10 +36,13 @@ absl::Status AdafactorUpdate(const AdafactorOptions& o, uint64_t t,
   if (t == 0) return absl::InvalidArgumentError("Adafactor: step 0");
   const bool factored = shape.cols > 0;
   const int64_t rows = shape.rows, cols = factored ? shape.cols : 1;
+  const int64_t batch = factored ? shape.batch : 1;
   if (rows < 1 || shape.cols < 0 || rows > (int64_t{1} << 31) ||
-      cols > (int64_t{1} << 31)) {
+      cols > (int64_t{1} << 31) || batch < 1 ||
+      batch > (int64_t{1} << 31) / rows / cols) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Adafactor: a tensor of ", shape.rows, " x ", shape.cols));
+        "Adafactor: a tensor of ", shape.batch, " x ", shape.rows, " x ",
+        shape.cols));
   }
   const bool first_moment = o.beta1 >= 0;
   if (s.master == nullptr || grad.data == nullptr ||
@@ -49,7 +52,7 @@ absl::Status AdafactorUpdate(const AdafactorOptions& o, uint64_t t,
     return absl::InvalidArgumentError(
         "Adafactor: an array the tensor's state needs is missing");
   }
-  const size_t n = static_cast<size_t>(rows * cols);
+  const size_t n = static_cast<size_t>(batch * rows * cols);
   thread_local std::vector<float> g, u;
   g.resize(n);
   u.resize(n);
@@ -73,30 +76,36 @@ absl::Status AdafactorUpdate(const AdafactorOptions& o, uint64_t t,
   const float one_minus = static_cast<float>(1.0 - beta2t_d);
   const float eps1 = static_cast<float>(o.eps1);
   for (size_t i = 0; i < n; ++i) u[i] = g[i] * g[i] + eps1;
-  if (factored) {
+  // Each of the batch's matrices with its own statistics.
+  for (int64_t b = 0; factored && b < batch; ++b) {
+    float* const ub = u.data() + b * rows * cols;
+    const float* const gb = g.data() + b * rows * cols;
+    float* const row = s.row + b * rows;
+    float* const col = s.col + b * cols;
     double row_mean_sum = 0;
     for (int64_t i = 0; i < rows; ++i) {
       double sum = 0;
-      for (int64_t j = 0; j < cols; ++j) sum += u[i * cols + j];
+      for (int64_t j = 0; j < cols; ++j) sum += ub[i * cols + j];
       const float mean = static_cast<float>(sum / cols);
-      s.row[i] = s.row[i] * beta2t + one_minus * mean;
-      row_mean_sum += s.row[i];
+      row[i] = row[i] * beta2t + one_minus * mean;
+      row_mean_sum += row[i];
     }
     for (int64_t j = 0; j < cols; ++j) {
       double sum = 0;
-      for (int64_t i = 0; i < rows; ++i) sum += u[i * cols + j];
+      for (int64_t i = 0; i < rows; ++i) sum += ub[i * cols + j];
       const float mean = static_cast<float>(sum / rows);
-      s.col[j] = s.col[j] * beta2t + one_minus * mean;
+      col[j] = col[j] * beta2t + one_minus * mean;
     }
     const float row_mean = static_cast<float>(row_mean_sum / rows);
     for (int64_t i = 0; i < rows; ++i) {
-      const float rf = 1.0f / std::sqrt(s.row[i] / row_mean);
+      const float rf = 1.0f / std::sqrt(row[i] / row_mean);
       for (int64_t j = 0; j < cols; ++j) {
-        const float cf = 1.0f / std::sqrt(s.col[j]);
-        u[i * cols + j] = rf * cf * g[i * cols + j];
+        const float cf = 1.0f / std::sqrt(col[j]);
+        ub[i * cols + j] = rf * cf * gb[i * cols + j];
       }
     }
-  } else {
+  }
+  if (!factored) {
     for (size_t i = 0; i < n; ++i) {
       s.exp_avg_sq[i] = s.exp_avg_sq[i] * beta2t + one_minus * u[i];
       u[i] = (1.0f / std::sqrt(s.exp_avg_sq[i])) * g[i];

@@ -35,18 +35,23 @@
 
 namespace zeroshard {
 
-// A tensor of rows x cols elements (cols = 0: a vector of `rows`). A
-// matrix (cols > 0) is factored, a 1 x C one too: Hugging Face factors every
-// tensor of rank >= 2.
+// A tensor of batch x rows x cols elements (cols = 0: a vector of `rows`).
+// A matrix (cols > 0) is factored, a 1 x C one too: Hugging Face factors
+// every tensor of rank >= 2 over its last two dimensions, keeping the
+// others: a weight of more dimensions is `batch` (the product of all but
+// its last two) matrices of rows x cols, each with its own row and column
+// statistics, as Hugging Face's exp_avg_sq_row (shape[:-1]) and
+// exp_avg_sq_col (shape[:-2] + shape[-1:]) hold them.
 struct AdafactorShape {
   int64_t rows = 0;
   int64_t cols = 0;
+  int64_t batch = 1;
 };
 
 struct AdafactorState {
   float* master = nullptr;
-  float* row = nullptr;      // factored: rows
-  float* col = nullptr;      // factored: cols
+  float* row = nullptr;      // factored: batch x rows
+  float* col = nullptr;      // factored: batch x cols
   float* exp_avg_sq = nullptr;  // not factored: n
   float* exp_avg = nullptr;  // beta1 >= 0: n
   uint16_t* mirror = nullptr;  // may be null

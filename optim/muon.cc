@@ -60,8 +60,9 @@ absl::Status MuonUpdate(const MuonStep& step, GradView grad, int64_t rows,
                 : NewtonSchulz5(u.data(), rows, cols, u.data(), scratch,
                                 step.precision);
   if (!s.ok()) return s;  // unreachable: the shape was checked above
-  const float scale = static_cast<float>(
-      std::sqrt(std::max(1.0, static_cast<double>(rows) / cols)));
+  const double aspect =
+      step.aspect > 0 ? step.aspect : static_cast<double>(rows) / cols;
+  const float scale = static_cast<float>(std::sqrt(std::max(1.0, aspect)));
   // BF16: u is a BF16 tensor, so `u * scale` is rounded to BF16.
   const bool bf16 = step.precision == NsPrecision::kBf16;
   for (size_t i = 0; i < n; ++i) {

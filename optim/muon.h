@@ -6,7 +6,7 @@
 //   g = g * coefficient
 //   m = lerp(m, g, 1 - momentum)
 //   u = nesterov ? lerp(g, m, momentum) : m
-//   u = NewtonSchulz5(u) * sqrt(max(1, rows / cols))
+//   u = NewtonSchulz5(u) * sqrt(max(1, rows / cols))  (step.aspect if set)
 //   p = p * (1 - lr * weight_decay);  p = p - lr * u
 //   mirror = FloatToBf16(p)
 // with torch's lerp: w < 0.5 ? a + w (b - a) : b - (b - a)(1 - w). One state
@@ -39,6 +39,12 @@ struct MuonStep {
   // kBf16: the Newton–Schulz iteration in BF16, as the published code runs
   // it on the GPU, and its result scaled in BF16 (optim/newton_schulz.h).
   NsPrecision precision = NsPrecision::kFp32;
+  // The shape scale's rows / cols: 0 for the matrix's own; for a weight of
+  // more than two dimensions, flattened to (out, in * kh * kw) as the
+  // published code views a convolution's kernel, its last two dimensions'
+  // (kh / kw), which is what the published scale reads from the unflattened
+  // gradient.
+  double aspect = 0;
 };
 
 // The constants of one step, rounded to float as torch does for Python

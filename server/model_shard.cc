@@ -209,21 +209,25 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
               ") holds only part of it; a tensor rule updates whole tensors"));
         }
         const bool muon = rule.kind == TensorRuleKind::kMuon;
-        if (muon && t.shape.size() != 2) {
+        if (muon && t.shape.size() < 2) {
           return absl::InvalidArgumentError(absl::StrCat(
               what, " has ", t.shape.size(),
-              " dimensions; Muon updates 2-D matrices only"));
+              " dimension; Muon updates matrices (a weight of more dimensions "
+              "as (out, in * kh * kw), as its published code does)"));
         }
-        if (!muon && t.shape.size() != 1 && t.shape.size() != 2) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              what, " has ", t.shape.size(),
-              " dimensions; Adafactor on the servers takes 1-D and 2-D "
-              "tensors"));
+        if (!muon && t.shape.empty()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, " has no dimensions"));
         }
         // Muon: momentum in the first slot. Adafactor: the first moment
         // there, the second moment in the second slot (a matrix's row
         // statistics, then its column statistics).
-        const bool matrix = t.shape.size() == 2;
+        // Adafactor factors the last two dimensions, keeping the others
+        // (Hugging Face's): `batch` matrices of rows x cols.
+        const bool matrix = t.shape.size() >= 2;
+        const size_t d = t.shape.size();
+        int64_t batch = 1;
+        for (size_t k = 0; k + 2 < d; ++k) batch *= t.shape[k];
         const size_t need = muon ? 1 : 2;
         if (need > slots) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -231,10 +235,12 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
               "it needs ", need, ", the optimizer's rule has ", slots,
               " (choose optimizer.type AdamW or Adam)"));
         }
-        if (!muon && matrix && t.shape[0] + t.shape[1] > static_cast<int64_t>(t.numel)) {
+        if (!muon && matrix &&
+            batch * (t.shape[d - 2] + t.shape[d - 1]) > static_cast<int64_t>(t.numel)) {
           return absl::InvalidArgumentError(absl::StrCat(
-              what, " is ", t.shape[0], " x ", t.shape[1],
-              ": its row and column statistics (", t.shape[0] + t.shape[1],
+              what, " is ", batch, " x ", t.shape[d - 2], " x ", t.shape[d - 1],
+              ": its row and column statistics (",
+              batch * (t.shape[d - 2] + t.shape[d - 1]),
               " values) do not fit its ", t.numel,
               " elements of slot exp_avg_sq; give it to a group without "
               "Adafactor"));
@@ -248,7 +254,21 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
               owned.end, "): mark it keep_whole in the manifest so that no "
               "server boundary cuts it"));
         }
-        out.push_back({t.name, tr, t.shape[0], matrix ? t.shape[1] : 0, rule});
+        if (muon && t.shape.size() > 2) {
+          const int64_t rows = t.shape[0];
+          const int64_t cols = static_cast<int64_t>(t.numel) / rows;
+          if (rows > (int64_t{1} << 20) || cols > (int64_t{1} << 20)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                what, " flattens to ", rows, " x ", cols,
+                "; Muon takes at most 2^20 rows and columns"));
+          }
+          out.push_back({t.name, tr, rows, cols, rule,
+                         static_cast<double>(t.shape[d - 2]) / t.shape[d - 1]});
+        } else if (!muon && matrix) {
+          out.push_back({t.name, tr, t.shape[d - 2], t.shape[d - 1], rule, 0, batch});
+        } else {
+          out.push_back({t.name, tr, t.shape[0], matrix ? t.shape[1] : 0, rule});
+        }
       }
       if (covered != r.size()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -341,7 +361,7 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
     const double scale = LearningRateAt(optimizer_, adam_t) / optimizer_.lr;
     if (w.rule.kind == TensorRuleKind::kAdafactor) {
       const AdafactorOptions o = AdafactorOnSchedule(w.rule.adafactor, scale);
-      const AdafactorShape shape{w.rows, w.cols};
+      const AdafactorShape shape{w.rows, w.cols, w.batch};
       store_
           ->UpdateWholeRange(
               w.range,
@@ -351,7 +371,7 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
                     shape,
                     {.master = s.master,
                      .row = s.slots[1],
-                     .col = s.slots[1] + w.rows,
+                     .col = s.slots[1] + w.batch * w.rows,
                      .exp_avg_sq = s.slots[1],
                      .exp_avg = s.slots[0],
                      .mirror = nullptr});
@@ -359,10 +379,11 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
           .IgnoreError();  // a failure is the store's fault(): see below
       continue;
     }
-    const MuonStep step = MakeMuonStep(
+    MuonStep step = MakeMuonStep(
         w.rule.lr * scale, w.rule.momentum, w.rule.weight_decay,
         w.rule.nesterov, static_cast<float>(params.coefficient),
         w.rule.bf16_products ? NsPrecision::kBf16 : NsPrecision::kFp32);
+    step.aspect = w.aspect;
     // The momentum buffer is the element-wise rule's first slot.
     store_
         ->UpdateWholeRange(

@@ -266,6 +266,13 @@ class ModelShard {
     FlatRange range;
     int64_t rows = 0, cols = 0;  // a 1-D tensor (Adafactor): cols 0
     TensorRule rule;
+    // Muon on a weight of more than two dimensions: rows its first, cols
+    // the product of the others, the shape scale from its last two
+    // (MuonStep::aspect); 0 otherwise.
+    double aspect = 0;
+    // Adafactor on a weight of more than two dimensions: the product of
+    // all but its last two (rows and cols), each slice factored alone.
+    int64_t batch = 1;
   };
   // The tensors of groups with a tensor rule that lie in the owned range;
   // INVALID_ARGUMENT / FAILED_PRECONDITION naming the tensor for one of a

@@ -40,6 +40,18 @@ def config_text(config, args):
 def tensor_class(name, p):
     # The class names the servers' default parameter groups (Hugging Face's):
     # 1-D tensors do not decay.
+    use_muon = getattr(p, "use_muon", None)
+    if use_muon is not None:
+        # DeepSpeed's Muon asks the script to mark every parameter: True
+        # for Muon (the matrices' rule), False for AdamW (a weight of two
+        # dimensions or more then goes with the embeddings, which decay).
+        if use_muon and p.dim() < 2:
+            raise ValueError(
+                f"parameter {name} has use_muon=True but {p.dim()} "
+                "dimension(s): Muon updates matrices (and convolution "
+                "kernels)")
+        if p.dim() >= 2:
+            return "matrices" if use_muon else "embeddings"
     if p.dim() <= 1:
         return "norms" if "norm" in name.lower() or "ln" in name.lower() else "biases"
     if "emb" in name.lower() or "wte" in name or "wpe" in name:

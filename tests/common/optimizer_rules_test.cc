@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
+#include "common/param_groups.h"
 #include "common/resolved_config.h"
 #include "gtest/gtest.h"
 
@@ -170,6 +171,57 @@ TEST(OptimizerRulesTest, ValidationRefusesWhatTheRegistryDoesNotHold) {
   OptimizerConfig adam;
   adam.rule = "sgd";  // a rule name on a legacy kind
   EXPECT_FALSE(ValidateOptimizerConfig(adam).ok());
+}
+
+// DeepSpeed 0.19's "Muon" (MuonWithAuxAdam): Muon on the matrices, AdamW on
+// the rest, with its params and defaults; muon_lr and adam_lr in place of
+// lr; a matrices rule of zeroshard.param_groups kept.
+TEST(OptimizerRulesTest, DeepSpeedsMuonGivesTheMatricesMuonAndTheRestAdamW) {
+  auto parse = [](const std::string& extra) {
+    absl::StatusOr<ParsedConfig> p = ParseTrainingConfig(absl::StrCat(
+        R"({"train_micro_batch_size_per_gpu": 1, )", extra, "}"));
+    EXPECT_TRUE(p.ok()) << p.status() << "\n" << extra;
+    return p.ok() ? p->config : TrainingConfig{};
+  };
+  auto matrices = [](const TrainingConfig& c) {
+    return c.param_groups.classes[static_cast<int>(TensorClass::kMatrix)].rule;
+  };
+  TrainingConfig c = parse(R"("optimizer": {"type": "Muon"})");
+  EXPECT_EQ(c.optimizer.kind, OptimizerKind::kAdamW);
+  EXPECT_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_EQ(c.optimizer.beta1, 0.9);
+  EXPECT_EQ(c.optimizer.beta2, 0.95);
+  EXPECT_EQ(c.optimizer.eps, 1e-10);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.0);
+  EXPECT_EQ(matrices(c).kind, TensorRuleKind::kMuon);
+  EXPECT_EQ(matrices(c).lr, 0.02);
+  EXPECT_EQ(matrices(c).momentum, 0.95);
+  EXPECT_TRUE(matrices(c).nesterov);
+  for (TensorClass k : {TensorClass::kEmbedding, TensorClass::kBias, TensorClass::kNorm}) {
+    EXPECT_FALSE(c.param_groups.classes[static_cast<int>(k)].rule.active());
+  }
+  c = parse(R"("optimizer": {"type": "muon", "params": {"lr": 0.01,
+      "momentum": 0.9, "weight_decay": 0.1, "betas": [0.8, 0.9], "eps": 1e-8,
+      "ns_method": "gram"}})");
+  EXPECT_EQ(c.optimizer.lr, 0.01);  // DeepSpeed's lr is both groups'
+  EXPECT_EQ(matrices(c).lr, 0.01);
+  EXPECT_EQ(matrices(c).momentum, 0.9);
+  EXPECT_EQ(matrices(c).weight_decay, 0.1);
+  EXPECT_EQ(c.optimizer.weight_decay, 0.1);
+  EXPECT_EQ(c.optimizer.beta1, 0.8);
+  EXPECT_EQ(c.optimizer.eps, 1e-8);
+  c = parse(R"("optimizer": {"type": "Muon", "params": {"lr": 0.5,
+      "muon_lr": 0.03, "adam_lr": 1e-3}})");
+  EXPECT_EQ(matrices(c).lr, 0.03);
+  EXPECT_EQ(c.optimizer.lr, 1e-3);
+  c = parse(R"("optimizer": {"type": "Muon"}, "zeroshard": {"param_groups":
+      {"matrices": {"optimizer": {"type": "Muon", "params": {"lr": 0.07}}}}})");
+  EXPECT_EQ(matrices(c).lr, 0.07);
+  for (const char* bad : {R"({"type": "Muon", "params": {"momentum": 1}})",
+                          R"({"type": "Muon", "params": {"betas": [1, 0.9]}})",
+                          R"({"type": "Muon", "params": {"muon_lr": 0}})"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseError(bad))) << bad;
+  }
 }
 
 }  // namespace

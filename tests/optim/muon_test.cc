@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -125,13 +126,15 @@ struct Worst {
 
 // Replays the cases whose iteration runs in `precision` ("ns_dtype"),
 // computing them in `run_as` (their own precision when not given).
+// A case with a "shape" of more than two dimensions (muon_conv_golden.json)
+// runs as (shape[0], the rest) with the published scale's kh / kw.
 Worst ReplayGolden(bool reference, void (*perturb)(double*, double*, bool*),
                    NsPrecision precision = NsPrecision::kFp32,
-                   std::optional<NsPrecision> run_as = std::nullopt) {
+                   std::optional<NsPrecision> run_as = std::nullopt,
+                   const std::string& file = "tests/fixtures/muon_golden.json") {
   Worst w;
-  std::ifstream in("tests/fixtures/muon_golden.json");
-  EXPECT_TRUE(in.good()) << "tests/fixtures/muon_golden.json not found; tests "
-                            "run from the repo root";
+  std::ifstream in(file);
+  EXPECT_TRUE(in.good()) << file << " not found; tests run from the repo root";
   if (!in.good()) return {1, 1, 0};
   const nlohmann::json golden = nlohmann::json::parse(in);
   NewtonSchulzScratch scratch;
@@ -141,14 +144,26 @@ Worst ReplayGolden(bool reference, void (*perturb)(double*, double*, bool*),
                                          ? NsPrecision::kBf16
                                          : NsPrecision::kFp32;
     if (mine_of_case != precision) continue;
-    const int64_t rows = c.at("rows"), cols = c.at("cols");
+    int64_t rows = 0, cols = 0;
+    double aspect = 0;
+    if (c.contains("shape")) {
+      const std::vector<int64_t> shape = c.at("shape");
+      rows = shape[0];
+      cols = 1;
+      for (size_t d = 1; d < shape.size(); ++d) cols *= shape[d];
+      aspect = static_cast<double>(shape[shape.size() - 2]) / shape.back();
+    } else {
+      rows = c.at("rows");
+      cols = c.at("cols");
+    }
     double lr = c.at("lr"), momentum = c.at("momentum");
     bool nesterov = c.at("nesterov");
     if (perturb != nullptr) perturb(&lr, &momentum, &nesterov);
-    const MuonStep step =
+    MuonStep step =
         MakeMuonStep(lr, momentum, c.at("weight_decay").get<double>(),
                      nesterov, c.at("coefficient").get<float>(),
                      run_as.value_or(precision));
+    step.aspect = aspect;
     const bool bf16 = c.at("grad_dtype") == "bf16";
     std::vector<float> p = Floats(c.at("param0"));
     std::vector<float> m(p.size(), 0.0f);
@@ -184,6 +199,20 @@ Worst ReplayGolden(bool reference, void (*perturb)(double*, double*, bool*),
     }
   }
   return w;
+}
+
+// Convolution kernels (4-D) as the published code takes them: viewed as
+// (out, in * kh * kw), scaled by its 4-D gradient's kh / kw; the second
+// case (kh / kw = 1.5) tells that scale from the flattened matrix's.
+TEST(MuonTest, ConvolutionKernelsAsThePublishedCode) {
+  for (const bool reference : {false, true}) {
+    const Worst w = ReplayGolden(reference, nullptr, NsPrecision::kFp32,
+                                 std::nullopt,
+                                 "tests/fixtures/muon_conv_golden.json");
+    EXPECT_EQ(w.steps, 6);
+    EXPECT_LE(w.param, 1e-5);
+    EXPECT_LE(w.momentum, 1e-6);
+  }
 }
 
 TEST(MuonTest, EachStepIsWithin1e5OfTorch) {
