@@ -21,14 +21,14 @@ namespace {
 
 using nlohmann::json;
 
-// bitsandbytes' AdamW8bit / Adam8bit (and their Paged names, the same rule: the servers' state is in host memory,
-// where paging to it buys nothing) with their params and defaults: lr 1e-3,
-// betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2 (AdamW8bit) or 0. The
-// switches bitsandbytes has for other algorithms must keep their defaults;
-// min_8bit_size (its 32-bit state for small tensors) has no effect here:
-// every element's state is 8-bit. The shared params (lr, betas, eps,
-// weight_decay) are ParseOptimizer's.
-// lr, betas, eps and weight_decay are read after it, as for AdamW.
+// bitsandbytes' AdamW8bit / Adam8bit (and their Paged names, the same
+// rule: the servers' state is in host memory, where paging to it buys
+// nothing) with their defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+// weight_decay 1e-2 (AdamW8bit) or 0. The switches bitsandbytes has for
+// other algorithms must keep their defaults; min_8bit_size (its 32-bit
+// state for small tensors) has no effect here: every element's state is
+// 8-bit. The shared params (lr, betas, eps, weight_decay) are read after
+// it by ParseOptimizer, as for AdamW.
 absl::Status ParseEightBitSwitches(Section& p, bool adamw, OptimizerConfig* o) {
   o->kind = adamw ? OptimizerKind::kAdamW8bit : OptimizerKind::kAdam8bit;
   o->lr = 1e-3;
