@@ -69,7 +69,7 @@ using UnitEntry = std::pair<std::string, std::vector<TensorEntry>>;
 // class whose parameter group has a tensor rule (Muon) are kept whole.
 FlatLayout MakeLayout(const std::vector<UnitEntry>& units, uint32_t servers,
                       uint32_t workers, const std::string& arch,
-                      const std::string& resolved) {
+                      const TrainingConfig* resolved) {
   ModelManifest m;
   m.partition_count = workers;
   m.arch = arch;
@@ -85,9 +85,7 @@ FlatLayout MakeLayout(const std::vector<UnitEntry>& units, uint32_t servers,
     }
     m.units.push_back(std::move(u));
   }
-  if (!resolved.empty()) {
-    MarkWholeTensors(Value(ParseResolvedConfig(resolved)).param_groups, &m);
-  }
+  if (resolved != nullptr) MarkWholeTensors(resolved->param_groups, &m);
   return Value(FlatLayout::Create(m, servers, workers));
 }
 
@@ -261,11 +259,10 @@ class PyCluster {
   // resolved configuration (the same parser zeroshard-train uses); `groups`,
   // when given, are the caller's own (weight_decay, lr_scale, ranges) in
   // place of the configuration's classes.
-  void Init(const std::string& resolved_json,
+  void Init(const TrainingConfig& config,
             const std::optional<std::vector<
                 std::tuple<double, double, std::vector<Range>>>>& groups,
             uint32_t num_workers, uint64_t chunk_elems, bool replace) {
-    const TrainingConfig config = Value(ParseResolvedConfig(resolved_json));
     InitOptions o;
     o.replace = replace;
     o.optimizer = config.optimizer;
@@ -439,9 +436,8 @@ class PyCluster {
   // what it writes there is part of every complete checkpoint. Returns the
   // folder.
   std::string Checkpoint(uint64_t step, const std::string& directory,
-                         const std::string& resolved_json, int keep_last,
+                         const TrainingConfig& config, int keep_last,
                          double timeout_s, const py::object& before_commit) {
-    const TrainingConfig config = Value(ParseResolvedConfig(resolved_json));
     const std::string folder =
         absl::StrCat(directory, "/", CheckpointFolderName(step));
     std::vector<ShardFile> files;
@@ -552,13 +548,22 @@ PYBIND11_MODULE(_zeroshard, m) {
       py::arg("workers") = py::none(), py::arg("steps") = py::none(),
       "Parses and resolves a DeepSpeed-style JSON configuration as "
       "zeroshard-train does; returns (resolved JSON, warnings).");
-  m.def(
-      "learning_rate_at",
-      [](const std::string& resolved_json, uint64_t t) {
-        return LearningRateAt(Value(ParseResolvedConfig(resolved_json)).optimizer,
-                              t);
-      },
-      "The learning rate of optimizer step t (1-based) under the schedule.");
+  // The resolved configuration, parsed once per process and handed to the
+  // calls that need it (Layout, Cluster.init, Cluster.checkpoint,
+  // LossScaler) as this object rather than as text.
+  py::class_<TrainingConfig>(m, "ResolvedConfig")
+      .def(py::init([](const std::string& resolved_json) {
+             return Value(ParseResolvedConfig(resolved_json));
+           }),
+           py::arg("resolved_json"))
+      .def_property_readonly("json", &ResolvedConfigJson)
+      .def(
+          "learning_rate_at",
+          [](const TrainingConfig& c, uint64_t t) {
+            return LearningRateAt(c.optimizer, t);
+          },
+          "The learning rate of optimizer step t (1-based) under the "
+          "schedule.");
   BindCheckpointFiles(m);
   BindOptimizerRules(m);
   m.def(
@@ -579,9 +584,8 @@ PYBIND11_MODULE(_zeroshard, m) {
   // The loss scale of FP16 training, DeepSpeed's dynamic loss scaling
   // (common/loss_scaler.h), configured from the resolved configuration.
   py::class_<LossScaler>(m, "LossScaler")
-      .def(py::init([](const std::string& resolved_json) {
-        return Value(LossScaler::Create(
-            LossScalerOptionsFor(Value(ParseResolvedConfig(resolved_json)))));
+      .def(py::init([](const TrainingConfig& config) {
+        return Value(LossScaler::Create(LossScalerOptionsFor(config)));
       }))
       .def_property_readonly("scale", &LossScaler::scale)
       .def("update", [](LossScaler& s, bool overflow) {
@@ -621,7 +625,7 @@ PYBIND11_MODULE(_zeroshard, m) {
   py::class_<FlatLayout>(m, "Layout")
       .def(py::init(&MakeLayout), py::arg("units"), py::arg("servers"),
            py::arg("workers"), py::arg("arch") = "torch",
-           py::arg("resolved") = "")
+           py::arg("resolved") = nullptr)
       .def_property_readonly("total_elems", &FlatLayout::total_elems)
       .def_property_readonly("param_elems", &FlatLayout::param_elems)
       .def_property_readonly("num_servers", &FlatLayout::num_servers)

@@ -164,6 +164,8 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
             for w in notes + list(warnings):
                 print(f"zeroshard: {source}: {w}", file=sys.stderr)
         self._resolved = resolved
+        # Parsed once, handed to the extension's calls as an object.
+        self._config = _zeroshard.ResolvedConfig(resolved)
         cfg = json.loads(resolved)["config"]
         self._cfg = cfg
         prec = cfg["precision"]
@@ -172,7 +174,7 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
                        "fp16": torch.float16}[prec]
         # FP16 travels as FP32 (the servers' mirror is BF16): rounded here.
         self._wire = "bf16" if prec == "bf16" else "fp32"
-        self._scaler = _zeroshard.LossScaler(resolved)
+        self._scaler = _zeroshard.LossScaler(self._config)
         self._gas = cfg["gradient_accumulation_steps"]
         self._micro = cfg["micro_batch_size"]
         self._train_batch = cfg["train_batch_size"]
@@ -229,7 +231,7 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
         _live_engines.add(self)
         # The resolved config keeps the matrices of a Muon group whole.
         self._layout = _zeroshard.Layout(self._units, len(addresses),
-                                         self.world, resolved=self._resolved)
+                                         self.world, resolved=self._config)
         if self._layout.total_elems != self._total:
             raise RuntimeError("the flat layout depends on the server count")
         # This rank's partition of every unit (the ranges it pushes).
@@ -280,7 +282,7 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
                     "0's (each rank must build the same model and units)")
             rank_state.broadcast_buffers(self._group, model)
         if self.rank == 0:
-            self._cluster.init(resolved, groups=self._groups,
+            self._cluster.init(self._config, groups=self._groups,
                                num_workers=self.world,
                                chunk_elems=cl["chunk_elems"],
                                replace=generation > 0)

@@ -131,8 +131,7 @@ class DeepSpeedEngineApi:
     def _server_lr(self):
         """The learning rate the servers' own schedule gives the next step
         (the config's classes decide the groups: not live)."""
-        return _zeroshard.learning_rate_at(self._resolved,
-                                           self._applied_steps() + 1)
+        return self._config.learning_rate_at(self._applied_steps() + 1)
 
     def get_lr(self):
         """The learning rate of the next optimizer step, per group (what

@@ -101,7 +101,7 @@ class CheckpointApi:
         if self.rank == 0:
             os.makedirs(d, exist_ok=True)
             path = self._cluster.checkpoint(
-                self.global_steps, d, self._resolved, keep_last=keep_last,
+                self.global_steps, d, self._config, keep_last=keep_last,
                 before_commit=write_states)
         else:
             path = self._group.broadcast(b"", 0).decode()
