@@ -115,16 +115,18 @@ uint64_t FitWarmup(uint64_t warmup, uint64_t total, const char* why,
 absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, OptimizerConfig* o,
                             std::vector<std::string>* warnings) {
   ASSIGN_OR_RETURN(Section s, root.Child("scheduler"));
-  ASSIGN_OR_RETURN(int type, s.Choice("type", {"WarmupCosineLR", "WarmupLR", "WarmupDecayLR",
-                                               "OneCycle", "LRRangeTest"}));
+  // Matched by name, never by place in the list.
+  ASSIGN_OR_RETURN(const std::optional<std::string> type,
+                   s.ChoiceName("type", {"WarmupCosineLR", "WarmupLR", "WarmupDecayLR",
+                                         "OneCycle", "LRRangeTest"}));
   ASSIGN_OR_RETURN(Section p, s.Child("params"));
   s.Finish();
-  if (type < 0) {
+  if (!type.has_value()) {
     p.Finish();
     o->schedule = LrScheduleKind::kConstant;
     return absl::OkStatus();
   }
-  if (type >= 3) {
+  if (*type == "OneCycle" || *type == "LRRangeTest") {
     return absl::InvalidArgumentError(
         "config key \"scheduler.type\": this type is not supported; use \"WarmupCosineLR\", "
         "\"WarmupLR\" or \"WarmupDecayLR\"");
@@ -135,14 +137,15 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
   RETURN_IF_ERROR(p.Int("warmup_num_steps", 0, kMaxI64, &warmup, true));
   // Absent: "log", DeepSpeed's default (its documented WarmupLR example
   // leaves it out).
-  ASSIGN_OR_RETURN(int warmup_type, p.Choice("warmup_type", {"log", "linear"}));
-  o->warmup_type = warmup_type == 1 ? WarmupType::kLinear : WarmupType::kLog;
+  ASSIGN_OR_RETURN(const std::optional<std::string> warmup_type,
+                   p.ChoiceName("warmup_type", {"log", "linear"}));
+  o->warmup_type = warmup_type == "linear" ? WarmupType::kLinear : WarmupType::kLog;
   p.NoEffect("last_batch_iteration");
   // total_num_steps (WarmupCosineLR, WarmupDecayLR): absent or "auto" is the
   // run's step count; a warmup longer than that is shortened. A warmup longer
   // than a total the file states is a contradiction in the file.
   std::optional<int64_t> total;
-  if (type != 1) {
+  if (*type != "WarmupLR") {
     ASSIGN_OR_RETURN(total, p.IntOrAuto("total_num_steps", 1, kMaxI64, true));
     if (total.has_value() && warmup > *total) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -152,7 +155,7 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
     }
   }
   const uint64_t total_steps = total.has_value() ? static_cast<uint64_t>(*total) : steps;
-  if (type == 0) {  // WarmupCosineLR
+  if (*type == "WarmupCosineLR") {
     double min_ratio = 0, cos_min_ratio = 0.0001;
     RETURN_IF_ERROR(p.Double("warmup_min_ratio", 0, 1, &min_ratio));
     RETURN_IF_ERROR(p.Double("cos_min_ratio", 0, 1, &cos_min_ratio));
@@ -186,7 +189,7 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
         ") exceeds the peak lr (", o->lr, ", warmup_max_lr or optimizer.params.lr): the "
         "warmup must rise"));
   }
-  if (type == 2) {  // WarmupDecayLR
+  if (*type == "WarmupDecayLR") {
     o->schedule = LrScheduleKind::kWarmupLinear;
     o->total_steps = total_steps;
     o->warmup_steps = FitWarmup(static_cast<uint64_t>(warmup), total_steps,

@@ -186,8 +186,8 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
   for (const RuleInfo& r : RegisteredRules()) {
     types.insert(types.end(), r.types.begin(), r.types.end());
   }
-  ASSIGN_OR_RETURN(const int index, s.Choice("type", types));
-  const std::string type = index < 0 ? "" : types[index];  // "": AdamW
+  ASSIGN_OR_RETURN(const std::optional<std::string> given, s.ChoiceName("type", types));
+  const std::string type = given.value_or("");  // "": AdamW
   if (const RuleInfo* rule = FindRuleByType(type)) {
     return ParseRegisteredRule(s, *rule, o);
   }

@@ -187,6 +187,16 @@ class Section {
     return Bad(key, *v, want);
   }
 
+  // The name `key` holds, spelled as in `names` (case aside), or nullopt
+  // when absent; INVALID_ARGUMENT listing `names` otherwise. Callers match
+  // the result by name, so a name added to the list changes no other.
+  absl::StatusOr<std::optional<std::string>> ChoiceName(
+      absl::string_view key, const std::vector<std::string>& names) {
+    ASSIGN_OR_RETURN(const int i, Choice(key, names));
+    if (i < 0) return std::optional<std::string>();
+    return std::optional<std::string>(names[static_cast<size_t>(i)]);
+  }
+
   // A nested object (absent → an empty section).
   absl::StatusOr<Section> Child(absl::string_view key) {
     const json* v = Get(key);
