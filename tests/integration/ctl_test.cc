@@ -94,6 +94,37 @@ TEST(CtlTest, InitSmokeInspectHealth) {
   EXPECT_NE(r->err.find("1 of 2"), std::string::npos) << r->err;
 }
 
+// A registered rule through the tools: init --optimizer=sgd, smoke steps,
+// and inspect --json naming the rule and its params; an unregistered name
+// is a usage error listing the registered ones.
+TEST(CtlTest, InitWithARegisteredRule) {
+  auto cluster = testing::LocalCluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string servers = "--servers=" + (*cluster)->server_list();
+  std::vector<std::string> init = {"init", servers, "--optimizer=sgd",
+                                   "--lr=0.1", "--weight_decay=0"};
+  for (const auto& f : Shape()) init.push_back(f);
+  auto r = RunBinary("zeroshard-ctl", init, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  r = RunBinary("zeroshard-ctl", {"smoke", servers, "--steps=2"}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->out << r->err;
+  r = RunBinary("zeroshard-ctl", {"inspect", "--json", servers}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  const nlohmann::json o = nlohmann::json::parse(r->out)["servers"][0]["optimizer"];
+  ASSERT_EQ(o["kind"], "sgd") << o;
+  EXPECT_EQ(o["lr"].get<double>(), 0.1);
+  EXPECT_EQ(o["momentum"].get<double>(), 0.0);
+  EXPECT_EQ(o["nesterov"].get<double>(), 0.0);
+  init[2] = "--optimizer=rmsprop";
+  r = RunBinary("zeroshard-ctl", init, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.code, 2) << r->err;
+  EXPECT_NE(r->err.find("sgd, adagrad"), std::string::npos) << r->err;
+}
+
 TEST(CtlTest, LayoutWorksOffline) {
   std::vector<std::string> args = {"layout", "--num_servers=3"};
   for (const auto& f : Shape()) args.push_back(f);

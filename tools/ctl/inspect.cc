@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/optimizer_rules.h"
 #include "tools/ctl/commands.h"
 #include "client/shard_cluster.h"
 
@@ -83,6 +84,13 @@ nlohmann::json ToJson(int k, const std::string& address,
                     {"beta2", o.beta2},
                     {"eps", o.eps},
                     {"weight_decay", o.weight_decay}};
+  // A registered rule's own params (momentum, lr_decay ...), defaults
+  // included.
+  if (const RuleInfo* rule = o.kind == OptimizerKind::kRule ? FindRule(o.rule) : nullptr) {
+    for (const RuleParam& p : rule->params) {
+      if (!p.common_field()) j["optimizer"][p.name] = RuleParamValue(o, p);
+    }
+  }
   j["param_groups"] = nlohmann::json::array();
   for (const ResolvedGroup& g : r->param_groups) {
     nlohmann::json group = {{"name", g.name},
