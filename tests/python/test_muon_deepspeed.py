@@ -3,9 +3,12 @@ on the weights a script marks use_muon=True (convolution kernels viewed as
 (out, in * kh * kw), as the published code does), AdamW with
 MuonWithAuxAdam's defaults on the rest, against an in-process run of the
 published Muon update (Keller Jordan's muon_update over
-zeropower_via_newtonschulz5, written out below) and torch's AdamW: a CNN
-and a small ViT (patch embedding, class token, position embedding, one
-torch encoder layer, head)."""
+zeropower_via_newtonschulz5, as tests/fixtures/make_muon_golden.py writes
+it) and torch's AdamW: a CNN and a small ViT (patch embedding, class token,
+position embedding, one torch encoder layer, head)."""
+
+import os
+import sys
 
 import pytest
 import torch
@@ -14,20 +17,10 @@ import zeroshard
 
 from test_deepspeed_api import base_config
 
-
-def zeropower(G, steps=5):
-    a, b, c = (3.4445, -4.7750, 2.0315)
-    X = G.float()
-    if G.size(-2) > G.size(-1):
-        X = X.mT
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
-    for _ in range(steps):
-        A = X @ X.mT
-        B = b * A + c * A @ A
-        X = a * X + B @ X
-    if G.size(-2) > G.size(-1):
-        X = X.mT
-    return X
+# The published zeropower_via_newtonschulz5, as the Muon fixtures write it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "fixtures"))
+from make_muon_golden import zeropower  # noqa: E402
 
 
 def muon_update(grad, momentum, beta=0.95, nesterov=True):
