@@ -82,6 +82,11 @@ engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
 assert engine._staged == zeroshard.engine._FORCE_HOST_STAGING
 if resume:
     engine.load_checkpoint(resume)
+# Every rank past its start (its first gather of the weights) before the
+# servers' counters are read, and (where every rank makes the same steps
+# and none dies) every rank done before they are read again: the window
+# holds the steps alone.
+engine._barrier()
 sent = sum(st["rpc_bytes_out"] for st in engine.inspect())
 for s in range(engine.global_steps, steps + (1 if rank == extra else 0)):
     for m in range(gas):
@@ -101,7 +106,14 @@ if stage == 3:
     assert all(p.numel() == 0 for p in model.parameters())
 # What the servers sent over the steps (every rank's calls), and what this
 # rank's model holds: the tests compare both.
+same_steps = extra < 0 and not die_after
+if same_steps:
+    engine._barrier()
 sent = sum(st["rpc_bytes_out"] for st in engine.inspect()) - sent
+if same_steps:
+    # No rank gathers the consolidated state below before every rank has
+    # read the counters (a rank ahead once added a whole set of values).
+    engine._barrier()
 local = ([] if stage == 3 else
          [p.detach().clone() for _, p in model.named_parameters()])
 torch.save({"sent": sent, "local": local, "total": engine._total},
