@@ -72,10 +72,6 @@ absl::StatusOr<bool> ParseRegisteredRule(Section& s, const RuleInfo& rule,
                      p.DoubleOrAuto(param.name, param.min, param.max,
                                     /*allow_auto=*/param.name == "lr"));
     if (!v.has_value()) continue;
-    if (param.max_open && *v >= param.max) {
-      return p.Bad(param.name, *p.Get(param.name),
-                   absl::StrCat("a number in [", param.min, ", ", param.max, ")"));
-    }
     given[param.name] = *v;
   }
   const RuleParam* lr = rule.FindParam("lr");

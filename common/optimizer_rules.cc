@@ -11,13 +11,12 @@ namespace {
 constexpr double kRequired = std::numeric_limits<double>::quiet_NaN();
 
 RuleParam RuleNumber(const char* name, double default_value, double min,
-                 double max, bool max_open = false) {
+                     double max) {
   RuleParam p;
   p.name = name;
   p.default_value = default_value;
   p.min = min;
   p.max = max;
-  p.max_open = max_open;
   return p;
 }
 
@@ -185,14 +184,13 @@ absl::Status ValidateRuleConfig(const OptimizerConfig& c) {
     }
     const bool in = p.kind == RuleParam::Kind::kBool
                         ? (v == 0 || v == 1)
-                        : (v >= p.min && (p.max_open ? v < p.max : v <= p.max));
+                        : (v >= p.min && v <= p.max);
     if (!in) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer.params.", p.name, " = ", v, ": rule ", r->name, " takes ",
           p.kind == RuleParam::Kind::kBool
               ? std::string("true or false")
-              : absl::StrCat("a number in [", p.min, ", ", p.max,
-                             p.max_open ? ")" : "]")));
+              : absl::StrCat("a number in [", p.min, ", ", p.max, "]")));
     }
   }
   if (r->check != nullptr) return r->check(c);

@@ -40,8 +40,6 @@ struct RuleParam {
   // A number's inclusive range.
   double min = 0;
   double max = 1e6;
-  // Whether `max` itself is outside (betas and momenta below 1, say).
-  bool max_open = false;
   // True when it lives in OptimizerConfig's field of that name ("lr",
   // "weight_decay", "eps") rather than in rule_params.
   bool common_field() const {

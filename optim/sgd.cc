@@ -28,13 +28,14 @@ struct Sgd {
     const RuleInfo& info = *FindRule(kName);
     const double momentum = RuleParamValue(config, *info.FindParam("momentum"));
     const double dampening = RuleParamValue(config, *info.FindParam("dampening"));
+    const double lr = LearningRateAt(config, t < 1 ? 1 : t) * lr_scale;
     AdamStep s;
     s.kind = OptimizerKind::kRule;
     s.t = t;
     s.coefficient = coefficient;
-    s.lr = static_cast<float>(LearningRateAt(config, t < 1 ? 1 : t) * lr_scale);
+    s.lr = static_cast<float>(lr);
     s.weight_decay = static_cast<float>(weight_decay);
-    s.rule[kNegLr] = static_cast<float>(-(LearningRateAt(config, t < 1 ? 1 : t) * lr_scale));
+    s.rule[kNegLr] = static_cast<float>(-lr);
     s.rule[kMomentum] = static_cast<float>(momentum);
     s.rule[kOneMinusDampening] = static_cast<float>(1 - dampening);
     s.rule[kNesterov] = RuleParamValue(config, *info.FindParam("nesterov")) != 0;

@@ -126,8 +126,7 @@ def _registered_section(optimizer, r):
         params[name] = bool(values[0]) if p["bool"] else float(values[0])
     for i, g in enumerate(groups):
         for name, value in r["fixed"].items():
-            if name in g and float(bool(g[name]) if isinstance(g[name], bool)
-                                   else g[name]) != value:
+            if name in g and float(g[name]) != value:
                 raise ValueError(
                     f"optimizer: param_groups[{i}] has {name}={g[name]}, "
                     f"which the servers' {r['name']} does not run")
