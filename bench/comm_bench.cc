@@ -26,8 +26,8 @@
 
 #include "bench/bench.h"
 #include "common/rendezvous.h"
-#include "worker/comm/collectives.h"
-#include "worker/comm/gloo_store.h"
+#include "comm/collectives.h"
+#include "comm/gloo_store.h"
 
 namespace zeroshard::bench {
 namespace {

@@ -24,7 +24,7 @@
 #include "common/rendezvous.h"
 #include "optim/adam_device.h"
 #include "optim/optimizer.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 namespace zeroshard::bench {
 namespace {

@@ -10,7 +10,7 @@
 #include "common/rendezvous.h"
 #include "common/status_macros.h"
 #include "server/shard_server.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 #include "worker/data/corpus.h"
 #include "worker/engine/server_init.h"
 

@@ -1,7 +1,7 @@
 // A device buffer that only grows (cudaMalloc), for scratch that CUDA code
 // reuses call after call: the kernels' (the linear layer's BF16 gradient,
 // attention's scores, the model's staging) and the host-staged NCCL group's
-// staging (worker/comm/nccl_host_group.cc). CUDA builds only, like
+// staging (comm/nccl_host_group.cc). CUDA builds only, like
 // common/cuda_status.h (the Bazel build leaves it out of common's headers).
 //
 //   DeviceScratch s;

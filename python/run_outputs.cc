@@ -1,7 +1,7 @@
 // zeroshard._zeroshard.RunRecorder: what a zeroshard-train run shows and
 // leaves behind, for a Python training loop: the progress bar on stderr,
 // <out>/metrics.csv (or .jsonl) row by row, and the loss plot at the end,
-// through the launcher's own writers (tools/train/progress_bar.h,
+// through the launcher's own writers (report/progress_bar.h,
 // metrics_writer.h, loss_plot.h), so both kinds of run read the same.
 #include "python/run_outputs.h"
 
@@ -18,9 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/progress_event.h"
-#include "tools/train/loss_plot.h"
-#include "tools/train/metrics_writer.h"
-#include "tools/train/progress_bar.h"
+#include "report/loss_plot.h"
+#include "report/metrics_writer.h"
+#include "report/progress_bar.h"
 
 namespace py = pybind11;
 

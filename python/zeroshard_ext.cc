@@ -43,7 +43,7 @@
 #include "python/optimizer_rules.h"
 #include "python/ext_status.h"
 #include "python/run_outputs.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 namespace py = pybind11;
 

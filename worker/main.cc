@@ -55,8 +55,8 @@
 #include "common/progress_event.h"
 #include "common/resolved_config.h"
 #include "common/status_macros.h"
-#include "worker/comm/advertised_address.h"
-#include "worker/comm/collectives.h"
+#include "comm/advertised_address.h"
+#include "comm/collectives.h"
 #include "worker/compute_device.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/data/dataset.h"
@@ -193,7 +193,7 @@ struct Joined {
 // The WorkerGroup backend for --comm: with the CUDA model, NCCL on the
 // device buffers where the engine keeps its units and gradients; with the
 // CPU model they are host memory, and NCCL runs on them staged through the
-// device (worker/comm/nccl_host_group.h).
+// device (comm/nccl_host_group.h).
 std::string CommBackend(const ComputeChoice& compute) {
   const std::string comm = absl::GetFlag(FLAGS_comm);
   if (comm != "nccl") return comm;

@@ -26,9 +26,9 @@ import sys
 
 # Built by CMake only, with the reason.
 CMAKE_ONLY = {
-    "worker/comm/nccl_collectives.cc":
+    "comm/nccl_collectives.cc":
         "CUDA/NCCL: the Bazel build has no CUDA toolchain",
-    "worker/comm/nccl_host_group.cc": "CUDA/NCCL: host buffers over NCCL",
+    "comm/nccl_host_group.cc": "CUDA/NCCL: host buffers over NCCL",
     "model/kernels/cuda/cublaslt_api.cc": "CUDA: cuBLASLt loaded at run time",
     "model/cuda/device_arch.cc": "CUDA: an architecture's CUDA model",
     "model/cuda/device_block.cc": "CUDA: a GPT block on the device",

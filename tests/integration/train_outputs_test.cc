@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "tools/train/loss_plot.h"
-#include "tools/train/metrics_writer.h"
-#include "tools/train/progress_bar.h"
+#include "report/loss_plot.h"
+#include "report/metrics_writer.h"
+#include "report/progress_bar.h"
 #include "tools/train/run_summary.h"
 #include "common/progress_event.h"
 #include "gtest/gtest.h"

@@ -35,7 +35,7 @@
 #include "common/layout.h"
 #include "common/page_aligned.h"
 #include "model/model_memory.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 #include "worker/engine/comm_queue.h"
 
 namespace zeroshard {

@@ -26,7 +26,7 @@
 #include "client/shard_cluster.h"
 #include "common/config.h"
 #include "common/loss_scaler.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 namespace zeroshard {
 

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "client/shard_cluster.h"
 #include "common/config.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 namespace zeroshard {
 

@@ -62,7 +62,7 @@
 #include "common/config.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/engine/comm_queue.h"
 #include "worker/engine/grad_shard.h"

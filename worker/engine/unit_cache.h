@@ -41,7 +41,7 @@
 #include "common/dtype.h"
 #include "common/layout.h"
 #include "common/page_aligned.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 #include "worker/engine/comm_queue.h"
 #include "model/model_memory.h"
 #include "model/unit_weights.h"

@@ -14,7 +14,7 @@
 #include "common/layout.h"
 #include "common/rendezvous.h"
 #include "common/status_macros.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 #include "worker/data/corpus.h"
 #include "client/kv_client.h"
 #include "worker/engine/resume.h"

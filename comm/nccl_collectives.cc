@@ -1,4 +1,4 @@
-#include "worker/comm/nccl_collectives.h"
+#include "comm/nccl_collectives.h"
 
 #include <cstring>
 #include <thread>

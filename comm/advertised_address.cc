@@ -1,4 +1,4 @@
-#include "worker/comm/advertised_address.h"
+#include "comm/advertised_address.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

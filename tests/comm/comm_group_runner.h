@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 namespace zeroshard {
 

@@ -1,4 +1,4 @@
-#include "worker/comm/nccl_host_group.h"
+#include "comm/nccl_host_group.h"
 
 #include <cuda_runtime_api.h>
 
@@ -9,7 +9,7 @@
 #include "common/cuda_status.h"
 #include "common/device_scratch.h"
 #include "common/status_macros.h"
-#include "worker/comm/nccl_collectives.h"
+#include "comm/nccl_collectives.h"
 
 namespace zeroshard {
 namespace {

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/worker/comm/comm_file_store.h"
-#include "worker/comm/collectives.h"
+#include "tests/comm/comm_file_store.h"
+#include "comm/collectives.h"
 
 namespace zeroshard {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/train/loss_plot.h"
+#include "report/loss_plot.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 #include <cmath>
 #include <vector>
@@ -6,10 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "worker/comm/gloo_collectives.h"
+#include "comm/gloo_collectives.h"
 #ifdef ZS_HAVE_NCCL
-#include "worker/comm/nccl_collectives.h"
-#include "worker/comm/nccl_host_group.h"
+#include "comm/nccl_collectives.h"
+#include "comm/nccl_host_group.h"
 #endif
 
 namespace zeroshard {

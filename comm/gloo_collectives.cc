@@ -1,4 +1,4 @@
-#include "worker/comm/gloo_collectives.h"
+#include "comm/gloo_collectives.h"
 
 #include <algorithm>
 #include <chrono>
@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "worker/comm/advertised_address.h"
-#include "worker/comm/gloo_store.h"
+#include "comm/advertised_address.h"
+#include "comm/gloo_store.h"
 
 namespace zeroshard {
 namespace {
@@ -93,7 +93,7 @@ void AddScaled(float* dst, const float* a, const float* b, size_t n,
 // Publishes the address this rank advertises (numeric, as Gloo resolves
 // it) and checks the peers' before Gloo connects: a loopback address
 // offered to a peer on another host fails here, at once, instead of in
-// Gloo's connect timeout (worker/comm/advertised_address.h).
+// Gloo's connect timeout (comm/advertised_address.h).
 absl::Status ExchangeAddresses(int rank, int size, RendezvousStore* store,
                                const GroupOptions& options) {
   ASSIGN_OR_RETURN(const std::string mine,

@@ -20,7 +20,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 namespace zeroshard {
 

@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/rendezvous.h"
 #include "gtest/gtest.h"
-#include "tests/worker/comm/comm_group_runner.h"
-#include "worker/comm/collectives.h"
-#include "worker/comm/gloo_collectives.h"
+#include "tests/comm/comm_group_runner.h"
+#include "comm/collectives.h"
+#include "comm/gloo_collectives.h"
 
 namespace zeroshard {
 namespace {

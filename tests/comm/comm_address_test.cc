@@ -1,11 +1,11 @@
 // The address a worker advertises for Gloo, and the refusal of a loopback
-// address offered to a peer on another host (worker/comm/advertised_address.h).
-#include "worker/comm/advertised_address.h"
+// address offered to a peer on another host (comm/advertised_address.h).
+#include "comm/advertised_address.h"
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 namespace zeroshard {
 namespace {

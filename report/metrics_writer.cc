@@ -1,4 +1,4 @@
-#include "tools/train/metrics_writer.h"
+#include "report/metrics_writer.h"
 
 #include <errno.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "worker/comm/gloo_store.h"
+#include "comm/gloo_store.h"
 
 #include <algorithm>
 

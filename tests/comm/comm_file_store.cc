@@ -1,4 +1,4 @@
-#include "tests/worker/comm/comm_file_store.h"
+#include "tests/comm/comm_file_store.h"
 
 #include <unistd.h>
 

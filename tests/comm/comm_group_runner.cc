@@ -1,4 +1,4 @@
-#include "tests/worker/comm/comm_group_runner.h"
+#include "tests/comm/comm_group_runner.h"
 
 #include <atomic>
 #include <thread>

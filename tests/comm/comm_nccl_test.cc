@@ -4,13 +4,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/worker/comm/comm_group_runner.h"
-#include "worker/comm/collectives.h"
+#include "tests/comm/comm_group_runner.h"
+#include "comm/collectives.h"
 #ifdef ZS_HAVE_NCCL
 #include <cuda_runtime.h>
 
 #include "tests/support/cuda_device.h"
-#include "worker/comm/nccl_collectives.h"
+#include "comm/nccl_collectives.h"
 #endif
 
 namespace zeroshard {

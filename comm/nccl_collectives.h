@@ -30,7 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 namespace zeroshard {
 

@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/comm/collectives.h"
+#include "comm/collectives.h"
 
 namespace gloo {
 class Context;

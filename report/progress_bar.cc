@@ -1,4 +1,4 @@
-#include "tools/train/progress_bar.h"
+#include "report/progress_bar.h"
 
 #include <algorithm>
 #include <cmath>
