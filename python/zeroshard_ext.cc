@@ -33,7 +33,6 @@
 #include "common/checkpoint_manifest.h"
 #include "common/config.h"
 #include "common/dtype.h"
-#include "common/grad_clip.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
 #include "common/param_groups.h"
@@ -43,6 +42,7 @@
 #include "python/optimizer_rules.h"
 #include "python/ext_status.h"
 #include "python/run_outputs.h"
+#include "python/step_binding.h"
 #include "comm/collectives.h"
 
 namespace py = pybind11;
@@ -218,6 +218,8 @@ class PyGroup {
     py::gil_scoped_release release;
     Check(group_->Barrier());
   }
+
+  WorkerGroup* get() const { return group_.get(); }
 
  private:
   void NeedHost(const char* call) const {
@@ -476,6 +478,17 @@ class PyCluster {
   // backend "gloo" (host buffers) or "nccl" (device buffers, CUDA builds:
   // on CUDA device `cuda_device`, -1 for rank % devices, its collectives on
   // the cudaStream_t `cuda_stream`, 0 for one of its own).
+  // The step's protocol over this cluster and `group` (None: one rank);
+  // the returned object keeps both alive.
+  std::unique_ptr<StepProtocol> StepProtocolFor(PyGroup* group, int rank,
+                                                int world,
+                                                double step_timeout_s,
+                                                bool two_phase) {
+    return MakePyStepProtocol(cluster_.get(),
+                              group == nullptr ? nullptr : group->get(), rank,
+                              world, step_timeout_s, two_phase);
+  }
+
   std::unique_ptr<PyGroup> OpenGroup(int rank, int world,
                                      const std::string& name,
                                      double timeout_s,
@@ -612,16 +625,6 @@ PYBIND11_MODULE(_zeroshard, m) {
         st.skipped_steps = d["skipped_steps"].cast<uint64_t>();
         Check(s.Restore(st));
       });
-  m.def(
-      "grad_coefficient",
-      [](double total_sumsq, double loss_scale, double max_norm) {
-        GradCoefficient c = ComputeGradCoefficient(total_sumsq, loss_scale,
-                                                   max_norm);
-        return std::make_tuple(c.overflow, c.norm, c.coefficient);
-      },
-      "(overflow, unscaled norm, coefficient) from the global sum of squares "
-      "of the scaled gradients (common/grad_clip.h).");
-
   py::class_<FlatLayout>(m, "Layout")
       .def(py::init(&MakeLayout), py::arg("units"), py::arg("servers"),
            py::arg("workers"), py::arg("arch") = "torch",
@@ -712,6 +715,10 @@ PYBIND11_MODULE(_zeroshard, m) {
            py::arg("world"), py::arg("name"), py::arg("timeout_s") = 120.0,
            py::arg("backend") = "gloo", py::arg("cuda_device") = -1,
            py::arg("cuda_stream") = 0)
+      .def("step_protocol", &PyCluster::StepProtocolFor, py::arg("group"),
+           py::arg("rank"), py::arg("world"), py::arg("step_timeout_s"),
+           py::arg("two_phase"), py::keep_alive<0, 1>(),
+           py::keep_alive<0, 2>())
       .def_property_readonly("total_elems", &PyCluster::total_elems);
 
   py::class_<PyGroup>(m, "Group")
@@ -733,4 +740,5 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def("barrier", &PyGroup::Barrier);
 
   BindRunOutputs(m);
+  BindStepProtocol(m);
 }

@@ -35,7 +35,7 @@ from . import rank_state
 from .engine_api import DeepSpeedEngineApi
 from .engine_checkpoint import CheckpointApi
 from .engine_step import StepApi
-from .interruptible import Interruptible
+from .interruptible import Interruptible, unwrap
 from .units import apply_checkpointing, plan_units
 
 _live_engines = weakref.WeakSet()
@@ -189,6 +189,7 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
         self._last_breakdown = {}   # step_breakdown()
         self._group = None
         self._dgroup = None   # NCCL, for CUDA parameters (stages 1 and 2)
+        self._protocol = self._dprotocol = None
 
         self._build_flat(model, model_parameters)
         self._check_fp16_on_cpu(model)
@@ -281,6 +282,17 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
                     f"rank {self.rank}: the model's units differ from rank "
                     "0's (each rank must build the same model and units)")
             rank_state.broadcast_buffers(self._group, model)
+        # The step's protocol among the ranks and with the servers, in C++
+        # as zeroshard-train's workers run it (step/step_protocol.h): the
+        # reduce-scatter, the decision, the two-phase commit.
+        self._protocol = Interruptible(self._cluster.step_protocol(
+            unwrap(self._group), self.rank, self.world,
+            step_timeout_s=cl["step_timeout_s"],
+            two_phase=self._group is not None))
+        self._dprotocol = None if self._dgroup is None else Interruptible(
+            self._cluster.step_protocol(
+                unwrap(self._dgroup), self.rank, self.world,
+                step_timeout_s=cl["step_timeout_s"], two_phase=True))
         if self.rank == 0:
             self._cluster.init(self._config, groups=self._groups,
                                num_workers=self.world,
@@ -708,7 +720,11 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
             self._close(whole=agree)
 
     def _close(self, whole=False):
-        self._dgroup = None   # NCCL's communicator, before the servers go
+        # NCCL's communicator, before the servers go (a protocol over it
+        # holds it too).
+        self._dprotocol = None
+        self._protocol = None
+        self._dgroup = None
         if self._hooks is not None:
             values = None
             if whole and self._cluster is not None:

@@ -150,19 +150,15 @@ class StepApi:
         # overflow skips the step and moves the loss scale.
         if self._stage3 and self._group is not None:
             payload, ranges, worker = self._part_grad, self._my_ranges, self.rank
-        elif self._dgroup is not None:
+        elif self._dprotocol is not None:
             # CUDA over NCCL: reduce-scattered on the device, then this
             # rank's partitions copied down.
-            grad = self._flat_grad.float()
+            grad = self._flat_grad.float().contiguous()
             part = torch.empty(self._my_elems, dtype=torch.float32,
                                device=self._device)
-            for (_, off, _, padded), (b, e), at in zip(
-                    self._layout.units(), self._my_ranges,
-                    self._part_offsets):
-                self._dgroup.reduce_scatter_device(
-                    grad[off:off + padded].data_ptr(),
-                    part[at:at + e - b].data_ptr(), e - b, 1.0 / self.world)
-            self._dgroup.synchronize()
+            self._dprotocol.reduce_scatter_device(
+                self._layout, grad.data_ptr(), grad.numel(),
+                part.data_ptr(), part.numel(), 1.0 / self.world)
             payload = torch.empty(self._my_elems, dtype=torch.float32,
                                   pin_memory=True)
             payload.copy_(part)
@@ -176,13 +172,8 @@ class StepApi:
             else:
                 grad = self._flat_grad.float()
             payload = torch.empty(self._my_elems, dtype=torch.float32)
-            at = 0
-            for (_, off, _, padded), (b, e) in zip(self._layout.units(),
-                                                    self._my_ranges):
-                self._group.reduce_scatter(grad[off:off + padded].numpy(),
-                                           payload[at:at + e - b].numpy(),
-                                           1.0 / self.world)
-                at += e - b
+            self._protocol.reduce_scatter(self._layout, grad.numpy(),
+                                          payload.numpy(), 1.0 / self.world)
             ranges, worker = self._my_ranges, self.rank
         elif self._staged and not self._stage3:
             self._host_grad.copy_(self._flat_grad)   # FP32 on the host
@@ -191,29 +182,22 @@ class StepApi:
         else:
             payload = self._flat_grad.float()
             ranges, worker = [(0, self._total)], 0
+        # The ranks' one decision from their sums of squares (all-reduced),
+        # the loss scale and the clipping (step/step_protocol.h).
         sumsq = float(payload.double().square().sum())
-        if self._group is not None:
-            sumsq = self._group.all_reduce([sumsq])[0]
-        overflow, norm, coefficient = _zeroshard.grad_coefficient(
-            sumsq, self._scaler.scale, self._clip)
-        self._last_norm = None if overflow else norm
-        apply = self._scaler.update(overflow)
-        self._last_skipped = not apply
+        d = self._protocol.decide(sumsq, 1.0, self._clip, self._scaler)
+        self._last_norm = None if d.overflow else d.norm
+        self._last_skipped = d.skip
         # Ranks commit in two phases, as zeroshard-train's workers do: each
         # rank's part is held on the servers until all are (the barrier),
         # then rank 0 applies them as one commit, so that a rule updating
         # whole tensors (Muon) has all of a matrix's gradient at once.
-        two_phase = self._group is not None
         self._mark("grad")
         self._cluster.push(self.global_steps, worker, ranges, "fp32",
-                           payload.numpy(),
-                           coefficient=coefficient if apply else 0.0,
-                           skip=not apply, prepare=two_phase,
+                           payload.numpy(), coefficient=d.coefficient,
+                           skip=d.skip, prepare=self._protocol.two_phase,
                            settings=self._settings)
         self._mark("push")
-        if two_phase:
-            self._group.barrier()
-            if self.rank == 0:
-                self._cluster.apply_step(self.global_steps,
-                                         timeout_s=self._step_timeout_s)
+        if self._protocol.two_phase:
+            self._protocol.commit(self.global_steps)
             self._mark("commit")

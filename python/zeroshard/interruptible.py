@@ -85,3 +85,11 @@ class Interruptible:
             return _pool.call(attr, args, kwargs)
         call.__name__ = name
         return call
+
+
+def unwrap(obj):
+    """The extension's own object behind an Interruptible (None stays
+    None), for passing to another binding."""
+    if isinstance(obj, Interruptible):
+        return obj.__dict__["_obj"]
+    return obj

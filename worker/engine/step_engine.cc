@@ -108,6 +108,19 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
   std::unique_ptr<StepEngine> e(new StepEngine(config, layout, rank, client,
                                                group, sampler,
                                                std::move(scaler)));
+  StepProtocolOptions protocol;
+  protocol.rank = rank;
+  protocol.world = group->size();
+  protocol.step_timeout = absl::Seconds(config.step_timeout_s);
+  // Always two phases, one worker too: a restarted run finishes a step
+  // that was prepared but not applied (resume.h).
+  protocol.two_phase = true;
+  // Without a cluster (tests of the model side alone) the engine cannot step.
+  if (client != nullptr) {
+    ASSIGN_OR_RETURN(StepProtocol p,
+                     StepProtocol::Create(client, group, protocol));
+    e->protocol_.emplace(std::move(p));
+  }
   ASSIGN_OR_RETURN(e->model_, make_model(*layout, config.model,
                                          e->param_dtype_, config.checkpointing));
   model::ModelMemory* mem = e->model_->memory_space();
@@ -347,6 +360,9 @@ absl::StatusOr<double> StepEngine::EvalLoss(uint64_t version, const BatchSampler
 }
 
 absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
+  if (!protocol_.has_value()) {
+    return absl::FailedPreconditionError("the engine has no shard cluster");
+  }
   StepResult r;
   r.step = step;
   r.loss_scale = scaler_.scale();
@@ -408,28 +424,20 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
                         absl::StrCat("step ", step, ": ",
                                      sumsq.status().message()));
   }
-  // Global norm, overflow and loss in one all-reduce.
+  // Global norm, overflow and loss in one all-reduce; the ranks' one
+  // decision (step/step_protocol.h).
   const auto t3 = Clock::now();
   double sums[2] = {*sumsq, loss_sum};
-  absl::Status ar = group_->AllReduce(absl::MakeSpan(sums, 2), ReduceOp::kSum);
-  if (!ar.ok()) {
-    push->Abort();
-    return ar;
-  }
   const double denom = static_cast<double>(world_) * gas;
-  const GradCoefficient c = ComputeGradCoefficient(
-      sums[0], scaler_.scale() * denom, config_.gradient_clipping);
-  absl::StatusOr<bool> apply = scaler_.Update(c.overflow);
-  if (!apply.ok()) {
+  absl::StatusOr<StepDecision> decision = protocol_->Decide(
+      absl::MakeSpan(sums, 2), denom, config_.gradient_clipping, &scaler_);
+  if (!decision.ok()) {
     push->Abort();
-    return apply.status();
+    return decision.status();
   }
-  StepCommit commit;
-  commit.skip = !*apply;
-  commit.coefficient = commit.skip ? 0.0 : c.coefficient;
-  // Two-phase: the servers hold the pushes until rank 0's ApplyStep below
-  // (docs/DESIGN.md, "Crash recovery").
-  commit.prepare = true;
+  // Two-phase: the servers hold the pushes until rank 0 applies the step
+  // below (docs/DESIGN.md, "Crash recovery").
+  const StepCommit commit = protocol_->CommitFor(*decision);
   RETURN_IF_ERROR(push->SendCommit(commit));
   // The servers serve version step+1 chunk by chunk as they apply the
   // commit: the next step's fetch starts now, on the comm queue (idle after
@@ -445,39 +453,27 @@ absl::StatusOr<StepResult> StepEngine::Step(uint64_t step) {
     CancelPrefetch();
     return pushed.status();
   }
-  // Every worker's pushes are prepared on every server once all have
-  // passed this barrier: from here the step is decided, and whoever applies
-  // it (rank 0 now, or the launcher if rank 0 dies) applies all of it.
-  if (absl::Status s = group_->Barrier(); !s.ok()) {
-    CancelPrefetch();
-    return s;
-  }
-  if (rank_ == 0) {
-    absl::Status s = before_apply_ ? before_apply_(step + 1, scaler_.state())
-                                   : absl::OkStatus();
-    if (s.ok() && step == inject_partial_apply_step_) {
-      s = client_->ApplyStepOn(0, step, client_->options().attempt,
-                               absl::Seconds(config_.step_timeout_s));
-      if (s.ok()) {
-        s = absl::AbortedError(absl::StrCat(
+  // The barrier, then rank 0 checkpoints when one is due and applies the
+  // step on every server.
+  absl::Status committed = protocol_->Commit(
+      step, client_->options().attempt, [&]() -> absl::Status {
+        if (before_apply_) RETURN_IF_ERROR(before_apply_(step + 1, scaler_.state()));
+        if (step != inject_partial_apply_step_) return absl::OkStatus();
+        RETURN_IF_ERROR(client_->ApplyStepOn(
+            0, step, client_->options().attempt,
+            absl::Seconds(config_.step_timeout_s)));
+        return absl::AbortedError(absl::StrCat(
             "injected fault: step ", step, " applied on server 0 only"));
-      }
-    }
-    if (s.ok()) {
-      s = client_->ApplyStep(step, client_->options().attempt,
-                             absl::Seconds(config_.step_timeout_s))
-              .status();
-    }
-    if (!s.ok()) {
-      CancelPrefetch();
-      return s;
-    }
+      });
+  if (!committed.ok()) {
+    CancelPrefetch();
+    return committed;
   }
   r.commit_seconds = Since(t3);
 
   r.loss = sums[1] / denom;
-  r.grad_norm = c.norm;
-  r.clip_factor = c.clip_factor;
+  r.grad_norm = decision->norm;
+  r.clip_factor = decision->clip_factor;
   r.skipped = commit.skip;
   if (!r.skipped) ++adam_steps_;
   r.lr = LearningRateAt(config_.optimizer, std::max<uint64_t>(adam_steps_, 1));

@@ -54,20 +54,22 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "client/shard_cluster.h"
+#include "comm/collectives.h"
 #include "common/config.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
-#include "comm/collectives.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/engine/comm_queue.h"
 #include "worker/engine/grad_shard.h"
 #include "worker/engine/unit_cache.h"
 #include "model/unit_model.h"
+#include "step/step_protocol.h"
 
 namespace zeroshard {
 
@@ -244,6 +246,8 @@ class StepEngine {
   std::unique_ptr<model::UnitModel> model_;
   // The gradient side (after model_: its model-memory buffers go first).
   std::unique_ptr<GradShard> grads_;
+  // The step's protocol among the ranks and with the servers (set by Create).
+  std::optional<StepProtocol> protocol_;
   uint64_t adam_steps_ = 0;                  // non-skipped steps so far
   uint64_t inject_overflow_step_ = UINT64_MAX;
   uint64_t inject_partial_apply_step_ = UINT64_MAX;

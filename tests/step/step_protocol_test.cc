@@ -1,0 +1,280 @@
+// The step's protocol (step/step_protocol.h) on its own: its refusals, the
+// ranks' one decision from their totalled sums, the reduce-scatter unit by
+// unit against a serial sum, and the two-phase commit against in-process
+// shard servers (nothing applied before rank 0's apply; a failing
+// before_apply applies nothing).
+#include "step/step_protocol.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grad_clip.h"
+#include "common/status_macros.h"
+#include "gtest/gtest.h"
+#include "model/gpt_manifest.h"
+#include "tests/comm/comm_group_runner.h"
+#include "tests/worker/engine/engine_cluster.h"
+#include "worker/engine/server_init.h"
+
+namespace zeroshard::testing {
+namespace step_protocol_test {
+
+struct Served {
+  std::unique_ptr<EngineCluster> servers;
+  TrainingConfig config;
+  std::unique_ptr<FlatLayout> layout;
+};
+
+// One in-process shard server and a tiny GPT's layout over `workers`.
+absl::StatusOr<Served> Serve(int workers) {
+  Served s;
+  ASSIGN_OR_RETURN(s.servers, EngineCluster::Start(1));
+  TinyKnobs knobs;
+  knobs.layers = 1;
+  knobs.width = 64;
+  knobs.heads = 2;
+  knobs.train_batch_size = 2 * workers;
+  ASSIGN_OR_RETURN(s.config, TinyConfig(knobs, 1, workers));
+  ASSIGN_OR_RETURN(ModelManifest manifest,
+                   MakeGptManifest(s.config.cluster.model, workers));
+  ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(manifest, 1, workers));
+  s.layout = std::make_unique<FlatLayout>(std::move(layout));
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<ShardCluster>> Connect(const Served& s) {
+  ShardClientOptions o;
+  o.call_timeout = absl::Seconds(20);
+  o.run_id = "step-protocol-test";
+  return ShardCluster::Connect(s.servers->addresses(), o, *s.layout);
+}
+
+StepProtocolOptions Options(int rank, int world, bool two_phase = true) {
+  StepProtocolOptions o;
+  o.rank = rank;
+  o.world = world;
+  o.step_timeout = absl::Seconds(20);
+  o.two_phase = two_phase;
+  return o;
+}
+
+TEST(StepProtocolTest, CreateRefusesWhatCannotRun) {
+  absl::StatusOr<Served> s = Serve(1);
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<std::unique_ptr<ShardCluster>> c = Connect(*s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(StepProtocol::Create(nullptr, nullptr, Options(0, 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StepProtocol::Create(c->get(), nullptr, Options(1, 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status two = StepProtocol::Create(c->get(), nullptr, Options(0, 2)).status();
+  EXPECT_NE(two.message().find("need a group"), std::string::npos) << two;
+  StepProtocolOptions no_time = Options(0, 1);
+  no_time.step_timeout = absl::ZeroDuration();
+  EXPECT_FALSE(StepProtocol::Create(c->get(), nullptr, no_time).ok());
+  // A group whose shape is not the options'.
+  std::vector<absl::Status> st = RunGroup(
+      "gloo", 2, TestGroupOptions(), [&](WorkerGroup& g) -> absl::Status {
+        absl::Status bad =
+            StepProtocol::Create(c->get(), &g, Options(1 - g.rank(), 2)).status();
+        if (bad.ok()) return absl::InternalError("a swapped rank was accepted");
+        return absl::OkStatus();
+      });
+  for (const absl::Status& x : st) EXPECT_TRUE(x.ok()) << x;
+  // One rank: no group to reduce over.
+  absl::StatusOr<StepProtocol> one =
+      StepProtocol::Create(c->get(), nullptr, Options(0, 1, false));
+  ASSERT_TRUE(one.ok()) << one.status();
+  std::vector<float> g(s->layout->total_elems()), part(g.size());
+  EXPECT_EQ(one->ReduceScatterUnits(*s->layout, g.data(), g.size(), part.data(),
+                                    part.size(), 1.0f)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StepProtocolTest, RanksReachOneDecisionFromTheirTotals) {
+  absl::StatusOr<Served> s = Serve(2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<double> pick(0.5, 40.0);
+  const double sq[2] = {pick(rng), pick(rng)};
+  const double loss[2] = {pick(rng), pick(rng)};
+  const double clip = 1.0, denominator = 2.0;
+  // The serial reference: the totals, then grad_clip's coefficient.
+  const GradCoefficient want =
+      ComputeGradCoefficient(sq[0] + sq[1], 1.0 * denominator, clip);
+  std::vector<StepDecision> got(2);
+  std::vector<double> loss_total(2);
+  std::vector<absl::Status> st = RunGroup(
+      "gloo", 2, TestGroupOptions(), [&](WorkerGroup& g) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> c, Connect(*s));
+        ASSIGN_OR_RETURN(StepProtocol p,
+                         StepProtocol::Create(c.get(), &g, Options(g.rank(), 2)));
+        ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::Create({}));
+        double sums[2] = {sq[g.rank()], loss[g.rank()]};
+        ASSIGN_OR_RETURN(got[g.rank()],
+                         p.Decide(absl::MakeSpan(sums, 2), denominator, clip,
+                                  &scaler));
+        loss_total[g.rank()] = sums[1];
+        return absl::OkStatus();
+      });
+  for (const absl::Status& x : st) ASSERT_TRUE(x.ok()) << x;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(got[r].skip);
+    EXPECT_EQ(got[r].norm, want.norm);
+    EXPECT_EQ(got[r].coefficient, want.coefficient);
+    EXPECT_EQ(got[r].clip_factor, want.clip_factor);
+    EXPECT_EQ(loss_total[r], loss[0] + loss[1]);
+  }
+}
+
+TEST(StepProtocolTest, AnOverflowOnOneRankSkipsTheStepOnEveryRank) {
+  absl::StatusOr<Served> s = Serve(2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<StepDecision> got(2);
+  std::vector<double> scale_after(2);
+  std::vector<absl::Status> st = RunGroup(
+      "gloo", 2, TestGroupOptions(), [&](WorkerGroup& g) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> c, Connect(*s));
+        ASSIGN_OR_RETURN(StepProtocol p,
+                         StepProtocol::Create(c.get(), &g, Options(g.rank(), 2)));
+        LossScalerOptions fp16;
+        fp16.mode = LossScaleMode::kDynamic;
+        fp16.initial_scale_power = 8;
+        fp16.hysteresis = 1;
+        ASSIGN_OR_RETURN(LossScaler scaler, LossScaler::Create(fp16));
+        double sums[1] = {g.rank() == 1
+                              ? std::numeric_limits<double>::infinity()
+                              : 3.0};
+        ASSIGN_OR_RETURN(got[g.rank()],
+                         p.Decide(absl::MakeSpan(sums, 1), 1.0, 0.0, &scaler));
+        scale_after[g.rank()] = scaler.scale();
+        const StepCommit commit = p.CommitFor(got[g.rank()]);
+        if (!commit.skip || commit.coefficient != 0.0 || !commit.prepare) {
+          return absl::InternalError("the commit does not carry the skip");
+        }
+        return absl::OkStatus();
+      });
+  for (const absl::Status& x : st) ASSERT_TRUE(x.ok()) << x;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(got[r].overflow);
+    EXPECT_TRUE(got[r].skip);
+    EXPECT_EQ(got[r].coefficient, 0.0);
+    EXPECT_EQ(scale_after[r], 128.0);  // 2^8 backed off once
+  }
+}
+
+TEST(StepProtocolTest, ReduceScatterUnitsEqualsTheSerialSum) {
+  absl::StatusOr<Served> s = Serve(2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const FlatLayout& layout = *s->layout;
+  const uint64_t total = layout.total_elems();
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> pick(-4.0f, 4.0f);
+  std::vector<std::vector<float>> grads(2, std::vector<float>(total));
+  for (auto& g : grads) {
+    for (float& x : g) x = pick(rng);
+  }
+  std::vector<std::vector<float>> parts(2);
+  std::vector<absl::Status> st = RunGroup(
+      "gloo", 2, TestGroupOptions(), [&](WorkerGroup& g) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> c, Connect(*s));
+        ASSIGN_OR_RETURN(StepProtocol p,
+                         StepProtocol::Create(c.get(), &g, Options(g.rank(), 2)));
+        uint64_t mine = 0;
+        for (const FlatRange& r : layout.WorkerRanges(g.rank())) mine += r.size();
+        std::vector<float>& part = parts[g.rank()];
+        part.assign(mine, 0.0f);
+        // A part of the wrong length is refused before any collective.
+        if (p.ReduceScatterUnits(layout, grads[g.rank()].data(), total,
+                                 part.data(), mine - 1, 0.5f)
+                .ok()) {
+          return absl::InternalError("a short part was accepted");
+        }
+        return p.ReduceScatterUnits(layout, grads[g.rank()].data(), total,
+                                    part.data(), mine, 0.5f);
+      });
+  for (const absl::Status& x : st) ASSERT_TRUE(x.ok()) << x;
+  for (uint32_t r = 0; r < 2; ++r) {
+    uint64_t at = 0;
+    for (const FlatRange& range : layout.WorkerRanges(r)) {
+      for (uint64_t i = range.begin; i < range.end; ++i, ++at) {
+        // Two terms and a power-of-two scale: exact in any order.
+        ASSERT_EQ(parts[r][at], (grads[0][i] + grads[1][i]) * 0.5f)
+            << "rank " << r << " flat element " << i;
+      }
+    }
+  }
+}
+
+TEST(StepProtocolTest, TwoPhasesApplyOnlyWhenRankZeroCommits) {
+  absl::StatusOr<Served> s = Serve(2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const FlatLayout& layout = *s->layout;
+  std::vector<int64_t> before(2, -1), after_apply(2, -1), after_refused(2, -1);
+  std::vector<std::string> refused(2);
+  std::vector<absl::Status> st = RunGroup(
+      "gloo", 2, TestGroupOptions(), [&](WorkerGroup& g) -> absl::Status {
+        const int rank = g.rank();
+        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> c, Connect(*s));
+        RETURN_IF_ERROR(InitializeServers(s->config, rank, c.get(), &g));
+        ASSIGN_OR_RETURN(StepProtocol p,
+                         StepProtocol::Create(c.get(), &g, Options(rank, 2)));
+        const std::vector<FlatRange> mine = layout.WorkerRanges(rank);
+        std::vector<std::vector<float>> grad;
+        std::vector<GradSpan> spans;
+        for (const FlatRange& r : mine) grad.emplace_back(r.size(), 0.25f);
+        for (size_t k = 0; k < mine.size(); ++k) {
+          spans.push_back(GradSpan{mine[k], DType::kFp32, grad[k].data()});
+        }
+        std::vector<float> out(layout.total_elems());
+        const FlatRange all{0, layout.total_elems()};
+        auto version = [&]() -> absl::StatusOr<int64_t> {
+          ASSIGN_OR_RETURN(GatherResult r,
+                           c->Gather(absl::MakeConstSpan(&all, 1), DType::kFp32,
+                                     -1, out.data(), out.size() * sizeof(float)));
+          return r.max_version;
+        };
+        StepDecision d;
+        d.coefficient = 1.0;
+        for (uint64_t step = 0; step < 2; ++step) {
+          RETURN_IF_ERROR(c->PushGrad(step, rank, spans, p.CommitFor(d), false)
+                              .status());
+          RETURN_IF_ERROR(g.Barrier());
+          // Every rank's push is held, none applied.
+          if (step == 0) {
+            ASSIGN_OR_RETURN(before[rank], version());
+          }
+          RETURN_IF_ERROR(g.Barrier());
+          if (step == 0) {
+            RETURN_IF_ERROR(p.Commit(step, 0));
+            RETURN_IF_ERROR(g.Barrier());
+            ASSIGN_OR_RETURN(after_apply[rank], version());
+          } else {
+            absl::Status s = p.Commit(step, 0, [] {
+              return absl::UnavailableError("before_apply failed");
+            });
+            refused[rank] = s.ok() ? "" : std::string(s.message());
+            RETURN_IF_ERROR(g.Barrier());
+            ASSIGN_OR_RETURN(after_refused[rank], version());
+          }
+        }
+        return absl::OkStatus();
+      });
+  for (const absl::Status& x : st) ASSERT_TRUE(x.ok()) << x;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(before[r], 0) << "rank " << r;
+    EXPECT_EQ(after_apply[r], 1) << "rank " << r;
+    EXPECT_EQ(after_refused[r], 1) << "rank " << r;  // step 1 held, not applied
+  }
+  EXPECT_EQ(refused[0], "before_apply failed");
+  EXPECT_EQ(refused[1], "");  // only rank 0 applies
+}
+
+}  // namespace step_protocol_test
+}  // namespace zeroshard::testing
