@@ -2,7 +2,7 @@
 model train through zeroshard, and what the ranks' two-phase commit costs.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_ranks.py [--smoke]
-        [--ranks=1,2] [--stage=1|2] [--reps=N]
+        [--ranks=1,2] [--stage=1|2] [--reps=N] [--min_params=N]
 
 For each rank count, starts `zeroshard-launch --workers=N --servers=1` over
 this script, which trains examples/torch/train_gpt.py's GPT (the main job's
@@ -44,6 +44,10 @@ def parse(argv):
                     help="comma-separated rank counts (default 1,2)")
     ap.add_argument("--stage", type=int, default=2, choices=[1, 2])
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--min_params", type=int, default=0,
+                    help="zeroshard.units.min_params (default: one GPT "
+                         "block a unit; 1: every module with parameters "
+                         "its own unit, the most units a step walks)")
     ap.add_argument("--smoke", action="store_true",
                     help="a tiny shape, 2 reps: checks that it runs")
     ap.add_argument("--as-rank", action="store_true",
@@ -81,7 +85,7 @@ def rank_main(a):
             "lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8,
             "weight_decay": 0.01}},
         "zero_optimization": {"stage": a.stage},
-        "zeroshard": {"units": {"min_params": sum(
+        "zeroshard": {"units": {"min_params": a.min_params or sum(
             p.numel() for p in model.h[0].parameters())}},
     }
     engine, _, _, _ = zeroshard.initialize(
@@ -107,7 +111,8 @@ def rank_main(a):
     if engine.rank == 0:
         params = sum(p.numel() for p in model.parameters())
         print("torch-ranks-result " + json.dumps(
-            {"ranks": world, "params": params, "best": best}), flush=True)
+            {"ranks": world, "params": params, "best": best,
+             "units": len(engine._layout.units())}), flush=True)
     return 0
 
 
@@ -120,7 +125,8 @@ def main(argv):
     for n in a.ranks:
         cmd = [sys.executable, "-m", "zeroshard.launch", f"--workers={n}",
                "--servers=1", os.path.abspath(__file__), "--as-rank",
-               f"--stage={a.stage}", f"--reps={2 if a.smoke else a.reps}"]
+               f"--stage={a.stage}", f"--reps={2 if a.smoke else a.reps}",
+               f"--min_params={a.min_params}"]
         if a.smoke:
             cmd.append("--smoke")
         r = subprocess.run(cmd, env=env, capture_output=True, text=True,
@@ -136,7 +142,8 @@ def main(argv):
     shape = SMOKE if a.smoke else SHAPE
     print(f"torch-ranks: GPT {shape[0]} layers x width {shape[2]}, context "
           f"{shape[3]}, micro-batch {shape[4]} a rank, "
-          f"{results[0]['params'] / 1e6:.2f} M params, FP32, stage {a.stage}, "
+          f"{results[0]['params'] / 1e6:.2f} M params in "
+          f"{results[0]['units']} units, FP32, stage {a.stage}, "
           f"1 server, rank 0's fastest step of {2 if a.smoke else a.reps} (ms)")
     cols = ("forward+backward",) + PHASES + ("total",)
     print("  ranks " + "".join(f"{c:>18}" for c in cols))

@@ -77,6 +77,32 @@ void BindStepProtocol(py::module_& m) {
           "reduce_scatter on device memory (CUDA tensors' data_ptr()) over an "
           "NCCL group; returns when the results are in `part`.")
       .def(
+          "all_gather",
+          [](const StepProtocol& p, const FlatLayout& layout,
+             const py::buffer& flat) {
+            py::buffer_info info = flat.request(true);
+            const size_t es = static_cast<size_t>(info.itemsize);
+            Bytes b = BufferOf(flat, true, layout.total_elems() * es,
+                               "all_gather");
+            py::gil_scoped_release release;
+            Check(p.AllGatherUnits(layout, b.data, layout.total_elems(), es));
+          },
+          py::arg("layout"), py::arg("flat"),
+          "Every unit of `flat` (the whole flat space, this rank's parts in "
+          "place) all-gathered in place over the ranks (host buffers).")
+      .def(
+          "all_gather_device",
+          [](const StepProtocol& p, const FlatLayout& layout, uintptr_t flat,
+             uint64_t flat_elems, size_t elem_bytes) {
+            py::gil_scoped_release release;
+            Check(p.AllGatherUnits(layout, reinterpret_cast<void*>(flat),
+                                   flat_elems, elem_bytes));
+          },
+          py::arg("layout"), py::arg("flat"), py::arg("flat_elems"),
+          py::arg("elem_bytes"),
+          "all_gather on device memory over an NCCL group; returns when "
+          "every unit is in place.")
+      .def(
           "decide",
           [](const StepProtocol& p, double sumsq, double denominator,
              double max_norm, LossScaler& scaler) {

@@ -77,6 +77,36 @@ absl::Status StepProtocol::ReduceScatterUnits(const FlatLayout& layout,
   return group_->Synchronize();
 }
 
+absl::Status StepProtocol::AllGatherUnits(const FlatLayout& layout,
+                                          void* flat, uint64_t flat_elems,
+                                          size_t elem_bytes) const {
+  if (group_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "all-gather: one rank has no group to gather from");
+  }
+  if (layout.num_workers() != static_cast<uint32_t>(options_.world)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all-gather: the layout splits units over ", layout.num_workers(),
+        " ranks, the group has ", options_.world));
+  }
+  if (flat == nullptr || flat_elems != layout.total_elems() ||
+      (elem_bytes != 2 && elem_bytes != 4)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all-gather: the buffer holds ", flat_elems, " values of ", elem_bytes,
+        " bytes; the layout needs ", layout.total_elems(), " of 2 or 4"));
+  }
+  uint8_t* bytes = static_cast<uint8_t*>(flat);
+  for (const UnitInfo& u : layout.units()) {
+    absl::Status s = group_->AllGatherInPlace(absl::MakeSpan(
+        bytes + u.offset * elem_bytes, u.padded * elem_bytes));
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("all-gather of unit '",
+                                                 u.name, "': ", s.message()));
+    }
+  }
+  return group_->Synchronize();
+}
+
 absl::StatusOr<StepDecision> StepProtocol::Decide(absl::Span<double> sums,
                                                   double denominator,
                                                   double max_norm,

@@ -9,6 +9,8 @@
 //   ASSIGN_OR_RETURN(StepDecision d, p.Decide(sums, denominator, clip, &scaler));
 //   cluster->PushGrad(step, rank, my_ranges, p.CommitFor(d, settings));
 //   RETURN_IF_ERROR(p.Commit(step, attempt));                // barrier, rank 0 applies
+//   cluster->Gather(my_ranges, ..., flat at my ranges);       // the next version
+//   RETURN_IF_ERROR(p.AllGatherUnits(layout, flat, total, 4)); // every unit whole
 //
 // The decision: one all-reduce (sum) of every rank's sums, of which the
 // first is the sum of squares of its scaled gradient part; the global norm,
@@ -76,6 +78,13 @@ class StepProtocol {
   absl::Status ReduceScatterUnits(const FlatLayout& layout, const float* grad,
                                   uint64_t grad_elems, float* part,
                                   uint64_t part_elems, float scale) const;
+
+  // The other direction, after this rank gathered its parts from the
+  // servers into `flat` (the whole flat space, `elem_bytes` a value):
+  // every unit all-gathered in place, so that each rank holds every unit.
+  // Host or device memory, as the group takes it.
+  absl::Status AllGatherUnits(const FlatLayout& layout, void* flat,
+                              uint64_t flat_elems, size_t elem_bytes) const;
 
   // Totals `sums` over the ranks in place (sums[0]: this rank's sum of
   // squares of its scaled gradient; the rest the caller's, a loss say) and

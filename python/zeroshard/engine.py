@@ -588,18 +588,14 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
             into, part = self._flat_param, part.to(self._device)
         for (b, e), at in zip(self._my_ranges, self._part_offsets):
             into[b:e].copy_(part[at:at + e - b])
-        for _, off, _, padded in self._layout.units():
-            if self._dgroup is not None:
-                self._dgroup.all_gather_in_place_device(
-                    into[off:off + padded].data_ptr(),
-                    padded * into.element_size())
-            else:
-                self._group.all_gather_in_place(
-                    self._np(into[off:off + padded]))
-        if self._dgroup is not None:
-            self._dgroup.synchronize()
-        elif self._staged:
-            self._flat_param.copy_(into)
+        if self._dprotocol is not None:
+            self._dprotocol.all_gather_device(
+                self._layout, into.data_ptr(), into.numel(),
+                into.element_size())
+        else:
+            self._protocol.all_gather(self._layout, self._np(into))
+            if self._staged:
+                self._flat_param.copy_(into)
         self._attach()
 
     # --- DeepSpeed's engine API -------------------------------------------

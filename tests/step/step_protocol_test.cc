@@ -212,6 +212,37 @@ TEST(StepProtocolTest, ReduceScatterUnitsEqualsTheSerialSum) {
   }
 }
 
+TEST(StepProtocolTest, AllGatherUnitsFillsEveryRanksParts) {
+  absl::StatusOr<Served> s = Serve(2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const FlatLayout& layout = *s->layout;
+  const uint64_t total = layout.total_elems();
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<uint16_t> pick;
+  std::vector<uint16_t> want(total);  // BF16-sized values
+  for (uint16_t& x : want) x = pick(rng);
+  std::vector<std::vector<uint16_t>> got(2);
+  std::vector<absl::Status> st = RunGroup(
+      "gloo", 2, TestGroupOptions(), [&](WorkerGroup& g) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> c, Connect(*s));
+        ASSIGN_OR_RETURN(StepProtocol p,
+                         StepProtocol::Create(c.get(), &g, Options(g.rank(), 2)));
+        // Only this rank's parts hold the values; the rest is garbage.
+        std::vector<uint16_t>& flat = got[g.rank()];
+        flat.assign(total, static_cast<uint16_t>(0xdead + g.rank()));
+        for (const FlatRange& r : layout.WorkerRanges(g.rank())) {
+          for (uint64_t i = r.begin; i < r.end; ++i) flat[i] = want[i];
+        }
+        if (p.AllGatherUnits(layout, flat.data(), total, 3).ok()) {
+          return absl::InternalError("a 3-byte value was accepted");
+        }
+        return p.AllGatherUnits(layout, flat.data(), total, sizeof(uint16_t));
+      });
+  for (const absl::Status& x : st) ASSERT_TRUE(x.ok()) << x;
+  EXPECT_EQ(got[0], want);
+  EXPECT_EQ(got[1], want);
+}
+
 TEST(StepProtocolTest, TwoPhasesApplyOnlyWhenRankZeroCommits) {
   absl::StatusOr<Served> s = Serve(2);
   ASSERT_TRUE(s.ok()) << s.status();
