@@ -9,6 +9,19 @@
 #include "python/ext_status.h"
 
 namespace zeroshard {
+namespace {
+
+// A Gloo group takes host buffers, an NCCL group device addresses: the
+// other kind would be read as the wrong memory.
+void NeedBuffers(const StepProtocol& p, bool device, const char* call) {
+  if (p.device_buffers() == device) return;
+  Raise(absl::FailedPreconditionError(absl::StrCat(
+      call, ": this protocol's group takes ",
+      p.device_buffers() ? "device addresses; use the _device call"
+                         : "host buffers")));
+}
+
+}  // namespace
 
 std::unique_ptr<StepProtocol> MakePyStepProtocol(ShardCluster* cluster,
                                                  WorkerGroup* group, int rank,
@@ -42,6 +55,7 @@ void BindStepProtocol(py::module_& m) {
           "reduce_scatter",
           [](const StepProtocol& p, const FlatLayout& layout,
              const py::buffer& grad, const py::buffer& part, float scale) {
+            NeedBuffers(p, false, "reduce_scatter");
             const uint64_t total = layout.total_elems();
             uint64_t mine = 0;
             for (const FlatRange& r : layout.WorkerRanges(
@@ -67,6 +81,7 @@ void BindStepProtocol(py::module_& m) {
           [](const StepProtocol& p, const FlatLayout& layout, uintptr_t grad,
              uint64_t grad_elems, uintptr_t part, uint64_t part_elems,
              float scale) {
+            NeedBuffers(p, true, "reduce_scatter_device");
             py::gil_scoped_release release;
             Check(p.ReduceScatterUnits(
                 layout, reinterpret_cast<const float*>(grad), grad_elems,
@@ -80,6 +95,7 @@ void BindStepProtocol(py::module_& m) {
           "all_gather",
           [](const StepProtocol& p, const FlatLayout& layout,
              const py::buffer& flat) {
+            NeedBuffers(p, false, "all_gather");
             py::buffer_info info = flat.request(true);
             const size_t es = static_cast<size_t>(info.itemsize);
             Bytes b = BufferOf(flat, true, layout.total_elems() * es,
@@ -94,6 +110,7 @@ void BindStepProtocol(py::module_& m) {
           "all_gather_device",
           [](const StepProtocol& p, const FlatLayout& layout, uintptr_t flat,
              uint64_t flat_elems, size_t elem_bytes) {
+            NeedBuffers(p, true, "all_gather_device");
             py::gil_scoped_release release;
             Check(p.AllGatherUnits(layout, reinterpret_cast<void*>(flat),
                                    flat_elems, elem_bytes));

@@ -68,6 +68,11 @@ class StepProtocol {
                                              const StepProtocolOptions& options);
 
   const StepProtocolOptions& options() const { return options_; }
+  // Whether the group's collectives take device memory (NCCL); false
+  // without a group.
+  bool device_buffers() const {
+    return group_ != nullptr && group_->device_buffers();
+  }
 
   // Reduce-scatter unit by unit: for every unit of `layout`, `grad`'s padded
   // unit (at the unit's flat offset) summed over the ranks, times `scale`,

@@ -171,6 +171,26 @@ def test_collectives_refuse_the_other_kind_of_buffer_and_missing_backends():
         out = torch.zeros(4)
         g.reduce_scatter(torch.arange(4.0).numpy(), out.numpy(), 0.5)
         assert out.tolist() == [0.0, 0.5, 1.0, 1.5]   # host buffers: fine
+        # The step's protocol over it: the same refusal of device
+        # addresses, and buffers checked against the layout's sizes.
+        p = cluster.step_protocol(g, 0, 1, step_timeout_s=10, two_phase=True)
+        layout = engine._layout
+        flat = torch.zeros(layout.total_elems)
+        with pytest.raises(_zeroshard.ZeroshardError, match=re.escape(
+                "reduce_scatter_device: this protocol's group takes host")):
+            p.reduce_scatter_device(layout, flat.data_ptr(), flat.numel(),
+                                    flat.data_ptr(), flat.numel(), 1.0)
+        with pytest.raises(_zeroshard.ZeroshardError, match=re.escape(
+                "all_gather_device: this protocol's group takes host")):
+            p.all_gather_device(layout, flat.data_ptr(), flat.numel(), 4)
+        with pytest.raises(_zeroshard.ZeroshardError,
+                           match="reduce_scatter part"):
+            p.reduce_scatter(layout, flat.numpy(), torch.zeros(3).numpy(), 1.0)
+        with pytest.raises(_zeroshard.ZeroshardError, match="step_timeout_s"):
+            cluster.step_protocol(g, 0, 1, step_timeout_s=0, two_phase=True)
+        with pytest.raises(_zeroshard.ZeroshardError, match="need a group"):
+            cluster.step_protocol(None, 0, 2, step_timeout_s=10,
+                                  two_phase=True)
         with pytest.raises(_zeroshard.ZeroshardError,
                            match='backend "mpi" is not gloo or nccl'):
             cluster.open_group(0, 1, "test/mpi", timeout_s=10, backend="mpi")
