@@ -27,11 +27,10 @@
 #include <iostream>
 #include <string>
 
+#include "common/command_line.h"
 #include "common/atomic_file.h"
 #include "common/malloc_tuning.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -86,10 +85,11 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  const zeroshard::CommandLine cl = zeroshard::ParseProgramFlags(
+      argc, argv, "zeroshard-server",
       "zeroshard-server --listen=HOST:PORT --server_index=K --num_servers=S "
       "--credentials=DIR [--placement=host|pinned|device]");
-  absl::ParseCommandLine(argc, argv);
+  if (cl.exit_code.has_value()) return *cl.exit_code;
   zeroshard::SetLogIdentity(
       absl::StrCat("server ", absl::GetFlag(FLAGS_server_index)));
   zeroshard::TuneMallocForLargeBuffers();

@@ -36,12 +36,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/live_run.h"
 #include "client/kv_client.h"
 #include "client/shard_cluster.h"
+#include "common/command_line.h"
 #include "common/param_groups.h"
 #include "common/config.h"
 #include "common/atomic_file.h"
@@ -459,6 +460,13 @@ absl::Status Run() {
   }
   RETURN_IF_ERROR(group->Barrier());
   if (rank == 0) {
+    // Every rank is past its last step: the run is no longer live for the
+    // ctl commands and a second training on these servers (client/live_run.h).
+    if (absl::Status s = MarkRunEnded(*client, client->options().run_id,
+                                      client->options().attempt, step);
+        !s.ok()) {
+      ZS_LOG(WARNING) << "could not mark the run's end on server 0: " << s;
+    }
     WorkerEvent done;
     done.kind = WorkerEvent::Kind::kDone;
     done.step = step;
@@ -477,7 +485,14 @@ int main(int argc, char** argv) {
   // (GlooWorkerGroup::Create does the same for any host; this covers the
   // worker's other sockets too.)
   signal(SIGPIPE, SIG_IGN);
-  absl::ParseCommandLine(argc, argv);
+  const zeroshard::CommandLine cl = zeroshard::ParseProgramFlags(
+      argc, argv, "zeroshard-worker",
+      "zeroshard-worker --config=RESOLVED.json --servers=H:P,... --rank=R "
+      "--world_size=N --credentials=DIR [--device=auto|cpu|cuda] "
+      "[--comm=gloo|nccl]\n"
+      "A training worker: zeroshard-train starts one per rank (and the "
+      "Kubernetes manifests one per pod); run by hand only to debug.");
+  if (cl.exit_code.has_value()) return *cl.exit_code;
   zeroshard::SetLogIdentity(
       absl::StrCat("worker ", absl::GetFlag(FLAGS_rank)));
   zeroshard::TuneMallocForLargeBuffers();

@@ -124,14 +124,15 @@ function checkWithCtl(ctl, objects) {
   }
 }
 
-// The flags each binary defines, from its --helpfull (absl: "    --name (").
+// The flags each binary defines, from its --helpfull (common/command_line.cc:
+// "  --name (default ...)", or "  --name" alone when the default is empty).
 const definedCache = new Map();
 function definedFlags(binary) {
   if (definedCache.has(binary)) return definedCache.get(binary);
   const r = spawnSync(binary, ["--helpfull"], { encoding: "utf8", timeout: 10000 });
   if (r.error) throw new Error(`${binary} --helpfull: ${r.error.message}`);
   const flags = new Set();
-  for (const m of `${r.stdout}${r.stderr}`.matchAll(/^ {4}--([a-z0-9_]+) \(/gm)) flags.add(m[1]);
+  for (const m of `${r.stdout}${r.stderr}`.matchAll(/^ {2}--([a-z0-9_]+)(?= \(|$)/gm)) flags.add(m[1]);
   if (flags.size === 0) throw new Error(`${binary} --helpfull lists no flags`);
   definedCache.set(binary, flags);
   return flags;

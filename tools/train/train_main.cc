@@ -17,9 +17,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "client/client_options.h"
+#include "common/command_line.h"
 #include "common/config.h"
 #include "tools/train/train_run.h"
 
@@ -86,12 +85,14 @@ bool InRange(const char* flag, const std::optional<T>& v, int64_t lo,
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  const zeroshard::CommandLine cl = zeroshard::ParseProgramFlags(
+      argc, argv, "zeroshard-train",
       "zeroshard-train --config=FILE [--servers=S] [--workers=N] [--steps=K] "
-      "[--out=DIR] [--save_weights [--format=f32|safetensors]] "
+      "[--out=DIR] [--resume=DIR[/step-N]] [--max_restarts=R] "
+      "[--save_weights [--format=f32|safetensors]] "
       "[--init_from=MODEL.safetensors] [--server_addresses=H:P,...] [--quiet] "
       "[--sample=false]");
-  absl::ParseCommandLine(argc, argv);
+  if (cl.exit_code.has_value()) return *cl.exit_code;
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
