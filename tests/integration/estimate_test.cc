@@ -113,6 +113,18 @@ TEST(EstimateCtlTest, DeviceMemoryGivesAVerdict) {
     EXPECT_DOUBLE_EQ(d["margin_bytes"].get<double>(),
                      d["memory_bytes"].get<double>() -
                          d["worker_needs_bytes"].get<double>());
+    // What a worker needs is its resident estimate, activations and kernel
+    // scratch counted once (they are among its terms).
+    const nlohmann::json w =
+        nlohmann::json::parse(json.out)["zeroshard"]["worker"]["stage3"];
+    EXPECT_DOUBLE_EQ(d["worker_needs_bytes"].get<double>(),
+                     w["total_bytes"].get<double>());
+    int activation_terms = 0;
+    for (const nlohmann::json& t : w["terms"]) {
+      activation_terms += t["name"] == "activations (policy)" ||
+                          t["name"] == "kernel scratch (FP32)";
+    }
+    EXPECT_EQ(activation_terms, 2) << w;
     EXPECT_NE(text.out.find(absl::StrCat("A worker in ", gb, " GB (stage 3, "
                                          "activations included): ",
                                          fits ? "fits" : "does NOT fit")),

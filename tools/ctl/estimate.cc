@@ -547,11 +547,11 @@ struct Verdict {
   double needed = 0, device = 0;
   bool fits() const { return needed <= device; }
 };
+// The worker's terms already hold its activations and kernel scratch
+// when the shape is known (model/memory_estimate.cc): the total is what
+// the device must hold, counted once.
 Verdict WorkerVerdict(const MemoryEstimate& e, double device_bytes) {
-  const ActivationEstimate& a = e.activations;
-  return {e.worker[e.input.stage - 1].total() +
-              (a.known ? a.chosen + a.scratch : 0.0),
-          device_bytes};
+  return {e.worker[e.input.stage - 1].total(), device_bytes};
 }
 
 std::string VerdictText(const MemoryEstimate& e, const Verdict& v) {

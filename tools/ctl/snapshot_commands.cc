@@ -146,9 +146,26 @@ int RunInspectTensor(const CtlFlags& flags) {
               static_cast<unsigned long long>(t.offset),
               static_cast<unsigned long long>(snap->step),
               static_cast<unsigned long long>(view->min_optimizer_step));
+  // A tensor of a group with a whole-tensor rule (Muon, Adafactor) keeps
+  // that rule's own state, not the element-wise slots: those rows read
+  // zeros the rule never wrote, so they say so instead.
+  const ResolvedGroup* whole = nullptr;
+  if (!view->servers.empty()) {
+    for (const ResolvedGroup& g : view->servers[0].param_groups) {
+      for (const FlatRange& r : g.ranges) {
+        if (g.rule.active() && r.begin <= t.offset && t.offset < r.end) whole = &g;
+      }
+    }
+  }
   std::vector<std::vector<std::string>> rows = {
       {"state", "l2_norm", "min", "max", "mean"}};
+  std::vector<std::string> not_kept;
   for (size_t a = 0; a < arrays.size(); ++a) {
+    if (whole != nullptr && arrays[a] != "master") {
+      rows.push_back({arrays[a], "-", "-", "-", "-"});
+      not_kept.push_back(arrays[a]);
+      continue;
+    }
     const std::vector<float>& v = snap->arrays[a];
     double sq = 0, sum = 0;
     float lo = v.empty() ? 0 : v[0], hi = lo;
@@ -165,7 +182,18 @@ int RunInspectTensor(const CtlFlags& flags) {
                     absl::StrFormat("%.9g", mean)});
   }
   PrintTable(rows);
+  if (!not_kept.empty()) {
+    std::printf("%s: not kept for this tensor: group '%s' is updated whole "
+                "by %s, which keeps its own state per tensor\n",
+                absl::StrJoin(not_kept, ", ").c_str(), whole->name.c_str(),
+                std::string(NameOf(kTensorRuleKindNames, whole->rule.kind)).c_str());
+  }
   if (!flags.out.empty() && flags.out != "-") {
+    if (!not_kept.empty() && not_kept.front() == arrays[0]) {
+      std::fprintf(stderr, "inspect: --out: %s is not kept for this tensor; "
+                   "nothing written\n", arrays[0].c_str());
+      return 2;
+    }
     if (absl::Status s = WriteNpyF32(flags.out, t.shape, snap->arrays[0]);
         !s.ok()) {
       std::fprintf(stderr, "inspect: %s\n", s.ToString().c_str());
