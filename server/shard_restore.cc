@@ -23,9 +23,12 @@ namespace {
 // resuming Init's ("modified: lr: 0.001 -> 0.002"), or "" when nothing that
 // the state depends on does. Equivalent, not Equals: a field left out (an
 // older writer's, e.g. the schedule's warmup_type) matches the same default
-// stated explicitly. The schedule's total_steps is not compared: a run
-// extended past its end follows the resuming configuration's schedule, as
-// DeepSpeed's schedulers follow the configuration they are built from.
+// stated explicitly. The schedule's total_steps and warmup_steps are not
+// compared: both follow the run's length (a warmup longer than a short run
+// is shortened to fit it, common/config_json.cc FitWarmup, and regains its
+// configured length when the run is extended), and a run extended past its
+// end follows the resuming configuration's schedule, as DeepSpeed's
+// schedulers follow the configuration they are built from.
 std::string OptimizerDifference(const v1::OptimizerConfig& was,
                                 const v1::OptimizerConfig& now) {
   google::protobuf::util::MessageDifferencer differ;
@@ -33,6 +36,8 @@ std::string OptimizerDifference(const v1::OptimizerConfig& was,
       google::protobuf::util::MessageDifferencer::EQUIVALENT);
   differ.IgnoreField(
       v1::LrSchedule::descriptor()->FindFieldByName("total_steps"));
+  differ.IgnoreField(
+      v1::LrSchedule::descriptor()->FindFieldByName("warmup_steps"));
   std::string report;
   differ.ReportDifferencesToString(&report);
   if (differ.Compare(was, now)) return "";

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/subprocess.h"
@@ -151,6 +152,17 @@ TEST(FaultInjectionTest, RandomKillsLeaveTheFinalWeightsUnchanged) {
                           std::istreambuf_iterator<char>());
     ASSERT_TRUE(st->success()) << "trial " << t << ": " << st->ToString()
                                << "\n" << err;
+    if (hit && absl::StartsWith(victim.first, "server")) {
+      // A server's death restarts every process: the first attempt's logs
+      // are kept beside the new ones, and the restart line says where.
+      for (const char* log : {"/logs/server0.log.0", "/logs/server1.log.0",
+                              "/logs/worker0.log.0", "/logs/worker1.log.0"}) {
+        EXPECT_TRUE(std::filesystem::exists(out + log))
+            << "trial " << t << ": " << log << " was not kept\n" << err;
+      }
+      EXPECT_NE(err.find("attempt 0's logs are kept as "), std::string::npos)
+          << err;
+    }
     WeightDiff d = CompareWeights(ReadWeights(out), want);
     EXPECT_TRUE(d.bit_identical) << "trial " << t << " (" << victim.first
                                  << " in " << at << "): max_abs "

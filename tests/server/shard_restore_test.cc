@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <map>
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <random>
@@ -537,13 +538,16 @@ TEST_F(ShardRestoreTest, CheckpointsWithoutWarmupFieldsResumeAsLinearFromZero) {
 }
 
 // A run extended past its end: the schedule's total_steps differs from the
-// checkpoint's, and the restore goes on (the resuming Init's schedule
-// rules from here); any other schedule field still refuses.
+// checkpoint's, and so may its warmup (one shortened to fit the short run
+// regains its configured length); the restore goes on (the resuming Init's
+// schedule rules from here); any other schedule field still refuses.
 TEST_F(ShardRestoreTest, AnExtendedScheduleResumes) {
   ASSERT_NO_FATAL_FAILURE(run_.Write(dir_, rng_, {2}));
   v1::InitRequest init = testing::MakeInit(testing::SmallManifest(1), 3, 1, 3, 256);
   v1::LrSchedule* s = init.mutable_optimizer()->mutable_schedule();
   s->set_total_steps(s->total_steps() + 1 + rng_() % 1000);
+  s->set_warmup_steps(std::min<uint64_t>(
+      s->total_steps(), s->warmup_steps() + 1 + rng_() % 7));
   auto shard = ModelShard::Create(init, {1, 3}, Placement::kHost);
   ASSERT_TRUE(shard.ok()) << shard.status();
   auto stats = RestoreShard(**shard, dir_, std::nullopt);

@@ -372,6 +372,16 @@ void TrainCluster::StopAll(absl::Duration grace) {
   }
 }
 
+void TrainCluster::KeepLogs() {
+  for (std::vector<Child>* group : {&workers_, &servers_}) {
+    for (const Child& c : *group) {
+      std::error_code ec;
+      std::filesystem::rename(c.log_path,
+                              absl::StrCat(c.log_path, ".", plan_.attempt), ec);
+    }
+  }
+}
+
 absl::Status TrainCluster::WriteClusterFile() const {
   nlohmann::json j;
   j["run_id"] = plan_.run_id;

@@ -108,6 +108,10 @@ class TrainCluster {
   // SIGTERM to every child still running, up to `grace` for all of them
   // together, then SIGKILL. Idempotent.
   void StopAll(absl::Duration grace);
+  // After StopAll, before a whole new cluster starts in the same folder:
+  // every child's log is kept as <log>.<attempt>, as StopWorkers keeps the
+  // workers', so that the restart writes fresh logs beside them.
+  void KeepLogs();
 
   // A failure of any child so far (servers must not have exited at all;
   // workers must not have exited with a non-zero code), or OK.
