@@ -72,6 +72,9 @@ struct ServerStatus {
   uint32_t num_workers = 0;
   // The optimizer rule's state slots, in its order.
   std::vector<std::string> state_slots;
+  // Seconds since the server last admitted a gradient push; -1: none since
+  // it started.
+  double seconds_since_push = -1;
 };
 
 // What every server reports, and the layout it implies.

@@ -64,6 +64,7 @@ absl::StatusOr<ServerStatus> StatusFromProto(const v1::InspectResponse& r) {
   s.prepared_attempt = r.prepared_attempt();
   s.run_id = r.run_id();
   s.num_workers = r.num_workers();
+  s.seconds_since_push = r.seconds_since_push();
   return s;
 }
 

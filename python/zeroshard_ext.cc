@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/live_run.h"
 #include "client/checkpoint_commit.h"
 #include "client/kv_client.h"
 #include "client/client_options.h"
@@ -413,6 +414,13 @@ class PyCluster {
     cluster_->DetachSharedMemory();
   }
 
+  // The run's end, in server 0's store (client/live_run.h).
+  void MarkRunEnded(uint64_t step) {
+    py::gil_scoped_release release;
+    Check(zeroshard::MarkRunEnded(*cluster_, cluster_->options().run_id,
+                                  cluster_->options().attempt, step));
+  }
+
   void ApplyStep(uint64_t step, uint64_t attempt, double timeout_s) {
     py::gil_scoped_release release;
     Check(cluster_->ApplyStep(step, attempt, absl::Seconds(timeout_s))
@@ -705,6 +713,7 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def("apply_step", &PyCluster::ApplyStep, py::arg("step"),
            py::arg("attempt") = 0, py::arg("timeout_s") = 120.0)
       .def("inspect_all", &PyCluster::InspectAll)
+      .def("mark_run_ended", &PyCluster::MarkRunEnded, py::arg("step"))
       .def("checkpoint", &PyCluster::Checkpoint, py::arg("step"),
            py::arg("directory"), py::arg("resolved_config"),
            py::arg("keep_last") = 0, py::arg("timeout_s") = 300.0,

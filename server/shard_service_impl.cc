@@ -254,6 +254,10 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::PushGrad(
   if (absl::Status s = Admit(context, "PushGrad"); !s.ok()) {
     return new Failed(s, &counters_);
   }
+  last_push_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count(),
+                      std::memory_order_relaxed);
   absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
   if (!state.ok()) return new Failed(state.status(), &counters_);
   return new PushGradReactor(*std::move(state), response, &counters_,
@@ -335,6 +339,11 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
   *response->mutable_manifest() = state.request().manifest();
   response->set_run_id(state.run_id());
   response->set_num_workers(state.layout().num_workers());
+  const int64_t pushed = last_push_ns_.load(std::memory_order_relaxed);
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  response->set_seconds_since_push(pushed == 0 ? -1.0 : (now - pushed) * 1e-9);
   return absl::OkStatus();
 }
 

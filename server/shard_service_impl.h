@@ -22,6 +22,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -207,6 +209,8 @@ class ShardServiceImpl final : public ShardServiceBase {
 
   const Config config_;
   RpcCounters counters_;
+  // steady_clock nanoseconds of the last admitted PushGrad; 0: none.
+  std::atomic<int64_t> last_push_ns_{0};
   KvStore kv_;
   SharedRegions regions_;
   IdleStreams push_streams_;

@@ -739,6 +739,15 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
                     "before close() (engine.consolidated_state_dict()), or "
                     "from a checkpoint (zeroshard.deepspeed.utils."
                     "zero_to_fp32)")
+        if (self._servers is None and self._cluster is not None
+                and self.rank == 0):
+            # Servers this process did not start outlive it: the run is no
+            # longer live for zeroshard-ctl init and restore, nor for a
+            # second training on them (client/live_run.h).
+            try:
+                self._cluster.mark_run_ended(self.global_steps)
+            except Exception:
+                pass   # servers gone: nothing is live there either
         self._cluster = None
         if self._servers is not None:
             self._servers.stop()

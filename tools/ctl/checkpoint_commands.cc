@@ -113,6 +113,7 @@ int RunRestore(const CtlFlags& flags) {
     std::fprintf(stderr, "restore: %s\n", channels.status().ToString().c_str());
     return 2;
   }
+  if (int rc = RefuseLiveRun(**channels, flags, "restore"); rc != 0) return rc;
   auto restored = (*channels)->Restore(flags.dir, flags.step, flags.timeout);
   if (!restored.ok()) {
     std::fprintf(stderr, "restore: %s\n", restored.status().ToString().c_str());

@@ -53,10 +53,18 @@ struct CtlFlags {
   std::string format = "safetensors";
   std::string tensor;
   std::string state;
+  // init / restore: go on although a run pushed to the servers lately.
+  bool force = false;
 };
 
 // Client options derived from the flags (deadlines from --timeout).
 ShardClientOptions ClientOptions(const CtlFlags& flags);
+
+// For the commands that replace the servers' state (init, restore): 0 when
+// no run pushed to `cluster` within kLiveRunWindowSeconds (or --force was
+// given); otherwise says which run and how to stop it, and returns 2.
+int RefuseLiveRun(const ShardCluster& cluster, const CtlFlags& flags,
+                  const char* command);
 
 int RunInspect(const CtlFlags& flags);
 int RunHealth(const CtlFlags& flags);

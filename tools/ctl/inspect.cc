@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/optimizer_rules.h"
 #include "tools/ctl/commands.h"
+#include "client/live_run.h"
 #include "client/shard_cluster.h"
 
 namespace zeroshard::ctl {
@@ -129,6 +130,17 @@ std::string DescribeGroups(const ServerStatus& r) {
   }
   std::vector<std::string> parts;
   for (const ResolvedGroup& g : r.param_groups) {
+    if (g.rule.kind == TensorRuleKind::kAdafactor) {
+      const AdafactorOptions& a = g.rule.adafactor;
+      parts.push_back(absl::StrCat(
+          g.name, " Adafactor ",
+          a.relative_step ? std::string("relative_step")
+                          : absl::StrCat("lr ", a.lr),
+          a.first_moment() ? absl::StrCat(" beta1 ", a.beta1) : "",
+          " weight_decay ", a.weight_decay, " (", g.elems,
+          " elems, each tensor whole)"));
+      continue;
+    }
     if (g.rule.active()) {
       parts.push_back(absl::StrCat(
           g.name, " Muon lr ", g.rule.lr, " momentum ", g.rule.momentum,
@@ -144,6 +156,25 @@ std::string DescribeGroups(const ServerStatus& r) {
 }
 
 }  // namespace
+
+int RefuseLiveRun(const ShardCluster& cluster, const CtlFlags& flags,
+                  const char* command) {
+  if (flags.force) return 0;
+  const absl::StatusOr<std::optional<LiveRunInfo>> live =
+      FindLiveRun(cluster, kLiveRunWindowSeconds);
+  if (!live.ok()) {
+    std::fprintf(stderr, "%s: %s\n", command, live.status().ToString().c_str());
+    return 1;
+  }
+  if (!live->has_value()) return 0;
+  std::fprintf(stderr,
+               "%s: the servers serve a live %s: %s would replace the state "
+               "it is training and end it. Stop that run first (Ctrl-C its "
+               "zeroshard-train or zeroshard-launch, or stop its workers), "
+               "or pass --force\n",
+               command, DescribeLiveRun(**live).c_str(), command);
+  return 2;
+}
 
 ShardClientOptions ClientOptions(const CtlFlags& flags) {
   ShardClientOptions o;

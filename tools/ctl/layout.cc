@@ -168,6 +168,7 @@ int RunInit(const CtlFlags& flags) {
     std::fprintf(stderr, "init: %s\n", client.status().ToString().c_str());
     return 2;
   }
+  if (int rc = RefuseLiveRun(**client, flags, "init"); rc != 0) return rc;
   InitOptions opt;
   opt.optimizer = flags.optimizer;
   opt.param_groups = flags.param_groups;

@@ -6,11 +6,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "common/optimizer_rules.h"
 #include "tools/ctl/cluster_file.h"
 #include "tools/ctl/commands.h"
@@ -59,6 +58,9 @@ ABSL_FLAG(std::string, param_groups, "default",
           "init: default (no decay on biases and norms), single (torch's one "
           "group) or a JSON object as zeroshard.param_groups");
 ABSL_FLAG(int, steps, 5, "smoke: steps to push");
+ABSL_FLAG(bool, force, false,
+          "init, restore: go on although a run pushed to the servers within "
+          "the last minute (it is live, and this ends it)");
 ABSL_FLAG(std::string, config, "", "config: the DeepSpeed-style file to resolve; "
           "sample: the run's file (heads, zeroshard.sample)");
 ABSL_FLAG(int64_t, train_steps, -1, "config: optimizer steps (-1: the file's)");
@@ -83,7 +85,7 @@ constexpr char kUsage[] =
     "all SERVING\n"
     "  layout   [--num_servers=S] [--workers=N] [shape flags] [--json]\n"
     "           [--keep_whole=matrices,...]\n"
-    "  init     --servers=... [shape flags] [--workers=N] [--seed] [--lr] ...\n"
+    "  init     --servers=... [shape flags] [--workers=N] [--seed] [--lr] ... [--force]\n"
     "           [--param_groups=default|single|JSON]\n"
     "  smoke    --servers=... [--steps=K] [--workers=N]\n"
     "  config   --config=FILE [--workers=N] [--num_servers=S | --servers=...]\n"
@@ -98,7 +100,7 @@ constexpr char kUsage[] =
     "           [--vocab_file=vocab.json --merges_file=merges.txt] [--json]\n"
     "           text generated from the servers' weights, without pausing training\n"
     "  checkpoint --servers=... --dir=DIR [--step=S]   coordinated checkpoint\n"
-    "  restore  --servers=... --dir=DIR [--step=S]\n"
+    "  restore  --servers=... --dir=DIR [--step=S] [--force]\n"
     "  list     --dir=DIR                 checkpoints in DIR (offline)\n"
     "  estimate (--params=PSI | --config=FILE | shape flags) --workers=N\n"
     "           --servers=S [--stage=1|2|3] [--precision=bf16|fp16|fp32]\n"
@@ -113,13 +115,25 @@ constexpr char kUsage[] =
 
 int main(int argc, char** argv) {
   using namespace zeroshard;
-  absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const CommandLine cl = ParseProgramFlags(argc, argv, "zeroshard-ctl", kUsage);
+  if (cl.exit_code.has_value()) return *cl.exit_code;
+  const std::vector<char*>& positional = cl.positional;
   if (positional.size() != 2) {
     std::fprintf(stderr, "%s\n", kUsage);
     return 2;
   }
   const std::string command = positional[1];
+  static const std::vector<std::string> kCommands = {
+      "inspect", "health", "layout", "init", "smoke", "export", "sample",
+      "checkpoint", "restore", "list", "config", "estimate"};
+  if (std::find(kCommands.begin(), kCommands.end(), command) == kCommands.end()) {
+    const std::string near = NearestName(command, kCommands);
+    std::fprintf(stderr, "zeroshard-ctl: unknown command '%s'%s\n%s\n",
+                 command.c_str(),
+                 near.empty() ? "" : ("; did you mean '" + near + "'?").c_str(),
+                 kUsage);
+    return 2;
+  }
   // Offline, and --servers is a count: reads its flags itself.
   if (command == "estimate") return ctl::RunEstimate(argc, argv);
   ctl::CtlFlags f;
@@ -180,6 +194,7 @@ int main(int argc, char** argv) {
   f.train_steps = absl::GetFlag(FLAGS_train_steps);
   f.out = absl::GetFlag(FLAGS_out);
   f.dir = absl::GetFlag(FLAGS_dir);
+  f.force = absl::GetFlag(FLAGS_force);
   if (absl::GetFlag(FLAGS_step) >= 0) f.step = absl::GetFlag(FLAGS_step);
   f.format = absl::GetFlag(FLAGS_format);
   f.tensor = absl::GetFlag(FLAGS_tensor);
@@ -257,5 +272,5 @@ int main(int argc, char** argv) {
   if (command == "smoke") return ctl::RunSmoke(f);
   if (command == "config") return ctl::RunConfig(f);
   std::fprintf(stderr, "unknown command '%s'\n%s\n", command.c_str(), kUsage);
-  return 2;
+  return 2;  // not reached: the command was checked above
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tools/ctl/commands.h"
+#include "client/live_run.h"
 #include "common/init_values.h"
 
 namespace zeroshard::ctl {
@@ -153,6 +154,15 @@ int RunSmoke(const CtlFlags& flags) {
                    static_cast<unsigned long long>(step));
       return 1;
     }
+  }
+  // Its pushes are done: not a live run for init or restore
+  // (client/live_run.h).
+  if (absl::Status s = MarkRunEnded(**client, (*client)->options().run_id,
+                                    (*client)->options().attempt,
+                                    start + flags.steps);
+      !s.ok()) {
+    std::fprintf(stderr, "smoke: could not mark the end of its pushes: %s\n",
+                 s.ToString().c_str());
   }
   std::printf("smoke: %d steps OK (versions %llu -> %llu)\n", flags.steps,
               static_cast<unsigned long long>(start),

@@ -19,6 +19,7 @@
 #include "tools/train/train_cluster.h"
 #include "tools/train/weights_export.h"
 #include "client/kv_client.h"
+#include "client/live_run.h"
 #include "client/shard_cluster.h"
 #include "common/param_groups.h"
 #include "common/atomic_file.h"
@@ -123,7 +124,8 @@ absl::Status SayWhatIsResumed(const std::string& dir,
     std::fprintf(out,
                  "zeroshard-train: the learning-rate schedule now ends at step "
                  "%llu (the checkpoint's run ended it at %llu); the steps "
-                 "after step %llu follow this run's schedule\n",
+                 "after step %llu follow this run's schedule, its warmup "
+                 "included\n",
                  static_cast<unsigned long long>(total),
                  static_cast<unsigned long long>(newest.schedule_total_steps),
                  static_cast<unsigned long long>(newest.step));
@@ -287,6 +289,18 @@ absl::StatusOr<LiveRun> InspectLiveRun(
       newest = k;
     }
   }
+  // A run whose workers still push: this training (new, or a --resume,
+  // which restores every server) would replace its state under it.
+  ASSIGN_OR_RETURN(const std::optional<LiveRunInfo> running,
+                   FindLiveRun(probe, kLiveRunWindowSeconds));
+  if (running.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the given servers serve a live ", DescribeLiveRun(*running),
+        ": a second training on them would end it. Stop that run first "
+        "(Ctrl-C its zeroshard-train, or stop its workers); once its last "
+        "push is over ", kLiveRunWindowSeconds, " s old, this command "
+        "continues that run on them (--resume: from a checkpoint)"));
+  }
   if (!live.initialized || resuming || newest_version == 0) return live;
   std::vector<std::string> lost;
   for (size_t k = 0; k < all.size(); ++k) {
@@ -404,17 +418,22 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
         "(zeroshard-ctl restore) and resume");
   }
   (*cluster)->StopAll(absl::Seconds(5));
+  (*cluster)->KeepLogs();
+  const std::string kept = absl::StrCat("; attempt ", attempt - 1,
+                                        "'s logs are kept as ",
+                                        (*cluster)->logs_dir(), "/*.log.",
+                                        attempt - 1);
   cluster->reset();
   plan->resume_dir = cfg.cluster.checkpoint.dir.empty()
                          ? o.resume_dir
                          : cfg.cluster.checkpoint.dir;
   ASSIGN_OR_RETURN(*cluster, TrainCluster::Start(*plan, interrupted));
   if (plan->resume_dir.empty()) {
-    return std::string("all processes restarted from step 0 (no checkpoint "
-                       "directory is configured)");
+    return absl::StrCat("all processes restarted from step 0 (no checkpoint "
+                        "directory is configured)", kept);
   }
   return absl::StrCat("all processes restarted from the newest checkpoint in ",
-                      plan->resume_dir);
+                      plan->resume_dir, kept);
 }
 
 }  // namespace
@@ -625,6 +644,21 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
                    absl::Seconds(cfg.cluster.step_timeout_s), o.out_dir, o.progress);
   }
   cluster->StopAll(absl::Seconds(5));
+  if (!plan.server_addresses.empty()) {
+    // Servers this launcher did not start outlive it: its workers are gone,
+    // so the run is no longer live (client/live_run.h), however it ended.
+    absl::StatusOr<std::unique_ptr<ShardCluster>> servers =
+        ShardCluster::Connect(plan.server_addresses, launcher_options);
+    absl::Status marked = servers.status();
+    if (servers.ok()) {
+      marked = MarkRunEnded(**servers, plan.run_id,
+                            base_attempt + restarts.size(),
+                            records.empty() ? 0 : records.back().step + 1);
+    }
+    if (!marked.ok()) {
+      ZS_LOG(WARNING) << "could not mark the run's end on server 0: " << marked;
+    }
+  }
   if (!run.ok()) return run;
   const double wall = absl::ToDoubleSeconds(absl::Now() - t0);
 
