@@ -125,6 +125,27 @@ TEST(CtlTest, InitWithARegisteredRule) {
   EXPECT_NE(r->err.find("sgd, adagrad"), std::string::npos) << r->err;
 }
 
+// A group's whole-tensor rule is named as what it is: Adafactor's groups
+// were once described as Muon's.
+TEST(CtlTest, InspectNamesEachGroupsRule) {
+  auto cluster = testing::LocalCluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string servers = "--servers=" + (*cluster)->server_list();
+  std::vector<std::string> init = {
+      "init", servers,
+      R"(--param_groups={"matrices": {"optimizer": {"type": "Adafactor"}}})"};
+  for (const auto& f : Shape()) init.push_back(f);
+  auto r = RunBinary("zeroshard-ctl", init, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  r = RunBinary("zeroshard-ctl", {"inspect", servers}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  EXPECT_NE(r->out.find("matrices Adafactor relative_step"), std::string::npos)
+      << r->out;
+  EXPECT_EQ(r->out.find("Muon"), std::string::npos) << r->out;
+}
+
 TEST(CtlTest, LayoutWorksOffline) {
   std::vector<std::string> args = {"layout", "--num_servers=3"};
   for (const auto& f : Shape()) args.push_back(f);
