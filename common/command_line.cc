@@ -124,6 +124,7 @@ CommandLine ParseProgramFlags(int argc, char** argv, absl::string_view program,
           near.empty() ? "" : absl::StrCat("; did you mean --", near, "?")));
       return out;
     }
+    out.given.emplace_back(flag->Name());
     if (IsAbslFlag(*flag) || negated) continue;  // absl's own, or --noX
     std::string value;
     if (has_value) {

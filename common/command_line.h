@@ -30,6 +30,14 @@ struct CommandLine {
   // Set when the program should end now with this code (help printed: 0;
   // a bad flag, said on stderr: 2).
   std::optional<int> exit_code;
+  // The flags the command line gave, by name (a --noX as X).
+  std::vector<std::string> given;
+  bool Given(absl::string_view name) const {
+    for (const std::string& g : given) {
+      if (g == name) return true;
+    }
+    return false;
+  }
 };
 
 // `program` names the program in messages; `usage` is its usage text

@@ -165,9 +165,9 @@ struct ClusterConfig {
   uint64_t seed = 42;                         // init weights (and data default)
   double init_std = 0.02;                     // > 0
   uint64_t chunk_elems = 0;                   // 0 = server default; % 64 == 0
-  std::string metrics_path;                   // empty = no metrics file
+  std::string metrics_path = "metrics.csv";  // empty = no metrics file
   MetricsFormat metrics_format = MetricsFormat::kCsv;
-  std::string plot_path;                      // empty = no picture
+  std::string plot_path = "loss.svg";         // empty = no picture
   CheckpointConfig checkpoint;                // zeroshard.checkpoint
   SampleConfig sample;                        // zeroshard.sample
   // Credentials directory (wire/credentials.h); empty: the launcher makes

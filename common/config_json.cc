@@ -406,9 +406,15 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   z.data.seed = data_seed.has_value() ? static_cast<uint64_t>(*data_seed) : z.seed;
   RETURN_IF_ERROR(s.Double("init_std", 1e-12, 10, &z.init_std));
   RETURN_IF_ERROR(s.Int("chunk_elems", 0, kMaxI64, &z.chunk_elems));
+  // Without a metrics section a run writes metrics.csv and loss.svg, as the
+  // README shows; "path": "" and "plot": "" turn them off.
   ASSIGN_OR_RETURN(Section met, s.Child("metrics"));
+  const bool metrics_path_given = met.Get("path") != nullptr;
   RETURN_IF_ERROR(met.String("path", &z.metrics_path));
   RETURN_IF_ERROR(met.Enum("format", kMetricsFormatNames, &z.metrics_format));
+  if (!metrics_path_given && z.metrics_format == MetricsFormat::kJsonl) {
+    z.metrics_path = "metrics.jsonl";
+  }
   met.Finish();
   RETURN_IF_ERROR(s.String("plot", &z.plot_path));
   // "checkpoint_dir" is the older spelling of checkpoint.dir.

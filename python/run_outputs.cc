@@ -57,13 +57,19 @@ class RunRecorder {
     if (!metrics.empty()) {
       const bool jsonl = metrics.size() > 6 &&
                          metrics.compare(metrics.size() - 6, 6, ".jsonl") == 0;
-      auto w = MetricsWriter::Open(absl::StrCat(out_dir, "/", metrics),
-                                   jsonl ? MetricsFormat::kJsonl
-                                         : MetricsFormat::kCsv);
+      const MetricsFormat format =
+          jsonl ? MetricsFormat::kJsonl : MetricsFormat::kCsv;
+      const std::string path = absl::StrCat(out_dir, "/", metrics);
+      // A resumed run (first_step > 0) continues the history its --out
+      // holds, as zeroshard-train's does; the plot draws it all.
+      auto w = first_step > 0
+                   ? MetricsWriter::Continue(path, format, first_step, &records_)
+                   : MetricsWriter::Open(path, format);
       if (!w.ok()) {
         throw std::runtime_error(absl::StrCat("RunRecorder: ", w.status().message()));
       }
       metrics_ = *std::move(w);
+      earlier_ = records_.size();
     }
     if (!quiet) {
       bar_ = std::make_unique<ProgressBar>(stderr, first_step, total_steps,
@@ -99,7 +105,7 @@ class RunRecorder {
   // there is none or no step was recorded).
   std::string Finish() {
     if (bar_ != nullptr) bar_->Finish();
-    if (plot_path_.empty() || records_.empty()) return "";
+    if (plot_path_.empty() || records_.size() == earlier_) return "";
     auto written = WriteLossPlot(records_, plot_path_, title_);
     if (!written.ok()) {
       throw std::runtime_error(absl::StrCat("RunRecorder: ", written.status().message()));
@@ -113,6 +119,7 @@ class RunRecorder {
 
  private:
   const std::string title_;
+  size_t earlier_ = 0;  // records_ that an earlier run's metrics file held
   std::string plot_path_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<ProgressBar> bar_;

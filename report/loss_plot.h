@@ -15,8 +15,8 @@
 // - Any other extension is INVALID_ARGUMENT (checked by ValidatePlotPath
 //   before a run starts).
 // - Returns the path actually written.
-#ifndef ZEROSHARD_TOOLS_TRAIN_LOSS_PLOT_H_
-#define ZEROSHARD_TOOLS_TRAIN_LOSS_PLOT_H_
+#ifndef ZEROSHARD_REPORT_LOSS_PLOT_H_
+#define ZEROSHARD_REPORT_LOSS_PLOT_H_
 
 #include <string>
 #include <vector>
@@ -38,4 +38,4 @@ absl::StatusOr<std::string> WriteLossPlot(
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_TOOLS_TRAIN_LOSS_PLOT_H_
+#endif  // ZEROSHARD_REPORT_LOSS_PLOT_H_

@@ -4,9 +4,16 @@
 #include <string.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/atomic_file.h"
+#include "common/status_macros.h"
 
 namespace zeroshard {
 
@@ -63,6 +70,79 @@ absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(
     std::fflush(f);
   }
   return w;
+}
+
+namespace {
+
+// A number of a kept row, or NaN when empty or null.
+double ParseNumber(absl::string_view text) {
+  double v = 0;
+  if (text.empty() || text == "null" || !absl::SimpleAtod(text, &v)) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  return v;
+}
+
+// JSON Lines: the value of "key" in one of FormatMetricsRow's rows (flat,
+// numbers, true/false and null only).
+absl::string_view JsonField(absl::string_view row, absl::string_view key) {
+  const std::string want = absl::StrCat("\"", key, "\":");
+  const size_t at = row.find(want);
+  if (at == absl::string_view::npos) return "";
+  absl::string_view rest = row.substr(at + want.size());
+  return rest.substr(0, rest.find_first_of(",}"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsWriter>> MetricsWriter::Continue(
+    const std::string& path, MetricsFormat format, uint64_t first_step,
+    std::vector<StepRecord>* kept) {
+  std::ifstream in(path);
+  if (!in) return Open(path, format);
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  std::vector<absl::string_view> lines =
+      absl::StrSplit(text, '\n', absl::SkipEmpty());
+  const bool csv = format == MetricsFormat::kCsv;
+  if (csv && (lines.empty() || lines[0] != MetricsCsvHeader())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "metrics file ", path, " is not this version's CSV (its first line "
+        "is not the header): move it away to resume into this --out"));
+  }
+  std::string out = csv ? absl::StrCat(MetricsCsvHeader(), "\n") : "";
+  for (size_t i = csv ? 1 : 0; i < lines.size(); ++i) {
+    const absl::string_view row = lines[i];
+    if (!csv && (row.empty() || row[0] != '{')) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "metrics file ", path, " is not JSON Lines (line ", i + 1,
+          "): move it away to resume into this --out"));
+    }
+    std::vector<absl::string_view> cells;
+    if (csv) cells = absl::StrSplit(row, ',');
+    const absl::string_view step_text = csv ? cells[0] : JsonField(row, "step");
+    uint64_t step = 0;
+    if (!absl::SimpleAtoi(step_text, &step)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "metrics file ", path, " line ", i + 1, " has no step: move it away "
+          "to resume into this --out"));
+    }
+    if (step >= first_step) continue;  // made again by this run
+    StepRecord r;
+    r.step = step;
+    r.loss = ParseNumber(csv ? cells[1] : JsonField(row, "loss"));
+    r.val_loss = ParseNumber(csv ? (cells.size() > 14 ? cells[14] : "")
+                                 : JsonField(row, "val_loss"));
+    if (kept != nullptr) kept->push_back(r);
+    absl::StrAppend(&out, row, "\n");
+  }
+  RETURN_IF_ERROR(WriteFileAtomically(path, out));
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cannot append to metrics file ", path, ": ", strerror(errno)));
+  }
+  return std::unique_ptr<MetricsWriter>(new MetricsWriter(f, path, format));
 }
 
 MetricsWriter::~MetricsWriter() { std::fclose(file_); }

@@ -11,12 +11,13 @@
 // compute_s, comm_wait_s, commit_s, model_state_bytes, activation_peak_bytes,
 // val_loss (the validation loss after this step where one was computed:
 // empty in CSV, null in JSON Lines, elsewhere).
-#ifndef ZEROSHARD_TOOLS_TRAIN_METRICS_WRITER_H_
-#define ZEROSHARD_TOOLS_TRAIN_METRICS_WRITER_H_
+#ifndef ZEROSHARD_REPORT_METRICS_WRITER_H_
+#define ZEROSHARD_REPORT_METRICS_WRITER_H_
 
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/progress_event.h"
@@ -29,6 +30,15 @@ class MetricsWriter {
   // Creates (truncates) `path`; the CSV header is written at once.
   static absl::StatusOr<std::unique_ptr<MetricsWriter>> Open(
       const std::string& path, MetricsFormat format);
+  // A resumed run's file: the rows of `path` (an earlier run's, in
+  // `format`) before step `first_step` are kept, the later ones (steps the
+  // resumed run makes again) dropped, and new rows append. `kept` receives
+  // the kept rows' step, loss and val_loss (for the loss plot). A missing
+  // file is Open's; a file of another format or header is refused, naming
+  // it, with nothing changed.
+  static absl::StatusOr<std::unique_ptr<MetricsWriter>> Continue(
+      const std::string& path, MetricsFormat format, uint64_t first_step,
+      std::vector<StepRecord>* kept);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -52,4 +62,4 @@ std::string MetricsCsvHeader();
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_TOOLS_TRAIN_METRICS_WRITER_H_
+#endif  // ZEROSHARD_REPORT_METRICS_WRITER_H_

@@ -10,8 +10,8 @@
 // Line: "[#####-----] 120/300  loss 3.2140  21.3k tok/s  scale 1  ETA 1m12s".
 // ETA = remaining steps times the mean duration of the last (up to) 20
 // steps. Not thread-safe.
-#ifndef ZEROSHARD_TOOLS_TRAIN_PROGRESS_BAR_H_
-#define ZEROSHARD_TOOLS_TRAIN_PROGRESS_BAR_H_
+#ifndef ZEROSHARD_REPORT_PROGRESS_BAR_H_
+#define ZEROSHARD_REPORT_PROGRESS_BAR_H_
 
 #include <cstdint>
 #include <cstdio>
@@ -51,4 +51,4 @@ std::string FormatEta(double seconds);
 
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_TOOLS_TRAIN_PROGRESS_BAR_H_
+#endif  // ZEROSHARD_REPORT_PROGRESS_BAR_H_

@@ -90,24 +90,34 @@ TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
       << ReadFile(dir.path("first.err"));
   EXPECT_TRUE(stopped.exited && stopped.code == 130) << stopped.ToString();
 
-  // With the first gone the directory is free again, and a run there says
-  // what of the earlier run it replaces.
+  // With the first gone the directory is free again, and a run there
+  // removes every output of the earlier run, also those it does not write
+  // itself (no sample here; a JSON Lines file of another run), and says so.
+  ASSERT_TRUE(testing::WriteFile(out + "/sample.txt", "an earlier sample"));
+  ASSERT_TRUE(testing::WriteFile(out + "/metrics.jsonl", "{\"step\":0}\n"));
   TrainRun third = RunTrain({"--config=examples/gpt-small.json", "--steps=2",
                              "--servers=1", "--workers=1", "--out=" + out,
                              "--quiet", "--sample=false"},
                             absl::Seconds(120));
   ASSERT_TRUE(third.status.success()) << third.err;
   EXPECT_TRUE(absl::StrContains(third.err, absl::StrCat("--out=", out,
-                                               " holds an earlier run's "
-                                               "metrics.csv")))
+                                               " held an earlier run's ")))
       << third.err;
-  EXPECT_TRUE(absl::StrContains(third.err, "this run replaces them")) << third.err;
+  EXPECT_TRUE(absl::StrContains(third.err, "metrics.jsonl")) << third.err;
+  EXPECT_TRUE(absl::StrContains(third.err, "removed, so that only this run's "
+                                           "outputs are there"))
+      << third.err;
+  EXPECT_FALSE(std::filesystem::exists(out + "/sample.txt"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/metrics.jsonl"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/metrics.csv"));
 }
 
-// A run of 30 steps, checkpointed every 10, is extended to 50 by --resume
-// on one server and one worker: the terminal says what is resumed and that
-// the schedule ("total_num_steps": "auto") now ends at 50; the steps after 30
-// train. Resuming again to 50 has nothing left to do and says so.
+// A run of 20 steps, checkpointed every 10, is extended to 50 by --resume
+// into the same --out on one server and one worker: the terminal says what
+// is resumed and that the schedule ("total_num_steps": "auto") now ends at
+// 50; the config's 30-step warmup, shortened to fit the first run, is no
+// reason to refuse; the steps after 20 train, and metrics.csv holds the
+// whole history. Resuming again to 50 has nothing left to do and says so.
 TEST(LauncherTest, ARunIsExtendedByResume) {
   TrainDir dir("launcher_resume");
   nlohmann::json cfg = nlohmann::json::parse(ReadFile("examples/gpt-small.json"));
@@ -119,33 +129,36 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
   cfg["zeroshard"]["model"] = {{"layers", 2}, {"heads", 2}, {"width", 64},
                                {"vocab", 256}, {"context", 32}};
   const std::string config = "--config=" + dir.WriteConfig("a.json", cfg);
-  TrainRun first = RunTrain({config, "--steps=30", "--out=" + dir.path("a"),
+  TrainRun first = RunTrain({config, "--steps=20", "--out=" + dir.path("a"),
                              "--quiet", "--sample=false"},
                             absl::Seconds(300));
   ASSERT_TRUE(first.status.success()) << first.err;
 
   TrainRun more = RunTrain({config, "--resume=" + ck, "--servers=1",
                             "--workers=1", "--steps=50",
-                            "--out=" + dir.path("b"), "--quiet",
+                            "--out=" + dir.path("a"), "--quiet",
                             "--sample=false"},
                            absl::Seconds(300));
   ASSERT_TRUE(more.status.success()) << more.err;
   EXPECT_TRUE(absl::StrContains(more.err, absl::StrCat(
-                                     "resuming from step 30 of ", ck,
+                                     "resuming from step 20 of ", ck,
                                      " (written by 2 servers x 2 workers; "
                                      "this run: 1 server x 1 worker), "
                                      "training to step 50")))
       << more.err;
   EXPECT_TRUE(absl::StrContains(more.err,
                        "the learning-rate schedule now ends at step 50 (the "
-                       "checkpoint's run ended it at 30); the steps after "
-                       "step 30 follow this run's schedule"))
+                       "checkpoint's run ended it at 20); the steps after "
+                       "step 20 follow this run's schedule"))
       << more.err;
-  const auto rows = ReadMetricsCsv(dir.path("b/metrics.csv"));
-  // Steps 30..49, as metrics.csv counts them from 0.
-  ASSERT_EQ(rows.size(), 20u) << more.err;
-  EXPECT_EQ(rows.front().at("step"), "30");
-  EXPECT_EQ(rows.back().at("step"), "49");
+  EXPECT_TRUE(absl::StrContains(more.err, "(its metrics history goes on)"))
+      << more.err;
+  const auto rows = ReadMetricsCsv(dir.path("a/metrics.csv"));
+  // Steps 0..19 of the first run, then 20..49, as metrics.csv counts them.
+  ASSERT_EQ(rows.size(), 50u) << more.err;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].at("step"), std::to_string(i));
+  }
 
   TrainRun again = RunTrain({config, "--resume=" + ck, "--steps=50",
                              "--out=" + dir.path("c"), "--quiet"},

@@ -13,6 +13,7 @@
 #include "tools/train/run_summary.h"
 #include "common/progress_event.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_files.h"
 
 namespace zeroshard {
 namespace {
@@ -53,6 +54,57 @@ std::vector<StepRecord> Records(const std::vector<double>& losses) {
     out.push_back(r);
   }
   return out;
+}
+
+// A resumed run continues the metrics file of its --out: the rows before
+// the checkpoint's step stay (and come back for the plot), the later ones
+// (steps made again) go, new rows append; a file not in the format is
+// refused and left as it was.
+TEST(MetricsWriterTest, ContinueKeepsTheRowsBeforeTheResumedStep) {
+  const std::string dir = testing::MakeTempDir("zs_metrics_");
+  for (const MetricsFormat format : {MetricsFormat::kCsv, MetricsFormat::kJsonl}) {
+    const std::string path = dir + (format == MetricsFormat::kCsv
+                                        ? "/m.csv" : "/m.jsonl");
+    {
+      auto w = MetricsWriter::Open(path, format);
+      ASSERT_TRUE(w.ok()) << w.status();
+      for (uint64_t s = 0; s < 6; ++s) {
+        StepRecord r;
+        r.step = s;
+        r.loss = 10.0 - s;
+        if (s == 2) r.val_loss = 7.5;
+        ASSERT_TRUE((*w)->Append(r).ok());
+      }
+    }
+    std::vector<StepRecord> kept;
+    {
+      auto w = MetricsWriter::Continue(path, format, 4, &kept);
+      ASSERT_TRUE(w.ok()) << w.status();
+      StepRecord r;
+      r.step = 4;
+      r.loss = 1.25;
+      ASSERT_TRUE((*w)->Append(r).ok());
+    }
+    ASSERT_EQ(kept.size(), 4u);
+    EXPECT_EQ(kept[3].step, 3u);
+    EXPECT_EQ(kept[3].loss, 7.0);
+    EXPECT_EQ(kept[2].val_loss, 7.5);
+    EXPECT_TRUE(std::isnan(kept[1].val_loss));
+    const std::string text = testing::ReadFile(path);
+    std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+    const size_t header = format == MetricsFormat::kCsv ? 1 : 0;
+    ASSERT_EQ(lines.size(), header + 5) << text;
+    StepRecord last;
+    last.step = 4;
+    last.loss = 1.25;
+    EXPECT_EQ(lines.back(), FormatMetricsRow(last, format));
+    // Another format's file: refused, unchanged.
+    const MetricsFormat other = format == MetricsFormat::kCsv
+                                    ? MetricsFormat::kJsonl : MetricsFormat::kCsv;
+    EXPECT_EQ(MetricsWriter::Continue(path, other, 2, nullptr).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(testing::ReadFile(path), text);
+  }
 }
 
 TEST(LossPlotTest, SvgHasAPointPerStepAndMarksSkippedSteps) {

@@ -437,12 +437,25 @@ TEST_F(ShardRestoreTest, RefusesOtherModelsOptimizersStepsAndBusyShards) {
     init.mutable_optimizer()->set_lr(init.optimizer().lr() * 2);
     auto shard = ModelShard::Create(init, {0, 2}, Placement::kHost);
     ASSERT_TRUE(shard.ok()) << shard.status();
-    // The one field that differs is named, with both values.
+    // The one field that differs is named as the config file names it,
+    // with both values.
     expect_refused(**shard, std::nullopt,
                    absl::StatusCode::kFailedPrecondition,
-                   absl::StrCat("checkpoint -> now: modified: lr: ",
+                   absl::StrCat("checkpoint -> now: optimizer.params.lr: ",
                                 init.optimizer().lr() / 2, " -> ",
-                                init.optimizer().lr()));
+                                init.optimizer().lr(), ")"));
+  }
+  // Another rule (the same two slots): the file's optimizer.type, as it
+  // spells the types.
+  {
+    v1::InitRequest init =
+        testing::MakeInit(testing::SmallManifest(2), 2, 0, 3, 256);
+    init.mutable_optimizer()->set_kind(v1::OptimizerConfig::ADAM);
+    auto shard = ModelShard::Create(init, {0, 2}, Placement::kHost);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    expect_refused(**shard, std::nullopt,
+                   absl::StatusCode::kFailedPrecondition,
+                   "checkpoint -> now: optimizer.type: AdamW -> Adam");
   }
   // Another warmup: the checkpoint's run had the linear warmup from 0 (its
   // Init predates the warmup fields).
@@ -559,7 +572,7 @@ TEST_F(ShardRestoreTest, AnExtendedScheduleResumes) {
   ASSERT_TRUE(other.ok()) << other.status();
   auto refused = RestoreShard(**other, dir_, std::nullopt);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(refused.status().message().find("schedule.min_lr"),
+  EXPECT_NE(refused.status().message().find("the scheduler's final lr"),
             std::string::npos)
       << refused.status();
 }

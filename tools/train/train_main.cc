@@ -141,6 +141,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.save_safetensors = format == "safetensors";
+  if (cl.Given("format") && !o.save_weights) {
+    std::fprintf(stderr,
+                 "zeroshard-train: --format=%s chooses the format of "
+                 "--save_weights, which is not given\n",
+                 format.c_str());
+    return 2;
+  }
   o.init_from = absl::GetFlag(FLAGS_init_from);
   o.inject_overflow_at_step = absl::GetFlag(FLAGS_inject_overflow_at_step);
   o.quiet = absl::GetFlag(FLAGS_quiet);

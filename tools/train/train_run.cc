@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <filesystem>
 #include <memory>
 
@@ -494,6 +495,7 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   ASSIGN_OR_RETURN(const OutDirLock out_lock, OutDirLock::Acquire(o.out_dir));
   // What a --resume continues, said (or refused) before anything
   // of the earlier run is replaced.
+  std::optional<uint64_t> resumed_step;
   if (!o.resume_dir.empty()) {
     ASSIGN_OR_RETURN(std::vector<uint64_t> steps,
                      ListCheckpoints(o.resume_dir));
@@ -505,17 +507,37 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
                      ReadCheckpointManifest(o.resume_dir, steps.back()));
     RETURN_IF_ERROR(CheckNewestIsIntact(o.resume_dir, newest));
     RETURN_IF_ERROR(SayWhatIsResumed(o.resume_dir, newest, cfg, o.progress));
+    resumed_step = newest.step;
   }
-  if (const std::string earlier = EarlierOutputs(
-          o.out_dir, {InOutDir(o.out_dir, cfg.cluster.metrics_path),
-                      InOutDir(o.out_dir, cfg.cluster.plot_path),
-                      o.out_dir + "/cluster.json", o.out_dir + "/logs",
-                      o.out_dir + "/weights.f32"});
+  // Nothing of an earlier run in this --out is left beside this run's
+  // outputs: every file a run writes there goes now, whichever of them this
+  // run writes again, except the metrics history a --resume continues.
+  const std::string metrics_file = InOutDir(o.out_dir, cfg.cluster.metrics_path);
+  std::vector<std::string> earlier_files = {
+      InOutDir(o.out_dir, cfg.cluster.plot_path), o.out_dir + "/metrics.csv",
+      o.out_dir + "/metrics.jsonl", o.out_dir + "/loss.svg",
+      o.out_dir + "/sample.txt", o.out_dir + "/cluster.json",
+      o.out_dir + "/weights.f32", o.out_dir + "/weights.json",
+      o.out_dir + "/weights.safetensors", o.out_dir + "/logs",
+      o.out_dir + "/ports", metrics_file};
+  std::sort(earlier_files.begin(), earlier_files.end());
+  earlier_files.erase(std::unique(earlier_files.begin(), earlier_files.end()),
+                      earlier_files.end());
+  if (resumed_step.has_value()) {
+    earlier_files.erase(std::remove(earlier_files.begin(), earlier_files.end(),
+                                    metrics_file),
+                        earlier_files.end());
+  }
+  if (const std::string earlier = EarlierOutputs(o.out_dir, earlier_files);
       !earlier.empty()) {
+    for (const std::string& f : earlier_files) fs::remove_all(f, ec);
     std::fprintf(o.progress,
-                 "zeroshard-train: --out=%s holds an earlier run's %s; this "
-                 "run replaces them\n",
-                 o.out_dir.c_str(), earlier.c_str());
+                 "zeroshard-train: --out=%s held an earlier run's %s: "
+                 "removed, so that only this run's outputs are there%s\n",
+                 o.out_dir.c_str(), earlier.c_str(),
+                 resumed_step.has_value() && fs::exists(metrics_file)
+                     ? " (its metrics history goes on)"
+                     : "");
   }
   TrainClusterPlan plan;
   if (o.bin_dir.empty()) {
@@ -562,12 +584,21 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   plan.startup_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
 
   RunOutputs outputs;
-  outputs.metrics = InOutDir(o.out_dir, cfg.cluster.metrics_path);
+  outputs.metrics = metrics_file;
   const std::string plot_path = InOutDir(o.out_dir, cfg.cluster.plot_path);
   std::unique_ptr<MetricsWriter> metrics;
+  // A resumed run's metrics continue the earlier run's file in this --out
+  // (its rows before the checkpoint's step); the plot shows them all.
+  std::vector<StepRecord> earlier_records;
   if (!outputs.metrics.empty()) {
-    ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(outputs.metrics,
-                                                  cfg.cluster.metrics_format));
+    if (resumed_step.has_value()) {
+      ASSIGN_OR_RETURN(metrics, MetricsWriter::Continue(
+                                    outputs.metrics, cfg.cluster.metrics_format,
+                                    *resumed_step, &earlier_records));
+    } else {
+      ASSIGN_OR_RETURN(metrics, MetricsWriter::Open(outputs.metrics,
+                                                    cfg.cluster.metrics_format));
+    }
   }
 
   plan.resume_dir = o.resume_dir;
@@ -617,7 +648,9 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
                                         ? WeightsFileFormat::kSafetensors
                                         : WeightsFileFormat::kF32,
                                     launcher_options));
-      outputs.weights = o.out_dir + "/weights.f32";
+      outputs.weights = o.out_dir + (o.save_safetensors
+                                         ? "/weights.safetensors"
+                                         : "/weights.f32");
     }
     return absl::OkStatus();
   }();
@@ -668,7 +701,9 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
         fs::path(o.config_path).filename().string(), cfg.cluster.model.layers,
         cfg.cluster.model.width, Counted(servers, "server"),
         Counted(workers, "worker"));
-    ASSIGN_OR_RETURN(outputs.plot, WriteLossPlot(records, plot_path, title));
+    std::vector<StepRecord> plotted = earlier_records;
+    plotted.insert(plotted.end(), records.begin(), records.end());
+    ASSIGN_OR_RETURN(outputs.plot, WriteLossPlot(plotted, plot_path, title));
   }
   const uint64_t tokens_per_step =
       static_cast<uint64_t>(cfg.train_batch_size) * cfg.cluster.model.context;
