@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "server/shard_server.h"
 #include "comm/collectives.h"
-#include "worker/data/corpus.h"
+#include "data/corpus.h"
 #include "worker/engine/server_init.h"
 
 namespace zeroshard::bench {

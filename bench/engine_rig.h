@@ -21,7 +21,7 @@
 #include "client/shard_cluster.h"
 #include "common/config.h"
 #include "model/gpt_manifest.h"
-#include "worker/data/batch_sampler.h"
+#include "data/batch_sampler.h"
 #include "worker/engine/step_engine.h"
 
 namespace zeroshard::bench {

@@ -18,8 +18,8 @@
 #include "bench/bench.h"
 #include "common/config.h"
 #include "tests/support/local_trainer.h"
-#include "worker/data/batch_sampler.h"
-#include "worker/data/dataset.h"
+#include "data/batch_sampler.h"
+#include "data/dataset.h"
 
 namespace zeroshard::bench {
 namespace {

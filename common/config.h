@@ -114,8 +114,11 @@ struct DataConfig {
   // Training files (paths or glob patterns, each expanded in sorted order),
   // in this order: text files concatenated ("paths", format bytes) or token
   // files ("train"); empty = the built-in corpus (Debian's license texts,
-  // see worker/data/corpus.h).
+  // see data/corpus.h).
   std::vector<std::string> paths;
+  // The key the file gave them under, for messages ("zeroshard.data.train"
+  // or "zeroshard.data.paths"; not part of the resolved configuration).
+  std::string paths_key = "zeroshard.data.paths";
   // Held-out files (paths or globs, "validation"); empty: the last
   // validation_fraction of the training tokens is held out instead.
   std::vector<std::string> validation_paths;

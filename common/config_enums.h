@@ -46,7 +46,7 @@ inline constexpr EnumNames<MetricsFormat, 2> kMetricsFormatNames = {
 
 // zeroshard.data.format: text read as bytes (vocab 256), llm.c `.bin`
 // shards, bare uint16 arrays (nanoGPT), or llmc/uint16 by header magic
-// (worker/data/token_file.h).
+// (data/token_file.h).
 enum class DataFormat { kBytes = 0, kLlmc = 1, kUint16 = 2, kAuto = 3 };
 inline constexpr EnumNames<DataFormat, 4> kDataFormatNames = {
     {{DataFormat::kBytes, "bytes"}, {DataFormat::kLlmc, "llmc"},

@@ -385,7 +385,10 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   // Absent: by the header's magic for token files, bytes for text.
   z.data.format = !train.empty() ? DataFormat::kAuto : DataFormat::kBytes;
   RETURN_IF_ERROR(d.Enum("format", kDataFormatNames, &z.data.format));
-  if (!train.empty()) z.data.paths = std::move(train);
+  if (!train.empty()) {
+    z.data.paths = std::move(train);
+    z.data.paths_key = "zeroshard.data.train";
+  }
   if (z.data.paths.empty() && z.data.format != DataFormat::kBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key \"zeroshard.data.format\" is \"", DataFormatName(z.data.format),

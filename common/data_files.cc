@@ -66,7 +66,7 @@ absl::Status CheckDataFiles(const DataConfig& data) {
   const struct {
     const std::vector<std::string>* patterns;
     const char* key;
-  } lists[] = {{&data.paths, "zeroshard.data.paths"},
+  } lists[] = {{&data.paths, data.paths_key.c_str()},
                {&data.validation_paths, "zeroshard.data.validation"}};
   for (const auto& l : lists) {
     ASSIGN_OR_RETURN(std::vector<std::string> files,

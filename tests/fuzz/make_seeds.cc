@@ -22,7 +22,7 @@
 #include "tests/fuzz/fuzz_shard.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "wire/push_grad_codec.h"
-#include "worker/data/token_file.h"
+#include "data/token_file.h"
 
 namespace zeroshard::fuzz {
 namespace {

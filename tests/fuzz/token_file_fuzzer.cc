@@ -1,4 +1,4 @@
-// The token file reader (worker/data/token_file.h): llm.c shards and bare
+// The token file reader (data/token_file.h): llm.c shards and bare
 // uint16 arrays, opened from a memory file.
 // Input: a format byte (mod 3: llmc, uint16, auto), 2 bytes of vocabulary
 // (little-endian, + 1), then the file.
@@ -13,7 +13,7 @@
 
 #include "tests/fuzz/fuzz_file.h"
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/data/token_file.h"
+#include "data/token_file.h"
 
 namespace zeroshard::fuzz {
 namespace {

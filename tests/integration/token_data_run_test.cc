@@ -6,15 +6,17 @@
 // with an error naming the file.
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/train_harness.h"
-#include "worker/data/token_file.h"
+#include "data/token_file.h"
 
 namespace zeroshard::testing {
 namespace {
@@ -142,6 +144,39 @@ TEST(TokenDataRunTest, OutOfVocabularyTokenStopsTheRunNamingTheFile) {
   const std::string logs = run.err + ReadText(dir.path("out") + "/logs/worker0.log");
   EXPECT_NE(logs.find("bad_shard.bin"), std::string::npos) << run.err;
   EXPECT_NE(logs.find("index 1234"), std::string::npos) << run.err;
+}
+
+// What the README promises to check before any process starts: a token
+// file whose header is not llm.c's, and one shorter than the context, end
+// the run with exit 2 naming the file and the key, and no server or worker
+// has started (no logs).
+TEST(TokenDataRunTest, BadTokenFilesAreRefusedBeforeAnyProcessStarts) {
+  TrainDir dir("tokens_checked");
+  std::vector<uint16_t> toks = Tokens(5000, 5);
+  ASSERT_TRUE(WriteLlmcFile(dir.path("shard.bin"), toks).ok());
+  std::string bytes = ReadText(dir.path("shard.bin"));
+  bytes[0] ^= 0x5a;  // the magic number
+  ASSERT_TRUE(dir.WriteText("bad_header.bin", bytes).size() > 0);
+  ASSERT_TRUE(WriteLlmcFile(dir.path("short.bin"), Tokens(20, 6)).ok());
+  const struct {
+    const char* file;
+    const char* want;
+  } cases[] = {{"bad_header.bin", "bad_header.bin"},
+               {"short.bin", "fewer than context + 1 = 33"}};
+  for (const auto& c : cases) {
+    nlohmann::json cfg = TokenConfig();
+    cfg["zeroshard"]["workers"] = 1;
+    cfg["zeroshard"]["data"] = {{"train", dir.path(c.file)},
+                                {"format", "llmc"}};
+    const std::string out = dir.path(absl::StrCat("out-", c.file));
+    TrainRun run = RunTrain({"--config=" + dir.WriteConfig("c.json", cfg),
+                             "--out=" + out},
+                            kRunTimeout);
+    EXPECT_TRUE(run.status.exited && run.status.code == 2) << run.err;
+    EXPECT_NE(run.err.find(c.want), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("zeroshard.data"), std::string::npos) << run.err;
+    EXPECT_FALSE(std::filesystem::exists(out + "/logs")) << c.file;
+  }
 }
 
 }  // namespace

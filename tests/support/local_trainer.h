@@ -37,7 +37,7 @@
 #include "common/config.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
-#include "worker/data/batch_sampler.h"
+#include "data/batch_sampler.h"
 #include "worker/engine/step_engine.h"
 #include "model/gpt.h"
 #include "optim/adafactor.h"

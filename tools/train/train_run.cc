@@ -28,6 +28,8 @@
 #include "common/checkpoint_manifest.h"
 #include "common/config.h"
 #include "common/data_files.h"
+#include "data/batch_sampler.h"
+#include "data/dataset.h"
 #include "model/gpt_manifest.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
@@ -470,6 +472,25 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   // The data files, once, before any process starts (not once per worker
   // after all of them have).
   RETURN_IF_ERROR(CheckDataFiles(cfg.cluster.data));
+  // ... and read as every worker reads them: token files' headers, sizes and
+  // vocabulary, and a training split shorter than the context, are said
+  // now, not by each worker once all processes have started.
+  {
+    const absl::StatusOr<Dataset> data =
+        Dataset::Load(cfg.cluster.data, cfg.cluster.model.vocab);
+    if (!data.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("zeroshard.data: ", data.status().message()));
+    }
+    const absl::StatusOr<BatchSampler> sampler =
+        BatchSampler::Create(*data, DataSplit::kTrain, cfg.cluster.model.context,
+                             cfg.cluster.data.seed);
+    if (!sampler.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "zeroshard.data: ", sampler.status().message(),
+          " (zeroshard.model.context is ", cfg.cluster.model.context, ")"));
+    }
+  }
   // The closing sample's prompt and vocabulary, checked before anything starts.
   std::optional<RunSamplePlan> sample;
   if (o.sample) {

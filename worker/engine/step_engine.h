@@ -64,7 +64,7 @@
 #include "common/config.h"
 #include "common/layout.h"
 #include "common/loss_scaler.h"
-#include "worker/data/batch_sampler.h"
+#include "data/batch_sampler.h"
 #include "worker/engine/comm_queue.h"
 #include "worker/engine/grad_shard.h"
 #include "worker/engine/unit_cache.h"

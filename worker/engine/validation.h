@@ -23,8 +23,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/config.h"
-#include "worker/data/batch_sampler.h"
-#include "worker/data/dataset.h"
+#include "data/batch_sampler.h"
+#include "data/dataset.h"
 #include "worker/engine/step_engine.h"
 
 namespace zeroshard {

@@ -12,7 +12,7 @@
 // model/kernels/element_math.h's; the mean over rows is one block's
 // fixed-order sum in double. Targets live on the device, so the launcher
 // cannot read them: the caller checks them against V on the host (the data
-// loader checks every token it reads, worker/data); a target outside [0, V)
+// loader checks every token it reads, data/); a target outside [0, V)
 // reads nothing out of bounds and makes the loss NaN.
 #ifndef ZEROSHARD_MODEL_KERNELS_CUDA_CROSS_ENTROPY_H_
 #define ZEROSHARD_MODEL_KERNELS_CUDA_CROSS_ENTROPY_H_

@@ -15,7 +15,7 @@
 #include "common/rendezvous.h"
 #include "common/status_macros.h"
 #include "comm/collectives.h"
-#include "worker/data/corpus.h"
+#include "data/corpus.h"
 #include "client/kv_client.h"
 #include "worker/engine/resume.h"
 #include "worker/engine/server_init.h"

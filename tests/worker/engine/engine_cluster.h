@@ -26,7 +26,7 @@
 #include "common/config.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/shard_server.h"
-#include "worker/data/batch_sampler.h"
+#include "data/batch_sampler.h"
 #include "worker/engine/step_engine.h"
 
 // gtest helpers for StatusOr.

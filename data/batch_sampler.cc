@@ -1,4 +1,4 @@
-#include "worker/data/batch_sampler.h"
+#include "data/batch_sampler.h"
 
 #include <algorithm>
 

@@ -35,7 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/config.h"
-#include "worker/data/corpus.h"
+#include "data/corpus.h"
 
 namespace zeroshard {
 

@@ -14,9 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/config.h"
 #include "gtest/gtest.h"
-#include "worker/data/batch_sampler.h"
-#include "worker/data/dataset.h"
-#include "worker/data/token_file.h"
+#include "data/batch_sampler.h"
+#include "data/dataset.h"
+#include "data/token_file.h"
 
 namespace zeroshard {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/data/dataset.h"
+#include "data/dataset.h"
 
 #include <cmath>
 #include <utility>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/data_files.h"
 #include "common/status_macros.h"
-#include "worker/data/token_file.h"
+#include "data/token_file.h"
 
 namespace zeroshard {
 namespace {
@@ -80,7 +80,7 @@ absl::StatusOr<Dataset> Dataset::Load(const DataConfig& data, int vocab) {
     if (data.validation_paths.empty()) {
       std::vector<std::string> paths;
       if (!data.paths.empty()) {
-        ASSIGN_OR_RETURN(paths, ExpandDataPaths(data.paths, "zeroshard.data.paths"));
+        ASSIGN_OR_RETURN(paths, ExpandDataPaths(data.paths, data.paths_key));
       }
       DataConfig d = data;
       d.paths = paths;
@@ -90,7 +90,7 @@ absl::StatusOr<Dataset> Dataset::Load(const DataConfig& data, int vocab) {
     DataConfig train_cfg = data;
     train_cfg.validation_fraction = 0;
     if (!data.paths.empty()) {
-      ASSIGN_OR_RETURN(train_cfg.paths, ExpandDataPaths(data.paths, "zeroshard.data.paths"));
+      ASSIGN_OR_RETURN(train_cfg.paths, ExpandDataPaths(data.paths, data.paths_key));
     }
     ASSIGN_OR_RETURN(Corpus train, Corpus::Load(train_cfg));
     ASSIGN_OR_RETURN(std::vector<std::string> vpaths,

@@ -34,8 +34,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "worker/data/corpus.h"
-#include "worker/data/dataset.h"
+#include "data/corpus.h"
+#include "data/dataset.h"
 
 namespace zeroshard {
 

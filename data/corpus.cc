@@ -1,4 +1,4 @@
-#include "worker/data/corpus.h"
+#include "data/corpus.h"
 
 #include <sys/stat.h>
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/data/batch_sampler.h"
-#include "worker/data/corpus.h"
+#include "data/batch_sampler.h"
+#include "data/corpus.h"
 
 namespace zeroshard {
 namespace {
