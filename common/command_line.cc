@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/edit_distance.h"
 
 namespace zeroshard {
 namespace {
@@ -23,22 +24,6 @@ bool IsAbslFlag(const absl::CommandLineFlag& f) {
 bool IsHelp(absl::string_view name) {
   return name == "help" || name == "helpfull" || name == "helpshort" ||
          name == "h" || name == "?";
-}
-
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 std::vector<const absl::CommandLineFlag*> ProgramFlags() {

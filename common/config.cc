@@ -6,8 +6,11 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
@@ -26,11 +29,28 @@ absl::Status ResolveBatchSizes(std::optional<int> tbs, std::optional<int> mbs,
     }
   }
   const int64_t ws = world_size;
-  auto not_divisible = [&](const char* derived, int64_t divisor) {
+  // `per_worker`: the given micro-batch size or accumulation count (1 when
+  // neither is), so divisor = per_worker * world_size. The message offers
+  // the fixes: the nearest batch sizes that divide, and the worker counts
+  // with which this one does.
+  auto not_divisible = [&](const char* derived, int64_t per_worker) {
+    const int64_t divisor = per_worker * ws;
+    const int64_t below = *tbs / divisor * divisor;
+    std::string fix = absl::StrCat(
+        "use train_batch_size ", below > 0 ? absl::StrCat(below, " or ") : "",
+        below + divisor);
+    if (*tbs % per_worker == 0) {
+      std::vector<std::string> counts;
+      const int64_t share = *tbs / per_worker;
+      for (int64_t w = 1; w <= std::min<int64_t>(share, 1024) && counts.size() < 6; ++w) {
+        if (share % w == 0) counts.push_back(absl::StrCat(w));
+      }
+      absl::StrAppend(&fix, ", or --workers=", absl::StrJoin(counts, ", "));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "config keys \"train_batch_size\" (", *tbs, ") is not divisible by ", divisor,
+        "config key \"train_batch_size\" (", *tbs, ") is not divisible by ", divisor,
         " to derive \"", derived, "\" (train_batch_size = train_micro_batch_size_per_gpu * "
-        "gradient_accumulation_steps * world_size, world_size = ", world_size, ")"));
+        "gradient_accumulation_steps * world_size, world_size = ", world_size, "): ", fix));
   };
   int64_t t, m, g;
   if (tbs && mbs && gas) {
@@ -42,18 +62,18 @@ absl::Status ResolveBatchSizes(std::optional<int> tbs, std::optional<int> mbs,
     }
   } else if (tbs && mbs) {
     t = *tbs, m = *mbs;
-    if (t % (m * ws) != 0) return not_divisible("gradient_accumulation_steps", m * ws);
+    if (t % (m * ws) != 0) return not_divisible("gradient_accumulation_steps", m);
     g = t / (m * ws);
   } else if (tbs && gas) {
     t = *tbs, g = *gas;
-    if (t % (g * ws) != 0) return not_divisible("train_micro_batch_size_per_gpu", g * ws);
+    if (t % (g * ws) != 0) return not_divisible("train_micro_batch_size_per_gpu", g);
     m = t / (g * ws);
   } else if (mbs) {
     m = *mbs, g = gas.value_or(1);
     t = m * g * ws;
   } else if (tbs) {
     t = *tbs, g = 1;
-    if (t % ws != 0) return not_divisible("train_micro_batch_size_per_gpu", ws);
+    if (t % ws != 0) return not_divisible("train_micro_batch_size_per_gpu", 1);
     m = t / ws;
   } else {
     return absl::InvalidArgumentError(

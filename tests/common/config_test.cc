@@ -297,6 +297,41 @@ struct BatchCase {
   int want_tbs, want_mbs, want_gas;  // want_tbs 0 = expect an error
 };
 
+// A batch size the workers cannot share says how to fix it: the nearest
+// sizes that divide, and the worker counts that divide it.
+TEST(ConfigTest, AnIndivisibleBatchNamesTheFixes) {
+  absl::StatusOr<ParsedConfig> p =
+      ParseTrainingConfig(R"({"train_batch_size": 16})", {.workers = 24});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find(
+                "is not divisible by 24 to derive \"train_micro_batch_size_per_gpu\""),
+            std::string::npos)
+      << p.status();
+  EXPECT_NE(p.status().message().find(
+                "use train_batch_size 24, or --workers=1, 2, 4, 8, 16"),
+            std::string::npos)
+      << p.status();
+  p = ParseTrainingConfig(
+      R"({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4})",
+      {.workers = 2});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("use train_batch_size 24 or 32"),
+            std::string::npos)
+      << p.status();
+}
+
+// Without a zeroshard.metrics section a run writes the README's
+// metrics.csv and loss.svg; a JSON Lines format alone names its file.
+TEST(ConfigTest, MetricsAndPlotByDefault) {
+  ParsedConfig p = MustParse(kMinimal);
+  EXPECT_EQ(p.config.cluster.metrics_path, "metrics.csv");
+  EXPECT_EQ(p.config.cluster.plot_path, "loss.svg");
+  p = MustParse(R"({"train_micro_batch_size_per_gpu": 4,
+                    "zeroshard": {"metrics": {"format": "jsonl"}, "plot": ""}})");
+  EXPECT_EQ(p.config.cluster.metrics_path, "metrics.jsonl");
+  EXPECT_EQ(p.config.cluster.plot_path, "");
+}
+
 TEST(ConfigTest, DeepSpeedBatchRule) {
   const std::vector<BatchCase> cases = {
       {"32", "4", "4", 2, 32, 4, 4},      {"32", "4", "", 2, 32, 4, 4},

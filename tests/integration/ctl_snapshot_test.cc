@@ -234,6 +234,13 @@ TEST(CtlSnapshotTest, ExportWhileTrainingIsOneVersionAndInspectMatchesIt) {
   auto rf = Ctl({"export", servers, "--format=f32", "--out=" + dir + "/live.f32"});
   ASSERT_TRUE(rf.ok()) << rf.status();
   ASSERT_TRUE(rf->status.success()) << rf->out << rf->err;
+  // Beside the raw floats, the names and shapes to read them by.
+  const nlohmann::json index =
+      nlohmann::json::parse(testing::ReadFile(dir + "/live.json"));
+  EXPECT_EQ(index["format"], "zeroshard-weights-v1");
+  EXPECT_EQ(index["tensors"].size(), L.tensors().size());
+  EXPECT_EQ(index["total_elems"].get<uint64_t>() * sizeof(float),
+            testing::ReadFile(dir + "/live.f32").size());
   trainer->Stop();
   ASSERT_TRUE(trainer->error().ok()) << trainer->error();
   EXPECT_GT(after, before) << "training did not run during the export";

@@ -54,6 +54,21 @@ TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
                               {"inspect", "--cluster=" + out}, absl::Seconds(30));
   ASSERT_TRUE(by_cluster.ok()) << by_cluster.status();
   EXPECT_TRUE(by_cluster->status.success()) << by_cluster->err;
+  // --cluster=OUT needs nothing the run's directory holds: layout is the
+  // run's (2 servers, 2 workers), sample needs no --config.
+  auto layout = RunBinary("zeroshard-ctl", {"layout", "--cluster=" + out, "--json"},
+                          absl::Seconds(30));
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_TRUE(layout->status.success()) << layout->err;
+  const nlohmann::json lj = nlohmann::json::parse(layout->out);
+  EXPECT_EQ(lj["num_workers"], 2) << layout->out;
+  EXPECT_EQ(lj["num_servers"], 2) << layout->out;
+  auto sampled = RunBinary("zeroshard-ctl",
+                           {"sample", "--cluster=" + out, "--max_new_tokens=4",
+                            "--prompt=ids:1,2"},
+                           absl::Seconds(60));
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  EXPECT_TRUE(sampled->status.success()) << sampled->err;
   EXPECT_TRUE(absl::StrContains(by_cluster->out,
                        servers_flag.substr(std::string("--servers=").size(),
                                            servers_flag.find(',') -
@@ -238,6 +253,27 @@ TEST(LauncherTest, CountsOutOfRangeAreRefusedNamingTheFlag) {
   }
   // Refused before anything started: not even the output directory.
   EXPECT_FALSE(std::filesystem::exists(dir.path("out")));
+}
+
+// A placement this machine cannot give is refused before any server starts,
+// in the config's words (the server would have named --cuda_device=0, a
+// flag the user never gave).
+TEST(LauncherTest, APlacementWithoutAGpuIsRefusedBeforeAnyServerStarts) {
+  if (std::filesystem::exists("/dev/nvidia0")) {
+    GTEST_SKIP() << "this machine has a GPU: pinned placement is possible";
+  }
+  TrainDir dir("launcher_placement");
+  nlohmann::json cfg = SmallConfig();
+  cfg["zeroshard"]["placement"] = "pinned";
+  TrainRun run = RunTrain({"--config=" + dir.WriteConfig("c.json", cfg),
+                           "--out=" + dir.path("out"), "--quiet"},
+                          absl::Seconds(30));
+  EXPECT_TRUE(run.status.exited && run.status.code == 2) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "config key \"zeroshard.placement\" is "
+                                         "\"pinned\""))
+      << run.err;
+  EXPECT_FALSE(absl::StrContains(run.err, "--cuda_device")) << run.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path("out") + "/logs"));
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ absl::StatusOr<ClusterFile> ReadClusterFile(const std::string& path) {
     if (!cred->is_string()) return bad("\"credentials\" is not a string");
     c.credentials = cred->get<std::string>();
   }
+  const fs::path resolved = fs::path(file).parent_path() / "config.resolved.json";
+  if (fs::exists(resolved, ec)) c.resolved_config = resolved.string();
   return c;
 }
 

@@ -17,6 +17,8 @@ namespace zeroshard::ctl {
 struct ClusterFile {
   std::vector<std::string> servers;  // HOST:PORT, by index
   std::string credentials;           // "" when the run had none
+  // The run's config.resolved.json beside cluster.json; "" when absent.
+  std::string resolved_config;
 };
 
 // `path`: the run's --out directory or the cluster.json itself. NOT_FOUND

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "client/shard_cluster.h"
 #include "model/gpt_manifest.h"
+#include "common/config.h"
 #include "common/optimizer_config.h"
 #include "common/param_groups.h"
 
@@ -55,6 +56,10 @@ struct CtlFlags {
   std::string state;
   // init / restore: go on although a run pushed to the servers lately.
   bool force = false;
+  // --cluster=OUT of a run that wrote its resolved configuration: what the
+  // run trains (its model, servers, workers, parameter groups, sampling),
+  // for the commands that would otherwise ask for it again.
+  std::optional<TrainingConfig> run;
 };
 
 // Client options derived from the flags (deadlines from --timeout).

@@ -19,6 +19,17 @@ namespace {
 constexpr uint64_t kServerBytesPerElem = 14;
 
 absl::StatusOr<FlatLayout> GptLayout(const CtlFlags& flags, uint32_t servers) {
+  if (flags.run.has_value()) {
+    // --cluster=OUT: the run's own layout (its model, servers and workers,
+    // and the tensors its parameter groups keep whole).
+    const TrainingConfig& run = *flags.run;
+    ASSIGN_OR_RETURN(const model::ModelArch* arch,
+                     model::ArchForShape(run.cluster.model));
+    ASSIGN_OR_RETURN(ModelManifest manifest,
+                     arch->Manifest(run.cluster.model, run.cluster.workers));
+    MarkWholeTensors(run.param_groups, &manifest);
+    return FlatLayout::Create(manifest, run.cluster.servers, run.cluster.workers);
+  }
   const uint32_t workers = flags.workers > 0 ? flags.workers : 1;
   ASSIGN_OR_RETURN(const model::ModelArch* arch,
                    model::ArchForShape(flags.shape));
@@ -60,6 +71,8 @@ int RunLayout(const CtlFlags& flags) {
   const uint32_t servers =
       flags.num_servers > 0 ? flags.num_servers
                             : std::max<size_t>(flags.servers.size(), 1);
+  // --cluster=OUT: the run's own shape.
+  const GptShape shape = flags.run.has_value() ? flags.run->cluster.model : flags.shape;
   auto layout = GptLayout(flags, servers);
   if (!layout.ok()) {
     std::fprintf(stderr, "layout: %s\n", layout.status().ToString().c_str());
@@ -68,9 +81,9 @@ int RunLayout(const CtlFlags& flags) {
   const FlatLayout& L = *layout;
   if (flags.json) {
     nlohmann::json j;
-    j["shape"] = {{"layers", flags.shape.layers}, {"heads", flags.shape.heads},
-                  {"width", flags.shape.width}, {"vocab", flags.shape.vocab},
-                  {"context", flags.shape.context}};
+    j["shape"] = {{"layers", shape.layers}, {"heads", shape.heads},
+                  {"width", shape.width}, {"vocab", shape.vocab},
+                  {"context", shape.context}};
     j["num_servers"] = L.num_servers();
     j["num_workers"] = L.num_workers();
     j["total_elems"] = L.total_elems();
@@ -103,8 +116,8 @@ int RunLayout(const CtlFlags& flags) {
     return 0;
   }
   std::printf("GPT layers=%d heads=%d width=%d vocab=%d context=%d\n",
-              flags.shape.layers, flags.shape.heads, flags.shape.width,
-              flags.shape.vocab, flags.shape.context);
+              shape.layers, shape.heads, shape.width,
+              shape.vocab, shape.context);
   std::printf(
       "%llu parameters, padded flat length %llu (%.2f%% padding), "
       "%u servers, %u workers\n",

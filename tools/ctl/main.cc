@@ -1,6 +1,7 @@
 // zeroshard-ctl: inspect, health, layout, init and smoke-test a zeroshard
 // cluster, and resolve a config for hand-started workers. See
 // tools/ctl/commands.h for the subcommands.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/command_line.h"
 #include "common/optimizer_rules.h"
+#include "common/resolved_config.h"
 #include "tools/ctl/cluster_file.h"
 #include "tools/ctl/commands.h"
 #include "client/shard_cluster.h"
@@ -151,6 +153,14 @@ int main(int argc, char** argv) {
     }
     servers = absl::StrJoin(file->servers, ",");
     if (credentials.empty()) credentials = file->credentials;
+    if (!file->resolved_config.empty()) {
+      absl::StatusOr<TrainingConfig> run = LoadResolvedConfig(file->resolved_config);
+      if (!run.ok()) {
+        std::fprintf(stderr, "--cluster: %s\n", run.status().ToString().c_str());
+        return 2;
+      }
+      f.run = *std::move(run);
+    }
   }
   if (!servers.empty()) {
     auto list = ParseServerList(servers);

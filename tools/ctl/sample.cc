@@ -80,6 +80,10 @@ int RunSample(const CtlFlags& flags, int argc, char** argv) {
     if (!parsed.ok()) return Fail(2, parsed.status().ToString());
     opt = parsed->config.cluster.sample;
     config_shape = parsed->config.cluster.model;
+  } else if (flags.run.has_value()) {
+    // --cluster=OUT: the run's own configuration.
+    opt = flags.run->cluster.sample;
+    config_shape = flags.run->cluster.model;
   }
   // An explicit --prompt is used as given (an empty one is an error).
   std::optional<std::string> prompt_flag;

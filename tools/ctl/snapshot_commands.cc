@@ -11,6 +11,7 @@
 #include "tools/ctl/npy.h"
 #include "client/shard_cluster.h"
 #include "common/atomic_file.h"
+#include "common/weights_index.h"
 #include "model/arch.h"
 
 namespace zeroshard::ctl {
@@ -83,9 +84,16 @@ int RunExport(const CtlFlags& flags) {
     written = arch->WriteHfSafetensors(
         flags.out, layout, flat, {{"zeroshard_step", absl::StrCat(snap->step)}});
   } else {
+    // The raw flat space and, beside it, the names and shapes to read it by
+    // (as zeroshard-train --save_weights writes them).
     written = WriteFileAtomically(
         flags.out, absl::string_view(reinterpret_cast<const char*>(flat.data()),
                                      flat.size() * sizeof(float)));
+    if (written.ok()) {
+      written = WriteFileAtomically(
+          WeightsIndexPath(flags.out),
+          WeightsIndexJson(layout, static_cast<int64_t>(snap->step)));
+    }
   }
   if (!written.ok()) {
     std::fprintf(stderr, "export: %s\n", written.ToString().c_str());

@@ -496,6 +496,26 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   if (o.sample) {
     ASSIGN_OR_RETURN(sample, PlanRunSample(cfg));
   }
+  // A placement this machine cannot give, said in the config's words before
+  // any server starts (the server itself would name --cuda_device).
+  if (cfg.cluster.placement != Placement::kHost &&
+      cfg.cluster.server_addresses.empty() && o.server_addresses.empty()) {
+#if ZS_HAVE_CUDA
+    std::error_code no_gpu;
+    if (!fs::exists("/dev/nvidia0", no_gpu)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"zeroshard.placement\" is \"",
+          PlacementName(cfg.cluster.placement),
+          "\": it needs a CUDA device, and this machine has none (no "
+          "/dev/nvidia0); use \"host\""));
+    }
+#else
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"zeroshard.placement\" is \"",
+        PlacementName(cfg.cluster.placement),
+        "\": it needs CUDA, and this build has none; use \"host\""));
+#endif
+  }
   const int servers = cfg.cluster.servers, workers = cfg.cluster.workers;
   ASSIGN_OR_RETURN(const model::ModelArch* arch,
                    model::ArchForShape(cfg.cluster.model));

@@ -4,36 +4,14 @@
 #include <cstdio>
 #include <memory>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "client/shard_cluster.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
+#include "common/weights_index.h"
 #include "model/arch.h"
 
 namespace zeroshard {
-std::string WeightsIndexJson(const FlatLayout& layout, int64_t version) {
-  nlohmann::json j;
-  j["format"] = "zeroshard-weights-v1";
-  j["dtype"] = "float32";
-  j["step"] = version;
-  j["total_elems"] = layout.total_elems();
-  j["param_elems"] = layout.param_elems();
-  j["num_workers"] = layout.num_workers();
-  j["num_servers"] = layout.num_servers();
-  nlohmann::json tensors = nlohmann::json::array();
-  for (const TensorInfo& t : layout.tensors()) {
-    tensors.push_back({{"name", t.name},
-                       {"shape", t.shape},
-                       {"offset", t.offset},
-                       {"numel", t.numel},
-                       {"unit", layout.units()[t.unit].name}});
-  }
-  j["tensors"] = std::move(tensors);
-  return j.dump(1) + "\n";
-}
-
 absl::Status ExportWeights(const std::vector<std::string>& servers,
                            const FlatLayout& layout, int64_t version,
                            const std::string& dir, absl::Duration timeout,

@@ -1,12 +1,7 @@
 // Writes the full FP32 master weights of a cluster to disk, for comparing
 // runs: <dir>/weights.f32 holds the whole padded flat space as raw
 // little-endian floats (total_elems of them), <dir>/weights.json the layout
-// needed to read it by tensor:
-//
-//   {"format":"zeroshard-weights-v1","dtype":"float32","step":30,
-//    "total_elems":N,"param_elems":P,"num_workers":2,"num_servers":2,
-//    "tensors":[{"name":"wte.weight","shape":[256,64],"offset":0,
-//                "numel":16384,"unit":"embedding"}, ...]}
+// needed to read it by tensor (common/weights_index.h).
 //
 //   RETURN_IF_ERROR(ExportWeights(addresses, layout, /*version=*/30, "out",
 //                                 absl::Seconds(60)));
@@ -42,9 +37,6 @@ absl::Status ExportWeights(const std::vector<std::string>& servers,
                            const std::string& dir, absl::Duration timeout,
                            WeightsFileFormat format = WeightsFileFormat::kF32,
                            ShardClientOptions options = ShardClientOptions());
-
-// The weights.json document for `layout` (exposed for tests).
-std::string WeightsIndexJson(const FlatLayout& layout, int64_t version);
 
 }  // namespace zeroshard
 
