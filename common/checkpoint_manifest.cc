@@ -145,6 +145,18 @@ std::string CheckpointFolderName(uint64_t step) {
   return absl::StrCat(kFolderPrefix, digits);
 }
 
+ResumePoint ParseResumePath(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const fs::path folder(p);
+  uint64_t step = 0;
+  if (ParseFolderName(folder.filename().string(), &step)) {
+    const std::string parent = folder.parent_path().string();
+    return {parent.empty() ? "." : parent, step};
+  }
+  return {path, std::nullopt};
+}
+
 std::string ShardFileName(uint32_t server_index, uint32_t num_servers) {
   return absl::StrCat("shard-", server_index, "-of-", num_servers, ".bin");
 }

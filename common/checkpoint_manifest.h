@@ -33,6 +33,7 @@
 #define ZEROSHARD_COMMON_CHECKPOINT_MANIFEST_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,15 @@ struct CheckpointManifest {
 // "step-00000000000000000030": fixed width (any uint64_t), so names sort by
 // step.
 std::string CheckpointFolderName(uint64_t step);
+
+// A --resume argument: a checkpoint directory (its newest complete
+// checkpoint) or one step folder in it ("DIR/step-00000000000000000020":
+// that checkpoint): the directory, and the folder's step.
+struct ResumePoint {
+  std::string dir;
+  std::optional<uint64_t> step;
+};
+ResumePoint ParseResumePath(const std::string& path);
 
 // "shard-1-of-2.bin": server k of S's file in a step folder.
 std::string ShardFileName(uint32_t server_index, uint32_t num_servers);

@@ -175,6 +175,30 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
     EXPECT_EQ(rows[i].at("step"), std::to_string(i));
   }
 
+  // --resume=DIR/step-N resumes that checkpoint, not the newest (50); its
+  // own checkpoints go elsewhere, leaving ck as the rest of the test wants.
+  nlohmann::json elsewhere = cfg;
+  elsewhere["zeroshard"]["checkpoint"]["dir"] = dir.path("ck2");
+  const std::string config2 = "--config=" + dir.WriteConfig("b.json", elsewhere);
+  TrainRun older = RunTrain({config2, "--resume=" + ck + "/step-00000000000000000040/",
+                             "--servers=1", "--workers=1", "--steps=42",
+                             "--out=" + dir.path("older"), "--quiet",
+                             "--sample=false"},
+                            absl::Seconds(300));
+  ASSERT_TRUE(older.status.success()) << older.err;
+  EXPECT_TRUE(absl::StrContains(older.err, absl::StrCat(
+                                      "resuming from step 40 of ", ck)))
+      << older.err;
+  const auto older_rows = ReadMetricsCsv(dir.path("older/metrics.csv"));
+  ASSERT_EQ(older_rows.size(), 2u) << older.err;
+  EXPECT_EQ(older_rows.front().at("step"), "40");
+  TrainRun missing = RunTrain({config2, "--resume=" + ck + "/step-00000000000000000015",
+                               "--steps=20", "--out=" + dir.path("m"), "--quiet"},
+                              absl::Seconds(60));
+  EXPECT_TRUE(missing.status.exited && missing.status.code == 2) << missing.err;
+  EXPECT_TRUE(absl::StrContains(missing.err, "holds no complete checkpoint at step 15"))
+      << missing.err;
+
   TrainRun again = RunTrain({config, "--resume=" + ck, "--steps=50",
                              "--out=" + dir.path("c"), "--quiet"},
                             absl::Seconds(60));

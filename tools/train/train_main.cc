@@ -52,8 +52,8 @@ ABSL_FLAG(bool, sample, true,
           "print a text sample from the trained model at the end "
           "(zeroshard.sample sets its prompt; --sample=false skips it)");
 ABSL_FLAG(std::string, resume, "",
-          "continue from the newest complete checkpoint in this directory "
-          "(any --servers / --workers)");
+          "continue from the newest complete checkpoint in this directory, "
+          "or from DIR/step-N, that checkpoint (any --servers / --workers)");
 ABSL_FLAG(int, max_restarts, 0,
           "replace failed processes up to this many times (a dead worker: "
           "new workers redo the step; a dead server: all restart from the "

@@ -538,17 +538,37 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   // of the earlier run is replaced.
   std::optional<uint64_t> resumed_step;
   if (!o.resume_dir.empty()) {
-    ASSIGN_OR_RETURN(std::vector<uint64_t> steps,
-                     ListCheckpoints(o.resume_dir));
+    // DIR (its newest checkpoint) or DIR/step-N (that one).
+    const ResumePoint at = ParseResumePath(o.resume_dir);
+    ASSIGN_OR_RETURN(std::vector<uint64_t> steps, ListCheckpoints(at.dir));
     if (steps.empty()) {
       return absl::NotFoundError(absl::StrCat(
           "--resume=", o.resume_dir, ": no complete checkpoint there"));
     }
-    ASSIGN_OR_RETURN(const CheckpointManifest newest,
-                     ReadCheckpointManifest(o.resume_dir, steps.back()));
-    RETURN_IF_ERROR(CheckNewestIsIntact(o.resume_dir, newest));
-    RETURN_IF_ERROR(SayWhatIsResumed(o.resume_dir, newest, cfg, o.progress));
-    resumed_step = newest.step;
+    if (at.step.has_value()) {
+      if (std::find(steps.begin(), steps.end(), *at.step) == steps.end()) {
+        return absl::NotFoundError(absl::StrCat(
+            "--resume=", o.resume_dir, ": ", at.dir, " holds no complete "
+            "checkpoint at step ", *at.step, " (it holds steps ",
+            absl::StrJoin(steps, ", "), ")"));
+      }
+      ASSIGN_OR_RETURN(const CheckpointManifest chosen,
+                       ReadCheckpointManifest(at.dir, *at.step));
+      if (absl::Status s = VerifyCheckpointFiles(at.dir, chosen, /*full=*/false);
+          !s.ok()) {
+        return absl::DataLossError(absl::StrCat(
+            "--resume=", o.resume_dir, ": that checkpoint is damaged (",
+            s.message(), ")"));
+      }
+      RETURN_IF_ERROR(SayWhatIsResumed(at.dir, chosen, cfg, o.progress));
+      resumed_step = chosen.step;
+    } else {
+      ASSIGN_OR_RETURN(const CheckpointManifest newest,
+                       ReadCheckpointManifest(at.dir, steps.back()));
+      RETURN_IF_ERROR(CheckNewestIsIntact(at.dir, newest));
+      RETURN_IF_ERROR(SayWhatIsResumed(at.dir, newest, cfg, o.progress));
+      resumed_step = newest.step;
+    }
   }
   // Nothing of an earlier run in this --out is left beside this run's
   // outputs: every file a run writes there goes now, whichever of them this

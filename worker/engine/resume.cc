@@ -66,6 +66,8 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
     RETURN_IF_ERROR(FinishHalfAppliedStep(
         *client, absl::Seconds(config.cluster.step_timeout_s)));
   }
+  // --resume=DIR (its newest checkpoint) or DIR/step-N (that one).
+  const ResumePoint at = ParseResumePath(dir);
   if (rank == 0 && !dir.empty()) {
     // A server is fresh when nothing was ever applied to it: a new run, or
     // a server restarted (its state is gone) while the others live on.
@@ -83,12 +85,18 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
     const bool all_fresh = fresh_servers.size() == inspected.size();
     // A directory not made yet holds no checkpoint (a crash before the
     // first one).
-    absl::StatusOr<std::vector<uint64_t>> listed = ListCheckpoints(dir);
+    absl::StatusOr<std::vector<uint64_t>> listed = ListCheckpoints(at.dir);
     if (!listed.ok() && !absl::IsNotFound(listed.status())) {
       return listed.status();
     }
     const std::vector<uint64_t> steps =
         listed.ok() ? *std::move(listed) : std::vector<uint64_t>();
+    if (at.step.has_value() && !fresh_servers.empty() &&
+        std::find(steps.begin(), steps.end(), *at.step) == steps.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "--resume=", dir, ": ", at.dir, " holds no complete checkpoint at "
+          "step ", *at.step));
+    }
     if (fresh_servers.empty()) {
       ZS_LOG(INFO) << "servers already hold a run; not restoring from "
                    << dir;
@@ -112,7 +120,7 @@ absl::Status ResumeServers(const TrainingConfig& config, int rank,
       }
       ASSIGN_OR_RETURN(
           auto restored,
-          client->Restore(dir, std::nullopt,
+          client->Restore(at.dir, at.step,
                           absl::Seconds(config.cluster.startup_timeout_s)));
       uint64_t bytes = 0;
       double seconds = 0;
@@ -194,7 +202,8 @@ absl::StatusOr<std::optional<LossScalerState>> FindLossScalerState(
     return rec.status();
   }
   if (!dir.empty()) {
-    absl::StatusOr<CheckpointManifest> m = ReadCheckpointManifest(dir, step);
+    absl::StatusOr<CheckpointManifest> m =
+        ReadCheckpointManifest(ParseResumePath(dir).dir, step);
     if (m.ok()) return m->loss_scaler;
     if (!absl::IsNotFound(m.status())) return m.status();
   }
