@@ -213,6 +213,13 @@ TEST(TrainFaultTest, ServerKilledMidRunIsNamedAndNothingIsLeft) {
   const std::string err = train.err();
   EXPECT_TRUE(absl::StrContains(err, "server 1 (127.0.0.1:")) << err;
   EXPECT_TRUE(absl::StrContains(err, "signal 9")) << err;
+  // The cause first: the killed server, then the workers that lost it.
+  const size_t failed = err.find("zeroshard-train: FAILED: ");
+  ASSERT_NE(failed, std::string::npos) << err;
+  EXPECT_TRUE(absl::StrContains(
+      err.substr(failed, err.find('\n', failed) - failed),
+      "FAILED: UNAVAILABLE: server 1 (127.0.0.1:"))
+      << err;
   for (int pid : pids) EXPECT_FALSE(Alive(pid)) << "pid " << pid << " left";
 }
 

@@ -230,8 +230,14 @@ absl::Status TrainCluster::FailureStatus() {
     }
   }
   if (failed.empty()) return absl::OkStatus();
+  // The cause before its symptoms: a process killed by a signal (kill -9,
+  // the OOM killer) before the peers that then lost their connection to it
+  // and exited with an error, each group in the order their exits were seen
+  // (two exits within one poll would otherwise come in either order).
   std::stable_sort(failed.begin(), failed.end(),
                    [](const Child* a, const Child* b) {
+                     const bool ka = !a->exit->exited, kb = !b->exit->exited;
+                     if (ka != kb) return ka;
                      return a->exit_seen < b->exit_seen;
                    });
   std::string msg = Describe(*failed[0]);
