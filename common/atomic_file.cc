@@ -50,8 +50,23 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(
   const int fd = ::open(
       tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create ", tmp, ": ", Errno()));
+    // Said of the file the caller names (the temporary name is ours), and
+    // as what it is: a missing folder is not a refused permission.
+    const int err = errno;
+    const std::string dir =
+        std::filesystem::path(path).parent_path().string();
+    const std::string where = dir.empty() ? "." : dir;
+    if (err == ENOENT || err == ENOTDIR) {
+      return absl::NotFoundError(absl::StrCat(
+          "cannot write ", path, ": no such directory ", where));
+    }
+    if (err == EACCES || err == EPERM || err == EROFS) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot write ", path, ": ", std::strerror(err), " (in ", where,
+          ")"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
   }
   return AtomicFileWriter(path, std::move(tmp), fd);
 }
