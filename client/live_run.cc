@@ -47,6 +47,12 @@ absl::StatusOr<std::optional<LiveRunInfo>> FindLiveRun(
     }
     servers.push_back(*std::move(all[k]));
   }
+  return FindLiveRun(cluster, servers, window_seconds);
+}
+
+absl::StatusOr<std::optional<LiveRunInfo>> FindLiveRun(
+    const ShardCluster& cluster, const std::vector<ServerStatus>& servers,
+    double window_seconds) {
   std::optional<LiveRunInfo> live = RecentlyPushedRun(servers, window_seconds);
   if (!live.has_value()) return live;
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,

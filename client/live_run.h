@@ -49,6 +49,10 @@ std::optional<LiveRunInfo> RecentlyPushedRun(
 // unreachable server is an error naming it.
 absl::StatusOr<std::optional<LiveRunInfo>> FindLiveRun(
     const ShardCluster& cluster, double window_seconds);
+// The same from `servers`, every server's status the caller already has.
+absl::StatusOr<std::optional<LiveRunInfo>> FindLiveRun(
+    const ShardCluster& cluster, const std::vector<ServerStatus>& servers,
+    double window_seconds);
 
 // Marks the end of (run_id, attempt) at step `step` in server 0's store.
 absl::Status MarkRunEnded(const ShardCluster& cluster, const std::string& run_id,

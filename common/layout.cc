@@ -237,6 +237,14 @@ std::vector<FlatRange> FlatLayout::WorkerRanges(uint32_t worker) const {
   return out;
 }
 
+uint64_t FlatLayout::WorkerElems(uint32_t worker) const {
+  uint64_t n = 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    n += WorkerUnitRange(worker, static_cast<int>(u)).size();
+  }
+  return n;
+}
+
 std::vector<ServerSlice> FlatLayout::SplitByServer(
     const FlatRange& range) const {
   std::vector<ServerSlice> out;

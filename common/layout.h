@@ -153,6 +153,8 @@ class FlatLayout {
   FlatRange WorkerUnitRange(uint32_t worker, int unit) const;
   // Worker r's partitions of every unit, in unit order.
   std::vector<FlatRange> WorkerRanges(uint32_t worker) const;
+  // The elements of those partitions together.
+  uint64_t WorkerElems(uint32_t worker) const;
   // Splits a range (inside [0, total)) at server boundaries, in order.
   std::vector<ServerSlice> SplitByServer(const FlatRange& range) const;
 

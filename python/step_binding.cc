@@ -57,11 +57,8 @@ void BindStepProtocol(py::module_& m) {
              const py::buffer& grad, const py::buffer& part, float scale) {
             NeedBuffers(p, false, "reduce_scatter");
             const uint64_t total = layout.total_elems();
-            uint64_t mine = 0;
-            for (const FlatRange& r : layout.WorkerRanges(
-                     static_cast<uint32_t>(p.options().rank))) {
-              mine += r.size();
-            }
+            const uint64_t mine =
+                layout.WorkerElems(static_cast<uint32_t>(p.options().rank));
             Bytes g = BufferOf(grad, false, total * sizeof(float),
                                "reduce_scatter grad");
             Bytes o = BufferOf(part, true, mine * sizeof(float),

@@ -130,40 +130,6 @@ class PyGroup {
   int size() const { return group_->size(); }
   std::string backend() const { return std::string(group_->backend()); }
 
-  // Device buffers (an NCCL group, CUDA builds): the same collectives on
-  // device memory given by address (a CUDA tensor's data_ptr()), enqueued
-  // on the group's stream; synchronize() waits for them. A host group
-  // refuses these, and a device group the host-buffer calls above.
-  void ReduceScatterDevice(uintptr_t in, uintptr_t out, uint64_t part,
-                           float scale) {
-    NeedDevice("reduce_scatter_device");
-    if (in == 0 || out == 0 || part == 0) {
-      Raise(absl::InvalidArgumentError(
-          "reduce_scatter_device: null buffer or zero elements"));
-    }
-    py::gil_scoped_release release;
-    Check(group_->ReduceScatter(
-        absl::MakeConstSpan(reinterpret_cast<const float*>(in),
-                            part * size()),
-        absl::MakeSpan(reinterpret_cast<float*>(out), part), scale));
-  }
-
-  void AllGatherInPlaceDevice(uintptr_t buf, uint64_t bytes) {
-    NeedDevice("all_gather_in_place_device");
-    if (buf == 0 || bytes == 0) {
-      Raise(absl::InvalidArgumentError(
-          "all_gather_in_place_device: null buffer or zero bytes"));
-    }
-    py::gil_scoped_release release;
-    Check(group_->AllGatherInPlace(
-        absl::MakeSpan(reinterpret_cast<uint8_t*>(buf), bytes)));
-  }
-
-  void Synchronize() {
-    py::gil_scoped_release release;
-    Check(group_->Synchronize());
-  }
-
   // out = scale * the sum over ranks of their in[rank * part, ...), part =
   // out's length; `in` holds size() parts.
   void ReduceScatter(const py::buffer& in, const py::buffer& out,
@@ -227,13 +193,8 @@ class PyGroup {
     if (group_->device_buffers()) {
       Raise(absl::FailedPreconditionError(absl::StrCat(
           call, ": this ", group_->backend(), " group takes device buffers; "
-          "use ", call, "_device")));
-    }
-  }
-  void NeedDevice(const char* call) const {
-    if (!group_->device_buffers()) {
-      Raise(absl::FailedPreconditionError(absl::StrCat(
-          call, ": this ", group_->backend(), " group takes host buffers")));
+          "its collectives run through Cluster.step_protocol's _device "
+          "calls")));
     }
   }
 
@@ -734,12 +695,6 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def_property_readonly("rank", &PyGroup::rank)
       .def_property_readonly("size", &PyGroup::size)
       .def_property_readonly("backend", &PyGroup::backend)
-      .def("reduce_scatter_device", &PyGroup::ReduceScatterDevice,
-           py::arg("inp"), py::arg("out"), py::arg("part_elems"),
-           py::arg("scale") = 1.0f)
-      .def("all_gather_in_place_device", &PyGroup::AllGatherInPlaceDevice,
-           py::arg("buf"), py::arg("bytes"))
-      .def("synchronize", &PyGroup::Synchronize)
       .def("reduce_scatter", &PyGroup::ReduceScatter, py::arg("inp"),
            py::arg("out"), py::arg("scale") = 1.0f)
       .def("all_gather_in_place", &PyGroup::AllGatherInPlace)

@@ -51,8 +51,8 @@ absl::Status StepProtocol::ReduceScatterUnits(const FlatLayout& layout,
   }
   const std::vector<FlatRange> mine =
       layout.WorkerRanges(static_cast<uint32_t>(options_.rank));
-  uint64_t mine_elems = 0;
-  for (const FlatRange& r : mine) mine_elems += r.size();
+  const uint64_t mine_elems =
+      layout.WorkerElems(static_cast<uint32_t>(options_.rank));
   if (grad == nullptr || part == nullptr || grad_elems != layout.total_elems() ||
       part_elems != mine_elems) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -253,7 +253,6 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
                        if id(p) in ids], uoff, padded)
                 for (mod, ids), (_, uoff, _, padded) in zip(
                     self._unit_modules, self._layout.units())])
-        self._step_timeout_s = cl["step_timeout_s"]
         # Ctrl-C interrupts a call blocked on a server or a rank
         # (interruptible.py).
         run_id = run_id or secrets.token_hex(8)

@@ -136,6 +136,13 @@ void CheckLayout(const FlatLayout& layout, std::mt19937_64& rng) {
     }
     ASSERT_EQ(w_at, unit.offset + unit.padded);
   }
+  // Each worker's elements together: a 1/N of the flat space.
+  for (uint32_t r = 0; r < N; ++r) {
+    uint64_t sum = 0;
+    for (const FlatRange& wr : layout.WorkerRanges(r)) sum += wr.size();
+    ASSERT_EQ(layout.WorkerElems(r), sum);
+    ASSERT_EQ(layout.WorkerElems(r) * N, layout.total_elems());
+  }
 
   // SplitByServer: exact, ordered, each piece inside its server's range.
   std::vector<FlatRange> probes;

@@ -161,13 +161,6 @@ def test_collectives_refuse_the_other_kind_of_buffer_and_missing_backends():
         cluster = engine._cluster
         g = cluster.open_group(0, 1, "test/gloo", timeout_s=10)
         assert g.backend == "gloo"
-        buf = torch.zeros(4)
-        with pytest.raises(_zeroshard.ZeroshardError, match=re.escape(
-                "reduce_scatter_device: this gloo group takes host buffers")):
-            g.reduce_scatter_device(buf.data_ptr(), buf.data_ptr(), 4)
-        with pytest.raises(_zeroshard.ZeroshardError, match=re.escape(
-                "all_gather_in_place_device: this gloo group takes host")):
-            g.all_gather_in_place_device(buf.data_ptr(), 16)
         out = torch.zeros(4)
         g.reduce_scatter(torch.arange(4.0).numpy(), out.numpy(), 0.5)
         assert out.tolist() == [0.0, 0.5, 1.0, 1.5]   # host buffers: fine
@@ -207,6 +200,7 @@ def test_collectives_refuse_the_other_kind_of_buffer_and_missing_backends():
             assert "needs a CUDA GPU, and none is visible" in str(e), str(e)
         else:
             assert n.backend == "nccl"
+            buf = torch.zeros(4)
             with pytest.raises(_zeroshard.ZeroshardError, match=re.escape(
                     "reduce_scatter: this nccl group takes device buffers")):
                 n.reduce_scatter(buf.numpy(), buf.numpy())

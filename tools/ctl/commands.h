@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "client/shard_cluster.h"
 #include "model/gpt_manifest.h"
+#include "common/command_line.h"
 #include "common/config.h"
 #include "common/optimizer_config.h"
 #include "common/param_groups.h"
@@ -85,10 +86,10 @@ int RunList(const CtlFlags& flags);
 int RunExport(const CtlFlags& flags);
 int RunInspectTensor(const CtlFlags& flags);
 // estimate.cc: offline; reads its own flags (--servers is a count there).
-int RunEstimate(int argc, char** argv);
+int RunEstimate(const CommandLine& command_line);
 // sample.cc: text generated from the servers' weights; reads its own flags
 // (--prompt, --max_new_tokens, ...) and which flags were given.
-int RunSample(const CtlFlags& flags, int argc, char** argv);
+int RunSample(const CtlFlags& flags, const CommandLine& command_line);
 
 // "1.5 MiB".
 std::string HumanBytes(double bytes);

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,7 +18,6 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -85,27 +83,12 @@ ABSL_FLAG(std::string, bf16_gemm, "auto",
 namespace zeroshard::ctl {
 namespace {
 
-// The command line, for Given (this Abseil keeps IsSpecifiedOnCommandLine
-// private).
-std::vector<std::string> g_args;
+// The command line, for Given.
+const CommandLine* g_command_line = nullptr;
 
 // Whether --name (or -name, with or without =value) was on the command line.
 bool Given(const char* name) {
-  for (const std::string& a : g_args) {
-    absl::string_view v = a;
-    if (absl::StartsWith(v, "--")) {
-      v.remove_prefix(2);
-    } else if (absl::StartsWith(v, "-")) {
-      v.remove_prefix(1);
-    } else {
-      continue;
-    }
-    if (v == name || (absl::StartsWith(v, name) && v.size() > strlen(name) &&
-                      v[strlen(name)] == '=')) {
-      return true;
-    }
-  }
-  return false;
+  return g_command_line != nullptr && g_command_line->Given(name);
 }
 
 int Usage(const std::string& message) {
@@ -607,8 +590,8 @@ int RunTorchRankEstimate() {
   return 0;
 }
 
-int RunEstimate(int argc, char** argv) {
-  g_args.assign(argv + 1, argv + argc);
+int RunEstimate(const CommandLine& command_line) {
+  g_command_line = &command_line;
   if (Given("torch_units")) return RunTorchRankEstimate();
   EstimateInput in;
   if (std::optional<int> rc = BuildInput(&in)) return *rc;

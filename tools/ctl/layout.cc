@@ -108,8 +108,7 @@ int RunLayout(const CtlFlags& flags) {
                               {"state_bytes", r.size() * kServerBytesPerElem}});
     }
     for (uint32_t w = 0; w < L.num_workers(); ++w) {
-      uint64_t elems = 0;
-      for (const FlatRange& r : L.WorkerRanges(w)) elems += r.size();
+      const uint64_t elems = L.WorkerElems(w);
       j["workers"].push_back({{"index", w}, {"elems", elems}});
     }
     std::printf("%s\n", j.dump(2).c_str());
@@ -160,8 +159,7 @@ int RunLayout(const CtlFlags& flags) {
   std::vector<std::vector<std::string>> wrk = {
       {"worker", "elems", "bf16 partition", "fp32 grad shard"}};
   for (uint32_t w = 0; w < L.num_workers(); ++w) {
-    uint64_t elems = 0;
-    for (const FlatRange& r : L.WorkerRanges(w)) elems += r.size();
+    const uint64_t elems = L.WorkerElems(w);
     wrk.push_back({absl::StrCat(w), absl::StrCat(elems),
                    HumanBytes(elems * 2.0), HumanBytes(elems * 4.0)});
   }

@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Offline, and --servers is a count: reads its flags itself.
-  if (command == "estimate") return ctl::RunEstimate(argc, argv);
+  if (command == "estimate") return ctl::RunEstimate(cl);
   ctl::CtlFlags f;
   std::string servers = absl::GetFlag(FLAGS_servers);
   std::string credentials = absl::GetFlag(FLAGS_credentials);
@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
   }
   if (command == "inspect") return ctl::RunInspect(f);
   if (command == "export") return ctl::RunExport(f);
-  if (command == "sample") return ctl::RunSample(f, argc, argv);
+  if (command == "sample") return ctl::RunSample(f, cl);
   if (command == "checkpoint") return ctl::RunCheckpoint(f);
   if (command == "restore") return ctl::RunRestore(f);
   if (command == "list") return ctl::RunList(f);
@@ -281,6 +281,5 @@ int main(int argc, char** argv) {
   if (command == "init") return ctl::RunInit(f);
   if (command == "smoke") return ctl::RunSmoke(f);
   if (command == "config") return ctl::RunConfig(f);
-  std::fprintf(stderr, "unknown command '%s'\n%s\n", command.c_str(), kUsage);
-  return 2;  // not reached: the command was checked above
+  return 2;  // not reached: every name of kCommands is dispatched above
 }

@@ -14,7 +14,6 @@
 // continuation (or, with --json, an object with the step, the ids and the
 // text); stderr: one line saying what was sampled.
 #include <cstdio>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,7 +21,6 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -48,22 +46,6 @@ ABSL_FLAG(std::string, merges_file, "",
 namespace zeroshard::ctl {
 namespace {
 
-// Whether --name (or -name, with or without =value) is in argv (this
-// Abseil keeps IsSpecifiedOnCommandLine private).
-bool Given(int argc, char** argv, const char* name) {
-  const size_t n = std::strlen(name);
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view v = argv[i];
-    if (!absl::ConsumePrefix(&v, "--")) {
-      if (!absl::ConsumePrefix(&v, "-")) continue;
-    }
-    if (v == name || (absl::StartsWith(v, name) && v.size() > n && v[n] == '=')) {
-      return true;
-    }
-  }
-  return false;
-}
-
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "sample: %s\n", message.c_str());
   return code;
@@ -71,8 +53,8 @@ int Fail(int code, const std::string& message) {
 
 }  // namespace
 
-int RunSample(const CtlFlags& flags, int argc, char** argv) {
-  const auto given = [&](const char* name) { return Given(argc, argv, name); };
+int RunSample(const CtlFlags& flags, const CommandLine& command_line) {
+  const auto given = [&](const char* name) { return command_line.Given(name); };
   SampleConfig opt;
   std::optional<ModelShape> config_shape;
   if (!flags.config_path.empty()) {

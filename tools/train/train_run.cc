@@ -294,8 +294,10 @@ absl::StatusOr<LiveRun> InspectLiveRun(
   }
   // A run whose workers still push: this training (new, or a --resume,
   // which restores every server) would replace its state under it.
+  std::vector<ServerStatus> statuses;  // every one answered (above)
+  for (const absl::StatusOr<ServerStatus>& s : all) statuses.push_back(*s);
   ASSIGN_OR_RETURN(const std::optional<LiveRunInfo> running,
-                   FindLiveRun(probe, kLiveRunWindowSeconds));
+                   FindLiveRun(probe, statuses, kLiveRunWindowSeconds));
   if (running.has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the given servers serve a live ", DescribeLiveRun(*running),
@@ -545,30 +547,26 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
       return absl::NotFoundError(absl::StrCat(
           "--resume=", o.resume_dir, ": no complete checkpoint there"));
     }
-    if (at.step.has_value()) {
-      if (std::find(steps.begin(), steps.end(), *at.step) == steps.end()) {
-        return absl::NotFoundError(absl::StrCat(
-            "--resume=", o.resume_dir, ": ", at.dir, " holds no complete "
-            "checkpoint at step ", *at.step, " (it holds steps ",
-            absl::StrJoin(steps, ", "), ")"));
-      }
-      ASSIGN_OR_RETURN(const CheckpointManifest chosen,
-                       ReadCheckpointManifest(at.dir, *at.step));
-      if (absl::Status s = VerifyCheckpointFiles(at.dir, chosen, /*full=*/false);
-          !s.ok()) {
-        return absl::DataLossError(absl::StrCat(
-            "--resume=", o.resume_dir, ": that checkpoint is damaged (",
-            s.message(), ")"));
-      }
-      RETURN_IF_ERROR(SayWhatIsResumed(at.dir, chosen, cfg, o.progress));
-      resumed_step = chosen.step;
-    } else {
-      ASSIGN_OR_RETURN(const CheckpointManifest newest,
-                       ReadCheckpointManifest(at.dir, steps.back()));
-      RETURN_IF_ERROR(CheckNewestIsIntact(at.dir, newest));
-      RETURN_IF_ERROR(SayWhatIsResumed(at.dir, newest, cfg, o.progress));
-      resumed_step = newest.step;
+    const uint64_t step = at.step.value_or(steps.back());
+    if (std::find(steps.begin(), steps.end(), step) == steps.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "--resume=", o.resume_dir, ": ", at.dir, " holds no complete "
+          "checkpoint at step ", step, " (it holds steps ",
+          absl::StrJoin(steps, ", "), ")"));
     }
+    ASSIGN_OR_RETURN(const CheckpointManifest m,
+                     ReadCheckpointManifest(at.dir, step));
+    if (!at.step.has_value()) {
+      // The newest: a damaged one names the newest intact one.
+      RETURN_IF_ERROR(CheckNewestIsIntact(at.dir, m));
+    } else if (absl::Status s = VerifyCheckpointFiles(at.dir, m, /*full=*/false);
+               !s.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "--resume=", o.resume_dir, ": that checkpoint is damaged (",
+          s.message(), ")"));
+    }
+    RETURN_IF_ERROR(SayWhatIsResumed(at.dir, m, cfg, o.progress));
+    resumed_step = step;
   }
   // Nothing of an earlier run in this --out is left beside this run's
   // outputs: every file a run writes there goes now, whichever of them this
