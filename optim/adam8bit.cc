@@ -195,17 +195,11 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
                   .mirror = s.mirror != nullptr ? s.mirror + lo : nullptr,
                   .n = hi - lo});
     }
-    // Any non-finite m or v (all exponent bits set), by integer ops that
-    // vectorize; only then are the elements searched.
-    uint32_t inf = 0;
-    for (size_t i = 0; i < len; ++i) {
-      uint32_t a, c;
-      std::memcpy(&a, &m[i], 4);
-      std::memcpy(&c, &v[i], 4);
-      inf |= static_cast<uint32_t>((a & 0x7f800000u) == 0x7f800000u) |
-             static_cast<uint32_t>((c & 0x7f800000u) == 0x7f800000u);
-    }
-    if (inf != 0) {
+    // The maxima are NaN when an m or v is not finite; only then are the
+    // elements searched.
+    const float m_max = BlockAbsMax(m.data(), len);
+    const float v_max = BlockAbsMax(v.data(), len);
+    if (std::isnan(m_max) || std::isnan(v_max)) {
       for (size_t i = 0; i < len; ++i) {
         if (!std::isfinite(m[i]) || !std::isfinite(v[i])) {
           if (save) restore(b);
@@ -216,10 +210,11 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
         }
       }
     }
-    QuantizeBlockwise(m.data(), len, s.block, Quant8Map::kSigned,
-                      s.exp_avg + begin, s.exp_avg_absmax + b);
-    QuantizeBlockwise(v.data(), len, s.block, Quant8Map::kUnsigned,
-                      s.exp_avg_sq + begin, s.exp_avg_sq_absmax + b);
+    s.exp_avg_absmax[b] = m_max;
+    s.exp_avg_sq_absmax[b] = v_max;
+    QuantizeBlock(m.data(), len, m_max, Quant8Map::kSigned, s.exp_avg + begin);
+    QuantizeBlock(v.data(), len, v_max, Quant8Map::kUnsigned,
+                  s.exp_avg_sq + begin);
   }
   return absl::OkStatus();
 }

@@ -10,62 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "optim/cpu_features.h"
+#include "optim/quant8_code.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace zeroshard {
+namespace quant8_internal {
 namespace {
-
-struct Code {
-  std::array<float, 256> values;
-  // thresholds[j] = (values[j] + values[j + 1]) / 2, exact in double.
-  std::array<double, 255> thresholds;
-  // The thresholds rounded down to FP32, then +inf: the search's table.
-  std::array<float, 256> below;
-  // The kernels' table, one entry per bucket of y's bits (BucketOf): the
-  // count of thresholds below the bucket in the high 16 bits, and in the
-  // low 16 how to compare with the one threshold inside it (MakeBuckets).
-  std::vector<uint32_t> buckets;
-  uint8_t zero = 0;
-};
-
-// The buckets: y's sign, exponent and top 7 mantissa bits (its high 16
-// bits), for |y| in [2^-23, 1], and per sign one bucket below 2^-23. No
-// threshold lies below 2^-22 (the smallest, unsigned, is 1.6e-7) and no
-// bucket holds two of them (with 6 mantissa bits one of the unsigned map's
-// would); MakeBuckets checks both. So a code is the bucket's count plus one
-// comparison of y's low 16 bits with the threshold's, which share the high
-// 16.
-constexpr uint32_t kLowestHigh = (127 - 23) << 7;  // high 16 bits of 2^-23
-constexpr uint32_t kBucketsPerSign = ((127 << 7) - kLowestHigh) + 2;  // to 1.0
-
-inline uint32_t BucketOf(uint32_t bits) {
-  const uint32_t high = (bits & 0x7fffffffu) >> 16;
-  uint32_t b = high < kLowestHigh ? 0 : high - kLowestHigh + 1;
-  b = b < kBucketsPerSign ? b : kBucketsPerSign - 1;  // |y| <= 1: not taken
-  return (bits >> 31) * kBucketsPerSign + b;
-}
-
-// y's low 16 bits as the entry compares them: a negative y is above a
-// threshold of its bucket when its magnitude is below, so its low bits are
-// complemented (as the threshold's are).
-inline uint32_t CompareKey(uint32_t bits) {
-  return (bits & 0xffffu) ^ ((bits >> 31) * 0xffffu);
-}
-
-inline uint32_t FloatBits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-
-// The code of y from its bucket's entry: the count below, plus one when y
-// is above the bucket's threshold (a key of 0xffff: none is above).
-inline uint32_t CodeFromEntry(uint32_t entry, uint32_t bits) {
-  return (entry >> 16) + (CompareKey(bits) > (entry & 0xffffu) ? 1u : 0u);
-}
 
 // Empty when a bucket would hold two thresholds.
 std::vector<uint32_t> MakeBuckets(const std::array<float, 256>& below) {
@@ -89,7 +39,7 @@ std::vector<uint32_t> MakeBuckets(const std::array<float, 256>& below) {
           ++count;
         } else if (below[j] < most) {
           ++inside;
-          key = CompareKey(FloatBits(below[j]));
+          key = CompareKey(FloatBitsOf(below[j]));
         }
       }
       // The lowest bucket spans many high bits: its key would be wrong.
@@ -101,8 +51,68 @@ std::vector<uint32_t> MakeBuckets(const std::array<float, 256>& below) {
   return table;
 }
 
-Code MakeCode(bool is_signed) {
-  constexpr int kExponentBits = 7;
+constexpr int kExponentBits = 7;
+
+// The decade search's tables (quant8_code.h) from the construction: decade
+// d holds n_d values equally spaced in [0.1, 1] · 10^(d - 6), so its inner
+// thresholds lie at whole numbers of |y| · n_d / (0.9 · 10^(d - 6)) - n_d / 9
+// counted from the decade's first value. `ok` stays false unless every
+// threshold lies within a tenth of the band of where the search puts it and
+// no binade meets two boundaries.
+DecadeSearch MakeSearch(const Quant8Code& c) {
+  DecadeSearch s;
+  const int base = c.zero;  // the positive side: values[base..255]
+  const int total = 255 - base;
+  // boundary[k]: the threshold below region k + 1 (regions: quant8_code.h).
+  double boundary[8];
+  boundary[0] = c.thresholds[base];
+  int first = 1;  // decade d's first value, counted from the zero's
+  for (int d = 0; d < kExponentBits; ++d) {
+    const int n = c.is_signed ? (1 << d) : (1 << (d + 1));
+    const double scale = std::pow(10.0, d - (kExponentBits - 1));
+    const double slope = n / (0.9 * scale), offset = n / 9.0 - first;
+    s.slope[d + 1] = static_cast<float>(slope);
+    s.offset[d + 1] = static_cast<float>(offset);
+    s.low[d + 1] = first;
+    s.high[d + 1] = first + n - 1;
+    for (int j = 1; j < n; ++j) {
+      const double t = c.thresholds[base + first + j - 1];
+      const double u = t * s.slope[d + 1] - s.offset[d + 1];
+      if (std::fabs(u - (first + j)) > kNearBand / 10) return s;
+    }
+    first += n;
+    boundary[d + 1] = c.thresholds[base + first - 1];
+  }
+  if (first != total) return s;
+  // Below the first boundary: the zero's code; above the last: 1.0's.
+  s.offset[0] = -0.5f;
+  s.offset[8] = -(total + 0.5f);
+  s.low[8] = s.high[8] = total;
+  const double band = kNearBand;
+  for (int i = 0; i < 32; ++i) {
+    s.near_lo[i] = s.near_hi[i] = std::numeric_limits<float>::infinity();
+    if (i >= kBinades) continue;
+    const double lo = i == 0 ? 0.0 : std::ldexp(1.0, i + kFirstBinade - 127);
+    const double hi = std::ldexp(1.0, i + kFirstBinade - 126);
+    int below = 0, meets = 0;
+    for (int k = 0; k < 8; ++k) {
+      if (boundary[k] * (1 + 2 * band) < lo) {
+        ++below;
+      } else if (boundary[k] * (1 - 2 * band) < hi) {
+        // Its band meets this binade: the region is `below` or one more.
+        ++meets;
+        s.near_lo[i] = static_cast<float>(boundary[k] * (1 - band));
+        s.near_hi[i] = static_cast<float>(boundary[k] * (1 + band));
+      }
+    }
+    if (meets > 1) return s;
+    s.region[i] = below;
+  }
+  s.ok = true;
+  return s;
+}
+
+Quant8Code MakeCode(bool is_signed) {
   std::vector<double> data;
   for (int i = 0; i < kExponentBits; ++i) {
     const int k = (is_signed ? (1 << i) : (1 << (i + 1))) + 1;
@@ -118,10 +128,15 @@ Code MakeCode(bool is_signed) {
   data.push_back(0.0);
   data.push_back(1.0);
   std::sort(data.begin(), data.end());
-  Code c;
+  Quant8Code c;
+  c.is_signed = is_signed;
   for (int j = 0; j < 256; ++j) {
     c.values[j] = static_cast<float>(data[j]);
     if (c.values[j] == 0.0f) c.zero = static_cast<uint8_t>(j);
+    const uint32_t bits = FloatBitsOf(c.values[j]);
+    for (int p = 0; p < 4; ++p) {
+      c.planes[p][j] = static_cast<uint8_t>(bits >> (8 * p));
+    }
   }
   for (int j = 0; j < 255; ++j) {
     c.thresholds[j] =
@@ -134,14 +149,24 @@ Code MakeCode(bool is_signed) {
   }
   c.below[255] = std::numeric_limits<float>::infinity();
   c.buckets = MakeBuckets(c.below);
+  c.search = MakeSearch(c);
   return c;
 }
 
-const Code& CodeFor(Quant8Map map) {
-  static const Code* const kSigned = new Code(MakeCode(true));
-  static const Code* const kUnsigned = new Code(MakeCode(false));
+}  // namespace
+
+const Quant8Code& CodeFor(Quant8Map map) {
+  static const Quant8Code* const kSigned = new Quant8Code(MakeCode(true));
+  static const Quant8Code* const kUnsigned = new Quant8Code(MakeCode(false));
   return map == Quant8Map::kSigned ? *kSigned : *kUnsigned;
 }
+
+}  // namespace quant8_internal
+
+using quant8_internal::CodeFor;
+using quant8_internal::Quant8Code;
+
+namespace {
 
 absl::Status CheckSizes(size_t n, size_t block, size_t codes, size_t scales) {
   if (block == 0) {
@@ -183,7 +208,7 @@ absl::Status QuantizeBlockwiseReference(absl::Span<const float> x,
           "8-bit quantization: element ", i, " is not finite (", x[i], ")"));
     }
   }
-  const Code& c = CodeFor(map);
+  const Quant8Code& c = CodeFor(map);
   for (size_t b = 0; b * block < x.size(); ++b) {
     const size_t begin = b * block;
     const size_t end = std::min(x.size(), begin + block);
@@ -224,16 +249,12 @@ absl::Status DequantizeBlockwiseReference(absl::Span<const uint8_t> codes,
 namespace {
 
 // One block's codes, scalar: the count of thresholds below y = x / m from
-// y's bucket (Code::buckets), or, were there no table, by a branch-free
-// eight-step search of the rounded-down thresholds.
-void QuantizeScalar(const float* x, size_t n, float m, const Code& c,
+// y's bucket (Quant8Code::buckets), or, were there no table, by a
+// branch-free eight-step search of the rounded-down thresholds.
+void QuantizeScalar(const float* x, size_t n, float m, const Quant8Code& c,
                     uint8_t* codes) {
   if (!c.buckets.empty()) {
-    const uint32_t* table = c.buckets.data();
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t bits = FloatBits(x[i] / m);
-      codes[i] = static_cast<uint8_t>(CodeFromEntry(table[BucketOf(bits)], bits));
-    }
+    for (size_t i = 0; i < n; ++i) codes[i] = quant8_internal::BucketCode(c, x[i], m);
     return;
   }
   const float* t = c.below.data();
@@ -248,133 +269,65 @@ void QuantizeScalar(const float* x, size_t n, float m, const Code& c,
   }
 }
 
-#if defined(__x86_64__)
-// GCC 12 warns inside its own _mm512_undefined_* (as in optimizer_avx512.cc).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#define ZS_Q8_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-// The same count, 16 lanes at a time: BucketOf and CodeFromEntry in
-// vector form, one gather of the table a lane.
-ZS_Q8_AVX512 void QuantizeAvx512(const float* x, size_t n, float m,
-                                 const Code& c, uint8_t* codes) {
-  const int* table = reinterpret_cast<const int*>(c.buckets.data());
-  const __m512 mv = _mm512_set1_ps(m);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const __m512i low_mask = _mm512_set1_epi32(0xffff);
-  const __m512i first = _mm512_set1_epi32(kLowestHigh - 1);
-  const __m512i last = _mm512_set1_epi32(kBucketsPerSign - 1);
-  const __m512i per_sign = _mm512_set1_epi32(kBucketsPerSign);
-  const __m512i zero = _mm512_setzero_si512();
-  const __m512i one = _mm512_set1_epi32(1);
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 lanes =
-        n - i >= 16 ? static_cast<__mmask16>(0xffff)
-                    : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512i bits = _mm512_castps_si512(
-        _mm512_div_ps(_mm512_maskz_loadu_ps(lanes, x + i), mv));
-    const __mmask16 negative = _mm512_cmplt_epi32_mask(bits, zero);
-    const __m512i high = _mm512_srli_epi32(_mm512_and_si512(bits, abs_mask), 16);
-    __m512i b = _mm512_min_epi32(
-        _mm512_max_epi32(_mm512_sub_epi32(high, first), zero), last);
-    b = _mm512_mask_add_epi32(b, negative, b, per_sign);
-    const __m512i entry = _mm512_mask_i32gather_epi32(zero, lanes, b, table, 4);
-    const __m512i low = _mm512_and_si512(bits, low_mask);
-    const __m512i key = _mm512_mask_xor_epi32(low, negative, low, low_mask);
-    const __mmask16 above =
-        _mm512_cmpgt_epu32_mask(key, _mm512_and_si512(entry, low_mask));
-    const __m512i base = _mm512_srli_epi32(entry, 16);
-    const __m512i count = _mm512_mask_add_epi32(base, above, base, one);
-    _mm_mask_storeu_epi8(codes + i, lanes, _mm512_cvtepi32_epi8(count));
-  }
-}
-
-// max |x| over n elements (exact in any order).
-ZS_Q8_AVX512 float AbsMaxAvx512(const float* x, size_t n) {
-  __m512 m = _mm512_setzero_ps();
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 lanes =
-        n - i >= 16 ? static_cast<__mmask16>(0xffff)
-                    : static_cast<__mmask16>((1u << (n - i)) - 1);
-    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(lanes, x + i)));
-  }
-  return _mm512_reduce_max_ps(m);
-}
-
-// The 256 values from registers: eight two-table permutes on the code's
-// low 5 bits, then a blend on each of its top 3 (no gather).
-ZS_Q8_AVX512 void DequantizeAvx512(const uint8_t* codes, size_t n, float a,
-                                   const float* values, float* out) {
-  __m512 table[16];
-  for (int k = 0; k < 16; ++k) table[k] = _mm512_loadu_ps(values + 16 * k);
-  const __m512 av = _mm512_set1_ps(a);
-  const __m512i bit5 = _mm512_set1_epi32(32), bit6 = _mm512_set1_epi32(64),
-                bit7 = _mm512_set1_epi32(128);
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 lanes =
-        n - i >= 16 ? static_cast<__mmask16>(0xffff)
-                    : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512i idx =
-        _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lanes, codes + i));
-    __m512 quarter[4];
-    const __mmask16 b5 = _mm512_test_epi32_mask(idx, bit5);
-    for (int q = 0; q < 4; ++q) {
-      const __m512 even =
-          _mm512_permutex2var_ps(table[4 * q], idx, table[4 * q + 1]);
-      const __m512 odd =
-          _mm512_permutex2var_ps(table[4 * q + 2], idx, table[4 * q + 3]);
-      quarter[q] = _mm512_mask_blend_ps(b5, even, odd);
-    }
-    const __mmask16 b6 = _mm512_test_epi32_mask(idx, bit6);
-    const __m512 low = _mm512_mask_blend_ps(b6, quarter[0], quarter[1]);
-    const __m512 high = _mm512_mask_blend_ps(b6, quarter[2], quarter[3]);
-    const __m512 v =
-        _mm512_mask_blend_ps(_mm512_test_epi32_mask(idx, bit7), low, high);
-    _mm512_mask_storeu_ps(out + i, lanes, _mm512_mul_ps(v, av));
-  }
-}
-#endif
-
 bool UseAvx512() {
   static const bool avx512 = CpuHasAvx512();
   return avx512;
 }
 
+// The decade search also takes AVX-512 DQ (its reduce and conversions).
+bool UseDecadeSearch(const Quant8Code& c) {
+#if defined(__x86_64__)
+  static const bool dq = UseAvx512() && __builtin_cpu_supports("avx512dq");
+  return dq && !c.buckets.empty() && c.search.ok;
+#else
+  (void)c;
+  return false;
+#endif
+}
+
 }  // namespace
+
+float BlockAbsMax(const float* x, size_t n) {
+#if defined(__x86_64__)
+  if (UseAvx512()) return quant8_internal::AbsMaxAvx512(x, n);
+#endif
+  float m = 0.0f;
+  bool finite = true;
+  for (size_t i = 0; i < n; ++i) {
+    m = std::max(m, std::fabs(x[i]));
+    finite &= std::isfinite(x[i]);
+  }
+  return finite ? m : std::numeric_limits<float>::quiet_NaN();
+}
+
+void QuantizeBlock(const float* x, size_t n, float m, Quant8Map map,
+                   uint8_t* codes) {
+  const Quant8Code& c = CodeFor(map);
+  if (m == 0.0f) {
+    std::fill(codes, codes + n, c.zero);
+    return;
+  }
+#if defined(__x86_64__)
+  if (UseDecadeSearch(c)) {
+    quant8_internal::QuantizeBlockAvx512(x, n, m, c, codes);
+    return;
+  }
+#endif
+  QuantizeScalar(x, n, m, c, codes);
+}
 
 void QuantizeBlockwise(const float* x, size_t n, size_t block, Quant8Map map,
                        uint8_t* codes, float* absmax) {
-  const Code& c = CodeFor(map);
   for (size_t begin = 0, b = 0; begin < n; begin += block, ++b) {
-    const size_t end = std::min(n, begin + block);
-    float m = 0.0f;
-#if defined(__x86_64__)
-    if (UseAvx512()) {
-      m = AbsMaxAvx512(x + begin, end - begin);
-    } else {
-      for (size_t i = begin; i < end; ++i) m = std::max(m, std::fabs(x[i]));
-    }
-#else
-    for (size_t i = begin; i < end; ++i) m = std::max(m, std::fabs(x[i]));
-#endif
-    absmax[b] = m;
-    if (m == 0.0f) {
-      std::fill(codes + begin, codes + end, c.zero);
-      continue;
-    }
-#if defined(__x86_64__)
-    if (UseAvx512() && !c.buckets.empty()) {
-      QuantizeAvx512(x + begin, end - begin, m, c, codes + begin);
-      continue;
-    }
-#endif
-    QuantizeScalar(x + begin, end - begin, m, c, codes + begin);
+    const size_t len = std::min(n - begin, block);
+    absmax[b] = BlockAbsMax(x + begin, len);
+    QuantizeBlock(x + begin, len, absmax[b], map, codes + begin);
   }
 }
 
 void QuantizeBlockwiseScalar(const float* x, size_t n, size_t block,
                              Quant8Map map, uint8_t* codes, float* absmax) {
-  const Code& c = CodeFor(map);
+  const Quant8Code& c = CodeFor(map);
   for (size_t begin = 0, b = 0; begin < n; begin += block, ++b) {
     const size_t end = std::min(n, begin + block);
     float m = 0.0f;
@@ -390,13 +343,15 @@ void QuantizeBlockwiseScalar(const float* x, size_t n, size_t block,
 
 void DequantizeBlockwise(const uint8_t* codes, const float* absmax, size_t n,
                          size_t block, Quant8Map map, float* out) {
-  const float* v = CodeFor(map).values.data();
+  const Quant8Code& c = CodeFor(map);
+  const float* v = c.values.data();
   for (size_t begin = 0, b = 0; begin < n; begin += block, ++b) {
     const size_t end = std::min(n, begin + block);
     const float a = absmax[b];
 #if defined(__x86_64__)
     if (UseAvx512()) {
-      DequantizeAvx512(codes + begin, end - begin, a, v, out + begin);
+      quant8_internal::DequantizeBlockAvx512(codes + begin, end - begin, a, c,
+                                             out + begin);
       continue;
     }
 #endif

@@ -92,6 +92,13 @@ absl::Status DequantizeBlockwiseReference(absl::Span<const uint8_t> codes,
 // with AVX-512 takes the 256 values from registers (permutes and blends).
 void QuantizeBlockwise(const float* x, size_t n, size_t block, Quant8Map map,
                        uint8_t* codes, float* absmax);
+// The two halves of QuantizeBlockwise for one block, for a caller that must
+// refuse a non-finite block before writing its codes: BlockAbsMax is max |x|
+// over x[0, n), or NaN when an element is not finite; QuantizeBlock writes
+// the n codes of a block whose (finite) absmax is m.
+float BlockAbsMax(const float* x, size_t n);
+void QuantizeBlock(const float* x, size_t n, float m, Quant8Map map,
+                   uint8_t* codes);
 void QuantizeBlockwiseScalar(const float* x, size_t n, size_t block,
                              Quant8Map map, uint8_t* codes, float* absmax);
 void DequantizeBlockwise(const uint8_t* codes, const float* absmax, size_t n,

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "optim/quant8_code.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/golden_json.h"
 #include "tests/support/test_seed.h"
@@ -277,6 +279,133 @@ TEST(Quant8Test, EveryBucketEdgeEqualsTheReference) {
       for (size_t i = 0; i < n; ++i) {
         ASSERT_EQ(want[i], got[i]) << (scalar ? "scalar" : "dispatched")
                                    << ": y = " << blocked[i];
+      }
+    }
+  }
+}
+
+// The AVX-512 kernel counts within a decade by arithmetic and flags the
+// lanes near a threshold for the bucket table (quant8_code.h). Both maps
+// must build its tables (else the kernel would quietly not run). In blocks
+// whose maximum is 1, every float of [0, 1] of either sign gets the bucket
+// table's code (itself equal to the reference, above) when
+// ZS_QUANT8_EVERY_FLOAT is set (16 s); otherwise every 61st, and every
+// float within 8 of each threshold, each edge of the bands around them and
+// each boundary's band (a few seconds less).
+TEST(Quant8Test, TheDecadeSearchEqualsTheBuckets) {
+  const bool every = std::getenv("ZS_QUANT8_EVERY_FLOAT") != nullptr;
+  constexpr uint32_t kOne = 0x3f800000u;
+  for (const Quant8Map map : {Quant8Map::kSigned, Quant8Map::kUnsigned}) {
+    const quant8_internal::Quant8Code& code = quant8_internal::CodeFor(map);
+    ASSERT_TRUE(code.search.ok);
+    const quant8_internal::DecadeSearch& search = code.search;
+    // The magnitudes tried, as bits.
+    std::vector<uint32_t> tried;
+    for (uint32_t bits = 0; bits <= kOne; bits += every ? 1 : 61) {
+      tried.push_back(bits);
+    }
+    auto around = [&](double y) {
+      if (!(y > 0.0 && y <= 1.0)) return;
+      const uint32_t center = FloatBits(static_cast<float>(y));
+      for (uint32_t b = center - 8; b <= center + 8; ++b) {
+        if (b <= kOne) tried.push_back(b);
+      }
+    };
+    if (!every) {
+      for (int i = 0; i < 32; ++i) {
+        around(search.near_lo[i]);
+        around(search.near_hi[i]);
+      }
+      for (int r = 1; r <= 7; ++r) {
+        for (int k = search.low[r] - 1; k <= search.high[r] + 1; ++k) {
+          for (const float e : {-quant8_internal::kNearBand, 0.0f,
+                                quant8_internal::kNearBand}) {
+            around((k + e + search.offset[r]) / search.slope[r]);
+          }
+        }
+      }
+    }
+    for (const uint32_t sign : {0u, 0x80000000u}) {
+      std::vector<float> x(kQuant8Block);
+      std::vector<uint8_t> want(kQuant8Block), got(kQuant8Block);
+      float max_want, max_got;
+      size_t differ = 0;
+      uint32_t first_bad = 0;
+      for (size_t at = 0; at < tried.size();) {
+        x[0] = 1.0f;
+        size_t n = 1;
+        for (; n < kQuant8Block && at < tried.size(); ++n, ++at) {
+          const uint32_t b = tried[at] | sign;
+          std::memcpy(&x[n], &b, 4);
+        }
+        QuantizeBlockwiseScalar(x.data(), n, kQuant8Block, map, want.data(),
+                                &max_want);
+        QuantizeBlockwise(x.data(), n, kQuant8Block, map, got.data(),
+                          &max_got);
+        for (size_t i = 0; i < n; ++i) {
+          if (want[i] != got[i] && differ++ == 0) first_bad = FloatBits(x[i]);
+        }
+      }
+      EXPECT_EQ(differ, 0u) << "first at bits 0x" << std::hex << first_bad;
+    }
+  }
+}
+
+// The kernel takes |y| as |x| times 1/m, an ulp from the quotient: the
+// floats around m times every threshold, for fresh random maxima m, get
+// the reference's codes.
+TEST(Quant8Test, ThresholdsTimesRandomMaximaEqualTheReference) {
+  const uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::uniform_int_distribution<int> exponent(-30, 30);
+  for (const Quant8Map map : {Quant8Map::kSigned, Quant8Map::kUnsigned}) {
+    const std::array<float, 256>& v = DynamicMap(map);
+    for (int trial = 0; trial < 8; ++trial) {
+      const float m = static_cast<float>(std::ldexp(mantissa(rng), exponent(rng)));
+      std::vector<float> x = {m};
+      for (int j = 0; j < 255; ++j) {
+        const double t = (static_cast<double>(v[j]) + v[j + 1]) / 2;
+        float f = static_cast<float>(t * m);
+        for (int k = 0; k < 6; ++k) f = std::nextafter(f, 0.0f);
+        for (int k = 0; k < 13; ++k, f = std::nextafter(f, 2 * m)) {
+          if (std::fabs(f) <= m) x.push_back(f);
+        }
+      }
+      const size_t n = x.size(), blocks = Quant8Blocks(n, kQuant8Block);
+      ASSERT_EQ(blocks, 2u);
+      x.insert(x.begin() + kQuant8Block, m);  // block 2's maximum, too
+      std::vector<uint8_t> want(n + 1), got(n + 1);
+      std::vector<float> want_max(blocks), got_max(blocks);
+      ASSERT_TRUE(Quantize(x, kQuant8Block, map, want, want_max).ok());
+      QuantizeBlockwise(x.data(), n + 1, kQuant8Block, map, got.data(),
+                        got_max.data());
+      for (size_t i = 0; i <= n; ++i) {
+        ASSERT_EQ(want[i], got[i]) << "x = " << x[i] << ", m = " << m;
+      }
+    }
+  }
+}
+
+// The 8-bit Adam refuses a block whose m or v is not finite from the
+// block's maximum alone: NaN for an infinity or a NaN anywhere, the tail
+// lanes of a short block included.
+TEST(Quant8Test, BlockAbsMaxIsNaNForANonFiniteElement) {
+  for (const size_t n : {1u, 15u, 16u, 17u, 2048u, 2047u}) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = (i % 2 ? -1.0f : 1.0f) * (i + 1);
+    EXPECT_EQ(BlockAbsMax(x.data(), n), static_cast<float>(n));
+    for (const size_t at : {size_t{0}, n / 2, n - 1}) {
+      for (const float bad : {std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(),
+                              -std::numeric_limits<float>::quiet_NaN()}) {
+        const float keep = x[at];
+        x[at] = bad;
+        EXPECT_TRUE(std::isnan(BlockAbsMax(x.data(), n)))
+            << "n " << n << ", element " << at << " = " << bad;
+        x[at] = keep;
       }
     }
   }
