@@ -27,6 +27,7 @@ absl::Status CommitCheckpoint(const std::string& directory,
   m.loss_scaler = info.loss_scaler;
   m.data_position = info.data_position;
   m.schedule_total_steps = info.schedule_total_steps;
+  m.optimizer_json = files.empty() ? "" : files[0].optimizer_json;
   for (uint32_t k = 0; k < files.size(); ++k) {
     const ShardFile& f = files[k];
     const FlatRange want = layout.ServerRange(k);

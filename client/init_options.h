@@ -4,8 +4,13 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/config.h"
+#include "common/layout.h"
 #include "common/optimizer_config.h"
 #include "common/param_groups.h"
 
@@ -34,6 +39,21 @@ struct InitOptions {
   // InitRequest.replace: a new model for the same run replaces the state.
   bool replace = false;
 };
+
+// The Init a training config asks for: its optimizer and parameter groups,
+// seeded weights, chunk size, worker count.
+InitOptions InitOptionsFor(const TrainingConfig& config);
+
+// What differs between the optimizer a checkpoint recorded
+// (CheckpointManifest::optimizer_json) and the one Init(options) would send
+// over `layout`, in the configuration file's words ("optimizer.params.lr:
+// 0.001 -> 0.002"); "" when nothing the optimizer state depends on does
+// (the check the servers' restore makes, so a launcher can make it before
+// anything starts). DATA_LOSS when the recorded form does not parse;
+// INVALID_ARGUMENT as Init for options it would refuse.
+absl::StatusOr<std::string> OptimizerChangeSince(
+    absl::string_view checkpoint_optimizer_json, const FlatLayout& layout,
+    const InitOptions& options);
 
 }  // namespace zeroshard
 

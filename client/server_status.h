@@ -110,6 +110,9 @@ struct ShardFile {
   FlatRange owned;
   double copy_seconds = 0;
   double write_seconds = 0;
+  // The optimizer the file was written under: the wire's OptimizerConfig
+  // in protobuf's JSON form ("" from a server that does not say).
+  std::string optimizer_json;
 };
 
 // One server's answer to a restore.

@@ -29,6 +29,38 @@ absl::StatusOr<std::unique_ptr<ShardClient>> ShardClient::Create(
       new ShardClient(std::move(layout), std::move(*channels)));
 }
 
+absl::StatusOr<v1::OptimizerConfig> InitOptimizer(const FlatLayout& layout,
+                                                   const InitOptions& options) {
+  RETURN_IF_ERROR(ValidateOptimizerConfig(options.optimizer));
+  v1::OptimizerConfig out = ToProto(options.optimizer);
+  if (options.explicit_groups.empty()) {
+    AddParamGroups(ResolveParamGroups(layout, options.param_groups,
+                                      options.optimizer.weight_decay),
+                   &out);
+  } else {
+    std::vector<FlatRange> all;
+    for (const ResolvedGroup& g : options.explicit_groups) {
+      if (!std::isfinite(g.weight_decay) || g.weight_decay < 0 ||
+          !std::isfinite(g.lr_scale) || g.lr_scale < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter group ", g.name, ": weight_decay ", g.weight_decay,
+            " and lr_scale ", g.lr_scale, " must be finite and >= 0"));
+      }
+      for (const FlatRange& r : g.ranges) {
+        if (r.empty() || r.end > layout.total_elems()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter group ", g.name, ": range [", r.begin, ", ", r.end,
+              ") is empty or outside [0, ", layout.total_elems(), ")"));
+        }
+        all.push_back(r);
+      }
+    }
+    RETURN_IF_ERROR(CheckDisjoint(all));
+    AddParamGroups(options.explicit_groups, &out);
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
     const InitOptions& options) {
   if (absl::Status s = ValidateOptimizerConfig(options.optimizer); !s.ok()) {
@@ -42,32 +74,7 @@ absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
   v1::InitRequest base;
   *base.mutable_manifest() = ToProto(layout_.manifest());
   base.set_num_servers(S);
-  *base.mutable_optimizer() = ToProto(options.optimizer);
-  if (options.explicit_groups.empty()) {
-    AddParamGroups(ResolveParamGroups(layout_, options.param_groups,
-                                      options.optimizer.weight_decay),
-                   base.mutable_optimizer());
-  } else {
-    std::vector<FlatRange> all;
-    for (const ResolvedGroup& g : options.explicit_groups) {
-      if (!std::isfinite(g.weight_decay) || g.weight_decay < 0 ||
-          !std::isfinite(g.lr_scale) || g.lr_scale < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "parameter group ", g.name, ": weight_decay ", g.weight_decay,
-            " and lr_scale ", g.lr_scale, " must be finite and >= 0"));
-      }
-      for (const FlatRange& r : g.ranges) {
-        if (r.empty() || r.end > layout_.total_elems()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "parameter group ", g.name, ": range [", r.begin, ", ", r.end,
-              ") is empty or outside [0, ", layout_.total_elems(), ")"));
-        }
-        all.push_back(r);
-      }
-    }
-    RETURN_IF_ERROR(CheckDisjoint(all));
-    AddParamGroups(options.explicit_groups, base.mutable_optimizer());
-  }
+  ASSIGN_OR_RETURN(*base.mutable_optimizer(), InitOptimizer(layout_, options));
   if (options.seed.has_value()) {
     base.mutable_init()->set_seed(*options.seed);
   } else {

@@ -45,6 +45,11 @@
 
 namespace zeroshard {
 
+// The optimizer Init sends every server: options' config with its
+// parameter groups over `layout`. INVALID_ARGUMENT as Init.
+absl::StatusOr<v1::OptimizerConfig> InitOptimizer(const FlatLayout& layout,
+                                                  const InitOptions& options);
+
 class ShardClient {
  public:
   // `servers[k]` must be server k of layout.num_servers().

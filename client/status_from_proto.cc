@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
 #include "wire/proto_convert.h"
 
 namespace zeroshard {
@@ -83,6 +84,11 @@ ShardFile ShardFileFromProto(const v1::CheckpointResponse& r) {
   f.owned = Range(r.owned().offset(), r.owned().offset() + r.owned().length());
   f.copy_seconds = r.copy_seconds();
   f.write_seconds = r.write_seconds();
+  if (r.has_optimizer()) {
+    // Cannot fail for a parsed message; an empty string says nothing.
+    (void)google::protobuf::util::MessageToJsonString(r.optimizer(),
+                                                      &f.optimizer_json);
+  }
   return f;
 }
 

@@ -226,6 +226,11 @@ std::string CheckpointManifestJson(const CheckpointManifest& m) {
       {"schedule_total_steps", m.schedule_total_steps},
       {"shards", std::move(shards)},
   };
+  if (!m.optimizer_json.empty()) {
+    // Kept as a JSON object; text that is not one is stored as a string.
+    json o = json::parse(m.optimizer_json, nullptr, /*allow_exceptions=*/false);
+    j["optimizer"] = o.is_object() ? std::move(o) : json(m.optimizer_json);
+  }
   return j.dump(2) + "\n";
 }
 
@@ -281,6 +286,18 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(
   // Optional: manifests written before it was recorded lack it (0).
   if (ok && j.contains("schedule_total_steps")) {
     ok = Get(j, "schedule_total_steps", &m.schedule_total_steps, &error);
+  }
+  // Optional too: an object, kept as its text.
+  if (ok && j.contains("optimizer")) {
+    const json& o = j["optimizer"];
+    if (o.is_object()) {
+      m.optimizer_json = o.dump();
+    } else if (o.is_string()) {
+      m.optimizer_json = o.get<std::string>();
+    } else {
+      ok = false;
+      error = "\"optimizer\" is not an object";
+    }
   }
   for (size_t k = 0; ok && k < shards->size(); ++k) {
     const json& e = (*shards)[k];

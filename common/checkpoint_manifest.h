@@ -72,6 +72,12 @@ struct CheckpointManifest {
   // total_steps; 0: not recorded, a manifest written before it was), so a
   // launcher extending the run can say that the schedule changes.
   uint64_t schedule_total_steps = 0;
+  // The optimizer the shard files were written under: the wire's
+  // OptimizerConfig as protobuf's JSON text (wire/optimizer_difference.h
+  // reads it), so that a launcher can check a resume's optimizer before
+  // it starts anything. "": not recorded (a manifest written before it
+  // was); the servers' restore still checks.
+  std::string optimizer_json;
   std::vector<CheckpointShardEntry> shards;
 };
 

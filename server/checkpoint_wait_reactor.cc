@@ -20,6 +20,7 @@ void FillCheckpointResponse(const ShardSnapshot& snap,
   response->set_checksum(result->checksum);
   response->set_copy_seconds(result->copy_seconds);
   response->set_write_seconds(result->write_seconds);
+  *response->mutable_optimizer() = snap.header().optimizer();
 }
 
 CheckpointWaitReactor::CheckpointWaitReactor(

@@ -95,12 +95,6 @@ absl::Status ParamGroupTable::CheckSettings(size_t settings) const {
   return absl::OkStatus();
 }
 
-v1::OptimizerConfig ParamGroupTable::WithoutRanges(
-    v1::OptimizerConfig optimizer) {
-  for (v1::ParamGroup& g : *optimizer.mutable_param_groups()) g.clear_ranges();
-  return optimizer;
-}
-
 std::vector<ParamGroupTable::Span> ParamGroupTable::Split(
     FlatRange range) const {
   std::vector<Span> out;

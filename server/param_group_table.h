@@ -49,11 +49,6 @@ class ParamGroupTable {
   // the spans cover it exactly.
   std::vector<Span> Split(FlatRange range) const;
 
-  // `optimizer` with every group's ranges cleared: what a checkpoint and a
-  // resuming server must agree on (the ranges follow the layout, which a
-  // resume may change; the groups' names and settings may not).
-  static v1::OptimizerConfig WithoutRanges(v1::OptimizerConfig optimizer);
-
   // True when no element of the owned range is in a group.
   bool empty() const { return entries_.empty(); }
 

@@ -12,111 +12,13 @@
 #include "absl/time/clock.h"
 #include "common/checkpoint_manifest.h"
 #include "common/status_macros.h"
-#include "google/protobuf/util/message_differencer.h"
 #include "server/param_group_table.h"
 #include "server/shard_checkpoint.h"
+#include "wire/optimizer_difference.h"
 #include "wire/proto_convert.h"
 
 namespace zeroshard {
 namespace {
-
-// What differs between the optimizer a checkpoint was trained with and the
-// resuming Init's ("modified: lr: 0.001 -> 0.002"), or "" when nothing that
-// the state depends on does. Equivalent, not Equals: a field left out (an
-// older writer's, e.g. the schedule's warmup_type) matches the same default
-// stated explicitly. The schedule's total_steps and warmup_steps are not
-// compared: both follow the run's length (a warmup longer than a short run
-// is shortened to fit it, common/config_json.cc FitWarmup, and regains its
-// configured length when the run is extended), and a run extended past its
-// end follows the resuming configuration's schedule, as DeepSpeed's
-// schedulers follow the configuration they are built from.
-// One line of MessageDifferencer's report ("modified: kind: ADAMW -> LION")
-// in the words of the configuration file ("optimizer.type: AdamW -> Lion"),
-// so that the user sees the key to change, not the wire's field.
-std::string InConfigWords(absl::string_view line) {
-  absl::string_view verb = "";
-  for (absl::string_view v : {"modified: ", "added: ", "deleted: "}) {
-    if (absl::StartsWith(line, v)) {
-      verb = v;
-      line.remove_prefix(v.size());
-    }
-  }
-  const size_t colon = line.find(": ");
-  if (colon == absl::string_view::npos) return std::string(line);
-  const absl::string_view field = line.substr(0, colon);
-  std::string rest(line.substr(colon + 2));
-  static const std::vector<std::pair<absl::string_view, absl::string_view>>
-      kKeys = {{"kind", "optimizer.type"},
-               {"rule_params", "optimizer.params"},
-               {"rule", "optimizer.type"},
-               {"lr", "optimizer.params.lr"},
-               {"beta1", "optimizer.params.betas[0]"},
-               {"beta2", "optimizer.params.betas[1]"},
-               {"eps", "optimizer.params.eps"},
-               {"weight_decay", "optimizer.params.weight_decay"},
-               {"schedule.kind", "scheduler.type"},
-               {"schedule.warmup_type", "scheduler.params.warmup_type"},
-               {"schedule.warmup_start_lr",
-                "the scheduler's starting lr (warmup_min_lr, or "
-                "warmup_min_ratio x lr)"},
-               {"schedule.min_lr",
-                "the scheduler's final lr (warmup_min_lr, or cos_min_ratio x "
-                "lr)"},
-               {"param_groups", "zeroshard.param_groups"}};
-  std::string key;
-  for (const auto& [proto, config] : kKeys) {
-    if (field == proto || absl::StartsWith(field, absl::StrCat(proto, "[")) ||
-        absl::StartsWith(field, absl::StrCat(proto, "."))) {
-      key = absl::StrCat(config, field.substr(proto.size()));
-      break;
-    }
-  }
-  if (key.empty()) key = absl::StrCat("optimizer (", field, ")");
-  // The enum values as the file spells them.
-  static const std::vector<std::pair<absl::string_view, absl::string_view>>
-      kValues = {{"ADAMW_8BIT", "AdamW8bit"}, {"ADAM_8BIT", "Adam8bit"},
-                 {"ADAMW", "AdamW"},          {"ADAM", "Adam"},
-                 {"LION", "Lion"},            {"RULE", "a registered rule"},
-                 {"WARMUP_TYPE_LOG", "log"},  {"WARMUP_TYPE_LINEAR", "linear"},
-                 {"WARMUP_COSINE", "WarmupCosineLR"},
-                 {"WARMUP_LINEAR", "WarmupLR or WarmupDecayLR"},
-                 {"CONSTANT", "none"}};
-  if (field == "kind" || absl::StartsWith(field, "schedule.")) {
-    std::vector<std::string> sides = absl::StrSplit(rest, " -> ");
-    for (std::string& s : sides) {
-      for (const auto& [wire, file] : kValues) {
-        if (s == wire) {
-          s = std::string(file);
-          break;
-        }
-      }
-    }
-    rest = absl::StrJoin(sides, " -> ");
-  }
-  const std::string how = verb == "added: "     ? " (only now)"
-                          : verb == "deleted: " ? " (only in the checkpoint)"
-                                                : "";
-  return absl::StrCat(key, ": ", rest, how);
-}
-
-std::string OptimizerDifference(const v1::OptimizerConfig& was,
-                                const v1::OptimizerConfig& now) {
-  google::protobuf::util::MessageDifferencer differ;
-  differ.set_message_field_comparison(
-      google::protobuf::util::MessageDifferencer::EQUIVALENT);
-  differ.IgnoreField(
-      v1::LrSchedule::descriptor()->FindFieldByName("total_steps"));
-  differ.IgnoreField(
-      v1::LrSchedule::descriptor()->FindFieldByName("warmup_steps"));
-  std::string report;
-  differ.ReportDifferencesToString(&report);
-  if (differ.Compare(was, now)) return "";
-  std::vector<std::string> lines;
-  for (absl::string_view line : absl::StrSplit(report, '\n', absl::SkipEmpty())) {
-    lines.push_back(InConfigWords(line));
-  }
-  return absl::StrJoin(lines, "; ");
-}
 
 namespace fs = std::filesystem;
 
@@ -285,10 +187,9 @@ absl::StatusOr<RestoreStats> RestoreShardAt(ModelShard& shard,
     const v1::ShardCheckpointHeader& h = src.info.header;
     // Parameter groups count by name and settings; their ranges follow the
     // layout, which a resume may change.
-    const v1::OptimizerConfig was = ParamGroupTable::WithoutRanges(h.optimizer());
-    const v1::OptimizerConfig now =
-        ParamGroupTable::WithoutRanges(shard.request().optimizer());
-    if (const std::string diff = OptimizerDifference(was, now); !diff.empty()) {
+    if (const std::string diff =
+            OptimizerDifference(h.optimizer(), shard.request().optimizer());
+        !diff.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "Restore: ", src.path, " was trained with another optimizer "
           "configuration than this server's Init (checkpoint -> now: ", diff,

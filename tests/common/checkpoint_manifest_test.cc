@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/support/test_files.h"
 
 namespace zeroshard {
@@ -32,6 +33,8 @@ CheckpointManifest TwoShards(uint64_t step) {
   m.loss_scaler.last_overflow_iteration = -1;
   m.loss_scaler.skipped_steps = 3;
   m.data_position = step;
+  m.schedule_total_steps = 100;
+  m.optimizer_json = R"({"kind":"LION","lr":0.0001,"paramGroups":[{"name":"norms"}]})";
   m.shards = {{0, {0, 512}, "shard-0-of-2.bin", 0xFFFFFFFFFFFFFFFFull, 2100},
               {1, {512, 1000}, "shard-1-of-2.bin", 42, 2000}};
   return m;
@@ -45,6 +48,17 @@ TEST(CheckpointManifestTest, RoundTripsEveryField) {
   EXPECT_EQ(back->shards[0].checksum, 0xFFFFFFFFFFFFFFFFull);
   EXPECT_EQ(back->loss_scaler, m.loss_scaler);
   EXPECT_EQ(back->model_fingerprint, m.model_fingerprint);
+  EXPECT_EQ(back->schedule_total_steps, 100u);
+  // The optimizer is kept as a JSON object (not a string of JSON), and read
+  // back as its text; a manifest without one reads as "".
+  EXPECT_TRUE(nlohmann::json::parse(CheckpointManifestJson(m))["optimizer"].is_object());
+  EXPECT_EQ(nlohmann::json::parse(back->optimizer_json),
+            nlohmann::json::parse(m.optimizer_json));
+  CheckpointManifest bare = m;
+  bare.optimizer_json.clear();
+  auto without = ParseCheckpointManifest(CheckpointManifestJson(bare));
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->optimizer_json, "");
   EXPECT_EQ(CheckpointFolderName(30), "step-00000000000000000030");
 }
 

@@ -132,7 +132,8 @@ TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
 // is resumed and that the schedule ("total_num_steps": "auto") now ends at
 // 50; the config's 30-step warmup, shortened to fit the first run, is no
 // reason to refuse; the steps after 20 train, and metrics.csv holds the
-// whole history. Resuming again to 50 has nothing left to do and says so.
+// whole history. Resuming with another optimizer is refused before anything
+// starts; resuming again to 50 has nothing left to do and says so.
 TEST(LauncherTest, ARunIsExtendedByResume) {
   TrainDir dir("launcher_resume");
   nlohmann::json cfg = nlohmann::json::parse(ReadFile("examples/gpt-small.json"));
@@ -198,6 +199,25 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
   EXPECT_TRUE(missing.status.exited && missing.status.code == 2) << missing.err;
   EXPECT_TRUE(absl::StrContains(missing.err, "holds no complete checkpoint at step 15"))
       << missing.err;
+
+  // Another optimizer (the lr, the betas) is refused before anything
+  // starts, in the config's words, from what the manifest recorded.
+  nlohmann::json other = cfg;
+  other["optimizer"]["params"]["lr"] = 0.002;
+  other["optimizer"]["params"]["betas"] = {0.9, 0.99};
+  TrainRun changed = RunTrain({"--config=" + dir.WriteConfig("o.json", other),
+                               "--resume=" + ck, "--steps=60",
+                               "--out=" + dir.path("o"), "--quiet"},
+                              absl::Seconds(60));
+  EXPECT_TRUE(changed.status.exited && changed.status.code == 2) << changed.err;
+  EXPECT_TRUE(absl::StrContains(
+      changed.err, "step 50 was trained with another optimizer configuration "
+                   "(checkpoint -> now: optimizer.params.lr: 0.001 -> 0.002; "
+                   "optimizer.params.betas[1]: 0.95 -> 0.99; "))
+      << changed.err;
+  // The schedule's length is not the optimizer's, and is not named.
+  EXPECT_FALSE(absl::StrContains(changed.err, "total_steps")) << changed.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path("o/logs"))) << changed.err;
 
   TrainRun again = RunTrain({config, "--resume=" + ck, "--steps=50",
                              "--out=" + dir.path("c"), "--quiet"},

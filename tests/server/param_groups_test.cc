@@ -26,6 +26,7 @@
 #include "server/param_group_table.h"
 #include "tests/server/server_test_util.h"
 #include "tests/support/golden_json.h"
+#include "wire/optimizer_difference.h"
 #include "tests/server/shard_state_util.h"
 #include "wire/proto_convert.h"
 
@@ -644,12 +645,13 @@ TEST(ParamGroupTableTest, CheckpointsCompareGroupsWithoutRanges) {
   v1::OptimizerConfig b = WithGroups({{"norms", 0, 1, {{64, 74}}}});
   v1::OptimizerConfig c = WithGroups({{"norms", 0.1, 1, {{0, 10}}}});
   auto same = [](const v1::OptimizerConfig& x, const v1::OptimizerConfig& y) {
-    return ParamGroupTable::WithoutRanges(x).SerializeAsString() ==
-           ParamGroupTable::WithoutRanges(y).SerializeAsString();
+    return OptimizerDifference(x, y).empty();
   };
   EXPECT_TRUE(same(a, b));   // another layout: same groups
   EXPECT_FALSE(same(a, c));  // another weight decay: refused
   EXPECT_FALSE(same(a, WithGroups({})));  // single vs groups: refused
+  EXPECT_EQ(OptimizerDifference(a, c),
+            "zeroshard.param_groups[0].weight_decay: 0 -> 0.1");
 }
 
 }  // namespace

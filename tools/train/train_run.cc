@@ -19,6 +19,7 @@
 #include "tools/train/run_sample.h"
 #include "tools/train/train_cluster.h"
 #include "tools/train/weights_export.h"
+#include "client/init_options.h"
 #include "client/kv_client.h"
 #include "client/live_run.h"
 #include "client/shard_cluster.h"
@@ -564,6 +565,21 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
       return absl::DataLossError(absl::StrCat(
           "--resume=", o.resume_dir, ": that checkpoint is damaged (",
           s.message(), ")"));
+    }
+    // The servers' restore makes the same check; here it comes before
+    // anything starts (a manifest written before the optimizer was
+    // recorded in it leaves the check to them).
+    if (!m.optimizer_json.empty()) {
+      ASSIGN_OR_RETURN(const std::string diff,
+                       OptimizerChangeSince(m.optimizer_json, layout,
+                                            InitOptionsFor(cfg)));
+      if (!diff.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--resume=", o.resume_dir, ": step ", step, " was trained with "
+            "another optimizer configuration (checkpoint -> now: ", diff,
+            "); resume with the checkpoint's values (the optimizer section "
+            "and zeroshard.param_groups)"));
+      }
     }
     RETURN_IF_ERROR(SayWhatIsResumed(at.dir, m, cfg, o.progress));
     resumed_step = step;

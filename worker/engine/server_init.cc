@@ -5,17 +5,6 @@
 
 namespace zeroshard {
 
-InitOptions InitOptionsFor(const TrainingConfig& config) {
-  InitOptions init;
-  init.optimizer = config.optimizer;
-  init.param_groups = config.param_groups;
-  init.seed = config.cluster.seed;
-  init.init_std = config.cluster.init_std;
-  init.chunk_elems = config.cluster.chunk_elems;
-  init.num_workers = static_cast<uint32_t>(config.cluster.workers);
-  return init;
-}
-
 absl::Status InitializeServers(const TrainingConfig& config, int rank,
                                ShardCluster* client, WorkerGroup* group) {
   if (rank == 0) {

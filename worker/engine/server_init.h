@@ -12,10 +12,6 @@
 
 namespace zeroshard {
 
-// The Init request a config asks for: optimizer, seeded weights, chunk size,
-// admin token.
-InitOptions InitOptionsFor(const TrainingConfig& config);
-
 // Rank 0 calls ShardCluster::Init(InitOptionsFor(config)); then all ranks meet
 // at a barrier. Every rank returns rank 0's error if Init failed there (the
 // others then fail at the barrier, which rank 0 never reaches).
