@@ -40,9 +40,11 @@ int RunRules(const std::vector<std::string>& args) {
       rest.push_back(a);
     }
   }
-  if (!only.empty() && FindRule(only) == nullptr) {
-    std::fprintf(stderr, "rules: --rule=%s is not registered (%s)\n",
-                 only.c_str(), RegisteredRuleNames().c_str());
+  if (!only.empty() && (FindRule(only) == nullptr ||
+                        FindRule(only)->kind != OptimizerKind::kRule)) {
+    std::fprintf(stderr, "rules: --rule=%s is not one of %s (adamw, lion and "
+                 "adamw8bit have benches of their own)\n",
+                 only.c_str(), RegisteredRuleNames(true).c_str());
     return 2;
   }
   UpdateArgs parsed;
@@ -53,6 +55,7 @@ int RunRules(const std::vector<std::string>& args) {
   const int threads = std::max(1u, std::thread::hardware_concurrency());
   double worst = 1e30;
   for (const RuleInfo& info : RegisteredRules()) {
+    if (info.kind != OptimizerKind::kRule) continue;  // benched by `adam`, `lion`, `adam8bit`
     if (!only.empty() && info.name != only) continue;
     std::map<std::string, double> params;
     if (std::isnan(info.FindParam("lr")->default_value)) {

@@ -1,7 +1,8 @@
-// The config's "optimizer" section (common/config_optimizer.h): the
-// element-wise rules by name (the legacy kinds, and every type of the
-// registry of common/optimizer_rules.h from its description), and the
-// types that give tensor classes their rules (Adafactor, DeepSpeed's Muon).
+// The config's "optimizer" section (common/config_optimizer.h): every
+// element-wise rule by its entry in the registry of
+// common/optimizer_rules.h (its types, params, fixed keywords and keywords
+// with no effect), and the types that give tensor classes their rules
+// (Adafactor, DeepSpeed's Muon).
 #include "common/config_optimizer.h"
 
 #include <cmath>
@@ -21,78 +22,72 @@ namespace {
 
 using nlohmann::json;
 
-// bitsandbytes' AdamW8bit / Adam8bit (and their Paged names, the same
-// rule: the servers' state is in host memory, where paging to it buys
-// nothing) with their defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
-// weight_decay 1e-2 (AdamW8bit) or 0. The switches bitsandbytes has for
-// other algorithms must keep their defaults; min_8bit_size (its 32-bit
-// state for small tensors) has no effect here: every element's state is
-// 8-bit. The shared params (lr, betas, eps, weight_decay) are read after
-// it by ParseOptimizer, as for AdamW.
-absl::Status ParseEightBitSwitches(Section& p, bool adamw, OptimizerConfig* o) {
-  o->kind = adamw ? OptimizerKind::kAdamW8bit : OptimizerKind::kAdam8bit;
-  o->lr = 1e-3;
-  o->beta1 = 0.9;
-  o->beta2 = 0.999;
-  o->eps = 1e-8;
-  o->weight_decay = adamw ? 1e-2 : 0.0;
-  auto must = [&](const char* key, const json& want, const char* why) -> absl::Status {
-    const json* v = p.Get(key);
-    if (v == nullptr || *v == want) return absl::OkStatus();
-    return p.Bad(key, *v, why);
-  };
-  RETURN_IF_ERROR(must("amsgrad", false, "false (the 8-bit Adams keep no max of v)"));
-  RETURN_IF_ERROR(must("block_wise", true, "true (the state is quantized in blocks of 2048)"));
-  RETURN_IF_ERROR(must("percentile_clipping", 100,
-                       "100 (clip the gradient with gradient_clipping instead)"));
-  RETURN_IF_ERROR(must("optim_bits", 8, "8 for an 8-bit type (use \"AdamW\" for 32-bit state)"));
-  RETURN_IF_ERROR(must("max_unorm", 0.0, "0 (no update-norm clipping)"));
-  p.NoEffect("min_8bit_size");
-  p.NoEffect("is_paged");
-  p.NoEffect("args");
-  return absl::OkStatus();
-}
-
 // A rule of the registry (common/optimizer_rules.h) from its params: each
-// as its description bounds it, the fixed ones at their value, the ones
-// with no effect named. Returns whether lr was given.
-absl::StatusOr<bool> ParseRegisteredRule(Section& s, const RuleInfo& rule,
+// as its description bounds it (the common ones, lr, betas, eps and
+// weight_decay, also "auto"), the fixed ones at their value, the ones with
+// no effect named; a type with a mode switch (DeepSpeed's "Adam" and its
+// adam_w_mode) first picks its rule. `type` is the type as written. Returns
+// whether lr was given.
+absl::StatusOr<bool> ParseRegisteredRule(Section& s, const RuleInfo* rule,
+                                         absl::string_view type,
                                          OptimizerConfig* o) {
   ASSIGN_OR_RETURN(Section p, s.Child("params"));
+  if (!rule->mode_param.empty()) {
+    bool on = true;
+    RETURN_IF_ERROR(p.Bool(rule->mode_param, &on));
+    if (on) rule = FindRule(rule->mode_rule);
+  }
   std::map<std::string, double> given;
-  for (const RuleParam& param : rule.params) {
+  for (const RuleParam& param : rule->params) {
+    const json* v = p.Get(param.name);
+    if (v == nullptr) continue;
+    const bool common = param.common_field();
     if (param.kind == RuleParam::Kind::kBool) {
-      if (p.Get(param.name) == nullptr) continue;
       bool b = false;
       RETURN_IF_ERROR(p.Bool(param.name, &b));
       given[param.name] = b ? 1 : 0;
       continue;
     }
-    ASSIGN_OR_RETURN(std::optional<double> v,
-                     p.DoubleOrAuto(param.name, param.min, param.max,
-                                    /*allow_auto=*/param.name == "lr"));
-    if (!v.has_value()) continue;
-    given[param.name] = *v;
+    if (common && IsAuto(*v)) continue;
+    auto in = [&](const json& x) {
+      if (!x.is_number()) return false;
+      const double d = x.get<double>();
+      return std::isfinite(d) && d >= param.min &&
+             (param.below_max ? d < param.max : d <= param.max);
+    };
+    const std::string want = absl::StrCat(param.RangeText(), common ? " or \"auto\"" : "");
+    if (param.kind == RuleParam::Kind::kPair) {
+      if (!v->is_array() || v->size() != 2 || !in((*v)[0]) || !in((*v)[1])) {
+        return p.Bad(param.name, *v, want);
+      }
+      given[param.name + "[0]"] = (*v)[0].get<double>();
+      given[param.name + "[1]"] = (*v)[1].get<double>();
+      continue;
+    }
+    if (!in(*v)) return p.Bad(param.name, *v, want);
+    given[param.name] = v->get<double>();
   }
-  const RuleParam* lr = rule.FindParam("lr");
+  const RuleParam* lr = rule->FindParam("lr");
   if (lr != nullptr && std::isnan(lr->default_value) && !given.count("lr")) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key \"optimizer.params.lr\" is required by type \"",
-        rule.types.front(), "\" (", rule.description, ")"));
+        type, "\" (", rule->description, ")"));
   }
-  for (const FixedParam& f : rule.fixed) {
+  for (const FixedParam& f : rule->fixed) {
     const json* v = p.Get(f.name);
     if (v == nullptr) continue;
-    const bool same = v->is_boolean() ? (v->get<bool>() ? 1.0 : 0.0) == f.value
-                                      : v->is_number() && v->get<double>() == f.value;
+    const bool same = f.is_bool ? v->is_boolean() && (v->get<bool>() ? 1.0 : 0.0) == f.value
+                                : v->is_number() && v->get<double>() == f.value;
     if (!same) {
-      return p.Bad(f.name, *v, absl::StrCat(f.value == 0 ? "false" : "true", " (", f.why, ")"));
+      const std::string value = f.is_bool ? (f.value != 0 ? "true" : "false")
+                                          : absl::StrCat(f.value);
+      return p.Bad(f.name, *v, absl::StrCat(value, " (", f.why, ")"));
     }
   }
-  for (const std::string& key : rule.no_effect) p.NoEffect(key);
+  for (const std::string& key : rule->no_effect) p.NoEffect(key);
   p.Finish();
   s.Finish();
-  ASSIGN_OR_RETURN(*o, MakeRuleConfig(rule, given, *o));
+  ASSIGN_OR_RETURN(*o, MakeRuleConfig(*rule, given, *o));
   return given.count("lr") != 0;
 }
 
@@ -176,17 +171,15 @@ void ApplyAdafactorToEveryClass(const AdafactorOptions& a, const json& doc,
 absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
                                     ClassRules* rules) {
   ASSIGN_OR_RETURN(Section s, root.Child("optimizer"));
-  std::vector<std::string> types = {"AdamW",     "Adam",     "Lion",
-                                    "Adafactor", "AdamW8bit", "Adam8bit",
-                                    "PagedAdamW8bit", "PagedAdam8bit", "Muon"};
+  std::vector<std::string> types;
   for (const RuleInfo& r : RegisteredRules()) {
     types.insert(types.end(), r.types.begin(), r.types.end());
   }
+  // The rules for whole tensors, given to parameter classes.
+  types.push_back("Adafactor");
+  types.push_back("Muon");
   ASSIGN_OR_RETURN(const std::optional<std::string> given, s.ChoiceName("type", types));
-  const std::string type = given.value_or("");  // "": AdamW
-  if (const RuleInfo* rule = FindRuleByType(type)) {
-    return ParseRegisteredRule(s, *rule, o);
-  }
+  const std::string type = given.value_or("AdamW");
   if (type == "Muon") return ParseDeepSpeedMuon(s, o, rules);
   if (type == "Adafactor") {
     AdafactorOptions a;
@@ -201,54 +194,7 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
     o->lr = a.lr;  // the schedule's peak: the rule's lr follows lr_t / lr
     return true;
   }
-  ASSIGN_OR_RETURN(Section p, s.Child("params"));
-  const bool lion = type == "Lion";
-  if (absl::StrContains(type, "8bit")) {
-    RETURN_IF_ERROR(ParseEightBitSwitches(
-        p, type == "AdamW8bit" || type == "PagedAdamW8bit", o));
-  } else if (lion) {
-    // DeepSpeed's Lion and the paper's defaults: lr 1e-4, betas (0.9,
-    // 0.99), no weight decay; eps and Adam's switches do nothing.
-    o->kind = OptimizerKind::kLion;
-    o->lr = 1e-4;
-    o->beta1 = 0.9;
-    o->beta2 = 0.99;
-    o->weight_decay = 0.0;
-    p.NoEffect("eps");
-    p.NoEffect("adam_w_mode");
-    p.NoEffect("torch_adam");
-  } else {
-    bool adam_w_mode = true;
-    RETURN_IF_ERROR(p.Bool("adam_w_mode", &adam_w_mode));
-    bool torch_adam = false;
-    RETURN_IF_ERROR(p.Bool("torch_adam", &torch_adam));
-    p.NoEffect("torch_adam");
-    if (type == "AdamW" && !adam_w_mode) {
-      return absl::InvalidArgumentError(
-          "config key \"optimizer.params.adam_w_mode\": false contradicts type \"AdamW\"; "
-          "use type \"Adam\" for L2 weight decay");
-    }
-    o->kind = (type == "Adam" && !adam_w_mode) ? OptimizerKind::kAdam : OptimizerKind::kAdamW;
-    o->weight_decay = o->kind == OptimizerKind::kAdamW ? 0.01 : 0.0;
-  }
-  ASSIGN_OR_RETURN(std::optional<double> lr, p.DoubleOrAuto("lr", 1e-30, 1e6, true));
-  if (lr.has_value()) o->lr = *lr;
-  if (const json* betas = p.Get("betas"); betas != nullptr && !IsAuto(*betas)) {
-    if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() ||
-        !(*betas)[1].is_number()) {
-      return p.Bad("betas", *betas, "[beta1, beta2], two numbers in [0, 1)");
-    }
-    o->beta1 = (*betas)[0].get<double>();
-    o->beta2 = (*betas)[1].get<double>();
-    if (!(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1)) {
-      return p.Bad("betas", *betas, "[beta1, beta2], two numbers in [0, 1)");
-    }
-  }
-  if (!lion) RETURN_IF_ERROR(p.Double("eps", 1e-30, 1, &o->eps, true));
-  RETURN_IF_ERROR(p.Double("weight_decay", 0, 1e6, &o->weight_decay, true));
-  p.Finish();
-  s.Finish();
-  return lr.has_value();
+  return ParseRegisteredRule(s, FindRuleByType(type), type, o);
 }
 
 void ApplyClassRules(const ClassRules& rules, const json& doc, TrainingConfig* c,

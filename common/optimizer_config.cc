@@ -10,7 +10,11 @@
 namespace zeroshard {
 
 bool IsEightBit(OptimizerKind kind) {
-  return kind == OptimizerKind::kAdamW8bit || kind == OptimizerKind::kAdam8bit;
+  if (kind == OptimizerKind::kRule) return false;
+  for (const StateSlot& s : RuleOfKind(kind).slots) {
+    if (s.format != SlotFormat::kFp32) return true;
+  }
+  return false;
 }
 
 OptimizerKind ArithmeticKind(OptimizerKind kind) {
@@ -38,26 +42,10 @@ double SlotBytesPerElement(SlotFormat format) {
 
 absl::Span<const StateSlot> OptimizerStateSlots(OptimizerKind kind,
                                                 absl::string_view rule) {
-  static constexpr StateSlot kAdamSlots[] = {
-      {"exp_avg", SlotFormat::kFp32}, {"exp_avg_sq", SlotFormat::kFp32}};
-  static constexpr StateSlot kLionSlots[] = {{"exp_avg", SlotFormat::kFp32}};
-  static constexpr StateSlot kAdam8bitSlots[] = {
-      {"exp_avg", SlotFormat::kQ8Signed},
-      {"exp_avg_sq", SlotFormat::kQ8Unsigned}};
-  switch (kind) {
-    case OptimizerKind::kAdamW:
-    case OptimizerKind::kAdam:
-      return kAdamSlots;
-    case OptimizerKind::kLion:
-      return kLionSlots;
-    case OptimizerKind::kAdamW8bit:
-    case OptimizerKind::kAdam8bit:
-      return kAdam8bitSlots;
-    case OptimizerKind::kRule:
-      if (const RuleInfo* r = FindRule(rule)) return r->slots;
-      return {};
-  }
-  return {};
+  if (kind != OptimizerKind::kRule) return RuleOfKind(kind).slots;
+  const RuleInfo* r = FindRule(rule);
+  if (r == nullptr || r->kind != OptimizerKind::kRule) return {};
+  return r->slots;
 }
 
 absl::Span<const StateSlot> OptimizerStateSlots(const OptimizerConfig& c) {
@@ -75,7 +63,7 @@ double OptimizerStateBytesPerElement(OptimizerKind kind,
 
 std::string OptimizerName(OptimizerKind kind, absl::string_view rule) {
   if (kind == OptimizerKind::kRule) return std::string(rule);
-  return std::string(NameOf(kOptimizerKindNames, kind));
+  return RuleOfKind(kind).name;
 }
 
 std::string OptimizerName(const OptimizerConfig& c) {
@@ -100,8 +88,7 @@ absl::Status ValidateOptimizerConfig(const OptimizerConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer.rule \"", c.rule, "\" and its params belong to kind "
         "\"rule\", not \"", NameOf(kOptimizerKindNames, c.kind), "\""));
-  } else if (c.kind != OptimizerKind::kAdamW && c.kind != OptimizerKind::kAdam &&
-             c.kind != OptimizerKind::kLion && !IsEightBit(c.kind)) {
+  } else if (RuleOfKind(c.kind).kind != c.kind) {
     return absl::InvalidArgumentError("optimizer.type: unknown kind");
   }
   if (c.schedule == LrScheduleKind::kWarmupCosine ||

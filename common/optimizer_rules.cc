@@ -30,8 +30,59 @@ RuleParam RuleBool(const char* name, bool default_value) {
   return p;
 }
 
+RuleParam RulePair(const char* name, double first, double second) {
+  RuleParam p;
+  p.name = name;
+  p.kind = RuleParam::Kind::kPair;
+  p.default_value = first;
+  p.second_default = second;
+  p.min = 0;
+  p.max = 1;
+  p.below_max = true;
+  return p;
+}
+
+FixedParam FixedNumber(const char* name, double value, const char* why) {
+  return FixedParam{name, value, why, /*is_bool=*/false};
+}
+
 const FixedParam kNotMaximize = {
     "maximize", 0, "the servers minimize (negate the loss to maximize)"};
+const FixedParam kNoAmsgrad = {"amsgrad", 0, "the servers keep no max of v"};
+
+// torch.optim.AdamW's and Adam's params and defaults, weight decay aside.
+std::vector<RuleParam> AdamParams(double weight_decay) {
+  return {RuleNumber("lr", 1e-3, 1e-30, 1e6), RulePair("betas", 0.9, 0.999),
+          RuleNumber("eps", 1e-8, 1e-30, 1),
+          RuleNumber("weight_decay", weight_decay, 0, 1e6)};
+}
+
+// bitsandbytes' AdamW8bit / Adam8bit (their Paged names the same rule: the
+// servers' state is in host memory, where paging to it buys nothing), with
+// bitsandbytes' defaults. Its switches for other algorithms must keep their
+// defaults; min_8bit_size (its 32-bit state for small tensors) has no
+// effect here: every element's state is 8-bit.
+RuleInfo EightBitAdam(bool adamw) {
+  const std::vector<StateSlot> slots = {{"exp_avg", SlotFormat::kQ8Signed},
+                                        {"exp_avg_sq", SlotFormat::kQ8Unsigned}};
+  return RuleInfo{
+      .name = adamw ? "adamw8bit" : "adam8bit",
+      .kind = adamw ? OptimizerKind::kAdamW8bit : OptimizerKind::kAdam8bit,
+      .types = adamw ? std::vector<std::string>{"AdamW8bit", "PagedAdamW8bit"}
+                     : std::vector<std::string>{"Adam8bit", "PagedAdam8bit"},
+      .description = adamw ? "AdamW with m and v in 8 bits (bitsandbytes' AdamW8bit)"
+                           : "Adam with m and v in 8 bits (bitsandbytes' Adam8bit)",
+      .params = AdamParams(adamw ? 1e-2 : 0.0),
+      .fixed = {{"amsgrad", 0, "the 8-bit Adams keep no max of v"},
+                {"block_wise", 1, "the state is quantized in blocks of 2048"},
+                FixedNumber("percentile_clipping", 100,
+                            "clip the gradient with gradient_clipping instead"),
+                FixedNumber("optim_bits", 8,
+                            "an 8-bit type; use \"AdamW\" for 32-bit state"),
+                FixedNumber("max_unorm", 0, "no update-norm clipping")},
+      .no_effect = {"min_8bit_size", "is_paged", "args"},
+      .slots = slots};
+}
 
 absl::Status CheckSgd(const OptimizerConfig& c) {
   const RuleInfo& r = *FindRule("sgd");
@@ -50,6 +101,51 @@ absl::Status CheckSgd(const OptimizerConfig& c) {
 // The table. Each rule's update is in optim/ (its file names it).
 std::vector<RuleInfo> MakeRegistry() {
   std::vector<RuleInfo> rules;
+  // torch.optim.AdamW (optim/optimizer.h AdamUpdate): decoupled weight
+  // decay p -= lr * wd * p.
+  const std::vector<StateSlot> adam_slots = {{"exp_avg", SlotFormat::kFp32},
+                                             {"exp_avg_sq", SlotFormat::kFp32}};
+  const std::vector<std::string> torch_adam_keys = {
+      "torch_adam", "foreach", "capturable", "differentiable", "fused"};
+  rules.push_back(RuleInfo{
+      .name = "adamw",
+      .kind = OptimizerKind::kAdamW,
+      .types = {"AdamW"},
+      .torch_class = "AdamW",
+      .description = "AdamW, decoupled weight decay (torch.optim.AdamW)",
+      .params = AdamParams(0.01),
+      .fixed = {{"adam_w_mode", 1,
+                 "use type \"Adam\" with adam_w_mode false for L2 weight decay"},
+                kNoAmsgrad, kNotMaximize},
+      .no_effect = torch_adam_keys,
+      .slots = adam_slots});
+  // torch.optim.Adam: L2 weight decay g += wd * p. DeepSpeed's type "Adam"
+  // is AdamW unless its adam_w_mode is false.
+  rules.push_back(RuleInfo{
+      .name = "adam",
+      .kind = OptimizerKind::kAdam,
+      .types = {"Adam"},
+      .torch_class = "Adam",
+      .description = "Adam, L2 weight decay (torch.optim.Adam)",
+      .params = AdamParams(0.0),
+      .fixed = {kNoAmsgrad, kNotMaximize},
+      .no_effect = torch_adam_keys,
+      .slots = adam_slots,
+      .mode_param = "adam_w_mode",
+      .mode_rule = "adamw"});
+  // Lion (Chen et al. 2023; optim/lion.h), DeepSpeed's and the paper's
+  // defaults; eps and Adam's switches do nothing.
+  rules.push_back(RuleInfo{
+      .name = "lion",
+      .kind = OptimizerKind::kLion,
+      .types = {"Lion"},
+      .description = "Lion, the sign of interpolated momentum (Chen et al. 2023)",
+      .params = {RuleNumber("lr", 1e-4, 1e-30, 1e6), RulePair("betas", 0.9, 0.99),
+                 RuleNumber("weight_decay", 0, 0, 1e6)},
+      .no_effect = {"eps", "adam_w_mode", "torch_adam"},
+      .slots = {{"exp_avg", SlotFormat::kFp32}}});
+  rules.push_back(EightBitAdam(true));
+  rules.push_back(EightBitAdam(false));
   // torch.optim.SGD (optim/sgd.cc): momentum, dampening, Nesterov, L2
   // weight decay; the buffer starts as the first step's gradient.
   rules.push_back(RuleInfo{
@@ -106,6 +202,33 @@ const RuleInfo* FindRule(absl::string_view name) {
   return nullptr;
 }
 
+const RuleInfo& RuleOfKind(OptimizerKind kind) {
+  for (const RuleInfo& r : RegisteredRules()) {
+    if (r.kind == kind && kind != OptimizerKind::kRule) return r;
+  }
+  return RegisteredRules().front();  // kRule: not a kind's; never asked
+}
+
+const RuleInfo* RuleOf(const OptimizerConfig& config) {
+  if (config.kind != OptimizerKind::kRule) return &RuleOfKind(config.kind);
+  const RuleInfo* r = FindRule(config.rule);
+  return r != nullptr && r->kind == OptimizerKind::kRule ? r : nullptr;
+}
+
+std::string RuleParam::RangeText() const {
+  const std::string range = absl::StrCat("[", min, ", ", max, below_max ? ")" : "]");
+  switch (kind) {
+    case Kind::kBool:
+      return "true or false";
+    case Kind::kPair:
+      return absl::StrCat("[", name == "betas" ? "beta1, beta2" : "a, b",
+                          "], two numbers in ", range);
+    case Kind::kNumber:
+      break;
+  }
+  return absl::StrCat("a number in ", range);
+}
+
 const RuleInfo* FindRuleByType(absl::string_view type) {
   const std::string lower = absl::AsciiStrToLower(type);
   for (const RuleInfo& r : RegisteredRules()) {
@@ -116,9 +239,10 @@ const RuleInfo* FindRuleByType(absl::string_view type) {
   return nullptr;
 }
 
-std::string RegisteredRuleNames() {
+std::string RegisteredRuleNames(bool kind_rule_only) {
   std::string out;
   for (const RuleInfo& r : RegisteredRules()) {
+    if (kind_rule_only && r.kind != OptimizerKind::kRule) continue;
     absl::StrAppend(&out, out.empty() ? "" : ", ", r.name);
   }
   return out;
@@ -128,6 +252,7 @@ double RuleParamValue(const OptimizerConfig& c, const RuleParam& p) {
   if (p.name == "lr") return c.lr;
   if (p.name == "weight_decay") return c.weight_decay;
   if (p.name == "eps") return c.eps;
+  if (p.name == "betas") return c.beta1;  // a pair: its first
   auto it = c.rule_params.find(p.name);
   return it != c.rule_params.end() ? it->second : p.default_value;
 }
@@ -136,15 +261,26 @@ absl::StatusOr<OptimizerConfig> MakeRuleConfig(
     const RuleInfo& rule, const std::map<std::string, double>& params,
     OptimizerConfig o) {
   for (const auto& [name, value] : params) {
-    if (rule.FindParam(name) == nullptr) {
+    const size_t bracket = name.find('[');
+    const RuleParam* p = rule.FindParam(name.substr(0, bracket));
+    if (p == nullptr ||
+        (bracket != std::string::npos) != (p->kind == RuleParam::Kind::kPair)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer.params.", name, ": not a param of ", rule.name));
     }
   }
-  o.kind = OptimizerKind::kRule;
-  o.rule = rule.name;
+  o.kind = rule.kind;
+  o.rule = rule.kind == OptimizerKind::kRule ? rule.name : "";
   o.rule_params.clear();
   for (const RuleParam& p : rule.params) {
+    if (p.kind == RuleParam::Kind::kPair) {
+      // betas: the only pair, in beta1 and beta2.
+      auto first = params.find(p.name + "[0]");
+      auto second = params.find(p.name + "[1]");
+      o.beta1 = first != params.end() ? first->second : p.default_value;
+      o.beta2 = second != params.end() ? second->second : p.second_default;
+      continue;
+    }
     auto it = params.find(p.name);
     const double value = it != params.end() ? it->second : p.default_value;
     if (p.name == "lr") {
@@ -157,16 +293,20 @@ absl::StatusOr<OptimizerConfig> MakeRuleConfig(
       o.rule_params[p.name] = value;
     }
   }
-  if (absl::Status s = ValidateRuleConfig(o); !s.ok()) return s;
+  if (o.kind == OptimizerKind::kRule) {
+    if (absl::Status s = ValidateRuleConfig(o); !s.ok()) return s;
+  }
   return o;
 }
 
 absl::Status ValidateRuleConfig(const OptimizerConfig& c) {
-  const RuleInfo* r = FindRule(c.rule);
+  const RuleInfo* r = RuleOf(c);
   if (r == nullptr) {
+    const RuleInfo* kind = FindRule(c.rule);
     return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer.rule: unknown rule \"", c.rule, "\"; the registered rules: ",
-        RegisteredRuleNames()));
+        "optimizer.rule: unknown rule \"", c.rule, "\"",
+        kind != nullptr ? " (a rule with its own kind, not named by rule)" : "",
+        "; the registered rules: ", RegisteredRuleNames(/*kind_rule_only=*/true)));
   }
   for (const auto& [name, value] : c.rule_params) {
     const RuleParam* p = r->FindParam(name);
@@ -184,13 +324,11 @@ absl::Status ValidateRuleConfig(const OptimizerConfig& c) {
     }
     const bool in = p.kind == RuleParam::Kind::kBool
                         ? (v == 0 || v == 1)
-                        : (v >= p.min && v <= p.max);
+                        : (v >= p.min && (p.below_max ? v < p.max : v <= p.max));
     if (!in) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer.params.", p.name, " = ", v, ": rule ", r->name, " takes ",
-          p.kind == RuleParam::Kind::kBool
-              ? std::string("true or false")
-              : absl::StrCat("a number in [", p.min, ", ", p.max, "]")));
+          p.RangeText()));
     }
   }
   if (r->check != nullptr) return r->check(c);

@@ -1,15 +1,21 @@
-// The registry of optimizer rules described by data (docs/DESIGN.md,
-// "Optimizer rules"): each entry says what the config parser, the wire
-// conversion, validation, the memory estimate, Inspect and the PyTorch
-// front-end need to know about a rule, so that none of them names it. Its
-// update lives in optim/ (optim/update_rule.cc's table finds it by name).
+// The registry of element-wise optimizer rules described by data
+// (docs/DESIGN.md, "Optimizer rules"): each entry says what the config
+// parser, the wire conversion, validation, the store's slots, the memory
+// estimate, Inspect, zeroshard-ctl and the PyTorch front-end need to know
+// about a rule, so that none of them names it. Its update lives in optim/
+// (optim/update_rule.cc's table finds it by name).
 //
-// A rule is OptimizerKind::kRule with OptimizerConfig::rule its name here.
-// Its params are torch's keywords: "lr", "weight_decay" and "eps" live in
-// OptimizerConfig's own fields (so schedules, parameter groups and the
-// front-end's per-step settings drive them as they drive AdamW's); every
-// other param in OptimizerConfig::rule_params, by name. A bool param is
-// 0 or 1 there.
+// Every element-wise rule is an entry: the five built before the registry
+// (AdamW, Adam, Lion and the 8-bit Adams) keep their OptimizerKind (the
+// wire's and checkpoints' enum, so that their files and configs read as
+// before); a rule added since is OptimizerKind::kRule with
+// OptimizerConfig::rule its name. Params are torch's keywords: "lr",
+// "weight_decay", "eps" and "betas" live in OptimizerConfig's own fields
+// (so schedules, parameter groups and the front-end's per-step settings
+// drive them); every other param in OptimizerConfig::rule_params, by name.
+// A bool param is 0 or 1 there. The rules for whole tensors (Muon,
+// Adafactor) are parameter groups' rules (common/param_groups.h), not
+// entries here.
 //
 // Adding a rule: an entry in optimizer_rules.cc's table and its update in
 // optim/ (a file, and a line in optim/update_rule.cc's table).
@@ -32,19 +38,27 @@
 namespace zeroshard {
 
 struct RuleParam {
-  enum class Kind { kNumber, kBool };
+  // kPair: two numbers (torch's betas), OptimizerConfig's beta1 and beta2;
+  // default_value and second_default their defaults.
+  enum class Kind { kNumber, kBool, kPair };
   std::string name;  // torch's keyword, e.g. "momentum"
   Kind kind = Kind::kNumber;
   // The default; NaN when the config must give it (torch's `required`).
   double default_value = 0;
-  // A number's inclusive range.
+  // A number's range: [min, max], or [min, max) when below_max.
   double min = 0;
   double max = 1e6;
+  bool below_max = false;
+  double second_default = 0;  // kPair
   // True when it lives in OptimizerConfig's field of that name ("lr",
-  // "weight_decay", "eps") rather than in rule_params.
+  // "weight_decay", "eps", "betas": beta1 and beta2) rather than in
+  // rule_params.
   bool common_field() const {
-    return name == "lr" || name == "weight_decay" || name == "eps";
+    return name == "lr" || name == "weight_decay" || name == "eps" ||
+           name == "betas";
   }
+  // The range as errors say it ("a number in [0, 1)").
+  std::string RangeText() const;
 };
 
 // A keyword the rule accepts only at one value (torch's maximize: false),
@@ -53,12 +67,16 @@ struct FixedParam {
   std::string name;
   double value = 0;  // a bool: 0 or 1
   std::string why;
+  bool is_bool = true;
 };
 
 struct RuleInfo {
   // The registry's name ("sgd"): OptimizerConfig::rule, the wire, the
-  // resolved config, logs.
+  // resolved config, logs; a kind's OptimizerName ("adamw").
   std::string name;
+  // The kind a config of this rule has: kRule for a rule named on the wire
+  // by `name`; the enum value for the five that have one.
+  OptimizerKind kind = OptimizerKind::kRule;
   // The config's "optimizer.type" spellings (DeepSpeed's, case aside).
   std::vector<std::string> types;
   // The torch class the front-end maps to this rule ("SGD": torch.optim.SGD).
@@ -73,6 +91,12 @@ struct RuleInfo {
   // A condition over the params torch checks (SGD's nesterov needs
   // momentum > 0 and dampening 0); OK when none.
   absl::Status (*check)(const OptimizerConfig& config) = nullptr;
+  // A type whose bool keyword `mode_param` (default true) selects rule
+  // `mode_rule` and, when false, this one: DeepSpeed's "Adam" with its
+  // adam_w_mode (AdamW unless false). The front-end sets it false for the
+  // torch class. Empty: none.
+  std::string mode_param;
+  std::string mode_rule;
 
   const RuleParam* FindParam(absl::string_view param) const;
 };
@@ -83,20 +107,29 @@ const std::vector<RuleInfo>& RegisteredRules();
 // The rule named `name`, or null.
 const RuleInfo* FindRule(absl::string_view name);
 
+// The entry of a kind other than kRule (never null).
+const RuleInfo& RuleOfKind(OptimizerKind kind);
+
+// A config's entry: its kind's, or its kRule name's (null if that is not a
+// registered kRule rule).
+const RuleInfo* RuleOf(const OptimizerConfig& config);
+
 // The rule one of whose types is `type` (case aside), or null.
 const RuleInfo* FindRuleByType(absl::string_view type);
 
-// The registry's names, for errors ("sgd, adagrad").
-std::string RegisteredRuleNames();
+// The registry's names, for errors ("adamw, adam, ..., sgd, adagrad"); with
+// kind_rule_only, those of kind kRule alone ("sgd, adagrad").
+std::string RegisteredRuleNames(bool kind_rule_only = false);
 
 // A param's value in `config` (its field, or rule_params, else its
 // default).
 double RuleParamValue(const OptimizerConfig& config, const RuleParam& param);
 
-// `base` (its schedule kept) made a config of `rule`: kind kRule, each
-// param from `params` (torch's keywords; a bool 0 or 1) or its default, lr,
-// weight_decay and eps in their fields; then ValidateRuleConfig. An
-// unknown keyword is INVALID_ARGUMENT naming it.
+// `base` (its schedule kept) made a config of `rule`: its kind, each param
+// from `params` (torch's keywords; a bool 0 or 1; a pair as "betas[0]" and
+// "betas[1]") or its default, the common ones in their fields; then, for
+// kind kRule, ValidateRuleConfig. An unknown keyword is INVALID_ARGUMENT
+// naming it.
 absl::StatusOr<OptimizerConfig> MakeRuleConfig(
     const RuleInfo& rule, const std::map<std::string, double>& params,
     OptimizerConfig base = {});

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/optimizer_rules.h"
 #include "common/status_macros.h"
 #include "optim/adam8bit.h"
 #include "optim/lion.h"
@@ -180,23 +181,42 @@ double UpdateRule::StateBytesPerElement() const {
 }
 
 // The updates of the registered rules (common/optimizer_rules.h), by name:
-// each is defined in its own file of optim/.
+// the five with a kind here, each added since in its own file of optim/.
 const UpdateRule& SgdRule();      // optim/sgd.cc
 const UpdateRule& AdagradRule();  // optim/adagrad.cc
 
-absl::StatusOr<const UpdateRule*> UpdateRuleFor(const OptimizerConfig& config) {
-  if (config.kind != OptimizerKind::kRule) return &UpdateRuleFor(config.kind);
+namespace {
+
+const UpdateRule* RuleNamed(absl::string_view name) {
+  static const AdamRule* const adam = new AdamRule();
+  static const Adam8bitRule* const adam8bit = new Adam8bitRule();
   static const std::vector<std::pair<absl::string_view, const UpdateRule*>>*
       const kRules = new std::vector<std::pair<absl::string_view, const UpdateRule*>>{
+          {"adamw", adam},
+          {"adam", adam},
+          {"lion", new LionRule()},
+          {"adamw8bit", adam8bit},
+          {"adam8bit", adam8bit},
           {"sgd", &SgdRule()},
           {"adagrad", &AdagradRule()},
       };
-  for (const auto& [name, rule] : *kRules) {
-    if (name == config.rule) return rule;
+  for (const auto& [n, rule] : *kRules) {
+    if (n == name) return rule;
   }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<const UpdateRule*> UpdateRuleFor(const OptimizerConfig& config) {
+  const RuleInfo* info = RuleOf(config);
+  const UpdateRule* rule = info != nullptr ? RuleNamed(info->name) : nullptr;
+  if (rule != nullptr) return rule;
   std::string names;
-  for (const auto& [name, rule] : *kRules) {
-    absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+  for (const RuleInfo& r : RegisteredRules()) {
+    if (r.kind == OptimizerKind::kRule && RuleNamed(r.name) != nullptr) {
+      absl::StrAppend(&names, names.empty() ? "" : ", ", r.name);
+    }
   }
   return absl::NotFoundError(absl::StrCat("optimizer rule \"", config.rule,
                                           "\" has no update in this build; "
@@ -204,22 +224,9 @@ absl::StatusOr<const UpdateRule*> UpdateRuleFor(const OptimizerConfig& config) {
 }
 
 const UpdateRule& UpdateRuleFor(OptimizerKind kind) {
-  static const AdamRule* const adam = new AdamRule();
-  static const LionRule* const lion = new LionRule();
-  static const Adam8bitRule* const adam8bit = new Adam8bitRule();
-  switch (kind) {
-    case OptimizerKind::kAdamW:
-    case OptimizerKind::kAdam:
-      return *adam;
-    case OptimizerKind::kLion:
-      return *lion;
-    case OptimizerKind::kAdamW8bit:
-    case OptimizerKind::kAdam8bit:
-      return *adam8bit;
-    case OptimizerKind::kRule:  // found by name: UpdateRuleFor(config)
-      break;
-  }
-  return *adam;
+  // Every kind but kRule has an entry and an update (tests check).
+  const UpdateRule* rule = RuleNamed(RuleOfKind(kind).name);
+  return rule != nullptr ? *rule : *RuleNamed("adamw");
 }
 
 }  // namespace zeroshard

@@ -16,6 +16,8 @@ void BindOptimizerRules(py::module_& m) {
         for (const RuleInfo& r : RegisteredRules()) {
           py::dict d;
           d["name"] = r.name;
+          d["kind"] = r.kind == OptimizerKind::kRule ? std::string("rule")
+                                                     : OptimizerName(r.kind, "");
           py::list types;
           for (const std::string& t : r.types) types.append(t);
           d["types"] = types;
@@ -25,9 +27,14 @@ void BindOptimizerRules(py::module_& m) {
             py::dict q;
             q["name"] = p.name;
             q["bool"] = p.kind == RuleParam::Kind::kBool;
+            q["pair"] = p.kind == RuleParam::Kind::kPair;
+            // lr, weight_decay, eps and betas travel per group, step by step.
+            q["common"] = p.common_field();
             q["required"] = std::isnan(p.default_value);
             if (std::isnan(p.default_value)) {
               q["default"] = py::none();
+            } else if (p.kind == RuleParam::Kind::kPair) {
+              q["default"] = py::make_tuple(p.default_value, p.second_default);
             } else if (p.kind == RuleParam::Kind::kBool) {
               q["default"] = p.default_value != 0;
             } else {
@@ -39,6 +46,9 @@ void BindOptimizerRules(py::module_& m) {
           py::dict fixed;
           for (const FixedParam& f : r.fixed) fixed[py::str(f.name)] = f.value;
           d["fixed"] = fixed;
+          // DeepSpeed's "Adam": its adam_w_mode (default true) picks AdamW;
+          // the torch class sets it false.
+          d["mode_param"] = r.mode_param;
           py::list slots;
           for (const StateSlot& s : r.slots) slots.append(s.name);
           d["slots"] = slots;
@@ -47,8 +57,9 @@ void BindOptimizerRules(py::module_& m) {
         return out;
       },
       "The registered optimizer rules (common/optimizer_rules.h): a list of "
-      "dicts with name, types, torch_class, params (name, bool, required, "
-      "default), fixed ({keyword: value}) and slots.");
+      "dicts with name, kind, types, torch_class, params (name, bool, pair, "
+      "common, required, default), fixed ({keyword: value}), mode_param and "
+      "slots.");
 }
 
 }  // namespace zeroshard

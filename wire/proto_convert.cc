@@ -151,23 +151,36 @@ absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& p) {
     case v1::OptimizerConfig::ADAM_8BIT:
       c.kind = OptimizerKind::kAdam8bit;
       break;
-    case v1::OptimizerConfig::RULE:
-      c.kind = OptimizerKind::kRule;
-      if (FindRule(p.rule()) == nullptr) {
+    case v1::OptimizerConfig::RULE: {
+      // Any rule by its registry name; one that has a kind of its own
+      // ("adamw") reads as that kind, as its files and configs name it.
+      const RuleInfo* r = FindRule(p.rule());
+      if (r == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
             "optimizer.rule: unknown rule \"", p.rule(),
             "\"; the registered rules: ", RegisteredRuleNames()));
       }
+      if (r->kind != OptimizerKind::kRule) {
+        if (p.rule_params_size() != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "optimizer.rule_params: rule \"", r->name, "\" takes its params "
+              "in the fields lr, beta1, beta2, eps and weight_decay"));
+        }
+        c.kind = r->kind;
+        break;
+      }
+      c.kind = OptimizerKind::kRule;
       c.rule = p.rule();
       for (const auto& [name, value] : p.rule_params()) {
         c.rule_params[name] = value;
       }
       break;
+    }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer.kind: unknown value ", p.kind()));
   }
-  if (c.kind != OptimizerKind::kRule &&
+  if (c.kind != OptimizerKind::kRule && p.kind() != v1::OptimizerConfig::RULE &&
       (!p.rule().empty() || p.rule_params_size() != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer.rule \"", p.rule(), "\" and rule_params belong to kind "

@@ -71,38 +71,38 @@ def registered_rule_of(optimizer):
     """The registered rule whose torch class the object is exactly (the
     class, not a subclass, whose step could differ), or None."""
     for r in registered_rules():
-        if type(optimizer) is getattr(torch.optim, r["torch_class"], None):
+        if r["torch_class"] and type(optimizer) is getattr(
+                torch.optim, r["torch_class"], None):
             return r
     return None
 
 
 def optimizer_rule(optimizer):
-    """The servers' rule for a torch optimizer object: "AdamW" or "Adam"
-    (torch's classes exactly, or DeepSpeed's FusedAdam / DeepSpeedCPUAdam
-    from zeroshard.deepspeed.ops.adam), or a registered rule's type ("SGD"
-    for torch.optim.SGD); a ValueError naming the class and the rules there
-    are otherwise (never the default in its place)."""
-    rule = getattr(type(optimizer), "_zeroshard_rule", None)
-    if callable(rule):
-        rule = rule(optimizer)
-    if rule is None:
-        rule = {torch.optim.AdamW: "AdamW",
-                torch.optim.Adam: "Adam"}.get(type(optimizer))
-    if rule is None:
+    """The servers' rule for a torch optimizer object, as the registry
+    describes it: the rule whose torch class the object is (torch.optim.
+    AdamW, Adam, SGD, Adagrad), or the one DeepSpeed's FusedAdam /
+    DeepSpeedCPUAdam / DeepSpeedCPUAdagrad from zeroshard.deepspeed.ops
+    name; a ValueError naming the class and the rules there are otherwise
+    (never the default in its place)."""
+    name = getattr(type(optimizer), "_zeroshard_rule", None)
+    if callable(name):
+        name = name(optimizer)
+    if name is not None:
+        r = next((x for x in registered_rules() if x["name"] == name), None)
+    else:
         r = registered_rule_of(optimizer)
-        rule = r["types"][0] if r else None
-    if rule is None:
-        classes = ", ".join(f"torch.optim.{r['torch_class']}"
-                            for r in registered_rules())
+    if r is None:
+        rules = registered_rules()
+        classes = ", ".join(f"torch.optim.{x['torch_class']}"
+                            for x in rules if x["torch_class"])
+        types = ", ".join(t for x in rules for t in x["types"])
         raise ValueError(
             f"optimizer: {type(optimizer).__module__}."
             f"{type(optimizer).__name__} is not a rule the servers run; "
-            f"they run torch.optim.AdamW, torch.optim.Adam, {classes} (and "
-            "DeepSpeed's FusedAdam / DeepSpeedCPUAdam / DeepSpeedCPUAdagrad), "
-            "or the config's \"optimizer\" section (AdamW, Adam, Lion, "
-            "AdamW8bit, Adam8bit, Adafactor, Muon, and the registered rules' "
-            "types)")
-    return rule
+            f"they run {classes} (and DeepSpeed's FusedAdam / "
+            "DeepSpeedCPUAdam / DeepSpeedCPUAdagrad), or the config's "
+            f"\"optimizer\" section ({types}, Adafactor, Muon)")
+    return r
 
 
 def _registered_section(optimizer, r):
@@ -117,39 +117,34 @@ def _registered_section(optimizer, r):
         values = [g[name] for g in groups if name in g]
         if not values:
             continue
-        if name not in ("lr", "weight_decay", "eps"):
+        if not p["common"]:
             if any(v != values[0] for v in values):
                 raise ValueError(
                     f"optimizer: the param_groups differ in {name} "
                     f"({values}); the servers apply one {name} for the run "
-                    "(lr, weight_decay and eps may differ by group)")
-        params[name] = bool(values[0]) if p["bool"] else float(values[0])
+                    "(lr, weight_decay, eps and betas may differ by group)")
+        if p["pair"]:
+            params[name] = [float(x) for x in values[0]]
+        else:
+            params[name] = bool(values[0]) if p["bool"] else float(values[0])
     for i, g in enumerate(groups):
         for name, value in r["fixed"].items():
             if name in g and float(g[name]) != value:
                 raise ValueError(
                     f"optimizer: param_groups[{i}] has {name}={g[name]}, "
                     f"which the servers' {r['name']} does not run")
+    if r["mode_param"]:
+        # DeepSpeed's "Adam" is AdamW unless told otherwise: torch's Adam is
+        # the L2 rule.
+        params[r["mode_param"]] = False
     return {"type": r["types"][0], "params": params}
 
 
 def torch_optimizer_section(optimizer):
     """DeepSpeed's "optimizer" section for a torch optimizer object: its
-    rule and its defaults (each group's own values travel with the group)."""
-    kind = optimizer_rule(optimizer)
-    r = next((x for x in registered_rules() if kind in x["types"]), None)
-    if r is not None:
-        return _registered_section(optimizer, r)
-    g = optimizer.defaults
-    for i, group in enumerate(optimizer.param_groups):
-        for flag in ("amsgrad", "maximize"):
-            if group.get(flag):
-                raise ValueError(
-                    f"optimizer: param_groups[{i}] has {flag}=True, which "
-                    "the servers' AdamW / Adam do not run")
-    return {"type": kind, "params": {
-        "lr": g["lr"], "betas": list(g["betas"]), "eps": g["eps"],
-        "weight_decay": g["weight_decay"]}}
+    rule and its first group's values (each group's own lr, weight decay,
+    eps and betas travel with the group)."""
+    return _registered_section(optimizer, optimizer_rule(optimizer))
 
 
 def same_optimizer(configured, given):
@@ -159,9 +154,10 @@ def same_optimizer(configured, given):
         raise ValueError(
             f"optimizer: the object passed is torch.optim.{given['type']} but "
             f"the config's optimizer.type is {configured.get('type')!r}")
-    mine = configured.get("params", {})
+    mine = configured.setdefault("params", {})
     for key, value in given["params"].items():
         if key not in mine:
+            mine[key] = value   # what the config leaves out, the object says
             continue
         theirs = mine[key]
         if theirs == "auto":

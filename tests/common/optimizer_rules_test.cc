@@ -47,7 +47,9 @@ TEST(OptimizerRulesTest, EveryEntryIsWellFormed) {
     for (const std::string& t : r.types) {
       EXPECT_TRUE(types.insert(t).second) << "type " << t << " twice";
     }
-    EXPECT_FALSE(r.torch_class.empty());
+    // Lion and the 8-bit Adams have no torch class; every rule added since
+    // has one.
+    EXPECT_TRUE(!r.torch_class.empty() || r.kind != OptimizerKind::kRule);
     EXPECT_FALSE(r.slots.empty());
     EXPECT_LE(r.slots.size(), 4u);
     ASSERT_NE(r.FindParam("lr"), nullptr);
@@ -61,9 +63,57 @@ TEST(OptimizerRulesTest, EveryEntryIsWellFormed) {
     EXPECT_TRUE(ValidateOptimizerConfig(*c).ok());
     EXPECT_EQ(OptimizerStateSlots(*c).size(), r.slots.size());
     EXPECT_EQ(OptimizerName(*c), r.name);
+    EXPECT_EQ(c->kind, r.kind);
+    EXPECT_EQ(RuleOf(*c), &r);
+    if (r.kind != OptimizerKind::kRule) EXPECT_EQ(&RuleOfKind(r.kind), &r);
+    if (!r.mode_param.empty()) EXPECT_NE(FindRule(r.mode_rule), nullptr);
   }
-  EXPECT_EQ(FindRule("adamw"), nullptr);  // a kind, not a registered rule
+  // Every kind but kRule has its entry, and so is named on the wire.
+  for (const OptimizerKind k :
+       {OptimizerKind::kAdamW, OptimizerKind::kAdam, OptimizerKind::kLion,
+        OptimizerKind::kAdamW8bit, OptimizerKind::kAdam8bit}) {
+    EXPECT_EQ(RuleOfKind(k).kind, k);
+  }
   EXPECT_EQ(FindRuleByType("sgd"), FindRule("sgd"));  // case aside
+  // A kind's entry is not named by a kRule config.
+  OptimizerConfig named;
+  named.kind = OptimizerKind::kRule;
+  named.rule = "adamw";
+  EXPECT_EQ(RuleOf(named), nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateOptimizerConfig(named)));
+}
+
+// The five rules with a kind of their own keep their defaults, ranges and
+// DeepSpeed's and bitsandbytes' switches, now from their entries.
+TEST(OptimizerRulesTest, TheKindsParseFromTheirEntries) {
+  const OptimizerConfig lion = Parse(R"({"type": "Lion", "params": {"eps": 1}})");
+  EXPECT_EQ(lion.kind, OptimizerKind::kLion);
+  EXPECT_EQ(lion.lr, 1e-4);
+  EXPECT_EQ(lion.beta2, 0.99);
+  EXPECT_EQ(lion.weight_decay, 0.0);
+  const OptimizerConfig l2 = Parse(R"({"type": "Adam", "params": {"adam_w_mode": false,
+      "betas": "auto", "weight_decay": 0.1}})");
+  EXPECT_EQ(l2.kind, OptimizerKind::kAdam);
+  EXPECT_EQ(l2.beta1, 0.9);
+  EXPECT_EQ(l2.weight_decay, 0.1);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"type": "AdamW", "params": {"betas": [0.9, 1.0]}})",
+       "expected [beta1, beta2], two numbers in [0, 1) or \"auto\""},
+      {R"({"type": "AdamW", "params": {"betas": [0.9]}})", "betas"},
+      {R"({"type": "AdamW", "params": {"eps": 0}})", "optimizer.params.eps"},
+      {R"({"type": "AdamW", "params": {"amsgrad": true}})", "keep no max of v"},
+      {R"({"type": "Adam", "params": {"adam_w_mode": 1}})", "adam_w_mode"},
+      {R"({"type": "AdamW8bit", "params": {"optim_bits": 32}})",
+       "expected 8 (an 8-bit type; use \"AdamW\" for 32-bit state)"},
+      {R"({"type": "Adam8bit", "params": {"block_wise": false}})", "blocks of 2048"},
+      {R"({"type": "Lion", "params": {"lr": 0}})", "optimizer.params.lr"},
+      {R"({"params": {"adam_w_mode": false}})", "adam_w_mode"},
+  };
+  for (const auto& [text, needle] : bad) {
+    const absl::Status s = ParseError(text);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << text << ": " << s;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  }
 }
 
 TEST(OptimizerRulesTest, SgdAndAdagradParseWithTheirDefaults) {
@@ -128,7 +178,7 @@ TEST(OptimizerRulesTest, LegacyTypesStillParseByName) {
   EXPECT_EQ(Parse(R"({"type": "AdamW8bit"})").kind, OptimizerKind::kAdamW8bit);
   EXPECT_EQ(Parse(R"({"type": "SGD", "params": {"lr": 1}})").kind,
             OptimizerKind::kRule);
-  EXPECT_EQ(Parse(R"({"params": {"adam_w_mode": false}})").kind,
+  EXPECT_EQ(Parse(R"({"params": {"lr": 0.5}})").kind,
             OptimizerKind::kAdamW);  // no type: AdamW, as before
 }
 

@@ -1,7 +1,7 @@
 """The servers' registered rules through the front-end: a script's
-torch.optim.SGD or Adagrad object (or DeepSpeed's CPU Adagrad, or the
-config's "SGD" / "Adagrad" section) trains exactly as torch's own
-optimizer, its groups' lr and weight decay live step by step; the params
+torch.optim.AdamW, Adam, SGD or Adagrad object (or DeepSpeed's FusedAdam
+and CPU Adagrad, or the config's "SGD" / "Adagrad" section) trains exactly
+as torch's own optimizer, its groups' lr and weight decay live step by step; the params
 the servers take once per run are refused where groups differ or a loop
 changes them; the optimizer's state_dict is torch's layout."""
 
@@ -47,6 +47,20 @@ MAKERS = {
     "deepspeed_cpu_adagrad": lambda m: (
         deepspeed.ops.adagrad.DeepSpeedCPUAdagrad(m.parameters(), lr=0.02,
                                                   weight_decay=0.01), False),
+    # torch's Adam is L2 weight decay, not AdamW's decoupled one (DeepSpeed's
+    # type "Adam" alone would be AdamW), as is FusedAdam's adam_w_mode=False.
+    "adam_l2_decay_two_groups": lambda m: (
+        torch.optim.Adam(groups(m), lr=0.01, betas=(0.8, 0.9),
+                         weight_decay=0.05), True),
+    "fused_adam_l2": lambda m: (
+        deepspeed.ops.adam.FusedAdam(m.parameters(), lr=0.01,
+                                     weight_decay=0.05, adam_w_mode=False),
+        False),
+    "adamw_two_groups_betas": lambda m: (
+        torch.optim.AdamW([{"params": [m[0].weight, m[0].bias],
+                            "betas": (0.8, 0.95)},
+                           {"params": [m[2].weight, m[2].bias]}],
+                          lr=0.01, weight_decay=0.1), True),
 }
 
 

@@ -121,5 +121,28 @@ TEST(RegisteredRulesRpcTest, AnUnregisteredRuleIsRefusedAtInit) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
 }
 
+// Every rule can be named on the wire: kind RULE with "lion" is Lion (its
+// params in the common fields; rule_params refused), and the server keeps
+// Lion's one slot.
+TEST(RegisteredRulesRpcTest, ARuleWithAKindIsNamedOnTheWireToo) {
+  testing::TestServer server = testing::StartServer(0, 1);
+  ASSERT_NE(server.stub, nullptr);
+  v1::InitRequest init = testing::MakeInit(RulesManifest(64), 1, 0, 3, 64);
+  init.mutable_optimizer()->set_kind(v1::OptimizerConfig::RULE);
+  init.mutable_optimizer()->set_rule("lion");
+  (*init.mutable_optimizer()->mutable_rule_params())["momentum"] = 0.9;
+  grpc::Status s = testing::InitServer(*server.stub, init);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("lr, beta1, beta2, eps and weight_decay"),
+            std::string::npos) << s.error_message();
+  init.mutable_optimizer()->clear_rule_params();
+  s = testing::InitServer(*server.stub, init);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  absl::StatusOr<OptimizerConfig> back = FromProto(init.optimizer());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, OptimizerKind::kLion);
+  EXPECT_EQ(OptimizerStateSlots(*back).size(), 1u);
+}
+
 }  // namespace
 }  // namespace zeroshard

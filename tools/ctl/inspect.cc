@@ -87,7 +87,7 @@ nlohmann::json ToJson(int k, const std::string& address,
                     {"weight_decay", o.weight_decay}};
   // A registered rule's own params (momentum, lr_decay ...), defaults
   // included.
-  if (const RuleInfo* rule = o.kind == OptimizerKind::kRule ? FindRule(o.rule) : nullptr) {
+  if (const RuleInfo* rule = RuleOf(o)) {
     for (const RuleParam& p : rule->params) {
       if (!p.common_field()) j["optimizer"][p.name] = RuleParamValue(o, p);
     }

@@ -223,16 +223,13 @@ int main(int argc, char** argv) {
     }
   }
   const std::string opt = absl::GetFlag(FLAGS_optimizer);
-  const std::optional<OptimizerKind> kind = ValueOf(kOptimizerKindNames, opt);
-  if (kind.has_value() && *kind != OptimizerKind::kRule) {
-    f.optimizer.kind = *kind;
-  } else if (const RuleInfo* rule = FindRule(opt)) {
-    f.optimizer.kind = OptimizerKind::kRule;
-    f.optimizer.rule = rule->name;  // its other params at their defaults
+  if (const RuleInfo* rule = FindRule(opt)) {
+    f.optimizer.kind = rule->kind;
+    if (rule->kind == OptimizerKind::kRule) {
+      f.optimizer.rule = rule->name;  // its other params at their defaults
+    }
   } else {
-    std::fprintf(stderr,
-                 "--optimizer must be adamw, adam, lion, adamw8bit, adam8bit "
-                 "or a registered rule (%s), not '%s'\n",
+    std::fprintf(stderr, "--optimizer must be a registered rule (%s), not '%s'\n",
                  RegisteredRuleNames().c_str(), opt.c_str());
     return 2;
   }

@@ -11,7 +11,7 @@ import torch
 class _AdamRule:
     @staticmethod
     def _zeroshard_rule(opt):
-        return "AdamW" if opt._adamw else "Adam"
+        return "adamw" if opt._adamw else "adam"
 
 
 class FusedAdam(_AdamRule, torch.optim.AdamW):
@@ -30,6 +30,13 @@ class FusedAdam(_AdamRule, torch.optim.AdamW):
         self._adamw = bool(adam_w_mode)
         torch.optim.AdamW.__init__(self, params, lr=lr, betas=betas, eps=eps,
                                    weight_decay=weight_decay)
+        # torch.optim.Adam's step (Adam mode) reads settings AdamW may not
+        # keep in every torch version (1.13's differentiable): its defaults.
+        probe = torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+        for key, value in probe.defaults.items():
+            self.defaults.setdefault(key, value)
+            for group in self.param_groups:
+                group.setdefault(key, value)
 
     def step(self, closure=None):
         if self._adamw:
@@ -72,7 +79,7 @@ class DeepSpeedCPUAdagrad(torch.optim.Adagrad):
     of squared gradients starting at 0); the servers run the Adagrad rule.
     fp32_optimizer_states is what they keep anyway."""
 
-    _zeroshard_rule = "Adagrad"
+    _zeroshard_rule = "adagrad"
 
     def __init__(self, model_params, lr=1e-2, eps=1e-10, weight_decay=0,
                  amsgrad=False, fp32_optimizer_states=True):
