@@ -87,7 +87,7 @@ TEST(LauncherTest, ASecondRunOnALiveRunsOutIsRefused) {
                               "--out=" + out, "--quiet"},
                              absl::Seconds(60));
   EXPECT_TRUE(second.status.exited);
-  EXPECT_EQ(second.status.code, 1) << second.err;
+  EXPECT_EQ(second.status.code, 2) << second.err;  // a bad --out for this run
   EXPECT_TRUE(absl::StrContains(second.err,
                        absl::StrCat("--out=", out,
                                     " is in use by a running zeroshard-train "

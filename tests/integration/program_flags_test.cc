@@ -44,6 +44,10 @@ TEST(ProgramFlagsTest, HelpAndBadFlagsExitAsTheReadmeSays) {
       {"zeroshard-train", {"--quiet=maybe"}, 2, "", "--quiet=maybe"},
       {"zeroshard-server", {"--server_index=-x"}, 2, "", "--server_index=-x"},
       {"zeroshard-train", {"--config"}, 2, "", "--config needs a value"},
+      // An --out that is a file (here the README; nothing is written).
+      {"zeroshard-train",
+       {"--config=examples/gpt-small.json", "--steps=2", "--out=README.md", "--quiet"},
+       2, "", "--out=README.md is a file, not a directory"},
       // ctl's subcommands.
       {"zeroshard-ctl", {"expotr"}, 2, "", "unknown command 'expotr'; did you mean 'export'?"},
       {"zeroshard-ctl", {"frobnicate"}, 2, "", "unknown command 'frobnicate'"},

@@ -51,7 +51,8 @@ absl::StatusOr<OutDirLock> OutDirLock::Acquire(const std::string& dir) {
     }
     const std::string pid = ReadHolder(fd);
     close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
+    // A bad --out for this run (exit 2), as one that is a file.
+    return absl::InvalidArgumentError(absl::StrCat(
         "--out=", dir, " is in use by a running zeroshard-train",
         pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
         ": give this run another --out, or stop that one first"));

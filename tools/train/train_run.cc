@@ -528,10 +528,16 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   ASSIGN_OR_RETURN(FlatLayout layout,
                    FlatLayout::Create(manifest, servers, workers));
 
+  // An --out this run cannot use is a bad flag value (exit 2), as a busy one.
   std::error_code ec;
+  if (fs::exists(o.out_dir, ec) && !fs::is_directory(o.out_dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--out=", o.out_dir, " is a file, not a directory: give the run a "
+        "directory (it is created if missing)"));
+  }
   fs::create_directories(o.out_dir, ec);
   if (ec) {
-    return absl::PermissionDeniedError(
+    return absl::InvalidArgumentError(
         absl::StrCat("cannot create --out=", o.out_dir, ": ", ec.message()));
   }
   // Held to the end: a second run on this --out is refused, not let loose on
