@@ -38,10 +38,8 @@ absl::StatusOr<ParamGroupTable> ParamGroupTable::Create(
           what, ": weight_decay (", g.weight_decay(), ") and lr_scale (",
           g.lr_scale(), ") must be finite and in [0, 1e6]"));
     }
-    if (!v1::TensorRule::Kind_IsValid(g.tensor_rule().kind())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": tensor_rule kind ", g.tensor_rule().kind(),
-          " is not one this server knows (Muon)"));
+    if (absl::Status s = CheckTensorRuleProto(g.tensor_rule()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
     }
     const TensorRule rule = TensorRuleFromProto(g.tensor_rule());
     if (rule.active()) table.any_rule_ = true;

@@ -10,7 +10,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
+#include "absl/strings/strip.h"
+#include "common/optimizer_rules.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "wire/proto_convert.h"
 
 namespace zeroshard {
 
@@ -62,7 +65,15 @@ std::string InConfigWords(absl::string_view line) {
                  {"WARMUP_COSINE", "WarmupCosineLR"},
                  {"WARMUP_LINEAR", "WarmupLR or WarmupDecayLR"},
                  {"CONSTANT", "none"}};
-  if (field == "kind" || absl::StartsWith(field, "schedule.")) {
+  if (field == "rule") {
+    // A rule's name as the file spells its type ("adamw" -> "AdamW").
+    std::vector<std::string> sides = absl::StrSplit(rest, " -> ");
+    for (std::string& s : sides) {
+      const std::string name(absl::StripPrefix(absl::StripSuffix(s, "\""), "\""));
+      if (const RuleInfo* r = FindRule(name)) s = r->types.front();
+    }
+    rest = absl::StrJoin(sides, " -> ");
+  } else if (field == "kind" || absl::StartsWith(field, "schedule.")) {
     std::vector<std::string> sides = absl::StrSplit(rest, " -> ");
     for (std::string& s : sides) {
       for (const auto& [wire, file] : kValues) {
@@ -80,6 +91,22 @@ std::string InConfigWords(absl::string_view line) {
   return absl::StrCat(key, ": ", rest, how);
 }
 
+namespace {
+
+// One form for one optimizer: a checkpoint written before the wire named
+// every rule (kind ADAMW, tensor_rule kind MUON) and an Init that names
+// them compare as the same; the groups' ranges cleared. As given, ranges
+// cleared, when it does not convert.
+v1::OptimizerConfig Canonical(v1::OptimizerConfig p) {
+  absl::StatusOr<OptimizerConfig> c = FromProto(p);
+  if (!c.ok()) return WithoutRanges(std::move(p));
+  v1::OptimizerConfig out = ToProto(*c);
+  AddParamGroups(ParamGroupsFromProto(p), &out);
+  return WithoutRanges(std::move(out));
+}
+
+}  // namespace
+
 v1::OptimizerConfig WithoutRanges(v1::OptimizerConfig optimizer) {
   for (v1::ParamGroup& g : *optimizer.mutable_param_groups()) g.clear_ranges();
   return optimizer;
@@ -87,8 +114,8 @@ v1::OptimizerConfig WithoutRanges(v1::OptimizerConfig optimizer) {
 
 std::string OptimizerDifference(v1::OptimizerConfig was,
                                 v1::OptimizerConfig now) {
-  was = WithoutRanges(std::move(was));
-  now = WithoutRanges(std::move(now));
+  was = Canonical(std::move(was));
+  now = Canonical(std::move(now));
   google::protobuf::util::MessageDifferencer differ;
   differ.set_message_field_comparison(
       google::protobuf::util::MessageDifferencer::EQUIVALENT);

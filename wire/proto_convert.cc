@@ -1,6 +1,10 @@
 #include "wire/proto_convert.h"
 
 #include <cmath>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -88,30 +92,13 @@ ModelManifest FromProto(const v1::ModelManifest& manifest) {
 }
 
 v1::OptimizerConfig ToProto(const OptimizerConfig& c) {
+  // Every rule by its registry name (common/optimizer_rules.h), its own
+  // params in the map.
   v1::OptimizerConfig out;
-  switch (c.kind) {
-    case OptimizerKind::kAdamW:
-      out.set_kind(v1::OptimizerConfig::ADAMW);
-      break;
-    case OptimizerKind::kAdam:
-      out.set_kind(v1::OptimizerConfig::ADAM);
-      break;
-    case OptimizerKind::kLion:
-      out.set_kind(v1::OptimizerConfig::LION);
-      break;
-    case OptimizerKind::kAdamW8bit:
-      out.set_kind(v1::OptimizerConfig::ADAMW_8BIT);
-      break;
-    case OptimizerKind::kAdam8bit:
-      out.set_kind(v1::OptimizerConfig::ADAM_8BIT);
-      break;
-    case OptimizerKind::kRule:
-      out.set_kind(v1::OptimizerConfig::RULE);
-      out.set_rule(c.rule);
-      for (const auto& [name, value] : c.rule_params) {
-        (*out.mutable_rule_params())[name] = value;
-      }
-      break;
+  out.set_kind(v1::OptimizerConfig::RULE);
+  out.set_rule(OptimizerName(c));
+  for (const auto& [name, value] : c.rule_params) {
+    (*out.mutable_rule_params())[name] = value;
   }
   out.set_lr(c.lr);
   out.set_beta1(c.beta1);
@@ -251,28 +238,10 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
     p->set_lr_scale(g.lr_scale);
     if (g.rule.active()) {
       v1::TensorRule* t = p->mutable_tensor_rule();
-      if (g.rule.kind == TensorRuleKind::kAdafactor) {
-        const AdafactorOptions& a = g.rule.adafactor;
-        t->set_kind(v1::TensorRule::ADAFACTOR);
-        v1::AdafactorParams* o = t->mutable_adafactor();
-        o->set_lr(a.lr);
-        o->set_eps1(a.eps1);
-        o->set_eps2(a.eps2);
-        o->set_clip_threshold(a.clip_threshold);
-        o->set_decay_rate(a.decay_rate);
-        if (a.first_moment()) o->set_beta1(a.beta1);
-        o->set_weight_decay(a.weight_decay);
-        o->set_scale_parameter(a.scale_parameter);
-        o->set_relative_step(a.relative_step);
-        o->set_warmup_init(a.warmup_init);
-      } else {
-        t->set_kind(v1::TensorRule::MUON);
+      t->set_name(std::string(NameOf(kTensorRuleKindNames, g.rule.kind)));
+      for (const auto& [key, value] : TensorRuleParams(g.rule)) {
+        (*t->mutable_params())[key] = value;
       }
-      t->set_lr(g.rule.lr);
-      t->set_momentum(g.rule.momentum);
-      t->set_nesterov(g.rule.nesterov);
-      t->set_weight_decay(g.rule.weight_decay);
-      t->set_bf16_products(g.rule.bf16_products);
     }
     for (const FlatRange& r : g.ranges) {
       v1::FlatRange* range = p->add_ranges();
@@ -282,8 +251,104 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
   }
 }
 
+namespace {
+
+// A tensor rule's params by keyword (v1::TensorRule.params), each with
+// where its value lives.
+struct TensorParam {
+  const char* name;
+  double TensorRule::*number = nullptr;
+  bool TensorRule::*flag = nullptr;
+  double AdafactorOptions::*a_number = nullptr;
+  bool AdafactorOptions::*a_flag = nullptr;
+};
+
+const std::vector<TensorParam>& TensorParamsOf(TensorRuleKind kind) {
+  static const std::vector<TensorParam>* const kMuon = new std::vector<TensorParam>{
+      {"lr", &TensorRule::lr},
+      {"momentum", &TensorRule::momentum},
+      {"nesterov", nullptr, &TensorRule::nesterov},
+      {"weight_decay", &TensorRule::weight_decay},
+      {"bf16_products", nullptr, &TensorRule::bf16_products}};
+  static const std::vector<TensorParam>* const kAdafactor = new std::vector<TensorParam>{
+      {"lr", nullptr, nullptr, &AdafactorOptions::lr},
+      {"eps1", nullptr, nullptr, &AdafactorOptions::eps1},
+      {"eps2", nullptr, nullptr, &AdafactorOptions::eps2},
+      {"clip_threshold", nullptr, nullptr, &AdafactorOptions::clip_threshold},
+      {"decay_rate", nullptr, nullptr, &AdafactorOptions::decay_rate},
+      {"beta1", nullptr, nullptr, &AdafactorOptions::beta1},
+      {"weight_decay", nullptr, nullptr, &AdafactorOptions::weight_decay},
+      {"scale_parameter", nullptr, nullptr, nullptr, &AdafactorOptions::scale_parameter},
+      {"relative_step", nullptr, nullptr, nullptr, &AdafactorOptions::relative_step},
+      {"warmup_init", nullptr, nullptr, nullptr, &AdafactorOptions::warmup_init}};
+  static const std::vector<TensorParam>* const kNone = new std::vector<TensorParam>;
+  return kind == TensorRuleKind::kMuon        ? *kMuon
+         : kind == TensorRuleKind::kAdafactor ? *kAdafactor
+                                              : *kNone;
+}
+
+}  // namespace
+
+std::map<std::string, double> TensorRuleParams(const TensorRule& rule) {
+  std::map<std::string, double> out;
+  for (const TensorParam& p : TensorParamsOf(rule.kind)) {
+    if (p.number != nullptr) out[p.name] = rule.*p.number;
+    if (p.flag != nullptr) out[p.name] = rule.*p.flag ? 1 : 0;
+    if (p.a_flag != nullptr) out[p.name] = rule.adafactor.*p.a_flag ? 1 : 0;
+    if (p.a_number != nullptr) {
+      // Adafactor's beta1 is absent without a first moment.
+      if (p.a_number == &AdafactorOptions::beta1 && !rule.adafactor.first_moment()) {
+        continue;
+      }
+      out[p.name] = rule.adafactor.*p.a_number;
+    }
+  }
+  return out;
+}
+
+absl::Status CheckTensorRuleProto(const v1::TensorRule& in) {
+  if (in.name().empty()) {
+    if (!v1::TensorRule::Kind_IsValid(in.kind())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor_rule kind ", in.kind(), " is not one this server knows"));
+    }
+    return absl::OkStatus();
+  }
+  const std::optional<TensorRuleKind> kind = ValueOf(kTensorRuleKindNames, in.name());
+  if (!kind.has_value() || *kind == TensorRuleKind::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor_rule \"", in.name(), "\" is not one this server knows (muon, adafactor)"));
+  }
+  for (const auto& [key, value] : in.params()) {
+    bool known = false;
+    for (const TensorParam& p : TensorParamsOf(*kind)) known = known || key == p.name;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor_rule ", in.name(), ": \"", key, "\" is not one of its params"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 TensorRule TensorRuleFromProto(const v1::TensorRule& in) {
   TensorRule r;
+  if (!in.name().empty()) {
+    const std::optional<TensorRuleKind> kind = ValueOf(kTensorRuleKindNames, in.name());
+    if (!kind.has_value()) return r;  // CheckTensorRuleProto refuses it
+    r.kind = *kind;
+    if (r.kind == TensorRuleKind::kAdafactor) {
+      r.adafactor.beta1 = -1;  // no first moment unless given
+    }
+    for (const TensorParam& p : TensorParamsOf(r.kind)) {
+      auto it = in.params().find(p.name);
+      if (it == in.params().end()) continue;
+      if (p.number != nullptr) r.*p.number = it->second;
+      if (p.flag != nullptr) r.*p.flag = it->second != 0;
+      if (p.a_number != nullptr) r.adafactor.*p.a_number = it->second;
+      if (p.a_flag != nullptr) r.adafactor.*p.a_flag = it->second != 0;
+    }
+    return r;
+  }
   if (in.kind() == v1::TensorRule::MUON) {
     r.kind = TensorRuleKind::kMuon;
     r.lr = in.lr();

@@ -3,6 +3,8 @@
 #ifndef ZEROSHARD_WIRE_PROTO_CONVERT_H_
 #define ZEROSHARD_WIRE_PROTO_CONVERT_H_
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,6 +34,11 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
 // A group's tensor rule (kind NONE, or one this build does not know:
 // inactive; the server's ParamGroupTable refuses unknown kinds).
 TensorRule TensorRuleFromProto(const v1::TensorRule& in);
+// OK for a tensor rule this build knows: a known kind (older writers), or
+// a known name with known params; INVALID_ARGUMENT naming what is not.
+absl::Status CheckTensorRuleProto(const v1::TensorRule& in);
+// A tensor rule's params as v1::TensorRule.params carries them.
+std::map<std::string, double> TensorRuleParams(const TensorRule& rule);
 // The inverse: the groups `in` carries, each with its ranges and their sum.
 std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in);
 

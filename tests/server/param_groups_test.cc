@@ -654,5 +654,75 @@ TEST(ParamGroupTableTest, CheckpointsCompareGroupsWithoutRanges) {
             "zeroshard.param_groups[0].weight_decay: 0 -> 0.1");
 }
 
+// The wire names every rule: the optimizer's by its registry name and a
+// tensor rule by name with its params by keyword. Both convert back to what
+// was sent; a checkpoint header in the older form (kind enums, a tensor
+// rule's own fields) compares equal to the same optimizer named; a name or
+// keyword this build does not know is refused.
+TEST(ParamGroupTableTest, RulesTravelByNameAndTheOlderFormStillReads) {
+  OptimizerConfig lion;
+  lion.kind = OptimizerKind::kLion;
+  lion.lr = 1e-4;
+  TensorRule muon;
+  muon.kind = TensorRuleKind::kMuon;
+  muon.lr = 0.03;
+  muon.nesterov = false;
+  TensorRule adafactor;
+  adafactor.kind = TensorRuleKind::kAdafactor;
+  adafactor.adafactor.lr = 0;
+  adafactor.adafactor.relative_step = true;
+  TensorRule first_moment = adafactor;
+  first_moment.adafactor.beta1 = 0.9;
+  v1::OptimizerConfig named = ToProto(lion);
+  EXPECT_EQ(named.kind(), v1::OptimizerConfig::RULE);
+  EXPECT_EQ(named.rule(), "lion");
+  AddParamGroups({ResolvedGroup{"matrices", 0, 1, {{0, 64}}, 64, muon},
+                  ResolvedGroup{"norms", 0, 1, {{64, 80}}, 16, adafactor},
+                  ResolvedGroup{"biases", 0, 1, {{80, 96}}, 16, first_moment}},
+                 &named);
+  const v1::TensorRule& t = named.param_groups(0).tensor_rule();
+  EXPECT_EQ(t.kind(), v1::TensorRule::NONE);
+  EXPECT_EQ(t.name(), "muon");
+  EXPECT_EQ(t.params().at("lr"), 0.03);
+  EXPECT_EQ(t.params().at("nesterov"), 0.0);
+  EXPECT_EQ(named.param_groups(1).tensor_rule().params().count("beta1"), 0u);
+  absl::StatusOr<OptimizerConfig> back = FromProto(named);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, lion);
+  const std::vector<ResolvedGroup> groups = ParamGroupsFromProto(named);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].rule, muon);
+  EXPECT_EQ(groups[1].rule, adafactor);
+  EXPECT_EQ(groups[2].rule, first_moment);
+
+  // The older form of the same: equal to it, and a real change named.
+  v1::OptimizerConfig older = named;
+  older.set_kind(v1::OptimizerConfig::LION);
+  older.clear_rule();
+  v1::TensorRule* o = older.mutable_param_groups(0)->mutable_tensor_rule();
+  o->Clear();
+  o->set_kind(v1::TensorRule::MUON);
+  o->set_lr(0.03);
+  o->set_momentum(muon.momentum);
+  o->set_nesterov(false);
+  EXPECT_EQ(OptimizerDifference(older, named), "");
+  v1::OptimizerConfig adamw = named;
+  adamw.set_rule("adamw");
+  EXPECT_EQ(OptimizerDifference(older, adamw), "optimizer.type: Lion -> AdamW");
+
+  for (const auto& [name, key] : std::vector<std::pair<std::string, std::string>>{
+           {"shampoo", "lr"}, {"muon", "betas"}}) {
+    v1::OptimizerConfig bad = named;
+    v1::TensorRule* r = bad.mutable_param_groups(0)->mutable_tensor_rule();
+    r->set_name(name);
+    (*r->mutable_params())[key] = 1;
+    EXPECT_FALSE(CheckTensorRuleProto(*r).ok()) << name << " " << key;
+    absl::StatusOr<ParamGroupTable> table = ParamGroupTable::Create(bad, {0, 96}, 96);
+    ASSERT_FALSE(table.ok());
+    EXPECT_NE(table.status().message().find(name == "muon" ? key : name),
+              std::string::npos) << table.status();
+  }
+}
+
 }  // namespace
 }  // namespace zeroshard
