@@ -12,7 +12,6 @@
 #include "optim/cpu_features.h"
 #include "optim/quant8_code.h"
 
-
 namespace zeroshard {
 namespace quant8_internal {
 namespace {

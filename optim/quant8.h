@@ -83,13 +83,16 @@ absl::Status DequantizeBlockwiseReference(absl::Span<const uint8_t> codes,
 // without the checks: x finite, the sizes as the references require.
 // QuantizeBlockwise compares y with each threshold rounded down to FP32,
 // which gives the same count (a threshold, the midpoint of two floats, is a
-// float or lies strictly between two), and finds that count from y's top
-// 16 bits (sign, exponent, 7 mantissa bits): a table gives, per such
-// bucket, the thresholds below it and the one threshold inside it (no
-// bucket holds two), so a code costs a lookup and one compare; with
-// AVX-512 16 lanes at a time (one gather), else one element at a time
-// (QuantizeBlockwiseScalar, which tests compare too). DequantizeBlockwise
-// with AVX-512 takes the 256 values from registers (permutes and blends).
+// float or lies strictly between two). One element at a time
+// (QuantizeBlockwiseScalar, which tests compare too) it finds that count
+// from y's top 16 bits (sign, exponent, 7 mantissa bits): a table gives,
+// per such bucket, the thresholds below it and the one threshold inside it
+// (no bucket holds two), so a code costs a lookup and one compare. With
+// AVX-512 it counts 16 lanes at a time within y's decade by arithmetic and
+// redoes from the table the lanes within a band of a threshold
+// (optim/quant8_code.h). DequantizeBlockwise with AVX-512 takes the 256
+// values from registers: byte permutes 64 codes at a time with VBMI, else
+// float permutes and blends.
 void QuantizeBlockwise(const float* x, size_t n, size_t block, Quant8Map map,
                        uint8_t* codes, float* absmax);
 // The two halves of QuantizeBlockwise for one block, for a caller that must

@@ -48,9 +48,9 @@ ABSL_FLAG(uint64_t, seed, 1, "init: weight seed; smoke: gradient seed; "
 ABSL_FLAG(double, init_std, 0, "init: std of the normal init (0: 0.02)");
 ABSL_FLAG(uint64_t, chunk_elems, 0, "init: elements per version chunk (0: server default)");
 ABSL_FLAG(std::string, optimizer, "adamw",
-          "init: adamw, adam, lion, adamw8bit, adam8bit, or a registered "
-          "rule (sgd, adagrad): --lr, --eps and --weight_decay as given, its "
-          "other params at their defaults");
+          "init: a registered rule by name (adamw, adam, lion, adamw8bit, "
+          "adam8bit, sgd, adagrad): --lr, --beta1, --beta2, --eps and "
+          "--weight_decay as given, its other params at their defaults");
 ABSL_FLAG(double, lr, 1e-3, "init: learning rate");
 ABSL_FLAG(double, beta1, 0.9, "init: Adam beta1");
 ABSL_FLAG(double, beta2, 0.999, "init: Adam beta2");
