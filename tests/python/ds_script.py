@@ -1,7 +1,7 @@
 """A small training script written the way DeepSpeed scripts are (not
 copied from any): argparse with deepspeed.add_config_arguments, --local_rank
 from the launcher, deepspeed.init_distributed, deepspeed.initialize with
-args, engine.backward / step, save_checkpoint. Run by test_deepspeed_api.py
+args, engine.backward / step, save_checkpoint. Run by test_deepspeed_launchers.py
 under `zeroshard-launch --deepspeed`.
 
     ds_script.py [--local_rank=R] --deepspeed --deepspeed_config=C OUT STEPS

@@ -1,5 +1,5 @@
 """Several engines in one process, as DeepSpeed's unit tests make them
-(test_deepspeed_api.py runs it under zeroshard-launch, whose servers every
+(test_deepspeed_launchers.py runs it under zeroshard-launch, whose servers every
 engine of the process shares): a model trained and closed, the same shapes
 again from fresh values, then another model altogether. Each must equal
 torch's AdamW over the same data. Writes OUT/ok.<rank> when they do.
