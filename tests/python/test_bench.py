@@ -1,5 +1,6 @@
 """The front-end's benchmarks (bench/torch_step.py, bench/torch_memory.py,
-bench/torch_ranks.py) run once at a tiny size, so that none stops running
+bench/torch_ranks.py) and the native trainer's torch peer
+(bench/torch_native.py) run once at a tiny size, so that none stops running
 unseen: each must exit 0 and print its closing line (whose value a tiny
 size does not test)."""
 
@@ -15,7 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 
 
 @pytest.mark.parametrize("bench,name", [("torch_step.py", "torch-step"),
-                                        ("torch_memory.py", "torch-memory")])
+                                        ("torch_memory.py", "torch-memory"),
+                                        ("torch_native.py", "torch-native")])
 def test_benchmark_runs_at_a_tiny_size(bench, name):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", bench),
                         "--smoke"], capture_output=True, text=True,
