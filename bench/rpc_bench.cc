@@ -37,6 +37,7 @@
 #include "common/subprocess.h"
 #include "tests/support/shard_load.h"  // MakeDevCredentials
 #include "optim/optimizer.h"
+#include "optim/optimizer_pool.h"
 #include "wire/credentials.h"
 
 namespace zeroshard::bench {
@@ -313,10 +314,10 @@ class RpcTarget {
 };
 
 // The server's update alone, in this process: AdamW on n FP32 elements with
-// an FP32 gradient, split over the cores as the server's pool splits it,
-// best of `reps`; G params/s.
+// an FP32 gradient on an optimizer pool of the cores, as the server runs
+// it, best of `reps`; G params/s.
 double UpdateAloneGparamsPerSecond(uint64_t n, int reps) {
-  const int threads = std::max(1u, std::thread::hardware_concurrency());
+  OptimizerPool pool(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<float> master(n, 0.1f), m(n, 0.0f), v(n, 0.0f), g(n, 1e-3f);
   std::vector<uint16_t> mirror(n, 0);
   const OptimizerConfig config;
@@ -324,16 +325,11 @@ double UpdateAloneGparamsPerSecond(uint64_t n, int reps) {
   for (int r = 0; r < reps + 1; ++r) {  // the first warms the pages
     const AdamStep step = MakeAdamStep(config, static_cast<uint64_t>(r + 1), 1.0f);
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t lo = n * t / threads, hi = n * (t + 1) / threads;
-        AdamUpdate(step, GradView::Fp32(g.data() + lo),
-                   {master.data() + lo, m.data() + lo, v.data() + lo,
-                    mirror.data() + lo, hi - lo});
-      });
-    }
-    for (std::thread& th : pool) th.join();
+    pool.ParallelFor(n, size_t{1} << 15, [&](size_t lo, size_t hi) {
+      AdamUpdate(step, GradView::Fp32(g.data() + lo),
+                 {master.data() + lo, m.data() + lo, v.data() + lo,
+                  mirror.data() + lo, hi - lo});
+    });
     const double s = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - t0).count();
     if (r > 0) best = std::min(best, s);

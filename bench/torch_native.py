@@ -36,10 +36,10 @@ import sys
 import tempfile
 import time
 
+from torch_tuning import run_tuned
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-TUNED = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36),
-         "OPENBLAS_NUM_THREADS": "1"}
 
 SHAPES = {
     # name: (layers, heads, width, context, batch, native steps)
@@ -134,9 +134,7 @@ def torch_tokens_per_s(shape, torch, GPT):
 
 
 def main(argv):
-    if any(os.environ.get(k) != v for k, v in TUNED.items()):
-        env = dict(os.environ, **TUNED)
-        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    run_tuned()
     a = parse(argv)
     sys.path.insert(0, os.path.join(ROOT, "examples", "torch"))
     import torch

@@ -28,13 +28,9 @@ import statistics
 import sys
 import time
 
+from torch_tuning import run_tuned
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-# glibc's allocator keeps its memory; OpenBLAS runs each product on the
-# calling thread, under torch's own intra-op threads (with both pools at two
-# threads on two cores they spin against each other, and a step's median
-# runs 2-3x its fastest).
-TUNED = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36),
-         "OPENBLAS_NUM_THREADS": "1"}
 
 SHAPES = {
     # name: (layers, heads, width, context, batch, target ratio)
@@ -65,9 +61,7 @@ def parse(argv):
 
 
 def main(argv):
-    if any(os.environ.get(k) != v for k, v in TUNED.items()):
-        env = dict(os.environ, **TUNED)
-        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+    run_tuned()
     a = parse(argv)
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples", "torch"))
     import torch

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "client/piece_plan.h"
@@ -63,9 +64,8 @@ absl::StatusOr<v1::OptimizerConfig> InitOptimizer(const FlatLayout& layout,
 
 absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
     const InitOptions& options) {
-  if (absl::Status s = ValidateOptimizerConfig(options.optimizer); !s.ok()) {
-    return s;
-  }
+  // The optimizer checked (and its groups) before anything else.
+  ASSIGN_OR_RETURN(v1::OptimizerConfig optimizer, InitOptimizer(layout_, options));
   if (options.chunk_elems % kFlatAlignment != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk_elems ", options.chunk_elems, " is not a multiple of 64"));
@@ -74,7 +74,7 @@ absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
   v1::InitRequest base;
   *base.mutable_manifest() = ToProto(layout_.manifest());
   base.set_num_servers(S);
-  ASSIGN_OR_RETURN(*base.mutable_optimizer(), InitOptimizer(layout_, options));
+  *base.mutable_optimizer() = std::move(optimizer);
   if (options.seed.has_value()) {
     base.mutable_init()->set_seed(*options.seed);
   } else {

@@ -50,10 +50,8 @@ absl::StatusOr<bool> ParseRegisteredRule(Section& s, const RuleInfo* rule,
     }
     if (common && IsAuto(*v)) continue;
     auto in = [&](const json& x) {
-      if (!x.is_number()) return false;
-      const double d = x.get<double>();
-      return std::isfinite(d) && d >= param.min &&
-             (param.below_max ? d < param.max : d <= param.max);
+      return x.is_number() && std::isfinite(x.get<double>()) &&
+             param.InRange(x.get<double>());
     };
     const std::string want = absl::StrCat(param.RangeText(), common ? " or \"auto\"" : "");
     if (param.kind == RuleParam::Kind::kPair) {

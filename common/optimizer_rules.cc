@@ -322,10 +322,7 @@ absl::Status ValidateRuleConfig(const OptimizerConfig& c) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer.params.", p.name, " is required by rule ", r->name));
     }
-    const bool in = p.kind == RuleParam::Kind::kBool
-                        ? (v == 0 || v == 1)
-                        : (v >= p.min && (p.below_max ? v < p.max : v <= p.max));
-    if (!in) {
+    if (!p.InRange(v)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer.params.", p.name, " = ", v, ": rule ", r->name, " takes ",
           p.RangeText()));

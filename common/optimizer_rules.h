@@ -57,6 +57,12 @@ struct RuleParam {
     return name == "lr" || name == "weight_decay" || name == "eps" ||
            name == "betas";
   }
+  // Whether v is a value it takes (a bool: 0 or 1; a pair: each of its
+  // two numbers).
+  bool InRange(double v) const {
+    if (kind == Kind::kBool) return v == 0 || v == 1;
+    return v >= min && (below_max ? v < max : v <= max);
+  }
   // The range as errors say it ("a number in [0, 1)").
   std::string RangeText() const;
 };

@@ -29,6 +29,24 @@ inline bool CpuHasAvx512() {
 #endif
 }
 
+// CpuHasAvx512() and DQ (the 8-bit quantization kernels: optim/quant8.h).
+inline bool CpuHasAvx512Dq() {
+#if defined(__x86_64__)
+  return CpuHasAvx512() && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+// CpuHasAvx512Dq() and VBMI (byte permutes: the 8-bit dequantization).
+inline bool CpuHasAvx512Vbmi() {
+#if defined(__x86_64__)
+  return CpuHasAvx512Dq() && __builtin_cpu_supports("avx512vbmi");
+#else
+  return false;
+#endif
+}
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_OPTIM_CPU_FEATURES_H_

@@ -268,20 +268,15 @@ void QuantizeScalar(const float* x, size_t n, float m, const Quant8Code& c,
   }
 }
 
+// The AVX-512 kernels (quant8_avx512.cc) are compiled for F, BW, VL and DQ.
 bool UseAvx512() {
-  static const bool avx512 = CpuHasAvx512();
+  static const bool avx512 = CpuHasAvx512Dq();
   return avx512;
 }
 
-// The decade search also takes AVX-512 DQ (its reduce and conversions).
+// The decade search also needs its tables.
 bool UseDecadeSearch(const Quant8Code& c) {
-#if defined(__x86_64__)
-  static const bool dq = UseAvx512() && __builtin_cpu_supports("avx512dq");
-  return dq && !c.buckets.empty() && c.search.ok;
-#else
-  (void)c;
-  return false;
-#endif
+  return UseAvx512() && !c.buckets.empty() && c.search.ok;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "optim/cpu_features.h"
 #include "optim/quant8_code.h"
 
 #if defined(__x86_64__)
@@ -28,9 +29,8 @@ ZS_Q8_AVX512 inline __mmask16 LanesOf(size_t left) {
                     : static_cast<__mmask16>((1u << left) - 1);
 }
 
-bool CpuHasVbmi() {
-  __builtin_cpu_init();
-  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+bool UseVbmi() {
+  static const bool vbmi = CpuHasAvx512Vbmi();
   return vbmi;
 }
 
@@ -268,7 +268,7 @@ ZS_Q8_AVX512 void QuantizeBlockAvx512(const float* x, size_t n, float m,
 ZS_Q8_AVX512 void DequantizeBlockAvx512(const uint8_t* codes, size_t n,
                                         float a, const Quant8Code& c,
                                         float* out) {
-  const size_t done = CpuHasVbmi() ? DequantizeBytePlanes(codes, n, a, c, out)
+  const size_t done = UseVbmi() ? DequantizeBytePlanes(codes, n, a, c, out)
                                    : 0;
   if (done < n) {
     DequantizePermute(codes + done, n - done, a, c.values.data(), out + done);

@@ -99,12 +99,18 @@ TEST(RegisteredRulesRpcTest, EachCaseMatchesTorchOverTheWire) {
   EXPECT_EQ(cases, 5);
 }
 
+// One server's Init naming `rule` on the wire (kind RULE), no params.
+v1::InitRequest RuleInit(const std::string& rule) {
+  v1::InitRequest init = testing::MakeInit(RulesManifest(64), 1, 0, 3, 64);
+  init.mutable_optimizer()->set_kind(v1::OptimizerConfig::RULE);
+  init.mutable_optimizer()->set_rule(rule);
+  return init;
+}
+
 TEST(RegisteredRulesRpcTest, AnUnregisteredRuleIsRefusedAtInit) {
   testing::TestServer server = testing::StartServer(0, 1);
   ASSERT_NE(server.stub, nullptr);
-  v1::InitRequest init = testing::MakeInit(RulesManifest(64), 1, 0, 3, 64);
-  init.mutable_optimizer()->set_kind(v1::OptimizerConfig::RULE);
-  init.mutable_optimizer()->set_rule("rmsprop");
+  v1::InitRequest init = RuleInit("rmsprop");
   grpc::Status s = testing::InitServer(*server.stub, init);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("sgd, adagrad"), std::string::npos)
@@ -127,9 +133,7 @@ TEST(RegisteredRulesRpcTest, AnUnregisteredRuleIsRefusedAtInit) {
 TEST(RegisteredRulesRpcTest, ARuleWithAKindIsNamedOnTheWireToo) {
   testing::TestServer server = testing::StartServer(0, 1);
   ASSERT_NE(server.stub, nullptr);
-  v1::InitRequest init = testing::MakeInit(RulesManifest(64), 1, 0, 3, 64);
-  init.mutable_optimizer()->set_kind(v1::OptimizerConfig::RULE);
-  init.mutable_optimizer()->set_rule("lion");
+  v1::InitRequest init = RuleInit("lion");
   (*init.mutable_optimizer()->mutable_rule_params())["momentum"] = 0.9;
   grpc::Status s = testing::InitServer(*server.stub, init);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
