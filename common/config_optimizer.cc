@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/optimizer_rules.h"
 #include "common/status_macros.h"
