@@ -91,7 +91,7 @@ int RunQuality(const std::vector<std::string>& args) {
   }
   LocalRuleOptions muon;
   muon.rule = LocalRule::kMuonWithAdamW;
-  muon.muon.lr = muon_lr;
+  muon.muon.params["lr"] = muon_lr;
   LocalRuleOptions q8;
   q8.rule = LocalRule::kAdamW8bit;
   LocalRuleOptions adafactor;

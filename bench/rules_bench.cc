@@ -55,7 +55,9 @@ int RunRules(const std::vector<std::string>& args) {
   const int threads = std::max(1u, std::thread::hardware_concurrency());
   double worst = 1e30;
   for (const RuleInfo& info : RegisteredRules()) {
-    if (info.kind != OptimizerKind::kRule) continue;  // benched by `adam`, `lion`, `adam8bit`
+    // The rules with a kind are benched by `adam`, `lion`, `adam8bit`; the
+    // rules for whole tensors are not element-wise.
+    if (info.kind != OptimizerKind::kRule || !info.element_wise()) continue;
     if (!only.empty() && info.name != only) continue;
     std::map<std::string, double> params;
     if (std::isnan(info.FindParam("lr")->default_value)) {

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/optimizer_rules.h"
+#include "common/rule_params_json.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
@@ -48,21 +49,10 @@ absl::StatusOr<bool> ParseRegisteredRule(Section& s, const RuleInfo* rule,
       continue;
     }
     if (common && IsAuto(*v)) continue;
-    auto in = [&](const json& x) {
-      return x.is_number() && std::isfinite(x.get<double>()) &&
-             param.InRange(x.get<double>());
-    };
-    const std::string want = absl::StrCat(param.RangeText(), common ? " or \"auto\"" : "");
-    if (param.kind == RuleParam::Kind::kPair) {
-      if (!v->is_array() || v->size() != 2 || !in((*v)[0]) || !in((*v)[1])) {
-        return p.Bad(param.name, *v, want);
-      }
-      given[param.name + "[0]"] = (*v)[0].get<double>();
-      given[param.name + "[1]"] = (*v)[1].get<double>();
-      continue;
+    if (!ReadRuleParamJson(param, *v, &given)) {
+      return p.Bad(param.name, *v,
+                   absl::StrCat(param.RangeText(), common ? " or \"auto\"" : ""));
     }
-    if (!in(*v)) return p.Bad(param.name, *v, want);
-    given[param.name] = v->get<double>();
   }
   const RuleParam* lr = rule->FindParam("lr");
   if (lr != nullptr && std::isnan(lr->default_value) && !given.count("lr")) {
@@ -103,17 +93,15 @@ absl::StatusOr<bool> ParseDeepSpeedMuon(Section& s, OptimizerConfig* o,
                    p.DoubleOrAuto("muon_lr", 1e-30, 1e6, false));
   ASSIGN_OR_RETURN(std::optional<double> adam_lr,
                    p.DoubleOrAuto("adam_lr", 1e-30, 1e6, false));
-  TensorRule muon;
-  muon.kind = TensorRuleKind::kMuon;
-  muon.lr = muon_lr.value_or(lr.value_or(0.02));
-  muon.momentum = 0.95;
-  muon.nesterov = true;
-  muon.weight_decay = 0;
-  RETURN_IF_ERROR(p.Double("momentum", 0, 1, &muon.momentum));
-  if (muon.momentum >= 1) {
-    return p.Bad("momentum", *p.Get("momentum"), "a number in [0, 1)");
+  std::map<std::string, double> muon = {{"lr", muon_lr.value_or(lr.value_or(0.02))},
+                                        {"weight_decay", 0}};
+  if (const json* m = p.Get("momentum")) {
+    if (!m->is_number() || !(m->get<double>() >= 0) || !(m->get<double>() < 1)) {
+      return p.Bad("momentum", *m, "a number in [0, 1)");
+    }
+    muon["momentum"] = m->get<double>();
   }
-  RETURN_IF_ERROR(p.Double("weight_decay", 0, 1e6, &muon.weight_decay, true));
+  RETURN_IF_ERROR(p.Double("weight_decay", 0, 1e6, &muon["weight_decay"], true));
   if (const json* ns = p.Get("ns_method")) {
     if (!ns->is_string()) return p.Bad("ns_method", *ns, "a string");
     // DeepSpeed's "gram" form and the published quintic iteration
@@ -125,7 +113,7 @@ absl::StatusOr<bool> ParseDeepSpeedMuon(Section& s, OptimizerConfig* o,
   o->beta1 = 0.9;
   o->beta2 = 0.95;
   o->eps = 1e-10;
-  o->weight_decay = muon.weight_decay;
+  o->weight_decay = muon["weight_decay"];
   if (const json* betas = p.Get("betas"); betas != nullptr && !IsAuto(*betas)) {
     if (!betas->is_array() || betas->size() != 2 || !(*betas)[0].is_number() ||
         !(*betas)[1].is_number() || !((*betas)[0].get<double>() >= 0) ||
@@ -137,34 +125,41 @@ absl::StatusOr<bool> ParseDeepSpeedMuon(Section& s, OptimizerConfig* o,
     o->beta2 = (*betas)[1].get<double>();
   }
   RETURN_IF_ERROR(p.Double("eps", 1e-30, 1, &o->eps, true));
-  RETURN_IF_ERROR(ValidateTensorRule(muon, "optimizer.params (Muon)"));
+  ASSIGN_OR_RETURN(TensorRule rule, MakeTensorRule("muon", muon, "optimizer.params"));
   p.Finish();
   s.Finish();
-  rules->muon = muon;
+  rules->matrices = rule;
   return adam_lr.has_value() || lr.has_value();
 }
 
-// optimizer.type "Adafactor" (GiveUnruledClasses); a scheduler beside its
-// relative step does nothing, and is said to.
-void ApplyAdafactorToEveryClass(const AdafactorOptions& a, const json& doc,
-                                TrainingConfig* c,
-                                std::vector<std::string>* warnings) {
-  GiveUnruledClasses(TensorRule{.kind = TensorRuleKind::kAdafactor, .adafactor = a},
-                     &c->param_groups);
-  if (a.relative_step && doc.contains("scheduler") && !doc["scheduler"].is_null()) {
-    warnings->push_back(
-        "config key \"scheduler\" has no effect under optimizer.type \"Adafactor\" "
-        "with relative_step (its step size is min(1e-2, 1/sqrt(t)))");
+// A rule for whole tensors as optimizer.type, every class's (Adafactor):
+// AdamW's slots hold its state; its lr, when it has one, is the schedule's
+// peak, which it follows in proportion. Returns whether it has one.
+absl::StatusOr<bool> ParseEveryClassRule(Section& s, const RuleInfo& rule,
+                                         OptimizerConfig* o, ClassRules* rules) {
+  const json* params = s.Get("params");
+  ASSIGN_OR_RETURN(TensorRule r,
+                   ParseTensorRule(rule.name, params != nullptr ? params->dump() : "{}",
+                                   "optimizer.params"));
+  s.Finish();
+  o->kind = OptimizerKind::kAdamW;
+  o->weight_decay = 0;
+  const RuleParam* lr = rule.FindParam("lr");
+  rules->every_class = r;
+  if (lr == nullptr || (lr->default_is_none && r.Param("lr") == lr->default_value)) {
+    return false;
   }
+  o->lr = r.Param("lr");
+  return true;
 }
 
 }  // namespace
 
-// Returns whether params.lr was given explicitly. Type "Adafactor" (Hugging
-// Face's name and params) sets `rules->adafactor`: every tensor class's
-// group gets it as its rule (ApplyClassRules), over AdamW's slots; type
-// "Muon" (DeepSpeed's) sets `rules->muon`, the matrices' rule. The types
-// are matched by name, never by their place in a list.
+// Returns whether params.lr was given explicitly. A type of a rule for
+// whole tensors (common/optimizer_rules.h) sets `rules`: DeepSpeed's "Muon"
+// the matrices' rule, with AdamW on the rest; any other ("Adafactor") every
+// class's rule (ApplyClassRules), over AdamW's slots. The types are matched
+// by name, never by their place in a list.
 absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
                                     ClassRules* rules) {
   ASSIGN_OR_RETURN(Section s, root.Child("optimizer"));
@@ -172,38 +167,37 @@ absl::StatusOr<bool> ParseOptimizer(Section& root, OptimizerConfig* o,
   for (const RuleInfo& r : RegisteredRules()) {
     types.insert(types.end(), r.types.begin(), r.types.end());
   }
-  // The rules for whole tensors, given to parameter classes.
-  types.push_back("Adafactor");
-  types.push_back("Muon");
   ASSIGN_OR_RETURN(const std::optional<std::string> given, s.ChoiceName("type", types));
   const std::string type = given.value_or("AdamW");
-  if (type == "Muon") return ParseDeepSpeedMuon(s, o, rules);
-  if (type == "Adafactor") {
-    AdafactorOptions a;
-    if (const json* params = s.Get("params")) {
-      ASSIGN_OR_RETURN(a, ParseAdafactorParams(params->dump(), "optimizer.params"));
-    }
-    s.Finish();
-    o->kind = OptimizerKind::kAdamW;
-    o->weight_decay = 0;
-    rules->adafactor = a;
-    if (a.relative_step) return false;
-    o->lr = a.lr;  // the schedule's peak: the rule's lr follows lr_t / lr
-    return true;
+  const RuleInfo* rule = FindRuleByType(type);
+  if (!rule->element_wise()) {
+    // DeepSpeed's MuonWithAuxAdam form: a rule for the matrices alone.
+    if (!rule->matrices_only.empty()) return ParseDeepSpeedMuon(s, o, rules);
+    return ParseEveryClassRule(s, *rule, o, rules);
   }
-  return ParseRegisteredRule(s, FindRuleByType(type), type, o);
+  return ParseRegisteredRule(s, rule, type, o);
 }
 
 void ApplyClassRules(const ClassRules& rules, const json& doc, TrainingConfig* c,
                      std::vector<std::string>* warnings) {
-  if (rules.adafactor.has_value()) {
-    ApplyAdafactorToEveryClass(*rules.adafactor, doc, c, warnings);
+  if (rules.every_class.has_value()) {
+    GiveUnruledClasses(*rules.every_class, &c->param_groups);
+    const RuleInfo* info = FindTensorRule(rules.every_class->name);
+    const RuleParam* lr = info->FindParam("lr");
+    const bool own_step = lr != nullptr && lr->default_is_none &&
+                          rules.every_class->Param("lr") == lr->default_value;
+    if (own_step && doc.contains("scheduler") && !doc["scheduler"].is_null()) {
+      warnings->push_back(absl::StrCat(
+          "config key \"scheduler\" has no effect under optimizer.type \"",
+          info->types.front(), "\" with relative_step (its step size is "
+          "min(1e-2, 1/sqrt(t)))"));
+    }
   }
-  if (rules.muon.has_value()) {
+  if (rules.matrices.has_value()) {
     // The matrices' rule unless zeroshard.param_groups gave them one.
     GroupSettings& m = c->param_groups.classes[static_cast<int>(TensorClass::kMatrix)];
     c->param_groups.single = false;
-    if (!m.rule.active()) m.rule = *rules.muon;
+    if (!m.rule.active()) m.rule = *rules.matrices;
   }
 }
 

@@ -26,8 +26,8 @@ namespace config_internal {
 // The rules optimizer.type gives tensor classes rather than the
 // element-wise optimizer: Adafactor every class's, Muon the matrices'.
 struct ClassRules {
-  std::optional<AdafactorOptions> adafactor;
-  std::optional<TensorRule> muon;
+  std::optional<TensorRule> every_class;  // "Adafactor"
+  std::optional<TensorRule> matrices;     // DeepSpeed's "Muon"
 };
 
 // Reads "optimizer" into `o` and `rules`; returns whether its lr was given

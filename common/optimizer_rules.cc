@@ -1,9 +1,11 @@
 #include "common/optimizer_rules.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace zeroshard {
 namespace {
@@ -30,15 +32,45 @@ RuleParam RuleBool(const char* name, bool default_value) {
   return p;
 }
 
-RuleParam RulePair(const char* name, double first, double second) {
+RuleParam RulePair(const char* name, double first, double second,
+                   double min = 0, double max = 1, bool below_max = true) {
   RuleParam p;
   p.name = name;
   p.kind = RuleParam::Kind::kPair;
   p.default_value = first;
   p.second_default = second;
-  p.min = 0;
-  p.max = 1;
+  p.min = min;
+  p.max = max;
+  p.below_max = below_max;
+  return p;
+}
+
+// A number in [min, max).
+RuleParam RuleBelow(const char* name, double default_value, double min, double max) {
+  RuleParam p = RuleNumber(name, default_value, min, max);
   p.below_max = true;
+  return p;
+}
+
+// A number in (0, 1e6].
+RuleParam RulePositive(const char* name, double default_value) {
+  RuleParam p = RuleNumber(name, default_value, 0, 1e6);
+  p.above_min = true;
+  return p;
+}
+
+// A number whose default is none (Python's None), else in the range.
+RuleParam RuleOrNone(RuleParam p, double none) {
+  p.default_value = none;
+  p.default_is_none = true;
+  return p;
+}
+
+RuleParam RuleChoice(const char* name, std::vector<std::string> choices) {
+  RuleParam p;
+  p.name = name;
+  p.kind = RuleParam::Kind::kChoice;
+  p.choices = std::move(choices);
   return p;
 }
 
@@ -84,16 +116,37 @@ RuleInfo EightBitAdam(bool adamw) {
       .slots = slots};
 }
 
-absl::Status CheckSgd(const OptimizerConfig& c) {
-  const RuleInfo& r = *FindRule("sgd");
-  const bool nesterov = RuleParamValue(c, *r.FindParam("nesterov")) != 0;
-  const double momentum = RuleParamValue(c, *r.FindParam("momentum"));
-  const double dampening = RuleParamValue(c, *r.FindParam("dampening"));
+absl::Status CheckSgd(const RuleValues& values, absl::string_view what) {
+  const bool nesterov = values("nesterov") != 0;
+  const double momentum = values("momentum");
+  const double dampening = values("dampening");
   if (nesterov && (momentum <= 0 || dampening != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer.params.nesterov: Nesterov momentum needs momentum > 0 and "
+        what, ".nesterov: Nesterov momentum needs momentum > 0 and "
         "dampening 0 (as torch.optim.SGD); got momentum ", momentum,
         ", dampening ", dampening));
+  }
+  return absl::OkStatus();
+}
+
+// Hugging Face's Adafactor refuses a manual lr beside relative_step, and
+// warmup_init without it; without relative_step an lr is required.
+absl::Status CheckAdafactor(const RuleValues& values, absl::string_view what) {
+  const bool relative = values("relative_step") != 0;
+  const bool lr_given = values("lr") != 0;  // 0: none
+  if (relative && lr_given) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", what, ".lr\": cannot be combined with relative_step (the step "
+        "size is then 1/sqrt(t)); set relative_step to false"));
+  }
+  if (!relative && !lr_given) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", what, ".lr\": must be a positive number (at most 1e6) without "
+        "relative_step"));
+  }
+  if (values("warmup_init") != 0 && !relative) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", what, ".warmup_init\": requires relative_step"));
   }
   return absl::OkStatus();
 }
@@ -177,6 +230,44 @@ std::vector<RuleInfo> MakeRegistry() {
       .fixed = {kNotMaximize},
       .no_effect = {"foreach", "differentiable"},
       .slots = {{"sum", SlotFormat::kFp32}}});
+  // Muon (Keller Jordan 2024; optim/muon.h) on each whole hidden matrix,
+  // its published defaults; ns_precision "bf16" runs the Newton-Schulz
+  // products in BF16 as the published code does on a GPU.
+  rules.push_back(RuleInfo{
+      .name = "muon",
+      .scope = RuleScope::kWholeTensor,
+      .types = {"Muon"},
+      .description = "Muon, orthogonalized momentum for hidden matrices (Keller Jordan 2024)",
+      .params = {RulePositive("lr", 0.02), RuleBelow("momentum", 0.95, 0, 1),
+                 RuleBool("nesterov", true), RuleNumber("weight_decay", 0, 0, 1e6),
+                 RuleChoice("ns_precision", {"fp32", "bf16"})},
+      .tensor_state = {{.name = "momentum_buffer", .slot = 0}},
+      .matrices_only = "Muon is for 2-D hidden matrices (the class matrices); "
+                       "the others stay with optimizer.type, as Muon's authors "
+                       "prescribe"});
+  // Adafactor (Shazeer & Stern 2018; optim/adafactor.h), Hugging Face's
+  // names and defaults: lr and beta1 None unless given; a tensor of two
+  // or more dimensions keeps row and column statistics of its last two.
+  using Extent = TensorSlot::Extent;
+  using Applies = TensorSlot::Applies;
+  rules.push_back(RuleInfo{
+      .name = "adafactor",
+      .scope = RuleScope::kWholeTensor,
+      .types = {"Adafactor"},
+      .description = "Adafactor, factored second moments (Hugging Face's Adafactor)",
+      .params = {RuleOrNone(RulePositive("lr", 0), 0),
+                 RulePair("eps", 1e-30, 1e-3, 0, 1e6, false),
+                 RulePositive("clip_threshold", 1.0),
+                 RuleBelow("decay_rate", -0.8, -1, 0),
+                 RuleOrNone(RuleBelow("beta1", 0, 0, 1), -1),
+                 RuleNumber("weight_decay", 0, 0, 1e6),
+                 RuleBool("scale_parameter", true), RuleBool("relative_step", true),
+                 RuleBool("warmup_init", false)},
+      .tensor_state = {{"exp_avg", Extent::kElements, Applies::kAlways, 0, "beta1"},
+                       {"exp_avg_sq_row", Extent::kRows, Applies::kMatrices, 1},
+                       {"exp_avg_sq_col", Extent::kColumns, Applies::kMatrices, 1},
+                       {"exp_avg_sq", Extent::kElements, Applies::kVectors, 1}},
+      .check = &CheckAdafactor});
   return rules;
 }
 
@@ -195,16 +286,29 @@ const std::vector<RuleInfo>& RegisteredRules() {
   return *rules;
 }
 
+size_t RuleInfo::SlotsNeeded() const {
+  size_t n = 0;
+  for (const TensorSlot& t : tensor_state) n = std::max(n, static_cast<size_t>(t.slot) + 1);
+  return n;
+}
+
 const RuleInfo* FindRule(absl::string_view name) {
   for (const RuleInfo& r : RegisteredRules()) {
-    if (r.name == name) return &r;
+    if (r.name == name && r.element_wise()) return &r;
+  }
+  return nullptr;
+}
+
+const RuleInfo* FindTensorRule(absl::string_view name) {
+  for (const RuleInfo& r : RegisteredRules()) {
+    if (r.name == name && !r.element_wise()) return &r;
   }
   return nullptr;
 }
 
 const RuleInfo& RuleOfKind(OptimizerKind kind) {
   for (const RuleInfo& r : RegisteredRules()) {
-    if (r.kind == kind && kind != OptimizerKind::kRule) return r;
+    if (r.kind == kind && kind != OptimizerKind::kRule && r.element_wise()) return r;
   }
   return RegisteredRules().front();  // kRule: not a kind's; never asked
 }
@@ -215,18 +319,43 @@ const RuleInfo* RuleOf(const OptimizerConfig& config) {
   return r != nullptr && r->kind == OptimizerKind::kRule ? r : nullptr;
 }
 
+namespace {
+
+// The range of a param as errors say it, and whether `v` is in it.
+absl::Status CheckParamValue(const RuleParam& p, double v, absl::string_view what,
+                             absl::string_view rule) {
+  if (p.InRange(v)) return absl::OkStatus();
+  std::string shown = absl::StrCat(v);
+  if (p.kind == RuleParam::Kind::kBool) shown = v != 0 ? "true" : "false";
+  return absl::InvalidArgumentError(absl::StrCat(what, ".", p.name, " = ", shown,
+                                                 ": rule ", rule, " takes ",
+                                                 p.RangeText()));
+}
+
+}  // namespace
+
 std::string RuleParam::RangeText() const {
-  const std::string range = absl::StrCat("[", min, ", ", max, below_max ? ")" : "]");
+  const std::string range = absl::StrCat(above_min ? "(" : "[", min, ", ", max,
+                                         below_max ? ")" : "]");
+  const std::string none = default_is_none ? " (or null: none)" : "";
   switch (kind) {
     case Kind::kBool:
       return "true or false";
+    case Kind::kChoice: {
+      std::string out;
+      for (size_t i = 0; i < choices.size(); ++i) {
+        absl::StrAppend(&out, i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ",
+                        "\"", choices[i], "\"");
+      }
+      return out;
+    }
     case Kind::kPair:
       return absl::StrCat("[", name == "betas" ? "beta1, beta2" : "a, b",
                           "], two numbers in ", range);
     case Kind::kNumber:
       break;
   }
-  return absl::StrCat("a number in ", range);
+  return absl::StrCat("a number in ", range, none);
 }
 
 const RuleInfo* FindRuleByType(absl::string_view type) {
@@ -242,8 +371,28 @@ const RuleInfo* FindRuleByType(absl::string_view type) {
 std::string RegisteredRuleNames(bool kind_rule_only) {
   std::string out;
   for (const RuleInfo& r : RegisteredRules()) {
-    if (kind_rule_only && r.kind != OptimizerKind::kRule) continue;
+    if (!r.element_wise() || (kind_rule_only && r.kind != OptimizerKind::kRule)) continue;
     absl::StrAppend(&out, out.empty() ? "" : ", ", r.name);
+  }
+  return out;
+}
+
+std::string TensorRuleNames() {
+  std::string out;
+  for (const RuleInfo& r : RegisteredRules()) {
+    if (!r.element_wise()) absl::StrAppend(&out, out.empty() ? "" : ", ", r.name);
+  }
+  return out;
+}
+
+std::string TensorRuleTypes() {
+  std::vector<std::string> types;
+  for (const RuleInfo& r : RegisteredRules()) {
+    if (!r.element_wise()) types.push_back(r.types.front());
+  }
+  std::string out;
+  for (size_t i = 0; i < types.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : i + 1 == types.size() ? " or " : ", ", types[i]);
   }
   return out;
 }
@@ -322,14 +471,157 @@ absl::Status ValidateRuleConfig(const OptimizerConfig& c) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer.params.", p.name, " is required by rule ", r->name));
     }
-    if (!p.InRange(v)) {
+    RETURN_IF_ERROR(CheckParamValue(p, v, "optimizer.params", r->name));
+  }
+  if (r->check == nullptr) return absl::OkStatus();
+  return r->check(
+      [&](absl::string_view name) {
+        const RuleParam* p = r->FindParam(name);
+        return p != nullptr ? RuleParamValue(c, *p) : std::nan("");
+      },
+      "optimizer.params");
+}
+
+double TensorRule::Param(absl::string_view param) const {
+  auto it = params.find(std::string(param));
+  return it != params.end() ? it->second : std::nan("");
+}
+
+absl::StatusOr<TensorRule> MakeTensorRule(
+    absl::string_view name, const std::map<std::string, double>& params,
+    absl::string_view what) {
+  const RuleInfo* r = FindTensorRule(name);
+  if (r == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": unknown rule for whole tensors \"", name, "\" (want ",
+        TensorRuleNames(), ")"));
+  }
+  TensorRule out;
+  out.name = r->name;
+  for (const auto& [key, value] : params) {
+    const size_t bracket = key.find('[');
+    const RuleParam* p = r->FindParam(key.substr(0, bracket));
+    const bool pair_key = bracket != std::string::npos;
+    if (p == nullptr || pair_key != (p->kind == RuleParam::Kind::kPair) ||
+        (pair_key && key != p->name + "[0]" && key != p->name + "[1]")) {
+      std::string names;
+      for (const RuleParam& q : r->params) absl::StrAppend(&names, names.empty() ? "" : ", ", q.name);
       return absl::InvalidArgumentError(absl::StrCat(
-          "optimizer.params.", p.name, " = ", v, ": rule ", r->name, " takes ",
-          p.RangeText()));
+          what, ".", key, ": not a param of ", r->types.front(), " (want ", names, ")"));
     }
   }
-  if (r->check != nullptr) return r->check(c);
-  return absl::OkStatus();
+  for (const RuleParam& p : r->params) {
+    if (p.kind == RuleParam::Kind::kPair) {
+      for (int k = 0; k < 2; ++k) {
+        const std::string key = absl::StrCat(p.name, "[", k, "]");
+        auto it = params.find(key);
+        out.params[key] = it != params.end() ? it->second
+                          : k == 0          ? p.default_value
+                                            : p.second_default;
+      }
+      continue;
+    }
+    auto it = params.find(p.name);
+    out.params[p.name] = it != params.end() ? it->second : p.default_value;
+  }
+  RETURN_IF_ERROR(ValidateTensorRule(out, what));
+  return out;
+}
+
+absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what) {
+  if (!rule.active()) return absl::OkStatus();
+  const RuleInfo* r = FindTensorRule(rule.name);
+  if (r == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": unknown rule for whole tensors \"", rule.name, "\" (want ",
+        TensorRuleNames(), ")"));
+  }
+  size_t expected = 0;
+  for (const RuleParam& p : r->params) {
+    const bool pair = p.kind == RuleParam::Kind::kPair;
+    expected += pair ? 2 : 1;
+    for (int k = 0; k < (pair ? 2 : 1); ++k) {
+      const double v = rule.Param(pair ? absl::StrCat(p.name, "[", k, "]") : p.name);
+      if (std::isnan(v)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ".", p.name, ": missing (rule ", r->name, " takes ", p.RangeText(), ")"));
+      }
+      RETURN_IF_ERROR(CheckParamValue(p, v, what, r->name));
+    }
+  }
+  if (rule.params.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": rule ", r->name, " has ", expected, " param values, this one ",
+        rule.params.size()));
+  }
+  if (r->check == nullptr) return absl::OkStatus();
+  return r->check([&](absl::string_view name) { return rule.Param(name); }, what);
+}
+
+TensorSlotPlace PlaceTensorSlot(const TensorSlot& slot, const TensorRule& rule,
+                                const std::vector<int64_t>& shape) {
+  TensorSlotPlace out;
+  out.slot = slot.slot;
+  const bool matrix = shape.size() >= 2;
+  if ((slot.applies == TensorSlot::Applies::kVectors && matrix) ||
+      (slot.applies == TensorSlot::Applies::kMatrices && !matrix)) {
+    return out;
+  }
+  if (!slot.unless_none.empty()) {
+    const RuleInfo* r = FindTensorRule(rule.name);
+    const RuleParam* p = r != nullptr ? r->FindParam(slot.unless_none) : nullptr;
+    if (p != nullptr && p->default_is_none && rule.Param(p->name) == p->default_value) {
+      return out;
+    }
+  }
+  uint64_t numel = 1, batch = 1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    numel *= static_cast<uint64_t>(shape[k]);
+    if (k + 2 < shape.size()) batch *= static_cast<uint64_t>(shape[k]);
+  }
+  const uint64_t rows = matrix ? static_cast<uint64_t>(shape[shape.size() - 2]) : 0;
+  const uint64_t cols = matrix ? static_cast<uint64_t>(shape.back()) : 0;
+  switch (slot.extent) {
+    case TensorSlot::Extent::kElements:
+      out.count = numel;
+      break;
+    case TensorSlot::Extent::kRows:
+      out.count = batch * rows;
+      break;
+    case TensorSlot::Extent::kColumns:
+      out.offset = batch * rows;
+      out.count = batch * cols;
+      break;
+  }
+  return out;
+}
+
+std::string DescribeTensorRule(const TensorRule& rule) {
+  const RuleInfo* r = FindTensorRule(rule.name);
+  if (r == nullptr) return "none";
+  std::string out = r->types.front();
+  for (const RuleParam& p : r->params) {
+    std::string value;
+    switch (p.kind) {
+      case RuleParam::Kind::kBool:
+        value = rule.Param(p.name) != 0 ? "true" : "false";
+        break;
+      case RuleParam::Kind::kChoice:
+        value = p.choices[static_cast<size_t>(rule.Param(p.name))];
+        break;
+      case RuleParam::Kind::kPair:
+        value = absl::StrCat("[", rule.Param(p.name + "[0]"), ", ",
+                             rule.Param(p.name + "[1]"), "]");
+        break;
+      case RuleParam::Kind::kNumber:
+        value = p.default_is_none && rule.Param(p.name) == p.default_value
+                    ? "none"
+                    : absl::StrCat(rule.Param(p.name));
+        break;
+    }
+    absl::StrAppend(&out, out.size() == r->types.front().size() ? " " : ", ", p.name, " ", value);
+  }
+  return out;
 }
 
 }  // namespace zeroshard

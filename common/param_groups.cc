@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/rule_params_json.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -39,59 +41,37 @@ absl::Status ReadSetting(const json& obj, const std::string& path,
   return absl::OkStatus();
 }
 
-// Adafactor's "params" object (`key` names it) over `o`.
-absl::Status ReadAdafactorParams(const json& v, const std::string& key,
-                                 AdafactorOptions* o) {
-  if (!v.is_object()) return Bad(key, v, "an object");
-  for (auto k = v.begin(); k != v.end(); ++k) {
-    const std::string& n = k.key();
-    const std::string at = absl::StrCat(key, ".", n);
-    if (k->is_null()) {  // Hugging Face's None: the default
-      if (n == "beta1") o->beta1 = -1;
-      if (n == "lr") o->lr = 0;
-      if (n == "beta1" || n == "lr") continue;
-    }
-    if (n == "scale_parameter" || n == "relative_step" || n == "warmup_init") {
-      if (!k->is_boolean()) return Bad(at, *k, "true or false");
-      (n == "scale_parameter" ? o->scale_parameter
-       : n == "relative_step" ? o->relative_step
-                              : o->warmup_init) = k->get<bool>();
-      continue;
-    }
-    if (n == "eps") {
-      if (!k->is_array() || k->size() != 2 || !(*k)[0].is_number() ||
-          !(*k)[1].is_number()) {
-        return Bad(at, *k, "[eps1, eps2], two numbers in [0, 1e6]");
+// A rule's "params" object (`key` names it): each param as the entry
+// describes it; an unknown one refused naming those it takes.
+absl::StatusOr<TensorRule> ReadTensorRuleParams(const RuleInfo& rule, const json* v,
+                                                const std::string& key) {
+  std::map<std::string, double> given;
+  if (v != nullptr) {
+    if (!v->is_object()) return Bad(key, *v, "an object");
+    for (auto k = v->begin(); k != v->end(); ++k) {
+      const RuleParam* p = rule.FindParam(k.key());
+      const std::string at = absl::StrCat(key, ".", k.key());
+      if (p == nullptr) {
+        std::vector<std::string> names;
+        for (const RuleParam& q : rule.params) names.push_back(q.name);
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config key \"", at, "\": unknown (", rule.types.front(), " takes ",
+            absl::StrJoin(names, ", "), ")"));
       }
-      o->eps1 = (*k)[0].get<double>();
-      o->eps2 = (*k)[1].get<double>();
-      continue;
+      if (k->is_null() && !p->default_is_none) continue;  // null: the default
+      if (!ReadRuleParamJson(*p, *k, &given)) return Bad(at, *k, p->RangeText());
     }
-    double* field = n == "lr"               ? &o->lr
-                    : n == "clip_threshold" ? &o->clip_threshold
-                    : n == "decay_rate"     ? &o->decay_rate
-                    : n == "beta1"          ? &o->beta1
-                    : n == "weight_decay"   ? &o->weight_decay
-                                            : nullptr;
-    if (field == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key \"", at,
-          "\": unknown (want lr, eps, clip_threshold, decay_rate, beta1, "
-          "weight_decay, scale_parameter, relative_step or warmup_init)"));
-    }
-    if (!k->is_number()) return Bad(at, *k, "a number");
-    *field = k->get<double>();
   }
-  return ValidateAdafactorOptions(*o, key);
+  return MakeTensorRule(rule.name, given, key);
 }
 
 // The value of a class's "optimizer" key (`path` is the class's key).
 absl::Status ReadTensorRule(const json& v, const std::string& path,
                             TensorClass c, const json& group, TensorRule* out) {
   const std::string key = absl::StrCat(path, ".optimizer");
+  const std::string types = TensorRuleTypes();
   if (!v.is_object()) {
-    return Bad(key, v,
-               "an object {\"type\": \"Muon\" or \"Adafactor\", \"params\": {...}}");
+    return Bad(key, v, absl::StrCat("an object {\"type\": ", types, ", \"params\": {...}}"));
   }
   for (auto k = v.begin(); k != v.end(); ++k) {
     if (k.key() != "type" && k.key() != "params") {
@@ -101,22 +81,20 @@ absl::Status ReadTensorRule(const json& v, const std::string& path,
   }
   auto type = v.find("type");
   if (type == v.end() || !type->is_string()) {
-    return Bad(key + ".type", type == v.end() ? json() : *type,
-               "\"Muon\" or \"Adafactor\"");
+    return Bad(key + ".type", type == v.end() ? json() : *type, types);
   }
   const std::string name = type->get<std::string>();
-  const bool adafactor = name == "Adafactor" || name == "adafactor";
-  if (name != "Muon" && name != "muon" && !adafactor) {
+  const RuleInfo* rule = FindRuleByType(name);
+  if (rule == nullptr || rule->element_wise()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key \"", key, ".type\": unknown rule \"", name,
-        "\" for a group (want Muon or Adafactor; the element-wise rule of "
+        "\" for a group (want ", types, "; the element-wise rule of "
         "every other tensor is optimizer.type)"));
   }
-  if (!adafactor && c != TensorClass::kMatrix) {
+  if (!rule->matrices_only.empty() && c != TensorClass::kMatrix) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "config key \"", key, "\": Muon is for 2-D hidden matrices (the class "
-        "matrices); ", TensorClassName(c),
-        " stay with optimizer.type, as Muon's authors prescribe"));
+        "config key \"", key, "\": ", rule->matrices_only, "; not ",
+        TensorClassName(c)));
   }
   for (const char* own : {"weight_decay", "lr_scale"}) {
     if (group.contains(own)) {
@@ -125,88 +103,13 @@ absl::Status ReadTensorRule(const json& v, const std::string& path,
           "takes its hyperparameters from ", key, ".params"));
     }
   }
-  TensorRule r;
-  if (adafactor) {
-    r.kind = TensorRuleKind::kAdafactor;
-    if (auto params = v.find("params"); params != v.end()) {
-      RETURN_IF_ERROR(ReadAdafactorParams(*params, key + ".params", &r.adafactor));
-    }
-    *out = r;
-    return absl::OkStatus();
-  }
-  r.kind = TensorRuleKind::kMuon;
-  if (auto params = v.find("params"); params != v.end()) {
-    const std::string pkey = key + ".params";
-    if (!params->is_object()) return Bad(pkey, *params, "an object");
-    for (auto k = params->begin(); k != params->end(); ++k) {
-      const std::string& n = k.key();
-      const std::string at = absl::StrCat(pkey, ".", n);
-      if (n == "nesterov") {
-        if (!k->is_boolean()) return Bad(at, *k, "true or false");
-        r.nesterov = k->get<bool>();
-        continue;
-      }
-      if (n == "ns_precision") {
-        if (!k->is_string() ||
-            (k->get<std::string>() != "fp32" && k->get<std::string>() != "bf16")) {
-          return Bad(at, *k, "\"fp32\" or \"bf16\"");
-        }
-        r.bf16_products = k->get<std::string>() == "bf16";
-        continue;
-      }
-      double* field = n == "lr"             ? &r.lr
-                      : n == "momentum"     ? &r.momentum
-                      : n == "weight_decay" ? &r.weight_decay
-                                            : nullptr;
-      if (field == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config key \"", at,
-            "\": unknown (want lr, momentum, nesterov, weight_decay or "
-            "ns_precision)"));
-      }
-      const char* want = n == "lr"         ? "a number in (0, 1e6]"
-                         : n == "momentum" ? "a number in [0, 1)"
-                                           : "a number in [0, 1e6]";
-      if (!k->is_number()) return Bad(at, *k, want);
-      const double d = k->get<double>();
-      TensorRule probe = r;
-      *(n == "lr" ? &probe.lr : n == "momentum" ? &probe.momentum
-                                                : &probe.weight_decay) = d;
-      if (!ValidateTensorRule(probe, pkey).ok()) return Bad(at, *k, want);
-      *field = d;
-    }
-  }
-  RETURN_IF_ERROR(ValidateTensorRule(r, key + ".params"));
-  *out = r;
+  auto params = v.find("params");
+  ASSIGN_OR_RETURN(*out, ReadTensorRuleParams(*rule, params != v.end() ? &*params : nullptr,
+                                              key + ".params"));
   return absl::OkStatus();
 }
 
 }  // namespace
-
-absl::Status ValidateTensorRule(const TensorRule& rule, absl::string_view what) {
-  if (!rule.active()) return absl::OkStatus();
-  if (rule.kind == TensorRuleKind::kAdafactor) {
-    absl::Status s = ValidateAdafactorOptions(rule.adafactor);
-    if (s.ok()) return s;
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
-  }
-  auto bad = [&](const char* name, double v, const char* want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ".", name, " is ", v, "; want ", want));
-  };
-  if (!std::isfinite(rule.lr) || rule.lr <= 0 || rule.lr > kMaxSetting) {
-    return bad("lr", rule.lr, "a number in (0, 1e6]");
-  }
-  if (!std::isfinite(rule.momentum) || rule.momentum < 0 ||
-      rule.momentum >= 1) {
-    return bad("momentum", rule.momentum, "a number in [0, 1)");
-  }
-  if (!std::isfinite(rule.weight_decay) || rule.weight_decay < 0 ||
-      rule.weight_decay > kMaxSetting) {
-    return bad("weight_decay", rule.weight_decay, "a number in [0, 1e6]");
-  }
-  return absl::OkStatus();
-}
 
 void GiveUnruledClasses(const TensorRule& rule, ParamGroups* groups) {
   groups->single = false;
@@ -297,18 +200,22 @@ absl::StatusOr<ParamGroups> ParseParamGroups(absl::string_view json_text) {
   return out;
 }
 
-absl::StatusOr<AdafactorOptions> ParseAdafactorParams(
-    absl::string_view json_text, absl::string_view key) {
+absl::StatusOr<TensorRule> ParseTensorRule(absl::string_view name,
+                                           absl::string_view params_json,
+                                           absl::string_view key) {
+  const RuleInfo* rule = FindTensorRule(name);
+  if (rule == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key, "\": no rule for whole tensors \"", name, "\""));
+  }
   json v;
   try {
-    v = json::parse(json_text.data(), json_text.data() + json_text.size());
+    v = json::parse(params_json.data(), params_json.data() + params_json.size());
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config key \"", key, "\": not valid JSON: ", e.what()));
   }
-  AdafactorOptions o;
-  RETURN_IF_ERROR(ReadAdafactorParams(v, std::string(key), &o));
-  return o;
+  return ReadTensorRuleParams(*rule, &v, std::string(key));
 }
 
 std::string DescribeParamGroups(const ParamGroups& groups,
@@ -320,24 +227,9 @@ std::string DescribeParamGroups(const ParamGroups& groups,
   std::vector<std::string> parts;
   for (int c = 0; c < kNumTensorClasses; ++c) {
     const GroupSettings& g = groups.classes[c];
-    if (g.rule.kind == TensorRuleKind::kAdafactor) {
-      const AdafactorOptions& a = g.rule.adafactor;
-      parts.push_back(absl::StrCat(
-          TensorClassName(static_cast<TensorClass>(c)), ": Adafactor ",
-          a.relative_step ? (a.warmup_init ? "relative step with warmup"
-                                           : "relative step")
-                          : absl::StrCat("lr ", a.lr),
-          a.first_moment() ? absl::StrCat(", beta1 ", a.beta1) : "",
-          ", weight_decay ", a.weight_decay));
-      continue;
-    }
     if (g.rule.active()) {
-      parts.push_back(absl::StrCat(
-          TensorClassName(static_cast<TensorClass>(c)), ": Muon lr ",
-          g.rule.lr, ", momentum ", g.rule.momentum,
-          g.rule.nesterov ? ", Nesterov" : "", ", weight_decay ",
-          g.rule.weight_decay,
-          g.rule.bf16_products ? ", BF16 Newton-Schulz" : ""));
+      parts.push_back(absl::StrCat(TensorClassName(static_cast<TensorClass>(c)),
+                                   ": ", DescribeTensorRule(g.rule)));
       continue;
     }
     parts.push_back(absl::StrCat(

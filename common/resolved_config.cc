@@ -85,27 +85,12 @@ void VisitConfig(V& v, TrainingConfig& c) {
         v.Field("optimizer_weight_decay", g.classes[k].optimizer_weight_decay);
         v.Field("weight_decay", g.classes[k].weight_decay);
         v.Field("lr_scale", g.classes[k].lr_scale);
+        // A rule of the registry (common/optimizer_rules.h): its name,
+        // then (read after it) every param by keyword.
         v.Object("rule", [&] {
           TensorRule& r = g.classes[k].rule;
-          v.Enum("kind", r.kind, kTensorRuleKindNames);
-          v.Field("lr", r.lr);
-          v.Field("momentum", r.momentum);
-          v.Field("nesterov", r.nesterov);
-          v.Field("weight_decay", r.weight_decay);
-          v.Field("bf16_products", r.bf16_products);
-          v.Object("adafactor", [&] {
-            AdafactorOptions& a = r.adafactor;
-            v.Field("lr", a.lr);
-            v.Field("eps1", a.eps1);
-            v.Field("eps2", a.eps2);
-            v.Field("clip_threshold", a.clip_threshold);
-            v.Field("decay_rate", a.decay_rate);
-            v.Field("beta1", a.beta1);
-            v.Field("weight_decay", a.weight_decay);
-            v.Field("scale_parameter", a.scale_parameter);
-            v.Field("relative_step", a.relative_step);
-            v.Field("warmup_init", a.warmup_init);
-          });
+          v.Field("name", r.name);
+          if (r.active()) v.Field("params", r.params);
         });
       });
     }

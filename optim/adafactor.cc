@@ -9,6 +9,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "optim/whole_tensor_rule.h"
 
 namespace zeroshard {
 namespace {
@@ -128,6 +129,52 @@ absl::Status AdafactorUpdate(const AdafactorOptions& o, uint64_t t,
   }
   if (s.mirror != nullptr) FloatToBf16Array(s.master, s.mirror, n);
   return absl::OkStatus();
+}
+
+namespace {
+
+// The registry's "adafactor" (common/optimizer_rules.h): a tensor of two or
+// more dimensions factored over its last two (Hugging Face's), each slice
+// alone; its state where the entry's tensor_state places it.
+class AdafactorWholeTensor final : public WholeTensorRule {
+ public:
+  absl::string_view name() const override { return "adafactor"; }
+
+  absl::StatusOr<TensorPlan> Plan(const TensorRule&,
+                                  const std::vector<int64_t>& shape) const override {
+    const size_t d = shape.size();
+    if (d == 0) return absl::InvalidArgumentError("has no dimensions");
+    TensorPlan plan{.shape = shape, .rows = shape[0]};
+    if (d >= 2) {
+      plan.rows = shape[d - 2];
+      plan.cols = shape[d - 1];
+      for (size_t k = 0; k + 2 < d; ++k) plan.batch *= shape[k];
+    }
+    return plan;
+  }
+
+  absl::Status Update(const TensorRule& rule, const TensorStep& step,
+                      const TensorPlan& plan, GradView grad,
+                      const TensorArrays& a) const override {
+    const AdafactorOptions o =
+        AdafactorOnSchedule(AdafactorOptionsOf(rule), step.schedule_scale);
+    return AdafactorUpdate(
+        o, step.t, step.coefficient, grad,
+        {.rows = plan.rows, .cols = plan.cols, .batch = plan.batch},
+        {.master = a.master,
+         .row = TensorStateOf(rule, "exp_avg_sq_row", plan, a),
+         .col = TensorStateOf(rule, "exp_avg_sq_col", plan, a),
+         .exp_avg_sq = TensorStateOf(rule, "exp_avg_sq", plan, a),
+         .exp_avg = TensorStateOf(rule, "exp_avg", plan, a),
+         .mirror = a.mirror});
+  }
+};
+
+}  // namespace
+
+const WholeTensorRule& AdafactorTensorRule() {
+  static const AdafactorWholeTensor* const rule = new AdafactorWholeTensor();
+  return *rule;
 }
 
 }  // namespace zeroshard

@@ -20,7 +20,7 @@
 // another order, so the two agree within 1e-5 of the update and 4e-6 of the
 // state, relative, not bit for bit (tests/optim/adafactor_test.cc).
 //
-//   AdafactorOptions o;   // common/adafactor_options.h: Hugging Face's defaults
+//   AdafactorOptions o;   // optim/adafactor_options.h: Hugging Face's defaults
 //   RETURN_IF_ERROR(ValidateAdafactorOptions(o));
 //   RETURN_IF_ERROR(AdafactorUpdate(o, t, coefficient, GradView::Fp32(g),
 //                                   {.rows = R, .cols = C}, state));
@@ -30,7 +30,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "common/adafactor_options.h"
+#include "optim/adafactor_options.h"
 #include "optim/optimizer.h"
 
 namespace zeroshard {

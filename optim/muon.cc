@@ -5,7 +5,9 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "optim/whole_tensor_rule.h"
 
 namespace zeroshard {
 namespace {
@@ -73,6 +75,61 @@ absl::Status MuonUpdate(const MuonStep& step, GradView grad, int64_t rows,
   }
   if (mirror != nullptr) FloatToBf16Array(master, mirror, n);
   return absl::OkStatus();
+}
+
+namespace {
+
+// The registry's "muon" (common/optimizer_rules.h): a weight of two
+// dimensions as it is, one of more flattened to (out, in * kh * kw) with
+// its last two dimensions' shape scale; the momentum in its
+// momentum_buffer.
+class MuonWholeTensor final : public WholeTensorRule {
+ public:
+  absl::string_view name() const override { return "muon"; }
+
+  absl::StatusOr<TensorPlan> Plan(const TensorRule&,
+                                  const std::vector<int64_t>& shape) const override {
+    const size_t d = shape.size();
+    if (d < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "has ", d, " dimension; Muon updates matrices (a weight of more "
+          "dimensions as (out, in * kh * kw), as its published code does)"));
+    }
+    TensorPlan plan{.shape = shape, .rows = shape[0], .cols = shape[1]};
+    if (d > 2) {
+      int64_t numel = 1;
+      for (int64_t k : shape) numel *= k;
+      plan.cols = numel / plan.rows;
+      plan.aspect = static_cast<double>(shape[d - 2]) / shape[d - 1];
+      if (plan.rows > (int64_t{1} << 20) || plan.cols > (int64_t{1} << 20)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "flattens to ", plan.rows, " x ", plan.cols,
+            "; Muon takes at most 2^20 rows and columns"));
+      }
+    }
+    return plan;
+  }
+
+  absl::Status Update(const TensorRule& rule, const TensorStep& step,
+                      const TensorPlan& plan, GradView grad,
+                      const TensorArrays& a) const override {
+    thread_local NewtonSchulzScratch scratch;
+    MuonStep s = MakeMuonStep(
+        rule.Param("lr") * step.schedule_scale, rule.Param("momentum"),
+        rule.Param("weight_decay"), rule.Param("nesterov") != 0, step.coefficient,
+        rule.Param("ns_precision") == 1 ? NsPrecision::kBf16 : NsPrecision::kFp32);
+    s.aspect = plan.aspect;
+    return MuonUpdate(s, grad, plan.rows, plan.cols, a.master,
+                      TensorStateOf(rule, "momentum_buffer", plan, a), a.mirror,
+                      scratch);
+  }
+};
+
+}  // namespace
+
+const WholeTensorRule& MuonTensorRule() {
+  static const MuonWholeTensor* const rule = new MuonWholeTensor();
+  return *rule;
 }
 
 }  // namespace zeroshard

@@ -16,6 +16,9 @@ void BindOptimizerRules(py::module_& m) {
         for (const RuleInfo& r : RegisteredRules()) {
           py::dict d;
           d["name"] = r.name;
+          // "element", or "whole_tensor": a parameter group's rule (Muon,
+          // Adafactor), given by the config, never a torch object.
+          d["scope"] = r.element_wise() ? "element" : "whole_tensor";
           d["kind"] = r.kind == OptimizerKind::kRule ? std::string("rule")
                                                      : OptimizerName(r.kind, "");
           py::list types;
@@ -57,7 +60,7 @@ void BindOptimizerRules(py::module_& m) {
         return out;
       },
       "The registered optimizer rules (common/optimizer_rules.h): a list of "
-      "dicts with name, kind, types, torch_class, params (name, bool, pair, "
+      "dicts with name, scope, kind, types, torch_class, params (name, bool, pair, "
       "common, required, default), fixed ({keyword: value}), mode_param and "
       "slots.");
 }

@@ -31,6 +31,7 @@
 #include "common/layout.h"
 #include "common/optimizer_config.h"
 #include "common/param_groups.h"
+#include "optim/whole_tensor_rule.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/param_group_table.h"
 #include "server/prepared_pushes.h"
@@ -264,15 +265,9 @@ class ModelShard {
   struct WholeTensor {
     std::string name;
     FlatRange range;
-    int64_t rows = 0, cols = 0;  // a 1-D tensor (Adafactor): cols 0
     TensorRule rule;
-    // Muon on a weight of more than two dimensions: rows its first, cols
-    // the product of the others, the shape scale from its last two
-    // (MuonStep::aspect); 0 otherwise.
-    double aspect = 0;
-    // Adafactor on a weight of more than two dimensions: the product of
-    // all but its last two (rows and cols), each slice factored alone.
-    int64_t batch = 1;
+    const WholeTensorRule* update = nullptr;  // the rule's, by name
+    TensorPlan plan;                          // the rule's view of it
   };
   // The tensors of groups with a tensor rule that lie in the owned range;
   // INVALID_ARGUMENT / FAILED_PRECONDITION naming the tensor for one of a

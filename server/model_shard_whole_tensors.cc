@@ -1,8 +1,8 @@
 // The tensors a parameter group's rule updates whole (docs/DESIGN.md,
 // "Rules for whole tensors"): which they are and how each is shaped for its
 // rule (FindWholeTensors, at Init), that a step's pieces cover them
-// (CheckWholeTensorsCovered), and their Muon or Adafactor updates after the
-// element-wise ones (ApplyWholeTensors). Members of ModelShard
+// (CheckWholeTensorsCovered), and their rule's update (optim/
+// whole_tensor_rule.h) after the element-wise ones (ApplyWholeTensors). Members of ModelShard
 // (server/model_shard.h), apart from its other work.
 #include <algorithm>
 #include <string>
@@ -12,10 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "optim/adafactor.h"
-#include "optim/muon.h"
-#include "optim/newton_schulz.h"
 #include "optim/optimizer.h"
+#include "optim/whole_tensor_rule.h"
 #include "server/model_shard.h"
 #include "wire/proto_convert.h"
 
@@ -29,6 +27,7 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
   for (const v1::ParamGroup& g : optimizer.param_groups()) {
     const TensorRule rule = TensorRuleFromProto(g.tensor_rule());
     if (!rule.active()) continue;
+    ASSIGN_OR_RETURN(const WholeTensorRule* update, WholeTensorRuleFor(rule.name));
     for (const v1::FlatRange& pr : g.ranges()) {
       const FlatRange r{pr.offset(), pr.offset() + pr.length()};
       uint64_t covered = 0;
@@ -37,48 +36,22 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
         if (Intersect(tr, r).empty()) continue;
         const std::string what = absl::StrCat(
             "tensor '", t.name, "' of parameter group '", g.name(), "' (",
-            NameOf(kTensorRuleKindNames, rule.kind), ")");
+            rule.name, ")");
         if (!r.Contains(tr)) {
           return absl::InvalidArgumentError(absl::StrCat(
               what, ": the group's range [", r.begin, ", ", r.end,
               ") holds only part of it; a tensor rule updates whole tensors"));
         }
-        const bool muon = rule.kind == TensorRuleKind::kMuon;
-        if (muon && t.shape.size() < 2) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              what, " has ", t.shape.size(),
-              " dimension; Muon updates matrices (a weight of more dimensions "
-              "as (out, in * kh * kw), as its published code does)"));
-        }
-        if (!muon && t.shape.empty()) {
+        const std::vector<int64_t> shape(t.shape.begin(), t.shape.end());
+        absl::StatusOr<TensorPlan> plan = update->Plan(rule, shape);
+        if (!plan.ok()) {
           return absl::InvalidArgumentError(
-              absl::StrCat(what, " has no dimensions"));
+              absl::StrCat(what, " ", plan.status().message()));
         }
-        // Muon: momentum in the first slot. Adafactor: the first moment
-        // there, the second moment in the second slot (a matrix's row
-        // statistics, then its column statistics).
-        // Adafactor factors the last two dimensions, keeping the others
-        // (Hugging Face's): `batch` matrices of rows x cols.
-        const bool matrix = t.shape.size() >= 2;
-        const size_t d = t.shape.size();
-        int64_t batch = 1;
-        for (size_t k = 0; k + 2 < d; ++k) batch *= t.shape[k];
-        const size_t need = muon ? 1 : 2;
-        if (need > slots) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              what, " keeps its state in the element-wise rule's FP32 slots: "
-              "it needs ", need, ", the optimizer's rule has ", slots,
-              " (choose optimizer.type AdamW or Adam)"));
-        }
-        if (!muon && matrix &&
-            batch * (t.shape[d - 2] + t.shape[d - 1]) > static_cast<int64_t>(t.numel)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              what, " is ", batch, " x ", t.shape[d - 2], " x ", t.shape[d - 1],
-              ": its row and column statistics (",
-              batch * (t.shape[d - 2] + t.shape[d - 1]),
-              " values) do not fit its ", t.numel,
-              " elements of slot exp_avg_sq; give it to a group without "
-              "Adafactor"));
+        // Its state in the element-wise rule's slots, where the rule's
+        // entry places it (common/optimizer_rules.h tensor_state).
+        if (absl::Status fits = CheckTensorStateFits(rule, shape, slots); !fits.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(what, " ", fits.message()));
         }
         covered += t.numel;
         if (Intersect(tr, owned).empty()) continue;
@@ -89,25 +62,11 @@ ModelShard::FindWholeTensors(const v1::OptimizerConfig& optimizer,
               owned.end, "): mark it keep_whole in the manifest so that no "
               "server boundary cuts it"));
         }
-        if (muon && t.shape.size() > 2) {
-          const int64_t rows = t.shape[0];
-          const int64_t cols = static_cast<int64_t>(t.numel) / rows;
-          if (rows > (int64_t{1} << 20) || cols > (int64_t{1} << 20)) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                what, " flattens to ", rows, " x ", cols,
-                "; Muon takes at most 2^20 rows and columns"));
-          }
-          out.push_back({t.name, tr, rows, cols, rule,
-                         static_cast<double>(t.shape[d - 2]) / t.shape[d - 1]});
-        } else if (!muon && matrix) {
-          out.push_back({t.name, tr, t.shape[d - 2], t.shape[d - 1], rule, 0, batch});
-        } else {
-          out.push_back({t.name, tr, t.shape[0], matrix ? t.shape[1] : 0, rule});
-        }
+        out.push_back({t.name, tr, rule, update, *std::move(plan)});
       }
       if (covered != r.size()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "parameter group '", g.name(), "' (", NameOf(kTensorRuleKindNames, rule.kind),
+            "parameter group '", g.name(), "' (", rule.name,
             "): range [", r.begin, ", ", r.end,
             ") is not made of whole tensors"));
       }
@@ -134,7 +93,7 @@ absl::Status ModelShard::CheckWholeTensorsCovered(
     if (touched && covered != w.range.size()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "tensor '", w.name, "' is updated whole by its group's ",
-          NameOf(kTensorRuleKindNames, w.rule.kind), " rule: a step's gradient for it must "
+          w.rule.name, " rule: a step's gradient for it must "
           "arrive in one apply (a two-phase commit, as zeroshard-train's "
           "workers make, or one push covering [", w.range.begin, ", ",
           w.range.end, ")); this one holds ", covered, " of its ",
@@ -147,7 +106,6 @@ absl::Status ModelShard::CheckWholeTensorsCovered(
 void ModelShard::ApplyWholeTensors(const StepClaim& claim,
                                    const StepParams& params,
                                    absl::Span<const GradPiece> pieces) {
-  thread_local NewtonSchulzScratch scratch;
   thread_local std::vector<float> grad;
   for (const WholeTensor& w : whole_tensors_) {
     // The tensor's gradient, assembled from the claimed segments (the
@@ -193,39 +151,16 @@ void ModelShard::ApplyWholeTensors(const StepClaim& claim,
                   (w.range.begin - single->range.begin) * sizeof(float)))
             : GradView::Fp32(grad.data());
     // A rule's own lr follows the optimizer's schedule.
-    const double scale = LearningRateAt(optimizer_, adam_t) / optimizer_.lr;
-    if (w.rule.kind == TensorRuleKind::kAdafactor) {
-      const AdafactorOptions o = AdafactorOnSchedule(w.rule.adafactor, scale);
-      const AdafactorShape shape{w.rows, w.cols, w.batch};
-      store_
-          ->UpdateWholeRange(
-              w.range,
-              [&](const StateSlice& s) {
-                return AdafactorUpdate(
-                    o, adam_t, static_cast<float>(params.coefficient), view,
-                    shape,
-                    {.master = s.master,
-                     .row = s.slots[1],
-                     .col = s.slots[1] + w.batch * w.rows,
-                     .exp_avg_sq = s.slots[1],
-                     .exp_avg = s.slots[0],
-                     .mirror = nullptr});
-              })
-          .IgnoreError();  // a failure is the store's fault(): see below
-      continue;
-    }
-    MuonStep step = MakeMuonStep(
-        w.rule.lr * scale, w.rule.momentum, w.rule.weight_decay,
-        w.rule.nesterov, static_cast<float>(params.coefficient),
-        w.rule.bf16_products ? NsPrecision::kBf16 : NsPrecision::kFp32);
-    step.aspect = w.aspect;
-    // The momentum buffer is the element-wise rule's first slot.
+    const TensorStep step{
+        .t = adam_t,
+        .coefficient = static_cast<float>(params.coefficient),
+        .schedule_scale = LearningRateAt(optimizer_, adam_t) / optimizer_.lr};
     store_
         ->UpdateWholeRange(
             w.range,
             [&](const StateSlice& s) {
-              return MuonUpdate(step, view, w.rows, w.cols, s.master,
-                                s.slots[0], /*mirror=*/nullptr, scratch);
+              return w.update->Update(w.rule, step, w.plan, view,
+                                      {.master = s.master, .slots = s.slots});
             })
         // Options and shapes were checked at Init; any failure left is
         // recorded as the store's fault(), which fails the step (Apply).

@@ -238,10 +238,8 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
     p->set_lr_scale(g.lr_scale);
     if (g.rule.active()) {
       v1::TensorRule* t = p->mutable_tensor_rule();
-      t->set_name(std::string(NameOf(kTensorRuleKindNames, g.rule.kind)));
-      for (const auto& [key, value] : TensorRuleParams(g.rule)) {
-        (*t->mutable_params())[key] = value;
-      }
+      t->set_name(g.rule.name);
+      for (const auto& [key, value] : g.rule.params) (*t->mutable_params())[key] = value;
     }
     for (const FlatRange& r : g.ranges) {
       v1::FlatRange* range = p->add_ranges();
@@ -253,125 +251,69 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
 
 namespace {
 
-// A tensor rule's params by keyword (v1::TensorRule.params), each with
-// where its value lives.
-struct TensorParam {
-  const char* name;
-  double TensorRule::*number = nullptr;
-  bool TensorRule::*flag = nullptr;
-  double AdafactorOptions::*a_number = nullptr;
-  bool AdafactorOptions::*a_flag = nullptr;
-};
-
-const std::vector<TensorParam>& TensorParamsOf(TensorRuleKind kind) {
-  static const std::vector<TensorParam>* const kMuon = new std::vector<TensorParam>{
-      {"lr", &TensorRule::lr},
-      {"momentum", &TensorRule::momentum},
-      {"nesterov", nullptr, &TensorRule::nesterov},
-      {"weight_decay", &TensorRule::weight_decay},
-      {"bf16_products", nullptr, &TensorRule::bf16_products}};
-  static const std::vector<TensorParam>* const kAdafactor = new std::vector<TensorParam>{
-      {"lr", nullptr, nullptr, &AdafactorOptions::lr},
-      {"eps1", nullptr, nullptr, &AdafactorOptions::eps1},
-      {"eps2", nullptr, nullptr, &AdafactorOptions::eps2},
-      {"clip_threshold", nullptr, nullptr, &AdafactorOptions::clip_threshold},
-      {"decay_rate", nullptr, nullptr, &AdafactorOptions::decay_rate},
-      {"beta1", nullptr, nullptr, &AdafactorOptions::beta1},
-      {"weight_decay", nullptr, nullptr, &AdafactorOptions::weight_decay},
-      {"scale_parameter", nullptr, nullptr, nullptr, &AdafactorOptions::scale_parameter},
-      {"relative_step", nullptr, nullptr, nullptr, &AdafactorOptions::relative_step},
-      {"warmup_init", nullptr, nullptr, nullptr, &AdafactorOptions::warmup_init}};
-  static const std::vector<TensorParam>* const kNone = new std::vector<TensorParam>;
-  return kind == TensorRuleKind::kMuon        ? *kMuon
-         : kind == TensorRuleKind::kAdafactor ? *kAdafactor
-                                              : *kNone;
+// A tensor rule as the wire carries it: its registry name and its params
+// (common/optimizer_rules.h), the spellings of the first named form read
+// too (bf16_products for ns_precision, eps1 and eps2 for eps, beta1 absent
+// for none); the oldest form, a kind with its own fields, converted.
+absl::StatusOr<TensorRule> ReadTensorRuleProto(const v1::TensorRule& in) {
+  std::map<std::string, double> params;
+  std::string name = in.name();
+  if (name.empty()) {
+    switch (in.kind()) {
+      case v1::TensorRule::NONE:
+        return TensorRule{};
+      case v1::TensorRule::MUON:
+        name = "muon";
+        params = {{"lr", in.lr()},
+                  {"momentum", in.momentum()},
+                  {"nesterov", in.nesterov() ? 1 : 0},
+                  {"weight_decay", in.weight_decay()},
+                  {"ns_precision", in.bf16_products() ? 1 : 0}};
+        break;
+      case v1::TensorRule::ADAFACTOR: {
+        const v1::AdafactorParams& o = in.adafactor();
+        name = "adafactor";
+        params = {{"lr", o.lr()},
+                  {"eps[0]", o.eps1()},
+                  {"eps[1]", o.eps2()},
+                  {"clip_threshold", o.clip_threshold()},
+                  {"decay_rate", o.decay_rate()},
+                  {"beta1", o.has_beta1() ? o.beta1() : -1},
+                  {"weight_decay", o.weight_decay()},
+                  {"scale_parameter", o.scale_parameter() ? 1 : 0},
+                  {"relative_step", o.relative_step() ? 1 : 0},
+                  {"warmup_init", o.warmup_init() ? 1 : 0}};
+        break;
+      }
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor_rule kind ", in.kind(), " is not one this server knows"));
+    }
+  } else {
+    static const std::map<std::string, std::string>* const kFirstSpellings =
+        new std::map<std::string, std::string>{
+            {"bf16_products", "ns_precision"}, {"eps1", "eps[0]"}, {"eps2", "eps[1]"}};
+    for (const auto& [key, value] : in.params()) {
+      auto alias = kFirstSpellings->find(key);
+      params[alias != kFirstSpellings->end() ? alias->second : key] = value;
+    }
+  }
+  if (FindTensorRule(name) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor_rule \"", name, "\" is not one this server knows (", TensorRuleNames(), ")"));
+  }
+  return MakeTensorRule(name, params, absl::StrCat("tensor_rule ", name));
 }
 
 }  // namespace
 
-std::map<std::string, double> TensorRuleParams(const TensorRule& rule) {
-  std::map<std::string, double> out;
-  for (const TensorParam& p : TensorParamsOf(rule.kind)) {
-    if (p.number != nullptr) out[p.name] = rule.*p.number;
-    if (p.flag != nullptr) out[p.name] = rule.*p.flag ? 1 : 0;
-    if (p.a_flag != nullptr) out[p.name] = rule.adafactor.*p.a_flag ? 1 : 0;
-    if (p.a_number != nullptr) {
-      // Adafactor's beta1 is absent without a first moment.
-      if (p.a_number == &AdafactorOptions::beta1 && !rule.adafactor.first_moment()) {
-        continue;
-      }
-      out[p.name] = rule.adafactor.*p.a_number;
-    }
-  }
-  return out;
-}
-
 absl::Status CheckTensorRuleProto(const v1::TensorRule& in) {
-  if (in.name().empty()) {
-    if (!v1::TensorRule::Kind_IsValid(in.kind())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor_rule kind ", in.kind(), " is not one this server knows"));
-    }
-    return absl::OkStatus();
-  }
-  const std::optional<TensorRuleKind> kind = ValueOf(kTensorRuleKindNames, in.name());
-  if (!kind.has_value() || *kind == TensorRuleKind::kNone) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor_rule \"", in.name(), "\" is not one this server knows (muon, adafactor)"));
-  }
-  for (const auto& [key, value] : in.params()) {
-    bool known = false;
-    for (const TensorParam& p : TensorParamsOf(*kind)) known = known || key == p.name;
-    if (!known) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor_rule ", in.name(), ": \"", key, "\" is not one of its params"));
-    }
-  }
-  return absl::OkStatus();
+  return ReadTensorRuleProto(in).status();
 }
 
 TensorRule TensorRuleFromProto(const v1::TensorRule& in) {
-  TensorRule r;
-  if (!in.name().empty()) {
-    const std::optional<TensorRuleKind> kind = ValueOf(kTensorRuleKindNames, in.name());
-    if (!kind.has_value()) return r;  // CheckTensorRuleProto refuses it
-    r.kind = *kind;
-    if (r.kind == TensorRuleKind::kAdafactor) {
-      r.adafactor.beta1 = -1;  // no first moment unless given
-    }
-    for (const TensorParam& p : TensorParamsOf(r.kind)) {
-      auto it = in.params().find(p.name);
-      if (it == in.params().end()) continue;
-      if (p.number != nullptr) r.*p.number = it->second;
-      if (p.flag != nullptr) r.*p.flag = it->second != 0;
-      if (p.a_number != nullptr) r.adafactor.*p.a_number = it->second;
-      if (p.a_flag != nullptr) r.adafactor.*p.a_flag = it->second != 0;
-    }
-    return r;
-  }
-  if (in.kind() == v1::TensorRule::MUON) {
-    r.kind = TensorRuleKind::kMuon;
-    r.lr = in.lr();
-    r.momentum = in.momentum();
-    r.nesterov = in.nesterov();
-    r.weight_decay = in.weight_decay();
-    r.bf16_products = in.bf16_products();
-  }
-  if (in.kind() == v1::TensorRule::ADAFACTOR) {
-    const v1::AdafactorParams& o = in.adafactor();
-    r.kind = TensorRuleKind::kAdafactor;
-    r.adafactor = {.lr = o.lr(),
-                   .eps1 = o.eps1(),
-                   .eps2 = o.eps2(),
-                   .clip_threshold = o.clip_threshold(),
-                   .decay_rate = o.decay_rate(),
-                   .beta1 = o.has_beta1() ? o.beta1() : -1,
-                   .weight_decay = o.weight_decay(),
-                   .scale_parameter = o.scale_parameter(),
-                   .relative_step = o.relative_step(),
-                   .warmup_init = o.warmup_init()};
-  }
-  return r;
+  absl::StatusOr<TensorRule> r = ReadTensorRuleProto(in);
+  return r.ok() ? *std::move(r) : TensorRule{};  // CheckTensorRuleProto refuses it
 }
 
 std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in) {

@@ -37,8 +37,6 @@ TensorRule TensorRuleFromProto(const v1::TensorRule& in);
 // OK for a tensor rule this build knows: a known kind (older writers), or
 // a known name with known params; INVALID_ARGUMENT naming what is not.
 absl::Status CheckTensorRuleProto(const v1::TensorRule& in);
-// A tensor rule's params as v1::TensorRule.params carries them.
-std::map<std::string, double> TensorRuleParams(const TensorRule& rule);
 // The inverse: the groups `in` carries, each with its ranges and their sum.
 std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in);
 

@@ -459,7 +459,7 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
         # latter also from optimizer.type "Adafactor"): the classes decide.
         ruled = [k for k, v in self._cfg["param_groups"].items()
                  if isinstance(v, dict)
-                 and v.get("rule", {}).get("kind", "none") != "none"]
+                 and v.get("rule", {}).get("name", "")]
         if groups is not None and ruled:
             raise ValueError(
                 "model_parameters: parameter groups of your own cannot be "

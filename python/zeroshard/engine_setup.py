@@ -101,7 +101,7 @@ def optimizer_rule(optimizer):
             f"{type(optimizer).__name__} is not a rule the servers run; "
             f"they run {classes} (and DeepSpeed's FusedAdam / "
             "DeepSpeedCPUAdam / DeepSpeedCPUAdagrad), or the config's "
-            f"\"optimizer\" section ({types}, Adafactor, Muon)")
+            f"\"optimizer\" section ({types})")
     return r
 
 

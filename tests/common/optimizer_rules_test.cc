@@ -46,6 +46,89 @@ void ExpectRefused(const std::vector<std::pair<std::string, std::string>>& bad) 
   }
 }
 
+// A rule for whole tensors: found by FindTensorRule alone; its defaults
+// make a valid rule, which round-trips through its params; its state
+// declared in at most AdamW's two slots, each piece placed inside them.
+TEST(OptimizerRulesTest, WholeTensorEntriesAreWellFormed) {
+  int whole = 0;
+  for (const RuleInfo& r : RegisteredRules()) {
+    if (r.element_wise()) continue;
+    SCOPED_TRACE(r.name);
+    ++whole;
+    EXPECT_EQ(FindTensorRule(r.name), &r);
+    EXPECT_EQ(FindRule(r.name), nullptr);
+    EXPECT_EQ(RegisteredRuleNames().find(r.name), std::string::npos);
+    EXPECT_NE(TensorRuleNames().find(r.name), std::string::npos);
+    EXPECT_TRUE(r.slots.empty());
+    ASSERT_FALSE(r.tensor_state.empty());
+    EXPECT_LE(r.SlotsNeeded(), 2u);
+    ASSERT_NE(r.FindParam("weight_decay"), nullptr);
+    absl::StatusOr<TensorRule> rule = MakeTensorRule(r.name, {});
+    ASSERT_TRUE(rule.ok()) << rule.status();
+    EXPECT_EQ(*MakeTensorRule(r.name, rule->params), *rule);
+    EXPECT_TRUE(ValidateTensorRule(*rule, "x").ok());
+    EXPECT_EQ(DescribeTensorRule(*rule).rfind(r.types.front(), 0), 0u);
+    // Every piece of state of a 6 x 5 matrix and of a 7-vector lies inside
+    // its element slot; some applies to each.
+    for (const std::vector<int64_t>& shape :
+         {std::vector<int64_t>{6, 5}, std::vector<int64_t>{7}, std::vector<int64_t>{2, 3, 4}}) {
+      uint64_t numel = 1;
+      for (int64_t d : shape) numel *= d;
+      uint64_t placed = 0;
+      for (const TensorSlot& ts : r.tensor_state) {
+        const TensorSlotPlace p = PlaceTensorSlot(ts, *rule, shape);
+        EXPECT_LE(p.offset + p.count, numel) << ts.name;
+        placed += p.count;
+      }
+      if (!r.matrices_only.empty() && shape.size() < 2) continue;
+      EXPECT_GT(placed, 0u);
+    }
+    // A keyword it does not take, and a value out of range, are refused
+    // naming it.
+    absl::StatusOr<TensorRule> bad = MakeTensorRule(r.name, {{"betas", 0.5}}, "g");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("g.betas"), std::string::npos) << bad.status();
+    bad = MakeTensorRule(r.name, {{"weight_decay", -1}}, "g");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("g.weight_decay"), std::string::npos)
+        << bad.status();
+  }
+  EXPECT_EQ(whole, 2);  // Muon, Adafactor
+  EXPECT_EQ(TensorRuleTypes(), "Muon or Adafactor");
+  // Adafactor's state by its declaration: a 2 x 3 x 4 tensor's 2 x 3 row
+  // statistics then 2 x 4 column statistics in slot 1, the first moment in
+  // slot 0 only with beta1.
+  const RuleInfo& a = *FindTensorRule("adafactor");
+  TensorRule plain = *MakeTensorRule("adafactor", {});
+  TensorRule beta = *MakeTensorRule("adafactor", {{"beta1", 0.9}});
+  auto place = [&](const TensorRule& rule, const char* name,
+                   const std::vector<int64_t>& shape) {
+    for (const TensorSlot& ts : a.tensor_state) {
+      const TensorSlotPlace p = PlaceTensorSlot(ts, rule, shape);
+      if (ts.name == name) return std::vector<uint64_t>{static_cast<uint64_t>(p.slot), p.offset, p.count};
+    }
+    return std::vector<uint64_t>{};
+  };
+  EXPECT_EQ(place(plain, "exp_avg_sq_row", {2, 3, 4}), (std::vector<uint64_t>{1, 0, 6}));
+  EXPECT_EQ(place(plain, "exp_avg_sq_col", {2, 3, 4}), (std::vector<uint64_t>{1, 6, 8}));
+  EXPECT_EQ(place(plain, "exp_avg_sq", {2, 3, 4})[2], 0u);
+  EXPECT_EQ(place(plain, "exp_avg_sq", {7}), (std::vector<uint64_t>{1, 0, 7}));
+  EXPECT_EQ(place(plain, "exp_avg", {7})[2], 0u);
+  EXPECT_EQ(place(beta, "exp_avg", {7}), (std::vector<uint64_t>{0, 0, 7}));
+  // Hugging Face's refusals, by the entry's check.
+  for (const auto& [params, needle] :
+       std::vector<std::pair<std::map<std::string, double>, std::string>>{
+           {{{"lr", 0.1}}, "\"g.lr\": cannot be combined with relative_step"},
+           {{{"relative_step", 0}}, "\"g.lr\": must be a positive number"},
+           {{{"relative_step", 0}, {"lr", 0.1}, {"warmup_init", 1}}, "g.warmup_init"},
+           {{{"decay_rate", 0}}, "g.decay_rate"},
+           {{{"beta1", 1}}, "g.beta1"}}) {
+    absl::StatusOr<TensorRule> r = MakeTensorRule("adafactor", params, "g");
+    ASSERT_FALSE(r.ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status();
+  }
+}
+
 TEST(OptimizerRulesTest, EveryEntryIsWellFormed) {
   std::set<std::string> names, types;
   ASSERT_GE(RegisteredRules().size(), 2u);
@@ -56,6 +139,8 @@ TEST(OptimizerRulesTest, EveryEntryIsWellFormed) {
     for (const std::string& t : r.types) {
       EXPECT_TRUE(types.insert(t).second) << "type " << t << " twice";
     }
+    EXPECT_EQ(FindRuleByType(r.types.front()), &r);
+    if (!r.element_wise()) continue;  // WholeTensorEntriesAreWellFormed
     // Lion and the 8-bit Adams have no torch class; every rule added since
     // has one.
     EXPECT_TRUE(!r.torch_class.empty() || r.kind != OptimizerKind::kRule);
@@ -63,7 +148,7 @@ TEST(OptimizerRulesTest, EveryEntryIsWellFormed) {
     EXPECT_LE(r.slots.size(), 4u);
     ASSERT_NE(r.FindParam("lr"), nullptr);
     EXPECT_EQ(FindRule(r.name), &r);
-    EXPECT_EQ(FindRuleByType(r.types.front()), &r);
+    EXPECT_EQ(FindTensorRule(r.name), nullptr);
     // Its defaults (lr given where required) make a valid config.
     std::map<std::string, double> given;
     if (std::isnan(r.FindParam("lr")->default_value)) given["lr"] = 0.1;
@@ -244,10 +329,10 @@ TEST(OptimizerRulesTest, DeepSpeedsMuonGivesTheMatricesMuonAndTheRestAdamW) {
   EXPECT_EQ(c.optimizer.beta2, 0.95);
   EXPECT_EQ(c.optimizer.eps, 1e-10);
   EXPECT_EQ(c.optimizer.weight_decay, 0.0);
-  EXPECT_EQ(matrices(c).kind, TensorRuleKind::kMuon);
-  EXPECT_EQ(matrices(c).lr, 0.02);
-  EXPECT_EQ(matrices(c).momentum, 0.95);
-  EXPECT_TRUE(matrices(c).nesterov);
+  EXPECT_EQ(matrices(c).name, "muon");
+  EXPECT_EQ(matrices(c).Param("lr"), 0.02);
+  EXPECT_EQ(matrices(c).Param("momentum"), 0.95);
+  EXPECT_EQ(matrices(c).Param("nesterov"), 1);
   for (TensorClass k : {TensorClass::kEmbedding, TensorClass::kBias, TensorClass::kNorm}) {
     EXPECT_FALSE(c.param_groups.classes[static_cast<int>(k)].rule.active());
   }
@@ -255,19 +340,19 @@ TEST(OptimizerRulesTest, DeepSpeedsMuonGivesTheMatricesMuonAndTheRestAdamW) {
       "momentum": 0.9, "weight_decay": 0.1, "betas": [0.8, 0.9], "eps": 1e-8,
       "ns_method": "gram"}})");
   EXPECT_EQ(c.optimizer.lr, 0.01);  // DeepSpeed's lr is both groups'
-  EXPECT_EQ(matrices(c).lr, 0.01);
-  EXPECT_EQ(matrices(c).momentum, 0.9);
-  EXPECT_EQ(matrices(c).weight_decay, 0.1);
+  EXPECT_EQ(matrices(c).Param("lr"), 0.01);
+  EXPECT_EQ(matrices(c).Param("momentum"), 0.9);
+  EXPECT_EQ(matrices(c).Param("weight_decay"), 0.1);
   EXPECT_EQ(c.optimizer.weight_decay, 0.1);
   EXPECT_EQ(c.optimizer.beta1, 0.8);
   EXPECT_EQ(c.optimizer.eps, 1e-8);
   c = parse(R"("optimizer": {"type": "Muon", "params": {"lr": 0.5,
       "muon_lr": 0.03, "adam_lr": 1e-3}})");
-  EXPECT_EQ(matrices(c).lr, 0.03);
+  EXPECT_EQ(matrices(c).Param("lr"), 0.03);
   EXPECT_EQ(c.optimizer.lr, 1e-3);
   c = parse(R"("optimizer": {"type": "Muon"}, "zeroshard": {"param_groups":
       {"matrices": {"optimizer": {"type": "Muon", "params": {"lr": 0.07}}}}})");
-  EXPECT_EQ(matrices(c).lr, 0.07);
+  EXPECT_EQ(matrices(c).Param("lr"), 0.07);
   for (const char* bad : {R"({"type": "Muon", "params": {"momentum": 1}})",
                           R"({"type": "Muon", "params": {"betas": [1, 0.9]}})",
                           R"({"type": "Muon", "params": {"muon_lr": 0}})"}) {

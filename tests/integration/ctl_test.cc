@@ -141,9 +141,28 @@ TEST(CtlTest, InspectNamesEachGroupsRule) {
   r = RunBinary("zeroshard-ctl", {"inspect", servers}, kTimeout);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->status.success()) << r->err;
-  EXPECT_NE(r->out.find("matrices Adafactor relative_step"), std::string::npos)
-      << r->out;
+  EXPECT_NE(r->out.find("matrices Adafactor lr none"), std::string::npos) << r->out;
+  EXPECT_NE(r->out.find("relative_step true"), std::string::npos) << r->out;
   EXPECT_EQ(r->out.find("Muon"), std::string::npos) << r->out;
+  // inspect --tensor names the state as the rule's entry declares it: a
+  // matrix's row and column statistics in exp_avg_sq, no first moment
+  // without beta1.
+  r = RunBinary("zeroshard-ctl", {"inspect", servers, "--tensor=h.0.mlp.c_fc.weight"},
+                kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err << r->out;
+  for (const char* row : {"exp_avg_sq: exp_avg_sq_row", "exp_avg_sq: exp_avg_sq_col",
+                          "updated whole by adafactor",
+                          "not used for this tensor: exp_avg"}) {
+    EXPECT_NE(r->out.find(row), std::string::npos) << row << "\n" << r->out;
+  }
+  EXPECT_EQ(r->out.find("exp_avg_sq: exp_avg_sq\n"), std::string::npos) << r->out;
+  r = RunBinary("zeroshard-ctl", {"inspect", servers, "--tensor=h.0.mlp.c_fc.weight",
+                                  "--state=exp_avg_sq", "--out=" + ::testing::TempDir() + "/x.npy"},
+                kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status.code, 2) << r->err;
+  EXPECT_NE(r->err.find("nothing written"), std::string::npos) << r->err;
 }
 
 TEST(CtlTest, LayoutWorksOffline) {

@@ -151,7 +151,7 @@ TEST(MemoryEstimateTest, WholeTensorsSizeTheLargestServer) {
   ASSERT_TRUE(even.ok()) << even.status();
   EXPECT_DOUBLE_EQ(even->largest_server_params, even->params / 4);
   for (GroupSettings& g : in.param_groups.classes) {
-    g.rule.kind = TensorRuleKind::kAdafactor;
+    g.rule = *MakeTensorRule("adafactor", {});
   }
   absl::StatusOr<MemoryEstimate> whole = EstimateMemory(in);
   ASSERT_TRUE(whole.ok()) << whole.status();

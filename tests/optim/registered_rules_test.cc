@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "optim/update_rule.h"
+#include "optim/whole_tensor_rule.h"
 #include "tests/support/golden_json.h"
 #include "tests/support/test_seed.h"
 
@@ -144,7 +145,7 @@ TEST(RegisteredRulesGoldenTest, EveryRegisteredRuleIsCovered) {
   for (const RuleInfo& r : RegisteredRules()) {
     // The rules with a kind have golden tests of their own (optimizer_test,
     // lion_test, adam8bit_test).
-    if (r.kind != OptimizerKind::kRule) continue;
+    if (r.kind != OptimizerKind::kRule || !r.element_wise()) continue;
     EXPECT_TRUE(covered.count(r.name)) << r.name << " has no golden case";
     OptimizerConfig c;
     c.kind = OptimizerKind::kRule;
@@ -163,6 +164,24 @@ TEST(RegisteredRulesGoldenTest, EveryRegisteredRuleIsCovered) {
   EXPECT_NE(none.status().message().find("sgd, adagrad"), std::string::npos);
 }
 
+// Every rule for whole tensors has its update in this build, found by
+// name; its plan refuses a shape it does not take.
+TEST(RegisteredRulesGoldenTest, EveryWholeTensorRuleHasAnUpdate) {
+  int found = 0;
+  for (const RuleInfo& r : RegisteredRules()) {
+    if (r.element_wise()) continue;
+    absl::StatusOr<const WholeTensorRule*> u = WholeTensorRuleFor(r.name);
+    ASSERT_TRUE(u.ok()) << u.status();
+    EXPECT_EQ((*u)->name(), r.name);
+    const TensorRule rule = *MakeTensorRule(r.name, {});
+    EXPECT_FALSE((*u)->Plan(rule, {}).ok()) << r.name << ": a tensor of no dimensions";
+    EXPECT_TRUE((*u)->Plan(rule, {4, 3}).ok()) << r.name;
+    ++found;
+  }
+  EXPECT_EQ(found, 2);
+  EXPECT_TRUE(absl::IsNotFound(WholeTensorRuleFor("shampoo").status()));
+}
+
 // The comparison can fail: each numeric param of a rule, moved a little
 // (or from 0 to 0.01), makes some case of that rule differ from torch.
 TEST(RegisteredRulesGoldenTest, APerturbedParamIsCaught) {
@@ -170,7 +189,7 @@ TEST(RegisteredRulesGoldenTest, APerturbedParamIsCaught) {
   for (const RuleInfo& r : RegisteredRules()) {
     // The rules with a kind have golden tests of their own (optimizer_test,
     // lion_test, adam8bit_test).
-    if (r.kind != OptimizerKind::kRule) continue;
+    if (r.kind != OptimizerKind::kRule || !r.element_wise()) continue;
     for (const RuleParam& p : r.params) {
       if (p.kind != RuleParam::Kind::kNumber) continue;
       bool caught = false;
@@ -209,7 +228,7 @@ TEST(RegisteredRulesKernelTest, DispatchedEqualsTheReferenceOnRandomInputs) {
   for (const RuleInfo& r : RegisteredRules()) {
     // The rules with a kind have golden tests of their own (optimizer_test,
     // lion_test, adam8bit_test).
-    if (r.kind != OptimizerKind::kRule) continue;
+    if (r.kind != OptimizerKind::kRule || !r.element_wise()) continue;
     std::map<std::string, double> params;
     // Every param off its default where it can be, and its bools both ways.
     for (const bool flags : {false, true}) {

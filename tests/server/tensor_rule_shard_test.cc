@@ -140,8 +140,9 @@ TEST(TensorRuleShardTest, MuonUpdatesEachMatrixWholeFromPiecesOfAnySize) {
     // Each matrix: MuonUpdate on the whole of it, momentum in exp_avg, v
     // untouched; every other tensor moved by AdamW (v > 0).
     NewtonSchulzScratch scratch;
-    const MuonStep step = MakeMuonStep(rule.lr, rule.momentum,
-                                       rule.weight_decay, rule.nesterov, 0.5f);
+    const MuonStep step =
+        MakeMuonStep(rule.Param("lr"), rule.Param("momentum"), rule.Param("weight_decay"),
+                     rule.Param("nesterov") != 0, 0.5f);
     for (const TensorInfo& t : ms->layout.tensors()) {
       if (!own.Contains(t.range())) continue;
       const size_t at = t.offset - own.begin;
@@ -182,8 +183,8 @@ TEST(TensorRuleShardTest, AdafactorUpdatesEachTensorWholeWithItsStateInTheSlots)
           "norms": {"optimizer": {"type": "Adafactor"}}})",
       2, /*mark_whole=*/true);
   ASSERT_TRUE(as.ok()) << as.status();
-  const AdafactorOptions on_matrices = as->groups.classes[0].rule.adafactor;
-  const AdafactorOptions on_norms = as->groups.classes[3].rule.adafactor;
+  const AdafactorOptions on_matrices = AdafactorOptionsOf(as->groups.classes[0].rule);
+  const AdafactorOptions on_norms = AdafactorOptionsOf(as->groups.classes[3].rule);
   ASSERT_EQ(on_matrices.beta1, 0.9);
   ASSERT_TRUE(on_norms.relative_step);
   std::mt19937_64 rng(29);
@@ -292,8 +293,8 @@ TEST(TensorRuleShardTest, MuonTakesAConvolutionKernelFlattened) {
   ASSERT_TRUE(shard.ApplyPush(0, {1.0, false}, push.pieces).ok());
   const testing::ShardState after = testing::ReadState(shard);
   const TensorRule rule = ms->groups.classes[0].rule;
-  MuonStep step = MakeMuonStep(rule.lr, rule.momentum, rule.weight_decay,
-                               rule.nesterov, 1.0f);
+  MuonStep step = MakeMuonStep(rule.Param("lr"), rule.Param("momentum"),
+                               rule.Param("weight_decay"), rule.Param("nesterov") != 0, 1.0f);
   step.aspect = 3.0 / 2.0;
   const TensorInfo& t = ms->layout.tensors()[0];
   std::vector<float> w(before.arrays[0].begin(), before.arrays[0].begin() + t.numel);

@@ -22,6 +22,16 @@
 namespace zeroshard {
 namespace {
 
+// A rule "muon"'s step with its lr at `schedule` times its own.
+MuonStep MuonStepOf(const TensorRule& r, double schedule, float coefficient) {
+  return MakeMuonStep(r.Param("lr") * schedule, r.Param("momentum"),
+                      r.Param("weight_decay"), r.Param("nesterov") != 0, coefficient,
+                      r.Param("ns_precision") == 1 ? NsPrecision::kBf16 : NsPrecision::kFp32);
+}
+
+}  // namespace
+namespace {
+
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) {
@@ -194,9 +204,9 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
                        span.lr_scale);
       const double scale =
           LearningRateAt(config_.optimizer, adam_steps_) / config_.optimizer.lr;
-      if (span.rule.kind == TensorRuleKind::kAdafactor) {
+      if (span.rule.name == "adafactor") {
         RETURN_IF_ERROR(AdafactorOnTensors(
-            AdafactorOnSchedule(span.rule.adafactor, scale), span.range,
+            AdafactorOnSchedule(AdafactorOptionsOf(span.rule), scale), span.range,
                                            static_cast<float>(c.coefficient)));
         continue;
       }
@@ -204,11 +214,7 @@ absl::StatusOr<StepResult> LocalTrainer::Step(uint64_t step) {
         // The config's tensor rule (Muon) on the group's whole matrices, as
         // the servers apply it.
         RETURN_IF_ERROR(MuonOnMatrices(
-            MakeMuonStep(span.rule.lr * scale, span.rule.momentum,
-                         span.rule.weight_decay, span.rule.nesterov,
-                         static_cast<float>(c.coefficient),
-                         span.rule.bf16_products ? NsPrecision::kBf16
-                                                 : NsPrecision::kFp32),
+            MuonStepOf(span.rule, scale, static_cast<float>(c.coefficient)),
             span.range, /*adam_below=*/nullptr));
         continue;
       }
@@ -290,10 +296,7 @@ absl::Status LocalTrainer::UpdateSpan(const AdamStep& step, FlatRange range,
   const double schedule =
       LearningRateAt(config_.optimizer, std::max<uint64_t>(adam_steps_, 1)) /
       config_.optimizer.lr;
-  const MuonStep muon = MakeMuonStep(
-      rule_.muon.lr * schedule, rule_.muon.momentum, rule_.muon.weight_decay,
-      rule_.muon.nesterov, coefficient,
-      rule_.muon.bf16_products ? NsPrecision::kBf16 : NsPrecision::kFp32);
+  const MuonStep muon = MuonStepOf(rule_.muon, schedule, coefficient);
   return MuonOnMatrices(muon, range, &step);
 }
 

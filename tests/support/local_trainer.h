@@ -60,7 +60,7 @@ enum class LocalRule { kAdamW, kAdamW8bit, kMuonWithAdamW, kAdafactor };
 struct LocalRuleOptions {
   LocalRule rule = LocalRule::kAdamW;
   // kMuonWithAdamW: Muon's hyperparameters (the published defaults).
-  TensorRule muon{.kind = TensorRuleKind::kMuon};
+  TensorRule muon = *MakeTensorRule("muon", {});
   AdafactorOptions adafactor;
 };
 

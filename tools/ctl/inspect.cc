@@ -99,23 +99,30 @@ nlohmann::json ToJson(int k, const std::string& address,
                             {"lr_scale", g.lr_scale},
                             {"ranges", g.ranges.size()},
                             {"elems", g.elems}};
-    if (g.rule.kind == TensorRuleKind::kAdafactor) {
-      const AdafactorOptions& a = g.rule.adafactor;
-      group["rule"] = {{"kind", "adafactor"},
-                       {"lr", a.relative_step ? nlohmann::json() : nlohmann::json(a.lr)},
-                       {"relative_step", a.relative_step},
-                       {"beta1", a.first_moment() ? nlohmann::json(a.beta1) : nlohmann::json()},
-                       {"eps", {a.eps1, a.eps2}},
-                       {"clip_threshold", a.clip_threshold},
-                       {"decay_rate", a.decay_rate},
-                       {"scale_parameter", a.scale_parameter},
-                       {"warmup_init", a.warmup_init}};
-    } else if (g.rule.active()) {
-      group["rule"] = {{"kind", std::string(NameOf(kTensorRuleKindNames, g.rule.kind))},
-                       {"lr", g.rule.lr},
-                       {"momentum", g.rule.momentum},
-                       {"nesterov", g.rule.nesterov},
-                       {"ns_precision", g.rule.bf16_products ? "bf16" : "fp32"}};
+    // A rule for whole tensors: its name and every param of its entry
+    // (common/optimizer_rules.h), a choice by its name, none as null.
+    if (const RuleInfo* info = FindTensorRule(g.rule.name)) {
+      nlohmann::json rule = {{"kind", info->name}};
+      for (const RuleParam& p : info->params) {
+        const double v = g.rule.Param(p.name);
+        switch (p.kind) {
+          case RuleParam::Kind::kBool:
+            rule[p.name] = v != 0;
+            break;
+          case RuleParam::Kind::kChoice:
+            rule[p.name] = p.choices[static_cast<size_t>(v)];
+            break;
+          case RuleParam::Kind::kPair:
+            rule[p.name] = {g.rule.Param(p.name + "[0]"), g.rule.Param(p.name + "[1]")};
+            break;
+          case RuleParam::Kind::kNumber:
+            rule[p.name] = p.default_is_none && v == p.default_value
+                               ? nlohmann::json()
+                               : nlohmann::json(v);
+            break;
+        }
+      }
+      group["rule"] = std::move(rule);
     }
     j["param_groups"].push_back(std::move(group));
   }
@@ -130,22 +137,9 @@ std::string DescribeGroups(const ServerStatus& r) {
   }
   std::vector<std::string> parts;
   for (const ResolvedGroup& g : r.param_groups) {
-    if (g.rule.kind == TensorRuleKind::kAdafactor) {
-      const AdafactorOptions& a = g.rule.adafactor;
-      parts.push_back(absl::StrCat(
-          g.name, " Adafactor ",
-          a.relative_step ? std::string("relative_step")
-                          : absl::StrCat("lr ", a.lr),
-          a.first_moment() ? absl::StrCat(" beta1 ", a.beta1) : "",
-          " weight_decay ", a.weight_decay, " (", g.elems,
-          " elems, each tensor whole)"));
-      continue;
-    }
     if (g.rule.active()) {
-      parts.push_back(absl::StrCat(
-          g.name, " Muon lr ", g.rule.lr, " momentum ", g.rule.momentum,
-          g.rule.nesterov ? " Nesterov" : "", " weight_decay ", g.weight_decay,
-          " (", g.elems, " elems, each matrix whole)"));
+      parts.push_back(absl::StrCat(g.name, " ", DescribeTensorRule(g.rule), " (",
+                                   g.elems, " elems, each tensor whole)"));
       continue;
     }
     parts.push_back(absl::StrCat(g.name, " weight_decay ", g.weight_decay,

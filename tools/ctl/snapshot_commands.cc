@@ -1,6 +1,7 @@
 // zeroshard-ctl export and inspect --tensor: a consistent copy of the
 // servers' state at one step, read while training goes on
 // (client/snapshot_reader.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -11,6 +12,7 @@
 #include "tools/ctl/npy.h"
 #include "client/shard_cluster.h"
 #include "common/atomic_file.h"
+#include "common/optimizer_rules.h"
 #include "common/weights_index.h"
 #include "model/arch.h"
 
@@ -155,8 +157,10 @@ int RunInspectTensor(const CtlFlags& flags) {
               static_cast<unsigned long long>(snap->step),
               static_cast<unsigned long long>(view->min_optimizer_step));
   // A tensor of a group with a whole-tensor rule (Muon, Adafactor) keeps
-  // that rule's own state, not the element-wise slots: those rows read
-  // zeros the rule never wrote, so they say so instead.
+  // that rule's own state in the element-wise slots, where the rule's entry
+  // places it (common/optimizer_rules.h tensor_state): its rows name that
+  // state, and the slots' other values, which the rule never wrote, are
+  // not shown.
   const ResolvedGroup* whole = nullptr;
   if (!view->servers.empty()) {
     for (const ResolvedGroup& g : view->servers[0].param_groups) {
@@ -165,43 +169,65 @@ int RunInspectTensor(const CtlFlags& flags) {
       }
     }
   }
+  const RuleInfo* whole_rule = whole != nullptr ? FindTensorRule(whole->rule.name) : nullptr;
   std::vector<std::vector<std::string>> rows = {
       {"state", "l2_norm", "min", "max", "mean"}};
-  std::vector<std::string> not_kept;
-  for (size_t a = 0; a < arrays.size(); ++a) {
-    if (whole != nullptr && arrays[a] != "master") {
-      rows.push_back({arrays[a], "-", "-", "-", "-"});
-      not_kept.push_back(arrays[a]);
-      continue;
-    }
-    const std::vector<float>& v = snap->arrays[a];
+  auto add_row = [&](const std::string& name, const float* v, size_t n) {
     double sq = 0, sum = 0;
-    float lo = v.empty() ? 0 : v[0], hi = lo;
-    for (float x : v) {
-      sq += static_cast<double>(x) * x;
-      sum += x;
-      lo = std::min(lo, x);
-      hi = std::max(hi, x);
+    float lo = n == 0 ? 0 : v[0], hi = lo;
+    for (size_t i = 0; i < n; ++i) {
+      sq += static_cast<double>(v[i]) * v[i];
+      sum += v[i];
+      lo = std::min(lo, v[i]);
+      hi = std::max(hi, v[i]);
     }
-    const double mean = v.empty() ? 0 : sum / static_cast<double>(v.size());
-    rows.push_back({arrays[a],
-                    absl::StrFormat("%.9g", std::sqrt(sq)),
+    const double mean = n == 0 ? 0 : sum / static_cast<double>(n);
+    rows.push_back({name, absl::StrFormat("%.9g", std::sqrt(sq)),
                     absl::StrFormat("%.9g", lo), absl::StrFormat("%.9g", hi),
                     absl::StrFormat("%.9g", mean)});
+  };
+  std::vector<std::string> not_kept;
+  const std::vector<std::string> slot_names = view->StateNames();
+  const std::vector<int64_t> shape(t.shape.begin(), t.shape.end());
+  for (size_t a = 0; a < arrays.size(); ++a) {
+    const std::vector<float>& v = snap->arrays[a];
+    if (whole_rule == nullptr || arrays[a] == "master") {
+      add_row(arrays[a], v.data(), v.size());
+      continue;
+    }
+    // Element slot k (StateNames: master, then the slots in order).
+    const int k = static_cast<int>(
+        std::find(slot_names.begin(), slot_names.end(), arrays[a]) - slot_names.begin()) - 1;
+    bool any = false;
+    for (const TensorSlot& ts : whole_rule->tensor_state) {
+      const TensorSlotPlace place = PlaceTensorSlot(ts, whole->rule, shape);
+      if (place.slot != k || place.count == 0 || place.offset + place.count > v.size()) {
+        continue;
+      }
+      add_row(absl::StrCat(arrays[a], ": ", ts.name), v.data() + place.offset, place.count);
+      any = true;
+    }
+    if (!any) {
+      rows.push_back({arrays[a], "-", "-", "-", "-"});
+      not_kept.push_back(arrays[a]);
+    }
   }
   PrintTable(rows);
-  if (!not_kept.empty()) {
-    std::printf("%s: not kept for this tensor: group '%s' is updated whole "
-                "by %s, which keeps its own state per tensor\n",
-                absl::StrJoin(not_kept, ", ").c_str(), whole->name.c_str(),
-                std::string(NameOf(kTensorRuleKindNames, whole->rule.kind)).c_str());
+  if (whole_rule != nullptr) {
+    std::printf("group '%s' is updated whole by %s, which keeps its own state "
+                "per tensor in the slots (slot: state)%s%s\n",
+                whole->name.c_str(), whole_rule->name.c_str(),
+                not_kept.empty() ? "" : "; not used for this tensor: ",
+                absl::StrJoin(not_kept, ", ").c_str());
+  }
+  if (whole_rule != nullptr && arrays[0] != "master" && !flags.out.empty() &&
+      flags.out != "-") {
+    std::fprintf(stderr, "inspect: --out: %s holds %s's own state for this "
+                 "tensor, not an array of its shape; nothing written\n",
+                 arrays[0].c_str(), whole_rule->name.c_str());
+    return 2;
   }
   if (!flags.out.empty() && flags.out != "-") {
-    if (!not_kept.empty() && not_kept.front() == arrays[0]) {
-      std::fprintf(stderr, "inspect: --out: %s is not kept for this tensor; "
-                   "nothing written\n", arrays[0].c_str());
-      return 2;
-    }
     if (absl::Status s = WriteNpyF32(flags.out, t.shape, snap->arrays[0]);
         !s.ok()) {
       std::fprintf(stderr, "inspect: %s\n", s.ToString().c_str());

@@ -20,6 +20,8 @@
 // vs LocalTrainer) the weights must be bit-identical.
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "model/gpt_manifest.h"
@@ -207,11 +209,8 @@ TEST(EngineParity, NetworkedMatchesLocalTrainerBf16WithAccumulation) {
 // arithmetic as LocalTrainer's, so 1 x 1 is bit for bit, and on 2 servers
 // (the matrices kept whole, so boundaries move) x 2 workers it is close.
 TrainingConfig WithMuonMatrices(TrainingConfig cfg) {
-  TensorRule& muon =
-      cfg.param_groups.classes[static_cast<int>(TensorClass::kMatrix)].rule;
-  muon.kind = TensorRuleKind::kMuon;
-  muon.lr = 0.02;
-  muon.weight_decay = 0.01;
+  cfg.param_groups.classes[static_cast<int>(TensorClass::kMatrix)].rule =
+      *MakeTensorRule("muon", {{"lr", 0.02}, {"weight_decay", 0.01}});
   return cfg;
 }
 
@@ -234,7 +233,7 @@ TEST(EngineParity, MuonOnTheServersMatchesLocalTrainer) {
   // The BF16 iteration: the same on both sides, and not the FP32 one's.
   TrainingConfig bf16 = WithMuonMatrices(one);
   bf16.param_groups.classes[static_cast<int>(TensorClass::kMatrix)]
-      .rule.bf16_products = true;
+      .rule.params["ns_precision"] = 1;  // "bf16"
   ExpectConfigMatchesLocal(bf16, "muon bf16 1x1 vs LocalTrainer");
   ASSERT_OK_AND_ASSIGN(ClusterResult coarse, RunCluster(bf16));
   EXPECT_NE(coarse.weights, muon.weights);
@@ -247,19 +246,15 @@ TEST(EngineParity, MuonOnTheServersMatchesLocalTrainer) {
 // and a first moment (beta1 0: m = u, so its steps are AdamW-sized); on 2
 // servers (the embedding whole on one) x 2 workers it is close.
 TrainingConfig WithAdafactor(TrainingConfig cfg, bool relative_step) {
-  AdafactorOptions a;
+  std::map<std::string, double> a;
   if (relative_step) {
     // Unused by the rule; the checks' scale: its step, 1e-2 x RMS(p).
     cfg.optimizer.lr = 4e-4;
   } else {
-    a.relative_step = false;
-    a.lr = cfg.optimizer.lr;
-    a.beta1 = 0.0;
-    a.scale_parameter = false;
-    a.weight_decay = 0.01;
+    a = {{"relative_step", 0}, {"lr", cfg.optimizer.lr}, {"beta1", 0.0},
+         {"scale_parameter", 0}, {"weight_decay", 0.01}};
   }
-  GiveUnruledClasses(TensorRule{.kind = TensorRuleKind::kAdafactor, .adafactor = a},
-                     &cfg.param_groups);
+  GiveUnruledClasses(*MakeTensorRule("adafactor", a), &cfg.param_groups);
   return cfg;
 }
 

@@ -1,18 +1,19 @@
 // Adafactor's hyperparameters (Shazeer & Stern 2018), with the names and
 // defaults of Hugging Face's `Adafactor` (transformers.optimization): the
-// settings of the arithmetic in optim/adafactor.h, kept here so that the
-// configuration (a parameter group's rule, common/param_groups.h) can hold
-// and check them.
+// settings of the arithmetic in optim/adafactor.h, made from a parameter
+// group's rule (common/optimizer_rules.h, entry "adafactor") by
+// AdafactorOptionsOf.
 //
 //   AdafactorOptions o;                  // Hugging Face's defaults
 //   o.relative_step = false;
 //   o.lr = 1e-3;
 //   RETURN_IF_ERROR(ValidateAdafactorOptions(o));
-#ifndef ZEROSHARD_COMMON_ADAFACTOR_OPTIONS_H_
-#define ZEROSHARD_COMMON_ADAFACTOR_OPTIONS_H_
+#ifndef ZEROSHARD_OPTIM_ADAFACTOR_OPTIONS_H_
+#define ZEROSHARD_OPTIM_ADAFACTOR_OPTIONS_H_
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/optimizer_rules.h"
 
 namespace zeroshard {
 
@@ -42,6 +43,10 @@ struct AdafactorOptions {
 absl::Status ValidateAdafactorOptions(const AdafactorOptions& o,
                                       absl::string_view config_key = "");
 
+// The options of a rule "adafactor" (its params by Hugging Face's names;
+// lr none: 0, beta1 none: -1).
+AdafactorOptions AdafactorOptionsOf(const TensorRule& rule);
+
 }  // namespace zeroshard
 
-#endif  // ZEROSHARD_COMMON_ADAFACTOR_OPTIONS_H_
+#endif  // ZEROSHARD_OPTIM_ADAFACTOR_OPTIONS_H_

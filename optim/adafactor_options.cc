@@ -1,5 +1,5 @@
-// Adafactor's hyperparameters (common/adafactor_options.h).
-#include "common/adafactor_options.h"
+// Adafactor's hyperparameters (optim/adafactor_options.h).
+#include "optim/adafactor_options.h"
 
 #include <cmath>
 #include <string>
@@ -44,6 +44,21 @@ absl::Status ValidateAdafactorOptions(const AdafactorOptions& o,
     return bad("weight_decay", "must be a number in [0, 1e6]");
   }
   return absl::OkStatus();
+}
+
+AdafactorOptions AdafactorOptionsOf(const TensorRule& r) {
+  AdafactorOptions o;
+  o.lr = r.Param("lr");
+  o.eps1 = r.Param("eps[0]");
+  o.eps2 = r.Param("eps[1]");
+  o.clip_threshold = r.Param("clip_threshold");
+  o.decay_rate = r.Param("decay_rate");
+  o.beta1 = r.Param("beta1");
+  o.weight_decay = r.Param("weight_decay");
+  o.scale_parameter = r.Param("scale_parameter") != 0;
+  o.relative_step = r.Param("relative_step") != 0;
+  o.warmup_init = r.Param("warmup_init") != 0;
+  return o;
 }
 
 }  // namespace zeroshard
