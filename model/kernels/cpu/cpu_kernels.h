@@ -1,4 +1,6 @@
-// The CPU kernel set of the GPT worker, forward and backward, in one include.
+// The CPU kernel set of the worker's models (GPT-2; Llama's RMSNorm, rotary
+// embeddings, SwiGLU and grouped key/value heads), forward and backward, in
+// one include.
 //
 // Backend contract (how a CUDA backend slots in): every op
 // is a free function in namespace zeroshard::kernels::cpu over raw pointers;
@@ -28,7 +30,11 @@
 #include "model/kernels/cpu/elementwise.h"
 #include "model/kernels/cpu/embedding.h"
 #include "model/kernels/cpu/gemm.h"
+#include "model/kernels/cpu/grouped_qkv.h"
 #include "model/kernels/cpu/layernorm.h"
 #include "model/kernels/cpu/linear.h"
+#include "model/kernels/cpu/rmsnorm.h"
+#include "model/kernels/cpu/rope.h"
+#include "model/kernels/cpu/swiglu.h"
 
 #endif  // ZEROSHARD_MODEL_KERNELS_CPU_CPU_KERNELS_H_
