@@ -354,6 +354,13 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   RETURN_IF_ERROR(m.Int("width", 1, 1 << 20, &z.model.width));
   RETURN_IF_ERROR(m.Int("vocab", 1, 1 << 24, &z.model.vocab));
   RETURN_IF_ERROR(m.Int("context", 1, 1 << 20, &z.model.context));
+  // Llama's keys (model/llama_arch.h); an architecture without them
+  // refuses them by name (ModelArch::Validate).
+  RETURN_IF_ERROR(m.Int("kv_heads", 1, 4096, &z.model.kv_heads));
+  RETURN_IF_ERROR(m.Int("mlp_width", 1, 1 << 20, &z.model.mlp_width));
+  RETURN_IF_ERROR(m.Double("rope_theta", 1.0 + 1e-9, 1e12, &z.model.rope_theta));
+  RETURN_IF_ERROR(m.Double("norm_eps", 1e-12, 1, &z.model.norm_eps));
+  RETURN_IF_ERROR(m.Bool("tie_embeddings", &z.model.tie_embeddings));
   m.Finish();
   ASSIGN_OR_RETURN(Section d, s.Child("data"));
   // A path list: a string or a list of non-empty strings (globs allowed).

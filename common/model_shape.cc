@@ -33,4 +33,14 @@ absl::Status ValidateModelShape(const ModelShape& s) {
   return absl::OkStatus();
 }
 
+std::string FirstLlamaKeySet(const ModelShape& s) {
+  const ModelShape d;
+  if (s.kv_heads != d.kv_heads) return "kv_heads";
+  if (s.mlp_width != d.mlp_width) return "mlp_width";
+  if (s.rope_theta != d.rope_theta) return "rope_theta";
+  if (s.norm_eps != d.norm_eps) return "norm_eps";
+  if (s.tie_embeddings != d.tie_embeddings) return "tie_embeddings";
+  return "";
+}
+
 }  // namespace zeroshard

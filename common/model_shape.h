@@ -22,7 +22,18 @@ struct ModelShape {
   int vocab = 256;
   int context = 128; // maximum sequence length T
   std::string arch = "gpt2";  // the architecture's name (model/arch.h)
+  // Llama's (arch "llama", model/llama_arch.h); GPT-2 refuses them set.
+  int kv_heads = 0;       // key/value heads; 0: heads (multi-head)
+  int mlp_width = 0;      // the MLP's hidden width F; 0: the arch's default
+  double rope_theta = 10000;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = false;  // the head shares the token embedding
+  friend bool operator==(const ModelShape&, const ModelShape&) = default;
 };
+
+// Whether `shape` sets any of Llama's keys away from their defaults; the
+// first such key's name, for errors ("kv_heads"), or empty.
+std::string FirstLlamaKeySet(const ModelShape& shape);
 
 // The checks that hold for every architecture: a name of lowercase letters,
 // digits, '-' and '_'; every size positive and bounded; width % heads == 0.

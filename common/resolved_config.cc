@@ -144,6 +144,15 @@ void VisitConfig(V& v, TrainingConfig& c) {
       v.Field("width", z.model.width);
       v.Field("vocab", z.model.vocab);
       v.Field("context", z.model.context);
+      // Read after "arch": only an architecture with them writes them, so
+      // GPT-2's canonical form is what it was.
+      if (z.model.arch != "gpt2") {
+        v.Field("kv_heads", z.model.kv_heads);
+        v.Field("mlp_width", z.model.mlp_width);
+        v.Field("rope_theta", z.model.rope_theta);
+        v.Field("norm_eps", z.model.norm_eps);
+        v.Field("tie_embeddings", z.model.tie_embeddings);
+      }
     });
     v.Object("data", [&] {
       v.Field("paths", z.data.paths);

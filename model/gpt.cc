@@ -41,40 +41,9 @@ absl::StatusOr<GptModel> GptModel::Create(const FlatLayout& layout,
         "the flat layout is not the GPT manifest of this model shape");
   }
   GptModel m;
-  m.layout_ = std::make_shared<const FlatLayout>(layout);
+  m.InitDecoder(layout, shape.layers, param_dtype, policy);
   m.shape_ = shape;
-  m.param_dtype_ = param_dtype;
-  m.policy_ = policy;
-  m.inputs_.resize(shape.layers + 1);
-  m.acts_.resize(shape.layers);
   return m;
-}
-
-void GptModel::Clear() {
-  for (ActBuffer& b : inputs_) b.Release();
-  for (BlockActs& a : acts_) a.Release();
-  dx_.Release();
-  phase_ = Phase::kIdle;
-  next_ = 0;
-}
-
-absl::StatusOr<UnitWeights> GptModel::Weights(int unit, const UnitParams& p) const {
-  if (p.dtype != param_dtype_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unit ", unit, ": parameters are ", DTypeName(p.dtype), ", the model trains in ",
-        DTypeName(param_dtype_)));
-  }
-  return UnitWeights::Resolve(*layout_, unit, p);
-}
-
-absl::Status GptModel::CheckGrad(int unit, absl::Span<float> grad) const {
-  const UnitInfo& u = layout_->units()[unit];
-  if (grad.data() == nullptr || grad.size() < u.numel) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unit '", u.name, "': gradient buffer has ", grad.size(),
-        " elements, the unit needs ", u.numel));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status GptModel::Begin(int batch, int seq, absl::Span<const int32_t> tokens,
@@ -103,22 +72,15 @@ absl::Status GptModel::EmbeddingForward(const UnitParams& embedding) {
   return absl::OkStatus();
 }
 
-absl::Status GptModel::BlockForward(int l, const UnitParams& block) {
-  RETURN_IF_ERROR(CheckPhase(Phase::kForward, "BlockForward"));
-  if (l != next_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("BlockForward(", l, ") called; expected block ", next_));
-  }
-  ASSIGN_OR_RETURN(UnitWeights w, Weights(block_unit(l), block));
-  BlockActs acts;
-  RETURN_IF_ERROR(model::BlockForward(dims_, w, inputs_[l], &inputs_[l + 1], &acts,
-                                      mem_.get()));
-  if (policy_.KeepsInternals()) acts_[l] = std::move(acts);
-  // Block inputs other than kept checkpoints are dropped once consumed;
-  // x_L stays for the final unit.
-  if (!policy_.KeepsInput(l)) inputs_[l].Release();
-  ++next_;
-  return absl::OkStatus();
+absl::Status GptModel::ForwardBlock(const UnitWeights& w, const ActBuffer& in,
+                                   ActBuffer* out, BlockActs* acts) {
+  return model::BlockForward(dims_, w, in, out, acts, mem_.get());
+}
+
+absl::Status GptModel::BackwardBlock(const UnitWeights& w, const ActBuffer& in,
+                                    const BlockActs& acts, const float* dy, float* dx,
+                                    float* grad) {
+  return model::BlockBackward(dims_, w, in, acts, dy, dx, grad);
 }
 
 absl::Status GptModel::FinalHeadForward(const UnitWeights& wf, const UnitWeights& we,
@@ -205,56 +167,6 @@ absl::StatusOr<double> GptModel::FinalForwardLoss(const UnitParams& final_params
                                          &loss, f.logits.data()));
   Clear();
   return loss;
-}
-
-bool GptModel::NeedsRecompute(int l) const {
-  return l >= 0 && l < shape_.layers && !acts_[l].held();
-}
-
-int GptModel::RecomputeStart(int l) const {
-  int j = std::clamp(l, 0, shape_.layers - 1);
-  while (j > 0 && inputs_[j].empty()) --j;
-  return j;
-}
-
-absl::Status GptModel::RecomputeBlock(int j, const UnitParams& block) {
-  RETURN_IF_ERROR(CheckPhase(Phase::kBackward, "RecomputeBlock"));
-  if (j < 0 || j > next_ || inputs_[j].empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "RecomputeBlock(", j, "): the block's input is not held (next backward is block ",
-        next_, "; recompute from RecomputeStart)"));
-  }
-  ASSIGN_OR_RETURN(UnitWeights w, Weights(block_unit(j), block));
-  ActBuffer out;
-  BlockActs acts;
-  RETURN_IF_ERROR(model::BlockForward(dims_, w, inputs_[j], &out, &acts, mem_.get()));
-  acts_[j] = std::move(acts);
-  if (j + 1 <= next_ && inputs_[j + 1].empty()) inputs_[j + 1] = std::move(out);
-  return absl::OkStatus();
-}
-
-absl::Status GptModel::BlockBackward(int l, const UnitParams& block,
-                                     absl::Span<float> grad) {
-  RETURN_IF_ERROR(CheckPhase(Phase::kBackward, "BlockBackward"));
-  if (l != next_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("BlockBackward(", l, ") called; expected block ", next_));
-  }
-  if (NeedsRecompute(l) || inputs_[l].empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "BlockBackward(", l, "): activations not held; call RecomputeBlock for blocks ",
-        RecomputeStart(l), "..", l, " first"));
-  }
-  RETURN_IF_ERROR(CheckGrad(block_unit(l), grad));
-  ASSIGN_OR_RETURN(UnitWeights w, Weights(block_unit(l), block));
-  ActBuffer dx_in(mem_.get(), DType::kFp32, dims_.rows() * dims_.width);
-  RETURN_IF_ERROR(model::BlockBackward(dims_, w, inputs_[l], acts_[l], dx_.f32(),
-                                       dx_in.f32(), grad.data()));
-  dx_ = std::move(dx_in);
-  acts_[l].Release();
-  inputs_[l].Release();
-  if (--next_ < 0) phase_ = Phase::kEmbeddingBackward;
-  return absl::OkStatus();
 }
 
 absl::Status GptModel::EmbeddingBackward(absl::Span<float> embedding_grad) {

@@ -52,13 +52,14 @@
 #include "common/layout.h"
 #include "model/activation_buffer.h"
 #include "model/checkpoint_policy.h"
+#include "model/decoder_model.h"
 #include "model/gpt_block.h"
 #include "model/unit_model.h"
 #include "model/unit_weights.h"
 
 namespace zeroshard::model {
 
-class GptModel final : public UnitModel {
+class GptModel final : public DecoderModel<BlockActs> {
  public:
   // `layout` must come from MakeGptManifest(shape, any partition count).
   static absl::StatusOr<GptModel> Create(const FlatLayout& layout,
@@ -66,17 +67,11 @@ class GptModel final : public UnitModel {
                                          DType param_dtype,
                                          const CheckpointPolicy& policy);
 
-  int num_blocks() const override { return shape_.layers; }
-  DType param_dtype() const override { return param_dtype_; }
-  const CheckpointPolicy& policy() const override { return policy_; }
-  const char* device_name() const override { return "cpu"; }
-
   // Starts a micro-batch: tokens and targets [batch, seq] (seq <= context),
   // each in [0, vocab). Drops anything held from an unfinished micro-batch.
   absl::Status Begin(int batch, int seq, absl::Span<const int32_t> tokens,
                      absl::Span<const int32_t> targets) override;
   absl::Status EmbeddingForward(const UnitParams& embedding) override;
-  absl::Status BlockForward(int l, const UnitParams& block) override;
   // ln_f + tied LM head + mean cross-entropy, then their backward. The loss's
   // gradient is multiplied by loss_scale (1 for BF16/FP32; the FP16 dynamic
   // scale), so every gradient is scaled by it. Returns the unscaled loss.
@@ -90,29 +85,15 @@ class GptModel final : public UnitModel {
   // micro-batch (the model is idle again, nothing held for a backward).
   absl::StatusOr<double> FinalForwardLoss(const UnitParams& final_params,
                                           const UnitParams& embedding) override;
-  // Whether block l's internals are missing (must be recomputed first).
-  bool NeedsRecompute(int l) const override;
-  // The first block to recompute before BlockBackward(l): the nearest block
-  // j <= l whose input is held.
-  int RecomputeStart(int l) const override;
-  // Forward of block j again from its held input, keeping its internals and
-  // its output (the input of j+1).
-  absl::Status RecomputeBlock(int j, const UnitParams& block) override;
-  absl::Status BlockBackward(int l, const UnitParams& block,
-                             absl::Span<float> grad) override;
   absl::Status EmbeddingBackward(absl::Span<float> embedding_grad) override;
-
-  // Bytes of activations held now and the peak since the last ResetPeak():
-  // block inputs, block internals, the residual stream and its gradient
-  // (not the transient FP32 scratch of the op being computed).
-  const ActivationMemory& memory() const override { return *mem_; }
-  void ResetPeak() override { mem_->ResetPeak(); }
 
  private:
   GptModel() = default;
-  absl::StatusOr<UnitWeights> Weights(int unit, const UnitParams& p) const;
-  absl::Status CheckGrad(int unit, absl::Span<float> grad) const;
-  void Clear();
+  absl::Status ForwardBlock(const UnitWeights& w, const ActBuffer& in, ActBuffer* out,
+                            BlockActs* acts) override;
+  absl::Status BackwardBlock(const UnitWeights& w, const ActBuffer& in,
+                             const BlockActs& acts, const float* dy, float* dx,
+                             float* grad) override;
   // The final unit's forward, shared by training and validation: x = x_L in
   // FP32, ln = ln_f(x) (mean, rstd for backward), lnq = ln rounded to the
   // activation dtype, logits[M,V] = lnq wte^T.
@@ -123,17 +104,9 @@ class GptModel final : public UnitModel {
   absl::Status FinalHeadForward(const UnitWeights& final_weights,
                                 const UnitWeights& embedding_weights, FinalActs* f) const;
 
-  std::shared_ptr<const FlatLayout> layout_;
   GptShape shape_;
-  DType param_dtype_ = DType::kBf16;
-  CheckpointPolicy policy_;
-  std::unique_ptr<ActivationMemory> mem_ = std::make_unique<ActivationMemory>();
   BlockDims dims_;
   std::vector<int32_t> tokens_, targets_;
-  int next_ = 0;                  // next block to run forward / backward
-  std::vector<ActBuffer> inputs_; // [L + 1]: x_l, kept per policy
-  std::vector<BlockActs> acts_;   // [L]
-  ActBuffer dx_;                  // FP32 gradient of the current block output
 };
 
 }  // namespace zeroshard::model

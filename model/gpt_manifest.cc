@@ -17,6 +17,12 @@ absl::Status ValidateGptShape(const GptShape& s) {
     return absl::InvalidArgumentError(
         absl::StrCat("model arch '", s.arch, "' is not gpt2"));
   }
+  if (const std::string key = FirstLlamaKeySet(s); !key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zeroshard.model.", key, " is Llama's (arch \"llama\"); GPT-2 has none: "
+        "its heads are all key/value heads, its MLP 4 x width, its positions "
+        "learned and its head tied to the token embedding"));
+  }
   return absl::OkStatus();
 }
 
