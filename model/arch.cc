@@ -5,13 +5,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/gpt2_arch.h"
+#include "model/llama_arch.h"
 
 namespace zeroshard::model {
 namespace {
 
 // Every architecture this build knows, by name. Adding one is a line here.
 const std::vector<const ModelArch*>& Registry() {
-  static const std::vector<const ModelArch*> archs = {&Gpt2Arch()};
+  static const std::vector<const ModelArch*> archs = {&Gpt2Arch(), &LlamaArch()};
   return archs;
 }
 

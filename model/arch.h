@@ -4,9 +4,10 @@
 // the manifest the servers receive (with each tensor's init rule and
 // parameter class, so the servers need no model knowledge), the parameter
 // count, the CPU model the engine drives, the activation estimate, and the
-// Hugging Face safetensors names. GPT-2 ("gpt2", model/gpt2_arch.cc) is the
-// one architecture today; adding one is a class here and a line in
-// arch.cc's table (its CUDA model is a case of model/cuda/device_arch.h).
+// Hugging Face safetensors names. GPT-2 ("gpt2", model/gpt2_arch.cc) and
+// Llama ("llama", model/llama_arch.cc, CPU path only so far) are the
+// architectures today; adding one is a class here and a line in arch.cc's
+// table (its CUDA model is a case of model/cuda/device_arch.h).
 //
 //   ASSIGN_OR_RETURN(const model::ModelArch* arch,
 //                    model::FindArch(config.cluster.model.arch));

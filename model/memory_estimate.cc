@@ -229,6 +229,28 @@ double ProcessEstimate::total() const {
   return b;
 }
 
+void CombineActivationPolicy(double layers, double dx, CheckpointPolicy policy,
+                             int k, ActivationEstimate* a) {
+  // None: every input and every block's internals at the end of forward,
+  // then the gradient and the next block's input gradient in backward.
+  a->none = layers * (a->per_block_internals + a->block_input) + 2 * dx + a->block_input;
+  // Per block: every input kept; one block's internals (forward, or the
+  // recompute before its backward) plus its recomputed output.
+  a->every_block = (layers + 1) * a->block_input + a->per_block_internals +
+                   a->block_input + 2 * dx;
+  switch (policy) {
+    case CheckpointPolicy::kNone: a->chosen = a->none; break;
+    case CheckpointPolicy::kEveryBlock: a->chosen = a->every_block; break;
+    case CheckpointPolicy::kEveryK: {
+      const double kk = std::min<double>(k, layers);
+      const double kept = std::ceil(layers / kk) + 1;
+      a->chosen = (kept + kk) * a->block_input + kk * a->per_block_internals + 2 * dx;
+      break;
+    }
+  }
+  a->chosen = std::min(a->chosen, a->none);
+}
+
 ActivationEstimate EstimateActivations(const ModelShape& shape, int micro_batch,
                                        int seq, Precision precision,
                                        CheckpointPolicy policy, int k,
@@ -246,25 +268,7 @@ ActivationEstimate EstimateActivations(const ModelShape& shape, int micro_batch,
   a.per_block_internals = 11 * m * c * s + attention + 4 * m * 4;
   a.block_input = m * c * s;
   const double dx = m * c * 4;  // FP32 gradient of the residual stream
-  // None: every input and every block's internals at the end of forward,
-  // then the gradient and the next block's input gradient in backward.
-  a.none = layers * (a.per_block_internals + a.block_input) + 2 * dx +
-           a.block_input;
-  // Per block: every input kept; one block's internals (forward, or the
-  // recompute before its backward) plus its recomputed output.
-  a.every_block = (layers + 1) * a.block_input + a.per_block_internals +
-                  a.block_input + 2 * dx;
-  switch (policy) {
-    case CheckpointPolicy::kNone: a.chosen = a.none; break;
-    case CheckpointPolicy::kEveryBlock: a.chosen = a.every_block; break;
-    case CheckpointPolicy::kEveryK: {
-      const double kk = std::min<double>(k, layers);
-      const double kept = std::ceil(layers / kk) + 1;
-      a.chosen = (kept + kk) * a.block_input + kk * a.per_block_internals + 2 * dx;
-      break;
-    }
-  }
-  a.chosen = std::min(a.chosen, a.none);
+  CombineActivationPolicy(layers, dx, policy, k, &a);
   // Thread-local FP32 scratch of gpt_block.cc (slots: MC, MC, 4MC, 4MC, 4MC,
   // 3MC), the transient GELU copy (4MC in the compute dtype), linear.cc's
   // BF16 dy (4MC) and the head's x, ln_f and logits (FP32).

@@ -191,6 +191,13 @@ struct MemoryEstimate {
 
 absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input);
 
+// The peaks of each checkpoint policy (none, every_block, chosen) from one
+// block's internals and input (set in `a`), the layers and the FP32
+// gradient of the residual stream (dx bytes): the bookkeeping of
+// model/decoder_model.h, shared by the architectures' estimates.
+void CombineActivationPolicy(double layers, double dx, CheckpointPolicy policy,
+                             int k, ActivationEstimate* a);
+
 // GPT-2's activation peak on one worker (the "gpt2" ModelArch's; exposed for
 // tests): the bytes GptModel::memory() (DeviceGptModel's, with online
 // attention) tracks plus the kernels' FP32 scratch. EstimateMemory asks the

@@ -38,11 +38,12 @@ absl::StatusOr<UnitWeights> UnitWeights::Resolve(const FlatLayout& layout,
     w.numels_.push_back(t.numel);
     std::vector<float> f;
     const bool is_matrix = t.shape.size() == 2;
-    // Embedding tables are read as FP32 rows too (the LM head reads wte as a
-    // matrix in the compute dtype through Matrix()).
+    // The embedding unit's tables (GPT-2's wte and wpe, Llama's
+    // embed_tokens) are read as FP32 rows too; a tied head reads wte as a
+    // matrix in the compute dtype through Matrix().
+    const bool table = unit == 0 && t.param_class == TensorClass::kEmbedding;
     const bool need_f32 = params.dtype != DType::kFp32 &&
-                          (!is_matrix || params.dtype == DType::kFp16 ||
-                           t.name == "wte.weight" || t.name == "wpe.weight");
+                          (!is_matrix || params.dtype == DType::kFp16 || table);
     if (need_f32) {
       f.resize(t.numel);
       const uint16_t* src = static_cast<const uint16_t*>(params.data) + off;

@@ -1,0 +1,199 @@
+// The whole Llama's loss and gradients against a golden fixture made once by
+// PyTorch 1.13 in float64 (tests/fixtures/make_llama_golden.py: Hugging
+// Face's LlamaForCausalLM in plain torch ops, grouped key/value heads,
+// rotary embeddings, SwiGLU, an untied head; BF16-representable weights).
+//
+// Stated tolerances, per tensor, with scale = max |golden grad| of the tensor:
+//   FP32: loss relative 1e-5; every element |g - golden| <= 2e-5 * scale + 1e-7
+//   BF16: loss relative 1e-2; ||g - golden||_2 <= 5e-2 * ||golden||_2
+// Checkpointing (recompute of every block) gives the same bits as none.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "gtest/gtest.h"
+#include "model/arch.h"
+#include "model/gpt_forward_backward.h"
+#include "model/llama.h"
+#include "model/llama_manifest.h"
+
+namespace zeroshard::model {
+namespace {
+
+struct LlamaGolden {
+  ModelShape shape;
+  int batch = 0, seq = 0;
+  std::vector<int32_t> tokens, targets;
+  double loss = 0;
+  std::vector<float> params, grads;  // manifest order, unpadded
+};
+
+bool ReadLlamaGolden(LlamaGolden* g) {
+  std::ifstream in("tests/fixtures/llama_golden.bin", std::ios::binary);
+  if (!in) return false;
+  std::vector<char> b((std::istreambuf_iterator<char>(in)), {});
+  size_t at = 0;
+  auto take = [&](void* dst, size_t n) {
+    if (at + n > b.size()) return false;
+    std::memcpy(dst, b.data() + at, n);
+    at += n;
+    return true;
+  };
+  char magic[8];
+  int32_t dims[10];
+  double theta_eps[2];
+  int64_t n = 0;
+  if (!take(magic, 8) || std::memcmp(magic, "ZSLLMGLD", 8) != 0) return false;
+  if (!take(dims, sizeof(dims)) || !take(theta_eps, sizeof(theta_eps)) || !take(&n, 8)) {
+    return false;
+  }
+  g->shape = ModelShape{.layers = dims[0], .heads = dims[1], .width = dims[3],
+                        .vocab = dims[5], .context = dims[6], .arch = "llama",
+                        .kv_heads = dims[2], .mlp_width = dims[4],
+                        .rope_theta = theta_eps[0], .norm_eps = theta_eps[1],
+                        .tie_embeddings = dims[9] != 0};
+  g->batch = dims[7];
+  g->seq = dims[8];
+  const size_t bt = static_cast<size_t>(g->batch) * g->seq;
+  g->tokens.resize(bt);
+  g->targets.resize(bt);
+  g->params.resize(n);
+  g->grads.resize(n);
+  return take(g->tokens.data(), bt * 4) && take(g->targets.data(), bt * 4) &&
+         take(&g->loss, 8) && take(g->params.data(), n * 4) &&
+         take(g->grads.data(), n * 4) && at == b.size();
+}
+
+class LlamaGoldenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(ReadLlamaGolden(&golden_)) << "cannot read tests/fixtures/llama_golden.bin";
+    // Two partitions, so units carry padding that must be skipped.
+    absl::StatusOr<ModelManifest> manifest = MakeLlamaManifest(golden_.shape, 2);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    absl::StatusOr<FlatLayout> layout = FlatLayout::Create(*manifest, 1, 2);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    layout_.emplace(*layout);
+    ASSERT_EQ(layout_->param_elems(), golden_.params.size());
+    ASSERT_EQ(LlamaParamCount(golden_.shape), golden_.params.size());
+    flat_.assign(layout_->total_elems(), 0.0f);
+    size_t at = 0;
+    for (const TensorInfo& t : layout_->tensors()) {
+      std::copy_n(golden_.params.begin() + at, t.numel, flat_.begin() + t.offset);
+      at += t.numel;
+    }
+  }
+
+  // The loss, and the gradients in manifest order (unpadded).
+  double Run(DType dtype, const CheckpointPolicy& policy, std::vector<float>* grads) {
+    std::vector<uint16_t> half(flat_.size());
+    const void* params = flat_.data();
+    if (dtype == DType::kBf16) {
+      FloatToBf16Array(flat_.data(), half.data(), flat_.size());
+      params = half.data();
+    }
+    absl::StatusOr<const ModelArch*> arch = FindArch("llama");
+    EXPECT_TRUE(arch.ok()) << arch.status();
+    absl::StatusOr<std::unique_ptr<UnitModel>> model =
+        (*arch)->MakeCpuModel(*layout_, golden_.shape, dtype, policy);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return NAN;
+    std::vector<float> flat_grads(layout_->total_elems(), 0.0f);
+    GptBatch batch{golden_.batch, golden_.seq, golden_.tokens, golden_.targets};
+    absl::StatusOr<GptStepResult> r =
+        GptForwardBackward(**model, *layout_, params, batch, 1.0f, absl::MakeSpan(flat_grads));
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return NAN;
+    grads->clear();
+    for (const TensorInfo& t : layout_->tensors()) {
+      grads->insert(grads->end(), flat_grads.begin() + t.offset,
+                    flat_grads.begin() + t.offset + t.numel);
+    }
+    return r->loss;
+  }
+
+  template <typename Fn>
+  void PerTensor(const std::vector<float>& got, Fn check) {
+    size_t at = 0;
+    for (const TensorInfo& t : layout_->tensors()) {
+      check(t.name, got.data() + at, golden_.grads.data() + at, t.numel);
+      at += t.numel;
+    }
+  }
+
+  LlamaGolden golden_;
+  std::optional<FlatLayout> layout_;
+  std::vector<float> flat_;
+};
+
+TEST_F(LlamaGoldenTest, Fp32LossAndGradientsMatchTorch) {
+  std::vector<float> grads;
+  const double loss = Run(DType::kFp32, CheckpointPolicy{}, &grads);
+  EXPECT_NEAR(loss, golden_.loss, 1e-5 * golden_.loss);
+  PerTensor(grads, [&](const std::string& name, const float* g, const float* w, size_t n) {
+    float scale = 0;
+    for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(w[i]));
+    ASSERT_GT(scale, 0.0f) << name << " has an all-zero golden gradient";
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(g[i], w[i], 2e-5f * scale + 1e-7f) << name << "[" << i << "]";
+    }
+  });
+}
+
+TEST_F(LlamaGoldenTest, Bf16StaysWithinItsBounds) {
+  std::vector<float> grads;
+  const double loss = Run(DType::kBf16, CheckpointPolicy{}, &grads);
+  EXPECT_NEAR(loss, golden_.loss, 1e-2 * golden_.loss);
+  PerTensor(grads, [&](const std::string& name, const float* g, const float* w, size_t n) {
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < n; ++i) {
+      err += (g[i] - w[i]) * static_cast<double>(g[i] - w[i]);
+      norm += static_cast<double>(w[i]) * w[i];
+    }
+    EXPECT_LE(std::sqrt(err), 5e-2 * std::sqrt(norm)) << name;
+  });
+}
+
+TEST_F(LlamaGoldenTest, RecomputingEveryBlockGivesTheSameBits) {
+  for (DType dtype : {DType::kFp32, DType::kBf16}) {
+    std::vector<float> plain, recomputed;
+    const double a = Run(dtype, CheckpointPolicy{}, &plain);
+    const double b = Run(dtype, CheckpointPolicy{CheckpointMode::kEveryBlock}, &recomputed);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(plain, recomputed) << DTypeName(dtype);
+  }
+}
+
+// The arch's registry entry: its manifest, count and layout round trip,
+// and GPT-2 refuses Llama's keys by name.
+TEST_F(LlamaGoldenTest, TheArchitectureKnowsItsShape) {
+  absl::StatusOr<const ModelArch*> arch = FindArch("llama");
+  ASSERT_TRUE(arch.ok());
+  EXPECT_EQ((*arch)->ParamCount(golden_.shape), golden_.params.size());
+  absl::StatusOr<ModelShape> back = (*arch)->ShapeOfLayout(*layout_, golden_.shape.heads);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kv_heads, golden_.shape.kv_heads);
+  EXPECT_EQ(back->mlp_width, golden_.shape.mlp_width);
+  EXPECT_EQ(back->tie_embeddings, golden_.shape.tie_embeddings);
+  ModelShape bad = golden_.shape;
+  bad.kv_heads = 3;
+  EXPECT_NE((*arch)->Validate(bad).message().find("kv_heads"), std::string::npos);
+  bad = golden_.shape;
+  bad.heads = 8;
+  bad.width = 40;  // head_dim 5: odd
+  EXPECT_FALSE((*arch)->Validate(bad).ok());
+  ModelShape gpt = ModelShape{};
+  gpt.kv_heads = 2;
+  absl::StatusOr<const ModelArch*> gpt2 = FindArch("gpt2");
+  ASSERT_TRUE(gpt2.ok());
+  EXPECT_NE((*gpt2)->Validate(gpt).message().find("zeroshard.model.kv_heads"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace zeroshard::model
