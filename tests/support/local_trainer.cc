@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "model/arch.h"
 #include "model/gpt_manifest.h"
 #include "common/grad_clip.h"
 #include "common/init_values.h"
@@ -42,7 +43,8 @@ double Since(Clock::time_point t0) {
 
 LocalTrainer::LocalTrainer(const TrainingConfig& config, FlatLayout layout,
                            const BatchSampler* sampler, LossScaler scaler,
-                           model::GptModel model, LocalRuleOptions rule)
+                           std::unique_ptr<model::UnitModel> model,
+                           LocalRuleOptions rule)
     : config_(config),
       layout_(std::move(layout)),
       sampler_(sampler),
@@ -63,17 +65,17 @@ absl::StatusOr<std::unique_ptr<LocalTrainer>> LocalTrainer::Create(
         config.cluster.model.context));
   }
   const int n = config.cluster.workers;
-  ASSIGN_OR_RETURN(ModelManifest manifest,
-                   MakeGptManifest(config.cluster.model, n));
+  // The config's architecture (model/arch.h): GPT-2 or Llama.
+  ASSIGN_OR_RETURN(const model::ModelArch* arch, model::ArchForShape(config.cluster.model));
+  ASSIGN_OR_RETURN(ModelManifest manifest, arch->Manifest(config.cluster.model, n));
   ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(manifest, 1, n));
   ASSIGN_OR_RETURN(LossScaler scaler,
                    LossScaler::Create(LossScalerOptionsFor(config)));
   const model::CheckpointPolicy policy =
       ModelCheckpointPolicy(config.activation_checkpointing);
-  ASSIGN_OR_RETURN(model::GptModel m,
-                   model::GptModel::Create(layout, config.cluster.model,
-                                           ParamDTypeFor(config.precision),
-                                           policy));
+  ASSIGN_OR_RETURN(std::unique_ptr<model::UnitModel> m,
+                   arch->MakeCpuModel(layout, config.cluster.model,
+                                      ParamDTypeFor(config.precision), policy));
   std::unique_ptr<LocalTrainer> t(new LocalTrainer(
       config, std::move(layout), sampler, std::move(scaler), std::move(m),
       rule));
@@ -141,7 +143,7 @@ absl::StatusOr<double> LocalTrainer::MicroBatch(uint64_t step, int micro,
   ASSIGN_OR_RETURN(
       model::GptStepResult r,
       model::GptForwardBackward(
-          model_, layout_, params,
+          *model_, layout_, params,
           {.batch = b, .seq = T, .tokens = inputs_, .targets = targets_},
           static_cast<float>(scaler_.scale()), absl::MakeSpan(micro_grads_)));
   return r.loss;
@@ -373,7 +375,7 @@ absl::StatusOr<double> LocalTrainer::EvalLoss(const BatchSampler& sampler,
     std::fill(micro_grads_.begin(), micro_grads_.end(), 0.0f);
     ASSIGN_OR_RETURN(
         model::GptStepResult r,
-        model::GptForwardBackward(model_, layout_, params,
+        model::GptForwardBackward(*model_, layout_, params,
                                   {.batch = b, .seq = T, .tokens = in,
                                    .targets = tg},
                                   1.0f, absl::MakeSpan(micro_grads_)));

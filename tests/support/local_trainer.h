@@ -95,7 +95,7 @@ class LocalTrainer {
  private:
   LocalTrainer(const TrainingConfig& config, FlatLayout layout,
                const BatchSampler* sampler, LossScaler scaler,
-               model::GptModel model, LocalRuleOptions rule);
+               std::unique_ptr<model::UnitModel> model, LocalRuleOptions rule);
   // Muon on every 2-D matrix inside `range`, and `adam_below`'s AdamW on
   // the rest of it when given (Muon's authors' split).
   absl::Status MuonOnMatrices(const MuonStep& muon, FlatRange range,
@@ -116,7 +116,7 @@ class LocalTrainer {
   const FlatLayout layout_;
   const BatchSampler* sampler_;
   LossScaler scaler_;
-  model::GptModel model_;
+  std::unique_ptr<model::UnitModel> model_;  // the config's architecture
   const DType param_dtype_;
   const int world_;
   const LocalRuleOptions rule_;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tests/worker/engine/engine_cluster.h"
 #include "model/gpt_manifest.h"
 #include "common/init_values.h"
 #include "common/layout.h"
@@ -12,7 +13,7 @@
 namespace zeroshard::testing {
 
 std::vector<float> InitialWeights(const TrainingConfig& cfg) {
-  auto manifest = MakeGptManifest(cfg.cluster.model, cfg.cluster.workers);
+  auto manifest = ManifestFor(cfg);
   auto layout = FlatLayout::Create(*manifest, 1, cfg.cluster.workers);
   std::vector<float> w(layout->total_elems());
   FillInitialValues(*layout, cfg.cluster.seed, cfg.cluster.init_std,
@@ -71,7 +72,7 @@ void ExpectTrainedWeights(const std::vector<float>& weights,
                           const TrainingConfig& cfg, const char* what) {
   const std::vector<float> init = InitialWeights(cfg);
   ASSERT_EQ(weights.size(), init.size()) << what;
-  auto manifest = MakeGptManifest(cfg.cluster.model, cfg.cluster.workers);
+  auto manifest = ManifestFor(cfg);
   auto layout = FlatLayout::Create(*manifest, 1, cfg.cluster.workers);
   ASSERT_TRUE(layout.ok()) << layout.status();
   // Over the tensors' elements: padding receives no gradient and stays 0.

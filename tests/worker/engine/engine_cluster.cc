@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/shard_client.h"
 #include "client/shard_cluster.h"
+#include "model/arch.h"
 #include "model/gpt_manifest.h"
 #include "common/param_groups.h"
 #include "common/layout.h"
@@ -38,8 +39,7 @@ ShardClientOptions ClientOptions(absl::Duration call_timeout) {
 }
 
 absl::StatusOr<FlatLayout> LayoutFor(const TrainingConfig& cfg) {
-  ASSIGN_OR_RETURN(ModelManifest manifest,
-                   MakeGptManifest(cfg.cluster.model, cfg.cluster.workers));
+  ASSIGN_OR_RETURN(ModelManifest manifest, ManifestFor(cfg));
   MarkWholeTensors(cfg.param_groups, &manifest);
   return FlatLayout::Create(manifest, cfg.cluster.servers, cfg.cluster.workers);
 }
@@ -100,6 +100,11 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
 
 }  // namespace
 
+absl::StatusOr<ModelManifest> ManifestFor(const TrainingConfig& cfg) {
+  ASSIGN_OR_RETURN(const model::ModelArch* arch, model::ArchForShape(cfg.cluster.model));
+  return arch->Manifest(cfg.cluster.model, cfg.cluster.workers);
+}
+
 std::string TinyConfigJson(const TinyKnobs& k) {
   std::string precision;
   if (k.precision == "bf16") {
@@ -131,7 +136,11 @@ std::string TinyConfigJson(const TinyKnobs& k) {
 "zeroshard": {
   "model": {"layers": )",
       k.layers, R"(, "heads": )", k.heads, R"(, "width": )", k.width,
-      R"(, "vocab": 256, "context": )", k.context, R"(},
+      R"(, "vocab": 256, "context": )", k.context,
+      k.arch == "gpt2" ? std::string()
+                       : absl::StrCat(R"(, "arch": ")", k.arch, R"(", "kv_heads": )",
+                                      k.kv_heads, R"(, "mlp_width": )", k.mlp_width),
+      R"(},
   "steps": )",
       k.steps, R"(, "seed": 7, "init_std": )",
       absl::StrFormat("%.17g", k.init_std), R"(,

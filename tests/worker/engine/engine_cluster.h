@@ -53,6 +53,9 @@ struct TinyKnobs {
   std::string checkpointing = "none";  // none | every_block | every_k
   int checkpoint_k = 1;
   int layers = 2, heads = 2, width = 128, context = 16;
+  // "llama": its kv_heads and mlp_width too (model/llama_manifest.h).
+  std::string arch = "gpt2";
+  int kv_heads = 1, mlp_width = 192;
   double lr = 1e-3;
   bool warmup_cosine = false;       // WarmupCosineLR over the steps
   int hysteresis = 2;               // fp16
@@ -63,6 +66,8 @@ struct TinyKnobs {
 };
 
 std::string TinyConfigJson(const TinyKnobs& knobs);
+// The manifest of the config's architecture for its workers.
+absl::StatusOr<ModelManifest> ManifestFor(const TrainingConfig& cfg);
 absl::StatusOr<TrainingConfig> TinyConfig(const TinyKnobs& knobs, int servers,
                                           int workers);
 
