@@ -169,6 +169,38 @@ TEST_F(LlamaGoldenTest, RecomputingEveryBlockGivesTheSameBits) {
   }
 }
 
+// A checkpoint in Hugging Face's names and layout (written by the fixture's
+// script, with the rotary buffer older transformers saved) loads into the
+// layout as the very weights torch ran, so its first loss is torch's; the
+// arch writes the same names back, and a file of another shape is refused.
+TEST_F(LlamaGoldenTest, HuggingFaceSafetensorsLoadAsTorchsWeights) {
+  absl::StatusOr<const ModelArch*> arch = FindArch("llama");
+  ASSERT_TRUE(arch.ok());
+  const std::string file = "tests/fixtures/llama_golden.safetensors";
+  ASSERT_TRUE((*arch)->CheckHfSafetensors(file, *layout_).ok());
+  absl::StatusOr<std::vector<float>> read = (*arch)->ReadHfSafetensors(file, *layout_);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, flat_);
+  flat_ = *read;
+  std::vector<float> grads;
+  EXPECT_NEAR(Run(DType::kFp32, CheckpointPolicy{}, &grads), golden_.loss,
+              1e-5 * golden_.loss);
+  const std::string out = ::testing::TempDir() + "/llama_roundtrip.safetensors";
+  ASSERT_TRUE((*arch)->WriteHfSafetensors(out, *layout_, flat_, {}).ok());
+  absl::StatusOr<std::vector<float>> back = (*arch)->ReadHfSafetensors(out, *layout_);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, flat_);
+  ModelShape other = golden_.shape;
+  other.mlp_width = 40;
+  absl::StatusOr<ModelManifest> m = MakeLlamaManifest(other, 2);
+  ASSERT_TRUE(m.ok());
+  absl::StatusOr<FlatLayout> wrong = FlatLayout::Create(*m, 1, 2);
+  ASSERT_TRUE(wrong.ok());
+  absl::Status refused = (*arch)->CheckHfSafetensors(file, *wrong);
+  EXPECT_NE(refused.message().find("has shape"), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("mlp."), std::string::npos) << refused;
+}
+
 // The arch's registry entry: its manifest, count and layout round trip,
 // and GPT-2 refuses Llama's keys by name.
 TEST_F(LlamaGoldenTest, TheArchitectureKnowsItsShape) {
