@@ -362,9 +362,23 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   const bool recompute = input.checkpointing != CheckpointPolicy::kNone;
   double attn = 0, block_params = psi;
   if (input.model.has_value()) {
-    const GptShape& m = *input.model;
+    const ModelShape& m = *input.model;
     attn = 2.0 * m.layers * seq * m.width;  // Kaplan et al.: QKᵀ and AV
-    block_params = m.layers * (12.0 * m.width * m.width + 13.0 * m.width);
+    // The blocks' parameters, the ones a recompute multiplies again: all
+    // but the embedding and final units of the architecture's manifest.
+    absl::StatusOr<const model::ModelArch*> arch = model::ArchForShape(m);
+    absl::StatusOr<ModelManifest> manifest =
+        arch.ok() ? (*arch)->Manifest(m, 1) : absl::StatusOr<ModelManifest>(arch.status());
+    if (manifest.ok()) {
+      block_params = 0;
+      for (size_t u = 1; u + 1 < manifest->units.size(); ++u) {
+        for (const TensorSpec& t : manifest->units[u].tensors) {
+          double n = 1;
+          for (int64_t d : t.shape) n *= static_cast<double>(d);
+          block_params += n;
+        }
+      }
+    }
   }
   const double fwd = 2 * psi + attn;
   st.flops_per_worker =

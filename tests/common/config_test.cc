@@ -2,6 +2,7 @@
 // rule and "auto" resolution, scheduler mapping, warnings for unknown keys,
 // errors that name the key, and the canonical form / fingerprint.
 #include "common/config.h"
+#include "common/resolved_config.h"
 
 #include <algorithm>
 #include <cmath>
@@ -104,6 +105,36 @@ TEST(ConfigTest, ExampleVariantsDifferWhereIntended) {
   EXPECT_EQ(stage2.zero.stage, 2);
   EXPECT_EQ(accum.gradient_accumulation_steps, 4);
   EXPECT_EQ(accum.train_batch_size, base.train_batch_size);
+}
+
+// zeroshard.model's Llama keys: read, named in errors, written in the
+// resolved config only for an architecture that has them (GPT-2's canonical
+// form is what it was), and refused by GPT-2.
+TEST(ConfigTest, LlamaKeysAreReadCheckedAndResolved) {
+  absl::StatusOr<ParsedConfig> p = LoadTrainingConfig("examples/llama-small.json");
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ModelShape& m = p->config.cluster.model;
+  EXPECT_EQ(m.arch, "llama");
+  EXPECT_EQ(m.kv_heads, 2);
+  EXPECT_EQ(m.mlp_width, 320);
+  EXPECT_EQ(m.rope_theta, 10000.0);
+  EXPECT_FALSE(m.tie_embeddings);
+  absl::StatusOr<TrainingConfig> back = ParseResolvedConfig(ResolvedConfigJson(p->config));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->cluster.model, m);
+  EXPECT_EQ(ConfigFingerprint(*back), ConfigFingerprint(p->config));
+  const TrainingConfig gpt = LoadTrainingConfig("examples/gpt-small.json")->config;
+  EXPECT_EQ(ResolvedConfigJson(gpt).find("kv_heads"), std::string::npos);
+  for (const auto& [model, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"kv_heads": 0})", "zeroshard.model.kv_heads"},
+           {R"({"rope_theta": 1})", "zeroshard.model.rope_theta"},
+           {R"({"norm_eps": "small"})", "zeroshard.model.norm_eps"},
+           {R"({"tie_embeddings": 1})", "zeroshard.model.tie_embeddings"}}) {
+    absl::StatusOr<ParsedConfig> bad = ParseTrainingConfig(absl::StrCat(
+        R"({"train_batch_size": 4, "zeroshard": {"model": )", model, "}}"));
+    ASSERT_FALSE(bad.ok()) << model;
+    EXPECT_NE(bad.status().message().find(key), std::string::npos) << bad.status();
+  }
 }
 
 TEST(ConfigTest, MinimalConfigTakesDefaults) {

@@ -274,6 +274,46 @@ TEST(LauncherTest, ARunIsExtendedByResume) {
 
 // --steps=-1, --steps=0 and --servers=-1 used to train the config's 300
 // steps; each is refused before anything starts, naming the flag.
+// examples/llama-small.json's Llama (a smaller one) through zeroshard-train
+// as GPT-2 runs: cut by a checkpoint and resumed on another S x N, it ends
+// bit for bit where the uninterrupted run ends; its weights go out under
+// Hugging Face's Llama names; the closing sample comes from it.
+TEST(LauncherTest, ALlamaTrainsResumesAndWritesHuggingFaceNames) {
+  TrainDir dir("launcher_llama");
+  nlohmann::json cfg = nlohmann::json::parse(ReadFile("examples/llama-small.json"));
+  cfg["zeroshard"]["model"] = {{"arch", "llama"}, {"layers", 2},   {"heads", 4},
+                               {"kv_heads", 2},   {"width", 64},   {"mlp_width", 96},
+                               {"vocab", 256},    {"context", 32}};
+  // One schedule for both runs: the cut run's is the whole run's.
+  cfg["scheduler"]["params"]["warmup_num_steps"] = 2;
+  cfg["scheduler"]["params"]["total_num_steps"] = 12;
+  const std::string whole_config = "--config=" + dir.WriteConfig("w.json", cfg);
+  cfg["zeroshard"]["checkpoint"] = {{"dir", dir.path("ck")}, {"every_steps", 6}};
+  const std::string config = "--config=" + dir.WriteConfig("l.json", cfg);
+  TrainRun whole = RunTrain({whole_config, "--steps=12", "--out=" + dir.path("whole"),
+                             "--quiet", "--save_weights", "--format=safetensors"},
+                            absl::Seconds(300));
+  ASSERT_TRUE(whole.status.success()) << whole.err;
+  EXPECT_FALSE(ReadFile(dir.path("whole/sample.txt")).empty());
+  ASSERT_EQ(ReadMetricsCsv(dir.path("whole/metrics.csv")).size(), 12u);
+  const std::string names = ReadFile(dir.path("whole/weights.safetensors")).substr(0, 4096);
+  for (const char* name : {"model.embed_tokens.weight", "model.layers.1.self_attn.k_proj.weight",
+                           "model.layers.0.mlp.gate_proj.weight", "lm_head.weight"}) {
+    EXPECT_TRUE(absl::StrContains(names, name)) << name;
+  }
+  TrainRun cut = RunTrain({config, "--steps=6", "--out=" + dir.path("cut"), "--quiet",
+                           "--sample=false"},
+                          absl::Seconds(300));
+  ASSERT_TRUE(cut.status.success()) << cut.err;
+  TrainRun resumed = RunTrain({config, "--resume=" + dir.path("ck"), "--servers=1",
+                               "--workers=2", "--steps=12", "--out=" + dir.path("cut"),
+                               "--quiet", "--sample=false", "--save_weights"},
+                              absl::Seconds(300));
+  ASSERT_TRUE(resumed.status.success()) << resumed.err;
+  const WeightDiff d = CompareWeights(ReadWeights(dir.path("cut")), ReadWeights(dir.path("whole")));
+  EXPECT_TRUE(d.bit_identical) << d.worst_tensor << " " << d.max_abs;
+}
+
 TEST(LauncherTest, CountsOutOfRangeAreRefusedNamingTheFlag) {
   TrainDir dir("launcher_range");
   struct Case {

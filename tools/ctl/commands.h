@@ -22,6 +22,10 @@
 
 namespace zeroshard::ctl {
 
+// The model shape of the shape flags (--arch, --layers, ..., and Llama's
+// --kv_heads, --mlp_width, --rope_theta, --norm_eps, --tie_embeddings).
+ModelShape ShapeFromFlags();
+
 struct CtlFlags {
   std::vector<std::string> servers;
   absl::Duration timeout = absl::Seconds(30);

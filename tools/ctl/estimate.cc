@@ -146,19 +146,25 @@ std::optional<int> BuildInput(EstimateInput* in) {
   }
   // Model shape: any shape flag given overrides that field (and asks for a
   // shape when there is no config).
-  const char* shape_flags[] = {"layers", "heads", "width", "vocab", "context"};
+  const char* shape_flags[] = {"arch",     "layers",    "heads",      "width",
+                                "vocab",    "context",   "kv_heads",   "mlp_width",
+                                "rope_theta", "norm_eps", "tie_embeddings"};
   bool any_shape = false;
   for (const char* f : shape_flags) any_shape = any_shape || Given(f);
   if (any_shape) {
-    GptShape s = in->model.value_or(GptShape{
-        absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_heads),
-        absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_vocab),
-        absl::GetFlag(FLAGS_context)});
-    if (Given("layers")) s.layers = absl::GetFlag(FLAGS_layers);
-    if (Given("heads")) s.heads = absl::GetFlag(FLAGS_heads);
-    if (Given("width")) s.width = absl::GetFlag(FLAGS_width);
-    if (Given("vocab")) s.vocab = absl::GetFlag(FLAGS_vocab);
-    if (Given("context")) s.context = absl::GetFlag(FLAGS_context);
+    const ModelShape flags = ShapeFromFlags();
+    ModelShape s = in->model.value_or(flags);
+    if (Given("arch")) s.arch = flags.arch;
+    if (Given("layers")) s.layers = flags.layers;
+    if (Given("heads")) s.heads = flags.heads;
+    if (Given("width")) s.width = flags.width;
+    if (Given("vocab")) s.vocab = flags.vocab;
+    if (Given("context")) s.context = flags.context;
+    if (Given("kv_heads")) s.kv_heads = flags.kv_heads;
+    if (Given("mlp_width")) s.mlp_width = flags.mlp_width;
+    if (Given("rope_theta")) s.rope_theta = flags.rope_theta;
+    if (Given("norm_eps")) s.norm_eps = flags.norm_eps;
+    if (Given("tie_embeddings")) s.tie_embeddings = flags.tie_embeddings;
     in->model = s;
   }
   if (Given("params") && in->model.has_value()) {

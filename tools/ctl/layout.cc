@@ -81,7 +81,7 @@ int RunLayout(const CtlFlags& flags) {
   const FlatLayout& L = *layout;
   if (flags.json) {
     nlohmann::json j;
-    j["shape"] = {{"layers", shape.layers}, {"heads", shape.heads},
+    j["shape"] = {{"arch", shape.arch}, {"layers", shape.layers}, {"heads", shape.heads},
                   {"width", shape.width}, {"vocab", shape.vocab},
                   {"context", shape.context}};
     j["num_servers"] = L.num_servers();
@@ -114,8 +114,8 @@ int RunLayout(const CtlFlags& flags) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("GPT layers=%d heads=%d width=%d vocab=%d context=%d\n",
-              shape.layers, shape.heads, shape.width,
+  std::printf("%s layers=%d heads=%d width=%d vocab=%d context=%d\n",
+              shape.arch.c_str(), shape.layers, shape.heads, shape.width,
               shape.vocab, shape.context);
   std::printf(
       "%llu parameters, padded flat length %llu (%.2f%% padding), "

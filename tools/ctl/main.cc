@@ -30,13 +30,19 @@ ABSL_FLAG(std::string, role, "",
           "otherwise)");
 ABSL_FLAG(std::string, run_id, "ctl", "init / smoke: the run id");
 ABSL_FLAG(bool, json, false, "inspect/layout/sample: print JSON");
-ABSL_FLAG(int, layers, 4, "GPT layers");
-ABSL_FLAG(int, heads, 4, "GPT attention heads");
-ABSL_FLAG(int, width, 128, "GPT width (channels)");
-ABSL_FLAG(int, vocab, 256, "GPT vocabulary size");
-ABSL_FLAG(int, context, 128, "GPT context length");
+ABSL_FLAG(int, layers, 4, "model layers");
+ABSL_FLAG(int, heads, 4, "attention heads");
+ABSL_FLAG(int, width, 128, "model width (channels)");
+ABSL_FLAG(int, vocab, 256, "vocabulary size");
+ABSL_FLAG(int, context, 128, "context length");
 ABSL_FLAG(std::string, arch, "gpt2",
-          "model architecture (zeroshard.model.arch; known: gpt2)");
+          "model architecture (zeroshard.model.arch; known: gpt2, llama)");
+ABSL_FLAG(int, kv_heads, 0, "llama: key/value heads (0: heads)");
+ABSL_FLAG(int, mlp_width, 0, "llama: the MLP's width (0: 2/3 of 4 x width, "
+                             "rounded up to a multiple of 256)");
+ABSL_FLAG(double, rope_theta, 10000, "llama: the rotary embedding's base");
+ABSL_FLAG(double, norm_eps, 1e-5, "llama: RMSNorm's epsilon");
+ABSL_FLAG(bool, tie_embeddings, false, "llama: the head shares the token embedding");
 ABSL_FLAG(int, workers, 0, "Workers (layout/init: partition count, default 1; "
                            "smoke: simulated workers, default the manifest's)");
 ABSL_FLAG(int, num_servers, 0, "layout: servers (default: len(--servers) or 1)");
@@ -75,6 +81,24 @@ ABSL_FLAG(std::string, tensor, "", "inspect: one tensor, e.g. h.0.attn.c_attn.we
 ABSL_FLAG(std::string, state, "", "inspect --tensor: master or one of the "
           "optimizer's state slots (AdamW: exp_avg, exp_avg_sq; default: "
           "all of them)");
+
+namespace zeroshard::ctl {
+
+ModelShape ShapeFromFlags() {
+  return ModelShape{.layers = absl::GetFlag(FLAGS_layers),
+                    .heads = absl::GetFlag(FLAGS_heads),
+                    .width = absl::GetFlag(FLAGS_width),
+                    .vocab = absl::GetFlag(FLAGS_vocab),
+                    .context = absl::GetFlag(FLAGS_context),
+                    .arch = absl::GetFlag(FLAGS_arch),
+                    .kv_heads = absl::GetFlag(FLAGS_kv_heads),
+                    .mlp_width = absl::GetFlag(FLAGS_mlp_width),
+                    .rope_theta = absl::GetFlag(FLAGS_rope_theta),
+                    .norm_eps = absl::GetFlag(FLAGS_norm_eps),
+                    .tie_embeddings = absl::GetFlag(FLAGS_tie_embeddings)};
+}
+
+}  // namespace zeroshard::ctl
 
 namespace {
 
@@ -191,9 +215,7 @@ int main(int argc, char** argv) {
     f.security = *std::move(security);
   }
   f.json = absl::GetFlag(FLAGS_json);
-  f.shape = {absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_heads),
-             absl::GetFlag(FLAGS_width), absl::GetFlag(FLAGS_vocab),
-             absl::GetFlag(FLAGS_context), absl::GetFlag(FLAGS_arch)};
+  f.shape = zeroshard::ctl::ShapeFromFlags();
   f.workers = absl::GetFlag(FLAGS_workers);
   f.num_servers = absl::GetFlag(FLAGS_num_servers);
   f.seed = absl::GetFlag(FLAGS_seed);
