@@ -54,10 +54,11 @@ class ModelArch {
   // Parameters (tensor elements, without padding).
   virtual uint64_t ParamCount(const ModelShape& shape) const = 0;
   // The shape a layout of this architecture was made for (a server's, from
-  // Discover), with `heads` as given where the tensors' shapes do not say
-  // it; INVALID_ARGUMENT when the layout is not one Manifest makes.
+  // Discover); what its tensors do not say (GPT-2: heads; Llama: heads,
+  // context, rope_theta, norm_eps) as `given` says it; INVALID_ARGUMENT when
+  // the layout is not one Manifest makes.
   virtual absl::StatusOr<ModelShape> ShapeOfLayout(const FlatLayout& layout,
-                                                   int heads) const = 0;
+                                                   const ModelShape& given) const = 0;
 
   // The CPU model the engine drives over `layout` (made from Manifest).
   virtual absl::StatusOr<std::unique_ptr<UnitModel>> MakeCpuModel(

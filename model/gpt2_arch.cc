@@ -25,8 +25,8 @@ class Gpt2 final : public ModelArch {
     return MakeGptManifest(shape, partitions);
   }
   absl::StatusOr<ModelShape> ShapeOfLayout(const FlatLayout& layout,
-                                           int heads) const override {
-    absl::StatusOr<ModelShape> s = Gpt2ShapeOfLayout(layout, heads);
+                                           const ModelShape& given) const override {
+    absl::StatusOr<ModelShape> s = Gpt2ShapeOfLayout(layout, given.heads);
     if (s.ok()) s->arch = std::string(name());
     return s;
   }

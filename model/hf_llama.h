@@ -23,7 +23,7 @@ namespace zeroshard {
 
 // The shape a Llama layout was made for, `heads` as given (the tensors do
 // not say it); context, rope_theta and norm_eps are not in the layout and
-// keep ModelShape's defaults. INVALID_ARGUMENT when the layout is not one
+// keep ModelShape's defaults (ModelArch::ShapeOfLayout takes them as given). INVALID_ARGUMENT when the layout is not one
 // MakeLlamaManifest makes.
 absl::StatusOr<ModelShape> LlamaShapeOfLayout(const FlatLayout& layout, int heads);
 

@@ -78,8 +78,15 @@ class Llama final : public ModelArch {
     return MakeLlamaManifest(shape, partitions);
   }
   absl::StatusOr<ModelShape> ShapeOfLayout(const FlatLayout& layout,
-                                           int heads) const override {
-    return LlamaShapeOfLayout(layout, heads);
+                                           const ModelShape& given) const override {
+    absl::StatusOr<ModelShape> s = LlamaShapeOfLayout(layout, given.heads);
+    if (!s.ok()) return s;
+    // Not in the tensors: the positions' reach and the arithmetic's constants.
+    s->context = given.context;
+    s->rope_theta = given.rope_theta;
+    s->norm_eps = given.norm_eps;
+    RETURN_IF_ERROR(ValidateLlamaShape(*s));
+    return s;
   }
   uint64_t ParamCount(const ModelShape& shape) const override {
     return LlamaParamCount(shape);

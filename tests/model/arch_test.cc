@@ -97,7 +97,7 @@ TEST(ArchTest, LlamaIsFoundBehindEverySeam) {
   ASSERT_TRUE(gpt.ok());
   absl::StatusOr<FlatLayout> gpt_layout = FlatLayout::Create(*gpt, 1, 1);
   ASSERT_TRUE(gpt_layout.ok());
-  EXPECT_FALSE((*arch)->ShapeOfLayout(*gpt_layout, 4).ok());
+  EXPECT_FALSE((*arch)->ShapeOfLayout(*gpt_layout, ModelShape{.heads = 4}).ok());
 }
 
 TEST(ArchTest, UnknownNamesAndBadShapesAreRefusedNamingWhatIsKnown) {

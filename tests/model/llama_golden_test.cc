@@ -207,8 +207,9 @@ TEST_F(LlamaGoldenTest, TheArchitectureKnowsItsShape) {
   absl::StatusOr<const ModelArch*> arch = FindArch("llama");
   ASSERT_TRUE(arch.ok());
   EXPECT_EQ((*arch)->ParamCount(golden_.shape), golden_.params.size());
-  absl::StatusOr<ModelShape> back = (*arch)->ShapeOfLayout(*layout_, golden_.shape.heads);
+  absl::StatusOr<ModelShape> back = (*arch)->ShapeOfLayout(*layout_, golden_.shape);
   ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, golden_.shape);
   EXPECT_EQ(back->kv_heads, golden_.shape.kv_heads);
   EXPECT_EQ(back->mlp_width, golden_.shape.mlp_width);
   EXPECT_EQ(back->tie_embeddings, golden_.shape.tie_embeddings);

@@ -104,8 +104,10 @@ int RunSample(const CtlFlags& flags, const CommandLine& command_line) {
   absl::StatusOr<const model::ModelArch*> layout_arch =
       model::ArchOfManifest(layout.manifest());
   if (!layout_arch.ok()) return Fail(1, layout_arch.status().ToString());
-  absl::StatusOr<ModelShape> read_shape =
-      (*layout_arch)->ShapeOfLayout(layout, heads);
+  // What the tensors do not say: the config's, else the shape flags'.
+  ModelShape hint = config_shape.value_or(flags.shape);
+  hint.heads = heads;
+  absl::StatusOr<ModelShape> read_shape = (*layout_arch)->ShapeOfLayout(layout, hint);
   if (!read_shape.ok()) return Fail(1, read_shape.status().ToString());
   const ModelShape& shape = *read_shape;
   if (config_shape.has_value()) {

@@ -64,7 +64,7 @@ int RunExport(const CtlFlags& flags) {
     absl::StatusOr<const model::ModelArch*> found =
         model::ArchOfManifest(layout.manifest());
     absl::Status s = found.status();
-    if (s.ok()) s = (*found)->ShapeOfLayout(layout, /*heads=*/1).status();
+    if (s.ok()) s = (*found)->ShapeOfLayout(layout, ModelShape{.heads = 1}).status();
     if (!s.ok()) {
       std::fprintf(stderr, "export: %s\n", s.ToString().c_str());
       return 1;
