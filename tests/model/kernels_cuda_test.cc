@@ -34,6 +34,7 @@
 #include "model/kernels/cuda/grad_norm.h"
 #include "model/kernels/cuda/layernorm.h"
 #include "model/kernels/cuda/linear.h"
+#include "model/kernels/cuda/llama_ops.h"
 #include "model/kernels/cuda/op_timer.h"
 #include "model/kernels/cuda/online_attention.h"
 #include "model/kernels/cpu/online_attention.h"
@@ -120,6 +121,67 @@ TEST_F(CudaKernelTest, GeluMatchesTheTwin) {
                     std::max(1.0f, std::fabs(dy[i])))
         << x[i] << " dy " << dy[i];
   }
+}
+
+// Llama's ops on the device against their CPU twins: RMSNorm within the
+// reduction order's few ulp (the gain gradient in the twin's order), the
+// rotary embedding and the grouped heads bit for bit (the same table and
+// element function; copies and ordered sums), SwiGLU within expf's ulp.
+TEST_F(CudaKernelTest, LlamaOpsMatchTheirTwins) {
+  ZS_SKIP_WITHOUT_CUDA_DEVICE();
+  SCOPED_TRACE(zeroshard::testing::SeedTrace(seed_));
+  const int64_t m = 96, c = 320;
+  const std::vector<float> x = Random(m * c, 2.0f), g = Random(c), dy = Random(m * c);
+  Dev<float> dx_(x), dg_(g), ddy(dy), dy_out(Sentinel(m * c)), drstd(Sentinel(m));
+  Dev<float> ddx(std::vector<float>(m * c, 0.5f)), ddg(std::vector<float>(c, 0.0f));
+  ASSERT_TRUE(cuda::RmsNormForward(dx_.get(), dg_.get(), m, c, 1e-5f, dy_out.get(),
+                                   drstd.get(), nullptr).ok());
+  std::vector<float> y(m * c), rstd(m), dx(m * c, 0.5f), dgain(c, 0.0f);
+  ASSERT_TRUE(cpu::RmsNormForwardTwin(x.data(), g.data(), m, c, 1e-5f, y.data(),
+                                      rstd.data()).ok());
+  ExpectClose(dy_out.Host(), y, 1e-6f, 2e-6f, "rmsnorm y");
+  ExpectClose(drstd.Host(), rstd, 0, 2e-6f, "rmsnorm rstd");
+  Dev<float> drstd_twin(rstd);
+  ASSERT_TRUE(cuda::RmsNormBackward(ddy.get(), dx_.get(), dg_.get(), drstd_twin.get(), m, c,
+                                    ddx.get(), ddg.get(), nullptr).ok());
+  ASSERT_TRUE(cpu::RmsNormBackwardTwin(dy.data(), x.data(), g.data(), rstd.data(), m, c,
+                                       dx.data(), dgain.data()).ok());
+  ExpectClose(ddx.Host(), dx, 2e-6f, 4e-6f, "rmsnorm dx");
+  ExpectClose(ddg.Host(), dgain, 1e-5f, 1e-5f, "rmsnorm dg");
+
+  const int64_t seq = 16, d = 64, heads = 3, stride = 5 * d, rows = 4 * seq;
+  absl::StatusOr<cpu::RopeTable> t = cpu::RopeTable::Make(seq, d, 10000.0);
+  ASSERT_TRUE(t.ok());
+  const std::vector<float> q = Random(rows * stride);
+  Dev<float> dq(q), dcos(t->cos), dsin(t->sin);
+  ASSERT_TRUE(cuda::RopeApply(dcos.get(), dsin.get(), seq, d, dq.get(), rows, heads, stride,
+                              /*inverse=*/false, nullptr).ok());
+  std::vector<float> rq = q;
+  ASSERT_TRUE(cpu::RopeForward(*t, rq.data(), rows, heads, stride).ok());
+  EXPECT_EQ(dq.Host(), rq);
+
+  const int64_t f = 200;
+  const std::vector<float> gu = Random(m * 2 * f, 4.0f), da = Random(m * f);
+  Dev<float> dgu(gu), dda(da), dact(Sentinel(m * f)), ddgu(Sentinel(m * 2 * f));
+  ASSERT_TRUE(cuda::SwiGluForward(dgu.get(), m, f, dact.get(), nullptr).ok());
+  ASSERT_TRUE(cuda::SwiGluBackward(dgu.get(), dda.get(), m, f, ddgu.get(), nullptr).ok());
+  std::vector<float> act(m * f), dact_h(m * 2 * f);
+  ASSERT_TRUE(cpu::SwiGluForward(gu.data(), m, f, act.data()).ok());
+  ASSERT_TRUE(cpu::SwiGluBackward(gu.data(), da.data(), m, f, dact_h.data()).ok());
+  ExpectClose(dact.Host(), act, 1e-6f, 4e-7f, "swiglu");
+  ExpectClose(ddgu.Host(), dact_h, 1e-6f, 1e-6f, "swiglu grad");
+
+  const cpu::GroupedQkv gq{.heads = 8, .kv_heads = 2, .head_dim = 16};
+  const std::vector<float> compact = Random(m * gq.compact_width());
+  Dev<float> dcompact(compact), dexp(Sentinel(m * gq.expanded_width())),
+      dback(Sentinel(m * gq.compact_width()));
+  ASSERT_TRUE(cuda::ExpandGroupedQkv(gq, dcompact.get(), m, dexp.get(), nullptr).ok());
+  ASSERT_TRUE(cuda::ReduceGroupedQkvGrad(gq, dexp.get(), m, dback.get(), nullptr).ok());
+  std::vector<float> exp(m * gq.expanded_width()), back(m * gq.compact_width());
+  ASSERT_TRUE(cpu::ExpandGroupedQkv(gq, compact.data(), m, exp.data()).ok());
+  ASSERT_TRUE(cpu::ReduceGroupedQkvGrad(gq, exp.data(), m, back.data()).ok());
+  EXPECT_EQ(dexp.Host(), exp);
+  EXPECT_EQ(dback.Host(), back);
 }
 
 TEST_F(CudaKernelTest, ResidualAccumulateAndCastsAreExact) {
@@ -627,6 +689,20 @@ TEST(CudaKernelArgsTest, BadArgumentsAreRefusedBeforeLaunch) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(cuda::GeluForward(nullptr, nullptr, 0, nullptr).ok());
   EXPECT_EQ(cuda::LayerNormForward(x, x, x, 0, 4, x, x, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Llama's ops.
+  EXPECT_EQ(cuda::RmsNormForward(x, x, 1, 4, 0.0f, x, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::RmsNormBackward(x, x, nullptr, x, 1, 4, x, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::RopeApply(x, x, 2, 3, x, 2, 1, 4, false, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::RopeApply(x, x, 2, 2, x, 3, 1, 2, false, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::SwiGluForward(x, 0, 2, x, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::ExpandGroupedQkv({.heads = 3, .kv_heads = 2, .head_dim = 1}, x, 1, x,
+                                   nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   double loss;
   const int32_t t[1] = {0};

@@ -176,5 +176,28 @@ TEST_F(TwinTest, BadSizesAreRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// RMSNorm's twin (the device's order: a row's sums, the gain gradient per
+// channel in row order) against the double reference; RoPE, SwiGLU and the
+// grouped heads' fast CPU paths are their own twins (kernels_llama_test).
+TEST_F(TwinTest, RmsNormTwinMatchesTheReference) {
+  const int64_t m = 37, c = 300;
+  const auto x = Random(m * c, 2.0f), g = Random(c), dy = Random(m * c);
+  std::vector<float> y(m * c), rstd(m), yr(m * c), rstdr(m);
+  ASSERT_TRUE(RmsNormForwardTwin(x.data(), g.data(), m, c, 1e-5f, y.data(), rstd.data()).ok());
+  ASSERT_TRUE(RmsNormForwardReference(x.data(), g.data(), m, c, 1e-5f, yr.data(),
+                                      rstdr.data()).ok());
+  ExpectClose(y, yr, 1e-6f, 2e-6f, "y");
+  ExpectClose(rstd, rstdr, 0, 2e-6f, "rstd");
+  std::vector<float> dx(m * c, 0.5f), dg(c, -0.25f);
+  std::vector<float> dxr = dx, dgr = dg;
+  ASSERT_TRUE(RmsNormBackwardTwin(dy.data(), x.data(), g.data(), rstdr.data(), m, c,
+                                  dx.data(), dg.data()).ok());
+  ASSERT_TRUE(RmsNormBackwardReference(dy.data(), x.data(), g.data(), rstdr.data(), m, c,
+                                       dxr.data(), dgr.data()).ok());
+  ExpectClose(dx, dxr, 2e-6f, 4e-6f, "dx");
+  ExpectClose(dg, dgr, 2e-5f, 2e-5f, "dg");
+  EXPECT_FALSE(RmsNormForwardTwin(x.data(), g.data(), 0, c, 1e-5f, y.data(), rstd.data()).ok());
+}
+
 }  // namespace
 }  // namespace zeroshard::kernels::cpu

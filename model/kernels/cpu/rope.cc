@@ -1,9 +1,11 @@
 #include "model/kernels/cpu/rope.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "model/kernels/cpu/threading.h"
+#include "model/kernels/llama_math.h"
 
 namespace zeroshard::kernels::cpu {
 namespace {
@@ -42,11 +44,13 @@ void RopeRotate(const RopeTable& t, float* x, int64_t m, int64_t heads, int64_t 
           s = t.sin[p * half + i];
         }
         if (inverse) s = -s;
-        const Real a = v[i], b = v[i + half];
-        // Two products and a sum, as torch's q * cos + rotate_half(q) * sin.
-        const Real ac = a * c, bs = b * s, bc = b * c, as = a * s;
-        v[i] = static_cast<float>(ac - bs);
-        v[i + half] = static_cast<float>(bc + as);
+        if constexpr (std::is_same_v<Real, float>) {
+          RopePair(v[i], v[i + half], c, s, &v[i], &v[i + half]);  // the device's
+        } else {
+          const Real a = v[i], b = v[i + half];
+          v[i] = static_cast<float>(a * c - b * s);
+          v[i + half] = static_cast<float>(b * c + a * s);
+        }
       }
     }
   }

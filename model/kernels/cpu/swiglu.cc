@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/kernels/cpu/threading.h"
+#include "model/kernels/llama_math.h"
 
 namespace zeroshard::kernels::cpu {
 namespace {
@@ -56,14 +57,25 @@ void SwiGluGradRows(const float* gu, const float* da, int64_t m, int64_t f, floa
 
 absl::Status SwiGluForward(const float* gu, int64_t m, int64_t f, float* a) {
   if (absl::Status s = SwiGluCheck(m, f); !s.ok()) return s;
-  SwiGluRows<float>(gu, m, f, a);
+#pragma omp parallel for schedule(static) if (ParallelWorth(m * f))
+  for (int64_t i = 0; i < m; ++i) {
+    const float* g = gu + i * 2 * f;
+    for (int64_t j = 0; j < f; ++j) a[i * f + j] = SwiGluElement(g[j], g[f + j]);
+  }
   return absl::OkStatus();
 }
 
 absl::Status SwiGluBackward(const float* gu, const float* da, int64_t m, int64_t f,
                             float* dgu) {
   if (absl::Status s = SwiGluCheck(m, f); !s.ok()) return s;
-  SwiGluGradRows<float>(gu, da, m, f, dgu);
+#pragma omp parallel for schedule(static) if (ParallelWorth(m * f))
+  for (int64_t i = 0; i < m; ++i) {
+    const float* g = gu + i * 2 * f;
+    float* d = dgu + i * 2 * f;
+    for (int64_t j = 0; j < f; ++j) {
+      SwiGluGradElements(g[j], g[f + j], da[i * f + j], &d[j], &d[f + j]);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -8,8 +8,9 @@
 //   RETURN_IF_ERROR(SwiGluForward(gu, M, F, a));
 //   RETURN_IF_ERROR(SwiGluBackward(gu, da, M, F, dgu));
 //
-// FP32; dgu [M, 2F] is written. The fast path uses expf; the *Reference
-// functions compute in double.
+// FP32; dgu [M, 2F] is written. The fast path runs model/kernels/
+// llama_math.h's element functions (expf), as the CUDA kernel does, so it is
+// also the device's twin; the *Reference functions compute in double.
 #ifndef ZEROSHARD_MODEL_KERNELS_CPU_SWIGLU_H_
 #define ZEROSHARD_MODEL_KERNELS_CPU_SWIGLU_H_
 

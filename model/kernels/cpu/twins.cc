@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/kernels/cpu/embedding.h"
 #include "model/kernels/element_math.h"
+#include "model/kernels/llama_math.h"
 
 namespace zeroshard::kernels::cpu {
 namespace {
@@ -84,6 +85,42 @@ absl::Status LayerNormBackwardTwin(const float* dy, const float* x,
   for (int64_t j = 0; j < c; ++j) {
     dgamma[j] += static_cast<float>(dg[j]);
     dbeta[j] += static_cast<float>(db[j]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RmsNormForwardTwin(const float* x, const float* g, int64_t m, int64_t c,
+                                float eps, float* y, float* rstd) {
+  if (absl::Status s = CheckRows("rmsnorm", m, c); !s.ok()) return s;
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * c;
+    double ss = 0;
+    for (int64_t j = 0; j < c; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+    const float rs = RmsNormRstd(static_cast<float>(ss), static_cast<int>(c), eps);
+    for (int64_t j = 0; j < c; ++j) y[i * c + j] = RmsNormElement(xi[j], rs, g[j]);
+    rstd[i] = rs;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RmsNormBackwardTwin(const float* dy, const float* x, const float* g,
+                                 const float* rstd, int64_t m, int64_t c, float* dx,
+                                 float* dg) {
+  if (absl::Status s = CheckRows("rmsnorm", m, c); !s.ok()) return s;
+  for (int64_t i = 0; i < m; ++i) {
+    double dot = 0;
+    for (int64_t j = 0; j < c; ++j) {
+      dot += RmsNormDotTerm(dy[i * c + j], x[i * c + j], rstd[i], g[j]);
+    }
+    const float mean = static_cast<float>(dot) / static_cast<float>(c);
+    for (int64_t j = 0; j < c; ++j) {
+      dx[i * c + j] += RmsNormBackwardElement(dy[i * c + j], x[i * c + j], rstd[i], g[j], mean);
+    }
+  }
+  for (int64_t j = 0; j < c; ++j) {
+    float acc = 0;
+    for (int64_t i = 0; i < m; ++i) acc += dy[i * c + j] * (x[i * c + j] * rstd[i]);
+    dg[j] += acc;
   }
   return absl::OkStatus();
 }

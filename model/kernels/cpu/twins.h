@@ -34,6 +34,18 @@ absl::Status LayerNormBackwardTwin(const float* dy, const float* x,
                                    const float* rstd, int64_t m, int64_t c,
                                    float* dx, float* dgamma, float* dbeta);
 
+// As RmsNormForward / RmsNormBackward (rmsnorm.h; llama_math.h's
+// elements): dx and dg accumulated; dg summed per channel over the rows in
+// order in FP32, then added, as the device's one thread per channel does.
+absl::Status RmsNormForwardTwin(const float* x, const float* g, int64_t m, int64_t c,
+                                float eps, float* y, float* rstd);
+absl::Status RmsNormBackwardTwin(const float* dy, const float* x, const float* g,
+                                 const float* rstd, int64_t m, int64_t c, float* dx,
+                                 float* dg);
+// (SwiGLU's fast CPU path, the rotary embedding's and the grouped heads' run
+// the device's element functions and order already: they are their own
+// twins.)
+
 // As SoftmaxCrossEntropy (cross_entropy.h).
 absl::Status SoftmaxCrossEntropyTwin(const float* logits,
                                      const int32_t* targets, int64_t m,
