@@ -5,6 +5,7 @@ project's own rerunnable form of the comparison of docs/BENCHMARKS.md.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_native.py [--smoke]
         [--shape=demo|wide|both] [--cluster=1x1|2x2] [--reps=R]
+        [--arch=gpt2|llama]
 
 Shapes: "demo", the main job's model (4 layers, 4 heads, width 128,
 context 128, batch 16) and "wide" (8 layers × 512, context 256, batch 4);
@@ -21,7 +22,12 @@ OpenBLAS single-threaded under torch's threads (set here by re-executing
 when absent) — a user's tuned loop. The sides alternate R times; each
 side's best is kept.
 
-Prints one line per shape and ends with "torch-native ratio=X target=1.5":
+With --arch=llama both sides train a Llama instead (examples/llama-small.json
+on the native side; bench/torch_llama.py, Hugging Face's eager
+LlamaForCausalLM in plain torch, on the torch side): key/value heads half
+the heads, the MLP 2.5 x width, an untied head; the target is then 1.2.
+
+Prints one line per shape and ends with "torch-native ratio=X target=T":
 the native tokens/s over torch's, the lower over the shapes measured.
 """
 
@@ -56,6 +62,7 @@ def parse(argv):
     ap.add_argument("--cluster", default="1x1", choices=["1x1", "2x2"],
                     help="the native side's servers x workers")
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--arch", default="gpt2", choices=["gpt2", "llama"])
     ap.add_argument("--smoke", action="store_true",
                     help="a tiny shape, one rep: checks that it runs")
     a = ap.parse_args(argv)
@@ -72,12 +79,18 @@ def bin_dir():
     return d
 
 
-def native_tokens_per_s(shape, cluster, work):
+def llama_dims(width, heads):
+    """The Llama's key/value heads and MLP width for a shape."""
+    return max(1, heads // 2), (5 * width // 2 + 63) // 64 * 64
+
+
+def native_tokens_per_s(shape, cluster, work, arch):
     """zeroshard-train on the shape; the median tokens/s of its steps after
     the first SKIP, from metrics.csv."""
     layers, heads, width, context, batch, steps = shape
     servers, workers = (int(n) for n in cluster.split("x"))
-    with open(os.path.join(ROOT, "examples", "gpt-small.json")) as f:
+    example = "llama-small.json" if arch == "llama" else "gpt-small.json"
+    with open(os.path.join(ROOT, "examples", example)) as f:
         cfg = json.load(f)
     cfg["train_batch_size"] = batch
     cfg["train_micro_batch_size_per_gpu"] = batch // workers
@@ -85,6 +98,9 @@ def native_tokens_per_s(shape, cluster, work):
     z = cfg["zeroshard"]
     z["model"] = {"layers": layers, "heads": heads, "width": width,
                   "vocab": 256, "context": context}
+    if arch == "llama":
+        kv_heads, mlp = llama_dims(width, heads)
+        z["model"].update({"arch": "llama", "kv_heads": kv_heads, "mlp_width": mlp})
     z["activation_checkpointing"] = {"policy": "none"}
     z["data"]["eval_every_steps"] = steps + 1
     z["plot"] = ""
@@ -106,12 +122,12 @@ def native_tokens_per_s(shape, cluster, work):
     return statistics.median(rates)
 
 
-def torch_tokens_per_s(shape, torch, GPT):
-    """The same GPT in torch: BF16 autocast, AdamW(foreach), clip 1.0; the
-    median tokens/s of the steps after the first SKIP."""
+def torch_tokens_per_s(shape, torch, make_model):
+    """The same model in torch: BF16 autocast, AdamW(foreach), clip 1.0;
+    the median tokens/s of the steps after the first SKIP."""
     layers, heads, width, context, batch, steps = shape
     torch.manual_seed(0)
-    model = GPT(256, context, width, layers, heads)
+    model = make_model(layers, heads, width, context)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95),
                             eps=1e-8, weight_decay=0.01, foreach=True)
     g = torch.Generator().manual_seed(1)
@@ -139,7 +155,15 @@ def main(argv):
     sys.path.insert(0, os.path.join(ROOT, "examples", "torch"))
     import torch
     from train_gpt import GPT
+    from torch_llama import Llama
     torch.set_num_threads(os.cpu_count() or 1)
+    if a.arch == "llama":
+        def make_model(layers, heads, width, context):
+            kv_heads, mlp = llama_dims(width, heads)
+            return Llama(256, width, layers, heads, kv_heads, mlp)
+    else:
+        def make_model(layers, heads, width, context):
+            return GPT(256, context, width, layers, heads)
 
     if a.smoke:
         shapes = [("smoke", SMOKE)]
@@ -155,7 +179,7 @@ def main(argv):
                        if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    print(f"torch-native: {cpu}, {os.cpu_count()} CPUs, torch "
+    print(f"torch-native: {a.arch}, {cpu}, {os.cpu_count()} CPUs, torch "
           f"{torch.__version__}, native {a.cluster} (servers x workers), "
           f"{reps} alternations, best of each")
     ratios = []
@@ -164,8 +188,8 @@ def main(argv):
         for name, shape in shapes:
             native, theirs = [], []
             for _ in range(reps):
-                native.append(native_tokens_per_s(shape, a.cluster, work))
-                theirs.append(torch_tokens_per_s(shape, torch, GPT))
+                native.append(native_tokens_per_s(shape, a.cluster, work, a.arch))
+                theirs.append(torch_tokens_per_s(shape, torch, make_model))
             ratio = max(native) / max(theirs)
             ratios.append(ratio)
             layers, heads, width, context, batch, _ = shape
@@ -176,7 +200,8 @@ def main(argv):
                   f"({', '.join(f'{v:.0f}' for v in theirs)}): {ratio:.2f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"torch-native ratio={min(ratios):.2f} target=1.5")
+    target = 1.2 if a.arch == "llama" else 1.5
+    print(f"torch-native ratio={min(ratios):.2f} target={target}")
     return 0
 
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/status_macros.h"
+#include "model/kernels/cpu/bf16_convert.h"
 #include "model/kernels/cpu/cpu_kernels.h"
 
 namespace zeroshard::model {
@@ -41,16 +42,27 @@ absl::Status Project(k::ConstTensor x, int64_t in, k::ConstTensor w, int64_t out
 }
 
 // Its backward: dx[M, in] (+)= dy W (dy [M, out], row stride ldy), and
-// dW[out, in] += dy^T x.
+// dW[out, in] += dy^T x. With BF16 operands dy is rounded to BF16 once here
+// for both products, as Gemm would round it for each (the same bits).
 absl::Status ProjectBackward(const float* dy, int64_t ldy, k::ConstTensor x, int64_t in,
                              k::ConstTensor w, int64_t out, int64_t m, float* dx,
                              bool accumulate_dx, float* dw) {
+  k::MatRef g{dy, DType::kFp32, ldy, false};
+  if (x.dtype == DType::kBf16 && w.dtype == DType::kBf16) {
+    thread_local std::vector<uint16_t> rounded;
+    if (static_cast<int64_t>(rounded.size()) < m * out) rounded.resize(m * out);
+    for (int64_t r = 0; r < m; ++r) {
+      k::FloatsToBf16(dy + r * ldy, rounded.data() + r * out, out);
+    }
+    g = {rounded.data(), DType::kBf16, out, false};
+  }
   RETURN_IF_ERROR(k::Gemm({.m = m, .n = in, .k = out,
-                           .a = {dy, DType::kFp32, ldy, false},
+                           .a = g,
                            .b = {w.data, w.dtype, in, false},
                            .c = dx, .ldc = in, .accumulate = accumulate_dx}));
+  g.trans = true;
   return k::Gemm({.m = out, .n = in, .k = m,
-                  .a = {dy, DType::kFp32, ldy, true},
+                  .a = g,
                   .b = {x.data, x.dtype, in, false},
                   .c = dw, .ldc = in, .accumulate = true});
 }

@@ -154,6 +154,12 @@ TEST(LlamaKernelsTest, SwiGluMatchesItsReferenceAndTorch) {
   ASSERT_TRUE(SwiGluBackward(gu.data(), da.data(), m, f, dgu.data()).ok());
   ASSERT_TRUE(SwiGluBackwardReference(gu.data(), da.data(), m, f, dgur.data()).ok());
   ExpectClose("dgu", dgu, dgur, 2e-6);
+  // The device's twin (expf per element) against the same reference.
+  std::vector<float> at(m * f), dgut(m * 2 * f);
+  ASSERT_TRUE(SwiGluForwardTwin(gu.data(), m, f, at.data()).ok());
+  ASSERT_TRUE(SwiGluBackwardTwin(gu.data(), da.data(), m, f, dgut.data()).ok());
+  ExpectClose("twin a", at, ar, 1e-6);
+  ExpectClose("twin dgu", dgut, dgur, 2e-6);
 
   const nlohmann::json& c = Case("swiglu");
   const int64_t gm = c.at("m"), gf = c.at("f");

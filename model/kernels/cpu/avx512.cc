@@ -144,6 +144,36 @@ ZS_AVX512 void Bf16ToFloatAvx512(const uint16_t* in, float* out, int64_t n) {
   }
 }
 
+ZS_AVX512 void SwiGluForwardAvx512(const float* gate, const float* up, float* out,
+                                   int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 u = _mm512_maskz_loadu_ps(m, up + i);
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, u));
+  }
+}
+
+ZS_AVX512 void SwiGluBackwardAvx512(const float* gate, const float* up, const float* da,
+                                    float* dgate, float* dup, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 u = _mm512_maskz_loadu_ps(m, up + i);
+    const __m512 d = _mm512_maskz_loadu_ps(m, da + i);
+    const __m512 den = _mm512_add_ps(one, Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g)));
+    const __m512 s = _mm512_div_ps(one, den);
+    // d gate = da * up * s (1 + g (1 - s)); d up = da * g / den.
+    const __m512 ds = _mm512_mul_ps(s, _mm512_fmadd_ps(g, _mm512_sub_ps(one, s), one));
+    _mm512_mask_storeu_ps(dgate + i, m, _mm512_mul_ps(_mm512_mul_ps(d, u), ds));
+    _mm512_mask_storeu_ps(dup + i, m, _mm512_mul_ps(d, _mm512_div_ps(g, den)));
+  }
+}
+
 ZS_AVX512 float ScaledExpRowAvx512(float* row, int64_t n, float scale) {
   if (n <= 0) return 0.0f;
   const __m512 s = _mm512_set1_ps(scale);

@@ -32,6 +32,13 @@ void GeluBackwardAvx512(const float* x, const float* dy, float* dx, int64_t n);
 void FloatToBf16Avx512(const float* in, uint16_t* out, int64_t n);
 void Bf16ToFloatAvx512(const uint16_t* in, float* out, int64_t n);
 
+// SwiGLU on n elements of one row: out = silu(gate) * up, and its
+// gradients dgate, dup from da (swiglu.h), with Exp16's exp (~1e-7
+// relative of expf).
+void SwiGluForwardAvx512(const float* gate, const float* up, float* out, int64_t n);
+void SwiGluBackwardAvx512(const float* gate, const float* up, const float* da,
+                          float* dgate, float* dup, int64_t n);
+
 // Causal softmax of one score row in place: row[j] = exp(row[j] * scale - max)
 // for j < n, returns the sum of those values (max over row[0..n) * scale).
 float ScaledExpRowAvx512(float* row, int64_t n, float scale);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/kernels/cpu/avx512.h"
 #include "model/kernels/cpu/threading.h"
 #include "model/kernels/llama_math.h"
 
@@ -60,6 +61,19 @@ absl::Status SwiGluForward(const float* gu, int64_t m, int64_t f, float* a) {
 #pragma omp parallel for schedule(static) if (ParallelWorth(m * f))
   for (int64_t i = 0; i < m; ++i) {
     const float* g = gu + i * 2 * f;
+    if (Avx512Available()) {
+      SwiGluForwardAvx512(g, g + f, a + i * f, f);
+      continue;
+    }
+    for (int64_t j = 0; j < f; ++j) a[i * f + j] = SwiGluElement(g[j], g[f + j]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SwiGluForwardTwin(const float* gu, int64_t m, int64_t f, float* a) {
+  if (absl::Status s = SwiGluCheck(m, f); !s.ok()) return s;
+  for (int64_t i = 0; i < m; ++i) {
+    const float* g = gu + i * 2 * f;
     for (int64_t j = 0; j < f; ++j) a[i * f + j] = SwiGluElement(g[j], g[f + j]);
   }
   return absl::OkStatus();
@@ -69,6 +83,23 @@ absl::Status SwiGluBackward(const float* gu, const float* da, int64_t m, int64_t
                             float* dgu) {
   if (absl::Status s = SwiGluCheck(m, f); !s.ok()) return s;
 #pragma omp parallel for schedule(static) if (ParallelWorth(m * f))
+  for (int64_t i = 0; i < m; ++i) {
+    const float* g = gu + i * 2 * f;
+    float* d = dgu + i * 2 * f;
+    if (Avx512Available()) {
+      SwiGluBackwardAvx512(g, g + f, da + i * f, d, d + f, f);
+      continue;
+    }
+    for (int64_t j = 0; j < f; ++j) {
+      SwiGluGradElements(g[j], g[f + j], da[i * f + j], &d[j], &d[f + j]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SwiGluBackwardTwin(const float* gu, const float* da, int64_t m, int64_t f,
+                                float* dgu) {
+  if (absl::Status s = SwiGluCheck(m, f); !s.ok()) return s;
   for (int64_t i = 0; i < m; ++i) {
     const float* g = gu + i * 2 * f;
     float* d = dgu + i * 2 * f;

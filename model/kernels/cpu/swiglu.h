@@ -8,9 +8,11 @@
 //   RETURN_IF_ERROR(SwiGluForward(gu, M, F, a));
 //   RETURN_IF_ERROR(SwiGluBackward(gu, da, M, F, dgu));
 //
-// FP32; dgu [M, 2F] is written. The fast path runs model/kernels/
-// llama_math.h's element functions (expf), as the CUDA kernel does, so it is
-// also the device's twin; the *Reference functions compute in double.
+// FP32; dgu [M, 2F] is written. The fast path runs AVX-512 rows with a
+// polynomial exp (avx512.h) where the CPU has it, else model/kernels/
+// llama_math.h's element functions; the *Twin functions always run those
+// (expf), as the CUDA kernel does; the *Reference functions compute in
+// double.
 #ifndef ZEROSHARD_MODEL_KERNELS_CPU_SWIGLU_H_
 #define ZEROSHARD_MODEL_KERNELS_CPU_SWIGLU_H_
 
@@ -23,6 +25,10 @@ namespace zeroshard::kernels::cpu {
 absl::Status SwiGluForward(const float* gu, int64_t m, int64_t f, float* a);
 absl::Status SwiGluBackward(const float* gu, const float* da, int64_t m, int64_t f,
                             float* dgu);
+
+absl::Status SwiGluForwardTwin(const float* gu, int64_t m, int64_t f, float* a);
+absl::Status SwiGluBackwardTwin(const float* gu, const float* da, int64_t m, int64_t f,
+                                float* dgu);
 
 absl::Status SwiGluForwardReference(const float* gu, int64_t m, int64_t f, float* a);
 absl::Status SwiGluBackwardReference(const float* gu, const float* da, int64_t m,

@@ -42,9 +42,9 @@ absl::Status RmsNormForwardTwin(const float* x, const float* g, int64_t m, int64
 absl::Status RmsNormBackwardTwin(const float* dy, const float* x, const float* g,
                                  const float* rstd, int64_t m, int64_t c, float* dx,
                                  float* dg);
-// (SwiGLU's fast CPU path, the rotary embedding's and the grouped heads' run
-// the device's element functions and order already: they are their own
-// twins.)
+// (SwiGLU's twins are SwiGluForwardTwin / SwiGluBackwardTwin, swiglu.h; the
+// rotary embedding's and the grouped heads' CPU paths run the device's
+// element functions and order already: they are their own twins.)
 
 // As SoftmaxCrossEntropy (cross_entropy.h).
 absl::Status SoftmaxCrossEntropyTwin(const float* logits,
