@@ -67,6 +67,15 @@ absl::Status ProjectBackward(const float* dy, int64_t ldy, k::ConstTensor x, int
                   .c = dw, .ldc = in, .accumulate = true});
 }
 
+// Whether b's data directly follows a's `a_elems` elements (q, k, v and
+// gate, up are adjacent in a unit's buffer when the kernels read it in
+// place), so that they are one [rows, in] weight.
+bool Adjacent(const k::ConstTensor& a, int64_t a_elems, const k::ConstTensor& b) {
+  return a.dtype == b.dtype &&
+         static_cast<const char*>(a.data) + a_elems * DTypeSize(a.dtype) ==
+             static_cast<const char*>(b.data);
+}
+
 k::GroupedQkv LlamaGroups(const LlamaBlockDims& d) {
   return {.heads = d.heads, .kv_heads = d.kv_heads, .head_dim = d.head_dim};
 }
@@ -114,10 +123,15 @@ absl::Status LlamaBlockForward(const LlamaBlockDims& d, const UnitWeights& w,
   RETURN_IF_ERROR(k::RmsNormForward(x, w.Vector(kLlNorm1), M, C, d.norm_eps, t,
                                     a->rstd1.f32()));
   a->h1.FromFloat(t);
-  RETURN_IF_ERROR(Project(LlamaView(a->h1), C, w.Matrix(kLlQ), H * hd, M, qkvc, cw));
-  RETURN_IF_ERROR(Project(LlamaView(a->h1), C, w.Matrix(kLlK), K * hd, M, qkvc + H * hd, cw));
-  RETURN_IF_ERROR(
-      Project(LlamaView(a->h1), C, w.Matrix(kLlV), K * hd, M, qkvc + (H + K) * hd, cw));
+  const k::ConstTensor wq = w.Matrix(kLlQ), wk = w.Matrix(kLlK), wv = w.Matrix(kLlV);
+  if (Adjacent(wq, H * hd * C, wk) && Adjacent(wk, K * hd * C, wv)) {
+    // One product with the stacked [(H + 2K) hd, C] weight.
+    RETURN_IF_ERROR(Project(LlamaView(a->h1), C, wq, cw, M, qkvc, cw));
+  } else {
+    RETURN_IF_ERROR(Project(LlamaView(a->h1), C, wq, H * hd, M, qkvc, cw));
+    RETURN_IF_ERROR(Project(LlamaView(a->h1), C, wk, K * hd, M, qkvc + H * hd, cw));
+    RETURN_IF_ERROR(Project(LlamaView(a->h1), C, wv, K * hd, M, qkvc + (H + K) * hd, cw));
+  }
   RETURN_IF_ERROR(k::RopeForward(*d.rope, qkvc, M, H + K, cw));
   RETURN_IF_ERROR(k::ExpandGroupedQkv(g, qkvc, M, qkv));
   a->qkv.FromFloat(qkv);
@@ -131,8 +145,13 @@ absl::Status LlamaBlockForward(const LlamaBlockDims& d, const UnitWeights& w,
   RETURN_IF_ERROR(k::RmsNormForward(x, w.Vector(kLlNorm2), M, C, d.norm_eps, t,
                                     a->rstd2.f32()));
   a->h2.FromFloat(t);
-  RETURN_IF_ERROR(Project(LlamaView(a->h2), C, w.Matrix(kLlGate), F, M, gu, 2 * F));
-  RETURN_IF_ERROR(Project(LlamaView(a->h2), C, w.Matrix(kLlUp), F, M, gu + F, 2 * F));
+  const k::ConstTensor wg = w.Matrix(kLlGate), wu = w.Matrix(kLlUp);
+  if (Adjacent(wg, F * C, wu)) {
+    RETURN_IF_ERROR(Project(LlamaView(a->h2), C, wg, 2 * F, M, gu, 2 * F));
+  } else {
+    RETURN_IF_ERROR(Project(LlamaView(a->h2), C, wg, F, M, gu, 2 * F));
+    RETURN_IF_ERROR(Project(LlamaView(a->h2), C, wu, F, M, gu + F, 2 * F));
+  }
   LlamaStoreRounded(gu, a->gu);
   RETURN_IF_ERROR(k::SwiGluForward(gu, M, F, act));
   ActBuffer av(nullptr, dt, M * F);  // transient: recomputed by the backward
@@ -175,10 +194,16 @@ absl::Status LlamaBlockBackward(const LlamaBlockDims& d, const UnitWeights& w,
   RETURN_IF_ERROR(ProjectBackward(dx_out, C, LlamaView(av), F, w.Matrix(kLlDown), C, M, dact,
                                   false, G(kLlDown)));
   RETURN_IF_ERROR(k::SwiGluBackward(gu, dact, M, F, dgu));
-  RETURN_IF_ERROR(ProjectBackward(dgu, 2 * F, LlamaView(a.h2), C, w.Matrix(kLlGate), F, M, t,
-                                  false, G(kLlGate)));
-  RETURN_IF_ERROR(ProjectBackward(dgu + F, 2 * F, LlamaView(a.h2), C, w.Matrix(kLlUp), F, M, t,
-                                  true, G(kLlUp)));
+  const k::ConstTensor wg = w.Matrix(kLlGate), wu = w.Matrix(kLlUp);
+  if (Adjacent(wg, F * C, wu) && G(kLlUp) == G(kLlGate) + F * C) {
+    RETURN_IF_ERROR(ProjectBackward(dgu, 2 * F, LlamaView(a.h2), C, wg, 2 * F, M, t, false,
+                                    G(kLlGate)));
+  } else {
+    RETURN_IF_ERROR(ProjectBackward(dgu, 2 * F, LlamaView(a.h2), C, wg, F, M, t, false,
+                                    G(kLlGate)));
+    RETURN_IF_ERROR(ProjectBackward(dgu + F, 2 * F, LlamaView(a.h2), C, wu, F, M, t, true,
+                                    G(kLlUp)));
+  }
   a.x2.ToFloat(x);
   RETURN_IF_ERROR(k::RmsNormBackward(t, x, w.Vector(kLlNorm2), a.rstd2.f32(), M, C, dx2,
                                      G(kLlNorm2)));
@@ -189,12 +214,19 @@ absl::Status LlamaBlockBackward(const LlamaBlockDims& d, const UnitWeights& w,
   RETURN_IF_ERROR(k::AttentionBackward(as, a.qkv.data(), a.probs.data(), t, dqkv));
   RETURN_IF_ERROR(k::ReduceGroupedQkvGrad(g, dqkv, M, dqkvc));
   RETURN_IF_ERROR(k::RopeBackward(*d.rope, dqkvc, M, H + K, cw));
-  RETURN_IF_ERROR(ProjectBackward(dqkvc, cw, LlamaView(a.h1), C, w.Matrix(kLlQ), H * hd, M, t,
-                                  false, G(kLlQ)));
-  RETURN_IF_ERROR(ProjectBackward(dqkvc + H * hd, cw, LlamaView(a.h1), C, w.Matrix(kLlK), K * hd,
-                                  M, t, true, G(kLlK)));
-  RETURN_IF_ERROR(ProjectBackward(dqkvc + (H + K) * hd, cw, LlamaView(a.h1), C, w.Matrix(kLlV),
-                                  K * hd, M, t, true, G(kLlV)));
+  const k::ConstTensor wq = w.Matrix(kLlQ), wk = w.Matrix(kLlK), wv = w.Matrix(kLlV);
+  if (Adjacent(wq, H * hd * C, wk) && Adjacent(wk, K * hd * C, wv) &&
+      G(kLlK) == G(kLlQ) + H * hd * C && G(kLlV) == G(kLlK) + K * hd * C) {
+    RETURN_IF_ERROR(ProjectBackward(dqkvc, cw, LlamaView(a.h1), C, wq, cw, M, t, false,
+                                    G(kLlQ)));
+  } else {
+    RETURN_IF_ERROR(ProjectBackward(dqkvc, cw, LlamaView(a.h1), C, wq, H * hd, M, t, false,
+                                    G(kLlQ)));
+    RETURN_IF_ERROR(ProjectBackward(dqkvc + H * hd, cw, LlamaView(a.h1), C, wk, K * hd, M, t,
+                                    true, G(kLlK)));
+    RETURN_IF_ERROR(ProjectBackward(dqkvc + (H + K) * hd, cw, LlamaView(a.h1), C, wv, K * hd,
+                                    M, t, true, G(kLlV)));
+  }
   std::copy(dx2, dx2 + M * C, dx_in);
   x_in.ToFloat(x);
   return k::RmsNormBackward(t, x, w.Vector(kLlNorm1), a.rstd1.f32(), M, C, dx_in,
