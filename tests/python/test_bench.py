@@ -17,10 +17,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 
 @pytest.mark.parametrize("bench,name", [("torch_step.py", "torch-step"),
                                         ("torch_memory.py", "torch-memory"),
-                                        ("torch_native.py", "torch-native")])
+                                        ("torch_native.py", "torch-native"),
+                                        ("torch_native.py --arch=llama",
+                                         "torch-native")])
 def test_benchmark_runs_at_a_tiny_size(bench, name):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", bench),
-                        "--smoke"], capture_output=True, text=True,
+    script, *flags = bench.split()
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", script),
+                        "--smoke", *flags], capture_output=True, text=True,
                        timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(rf"^{name} ratio=[0-9.]+ target=", r.stdout, re.M), r.stdout
