@@ -8,6 +8,7 @@
 //   BF16: loss relative 1e-2; ||g - golden||_2 <= 5e-2 * ||golden||_2
 // Checkpointing (recompute of every block) gives the same bits as none.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -21,6 +22,8 @@
 #include "model/gpt_forward_backward.h"
 #include "model/llama.h"
 #include "model/llama_manifest.h"
+#include "nlohmann/json.hpp"
+#include "optim/optimizer.h"
 
 namespace zeroshard::model {
 namespace {
@@ -167,6 +170,49 @@ TEST_F(LlamaGoldenTest, RecomputingEveryBlockGivesTheSameBits) {
     EXPECT_EQ(a, b);
     EXPECT_EQ(plain, recomputed) << DTypeName(dtype);
   }
+}
+
+// Whole training against torch: the same weights trained by torch's own
+// AdamW in FP32 on fixed batches (make_llama_golden.py, llama_train_golden.
+// json) and by this model with optim/'s AdamW (torch's arithmetic bit for
+// bit, tests/optim): every step's loss within 5e-6 relative.
+TEST_F(LlamaGoldenTest, TrainingStepByStepEqualsTorchsAdamW) {
+  std::ifstream in("tests/fixtures/llama_train_golden.json");
+  ASSERT_TRUE(in) << "cannot read tests/fixtures/llama_train_golden.json";
+  const nlohmann::json j = nlohmann::json::parse(in);
+  OptimizerConfig o;
+  o.kind = OptimizerKind::kAdamW;
+  o.lr = j.at("lr");
+  o.beta1 = j.at("betas")[0];
+  o.beta2 = j.at("betas")[1];
+  o.eps = j.at("eps");
+  o.weight_decay = j.at("weight_decay");
+  absl::StatusOr<std::unique_ptr<UnitModel>> model =
+      (*FindArch("llama"))->MakeCpuModel(*layout_, golden_.shape, DType::kFp32,
+                                         CheckpointPolicy{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> master = flat_, m(flat_.size(), 0.0f), v(flat_.size(), 0.0f);
+  std::vector<float> grads(flat_.size());
+  double worst = 0;
+  uint64_t t = 0;
+  for (const nlohmann::json& step : j.at("steps")) {
+    const std::vector<int32_t> tokens = step.at("tokens"), targets = step.at("targets");
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    GptBatch batch{golden_.batch, golden_.seq, tokens, targets};
+    absl::StatusOr<GptStepResult> r = GptForwardBackward(**model, *layout_, master.data(),
+                                                         batch, 1.0f, absl::MakeSpan(grads));
+    ASSERT_TRUE(r.ok()) << r.status();
+    const double want = step.at("loss");
+    worst = std::max(worst, std::fabs(r->loss - want) / want);
+    EXPECT_NEAR(r->loss, want, 5e-6 * want) << "step " << t;
+    ++t;
+    AdamUpdate(MakeAdamStep(o, t, 1.0f), GradView::Fp32(grads.data()),
+               {.master = master.data(), .exp_avg = m.data(), .exp_avg_sq = v.data(),
+                .n = master.size()});
+  }
+  EXPECT_EQ(t, 8u);
+  std::printf("[ llama vs torch AdamW, %llu steps ] worst loss error %.3g relative\n",
+              static_cast<unsigned long long>(t), worst);
 }
 
 // A checkpoint in Hugging Face's names and layout (written by the fixture's
