@@ -314,6 +314,43 @@ TEST(LauncherTest, ALlamaTrainsResumesAndWritesHuggingFaceNames) {
   EXPECT_TRUE(d.bit_identical) << d.worst_tensor << " " << d.max_abs;
 }
 
+// A Hugging Face Llama checkpoint (tests/fixtures/make_llama_golden.py
+// writes it in HF's names and layout) through --init_from: on a corpus of
+// one byte every window is the same batch, so the first step's loss is
+// torch's on those weights and that batch (FP32, within 1e-5).
+TEST(LauncherTest, AHuggingFaceLlamaLoadsWithInitFromAsTorchsWeights) {
+  TrainDir dir("launcher_llama_init");
+  const nlohmann::json golden =
+      nlohmann::json::parse(ReadFile("tests/fixtures/llama_init_golden.json"));
+  const std::string corpus = dir.path("a.txt");
+  {
+    std::ofstream out(corpus);
+    out << std::string(8192, static_cast<char>(golden["token"].get<int>()));
+  }
+  nlohmann::json cfg = nlohmann::json::parse(ReadFile("examples/llama-small.json"));
+  cfg.erase("bf16");
+  cfg["train_batch_size"] = golden["batch"];
+  cfg["train_micro_batch_size_per_gpu"] = golden["batch"];
+  cfg["gradient_accumulation_steps"] = 1;
+  nlohmann::json& z = cfg["zeroshard"];
+  z["servers"] = 1;
+  z["workers"] = 1;
+  z["model"] = {{"arch", "llama"},          {"layers", golden["layers"]},
+                {"heads", golden["heads"]}, {"kv_heads", golden["kv_heads"]},
+                {"width", golden["width"]}, {"mlp_width", golden["mlp_width"]},
+                {"vocab", golden["vocab"]}, {"context", golden["context"]}};
+  z["data"] = {{"paths", {corpus}}, {"format", "bytes"}, {"validation_fraction", 0}};
+  TrainRun run = RunTrain({"--config=" + dir.WriteConfig("c.json", cfg), "--steps=1",
+                           "--out=" + dir.path("out"), "--quiet", "--sample=false",
+                           "--init_from=tests/fixtures/llama_init_golden.safetensors"},
+                          absl::Seconds(300));
+  ASSERT_TRUE(run.status.success()) << run.err;
+  const auto rows = ReadMetricsCsv(dir.path("out/metrics.csv"));
+  ASSERT_EQ(rows.size(), 1u);
+  const double want = golden["loss"];
+  EXPECT_NEAR(std::stod(rows[0].at("loss")), want, 1e-5 * want) << run.err;
+}
+
 TEST(LauncherTest, CountsOutOfRangeAreRefusedNamingTheFlag) {
   TrainDir dir("launcher_range");
   struct Case {
