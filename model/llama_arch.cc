@@ -107,8 +107,9 @@ class Llama final : public ModelArch {
     return std::unique_ptr<Generator>(std::move(*g));
   }
   // model/llama_block.cc's LlamaBlockActs: h1, atty, x2, h2 (MC each), the
-  // expanded qkv (3MC), gu (2MF), probs (B·H·T²) in the compute dtype, both
-  // RMSNorms' rstd in FP32; its scratch slots (FP32) and the head's.
+  // expanded qkv (3MC), gu (2MF), act (MF), probs (B·H·T²) in the compute
+  // dtype, both RMSNorms' rstd in FP32; its scratch slots (FP32) and the
+  // head's.
   ActivationEstimate EstimateActivations(
       const ModelShape& shape, int micro_batch, int seq, Precision precision,
       zeroshard::CheckpointPolicy policy, int k, bool /*online_attention*/) const override {
@@ -119,10 +120,10 @@ class Llama final : public ModelArch {
     const double c = d.width, h = d.heads, f = d.mlp_width, v = d.vocab;
     const double cw = (d.heads + 2.0 * d.kv_heads) * d.head_dim;
     const double m = b * t, s = precision == Precision::kBf16 ? 2 : 4;
-    a.per_block_internals = (7 * m * c + 2 * m * f) * s + b * h * t * t * s + 2 * m * 4;
+    a.per_block_internals = (7 * m * c + 3 * m * f) * s + b * h * t * t * s + 2 * m * 4;
     a.block_input = m * c * s;
     CombineActivationPolicy(d.layers, m * c * 4, policy, k, &a);
-    a.scratch = 4 * (9 * m * c + 6 * m * f + 2 * m * cw) + m * f * s + (2 * m * c + m * v) * 4;
+    a.scratch = 4 * (9 * m * c + 6 * m * f + 2 * m * cw) + (2 * m * c + m * v) * 4;
     if (precision == Precision::kBf16) {
       a.widened_operands = 4 * m * std::max({2 * f, cw, v}) +
                            4 * std::max({2 * m * f, 2 * f * c, v * c});

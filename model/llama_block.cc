@@ -83,7 +83,7 @@ k::GroupedQkv LlamaGroups(const LlamaBlockDims& d) {
 }  // namespace
 
 void LlamaBlockActs::Release() {
-  for (ActBuffer* b : {&h1, &qkv, &probs, &atty, &x2, &h2, &gu, &rstd1, &rstd2}) {
+  for (ActBuffer* b : {&h1, &qkv, &probs, &atty, &x2, &h2, &gu, &act, &rstd1, &rstd2}) {
     b->Release();
   }
 }
@@ -110,6 +110,7 @@ absl::Status LlamaBlockForward(const LlamaBlockDims& d, const UnitWeights& w,
   a->x2 = ActBuffer(mem, dt, M * C);
   a->h2 = ActBuffer(mem, dt, M * C);
   a->gu = ActBuffer(mem, dt, M * 2 * F);
+  a->act = ActBuffer(mem, dt, M * F);
   a->rstd1 = ActBuffer(mem, DType::kFp32, M);
   a->rstd2 = ActBuffer(mem, DType::kFp32, M);
   float* x = LlamaScratch(0, M * C);
@@ -154,9 +155,8 @@ absl::Status LlamaBlockForward(const LlamaBlockDims& d, const UnitWeights& w,
   }
   LlamaStoreRounded(gu, a->gu);
   RETURN_IF_ERROR(k::SwiGluForward(gu, M, F, act));
-  ActBuffer av(nullptr, dt, M * F);  // transient: recomputed by the backward
-  av.FromFloat(act);
-  RETURN_IF_ERROR(Project(LlamaView(av), F, w.Matrix(kLlDown), C, M, t, C));
+  a->act.FromFloat(act);  // kept: the down projection's weight gradient reads it
+  RETURN_IF_ERROR(Project(LlamaView(a->act), F, w.Matrix(kLlDown), C, M, t, C));
   k::ResidualForward(x, t, x, M * C);
   *x_out = ActBuffer(mem, dt, M * C);
   x_out->FromFloat(x);
@@ -178,7 +178,6 @@ absl::Status LlamaBlockBackward(const LlamaBlockDims& d, const UnitWeights& w,
   auto G = [&](int t) { return grad + w.offset(t); };
   float* dx2 = LlamaScratch(0, M * C);
   float* gu = LlamaScratch(1, M * 2 * F);
-  float* act = LlamaScratch(2, M * F);
   float* dact = LlamaScratch(3, M * F);
   float* dgu = LlamaScratch(4, M * 2 * F);
   float* t = LlamaScratch(5, M * std::max(C, A));
@@ -186,13 +185,10 @@ absl::Status LlamaBlockBackward(const LlamaBlockDims& d, const UnitWeights& w,
   float* dqkv = LlamaScratch(7, M * ew);
   float* dqkvc = LlamaScratch(8, M * cw);
   std::copy(dx_out, dx_out + M * C, dx2);
-  // MLP: silu(gate) * up recomputed from the saved projections.
+  // MLP.
   a.gu.ToFloat(gu);
-  RETURN_IF_ERROR(k::SwiGluForward(gu, M, F, act));
-  ActBuffer av(nullptr, dt, M * F);
-  av.FromFloat(act);
-  RETURN_IF_ERROR(ProjectBackward(dx_out, C, LlamaView(av), F, w.Matrix(kLlDown), C, M, dact,
-                                  false, G(kLlDown)));
+  RETURN_IF_ERROR(ProjectBackward(dx_out, C, LlamaView(a.act), F, w.Matrix(kLlDown), C, M,
+                                  dact, false, G(kLlDown)));
   RETURN_IF_ERROR(k::SwiGluBackward(gu, dact, M, F, dgu));
   const k::ConstTensor wg = w.Matrix(kLlGate), wu = w.Matrix(kLlUp);
   if (Adjacent(wg, F * C, wu) && G(kLlUp) == G(kLlGate) + F * C) {

@@ -30,7 +30,7 @@ struct LlamaBlockDims {
 };
 
 struct LlamaBlockActs {
-  ActBuffer h1, qkv, probs, atty, x2, h2, gu;  // compute dtype
+  ActBuffer h1, qkv, probs, atty, x2, h2, gu, act;  // compute dtype
   ActBuffer rstd1, rstd2;                      // FP32, [rows]
   bool held() const { return !x2.empty(); }
   void Release();
