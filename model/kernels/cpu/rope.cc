@@ -25,32 +25,34 @@ absl::Status RopeCheck(const RopeTable& t, int64_t m, int64_t heads, int64_t str
 // Rotates every head of x's rows by +angle (sign 1) or -angle (sign -1).
 template <typename Real>
 void RopeRotate(const RopeTable& t, float* x, int64_t m, int64_t heads, int64_t stride,
-            bool inverse, bool reference) {
+                bool inverse) {
   const int64_t half = t.head_dim / 2;
 #pragma omp parallel for schedule(static) if (ParallelWorth(m * heads * t.head_dim))
   for (int64_t r = 0; r < m; ++r) {
     const int64_t p = r % t.seq;
     for (int64_t h = 0; h < heads; ++h) {
       float* v = x + r * stride + h * t.head_dim;
+      if constexpr (std::is_same_v<Real, float>) {
+        // The device's pair function over contiguous halves and table rows
+        // (a loop the compiler vectorizes; the same bits as RopePair).
+        float* __restrict x1 = v;
+        float* __restrict x2 = v + half;
+        const float* __restrict cr = t.cos.data() + p * half;
+        const float* __restrict sr = t.sin.data() + p * half;
+        const float sign = inverse ? -1.0f : 1.0f;
+        for (int64_t i = 0; i < half; ++i) {
+          RopePair(x1[i], x2[i], cr[i], sign * sr[i], &x1[i], &x2[i]);
+        }
+        continue;
+      }
       for (int64_t i = 0; i < half; ++i) {
-        Real c, s;
-        if (reference) {
-          const double angle =
-              p * std::pow(t.theta, -2.0 * static_cast<double>(i) / t.head_dim);
-          c = static_cast<Real>(std::cos(angle));
-          s = static_cast<Real>(std::sin(angle));
-        } else {
-          c = t.cos[p * half + i];
-          s = t.sin[p * half + i];
-        }
-        if (inverse) s = -s;
-        if constexpr (std::is_same_v<Real, float>) {
-          RopePair(v[i], v[i + half], c, s, &v[i], &v[i + half]);  // the device's
-        } else {
-          const Real a = v[i], b = v[i + half];
-          v[i] = static_cast<float>(a * c - b * s);
-          v[i + half] = static_cast<float>(b * c + a * s);
-        }
+        const double angle =
+            p * std::pow(t.theta, -2.0 * static_cast<double>(i) / t.head_dim);
+        const Real c = static_cast<Real>(std::cos(angle));
+        const Real s = static_cast<Real>(std::sin(angle)) * (inverse ? -1 : 1);
+        const Real a = v[i], b = v[i + half];
+        v[i] = static_cast<float>(a * c - b * s);
+        v[i + half] = static_cast<float>(b * c + a * s);
       }
     }
   }
@@ -89,28 +91,28 @@ absl::StatusOr<RopeTable> RopeTable::Make(int64_t seq, int64_t head_dim, double 
 absl::Status RopeForward(const RopeTable& t, float* x, int64_t m, int64_t heads,
                          int64_t row_stride) {
   if (absl::Status s = RopeCheck(t, m, heads, row_stride); !s.ok()) return s;
-  RopeRotate<float>(t, x, m, heads, row_stride, /*inverse=*/false, /*reference=*/false);
+  RopeRotate<float>(t, x, m, heads, row_stride, /*inverse=*/false);
   return absl::OkStatus();
 }
 
 absl::Status RopeBackward(const RopeTable& t, float* dx, int64_t m, int64_t heads,
                           int64_t row_stride) {
   if (absl::Status s = RopeCheck(t, m, heads, row_stride); !s.ok()) return s;
-  RopeRotate<float>(t, dx, m, heads, row_stride, /*inverse=*/true, /*reference=*/false);
+  RopeRotate<float>(t, dx, m, heads, row_stride, /*inverse=*/true);
   return absl::OkStatus();
 }
 
 absl::Status RopeForwardReference(const RopeTable& t, float* x, int64_t m,
                                   int64_t heads, int64_t row_stride) {
   if (absl::Status s = RopeCheck(t, m, heads, row_stride); !s.ok()) return s;
-  RopeRotate<double>(t, x, m, heads, row_stride, /*inverse=*/false, /*reference=*/true);
+  RopeRotate<double>(t, x, m, heads, row_stride, /*inverse=*/false);
   return absl::OkStatus();
 }
 
 absl::Status RopeBackwardReference(const RopeTable& t, float* dx, int64_t m,
                                    int64_t heads, int64_t row_stride) {
   if (absl::Status s = RopeCheck(t, m, heads, row_stride); !s.ok()) return s;
-  RopeRotate<double>(t, dx, m, heads, row_stride, /*inverse=*/true, /*reference=*/true);
+  RopeRotate<double>(t, dx, m, heads, row_stride, /*inverse=*/true);
   return absl::OkStatus();
 }
 
