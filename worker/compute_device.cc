@@ -103,7 +103,8 @@ bool BuiltWithCudaModel() {
 }
 
 absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
-                                            int rank, DType param_dtype) {
+                                            int rank, DType param_dtype,
+                                            absl::string_view arch) {
   using Kind = DeviceRequest::Kind;
   if (request.kind == Kind::kCpu) return Cpu(request, "--device=cpu");
   // Refused before the worker joins, like the rest of the choice.
@@ -115,6 +116,14 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
         "; set bf16 in the config, or use --attention=online or probs"));
   }
 #if ZS_HAVE_CUDA_MODEL
+  if (!model::HasDeviceModel(arch)) {
+    const std::string why =
+        absl::StrCat("the ", arch, " architecture has no CUDA model yet");
+    if (request.kind == Kind::kAuto) return Cpu(request, why);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device=cuda", request.index >= 0 ? absl::StrCat(":", request.index) : "",
+        ": ", why, "; use --device=cpu"));
+  }
   absl::StatusOr<int> devices = model::CudaDeviceCount();
   if (!devices.ok()) {
     if (request.kind == Kind::kAuto) {
@@ -175,6 +184,7 @@ absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
 #else
   (void)rank;
   (void)param_dtype;
+  (void)arch;
   if (request.kind == Kind::kAuto) {
     return Cpu(request, "this zeroshard-worker was built without CUDA");
   }

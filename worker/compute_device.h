@@ -55,9 +55,13 @@ struct ComputeChoice {
   ModelFactory make_model;
 };
 
-// Resolves the request for this rank and parameter dtype.
+// Resolves the request for this rank, parameter dtype and model
+// architecture (zeroshard.model.arch): --device=auto takes the CPU, saying
+// why, where the GPU cannot run the run (no device, fp16, an architecture
+// without a CUDA model); --device=cuda refuses those, naming --device=cpu.
 absl::StatusOr<ComputeChoice> ChooseCompute(const DeviceRequest& request,
-                                            int rank, DType param_dtype);
+                                            int rank, DType param_dtype,
+                                            absl::string_view arch = "gpt2");
 
 }  // namespace zeroshard
 

@@ -297,7 +297,8 @@ absl::Status Run() {
       ParseAttentionFlag(absl::GetFlag(FLAGS_attention), &device_request));
   ASSIGN_OR_RETURN(const ComputeChoice compute,
                    ChooseCompute(device_request, rank,
-                                 ParamDTypeFor(cfg.precision)));
+                                 ParamDTypeFor(cfg.precision),
+                                 cfg.cluster.model.arch));
   ZS_LOG(INFO) << compute.description;
   if (absl::Status usable = CheckBackendUsable(CommBackend(compute));
       !usable.ok()) {

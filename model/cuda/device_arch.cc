@@ -6,12 +6,14 @@
 
 namespace zeroshard::model {
 
+bool HasDeviceModel(absl::string_view arch) { return arch == "gpt2"; }
+
 absl::StatusOr<std::unique_ptr<UnitModel>> MakeDeviceModel(
     const FlatLayout& layout, const ModelShape& shape, DType param_dtype,
     const CheckpointPolicy& policy, int device, DeviceAttention attention) {
   absl::StatusOr<const ModelArch*> arch = ArchForShape(shape);
   if (!arch.ok()) return arch.status();
-  if ((*arch)->name() == "gpt2") {
+  if (HasDeviceModel((*arch)->name())) {
     absl::StatusOr<std::unique_ptr<DeviceGptModel>> m = DeviceGptModel::Create(
         layout, shape, param_dtype, policy, device, attention);
     if (!m.ok()) return m.status();

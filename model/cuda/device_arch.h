@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/dtype.h"
 #include "common/layout.h"
 #include "common/model_shape.h"
@@ -19,6 +20,10 @@ namespace zeroshard::model {
 // OK with the device count, or FAILED_PRECONDITION saying why no device is
 // usable (no driver, no device).
 absl::StatusOr<int> CudaDeviceCount();
+
+// Whether the architecture `arch` has a CUDA model in this build (GPT-2;
+// Llama's kernels have CUDA twins, but no device model yet).
+bool HasDeviceModel(absl::string_view arch);
 
 absl::StatusOr<std::unique_ptr<UnitModel>> MakeDeviceModel(
     const FlatLayout& layout, const ModelShape& shape, DType param_dtype,

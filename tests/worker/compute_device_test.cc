@@ -74,6 +74,23 @@ TEST(ComputeDeviceTest, AttentionFlag) {
   }
 }
 
+// An architecture without a CUDA model (Llama's) trains on the CPU under
+// --device=auto, saying so, and --device=cuda refuses it naming
+// --device=cpu, before any device is looked for.
+TEST(ComputeDeviceTest, AnArchitectureWithoutACudaModelRunsOnTheCpu) {
+  auto c = ChooseCompute({Kind::kAuto, -1}, 0, DType::kBf16, "llama");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name, "cpu");
+  if (!BuiltWithCudaModel()) return;  // "built without CUDA" says why instead
+  EXPECT_EQ(c->description, "compute: cpu (the llama architecture has no CUDA model yet)");
+  auto cuda = ChooseCompute({Kind::kCuda, 0}, 0, DType::kBf16, "llama");
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(cuda.status().message().find("llama architecture has no CUDA model"),
+            std::string::npos) << cuda.status();
+  EXPECT_NE(cuda.status().message().find("--device=cpu"), std::string::npos);
+}
+
 TEST(ComputeDeviceTest, CpuIsAlwaysTheCpu) {
   auto c = ChooseCompute({Kind::kCpu, -1}, 0, DType::kBf16);
   ASSERT_TRUE(c.ok()) << c.status();
