@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "model/arch.h"
 #include "model/gpt_forward_backward.h"
@@ -258,6 +259,36 @@ TEST_F(LlamaGoldenTest, HuggingFaceSafetensorsLoadAsTorchsWeights) {
   ASSERT_TRUE(m.ok());
   absl::StatusOr<FlatLayout> wrong = FlatLayout::Create(*m, 1, 2);
   ASSERT_TRUE(wrong.ok());
+  // A file missing a tensor, one with a tensor the layout lacks, and (tied
+  // embeddings) a head that is not the embedding: each refused naming it.
+  std::vector<SafetensorsTensorView> views;
+  for (const TensorInfo& ti : layout_->tensors()) {
+    views.push_back({ti.name, ti.shape, absl::MakeConstSpan(flat_).subspan(ti.offset, ti.numel)});
+  }
+  const std::string partial = ::testing::TempDir() + "/llama_partial.safetensors";
+  std::vector<SafetensorsTensorView> fewer(views.begin(), views.end() - 1);
+  ASSERT_TRUE(WriteSafetensors(partial, fewer).ok());
+  absl::Status missing = (*arch)->CheckHfSafetensors(partial, *layout_);
+  EXPECT_NE(missing.message().find("'lm_head.weight': is missing"), std::string::npos)
+      << missing;
+  std::vector<SafetensorsTensorView> more = views;
+  more.push_back({"model.layers.0.mlp.extra.weight", {2}, absl::MakeConstSpan(flat_).subspan(0, 2)});
+  ASSERT_TRUE(WriteSafetensors(partial, more).ok());
+  absl::Status extra = (*arch)->CheckHfSafetensors(partial, *layout_);
+  EXPECT_NE(extra.message().find("mlp.extra.weight': is not a tensor"), std::string::npos)
+      << extra;
+  ModelShape tied_shape = golden_.shape;
+  tied_shape.tie_embeddings = true;
+  absl::StatusOr<ModelManifest> tm = MakeLlamaManifest(tied_shape, 2);
+  ASSERT_TRUE(tm.ok());
+  absl::StatusOr<FlatLayout> tied = FlatLayout::Create(*tm, 1, 2);
+  ASSERT_TRUE(tied.ok());
+  // views' last is lm_head: a head that is not the embedding.
+  ASSERT_TRUE(WriteSafetensors(partial, views).ok());
+  absl::StatusOr<std::vector<float>> untied = (*arch)->ReadHfSafetensors(partial, *tied);
+  ASSERT_FALSE(untied.ok());
+  EXPECT_NE(untied.status().message().find("tie_embeddings"), std::string::npos)
+      << untied.status();
   absl::Status refused = (*arch)->CheckHfSafetensors(file, *wrong);
   EXPECT_NE(refused.message().find("has shape"), std::string::npos) << refused;
   EXPECT_NE(refused.message().find("mlp."), std::string::npos) << refused;
