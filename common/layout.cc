@@ -324,4 +324,18 @@ absl::StatusOr<std::vector<FlatMove>> MapBetweenLayouts(const FlatLayout& from,
   return moves;
 }
 
+std::optional<size_t> FirstDifferingUnit(const ModelManifest& a, const ModelManifest& b) {
+  const size_t n = std::min(a.units.size(), b.units.size());
+  for (size_t u = 0; u < n; ++u) {
+    const std::vector<TensorSpec>& x = a.units[u].tensors;
+    const std::vector<TensorSpec>& y = b.units[u].tensors;
+    if (x.size() != y.size()) return u;
+    for (size_t t = 0; t < x.size(); ++t) {
+      if (x[t].name != y[t].name || x[t].shape != y[t].shape) return u;
+    }
+  }
+  if (a.units.size() != b.units.size()) return n;
+  return std::nullopt;
+}
+
 }  // namespace zeroshard

@@ -19,6 +19,7 @@
 #define ZEROSHARD_COMMON_LAYOUT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,12 @@ struct ModelManifest {
   // that read a manifest back from the servers; the servers never read it.
   std::string arch;
 };
+
+// The first unit at which `a` and `b` differ in their tensors' names or
+// shapes (or in the unit count: the shorter's size), or nullopt when every
+// unit holds the same tensors: whether a layout is the manifest a model
+// shape makes, whatever the padding or the keep_whole marks.
+std::optional<size_t> FirstDifferingUnit(const ModelManifest& a, const ModelManifest& b);
 
 // A half-open range [begin, end) of flat element offsets.
 struct FlatRange {

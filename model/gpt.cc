@@ -27,16 +27,7 @@ absl::StatusOr<GptModel> GptModel::Create(const FlatLayout& layout,
   }
   // The layout must match the shape tensor by tensor.
   ASSIGN_OR_RETURN(ModelManifest want, MakeGptManifest(shape, 1));
-  const auto& units = layout.manifest().units;
-  bool same = units.size() == want.units.size();
-  for (size_t u = 0; same && u < units.size(); ++u) {
-    same = units[u].tensors.size() == want.units[u].tensors.size();
-    for (size_t t = 0; same && t < units[u].tensors.size(); ++t) {
-      same = units[u].tensors[t].name == want.units[u].tensors[t].name &&
-             units[u].tensors[t].shape == want.units[u].tensors[t].shape;
-    }
-  }
-  if (!same) {
+  if (FirstDifferingUnit(layout.manifest(), want).has_value()) {
     return absl::InvalidArgumentError(
         "the flat layout is not the GPT manifest of this model shape");
   }

@@ -86,18 +86,10 @@ absl::StatusOr<ModelShape> LlamaShapeOfLayout(const FlatLayout& layout, int head
   s.mlp_width = static_cast<int>(m.units[1].tensors[6].shape[0]);
   s.tie_embeddings = m.units.back().tensors.size() == 1;
   ASSIGN_OR_RETURN(ModelManifest want, MakeLlamaManifest(s, m.partition_count));
-  for (size_t u = 0; u < want.units.size(); ++u) {
-    const auto& a = m.units[u].tensors;
-    const auto& b = want.units[u].tensors;
-    bool same = a.size() == b.size();
-    for (size_t t = 0; same && t < a.size(); ++t) {
-      same = a[t].name == b[t].name && a[t].shape == b[t].shape;
-    }
-    if (!same) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the layout is not the Llama manifest of ", heads, " heads (unit '",
-          m.units[u].name, "')"));
-    }
+  if (std::optional<size_t> u = FirstDifferingUnit(m, want)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the layout is not the Llama manifest of ", heads, " heads (unit '",
+        *u < m.units.size() ? m.units[*u].name : std::string("(missing)"), "')"));
   }
   return s;
 }

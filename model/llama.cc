@@ -12,20 +12,6 @@ namespace {
 
 namespace k = kernels::cpu;
 
-// Whether the layout's units hold the manifest's tensors, name by name.
-bool SameTensors(const ModelManifest& have, const ModelManifest& want) {
-  if (have.units.size() != want.units.size()) return false;
-  for (size_t u = 0; u < have.units.size(); ++u) {
-    const auto& a = have.units[u].tensors;
-    const auto& b = want.units[u].tensors;
-    if (a.size() != b.size()) return false;
-    for (size_t t = 0; t < a.size(); ++t) {
-      if (a[t].name != b[t].name || a[t].shape != b[t].shape) return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 absl::StatusOr<LlamaModel> LlamaModel::Create(const FlatLayout& layout,
@@ -40,7 +26,7 @@ absl::StatusOr<LlamaModel> LlamaModel::Create(const FlatLayout& layout,
         absl::StrCat("unsupported parameter dtype ", DTypeName(param_dtype)));
   }
   ASSIGN_OR_RETURN(ModelManifest want, MakeLlamaManifest(shape, 1));
-  if (!SameTensors(layout.manifest(), want)) {
+  if (FirstDifferingUnit(layout.manifest(), want).has_value()) {
     return absl::InvalidArgumentError(
         "the flat layout is not the Llama manifest of this model shape");
   }

@@ -31,6 +31,27 @@ TEST(IntersectTest, Cases) {
   EXPECT_FALSE((FlatRange{0, 10}).Contains({5, 11}));
 }
 
+// Two manifests differ at the first unit whose tensors' names or shapes
+// differ, or where one has no more units; padding and keep_whole do not
+// count.
+TEST(FirstDifferingUnitTest, NamesShapesAndUnitCount) {
+  ModelManifest a;
+  a.units = {{"e", {{"w", {4, 2}}}}, {"b", {{"x", {2}}, {"y", {2, 2}}}}};
+  ModelManifest b = a;
+  b.partition_count = 3;
+  b.units[1].tensors[0].keep_whole = true;
+  EXPECT_EQ(FirstDifferingUnit(a, b), std::nullopt);
+  b.units[1].tensors[1].shape = {2, 3};
+  EXPECT_EQ(FirstDifferingUnit(a, b), 1u);
+  b = a;
+  b.units[0].tensors[0].name = "v";
+  EXPECT_EQ(FirstDifferingUnit(a, b), 0u);
+  b = a;
+  b.units.pop_back();
+  EXPECT_EQ(FirstDifferingUnit(a, b), 1u);
+  EXPECT_EQ(FirstDifferingUnit(b, a), 1u);
+}
+
 TEST(CheckDisjointTest, Cases) {
   EXPECT_TRUE(CheckDisjoint({}).ok());
   EXPECT_TRUE(CheckDisjoint({{0, 10}, {10, 20}, {30, 31}}).ok());  // touching
