@@ -321,6 +321,17 @@ const RuleInfo* RuleOf(const OptimizerConfig& config) {
 
 namespace {
 
+// The param a params map's key names: a param by its keyword, a pair's
+// half as "name[0]" or "name[1]"; null for anything else.
+const RuleParam* ParamOfKey(const RuleInfo& rule, const std::string& key) {
+  const size_t bracket = key.find('[');
+  const RuleParam* p = rule.FindParam(key.substr(0, bracket));
+  if (p == nullptr) return nullptr;
+  const bool pair = p->kind == RuleParam::Kind::kPair;
+  if (bracket == std::string::npos) return pair ? nullptr : p;
+  return pair && (key == p->name + "[0]" || key == p->name + "[1]") ? p : nullptr;
+}
+
 // The range of a param as errors say it, and whether `v` is in it.
 absl::Status CheckParamValue(const RuleParam& p, double v, absl::string_view what,
                              absl::string_view rule) {
@@ -410,10 +421,7 @@ absl::StatusOr<OptimizerConfig> MakeRuleConfig(
     const RuleInfo& rule, const std::map<std::string, double>& params,
     OptimizerConfig o) {
   for (const auto& [name, value] : params) {
-    const size_t bracket = name.find('[');
-    const RuleParam* p = rule.FindParam(name.substr(0, bracket));
-    if (p == nullptr ||
-        (bracket != std::string::npos) != (p->kind == RuleParam::Kind::kPair)) {
+    if (ParamOfKey(rule, name) == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer.params.", name, ": not a param of ", rule.name));
     }
@@ -499,11 +507,7 @@ absl::StatusOr<TensorRule> MakeTensorRule(
   TensorRule out;
   out.name = r->name;
   for (const auto& [key, value] : params) {
-    const size_t bracket = key.find('[');
-    const RuleParam* p = r->FindParam(key.substr(0, bracket));
-    const bool pair_key = bracket != std::string::npos;
-    if (p == nullptr || pair_key != (p->kind == RuleParam::Kind::kPair) ||
-        (pair_key && key != p->name + "[0]" && key != p->name + "[1]")) {
+    if (ParamOfKey(*r, key) == nullptr) {
       std::string names;
       for (const RuleParam& q : r->params) absl::StrAppend(&names, names.empty() ? "" : ", ", q.name);
       return absl::InvalidArgumentError(absl::StrCat(
