@@ -38,16 +38,12 @@ absl::StatusOr<ParamGroupTable> ParamGroupTable::Create(
           what, ": weight_decay (", g.weight_decay(), ") and lr_scale (",
           g.lr_scale(), ") must be finite and in [0, 1e6]"));
     }
-    if (absl::Status s = CheckTensorRuleProto(g.tensor_rule()); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
+    absl::StatusOr<TensorRule> parsed = ParseTensorRuleProto(g.tensor_rule());
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", parsed.status().message()));
     }
-    const TensorRule rule = TensorRuleFromProto(g.tensor_rule());
+    const TensorRule& rule = *parsed;
     if (rule.active()) table.any_rule_ = true;
-    if (absl::Status s = ValidateTensorRule(
-            rule, absl::StrCat(what, " tensor_rule"));
-        !s.ok()) {
-      return s;
-    }
     for (const v1::FlatRange& r : g.ranges()) {
       if (r.length() == 0 || r.offset() > total_elems ||
           r.length() > total_elems - r.offset()) {

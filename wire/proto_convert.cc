@@ -249,13 +249,11 @@ void AddParamGroups(const std::vector<ResolvedGroup>& groups,
   }
 }
 
-namespace {
-
 // A tensor rule as the wire carries it: its registry name and its params
 // (common/optimizer_rules.h), the spellings of the first named form read
 // too (bf16_products for ns_precision, eps1 and eps2 for eps, beta1 absent
 // for none); the oldest form, a kind with its own fields, converted.
-absl::StatusOr<TensorRule> ReadTensorRuleProto(const v1::TensorRule& in) {
+absl::StatusOr<TensorRule> ParseTensorRuleProto(const v1::TensorRule& in) {
   std::map<std::string, double> params;
   std::string name = in.name();
   if (name.empty()) {
@@ -305,15 +303,9 @@ absl::StatusOr<TensorRule> ReadTensorRuleProto(const v1::TensorRule& in) {
   return MakeTensorRule(name, params, absl::StrCat("tensor_rule ", name));
 }
 
-}  // namespace
-
-absl::Status CheckTensorRuleProto(const v1::TensorRule& in) {
-  return ReadTensorRuleProto(in).status();
-}
-
 TensorRule TensorRuleFromProto(const v1::TensorRule& in) {
-  absl::StatusOr<TensorRule> r = ReadTensorRuleProto(in);
-  return r.ok() ? *std::move(r) : TensorRule{};  // CheckTensorRuleProto refuses it
+  absl::StatusOr<TensorRule> r = ParseTensorRuleProto(in);
+  return r.ok() ? *std::move(r) : TensorRule{};  // ParseTensorRuleProto refuses it
 }
 
 std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in) {

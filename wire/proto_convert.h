@@ -31,12 +31,15 @@ absl::StatusOr<OptimizerConfig> FromProto(const v1::OptimizerConfig& config);
 // out->param_groups: what Init carries to the servers.
 void AddParamGroups(const std::vector<ResolvedGroup>& groups,
                     v1::OptimizerConfig* out);
-// A group's tensor rule (kind NONE, or one this build does not know:
-// inactive; the server's ParamGroupTable refuses unknown kinds).
+// A group's tensor rule, validated against its registry entry
+// (common/optimizer_rules.h): today's form (a name and every param by
+// keyword), the first named form's spellings, or the oldest (a kind and
+// the rule's own fields); none for kind NONE. INVALID_ARGUMENT naming an
+// unknown kind, name or keyword, or a value out of range.
+absl::StatusOr<TensorRule> ParseTensorRuleProto(const v1::TensorRule& in);
+// The same, none where ParseTensorRuleProto refuses (for rules a server
+// already accepted at Init).
 TensorRule TensorRuleFromProto(const v1::TensorRule& in);
-// OK for a tensor rule this build knows: a known kind (older writers), or
-// a known name with known params; INVALID_ARGUMENT naming what is not.
-absl::Status CheckTensorRuleProto(const v1::TensorRule& in);
 // The inverse: the groups `in` carries, each with its ranges and their sum.
 std::vector<ResolvedGroup> ParamGroupsFromProto(const v1::OptimizerConfig& in);
 

@@ -723,7 +723,7 @@ TEST(ParamGroupTableTest, RulesTravelByNameAndTheOlderFormStillReads) {
     v1::TensorRule* r = bad.mutable_param_groups(0)->mutable_tensor_rule();
     r->set_name(name);
     (*r->mutable_params())[key] = 1;
-    EXPECT_FALSE(CheckTensorRuleProto(*r).ok()) << name << " " << key;
+    EXPECT_FALSE(ParseTensorRuleProto(*r).ok()) << name << " " << key;
     absl::StatusOr<ParamGroupTable> table = ParamGroupTable::Create(bad, {0, 96}, 96);
     ASSERT_FALSE(table.ok());
     EXPECT_NE(table.status().message().find(name == "muon" ? key : name),
