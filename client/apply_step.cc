@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "wire/grpc_status.h"
@@ -10,8 +11,10 @@ namespace zeroshard {
 
 namespace {
 
-absl::Status ApplyStepCall(const ShardChannels& channels, int k, uint64_t step,
-                           uint64_t attempt, absl::Duration timeout,
+// ApplyStep of slot `slot` on server k (one of its copies).
+absl::Status ApplyStepCall(const ShardChannels& channels, int slot, int k,
+                           uint64_t step, uint64_t attempt,
+                           absl::Duration timeout,
                            v1::ApplyStepResponse* response) {
   v1::ApplyStepRequest req;
   req.set_step(step);
@@ -20,6 +23,7 @@ absl::Status ApplyStepCall(const ShardChannels& channels, int k, uint64_t step,
   return RunWithRetry(channels.options().retry, [&] {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    ShardChannels::RouteTo(&ctx, slot, k);
     return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, response),
                           "ApplyStep", channels.address(k));
   }, channels.channel(k).get());
@@ -30,15 +34,27 @@ absl::Status ApplyStepCall(const ShardChannels& channels, int k, uint64_t step,
 absl::Status ApplyStepOn(const ShardChannels& channels, int k, uint64_t step,
                          uint64_t attempt, absl::Duration timeout) {
   v1::ApplyStepResponse resp;
-  return ApplyStepCall(channels, k, step, attempt, timeout, &resp);
+  return ApplyStepCall(channels, k, k, step, attempt, timeout, &resp);
 }
 
 absl::StatusOr<PushResult> ApplyStepAll(const ShardChannels& channels,
                                         uint64_t step, uint64_t attempt,
                                         absl::Duration timeout) {
   std::vector<v1::ApplyStepResponse> out(channels.size());
-  RETURN_IF_ERROR(RunInParallel(channels.size(), [&](int k) {
-    return ApplyStepCall(channels, k, step, attempt, timeout, &out[k]);
+  // Every copy of every slot; a slot's sums are its first copy's (each
+  // copy applies the same pushes).
+  RETURN_IF_ERROR(RunInParallel(channels.size(), [&](int slot) {
+    absl::Mutex mu;
+    bool counted = false;
+    return channels.OnEveryCopy(slot, [&](int k) {
+      v1::ApplyStepResponse r;
+      RETURN_IF_ERROR(
+          ApplyStepCall(channels, slot, k, step, attempt, timeout, &r));
+      absl::MutexLock lock(&mu);
+      if (!counted) out[slot] = r;
+      counted = true;
+      return absl::OkStatus();
+    });
   }));
   PushResult sum;
   for (int k = 0; k < channels.size(); ++k) {

@@ -17,16 +17,21 @@ absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
   req.set_directory(directory);
   req.set_wait(wait);
   v1::CheckpointResponse response;
-  RETURN_IF_ERROR(RunWithRetry(channels.options().retry, [&] {
-    grpc::ClientContext ctx;
-    if (wait) {
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    } else {
-      channels.PrepareControlContext(&ctx);
-    }
-    return FromGrpcStatus(channels.stub(k).Checkpoint(&ctx, req, &response),
-                          "Checkpoint", channels.address(k));
-  }, channels.channel(k).get()));
+  // One copy of slot k writes its file (two would write the same path).
+  RETURN_IF_ERROR(channels.OnOneCopy(k, [&](int server) {
+    return RunWithRetry(channels.options().retry, [&] {
+      grpc::ClientContext ctx;
+      if (wait) {
+        ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+      } else {
+        channels.PrepareControlContext(&ctx);
+      }
+      ShardChannels::RouteTo(&ctx, k, server);
+      return FromGrpcStatus(
+          channels.stub(server).Checkpoint(&ctx, req, &response),
+          "Checkpoint", channels.address(server));
+    }, channels.channel(server).get());
+  }));
   *file = ShardFileFromProto(response);
   return absl::OkStatus();
 }
@@ -59,10 +64,18 @@ absl::StatusOr<std::vector<ServerRestore>> RestoreAll(
     v1::RestoreRequest req;
     req.set_directory(directory);
     if (step.has_value()) req.set_step(*step);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return FromGrpcStatus(channels.stub(k).Restore(&ctx, req, &replies[k]),
-                          "Restore", channels.address(k));
+    // Every copy of slot k reads its file; they end at the same version.
+    std::vector<v1::RestoreResponse> copies(channels.size());
+    RETURN_IF_ERROR(channels.OnEveryCopy(k, [&](int server) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+      ShardChannels::RouteTo(&ctx, k, server);
+      return FromGrpcStatus(
+          channels.stub(server).Restore(&ctx, req, &copies[server]),
+          "Restore", channels.address(server));
+    }));
+    replies[k] = copies[channels.LiveHolders(k).front()];
+    return absl::OkStatus();
   }));
   std::vector<ServerRestore> out;
   for (const v1::RestoreResponse& r : replies) {

@@ -45,6 +45,13 @@ struct ShardClientOptions {
   std::shared_ptr<const ClientSecurity> security;
   // The run (InitRequest.run_id) named by Init, every push and ApplyStep.
   std::string run_id;
+  // Copies of each slot the cluster keeps (zeroshard.replicas, 1 or 2;
+  // docs/DESIGN.md, "Replicas"): with 2, slot k lives on server k and on
+  // server k + 1 mod S; pushes, ApplyStep, SetWeights and Restore reach
+  // both, reads the first that answers, and a server that stops answering
+  // (UNAVAILABLE after the retries) is left for the rest of the client's
+  // life.
+  int replicas = 1;
 };
 
 // The credentials of role `role_name` ("worker", "ctl" or "admin") from a

@@ -18,7 +18,7 @@ namespace {
 
 constexpr char kGatherMethod[] = "/zeroshard.v1.ShardService/Gather";
 
-absl::Status OneAttempt(const ShardChannels& channels, int server,
+absl::Status OneAttempt(const ShardChannels& channels, int slot, int server,
                         const std::vector<GatherTarget>& targets, DType dtype,
                         int64_t min_version, CallCanceller* cancel,
                         const ServerRegion* region, GatherResult* result) {
@@ -50,6 +50,7 @@ absl::Status OneAttempt(const ShardChannels& channels, int server,
 
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.call_timeout));
+  ShardChannels::RouteTo(&ctx, slot, server);
   if (cancel != nullptr && !cancel->Register(&ctx)) {
     return absl::CancelledError(
         absl::StrCat(what, " from ", address, ": cancelled by the caller"));
@@ -180,16 +181,22 @@ absl::StatusOr<GatherResult> GatherFromServer(const ShardChannels& channels,
               return a.range.begin < b.range.begin;
             });
   GatherResult result;
-  // Through the region when the elements fit its gather area and no other
-  // Gather is using it; over gRPC otherwise.
   uint64_t bytes = 0;
   for (const GatherTarget& t : targets) bytes += t.range.size() * DTypeSize(dtype);
-  const std::shared_ptr<const ServerRegion> region =
-      ServerRegion::TakeGather(channels.region(server), bytes);
-  absl::Status s = RunWithRetry(channels.options().retry, [&] {
-    return OneAttempt(channels, server, targets, dtype, min_version, cancel,
-                      region.get(), &result);
-  }, channels.channel(server).get());
+  // Slot `server` from its first live copy (ShardChannels::OnOneCopy).
+  const int slot = server;
+  absl::Status s = channels.OnOneCopy(slot, [&](int k) {
+    // Through the region when the elements fit its gather area and no
+    // other Gather is using it; over gRPC otherwise. A copy of another
+    // slot is read over gRPC.
+    const std::shared_ptr<const ServerRegion> region =
+        k == slot ? ServerRegion::TakeGather(channels.region(k), bytes)
+                  : nullptr;
+    return RunWithRetry(channels.options().retry, [&] {
+      return OneAttempt(channels, slot, k, targets, dtype, min_version,
+                        cancel, region.get(), &result);
+    }, channels.channel(k).get());
+  });
   if (!s.ok()) return s;
   return result;
 }

@@ -22,7 +22,8 @@ struct GatherTarget {
   uint8_t* dst = nullptr;
 };
 
-// Streams `targets` (disjoint, inside server k's range) from server k, with
+// Streams `targets` (disjoint, inside slot k's range) from slot k's first
+// live copy (server k, or with replicas 2 server k + 1 once k is gone), with
 // retries. Every piece is checked: dtype as asked, inside a requested range;
 // and every requested element must arrive (DATA_LOSS otherwise). With
 // `cancel`, the call can be cancelled from another thread (CANCELLED, not

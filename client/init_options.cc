@@ -14,6 +14,7 @@ InitOptions InitOptionsFor(const TrainingConfig& config) {
   init.init_std = config.cluster.init_std;
   init.chunk_elems = config.cluster.chunk_elems;
   init.num_workers = static_cast<uint32_t>(config.cluster.workers);
+  init.replicas = static_cast<uint32_t>(config.cluster.replicas);
   return init;
 }
 

@@ -38,6 +38,8 @@ struct InitOptions {
   uint32_t num_workers = 0;
   // InitRequest.replace: a new model for the same run replaces the state.
   bool replace = false;
+  // InitRequest.replicas: copies of each slot (1 or 2).
+  uint32_t replicas = 1;
 };
 
 // The Init a training config asks for: its optimizer and parameter groups,

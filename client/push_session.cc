@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "client/piece_plan.h"
@@ -32,6 +33,25 @@ PushSession::PushSession(const ShardChannels* channels,
   streams_.resize(channels->size());
 }
 
+absl::Status PushSession::SlotError(
+    const std::vector<std::unique_ptr<ServerPushStream>>& copies) const {
+  absl::Status failed, lost;
+  bool going = false;
+  for (const auto& s : copies) {
+    absl::Status e = s->error();
+    if (e.ok()) {
+      going = true;
+    } else if (!CopyLost(e) || channels_->replicas() < 2) {
+      if (failed.ok()) failed = e;
+    } else if (lost.ok()) {
+      lost = e;
+    }
+  }
+  if (!failed.ok()) return failed;
+  // A copy lost beside one still going is not an error (replicas).
+  return going ? absl::OkStatus() : lost;
+}
+
 PushSession::~PushSession() {
   if (!finished_) {
     Abort();
@@ -42,9 +62,8 @@ PushSession::~PushSession() {
 }
 
 absl::Status PushSession::FirstStreamError() const {
-  for (const auto& s : streams_) {
-    if (s == nullptr) continue;
-    if (absl::Status e = s->error(); !e.ok()) return e;
+  for (const auto& copies : streams_) {
+    if (absl::Status e = SlotError(copies); !e.ok()) return e;
   }
   return absl::OkStatus();
 }
@@ -85,11 +104,21 @@ absl::Status PushSession::Add(const FlatRange& range, DType dtype,
   }
   for (size_t k = 0; k < by_server.size(); ++k) {
     if (by_server[k].empty()) continue;
-    if (streams_[k] == nullptr) {
-      streams_[k] = std::make_unique<ServerPushStream>(
-          channels_, static_cast<int>(k), step_, worker_, known_);
+    const int slot = static_cast<int>(k);
+    if (streams_[k].empty()) {
+      // Every live copy of the slot (one without replicas).
+      const std::vector<int> holders = channels_->LiveHolders(slot);
+      if (holders.empty()) {
+        return absl::UnavailableError(absl::StrCat(
+            "every copy of slot ", slot, " is gone; the run can only go on "
+            "from its newest checkpoint"));
+      }
+      for (int server : holders) {
+        streams_[k].push_back(std::make_unique<ServerPushStream>(
+            channels_, slot, server, step_, worker_, known_));
+      }
     }
-    streams_[k]->Enqueue(by_server[k]);
+    for (auto& s : streams_[k]) s->Enqueue(by_server[k]);
   }
   return absl::OkStatus();
 }
@@ -115,8 +144,8 @@ absl::Status PushSession::SendCommit(const StepCommit& commit) {
   }
   finished_ = true;
   commit_sent_ = true;
-  for (auto& s : streams_) {
-    if (s != nullptr) s->Close(commit);
+  for (auto& copies : streams_) {
+    for (auto& s : copies) s->Close(commit);
   }
   return absl::OkStatus();
 }
@@ -129,16 +158,31 @@ absl::StatusOr<PushResult> PushSession::Wait() {
   commit_sent_ = false;
   PushResult result;
   absl::Status first_error;
-  for (auto& s : streams_) {
-    if (s == nullptr) continue;
-    auto r = s->Wait();
-    if (!r.ok()) {
-      if (first_error.ok()) first_error = r.status();
+  for (size_t k = 0; k < streams_.size(); ++k) {
+    if (streams_[k].empty()) continue;
+    // A slot's sums are its first answering copy's; a copy lost beside
+    // one that answered is marked down (ShardChannels::OnEveryCopy's rule).
+    std::optional<v1::PushGradResponse> answered;
+    absl::Status slot_error, lost;
+    for (auto& s : streams_[k]) {
+      auto r = s->Wait();
+      if (r.ok()) {
+        if (!answered.has_value()) answered = *r;
+      } else if (CopyLost(r.status()) && channels_->replicas() > 1) {
+        channels_->MarkDown(s->server(), r.status());
+        lost = r.status();
+      } else if (slot_error.ok()) {
+        slot_error = r.status();
+      }
+    }
+    if (slot_error.ok() && !answered.has_value()) slot_error = lost;
+    if (!slot_error.ok()) {
+      if (first_error.ok()) first_error = slot_error;
       continue;
     }
-    result.applied_elems += r->applied_elems();
-    result.duplicate_elems += r->duplicate_elems();
-    result.chunks_completed += r->chunks_completed();
+    result.applied_elems += answered->applied_elems();
+    result.duplicate_elems += answered->duplicate_elems();
+    result.chunks_completed += answered->chunks_completed();
     ++result.streams;
   }
   if (!first_error.ok()) return first_error;
@@ -147,11 +191,11 @@ absl::StatusOr<PushResult> PushSession::Wait() {
 
 void PushSession::Abort() {
   finished_ = true;
-  for (auto& s : streams_) {
-    if (s != nullptr) s->Cancel();
+  for (auto& copies : streams_) {
+    for (auto& s : copies) s->Cancel();
   }
-  for (auto& s : streams_) {
-    if (s != nullptr) s->Wait().IgnoreError();
+  for (auto& copies : streams_) {
+    for (auto& s : copies) s->Wait().IgnoreError();
   }
 }
 

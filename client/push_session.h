@@ -110,6 +110,10 @@ class PushSession {
               uint64_t step, uint32_t worker, std::optional<StepCommit> known);
 
   absl::Status FirstStreamError() const;
+  // The error of one slot's streams: OK while each has none, or while a
+  // copy is lost (CopyLost) beside one that has none.
+  absl::Status SlotError(
+      const std::vector<std::unique_ptr<ServerPushStream>>& copies) const;
 
   const ShardChannels* channels_;
   const FlatLayout* layout_;
@@ -119,8 +123,9 @@ class PushSession {
   bool finished_ = false;
   bool commit_sent_ = false;
   std::vector<FlatRange> added_;  // sorted by begin
-  // One per server, opened on first use.
-  std::vector<std::unique_ptr<ServerPushStream>> streams_;
+  // Per slot, one per live copy (ShardChannels::LiveHolders), opened on
+  // first use.
+  std::vector<std::vector<std::unique_ptr<ServerPushStream>>> streams_;
 };
 
 }  // namespace zeroshard

@@ -17,10 +17,11 @@ constexpr char kPushGradMethod[] = "/zeroshard.v1.ShardService/PushGrad";
 
 }  // namespace
 
-ServerPushStream::ServerPushStream(const ShardChannels* channels, int server,
-                                   uint64_t step, uint32_t worker,
+ServerPushStream::ServerPushStream(const ShardChannels* channels, int slot,
+                                   int server, uint64_t step, uint32_t worker,
                                    std::optional<StepCommit> known)
     : channels_(channels),
+      slot_(slot),
       server_(server),
       step_(step),
       worker_(worker),
@@ -84,6 +85,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   const absl::Time deadline = absl::Now() + opt.call_timeout;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
+  ShardChannels::RouteTo(&ctx, slot_, server_);
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) {
@@ -99,8 +101,10 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   // pieces are written there one after the other while they fit (`used`
   // bytes so far), the rest goes over gRPC. Held until the reply, by which
   // time the server has read or copied every piece.
+  // A copy of another slot is written over gRPC.
   const std::shared_ptr<const ServerRegion> region =
-      ServerRegion::TakePush(channels_->region(server_));
+      slot_ == server_ ? ServerRegion::TakePush(channels_->region(server_))
+                       : nullptr;
   uint64_t used = 0;
   *response = v1::PushGradResponse();
   GenericStreamCall call(channels_->channel(server_), kPushGradMethod, &ctx);

@@ -35,9 +35,12 @@ struct QueuedPiece {
 
 class ServerPushStream {
  public:
-  // Starts the sender thread, which opens the stream at once.
-  ServerPushStream(const ShardChannels* channels, int server, uint64_t step,
-                   uint32_t worker, std::optional<StepCommit> known);
+  // Starts the sender thread, which opens the stream at once: a push of
+  // slot `slot`'s pieces to `server`, one of its copies (ShardChannels).
+  ServerPushStream(const ShardChannels* channels, int slot, int server,
+                   uint64_t step, uint32_t worker,
+                   std::optional<StepCommit> known);
+  int server() const { return server_; }
   // Cancels and joins.
   ~ServerPushStream();
 
@@ -57,6 +60,7 @@ class ServerPushStream {
 
   // Constant after construction.
   const ShardChannels* channels_;
+  const int slot_;
   const int server_;
   const uint64_t step_;
   const uint32_t worker_;

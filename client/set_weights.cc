@@ -17,14 +17,16 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "WeightPiece data is little-endian FP32; add a byte swap here");
 
-// One attempt: server k's pieces (owned ranges, ascending) as one stream.
-absl::Status SendRanges(const ShardChannels& channels, int k,
+// One attempt: slot `slot`'s pieces (inside its range, ascending) as one
+// stream to server k, one of the slot's copies.
+absl::Status SendRanges(const ShardChannels& channels, int slot, int k,
                         absl::Span<const WeightRange> ranges,
                         const std::string& state,
                         std::optional<uint64_t> optimizer_step) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() +
                                       channels.options().call_timeout));
+  ShardChannels::RouteTo(&ctx, slot, k);
   v1::SetWeightsResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::WeightPiece>> writer =
       channels.stub(k).SetWeights(&ctx, &response);
@@ -125,9 +127,13 @@ absl::Status SetStateRanges(const ShardChannels& channels,
   for (int k = 0; k < channels.size(); ++k) {
     if (per_server[k].empty()) continue;
     threads.emplace_back([&, k] {
-      results[k] = RunWithRetry(channels.options().retry, [&] {
-        return SendRanges(channels, k, per_server[k], state, optimizer_step);
-      }, channels.channel(k).get());
+      // Every copy of the slot.
+      results[k] = channels.OnEveryCopy(k, [&](int server) {
+        return RunWithRetry(channels.options().retry, [&] {
+          return SendRanges(channels, k, server, per_server[k], state,
+                            optimizer_step);
+        }, channels.channel(server).get());
+      });
     });
   }
   for (std::thread& t : threads) t.join();

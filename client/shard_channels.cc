@@ -9,6 +9,8 @@
 #include "client/piece_plan.h"
 #include "wire/grpc_status.h"
 #include "wire/grpc_tuning.h"
+#include "wire/slot_metadata.h"
+#include "common/logging.h"
 
 namespace zeroshard {
 
@@ -80,6 +82,12 @@ absl::StatusOr<std::unique_ptr<ShardChannels>> ShardChannels::Connect(
   if (options.retry.max_attempts < 1) {
     return absl::InvalidArgumentError("retry.max_attempts must be >= 1");
   }
+  if (options.replicas < 1 || options.replicas > 2 ||
+      (options.replicas == 2 && servers.size() < 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replicas ", options.replicas, " with ", servers.size(),
+        " servers: it must be 1, or 2 with at least 2 servers"));
+  }
   std::unique_ptr<ShardChannels> c(new ShardChannels());
   c->options_ = options;
   for (const std::string& s : servers) {
@@ -98,8 +106,89 @@ absl::StatusOr<std::unique_ptr<ShardChannels>> ShardChannels::Connect(
     c->stubs_.push_back(v1::ShardService::NewStub(channel));
     c->health_stubs_.push_back(grpc::health::v1::Health::NewStub(channel));
     c->channels_.push_back(std::move(channel));
+    c->down_.push_back(std::make_unique<std::atomic<bool>>(false));
   }
   return c;
+}
+
+std::vector<int> ShardChannels::LiveHolders(int slot) const {
+  std::vector<int> out;
+  for (int i = 0; i < replicas(); ++i) {
+    const int k = (slot + i) % size();
+    if (!IsDown(k)) out.push_back(k);
+  }
+  return out;
+}
+
+void ShardChannels::MarkDown(int k, const absl::Status& why) const {
+  if (replicas() < 2) return;
+  if (!down_[k]->exchange(true)) {
+    ZS_LOG(WARNING) << "server " << k << " (" << address(k)
+                    << ") is gone; its slots are served by their other copy: "
+                    << why.message();
+  }
+}
+
+void ShardChannels::RouteTo(grpc::ClientContext* ctx, int slot, int server) {
+  if (slot != server) SetSlotMetadata(ctx, static_cast<uint32_t>(slot));
+}
+
+bool CopyLost(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable;
+}
+
+namespace {
+
+absl::Status NoCopyLeft(const ShardChannels& channels, int slot,
+                        const absl::Status& last) {
+  if (!last.ok()) return last;
+  return absl::UnavailableError(absl::StrCat(
+      "every copy of slot ", slot, " is gone (servers ", slot, " and ",
+      (slot + 1) % channels.size(), "); the run can only go on from its "
+      "newest checkpoint"));
+}
+
+}  // namespace
+
+absl::Status ShardChannels::OnEveryCopy(
+    int slot, const std::function<absl::Status(int)>& call) const {
+  if (replicas() < 2) return call(slot);
+  const std::vector<int> holders = LiveHolders(slot);
+  std::vector<absl::Status> results(holders.size());
+  RunInParallel(static_cast<int>(holders.size()), [&](int i) {
+    results[i] = call(holders[i]);
+    return absl::OkStatus();
+  }).IgnoreError();
+  int served = 0;
+  absl::Status first_error, last_lost;
+  for (size_t i = 0; i < holders.size(); ++i) {
+    const int k = holders[i];
+    const absl::Status& s = results[i];
+    if (s.ok()) {
+      ++served;
+    } else if (CopyLost(s)) {
+      MarkDown(k, s);
+      last_lost = s;
+    } else if (first_error.ok()) {
+      first_error = s;
+    }
+  }
+  if (!first_error.ok()) return first_error;
+  if (served == 0) return NoCopyLeft(*this, slot, last_lost);
+  return absl::OkStatus();
+}
+
+absl::Status ShardChannels::OnOneCopy(
+    int slot, const std::function<absl::Status(int)>& call) const {
+  if (replicas() < 2) return call(slot);
+  absl::Status last_lost;
+  for (int k : LiveHolders(slot)) {
+    absl::Status s = call(k);
+    if (!CopyLost(s)) return s;
+    MarkDown(k, s);
+    last_lost = s;
+  }
+  return NoCopyLeft(*this, slot, last_lost);
 }
 
 bool ShardChannels::WaitForConnected(int k, absl::Time deadline) const {
@@ -140,10 +229,16 @@ void ShardChannels::PrepareControlContext(grpc::ClientContext* ctx) const {
 }
 
 absl::StatusOr<v1::InspectResponse> ShardChannels::Inspect(int k) const {
+  return InspectCopy(k, k);
+}
+
+absl::StatusOr<v1::InspectResponse> ShardChannels::InspectCopy(int slot,
+                                                               int k) const {
   v1::InspectResponse resp;
   absl::Status s = RunWithRetry(options_.retry, [&] {
     grpc::ClientContext ctx;
     PrepareControlContext(&ctx);
+    RouteTo(&ctx, slot, k);
     return FromGrpcStatus(stubs_[k]->Inspect(&ctx, v1::InspectRequest(), &resp),
                           "Inspect", addresses_[k]);
   }, channels_[k].get());

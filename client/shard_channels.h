@@ -12,6 +12,7 @@
 #ifndef ZEROSHARD_CLIENT_SHARD_CHANNELS_H_
 #define ZEROSHARD_CLIENT_SHARD_CHANNELS_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -59,6 +60,8 @@ class ShardChannels {
 
   // Inspect on server k (with retries).
   absl::StatusOr<v1::InspectResponse> Inspect(int k) const;
+  // Inspect of slot `slot`'s copy on server k (with retries).
+  absl::StatusOr<v1::InspectResponse> InspectCopy(int slot, int k) const;
   // Inspect on every server, in parallel; one result per server.
   std::vector<absl::StatusOr<v1::InspectResponse>> InspectAll() const;
   // grpc.health.v1 Check("") on server k: "SERVING", "NOT_SERVING", ... or
@@ -73,6 +76,32 @@ class ShardChannels {
 
   // A ClientContext with the control deadline set.
   void PrepareControlContext(grpc::ClientContext* ctx) const;
+
+  // Replicas (options().replicas; docs/DESIGN.md, "Replicas"). Slot k is
+  // the flat range layout.ServerRange(k); its copies are on server k and,
+  // with 2 replicas, on server k + 1 mod S.
+  int replicas() const { return options_.replicas; }
+  // The copies of slot k not marked down, server k first.
+  std::vector<int> LiveHolders(int slot) const;
+  // True once server k was marked down.
+  bool IsDown(int k) const { return down_[k]->load(); }
+  // Marks server k down for the rest of this client's life (with replicas
+  // 2 only; logs `why` once).
+  void MarkDown(int k, const absl::Status& why) const;
+  // Names `slot` in the call's metadata when it goes to a server other than
+  // the slot's own (wire/slot_metadata.h).
+  static void RouteTo(grpc::ClientContext* ctx, int slot, int server);
+  // Runs call(server) on every live copy of `slot`, in parallel. With replicas
+  // 2, a copy whose call ends UNAVAILABLE (its server gone: the transport
+  // retried already) is marked down and left out, so the result is OK when
+  // at least one copy succeeded and every other one was lost; otherwise the
+  // first error. With one copy, the call's own status.
+  absl::Status OnEveryCopy(int slot,
+                           const std::function<absl::Status(int)>& call) const;
+  // Runs call(server) on the first live copy of `slot`; with replicas 2, a
+  // copy lost as above is marked down and the next one tried.
+  absl::Status OnOneCopy(int slot,
+                         const std::function<absl::Status(int)>& call) const;
 
   // The shared-memory region with server k (client/server_region.h), or
   // null: Gather and PushGrad then go over gRPC alone.
@@ -92,10 +121,17 @@ class ShardChannels {
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::ShardService::Stub>> stubs_;
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health_stubs_;
+  // Per server: marked down (MarkDown).
+  std::vector<std::unique_ptr<std::atomic<bool>>> down_;
   mutable absl::Mutex regions_mu_;
   std::vector<std::shared_ptr<const ServerRegion>> regions_
       ABSL_GUARDED_BY(regions_mu_);
 };
+
+// What ends a copy of a slot for the rest of a client's life, with
+// replicas 2: its server does not answer (UNAVAILABLE once the transport's
+// retries are spent).
+bool CopyLost(const absl::Status& s);
 
 // Runs call(i) for i in [0, n) in parallel (a thread each), e.g. one call
 // per server; the first error in index order, or OK.

@@ -84,6 +84,7 @@ absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
   base.set_run_id(channels_->options().run_id);
   base.set_num_workers(options.num_workers);
   base.set_replace(options.replace);
+  base.set_replicas(options.replicas);
   base.set_chunk_elems(options.chunk_elems);
 
   std::vector<v1::InitResponse> responses(S);

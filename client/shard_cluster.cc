@@ -62,7 +62,11 @@ absl::Status ShardCluster::NeedLayout(const char* call) const {
 }
 
 absl::StatusOr<ServerStatus> ShardCluster::Inspect(int k) const {
-  ASSIGN_OR_RETURN(v1::InspectResponse r, channels().Inspect(k));
+  return InspectCopy(k, k);
+}
+
+absl::StatusOr<ServerStatus> ShardCluster::InspectCopy(int slot, int k) const {
+  ASSIGN_OR_RETURN(v1::InspectResponse r, channels().InspectCopy(slot, k));
   return StatusFromProto(r);
 }
 

@@ -77,6 +77,9 @@ class ShardCluster {
 
   // --- What the servers report (no layout needed) ---------------------------
   absl::StatusOr<ServerStatus> Inspect(int k) const;
+  // With replicas: what server k reports of its copy of slot `slot`
+  // (docs/DESIGN.md, "Replicas"); Inspect(k) is InspectCopy(k, k).
+  absl::StatusOr<ServerStatus> InspectCopy(int slot, int k) const;
   // One result per server, asked in parallel.
   std::vector<absl::StatusOr<ServerStatus>> InspectAll() const;
   // grpc.health.v1 Check: "SERVING", "NOT_SERVING", ... per server.

@@ -161,6 +161,10 @@ struct ClusterConfig {
   int servers = 1;                            // S, >= 1
   std::vector<std::string> server_addresses;  // "host:port"; empty = local
   int workers = 1;                            // N = world_size, >= 1
+  // Copies of each server's slot (docs/DESIGN.md, "Replicas"): 1, or 2 with
+  // S >= 2 (slot k also on server k + 1 mod S, so a dead server costs no
+  // step).
+  int replicas = 1;                           // zeroshard.replicas
   Placement placement = Placement::kHost;
   ModelShape model;                           // validated by ValidateModelShape
   DataConfig data;

@@ -346,6 +346,7 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
     z.servers = servers->get<int>();
   }
   RETURN_IF_ERROR(s.Int("workers", 1, kMaxClusterProcesses, &z.workers));
+  RETURN_IF_ERROR(s.Int("replicas", 1, 2, &z.replicas));
   RETURN_IF_ERROR(s.Enum("placement", kPlacementNames, &z.placement));
   ASSIGN_OR_RETURN(Section m, s.Child("model"));
   RETURN_IF_ERROR(m.String("arch", &z.model.arch));
@@ -486,6 +487,12 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   if (ov.steps.has_value()) z.steps = *ov.steps;
   if (z.servers < 1 || z.workers < 1 || z.steps < 1) {
     return absl::InvalidArgumentError("servers, workers and steps must all be >= 1");
+  }
+  if (z.replicas == 2 && z.servers < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"zeroshard.replicas\" is 2, which needs at least 2 "
+        "servers (each slot's second copy lives on the next server); the "
+        "cluster has ", z.servers));
   }
   z.data.eval_every_steps = eval_every.has_value() ? static_cast<uint64_t>(*eval_every)
                                                    : DefaultEvalEverySteps(z.steps, c->steps_per_print);

@@ -167,6 +167,7 @@ void VisitConfig(V& v, TrainingConfig& c) {
     v.Field("seed", z.seed);
     v.Field("init_std", z.init_std);
     v.Field("chunk_elems", z.chunk_elems);
+    v.FieldUnlessDefault("replicas", z.replicas, 1);
     v.Local([&] {
       v.Field("metrics_path", z.metrics_path);
       v.Enum("metrics_format", z.metrics_format, kMetricsFormatNames);
@@ -208,6 +209,12 @@ class Writer {
   void Field(const char* name, const T& value) {
     (*stack_.back())[name] = value;
   }
+  // A field written only away from its default (so that the forms written
+  // before it existed stay the same); read whenever it is there.
+  template <typename T>
+  void FieldUnlessDefault(const char* name, const T& value, const T& def) {
+    if (value != def) Field(name, value);
+  }
   template <typename E, size_t N>
   void Enum(const char* name, const E& value, const EnumNames<E, N>& names) {
     for (const auto& [e, text] : names) {
@@ -236,6 +243,15 @@ class Reader {
     fields();
     CheckNoUnknownKeys();
     stack_.pop_back();
+  }
+  template <typename T>
+  void FieldUnlessDefault(const char* name, T& value, const T& def) {
+    if (status_.ok() && !stack_.back().object->contains(name)) {
+      stack_.back().seen.insert(name);
+      value = def;
+      return;
+    }
+    Field(name, value);
   }
   template <typename T>
   void Field(const char* name, T& value) {

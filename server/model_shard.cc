@@ -59,6 +59,16 @@ absl::StatusOr<v1::InitRequest> ModelShard::Normalize(
         ") must divide manifest.partition_count (",
         out.manifest().partition_count(), ")"));
   }
+  if (out.replicas() == 0) out.set_replicas(1);
+  if (out.replicas() > 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Init: replicas (", out.replicas(), ") must be 1 or 2"));
+  }
+  if (out.replicas() == 2 && out.num_servers() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Init: replicas 2 needs at least 2 servers (each slot's copy lives "
+        "on the next server); the cluster has ", out.num_servers()));
+  }
   if (out.chunk_elems() == 0) out.set_chunk_elems(kDefaultChunkElems);
   if (out.chunk_elems() % kFlatAlignment != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -100,6 +110,7 @@ std::string ModelShard::DescribeConflict(const v1::InitRequest& a,
   if (a.chunk_elems() != b.chunk_elems()) return "chunk_elems";
   if (a.run_id() != b.run_id()) return "run_id (another run owns this server)";
   if (a.num_workers() != b.num_workers()) return "num_workers";
+  if (a.replicas() != b.replicas()) return "replicas";
   if (!MessageDifferencer::Equals(a, b)) return "request";
   return "";
 }

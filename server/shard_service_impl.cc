@@ -16,6 +16,7 @@
 #include "server/status_reactor.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_convert.h"
+#include "wire/slot_metadata.h"
 
 namespace zeroshard {
 namespace {
@@ -79,6 +80,32 @@ absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::state() const {
         "the shard server is not initialised; call Init first");
   }
   return state_;
+}
+
+absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::StateFor(
+    const grpc::CallbackServerContext& context) const {
+  ASSIGN_OR_RETURN(const std::optional<uint32_t> slot,
+                   SlotFromMetadata(context.client_metadata()));
+  if (!slot.has_value() || *slot == config_.identity.server_index) {
+    return state();
+  }
+  absl::MutexLock lock(&mu_);
+  if (state_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the shard server is not initialised; call Init first");
+  }
+  if (replica_ != nullptr &&
+      *slot == replica_->request().server_index()) {
+    return replica_;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "server ", config_.identity.server_index, " holds slot ",
+      config_.identity.server_index,
+      replica_ == nullptr
+          ? std::string(" only (the run keeps one copy of each slot)")
+          : absl::StrCat(" and a replica of slot ",
+                         replica_->request().server_index()),
+      ", not slot ", *slot));
 }
 
 template <class Request, class Response>
@@ -214,11 +241,25 @@ absl::Status ShardServiceImpl::DoInit(const v1::InitRequest& request,
                                       config_.placement));
   state->set_pending_grad_limit(config_.max_pending_grad_bytes);
   state->set_fault_listener(config_.on_state_lost);
+  // The replica of the previous slot: the same request for that slot, so
+  // its initial values, rule and chunks are the ones its first holder has.
+  std::shared_ptr<ModelShard> replica;
+  if (state->request().replicas() == 2) {
+    const uint32_t S = config_.identity.num_servers;
+    const uint32_t slot = (config_.identity.server_index + S - 1) % S;
+    v1::InitRequest for_slot = request;
+    for_slot.set_server_index(slot);
+    ASSIGN_OR_RETURN(replica, ModelShard::Create(for_slot, {slot, S},
+                                                 config_.placement));
+    replica->set_pending_grad_limit(config_.max_pending_grad_bytes);
+    replica->set_fault_listener(config_.on_state_lost);
+  }
   FillInitResponse(*state, /*already=*/false, response);
   const std::string run_id = state->run_id();
   {
     absl::MutexLock lock(&mu_);
     state_ = std::move(state);
+    replica_ = std::move(replica);
   }
   // Only the server's run may use the store from now on.
   kv_.RetainOnlyRun(run_id);
@@ -241,7 +282,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::Gather(
   if (absl::Status s = ParseRequest("Gather", *request, &parsed); !s.ok()) {
     return new Failed(s, &counters_);
   }
-  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(*context);
   if (!state.ok()) return new Failed(state.status(), &counters_);
   absl::StatusOr<GatherPlan> plan = PlanGather(**state, parsed, &regions_);
   if (!plan.ok()) return new Failed(plan.status(), &counters_);
@@ -258,15 +299,16 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::PushGrad(
                           std::chrono::steady_clock::now().time_since_epoch())
                           .count(),
                       std::memory_order_relaxed);
-  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(*context);
   if (!state.ok()) return new Failed(state.status(), &counters_);
   return new PushGradReactor(*std::move(state), response, &counters_,
                              &push_streams_, &regions_);
 }
 
 absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::StateOfRun(
-    absl::string_view method, const std::string& run_id) const {
-  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+    const grpc::CallbackServerContext& context, absl::string_view method,
+    const std::string& run_id) const {
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(context);
   if (state.ok() && run_id != (*state)->run_id()) {
     return absl::PermissionDeniedError(
         absl::StrCat(method, " names run '", run_id,
@@ -279,7 +321,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleApplyStep(
     grpc::CallbackServerContext* context, const v1::ApplyStepRequest* request,
     UnaryReply<v1::ApplyStepResponse>* reply) {
   absl::StatusOr<std::shared_ptr<ModelShard>> state =
-      StateOfRun("ApplyStep", request->run_id());
+      StateOfRun(*context, "ApplyStep", request->run_id());
   RETURN_UNARY_IF_ERROR(state.status());
   absl::StatusOr<ApplyResult> r =
       (*state)->ApplyPrepared(request->step(), request->attempt());
@@ -292,14 +334,26 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleApplyStep(
   return FinishUnary(context, absl::OkStatus(), reply);
 }
 
-absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
+absl::Status ShardServiceImpl::DoInspect(
+    const grpc::CallbackServerContext& context,
+    v1::InspectResponse* response) {
   response->set_server_index(config_.identity.server_index);
   response->set_num_servers(config_.identity.num_servers);
   response->set_placement(std::string(PlacementName(config_.placement)));
+  response->set_slot(config_.identity.server_index);
   counters_.Fill(response->mutable_counters());
-  absl::StatusOr<std::shared_ptr<ModelShard>> maybe = state();
-  if (!maybe.ok()) return absl::OkStatus();  // initialized = false
+  ASSIGN_OR_RETURN(const std::optional<uint32_t> slot,
+                   SlotFromMetadata(context.client_metadata()));
+  absl::StatusOr<std::shared_ptr<ModelShard>> maybe = StateFor(context);
+  // Not initialised: initialized = false, unless the call named another
+  // slot, which this server cannot describe.
+  if (!maybe.ok() && !(slot.has_value() && state().ok())) {
+    return absl::OkStatus();
+  }
+  if (!maybe.ok()) return maybe.status();
   const ModelShard& state = **maybe;
+  response->set_slot(state.request().server_index());
+  response->set_replicas(state.request().replicas());
   response->set_initialized(true);
   response->set_owned_begin(state.owned().begin);
   response->set_owned_end(state.owned().end);
@@ -350,13 +404,13 @@ absl::Status ShardServiceImpl::DoInspect(v1::InspectResponse* response) {
 grpc::ServerUnaryReactor* ShardServiceImpl::HandleInspect(
     grpc::CallbackServerContext* context, const v1::InspectRequest* request,
     UnaryReply<v1::InspectResponse>* reply) {
-  return FinishUnary(context, DoInspect(reply->message()), reply);
+  return FinishUnary(context, DoInspect(*context, reply->message()), reply);
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::HandleCheckpoint(
     grpc::CallbackServerContext* context, const v1::CheckpointRequest* request,
     UnaryReply<v1::CheckpointResponse>* reply) {
-  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(*context);
   RETURN_UNARY_IF_ERROR(state.status());
   absl::StatusOr<std::shared_ptr<ShardSnapshot>> snap =
       (*state)->ArmSnapshot(request->step(), request->directory());
@@ -386,7 +440,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::ReadSnapshot(
       !s.ok()) {
     return new Failed(s, &counters_);
   }
-  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(*context);
   if (!state.ok()) return new Failed(state.status(), &counters_);
   absl::StatusOr<ReadSnapshotPlan> plan = PlanReadSnapshot(**state, parsed);
   if (!plan.ok()) return new Failed(plan.status(), &counters_);
@@ -396,7 +450,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::ReadSnapshot(
 grpc::ServerUnaryReactor* ShardServiceImpl::HandleRestore(
     grpc::CallbackServerContext* context, const v1::RestoreRequest* request,
     UnaryReply<v1::RestoreResponse>* reply) {
-  absl::StatusOr<std::shared_ptr<ModelShard>> state = this->state();
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(*context);
   RETURN_UNARY_IF_ERROR(state.status());
   // Reads and verifies whole files: run off the callback threads' budget
   // only in the sense that no other call waits on it (restores happen
@@ -421,7 +475,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::SetWeights(
     return new FailedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(
         s, &counters_);
   }
-  return new SetWeightsReactor(context, state(), response, &counters_);
+  return new SetWeightsReactor(context, StateFor(*context), response,
+                               &counters_);
 }
 
 absl::StatusOr<KvScope> ShardServiceImpl::KvScopeOf(
@@ -479,7 +534,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleOpenRegion(
     grpc::CallbackServerContext* context, const v1::OpenRegionRequest* request,
     UnaryReply<v1::OpenRegionResponse>* reply) {
   absl::StatusOr<std::shared_ptr<ModelShard>> state =
-      StateOfRun("OpenRegion", request->run_id());
+      StateOfRun(*context, "OpenRegion", request->run_id());
   RETURN_UNARY_IF_ERROR(state.status());
   // A region has room for a push and a gather of the whole owned range in
   // FP32; all of them together for twice that (ranks that each push and

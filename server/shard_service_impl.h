@@ -134,18 +134,27 @@ class ShardServiceImpl final : public ShardServiceBase {
   // UNAUTHENTICATED / PERMISSION_DENIED refusal (counted).
   absl::Status Admit(grpc::CallbackServerContext* context,
                      absl::string_view method);
-  // The state after Init; FAILED_PRECONDITION before.
+  // The state of this server's own slot after Init; FAILED_PRECONDITION
+  // before.
   absl::StatusOr<std::shared_ptr<ModelShard>> state() const;
+  // The state of the slot a call names (wire/slot_metadata.h): the own
+  // slot's without the metadata, the replica's for slot k - 1 mod S when
+  // this server keeps one; FAILED_PRECONDITION naming the slots it holds
+  // otherwise.
+  absl::StatusOr<std::shared_ptr<ModelShard>> StateFor(
+      const grpc::CallbackServerContext& context) const;
   // The same, and PERMISSION_DENIED naming `method` when `run_id` is not
   // the initialised run's.
   absl::StatusOr<std::shared_ptr<ModelShard>> StateOfRun(
-      absl::string_view method, const std::string& run_id) const;
+      const grpc::CallbackServerContext& context, absl::string_view method,
+      const std::string& run_id) const;
   RpcCounters& counters() { return counters_; }
 
  private:
   absl::Status DoInit(const v1::InitRequest& request,
                       v1::InitResponse* response);
-  absl::Status DoInspect(v1::InspectResponse* response);
+  absl::Status DoInspect(const grpc::CallbackServerContext& context,
+                         v1::InspectResponse* response);
   // The KV scope of a call: INVALID_ARGUMENT for a bad run id,
   // PERMISSION_DENIED for another run than the initialised server's.
   absl::StatusOr<KvScope> KvScopeOf(const std::string& run_id,
@@ -217,6 +226,8 @@ class ShardServiceImpl final : public ShardServiceBase {
   absl::Mutex init_mu_;  // serialises Init
   mutable absl::Mutex mu_;
   std::shared_ptr<ModelShard> state_ ABSL_GUARDED_BY(mu_);
+  // With replicas 2: the copy of slot k - 1 mod S this server keeps.
+  std::shared_ptr<ModelShard> replica_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zeroshard

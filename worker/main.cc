@@ -329,6 +329,7 @@ absl::Status Run() {
   client_options.call_timeout = step_timeout;
   client_options.control_timeout = absl::Seconds(cfg.cluster.startup_timeout_s);
   client_options.run_id = absl::GetFlag(FLAGS_run_id);
+  client_options.replicas = cfg.cluster.replicas;
   std::string role = absl::GetFlag(FLAGS_role);
   if (role == "auto") role = rank == 0 ? "admin" : "worker";
   ASSIGN_OR_RETURN(client_options.security,

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace zeroshard {
@@ -196,14 +197,27 @@ void TrainCluster::PollAll() {
     for (Child& c : *group) {
       if (c.exit.has_value() || c.process == nullptr) continue;
       c.exit = c.process->Poll();
-      if (c.exit.has_value()) c.exit_seen = absl::Now();
+      if (c.exit.has_value()) {
+        c.exit_seen = absl::Now();
+        if (c.is_server && !Failed(c)) {
+          ZS_LOG(WARNING) << Describe(c)
+                          << "; its slots go on from their other copies";
+        }
+      }
     }
   }
 }
 
 bool TrainCluster::Failed(const Child& c) const {
   if (!c.exit.has_value()) return false;
-  return c.is_server || !c.exit->success();
+  if (!c.is_server) return !c.exit->success();
+  if (plan_.replicas < 2 || !plan_.server_addresses.empty()) return true;
+  // With two copies of each slot, a dead server's slots live on the
+  // servers next to it: a failure once one of those died too.
+  const int S = static_cast<int>(servers_.size());
+  const int k = static_cast<int>(&c - servers_.data());
+  return servers_[(k + 1) % S].exit.has_value() ||
+         servers_[(k + S - 1) % S].exit.has_value();
 }
 
 std::string TrainCluster::Describe(const Child& c) const {

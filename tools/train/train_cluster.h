@@ -50,6 +50,10 @@ struct TrainClusterPlan {
   std::string out_dir;       // logs/ and ports/ are created inside
   int servers = 1;
   int workers = 1;
+  // zeroshard.replicas: with 2, a server that dies while both servers next
+  // to it live is no failure (its slots live on; docs/DESIGN.md,
+  // "Replicas").
+  int replicas = 1;
   // Non-empty: use these servers (host:port in index order), start none.
   std::vector<std::string> server_addresses;
   Placement placement = Placement::kHost;

@@ -332,6 +332,7 @@ absl::StatusOr<ShardClientOptions> LauncherClientOptions(
     const TrainClusterPlan& plan) {
   ShardClientOptions options;
   options.run_id = plan.run_id;
+  options.replicas = plan.replicas;
   ASSIGN_OR_RETURN(options.security,
                    LoadClientCredentials(plan.credentials_dir, "admin"));
   return options;
@@ -649,6 +650,7 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   plan.out_dir = o.out_dir;
   plan.servers = servers;
   plan.workers = workers;
+  plan.replicas = cfg.cluster.replicas;
   plan.placement = cfg.cluster.placement;
   if (!cfg.cluster.credentials.empty()) {
     plan.credentials_dir = fs::absolute(cfg.cluster.credentials).string();

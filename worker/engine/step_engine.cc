@@ -176,6 +176,23 @@ absl::StatusOr<uint64_t> StepEngine::StartStep() {
       fresh.push_back(address);
     }
   }
+  // With replicas, each slot's second copy stands where the first does
+  // (the same steps applied to the same values).
+  const int S = client_->num_servers();
+  if (lo == hi && client_->options().replicas > 1) {
+    for (int slot = 0; slot < S; ++slot) {
+      const int k = (slot + 1) % S;
+      ASSIGN_OR_RETURN(const ServerStatus copy, client_->InspectCopy(slot, k));
+      if (copy.min_version != lo || copy.max_version != lo) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the copy of slot ", slot, " on server ", k, " (",
+            client_->address(k), ") stands at ", copy.min_version, "..",
+            copy.max_version, " while the slots stand at ", lo,
+            "; restore every server from a checkpoint (--resume), or "
+            "restart every server to train from step 0"));
+      }
+    }
+  }
   if (lo != hi) {
     // A server at step 0 with nothing applied beside others two or more
     // steps on was restarted (and initialised anew): its state is gone.
