@@ -65,6 +65,11 @@ absl::StatusOr<std::optional<LiveRunInfo>> FindLiveRun(
 
 absl::Status MarkRunEnded(const ShardCluster& cluster, const std::string& run_id,
                           uint64_t attempt, uint64_t step) {
+  if (cluster.ServerGone(0)) {
+    // Its store went with it (replicas kept the run going without it).
+    return absl::UnavailableError(
+        "server 0 is gone, and its key-value store with it");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
                    cluster.OpenKv({run_id, attempt}));
   return kv->Set(kRunEndedKey, absl::StrCat(step));

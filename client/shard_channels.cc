@@ -11,6 +11,7 @@
 #include "wire/grpc_tuning.h"
 #include "wire/slot_metadata.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace zeroshard {
 
@@ -244,6 +245,16 @@ absl::StatusOr<v1::InspectResponse> ShardChannels::InspectCopy(int slot,
   }, channels_[k].get());
   if (!s.ok()) return s;
   return resp;
+}
+
+absl::StatusOr<v1::InspectResponse> ShardChannels::InspectSlot(
+    int slot) const {
+  v1::InspectResponse out;
+  RETURN_IF_ERROR(OnOneCopy(slot, [&](int k) {
+    ASSIGN_OR_RETURN(out, InspectCopy(slot, k));
+    return absl::OkStatus();
+  }));
+  return out;
 }
 
 std::vector<absl::StatusOr<v1::InspectResponse>> ShardChannels::InspectAll()

@@ -62,6 +62,8 @@ class ShardChannels {
   absl::StatusOr<v1::InspectResponse> Inspect(int k) const;
   // Inspect of slot `slot`'s copy on server k (with retries).
   absl::StatusOr<v1::InspectResponse> InspectCopy(int slot, int k) const;
+  // Inspect of slot `slot` from its first live copy (OnOneCopy).
+  absl::StatusOr<v1::InspectResponse> InspectSlot(int slot) const;
   // Inspect on every server, in parallel; one result per server.
   std::vector<absl::StatusOr<v1::InspectResponse>> InspectAll() const;
   // grpc.health.v1 Check("") on server k: "SERVING", "NOT_SERVING", ... or

@@ -65,6 +65,8 @@ absl::StatusOr<ServerStatus> ShardCluster::Inspect(int k) const {
   return InspectCopy(k, k);
 }
 
+bool ShardCluster::ServerGone(int k) const { return channels().IsDown(k); }
+
 absl::StatusOr<ServerStatus> ShardCluster::InspectCopy(int slot, int k) const {
   ASSIGN_OR_RETURN(v1::InspectResponse r, channels().InspectCopy(slot, k));
   return StatusFromProto(r);

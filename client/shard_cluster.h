@@ -80,6 +80,9 @@ class ShardCluster {
   // With replicas: what server k reports of its copy of slot `slot`
   // (docs/DESIGN.md, "Replicas"); Inspect(k) is InspectCopy(k, k).
   absl::StatusOr<ServerStatus> InspectCopy(int slot, int k) const;
+  // With replicas: true once this client found server k gone (its slots go
+  // on from their other copies; ShardClientOptions::replicas).
+  bool ServerGone(int k) const;
   // One result per server, asked in parallel.
   std::vector<absl::StatusOr<ServerStatus>> InspectAll() const;
   // grpc.health.v1 Check: "SERVING", "NOT_SERVING", ... per server.

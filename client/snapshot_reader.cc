@@ -19,7 +19,7 @@ absl::StatusOr<uint64_t> MaxVersion(const ShardChannels& channels,
                                     const std::vector<int>& servers) {
   uint64_t v = 0;
   for (int k : servers) {
-    ASSIGN_OR_RETURN(v1::InspectResponse r, channels.Inspect(k));
+    ASSIGN_OR_RETURN(v1::InspectResponse r, channels.InspectSlot(k));
     v = std::max<uint64_t>(v, r.max_version());
   }
   return v;
@@ -28,7 +28,13 @@ absl::StatusOr<uint64_t> MaxVersion(const ShardChannels& channels,
 }  // namespace
 
 absl::StatusOr<ClusterView> InspectCluster(const ShardChannels& channels) {
-  std::vector<absl::StatusOr<v1::InspectResponse>> all = channels.InspectAll();
+  // Each slot from its first live copy (with one copy: its server).
+  std::vector<absl::StatusOr<v1::InspectResponse>> all(
+      channels.size(), absl::UnknownError("not run"));
+  RunInParallel(channels.size(), [&](int k) {
+    all[k] = channels.InspectSlot(k);
+    return absl::OkStatus();
+  }).IgnoreError();
   std::vector<v1::InspectResponse> servers;
   std::vector<ServerStatus> statuses;
   uint64_t max_version = 0;
@@ -40,8 +46,11 @@ absl::StatusOr<ClusterView> InspectCluster(const ShardChannels& channels) {
       return absl::FailedPreconditionError(absl::StrCat(
           "server ", k, " at ", channels.address(k), " is not initialized"));
     }
-    if (r.num_servers() != static_cast<uint32_t>(channels.size()) ||
-        r.server_index() != static_cast<uint32_t>(k)) {
+    // The slot's own server, or (replicas) the copy on another that names
+    // slot k.
+    const bool slot_k = r.server_index() == static_cast<uint32_t>(k) ||
+                        (r.replicas() > 1 && r.slot() == static_cast<uint32_t>(k));
+    if (r.num_servers() != static_cast<uint32_t>(channels.size()) || !slot_k) {
       return absl::FailedPreconditionError(absl::StrCat(
           "server at ", channels.address(k), " is server ", r.server_index(),
           " of ", r.num_servers(), ", listed as ", k, " of ",
@@ -142,8 +151,14 @@ absl::Status ReadSnapshotRange(const ShardChannels& channels, int k,
   v1::FlatRange* r = req.add_ranges();
   r->set_offset(range.begin);
   r->set_length(range.size());
+  // Slot k's snapshot lies with the copy CheckpointOn armed: its first
+  // live one.
+  const std::vector<int> holders = channels.LiveHolders(k);
+  const int slot = k;
+  k = holders.empty() ? slot : holders.front();
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
+  ShardChannels::RouteTo(&ctx, slot, k);
   auto reader = channels.stub(k).ReadSnapshot(&ctx, req);
   v1::GatherChunk chunk;
   uint64_t pos = range.begin;

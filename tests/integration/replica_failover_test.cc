@@ -1,0 +1,207 @@
+// Replicas under random faults, with real processes (docs/DESIGN.md,
+// "Replicas"): zeroshard-train runs 3 servers x 2 workers with
+// zeroshard.replicas 2 and --max_restarts=0 while the test kills (SIGKILL)
+// a random server at a random point of the run, chosen by the run's own
+// progress (a random step, then a random part of its step time). Every
+// trial must finish without a restart, every step once, with the weights
+// of an uninterrupted one-copy run, bit for bit. The seed is printed;
+// ZS_REPLICA_SEED repeats a sequence, ZS_REPLICA_KILLS sets the trials.
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/subprocess.h"
+#include "gtest/gtest.h"
+#include "tests/integration/local_cluster.h"
+#include "tests/integration/train_harness.h"
+
+namespace zeroshard::testing {
+namespace {
+
+// Trials that must kill a live server (ZS_REPLICA_KILLS, 1 to 100).
+int ReplicaKills() {
+  if (const char* s = std::getenv("ZS_REPLICA_KILLS")) {
+    const int n = std::atoi(s);
+    if (n >= 1 && n <= 100) return n;
+  }
+  return 3;
+}
+constexpr size_t kReplicaSteps = 40;
+const absl::Duration kReplicaRunTimeout = absl::Seconds(240);
+
+nlohmann::json ReplicaConfig(int replicas, const std::string& ckpt) {
+  nlohmann::json cfg = SmallConfig();
+  cfg["bf16"] = {{"enabled", true}};
+  cfg["zeroshard"]["servers"] = 3;
+  cfg["zeroshard"]["workers"] = 2;
+  cfg["zeroshard"]["replicas"] = replicas;
+  cfg["zeroshard"]["steps"] = kReplicaSteps;
+  cfg["zeroshard"]["checkpoint"] = {
+      {"dir", ckpt}, {"every_steps", 8}, {"keep_last", 2}};
+  cfg["zeroshard"]["timeouts"] = {{"step_seconds", 30},
+                                  {"startup_seconds", 30}};
+  return cfg;
+}
+
+// The servers' pids from cluster.json; empty until the launcher wrote it.
+std::vector<int> ServerPids(const std::string& out) {
+  std::ifstream in(out + "/cluster.json");
+  std::vector<int> pids;
+  if (!in) return pids;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return pids;
+  for (const auto& s : j["servers"]) {
+    if (s.contains("pid")) pids.push_back(s["pid"].get<int>());
+  }
+  return pids;
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+// The longest step and the median step of a run's metrics (seconds).
+std::pair<double, double> LongestAndMedianStep(const std::string& out) {
+  std::vector<double> s;
+  for (const auto& row : ReadMetricsCsv(out + "/metrics.csv")) {
+    s.push_back(std::stod(row.at("seconds")));
+  }
+  if (s.empty()) return {0, 0};
+  std::sort(s.begin(), s.end());
+  return {s.back(), s[s.size() / 2]};
+}
+
+TEST(ReplicaFailoverTest, AKilledServerCostsNoStepAndNoBit) {
+  TrainDir dir("replicas");
+  // The reference keeps one copy: a second copy must change no bit.
+  const std::string ref_cfg =
+      dir.WriteConfig("ref.json", ReplicaConfig(1, dir.path("ref-ckpt")));
+  TrainRun ref = RunTrain({"--config=" + ref_cfg, "--out=" + dir.path("ref"),
+                           "--save_weights", "--quiet"},
+                          kReplicaRunTimeout);
+  ASSERT_TRUE(ref.status.success()) << ref.err;
+  const auto want = ReadWeights(dir.path("ref"));
+
+  uint64_t seed = std::random_device()();
+  if (const char* s = std::getenv("ZS_REPLICA_SEED")) seed = std::stoull(s);
+  std::printf("ZS_REPLICA_SEED=%llu (reference run %.1f s)\n",
+              static_cast<unsigned long long>(seed), ref.seconds);
+  std::mt19937_64 rng(seed);
+  const int kills = ReplicaKills();
+  int killed = 0, t = 0;
+  for (; t < kills + 4 && killed < kills; ++t) {
+    const std::string name = absl::StrCat("t", t);
+    const std::string out = dir.path(name);
+    const std::string cfg = dir.WriteConfig(
+        name + ".json", ReplicaConfig(2, dir.path(name + "-ckpt")));
+    SubprocessOptions o;
+    o.argv = {BinDir() + "/zeroshard-train", "--config=" + cfg, "--out=" + out,
+              "--save_weights", "--quiet", "--max_restarts=0"};
+    o.stdout_mode = SubprocessOptions::Output::kDiscard;
+    o.stderr_mode = SubprocessOptions::Output::kFile;
+    o.stderr_path = dir.path(name + ".err");
+    const absl::Time started = absl::Now();
+    absl::StatusOr<std::unique_ptr<Subprocess>> train = Subprocess::Start(o);
+    ASSERT_TRUE(train.ok()) << train.status();
+    std::vector<int> pids;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while ((pids = ServerPids(out)).size() < 3 && absl::Now() < deadline &&
+           !(*train)->Poll().has_value()) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(pids.size(), 3u) << "trial " << t << ": no cluster.json";
+    // Once step k is done (k >= 1: start-up needs every server), a random
+    // fraction of this run's own step time into step k + 1; k <= kReplicaSteps - 2
+    // leaves a step after it.
+    const size_t k = std::uniform_int_distribution<size_t>(1, kReplicaSteps - 2)(rng);
+    const double frac = std::uniform_real_distribution<double>(0, 1)(rng);
+    const size_t victim = rng() % pids.size();
+    const StepReached reached = WaitForStep(out, k, **train, kReplicaRunTimeout);
+    ASSERT_TRUE(reached.ok) << "trial " << t << ": step " << k
+                            << " not reached\n" << ReadWhole(o.stderr_path);
+    absl::SleepFor(frac * reached.last_step);
+    const size_t landed = StepsDone(out);
+    const bool hit = kill(pids[victim], SIGKILL) == 0;
+    killed += hit;
+    absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
+    ASSERT_TRUE(st.ok()) << "trial " << t << " did not end";
+    const std::string err = ReadWhole(o.stderr_path);
+    ASSERT_TRUE(st->success()) << "trial " << t << ": server " << victim
+                               << " killed at step " << landed << ": "
+                               << st->ToString() << "\n" << err;
+    const auto [longest, median] = LongestAndMedianStep(out);
+    std::printf(
+        "trial %d: SIGKILL server %zu in step %zu (aimed: %zu done + %d%%)%s; "
+        "longest step %.2f s, median %.3f s; the run took %.1f s\n",
+        t, victim, landed, k, static_cast<int>(100 * frac),
+        hit ? "" : " (already gone)", longest, median,
+        absl::ToDoubleSeconds(absl::Now() - started));
+    if (hit) {
+      EXPECT_NE(err.find("its slots go on from their other copies"),
+                std::string::npos)
+          << err;
+    }
+    // No restart: every step ran once, on the first workers.
+    EXPECT_EQ(err.find("restart 1:"), std::string::npos) << err;
+    EXPECT_EQ(StepsDone(out), kReplicaSteps);
+    WeightDiff d = CompareWeights(ReadWeights(out), want);
+    EXPECT_TRUE(d.bit_identical) << "trial " << t << " (server " << victim
+                                 << " in step " << landed << "): max_abs "
+                                 << d.max_abs << " in " << d.worst_tensor;
+  }
+  std::printf("%d of %d trials killed a live server; none restarted\n",
+              killed, t);
+  EXPECT_EQ(killed, kills);
+}
+
+// Both copies of a slot lost (servers 1 and 2 hold slot 1): the run goes
+// back to today's path, a restart from the newest checkpoint, which fills
+// both copies again, and still ends bit for bit.
+TEST(ReplicaFailoverTest, BothCopiesLostRestartFromTheCheckpoint) {
+  TrainDir dir("both");
+  const std::string cfg = dir.WriteConfig("c.json", ReplicaConfig(2, dir.path("ck")));
+  TrainRun ref = RunTrain({"--config=" + cfg, "--out=" + dir.path("ref"),
+                           "--save_weights", "--quiet"},
+                          kReplicaRunTimeout);
+  ASSERT_TRUE(ref.status.success()) << ref.err;
+  const std::string out = dir.path("run");
+  SubprocessOptions o;
+  o.argv = {BinDir() + "/zeroshard-train", "--config=" + cfg, "--out=" + out,
+            "--save_weights", "--quiet", "--max_restarts=1"};
+  o.stdout_mode = SubprocessOptions::Output::kDiscard;
+  o.stderr_mode = SubprocessOptions::Output::kFile;
+  o.stderr_path = dir.path("run.err");
+  absl::StatusOr<std::unique_ptr<Subprocess>> train = Subprocess::Start(o);
+  ASSERT_TRUE(train.ok()) << train.status();
+  // Past the first checkpoint (step 8), so the restart restores one.
+  const StepReached reached = WaitForStep(out, 12, **train, kReplicaRunTimeout);
+  ASSERT_TRUE(reached.ok) << ReadWhole(o.stderr_path);
+  const std::vector<int> pids = ServerPids(out);
+  ASSERT_EQ(pids.size(), 3u);
+  ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+  ASSERT_EQ(kill(pids[2], SIGKILL), 0);
+  absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
+  ASSERT_TRUE(st.ok());
+  const std::string err = ReadWhole(o.stderr_path);
+  ASSERT_TRUE(st->success()) << st->ToString() << "\n" << err;
+  EXPECT_NE(err.find("all processes restarted from the newest checkpoint"),
+            std::string::npos)
+      << err;
+  WeightDiff d = CompareWeights(ReadWeights(out), ReadWeights(dir.path("ref")));
+  EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
+                               << d.worst_tensor;
+}
+
+}  // namespace
+}  // namespace zeroshard::testing
