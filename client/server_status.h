@@ -70,6 +70,11 @@ struct ServerStatus {
   uint64_t prepared_attempt = 0;
   std::string run_id;
   uint32_t num_workers = 0;
+  // The slot this status describes (the server's own, or with replicas the
+  // copy asked for: ShardCluster::InspectCopy) and the copies of each slot
+  // the run keeps (1 or 2).
+  uint32_t slot = 0;
+  uint32_t replicas = 1;
   // The optimizer rule's state slots, in its order.
   std::vector<std::string> state_slots;
   // Seconds since the server last admitted a gradient push; -1: none since

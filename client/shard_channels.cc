@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/piece_plan.h"
 #include "wire/grpc_status.h"
@@ -142,11 +143,11 @@ namespace {
 
 absl::Status NoCopyLeft(const ShardChannels& channels, int slot,
                         const absl::Status& last) {
-  if (!last.ok()) return last;
   return absl::UnavailableError(absl::StrCat(
       "every copy of slot ", slot, " is gone (servers ", slot, " and ",
-      (slot + 1) % channels.size(), "); the run can only go on from its "
-      "newest checkpoint"));
+      (slot + 1) % channels.size(), ")",
+      last.ok() ? "" : absl::StrCat("; the last: ", last.message()),
+      "; the run can only go on from its newest checkpoint"));
 }
 
 }  // namespace
@@ -233,18 +234,58 @@ absl::StatusOr<v1::InspectResponse> ShardChannels::Inspect(int k) const {
   return InspectCopy(k, k);
 }
 
-absl::StatusOr<v1::InspectResponse> ShardChannels::InspectCopy(int slot,
-                                                               int k) const {
+absl::StatusOr<v1::InspectResponse> ShardChannels::InspectCopy(
+    int slot, int k, bool digest) const {
   v1::InspectResponse resp;
+  v1::InspectRequest request;
+  request.set_state_digest(digest);
   absl::Status s = RunWithRetry(options_.retry, [&] {
     grpc::ClientContext ctx;
     PrepareControlContext(&ctx);
     RouteTo(&ctx, slot, k);
-    return FromGrpcStatus(stubs_[k]->Inspect(&ctx, v1::InspectRequest(), &resp),
+    return FromGrpcStatus(stubs_[k]->Inspect(&ctx, request, &resp),
                           "Inspect", addresses_[k]);
   }, channels_[k].get());
   if (!s.ok()) return s;
   return resp;
+}
+
+absl::Status ShardChannels::CheckCopiesAgree() const {
+  if (replicas() < 2) return absl::OkStatus();
+  return RunInParallel(size(), [&](int slot) -> absl::Status {
+    struct Copy {
+      int server;
+      v1::InspectResponse r;
+    };
+    std::vector<Copy> copies;
+    for (int k : LiveHolders(slot)) {
+      absl::StatusOr<v1::InspectResponse> r = InspectCopy(slot, k, true);
+      if (!r.ok() && CopyLost(r.status())) {
+        MarkDown(k, r.status());
+        continue;
+      }
+      RETURN_IF_ERROR(r.status());
+      copies.push_back({k, *std::move(r)});
+    }
+    for (size_t i = 1; i < copies.size(); ++i) {
+      const Copy& a = copies[0];
+      const Copy& b = copies[i];
+      if (a.r.state_digest_version() == b.r.state_digest_version() &&
+          a.r.state_digest() == b.r.state_digest()) {
+        continue;
+      }
+      return absl::DataLossError(absl::StrFormat(
+          "the two copies of slot %d (flat [%d, %d)) differ: server %d (%s) "
+          "holds step %d with state digest %016x, server %d (%s) step %d "
+          "with %016x; a copy that diverged cannot stand in for the other, "
+          "so the run stops here (restore from a checkpoint)",
+          slot, a.r.owned_begin(), a.r.owned_end(), a.server,
+          address(a.server), a.r.state_digest_version(), a.r.state_digest(),
+          b.server, address(b.server), b.r.state_digest_version(),
+          b.r.state_digest()));
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<v1::InspectResponse> ShardChannels::InspectSlot(

@@ -60,8 +60,16 @@ class ShardChannels {
 
   // Inspect on server k (with retries).
   absl::StatusOr<v1::InspectResponse> Inspect(int k) const;
-  // Inspect of slot `slot`'s copy on server k (with retries).
-  absl::StatusOr<v1::InspectResponse> InspectCopy(int slot, int k) const;
+  // Inspect of slot `slot`'s copy on server k (with retries); with
+  // `digest`, its state's digest too (InspectRequest.state_digest).
+  absl::StatusOr<v1::InspectResponse> InspectCopy(int slot, int k,
+                                                  bool digest = false) const;
+  // With replicas 2: every live copy of every slot hashes its state, and
+  // two copies of a slot that stand at different versions or hash
+  // differently are DATA_LOSS, naming the slot, its flat range and both
+  // servers (a copy that diverged is worse than none). Call it between
+  // steps, while no step is being applied. OK with one copy.
+  absl::Status CheckCopiesAgree() const;
   // Inspect of slot `slot` from its first live copy (OnOneCopy).
   absl::StatusOr<v1::InspectResponse> InspectSlot(int slot) const;
   // Inspect on every server, in parallel; one result per server.

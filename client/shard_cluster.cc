@@ -67,6 +67,10 @@ absl::StatusOr<ServerStatus> ShardCluster::Inspect(int k) const {
 
 bool ShardCluster::ServerGone(int k) const { return channels().IsDown(k); }
 
+absl::Status ShardCluster::CheckCopiesAgree() const {
+  return channels().CheckCopiesAgree();
+}
+
 absl::StatusOr<ServerStatus> ShardCluster::InspectCopy(int slot, int k) const {
   ASSIGN_OR_RETURN(v1::InspectResponse r, channels().InspectCopy(slot, k));
   return StatusFromProto(r);

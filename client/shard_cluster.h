@@ -83,6 +83,10 @@ class ShardCluster {
   // With replicas: true once this client found server k gone (its slots go
   // on from their other copies; ShardClientOptions::replicas).
   bool ServerGone(int k) const;
+  // With replicas: the copies of every slot agree bit for bit (their state
+  // digests at one version); DATA_LOSS naming the slot and both servers
+  // otherwise. Between steps only (ShardChannels::CheckCopiesAgree).
+  absl::Status CheckCopiesAgree() const;
   // One result per server, asked in parallel.
   std::vector<absl::StatusOr<ServerStatus>> InspectAll() const;
   // grpc.health.v1 Check: "SERVING", "NOT_SERVING", ... per server.

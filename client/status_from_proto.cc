@@ -1,5 +1,7 @@
 #include "client/status_from_proto.h"
 
+#include <algorithm>
+
 #include <string>
 
 #include "common/status_macros.h"
@@ -65,6 +67,8 @@ absl::StatusOr<ServerStatus> StatusFromProto(const v1::InspectResponse& r) {
   s.prepared_attempt = r.prepared_attempt();
   s.run_id = r.run_id();
   s.num_workers = r.num_workers();
+  s.slot = r.slot();
+  s.replicas = std::max<uint32_t>(1, r.replicas());
   s.seconds_since_push = r.seconds_since_push();
   return s;
 }

@@ -333,10 +333,16 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
     owned_name = "Ψmax";
   }
   if (whole && units.has_value()) e.largest_whole_tensor = units->largest_whole;
+  // With replicas a server keeps R slots: its own and the copy of the one
+  // before it.
+  const double r = input.replicas;
+  const std::string held =
+      input.replicas > 1 ? absl::StrCat(input.replicas, "·", owned_name)
+                         : owned_name;
   for (int stage = 1; stage <= 3; ++stage) {
     e.worker[stage - 1] = WorkerAt(input, psi, stage, units, e.activations);
-    e.server[stage - 1] = ServerEstimate(input, e.largest_server_params,
-                                         owned_name, e.largest_whole_tensor);
+    e.server[stage - 1] = ServerEstimate(input, r * e.largest_server_params,
+                                         held, e.largest_whole_tensor);
   }
 
   // Wire, per optimizer step.
@@ -345,9 +351,9 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   const double g = input.grad_wire == CommDataType::kBf16 ? 2 : 4;
   const double gas = input.grad_accum;
   w.gather_per_worker = GatherBytes(input.precision) * psi / n;
-  w.push_per_worker = g * psi / n;
+  w.push_per_worker = r * g * psi / n;
   w.per_server_out = GatherBytes(input.precision) * psi / s;
-  w.per_server_in = g * psi / s;
+  w.per_server_in = r * g * psi / s;
   if (input.workers > 1) {
     w.allgathers_per_step = input.stage == 3 ? static_cast<int>(2 * gas) : 1;
     w.reduce_scatters_per_step = input.stage == 1 ? 1 : static_cast<int>(gas);
@@ -401,7 +407,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   // (AdamW's m and v: 24 B; Lion's m: 16 B; 8-bit Adam's codes and scales:
   // about 12 B), read the gradient, write the mirror.
   const double rw = 2.0 * (4 + OptimizerStateBytesPerElement(input.optimizer, input.optimizer_rule));
-  st.optimizer_s = (rw + g + 2) * psi / s / (input.server_mem_gbps * 1e9);
+  st.optimizer_s = r * (rw + g + 2) * psi / s / (input.server_mem_gbps * 1e9);
   st.serial_s = st.compute_s + st.memory_s +
                 std::max(st.worker_link_s, st.server_link_s) + st.optimizer_s;
   st.overlapped_s = std::max({st.compute_s, st.memory_s, st.worker_link_s,

@@ -65,6 +65,10 @@ struct EstimateInput {
   double params = 0;  // Ψ, elements (taken from `model` when <= 0)
   int workers = 1;    // N
   int servers = 1;    // S
+  // Copies of each server's slot (zeroshard.replicas, 1 or 2): a server
+  // holds R slots' state, each worker pushes its gradient to R servers,
+  // and every update runs R times.
+  int replicas = 1;
   int stage = 3;      // this run's ZeRO stage (1, 2, 3)
   Precision precision = Precision::kBf16;
   CommDataType grad_wire = CommDataType::kFp32;  // communication_data_type

@@ -207,8 +207,9 @@ class PyCluster {
   PyCluster(std::vector<std::string> addresses, const FlatLayout& layout,
             const std::string& credentials_dir, const std::string& role,
             const std::string& run_id, uint64_t attempt,
-            double call_timeout_s) {
+            double call_timeout_s, int replicas) {
     ShardClientOptions o;
+    o.replicas = replicas;
     if (!(call_timeout_s > 0)) {
       Raise(absl::InvalidArgumentError("call_timeout_s must be > 0"));
     }
@@ -234,6 +235,7 @@ class PyCluster {
     o.seed = std::nullopt;  // zeros: the caller sets the model's weights
     o.num_workers = num_workers;
     o.chunk_elems = chunk_elems;
+    o.replicas = static_cast<uint32_t>(config.cluster.replicas);
     if (groups.has_value()) {
       o.param_groups = ParamGroups::Single();
       int i = 0;
@@ -645,11 +647,11 @@ PYBIND11_MODULE(_zeroshard, m) {
   py::class_<PyCluster>(m, "Cluster")
       .def(py::init<std::vector<std::string>, const FlatLayout&,
                     const std::string&, const std::string&,
-                    const std::string&, uint64_t, double>(),
+                    const std::string&, uint64_t, double, int>(),
            py::arg("addresses"), py::arg("layout"),
            py::arg("credentials_dir") = "", py::arg("role") = "worker",
            py::arg("run_id") = "", py::arg("attempt") = 0,
-           py::arg("call_timeout_s") = 120.0)
+           py::arg("call_timeout_s") = 120.0, py::arg("replicas") = 1)
       .def("init", &PyCluster::Init, py::arg("resolved_config"),
            py::arg("groups") = py::none(), py::arg("num_workers") = 0,
            py::arg("chunk_elems") = 0, py::arg("replace") = false)

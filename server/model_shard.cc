@@ -373,6 +373,22 @@ absl::Status ModelShard::SetAdamSteps(uint64_t adam_t) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ModelShard::StateDigest> ModelShard::Digest() const {
+  const StepTracker::Summary before = tracker_->Summarize();
+  ASSIGN_OR_RETURN(const uint64_t digest, store_->Digest());
+  const StepTracker::Summary after = tracker_->Summarize();
+  if (before.min_version != before.max_version ||
+      after.min_version != before.min_version ||
+      after.max_version != before.max_version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the state digest needs every chunk at one version; they stood at ",
+        before.min_version, "..", before.max_version, " and then ",
+        after.min_version, "..", after.max_version,
+        " (a step was being applied)"));
+  }
+  return StateDigest{digest, before.min_version};
+}
+
 v1::ShardCheckpointHeader ModelShard::CheckpointHeader() const {
   v1::ShardCheckpointHeader h;
   h.set_server_index(request_.server_index());

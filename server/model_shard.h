@@ -107,6 +107,14 @@ class ModelShard {
     return store_->BytesByKind();
   }
   absl::StatusOr<StateNorms> Norms() const { return store_->Norms(); }
+  // The store's Digest at one committed version: every chunk at `version`
+  // before and after the hash (FAILED_PRECONDITION when a step was being
+  // applied meanwhile).
+  struct StateDigest {
+    uint64_t digest = 0;
+    uint64_t version = 0;
+  };
+  absl::StatusOr<StateDigest> Digest() const;
 
   // Gather: which chunk holds element `offset`, its range and version;
   // Read copies `range` (inside one chunk) under the chunk's lock.

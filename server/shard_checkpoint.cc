@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <bit>
@@ -18,6 +17,7 @@
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "optim/quant8.h"
+#include "server/xxh3_stream.h"
 
 namespace zeroshard {
 namespace {
@@ -29,17 +29,6 @@ constexpr size_t kMagicBytes = 8;
 constexpr size_t kPrefixBytes = kMagicBytes + 4;  // magic + u32 header size
 // Headers are small (two u64 per chunk); anything larger is corruption.
 constexpr uint32_t kMaxHeaderBytes = 256u << 20;
-
-struct HashState {
-  HashState() : state(XXH3_createState()) {
-    if (state == nullptr) throw std::bad_alloc();
-    XXH3_64bits_reset(state);
-  }
-  ~HashState() { XXH3_freeState(state); }
-  void Update(const void* p, size_t n) { XXH3_64bits_update(state, p, n); }
-  uint64_t Digest() const { return XXH3_64bits_digest(state); }
-  XXH3_state_t* state;
-};
 
 uint64_t NumChunks(const v1::ShardCheckpointHeader& h) {
   if (h.chunk_elems() == 0) return 0;
@@ -182,7 +171,7 @@ absl::StatusOr<uint64_t> WriteShardCheckpoint(
   }
   absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Open(path);
   if (!w.ok()) return w.status();
-  HashState hash;
+  Xxh3Stream hash;
   auto append = [&](const void* p, size_t bytes) {
     hash.Update(p, bytes);
     return w->Append(p, bytes);
@@ -245,7 +234,7 @@ absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(
   // header is believed.
   ShardCheckpointInfo info;
   info.arrays_offset = kPrefixBytes + header_bytes;
-  HashState hash;
+  Xxh3Stream hash;
   hash.Update(prefix, kPrefixBytes);
   hash.Update(header.data(), header.size());
   std::vector<char> buf(size_t{8} << 20);

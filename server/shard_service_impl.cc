@@ -336,7 +336,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleApplyStep(
 
 absl::Status ShardServiceImpl::DoInspect(
     const grpc::CallbackServerContext& context,
-    v1::InspectResponse* response) {
+    const v1::InspectRequest& request, v1::InspectResponse* response) {
   response->set_server_index(config_.identity.server_index);
   response->set_num_servers(config_.identity.num_servers);
   response->set_placement(std::string(PlacementName(config_.placement)));
@@ -360,6 +360,11 @@ absl::Status ShardServiceImpl::DoInspect(
   response->set_total_elems(state.layout().total_elems());
   response->set_chunk_elems(state.chunk_elems());
   response->set_num_chunks(state.num_chunks());
+  if (request.state_digest()) {
+    ASSIGN_OR_RETURN(const ModelShard::StateDigest d, state.Digest());
+    response->set_state_digest(d.digest);
+    response->set_state_digest_version(d.version);
+  }
   const StepTracker::Summary summary = state.versions();
   response->set_min_version(summary.min_version);
   response->set_max_version(summary.max_version);
@@ -404,7 +409,8 @@ absl::Status ShardServiceImpl::DoInspect(
 grpc::ServerUnaryReactor* ShardServiceImpl::HandleInspect(
     grpc::CallbackServerContext* context, const v1::InspectRequest* request,
     UnaryReply<v1::InspectResponse>* reply) {
-  return FinishUnary(context, DoInspect(*context, reply->message()), reply);
+  return FinishUnary(context, DoInspect(*context, *request, reply->message()),
+                     reply);
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::HandleCheckpoint(

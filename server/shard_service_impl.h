@@ -154,6 +154,7 @@ class ShardServiceImpl final : public ShardServiceBase {
   absl::Status DoInit(const v1::InitRequest& request,
                       v1::InitResponse* response);
   absl::Status DoInspect(const grpc::CallbackServerContext& context,
+                         const v1::InspectRequest& request,
                          v1::InspectResponse* response);
   // The KV scope of a call: INVALID_ARGUMENT for a bad run id,
   // PERMISSION_DENIED for another run than the initialised server's.

@@ -1,3 +1,4 @@
+#include "server/xxh3_stream.h"
 #include "server/shard_store.h"
 
 #include <unistd.h>
@@ -634,6 +635,22 @@ absl::StatusOr<StateNorms> ShardStore::Norms() const {
     norms.slots.push_back(std::sqrt(sums[1 + k]));
   }
   return norms;
+}
+
+absl::StatusOr<uint64_t> ShardStore::Digest() const {
+  Xxh3Stream hash;
+  thread_local std::vector<float> values;
+  for (size_t c = 0; c < num_chunks_; ++c) {
+    RETURN_IF_ERROR(WithChunkLocked(c, [&](const ChunkArrays& a) {
+      hash.Update(a.master, a.range.size() * sizeof(float));
+      for (size_t k = 0; k < num_slots_; ++k) {
+        values.resize(a.range.size());
+        a.Values(k, rule_->slots()[k], values.data());
+        hash.Update(values.data(), values.size() * sizeof(float));
+      }
+    }));
+  }
+  return hash.Digest();
 }
 
 std::map<std::string, uint64_t> ShardStore::BytesByKind() const {

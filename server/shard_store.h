@@ -170,6 +170,11 @@ class ShardStore {
       size_t c, absl::FunctionRef<void(const ChunkArrays&)> f) const;
 
   absl::StatusOr<StateNorms> Norms() const;
+  // XXH3-64 of every element's master weight and state values (8-bit
+  // slots dequantized), chunk by chunk under each chunk's lock: equal for
+  // two copies of a slot that hold the same bits (docs/DESIGN.md,
+  // "Replicas").
+  absl::StatusOr<uint64_t> Digest() const;
 
   // OK, or the first device error: a failed copy or update leaves the
   // device state unknown, so every later call fails with it (the server

@@ -413,8 +413,15 @@ absl::Status Run() {
   // before it names it: the time a server is given to start.
   const absl::Duration server_wait =
       absl::Seconds(cfg.cluster.startup_timeout_s);
+  const uint64_t every = cfg.cluster.checkpoint.every_steps;
   for (; step < cfg.cluster.steps; ++step) {
     if (rank == 0) {
+      // With replicas, the copies are compared where checkpoints fall
+      // (and after the last step): rank 0 is between steps, nothing is
+      // being applied.
+      if (every > 0 && step > 0 && step % every == 0) {
+        RETURN_IF_ERROR(client->CheckCopiesAgree());
+      }
       RETURN_IF_ERROR(
           checkpoints.BeforeStep(step, engine->loss_scaler().state()));
     }
@@ -458,6 +465,7 @@ absl::Status Run() {
     }
   }
   if (rank == 0) {
+    RETURN_IF_ERROR(client->CheckCopiesAgree());
     RETURN_IF_ERROR(checkpoints.Final(step, engine->loss_scaler().state()));
   }
   RETURN_IF_ERROR(group->Barrier());

@@ -226,7 +226,8 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
         if not addresses:
             self._servers = LocalCluster(
                 cl["servers"], placement=cl["placement"],
-                startup_timeout_s=cl["startup_timeout_s"])
+                startup_timeout_s=cl["startup_timeout_s"],
+                replicas=cl.get("replicas", 1))
             addresses = self._servers.addresses
             credentials = self._servers.credentials
         _live_engines.add(self)
@@ -257,12 +258,13 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
         # (interruptible.py).
         run_id = run_id or secrets.token_hex(8)
         self._connection = (addresses, credentials, run_id,
-                            cl["step_timeout_s"])
+                            cl["step_timeout_s"], cl.get("replicas", 1))
         self._admin = None   # a rank's reader of optimizer state (engine_api)
         self._cluster = Interruptible(_zeroshard.Cluster(
             addresses, self._layout, credentials_dir=credentials,
             role="admin" if self.rank == 0 else "worker",
-            run_id=run_id, call_timeout_s=cl["step_timeout_s"]))
+            run_id=run_id, call_timeout_s=cl["step_timeout_s"],
+            replicas=self._connection[4]))
         if self.world > 1:
             self._group = Interruptible(self._cluster.open_group(
                 self.rank, self.world, "python/workers" + (

@@ -446,11 +446,13 @@ class DeepSpeedEngineApi:
             return self._cluster
         if self._admin is None:
             from .interruptible import Interruptible
-            addresses, credentials, run_id, timeout = self._connection
+            addresses, credentials, run_id, timeout, replicas = (
+                self._connection)
             try:
                 self._admin = Interruptible(_zeroshard.Cluster(
                     addresses, self._layout, credentials_dir=credentials,
-                    role="admin", run_id=run_id, call_timeout_s=timeout))
+                    role="admin", run_id=run_id, call_timeout_s=timeout,
+                    replicas=replicas))
             except _zeroshard.ZeroshardError as err:
                 raise RuntimeError(
                     f"rank {self.rank}: reading the optimizer state needs the "

@@ -43,6 +43,10 @@ def _parse(argv):
                     help="shard servers to start, >= 1")
     ap.add_argument("--placement", default="host",
                     choices=["host", "pinned", "device"])
+    ap.add_argument("--replicas", type=int, default=1, choices=[1, 2],
+                    help="the script's zeroshard.replicas: with 2, a server "
+                         "that dies while both servers next to it live "
+                         "stops nothing")
     ap.add_argument("--max_restarts", type=int, default=0,
                     help="times to start every server and rank again after "
                          "a failure (they resume from the newest complete "
@@ -90,7 +94,8 @@ def _run_once(a, attempt, run_id, stop):
     out = a.out
     if out is not None and attempt > 0:
         out = os.path.join(out, f"restart-{attempt}")
-    servers = LocalCluster(a.servers, placement=a.placement, out_dir=out)
+    servers = LocalCluster(a.servers, placement=a.placement, out_dir=out,
+                           replicas=a.replicas)
     print(f"zeroshard-launch: {a.servers} server(s) at "
           f"{','.join(servers.addresses)} (logs in {servers.out_dir}/logs); "
           f"inspect: zeroshard-ctl inspect --servers="

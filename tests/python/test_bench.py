@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
                                         ("torch_memory.py", "torch-memory"),
                                         ("torch_native.py", "torch-native"),
                                         ("torch_native.py --arch=llama",
-                                         "torch-native")])
+                                         "torch-native"),
+                                        ("replicas.py", "replicas")])
 def test_benchmark_runs_at_a_tiny_size(bench, name):
     script, *flags = bench.split()
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", script),

@@ -30,6 +30,7 @@
 ABSL_DECLARE_FLAG(std::string, servers);
 ABSL_DECLARE_FLAG(int, workers);
 ABSL_DECLARE_FLAG(int, num_servers);
+ABSL_DECLARE_FLAG(int, replicas);
 ABSL_DECLARE_FLAG(bool, json);
 ABSL_DECLARE_FLAG(std::string, config);
 ABSL_DECLARE_FLAG(int, layers);
@@ -133,6 +134,7 @@ std::optional<int> BuildInput(EstimateInput* in) {
     in->model = cfg->cluster.model;
     in->workers = cfg->cluster.workers;
     in->servers = cfg->cluster.servers;
+    in->replicas = cfg->cluster.replicas;
     in->stage = cfg->zero.stage;
     in->precision = cfg->precision;
     in->grad_wire = cfg->communication_data_type;
@@ -214,6 +216,17 @@ std::optional<int> BuildInput(EstimateInput* in) {
       return Usage(absl::StrCat("--num_servers must be >= 1, got ",
                                 in->servers));
     }
+  }
+  if (Given("replicas")) {
+    in->replicas = absl::GetFlag(FLAGS_replicas);
+    if (in->replicas < 1 || in->replicas > 2) {
+      return Usage(absl::StrCat("--replicas must be 1 or 2, got ",
+                                in->replicas));
+    }
+  }
+  if (in->replicas == 2 && in->servers < 2) {
+    return Usage(absl::StrCat("--replicas 2 needs at least 2 servers, got ",
+                              in->servers));
   }
   if (Given("stage")) {
     in->stage = absl::GetFlag(FLAGS_stage);
@@ -325,6 +338,7 @@ nlohmann::json ToJson(const MemoryEstimate& e) {
   j["input"] = {{"params", e.params},
                 {"workers", in.workers},
                 {"servers", in.servers},
+                {"replicas", in.replicas},
                 {"stage", in.stage},
                 {"precision", PrecisionName(in.precision)},
                 {"grad_wire", CommDataTypeName(in.grad_wire)},
@@ -442,6 +456,13 @@ void PrintText(const MemoryEstimate& e) {
               "stage %d, %s\n\n",
               e.params, e.params, in.workers, in.servers, in.stage,
               PrecisionName(in.precision));
+  if (in.replicas > 1) {
+    std::printf("replicas %d: each server also keeps a copy of the slot "
+                "before its own (its state twice over), each worker pushes "
+                "its gradient to both copies, and every update runs on both "
+                "servers\n\n",
+                in.replicas);
+  }
   if (in.bf16_gemm_widened && in.precision == Precision::kBf16) {
     std::printf("CPU workers without AVX-512 widen BF16 products to FP32 "
                 "(--bf16_gemm=native for a CPU with it)\n\n");

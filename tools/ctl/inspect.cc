@@ -266,6 +266,45 @@ int RunInspect(const CtlFlags& flags) {
          errs.empty() ? "0" : absl::StrJoin(errs, " ")});
   }
   PrintTable(rows);
+  // With replicas: where each slot's copies are, and whether they stand at
+  // one version (a copy behind its slot's first copy has not caught up).
+  const int S = (*channels)->num_servers();
+  uint32_t replicas = 1;
+  for (const auto& r : results) {
+    if (r.ok() && r->initialized) replicas = std::max(replicas, r->replicas);
+  }
+  if (replicas > 1) {
+    std::vector<std::vector<std::string>> copies = {
+        {"slot", "range", "first copy", "second copy", "caught up"}};
+    for (int slot = 0; slot < S; ++slot) {
+      const int buddy = (slot + 1) % S;
+      auto cell = [&](int k, const absl::StatusOr<ServerStatus>& c) {
+        return c.ok() ? absl::StrCat("server ", k, " at ", c->min_version,
+                                     "..", c->max_version)
+                      : absl::StrCat("server ", k, ": ",
+                                     absl::StatusCodeToString(c.status().code()));
+      };
+      const absl::StatusOr<ServerStatus>& first = results[slot];
+      const absl::StatusOr<ServerStatus> second =
+          (*channels)->InspectCopy(slot, buddy);
+      const bool same = first.ok() && second.ok() &&
+                        first->min_version == second->min_version &&
+                        first->max_version == second->max_version;
+      const std::string range =
+          first.ok() ? absl::StrCat("[", first->owned.begin, ", ",
+                                    first->owned.end, ")")
+          : second.ok() ? absl::StrCat("[", second->owned.begin, ", ",
+                                       second->owned.end, ")")
+                        : "?";
+      copies.push_back({absl::StrCat(slot), range, cell(slot, first),
+                        cell(buddy, second),
+                        same ? "yes"
+                        : (first.ok() && second.ok()) ? "no"
+                                                      : "one copy left"});
+    }
+    std::printf("\n");
+    PrintTable(copies);
+  }
   for (const auto& r : results) {
     if (r.ok() && r->initialized) {
       std::printf("%s\n", DescribeGroups(*r).c_str());

@@ -46,6 +46,9 @@ ABSL_FLAG(bool, tie_embeddings, false, "llama: the head shares the token embeddi
 ABSL_FLAG(int, workers, 0, "Workers (layout/init: partition count, default 1; "
                            "smoke: simulated workers, default the manifest's)");
 ABSL_FLAG(int, num_servers, 0, "layout: servers (default: len(--servers) or 1)");
+ABSL_FLAG(int, replicas, 0,
+          "estimate: copies of each server's slot, 1 or 2 (0: the config's, "
+          "else 1)");
 ABSL_FLAG(std::string, keep_whole, "",
           "layout: parameter classes kept whole on one server, as a rule that "
           "needs whole matrices keeps them (matrices,embeddings,biases,norms)");

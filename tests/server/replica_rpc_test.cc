@@ -1,0 +1,262 @@
+// Replicas on real in-process servers (docs/DESIGN.md, "Replicas"): with
+// InitRequest.replicas 2, server k also keeps a copy of slot k - 1 mod S,
+// reached through the "zs-slot" metadata; a client with replicas 2 writes
+// both copies, reads the first that answers and leaves a server that stops
+// answering; copies that diverge are named.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/shard_cluster.h"
+#include "common/layout.h"
+#include "gtest/gtest.h"
+#include "tests/server/server_test_util.h"
+#include "wire/proto_convert.h"
+#include "wire/slot_metadata.h"
+
+namespace zeroshard::testing {
+namespace {
+
+constexpr uint32_t kServers = 3;
+
+class ReplicaRpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    manifest_ = SmallManifest(1);
+    for (uint32_t k = 0; k < kServers; ++k) {
+      servers_.push_back(StartServer(k, kServers));
+      ASSERT_NE(servers_.back().server, nullptr);
+      addresses_.push_back(
+          absl::StrCat("127.0.0.1:", servers_.back().server->port()));
+    }
+    absl::StatusOr<FlatLayout> layout =
+        FlatLayout::Create(FromProto(manifest_), kServers, 1);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    layout_ = std::make_unique<FlatLayout>(*std::move(layout));
+  }
+
+  // A cluster client with `replicas` copies and quick retries.
+  std::unique_ptr<ShardCluster> Client(int replicas) {
+    ShardClientOptions o;
+    o.run_id = kTestRunId;
+    o.replicas = replicas;
+    o.call_timeout = absl::Seconds(20);
+    o.control_timeout = absl::Seconds(20);
+    o.retry.max_attempts = 3;
+    absl::StatusOr<std::unique_ptr<ShardCluster>> c =
+        ShardCluster::Connect(addresses_, o, *layout_);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  // Every element's FP32 master weight, through `cluster`.
+  std::vector<float> All(ShardCluster& cluster) {
+    std::vector<float> w(layout_->total_elems());
+    absl::StatusOr<GatherResult> g =
+        cluster.Gather({FlatRange{0, layout_->total_elems()}}, DType::kFp32,
+                       -1, w.data(), w.size() * sizeof(float));
+    EXPECT_TRUE(g.ok()) << g.status();
+    return w;
+  }
+
+  // One two-phase step of worker 0 over the whole flat space.
+  absl::Status Step(ShardCluster& cluster, uint64_t step, float g) {
+    std::vector<float> grads(layout_->total_elems(), g);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] *= 1 + (i % 7);
+    StepCommit commit{.coefficient = 1.0, .skip = false, .prepare = true};
+    absl::StatusOr<PushResult> pushed = cluster.PushGrad(
+        step, 0,
+        {GradSpan{FlatRange{0, layout_->total_elems()}, DType::kFp32,
+                  grads.data()}},
+        commit, false);
+    if (!pushed.ok()) return pushed.status();
+    return cluster.ApplyStep(step, 0, absl::Seconds(20)).status();
+  }
+
+  v1::ModelManifest manifest_;
+  std::vector<TestServer> servers_;
+  std::vector<std::string> addresses_;
+  std::unique_ptr<FlatLayout> layout_;
+};
+
+grpc::Status InspectSlot(v1::ShardService::Stub& stub, const std::string& slot,
+                         v1::InspectResponse* out) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, 20000);
+  ctx.AddMetadata(kSlotMetadataKey, slot);
+  return stub.Inspect(&ctx, v1::InspectRequest(), out);
+}
+
+TEST_F(ReplicaRpcTest, EachServerKeepsTheSlotBeforeItsOwnAndCallsNameTheSlot) {
+  for (uint32_t k = 0; k < kServers; ++k) {
+    v1::InitRequest init = MakeInit(manifest_, kServers, k, 1, 0);
+    init.set_replicas(2);
+    ASSERT_TRUE(InitServer(*servers_[k].stub, init).ok());
+  }
+  for (uint32_t k = 0; k < kServers; ++k) {
+    v1::ShardService::Stub& stub = *servers_[k].stub;
+    const uint32_t before = (k + kServers - 1) % kServers;
+    v1::InspectResponse own = Inspect(stub);
+    EXPECT_EQ(own.slot(), k);
+    EXPECT_EQ(own.replicas(), 2u);
+    v1::InspectResponse copy;
+    ASSERT_TRUE(InspectSlot(stub, absl::StrCat(before), &copy).ok());
+    EXPECT_EQ(copy.slot(), before);
+    EXPECT_EQ(copy.server_index(), k);
+    EXPECT_EQ(copy.owned_begin(), layout_->ServerRange(before).begin);
+    EXPECT_EQ(copy.owned_end(), layout_->ServerRange(before).end);
+    // The copy starts with the values its slot's own server has.
+    std::string a, b;
+    const FlatRange r = layout_->ServerRange(before);
+    ASSERT_TRUE(GatherBytes(*servers_[before].stub, {r}, v1::DTYPE_FP32, -1,
+                            20000, &a)
+                    .ok());
+    {
+      grpc::ClientContext ctx;
+      SetDeadline(ctx, 20000);
+      ctx.AddMetadata(kSlotMetadataKey, absl::StrCat(before));
+      v1::GatherRequest req;
+      v1::FlatRange* fr = req.add_ranges();
+      fr->set_offset(r.begin);
+      fr->set_length(r.size());
+      req.set_dtype(v1::DTYPE_FP32);
+      req.set_min_version(-1);
+      auto reader = stub.Gather(&ctx, req);
+      v1::GatherChunk chunk;
+      while (reader->Read(&chunk)) b += chunk.data();
+      ASSERT_TRUE(reader->Finish().ok());
+    }
+    EXPECT_EQ(a, b) << "slot " << before << " on server " << k;
+    // A slot the server does not hold, and metadata that is no slot.
+    v1::InspectResponse none;
+    grpc::Status s =
+        InspectSlot(stub, absl::StrCat((k + 1) % kServers), &none);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(s.error_message().find(absl::StrCat("a replica of slot ", before)),
+              std::string::npos)
+        << s.error_message();
+    s = InspectSlot(stub, "1x", &none);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("is not a slot number"), std::string::npos);
+  }
+}
+
+TEST_F(ReplicaRpcTest, ReplicasOutsideOneOrTwoAreRefused) {
+  v1::InitRequest init = MakeInit(manifest_, kServers, 0, 1, 0);
+  init.set_replicas(3);
+  grpc::Status s = InitServer(*servers_[0].stub, init);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("must be 1 or 2"), std::string::npos);
+  // One server has no other server for the copy.
+  TestServer alone = StartServer(0, 1);
+  init = MakeInit(manifest_, 1, 0, 1, 0);
+  init.set_replicas(2);
+  s = InitServer(*alone.stub, init);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("at least 2 servers"), std::string::npos);
+  // A one-copy server reached for another slot names what it holds.
+  init = MakeInit(manifest_, kServers, 1, 1, 0);
+  ASSERT_TRUE(InitServer(*servers_[1].stub, init).ok());
+  v1::InspectResponse none;
+  s = InspectSlot(*servers_[1].stub, "0", &none);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("one copy"), std::string::npos);
+}
+
+TEST_F(ReplicaRpcTest, BothCopiesTrainAlikeAndALostServerCostsNoStep) {
+  std::unique_ptr<ShardCluster> two = Client(2);
+  std::unique_ptr<ShardCluster> one = Client(1);
+  ASSERT_NE(two, nullptr);
+  InitOptions init;
+  init.seed = 5;
+  init.num_workers = 1;
+  init.replicas = 2;
+  ASSERT_TRUE(two->Init(init).ok());
+  for (uint64_t s = 0; s < 3; ++s) ASSERT_TRUE(Step(*two, s, 0.01f * (s + 1)).ok());
+  // Every slot's copy holds what its own server holds, bit for bit.
+  EXPECT_TRUE(two->CheckCopiesAgree().ok());
+  for (int slot = 0; slot < static_cast<int>(kServers); ++slot) {
+    absl::StatusOr<ServerStatus> copy =
+        two->InspectCopy(slot, (slot + 1) % kServers);
+    ASSERT_TRUE(copy.ok()) << copy.status();
+    EXPECT_EQ(copy->min_version, 3u);
+    EXPECT_EQ(copy->max_version, 3u);
+  }
+  const std::vector<float> before = All(*one);
+
+  // Server 1 goes: its slot is read from, and written to, server 2's copy;
+  // slot 0 keeps its own copy on server 0 alone.
+  servers_[1].server.reset();
+  EXPECT_EQ(All(*two), before);
+  EXPECT_TRUE(two->ServerGone(1));
+  ASSERT_TRUE(Step(*two, 3, 0.04f).ok());
+  ASSERT_TRUE(Step(*two, 4, 0.05f).ok());
+  EXPECT_TRUE(two->CheckCopiesAgree().ok());
+
+  // The same five steps on a one-copy cluster of fresh servers.
+  std::vector<TestServer> fresh;
+  std::vector<std::string> addresses;
+  for (uint32_t k = 0; k < kServers; ++k) {
+    fresh.push_back(StartServer(k, kServers));
+    addresses.push_back(absl::StrCat("127.0.0.1:", fresh.back().server->port()));
+  }
+  addresses_ = addresses;
+  std::unique_ptr<ShardCluster> ref = Client(1);
+  init.replicas = 1;
+  ASSERT_TRUE(ref->Init(init).ok());
+  for (uint64_t s = 0; s < 5; ++s) ASSERT_TRUE(Step(*ref, s, 0.01f * (s + 1)).ok());
+  EXPECT_EQ(All(*two), All(*ref));
+
+  // Server 2 goes too: slot 1 has no copy left, said as such.
+  servers_[2].server.reset();
+  std::vector<float> w(layout_->total_elems());
+  absl::StatusOr<GatherResult> g =
+      two->Gather({FlatRange{0, layout_->total_elems()}}, DType::kFp32, -1,
+                  w.data(), w.size() * sizeof(float));
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(g.status().message().find("every copy of slot 1 is gone"),
+            std::string::npos)
+      << g.status();
+}
+
+TEST_F(ReplicaRpcTest, ACopyThatDivergedIsNamed) {
+  std::unique_ptr<ShardCluster> two = Client(2);
+  ASSERT_NE(two, nullptr);
+  InitOptions init;
+  init.seed = 5;
+  init.num_workers = 1;
+  init.replicas = 2;
+  ASSERT_TRUE(two->Init(init).ok());
+  ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
+  ASSERT_TRUE(two->CheckCopiesAgree().ok());
+  // One weight of slot 1's copy on server 2 changed behind the client.
+  const FlatRange r = layout_->ServerRange(1);
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, 20000);
+  ctx.AddMetadata(kSlotMetadataKey, "1");
+  v1::SetWeightsResponse response;
+  auto writer = servers_[2].stub->SetWeights(&ctx, &response);
+  v1::WeightPiece piece;
+  piece.set_offset(r.begin + 5);
+  piece.set_dtype(v1::DTYPE_FP32);
+  const float x = 0.25f;
+  piece.set_data(std::string(reinterpret_cast<const char*>(&x), sizeof(x)));
+  ASSERT_TRUE(writer->Write(piece));
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  const absl::Status s = two->CheckCopiesAgree();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find(absl::StrCat("copies of slot 1 (flat [", r.begin,
+                                          ", ", r.end, "))")),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("server 1 ("), std::string::npos) << s;
+  EXPECT_NE(s.message().find("server 2 ("), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace zeroshard::testing
