@@ -23,7 +23,7 @@ absl::Status ApplyStepCall(const ShardChannels& channels, int slot, int k,
   return RunWithRetry(channels.options().retry, [&] {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    ShardChannels::RouteTo(&ctx, slot, k);
+    channels.RouteTo(&ctx, slot, k);
     return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, response),
                           "ApplyStep", channels.address(k));
   }, channels.channel(k).get());

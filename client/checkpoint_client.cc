@@ -26,7 +26,7 @@ absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
       } else {
         channels.PrepareControlContext(&ctx);
       }
-      ShardChannels::RouteTo(&ctx, k, server);
+      channels.RouteTo(&ctx, k, server);
       return FromGrpcStatus(
           channels.stub(server).Checkpoint(&ctx, req, &response),
           "Checkpoint", channels.address(server));
@@ -69,7 +69,7 @@ absl::StatusOr<std::vector<ServerRestore>> RestoreAll(
     RETURN_IF_ERROR(channels.OnEveryCopy(k, [&](int server) {
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-      ShardChannels::RouteTo(&ctx, k, server);
+      channels.RouteTo(&ctx, k, server);
       return FromGrpcStatus(
           channels.stub(server).Restore(&ctx, req, &copies[server]),
           "Restore", channels.address(server));

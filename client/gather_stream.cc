@@ -50,7 +50,7 @@ absl::Status OneAttempt(const ShardChannels& channels, int slot, int server,
 
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.call_timeout));
-  ShardChannels::RouteTo(&ctx, slot, server);
+  channels.RouteTo(&ctx, slot, server);
   if (cancel != nullptr && !cancel->Register(&ctx)) {
     return absl::CancelledError(
         absl::StrCat(what, " from ", address, ": cancelled by the caller"));

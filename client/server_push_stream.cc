@@ -85,7 +85,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
   const absl::Time deadline = absl::Now() + opt.call_timeout;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
-  ShardChannels::RouteTo(&ctx, slot_, server_);
+  channels_->RouteTo(&ctx, slot_, server_);
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) {

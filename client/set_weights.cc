@@ -26,7 +26,7 @@ absl::Status SendRanges(const ShardChannels& channels, int slot, int k,
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() +
                                       channels.options().call_timeout));
-  ShardChannels::RouteTo(&ctx, slot, k);
+  channels.RouteTo(&ctx, slot, k);
   v1::SetWeightsResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::WeightPiece>> writer =
       channels.stub(k).SetWeights(&ctx, &response);

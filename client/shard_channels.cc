@@ -131,8 +131,10 @@ void ShardChannels::MarkDown(int k, const absl::Status& why) const {
   }
 }
 
-void ShardChannels::RouteTo(grpc::ClientContext* ctx, int slot, int server) {
+void ShardChannels::RouteTo(grpc::ClientContext* ctx, int slot,
+                            int server) const {
   if (slot != server) SetSlotMetadata(ctx, static_cast<uint32_t>(slot));
+  if (replicas() > 1) SetCopiesMetadata(ctx, static_cast<uint32_t>(replicas()));
 }
 
 bool CopyLost(const absl::Status& s) {

@@ -99,8 +99,10 @@ class ShardChannels {
   // 2 only; logs `why` once).
   void MarkDown(int k, const absl::Status& why) const;
   // Names `slot` in the call's metadata when it goes to a server other than
-  // the slot's own (wire/slot_metadata.h).
-  static void RouteTo(grpc::ClientContext* ctx, int slot, int server);
+  // the slot's own, and with replicas 2 says that this client writes both
+  // copies (wire/slot_metadata.h): a server keeping two copies refuses
+  // writes from a client that would write one.
+  void RouteTo(grpc::ClientContext* ctx, int slot, int server) const;
   // Runs call(server) on every live copy of `slot`, in parallel. With replicas
   // 2, a copy whose call ends UNAVAILABLE (its server gone: the transport
   // retried already) is marked down and left out, so the result is OK when

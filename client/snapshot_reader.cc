@@ -158,7 +158,7 @@ absl::Status ReadSnapshotRange(const ShardChannels& channels, int k,
   k = holders.empty() ? slot : holders.front();
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
-  ShardChannels::RouteTo(&ctx, slot, k);
+  channels.RouteTo(&ctx, slot, k);
   auto reader = channels.stub(k).ReadSnapshot(&ctx, req);
   v1::GatherChunk chunk;
   uint64_t pos = range.begin;

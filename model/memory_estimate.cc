@@ -337,7 +337,7 @@ absl::StatusOr<MemoryEstimate> EstimateMemory(const EstimateInput& input) {
   // before it.
   const double r = input.replicas;
   const std::string held =
-      input.replicas > 1 ? absl::StrCat(input.replicas, "·", owned_name)
+      input.replicas > 1 ? absl::StrCat("·", input.replicas, owned_name)
                          : owned_name;
   for (int stage = 1; stage <= 3; ++stage) {
     e.worker[stage - 1] = WorkerAt(input, psi, stage, units, e.activations);

@@ -108,6 +108,25 @@ absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::StateFor(
       ", not slot ", *slot));
 }
 
+namespace {
+
+// A write to a slot of a run that keeps two copies must come from a client
+// that writes both (wire/slot_metadata.h "zs-copies").
+absl::Status CheckWritesBothCopies(const grpc::CallbackServerContext& context,
+                                   const ModelShard& state,
+                                   absl::string_view method) {
+  if (state.request().replicas() < 2 ||
+      CopiesFromMetadata(context.client_metadata()) == 2) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      method, ": this run keeps 2 copies of each slot (zeroshard.replicas "
+      "2), and the caller writes one, which would make the copies differ; "
+      "give the client replicas 2 (zeroshard-ctl --replicas=2)"));
+}
+
+}  // namespace
+
 template <class Request, class Response>
 grpc::ServerUnaryReactor* ShardServiceImpl::ServeUnary(
     grpc::CallbackServerContext* context, absl::string_view method,
@@ -301,6 +320,10 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::PushGrad(
                       std::memory_order_relaxed);
   absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(*context);
   if (!state.ok()) return new Failed(state.status(), &counters_);
+  if (absl::Status s = CheckWritesBothCopies(*context, **state, "PushGrad");
+      !s.ok()) {
+    return new Failed(s, &counters_);
+  }
   return new PushGradReactor(*std::move(state), response, &counters_,
                              &push_streams_, &regions_);
 }
@@ -323,6 +346,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleApplyStep(
   absl::StatusOr<std::shared_ptr<ModelShard>> state =
       StateOfRun(*context, "ApplyStep", request->run_id());
   RETURN_UNARY_IF_ERROR(state.status());
+  RETURN_UNARY_IF_ERROR(CheckWritesBothCopies(*context, **state, "ApplyStep"));
   absl::StatusOr<ApplyResult> r =
       (*state)->ApplyPrepared(request->step(), request->attempt());
   RETURN_UNARY_IF_ERROR(r.status());
@@ -458,6 +482,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::HandleRestore(
     UnaryReply<v1::RestoreResponse>* reply) {
   absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(*context);
   RETURN_UNARY_IF_ERROR(state.status());
+  RETURN_UNARY_IF_ERROR(CheckWritesBothCopies(*context, **state, "Restore"));
   // Reads and verifies whole files: run off the callback threads' budget
   // only in the sense that no other call waits on it (restores happen
   // before training resumes).
@@ -481,7 +506,14 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::SetWeights(
     return new FailedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(
         s, &counters_);
   }
-  return new SetWeightsReactor(context, StateFor(*context), response,
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(*context);
+  if (state.ok()) {
+    if (absl::Status s = CheckWritesBothCopies(*context, **state, "SetWeights");
+        !s.ok()) {
+      state = s;
+    }
+  }
+  return new SetWeightsReactor(context, std::move(state), response,
                                &counters_);
 }
 

@@ -32,4 +32,16 @@ absl::StatusOr<std::optional<uint32_t>> SlotFromMetadata(
   return std::optional<uint32_t>(slot);
 }
 
+void SetCopiesMetadata(grpc::ClientContext* context, uint32_t copies) {
+  context->AddMetadata(kCopiesMetadataKey, std::to_string(copies));
+}
+
+uint32_t CopiesFromMetadata(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
+  const auto it = metadata.find(kCopiesMetadataKey);
+  if (it == metadata.end()) return 1;
+  const std::string text(it->second.data(), it->second.size());
+  return text == "2" ? 2 : 1;
+}
+
 }  // namespace zeroshard

@@ -27,6 +27,15 @@ inline constexpr char kSlotMetadataKey[] = "zs-slot";
 // Adds the slot to a call's metadata (before the call starts).
 void SetSlotMetadata(grpc::ClientContext* context, uint32_t slot);
 
+// The copies of each slot the client writes ("zs-copies"): a write to a
+// server that keeps 2 from a client that does not say 2 is refused, so a
+// one-copy tool cannot make two copies differ.
+inline constexpr char kCopiesMetadataKey[] = "zs-copies";
+void SetCopiesMetadata(grpc::ClientContext* context, uint32_t copies);
+// The copies a call says its client writes: 1 without the key.
+uint32_t CopiesFromMetadata(
+    const std::multimap<grpc::string_ref, grpc::string_ref>& metadata);
+
 // The slot a call names: nullopt without the key; INVALID_ARGUMENT for a
 // value that is not one decimal number below 2^31, or for the key twice.
 absl::StatusOr<std::optional<uint32_t>> SlotFromMetadata(

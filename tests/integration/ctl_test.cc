@@ -3,6 +3,7 @@
 // and bad flags.
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
 
@@ -97,6 +98,47 @@ TEST(CtlTest, InitSmokeInspectHealth) {
 // A registered rule through the tools: init --optimizer=sgd, smoke steps,
 // and inspect --json naming the rule and its params; an unregistered name
 // is a usage error listing the registered ones.
+// Two copies of each slot (docs/DESIGN.md, "Replicas"): init makes them,
+// inspect shows where each slot's copies are, and a one-copy writer is
+// refused rather than let the copies differ.
+TEST(CtlTest, ReplicasAreMadeShownAndGuarded) {
+  auto cluster = testing::LocalCluster::Start(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string servers = "--servers=" + (*cluster)->server_list();
+  std::vector<std::string> init = {"init", servers, "--replicas=2"};
+  for (const auto& f : Shape()) init.push_back(f);
+  auto r = RunBinary("zeroshard-ctl", init, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+
+  r = RunBinary("zeroshard-ctl", {"smoke", servers, "--steps=2"}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->status.success());
+  EXPECT_NE((r->out + r->err).find("keeps 2 copies of each slot"),
+            std::string::npos)
+      << r->out << r->err;
+
+  r = RunBinary("zeroshard-ctl", {"smoke", servers, "--steps=2", "--replicas=2"},
+                kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->out << r->err;
+
+  r = RunBinary("zeroshard-ctl", {"inspect", servers}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->status.success()) << r->err;
+  EXPECT_NE(r->out.find("same version"), std::string::npos) << r->out;
+  for (int slot = 0; slot < 3; ++slot) {
+    EXPECT_NE(r->out.find(absl::StrCat("server ", slot, " at 2..2  server ",
+                                       (slot + 1) % 3, " at 2..2  yes")),
+              std::string::npos)
+        << r->out;
+  }
+  (*cluster)->Kill(1);
+  r = RunBinary("zeroshard-ctl", {"inspect", servers}, kTimeout);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->out.find("one copy left"), std::string::npos) << r->out;
+}
+
 TEST(CtlTest, InitWithARegisteredRule) {
   auto cluster = testing::LocalCluster::Start(1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();

@@ -238,6 +238,7 @@ TEST_F(ReplicaRpcTest, ACopyThatDivergedIsNamed) {
   grpc::ClientContext ctx;
   SetDeadline(ctx, 20000);
   ctx.AddMetadata(kSlotMetadataKey, "1");
+  ctx.AddMetadata(kCopiesMetadataKey, "2");
   v1::SetWeightsResponse response;
   auto writer = servers_[2].stub->SetWeights(&ctx, &response);
   v1::WeightPiece piece;

@@ -38,6 +38,7 @@ struct CtlFlags {
   GptShape shape;
   int workers = 1;
   int num_servers = 0;  // layout: 0 means len(servers), else 1
+  int replicas = 1;     // --replicas (ShardClientOptions::replicas)
   // layout: the parameter classes (TensorClass order) kept on one server.
   std::array<bool, kNumTensorClasses> keep_whole{};
   uint64_t seed = 1;

@@ -1,5 +1,6 @@
 // zeroshard-ctl inspect and health, and the shared table helpers.
 #include <algorithm>
+#include <thread>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -177,6 +178,7 @@ ShardClientOptions ClientOptions(const CtlFlags& flags) {
   o.retry.max_total = flags.timeout;
   o.security = flags.security;
   o.run_id = flags.run_id;
+  o.replicas = flags.replicas;
   return o;
 }
 
@@ -267,7 +269,7 @@ int RunInspect(const CtlFlags& flags) {
   }
   PrintTable(rows);
   // With replicas: where each slot's copies are, and whether they stand at
-  // one version (a copy behind its slot's first copy has not caught up).
+  // one version (a step being applied may stand between them for a moment).
   const int S = (*channels)->num_servers();
   uint32_t replicas = 1;
   for (const auto& r : results) {
@@ -275,7 +277,24 @@ int RunInspect(const CtlFlags& flags) {
   }
   if (replicas > 1) {
     std::vector<std::vector<std::string>> copies = {
-        {"slot", "range", "first copy", "second copy", "caught up"}};
+        {"slot", "range", "first copy", "second copy", "same version"}};
+    // Both copies of every slot asked at once, so that a running job's
+    // steps do not fall between them.
+    std::vector<absl::StatusOr<ServerStatus>> firsts(
+        S, absl::UnknownError("not asked")),
+        seconds(S, absl::UnknownError("not asked"));
+    {
+      std::vector<std::thread> asks;
+      for (int slot = 0; slot < S; ++slot) {
+        asks.emplace_back([&, slot] {
+          firsts[slot] = (*channels)->InspectCopy(slot, slot);
+        });
+        asks.emplace_back([&, slot] {
+          seconds[slot] = (*channels)->InspectCopy(slot, (slot + 1) % S);
+        });
+      }
+      for (std::thread& t : asks) t.join();
+    }
     for (int slot = 0; slot < S; ++slot) {
       const int buddy = (slot + 1) % S;
       auto cell = [&](int k, const absl::StatusOr<ServerStatus>& c) {
@@ -284,9 +303,8 @@ int RunInspect(const CtlFlags& flags) {
                       : absl::StrCat("server ", k, ": ",
                                      absl::StatusCodeToString(c.status().code()));
       };
-      const absl::StatusOr<ServerStatus>& first = results[slot];
-      const absl::StatusOr<ServerStatus> second =
-          (*channels)->InspectCopy(slot, buddy);
+      const absl::StatusOr<ServerStatus>& first = firsts[slot];
+      const absl::StatusOr<ServerStatus>& second = seconds[slot];
       const bool same = first.ok() && second.ok() &&
                         first->min_version == second->min_version &&
                         first->max_version == second->max_version;

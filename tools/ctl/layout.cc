@@ -187,6 +187,7 @@ int RunInit(const CtlFlags& flags) {
   opt.init_std = flags.init_std;
   opt.chunk_elems = flags.chunk_elems;
   opt.num_workers = static_cast<uint32_t>(std::max(flags.workers, 0));
+  opt.replicas = static_cast<uint32_t>(flags.replicas);
   auto r = (*client)->Init(opt);
   if (!r.ok()) {
     std::fprintf(stderr, "init failed: %s\n", r.status().ToString().c_str());

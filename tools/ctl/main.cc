@@ -47,8 +47,10 @@ ABSL_FLAG(int, workers, 0, "Workers (layout/init: partition count, default 1; "
                            "smoke: simulated workers, default the manifest's)");
 ABSL_FLAG(int, num_servers, 0, "layout: servers (default: len(--servers) or 1)");
 ABSL_FLAG(int, replicas, 0,
-          "estimate: copies of each server's slot, 1 or 2 (0: the config's, "
-          "else 1)");
+          "copies of each server's slot, 1 or 2 (zeroshard.replicas): init "
+          "makes them, and every command that writes (smoke, restore, ...) "
+          "must give 2 on a cluster that keeps 2; estimate: 0 is the "
+          "config's, else 1");
 ABSL_FLAG(std::string, keep_whole, "",
           "layout: parameter classes kept whole on one server, as a rule that "
           "needs whole matrices keeps them (matrices,embeddings,biases,norms)");
@@ -221,6 +223,7 @@ int main(int argc, char** argv) {
   f.shape = zeroshard::ctl::ShapeFromFlags();
   f.workers = absl::GetFlag(FLAGS_workers);
   f.num_servers = absl::GetFlag(FLAGS_num_servers);
+  f.replicas = std::max(1, absl::GetFlag(FLAGS_replicas));
   f.seed = absl::GetFlag(FLAGS_seed);
   f.init_std = absl::GetFlag(FLAGS_init_std);
   f.chunk_elems = absl::GetFlag(FLAGS_chunk_elems);
