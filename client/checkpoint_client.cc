@@ -56,6 +56,23 @@ absl::StatusOr<std::vector<ShardFile>> WaitCheckpoint(
   return out;
 }
 
+absl::StatusOr<ServerRestore> RestoreCopy(const ShardChannels& channels,
+                                          int slot, int k,
+                                          const std::string& directory,
+                                          uint64_t step,
+                                          absl::Duration timeout) {
+  v1::RestoreRequest req;
+  req.set_directory(directory);
+  req.set_step(step);
+  v1::RestoreResponse reply;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  channels.RouteTo(&ctx, slot, k);
+  RETURN_IF_ERROR(FromGrpcStatus(channels.stub(k).Restore(&ctx, req, &reply),
+                                 "Restore", channels.address(k)));
+  return RestoreFromProto(reply);
+}
+
 absl::StatusOr<std::vector<ServerRestore>> RestoreAll(
     const ShardChannels& channels, const std::string& directory,
     std::optional<uint64_t> step, absl::Duration timeout) {

@@ -48,6 +48,14 @@ absl::StatusOr<std::vector<ShardFile>> WaitCheckpoint(
 // Restores every server from the checkpoint of `step` (newest when unset);
 // one response per server. All of them end at the same version or the call
 // fails.
+// Restore of slot `slot`'s copy on server k alone from `directory`'s
+// checkpoint of `step` (a replacement's copies: ShardCluster::ReviveServer).
+absl::StatusOr<ServerRestore> RestoreCopy(const ShardChannels& channels,
+                                          int slot, int k,
+                                          const std::string& directory,
+                                          uint64_t step,
+                                          absl::Duration timeout);
+
 absl::StatusOr<std::vector<ServerRestore>> RestoreAll(
     const ShardChannels& channels, const std::string& directory,
     std::optional<uint64_t> step, absl::Duration timeout);

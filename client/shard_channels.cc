@@ -3,6 +3,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -131,6 +132,21 @@ void ShardChannels::MarkDown(int k, const absl::Status& why) const {
   }
 }
 
+void ShardChannels::MarkUp(int k) const {
+  if (down_[k]->exchange(false)) {
+    ZS_LOG(INFO) << "server " << k << " (" << address(k)
+                 << ") holds its copies again";
+  }
+}
+
+std::vector<int> ShardChannels::DownServers() const {
+  std::vector<int> out;
+  for (int k = 0; k < size(); ++k) {
+    if (IsDown(k)) out.push_back(k);
+  }
+  return out;
+}
+
 void ShardChannels::RouteTo(grpc::ClientContext* ctx, int slot,
                             int server) const {
   if (slot != server) SetSlotMetadata(ctx, static_cast<uint32_t>(slot));
@@ -138,7 +154,11 @@ void ShardChannels::RouteTo(grpc::ClientContext* ctx, int slot,
 }
 
 bool CopyLost(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kUnavailable;
+  // Its server does not answer, or answers without state: a process
+  // started in its place, whose copy is not the one this client wrote.
+  return s.code() == absl::StatusCode::kUnavailable ||
+         (s.code() == absl::StatusCode::kFailedPrecondition &&
+          absl::StrContains(s.message(), kNotInitialisedMessage));
 }
 
 namespace {

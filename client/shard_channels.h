@@ -95,9 +95,14 @@ class ShardChannels {
   std::vector<int> LiveHolders(int slot) const;
   // True once server k was marked down.
   bool IsDown(int k) const { return down_[k]->load(); }
-  // Marks server k down for the rest of this client's life (with replicas
-  // 2 only; logs `why` once).
+  // Marks server k down (with replicas 2 only; logs `why` once): calls
+  // leave it until MarkUp.
   void MarkDown(int k, const absl::Status& why) const;
+  // Server k holds its copies again (a replacement restored at a step
+  // boundary: ShardCluster::ReviveServer); calls reach it from now on.
+  void MarkUp(int k) const;
+  // Servers marked down.
+  std::vector<int> DownServers() const;
   // Names `slot` in the call's metadata when it goes to a server other than
   // the slot's own, and with replicas 2 says that this client writes both
   // copies (wire/slot_metadata.h): a server keeping two copies refuses
@@ -140,9 +145,9 @@ class ShardChannels {
       ABSL_GUARDED_BY(regions_mu_);
 };
 
-// What ends a copy of a slot for the rest of a client's life, with
-// replicas 2: its server does not answer (UNAVAILABLE once the transport's
-// retries are spent).
+// What ends a copy of a slot, with replicas 2: its server does not answer
+// (UNAVAILABLE once the transport's retries are spent), or answers that it
+// is not initialised (a process started in its place).
 bool CopyLost(const absl::Status& s);
 
 // Runs call(i) for i in [0, n) in parallel (a thread each), e.g. one call

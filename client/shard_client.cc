@@ -62,18 +62,17 @@ absl::StatusOr<v1::OptimizerConfig> InitOptimizer(const FlatLayout& layout,
   return out;
 }
 
-absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
-    const InitOptions& options) {
+absl::StatusOr<v1::InitRequest> ShardClient::InitRequestFor(
+    const InitOptions& options) const {
   // The optimizer checked (and its groups) before anything else.
   ASSIGN_OR_RETURN(v1::OptimizerConfig optimizer, InitOptimizer(layout_, options));
   if (options.chunk_elems % kFlatAlignment != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk_elems ", options.chunk_elems, " is not a multiple of 64"));
   }
-  const int S = num_servers();
   v1::InitRequest base;
   *base.mutable_manifest() = ToProto(layout_.manifest());
-  base.set_num_servers(S);
+  base.set_num_servers(num_servers());
   *base.mutable_optimizer() = std::move(optimizer);
   if (options.seed.has_value()) {
     base.mutable_init()->set_seed(*options.seed);
@@ -86,40 +85,48 @@ absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
   base.set_replace(options.replace);
   base.set_replicas(options.replicas);
   base.set_chunk_elems(options.chunk_elems);
+  return base;
+}
 
+absl::Status ShardClient::InitOn(int k, const v1::InitRequest& base,
+                                 v1::InitResponse* response) const {
+  v1::InitRequest req = base;
+  req.set_server_index(k);
+  RETURN_IF_ERROR(RunWithRetry(channels_->options().retry, [&] {
+    grpc::ClientContext ctx;
+    channels_->PrepareControlContext(&ctx);
+    return FromGrpcStatus(channels_->stub(k).Init(&ctx, req, response),
+                          "Init", channels_->address(k));
+  }, channels_->channel(k).get()));
+  const FlatRange want = layout_.ServerRange(k);
+  if (response->owned_begin() != want.begin ||
+      response->owned_end() != want.end ||
+      response->total_elems() != layout_.total_elems()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server ", k, " at ", channels_->address(k), " owns [",
+        response->owned_begin(), ", ", response->owned_end(), ") of ",
+        response->total_elems(), " elements; the client's layout says [",
+        want.begin, ", ", want.end, ") of ", layout_.total_elems()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ServerInit>> ShardClient::Init(
+    const InitOptions& options) {
+  ASSIGN_OR_RETURN(const v1::InitRequest base, InitRequestFor(options));
+  const int S = num_servers();
   std::vector<v1::InitResponse> responses(S);
-  std::vector<absl::Status> statuses(S);
-  std::vector<std::thread> threads;
-  for (int k = 0; k < S; ++k) {
-    threads.emplace_back([&, k] {
-      v1::InitRequest req = base;
-      req.set_server_index(k);
-      statuses[k] = RunWithRetry(channels_->options().retry, [&] {
-        grpc::ClientContext ctx;
-        channels_->PrepareControlContext(&ctx);
-        return FromGrpcStatus(
-            channels_->stub(k).Init(&ctx, req, &responses[k]), "Init",
-            channels_->address(k));
-      }, channels_->channel(k).get());
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int k = 0; k < S; ++k) {
-    if (!statuses[k].ok()) return statuses[k];
-    const FlatRange want = layout_.ServerRange(k);
-    const v1::InitResponse& r = responses[k];
-    if (r.owned_begin() != want.begin || r.owned_end() != want.end ||
-        r.total_elems() != layout_.total_elems()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "server ", k, " at ", channels_->address(k), " owns [",
-          r.owned_begin(), ", ", r.owned_end(), ") of ", r.total_elems(),
-          " elements; the client's layout says [", want.begin, ", ", want.end,
-          ") of ", layout_.total_elems()));
-    }
-  }
+  RETURN_IF_ERROR(RunInParallel(
+      S, [&](int k) { return InitOn(k, base, &responses[k]); }));
   std::vector<ServerInit> out;
   for (const v1::InitResponse& r : responses) out.push_back(InitFromProto(r));
   return out;
+}
+
+absl::Status ShardClient::InitServer(int k, const InitOptions& options) {
+  ASSIGN_OR_RETURN(const v1::InitRequest base, InitRequestFor(options));
+  v1::InitResponse response;
+  return InitOn(k, base, &response);
 }
 
 absl::StatusOr<GatherResult> ShardClient::Gather(

@@ -65,6 +65,9 @@ class ShardClient {
   // and total agree with the layout (FAILED_PRECONDITION otherwise).
   absl::StatusOr<std::vector<ServerInit>> Init(
       const InitOptions& options);
+  // Init on server k alone (a replacement, before its copies are restored:
+  // ShardCluster::ReviveServer).
+  absl::Status InitServer(int k, const InitOptions& options);
 
   // Streams `ranges` (disjoint, inside [0, total)) in `dtype` (FP32 or BF16)
   // at chunk version >= min_version (negative: current) into `out`: the
@@ -106,6 +109,13 @@ class ShardClient {
   void DetachSharedMemory();
 
  private:
+  // The Init request of every server but its index.
+  absl::StatusOr<v1::InitRequest> InitRequestFor(
+      const InitOptions& options) const;
+  // Init on server k with `base` (its index set), checking the owned range.
+  absl::Status InitOn(int k, const v1::InitRequest& base,
+                      v1::InitResponse* response) const;
+
   ShardClient(FlatLayout layout, std::unique_ptr<ShardChannels> channels)
       : layout_(std::move(layout)), channels_(std::move(channels)) {}
 

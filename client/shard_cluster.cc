@@ -11,6 +11,7 @@
 #include "client/snapshot_reader.h"
 #include "client/status_from_proto.h"
 #include "common/status_macros.h"
+#include "wire/grpc_status.h"
 
 namespace zeroshard {
 
@@ -70,6 +71,44 @@ bool ShardCluster::ServerGone(int k) const { return channels().IsDown(k); }
 absl::Status ShardCluster::CheckCopiesAgree() const {
   return channels().CheckCopiesAgree();
 }
+
+std::vector<int> ShardCluster::GoneServers() const {
+  return channels().DownServers();
+}
+
+absl::StatusOr<bool> ShardCluster::AnswersFresh(int k,
+                                                absl::Duration timeout) const {
+  v1::InspectResponse r;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  RETURN_IF_ERROR(FromGrpcStatus(
+      channels().stub(k).Inspect(&ctx, v1::InspectRequest(), &r), "Inspect",
+      channels().address(k)));
+  return !r.initialized();
+}
+
+absl::Status ShardCluster::ReviveServer(int k, const InitOptions& options,
+                                        const std::string& directory,
+                                        uint64_t step) {
+  RETURN_IF_ERROR(NeedLayout("ReviveServer"));
+  const ShardChannels& c = channels();
+  RETURN_IF_ERROR(client_->InitServer(k, options));
+  const int S = c.size();
+  for (int slot : {k, (k + S - 1) % S}) {
+    ASSIGN_OR_RETURN(const ServerRestore r,
+                     RestoreCopy(c, slot, k, directory, step,
+                                 c.options().call_timeout));
+    if (r.version != step) {
+      return absl::DataLossError(absl::StrCat(
+          "server ", k, "'s copy of slot ", slot, " restored to step ",
+          r.version, ", not ", step));
+    }
+  }
+  c.MarkUp(k);
+  return absl::OkStatus();
+}
+
+void ShardCluster::MarkServerBack(int k) const { channels().MarkUp(k); }
 
 absl::StatusOr<ServerStatus> ShardCluster::InspectCopy(int slot, int k) const {
   ASSIGN_OR_RETURN(v1::InspectResponse r, channels().InspectCopy(slot, k));

@@ -87,6 +87,20 @@ class ShardCluster {
   // digests at one version); DATA_LOSS naming the slot and both servers
   // otherwise. Between steps only (ShardChannels::CheckCopiesAgree).
   absl::Status CheckCopiesAgree() const;
+  // With replicas: the servers this client left (their copies lost), and
+  // whether server k answers now without state (a replacement started at
+  // its address: true), within `timeout`, one try.
+  std::vector<int> GoneServers() const;
+  absl::StatusOr<bool> AnswersFresh(int k, absl::Duration timeout) const;
+  // A replacement at server k's address takes back both its copies (its own
+  // slot and the one before it), between steps, while nothing is applied:
+  // Init with `options`, then each copy restored from `directory`'s
+  // checkpoint of `step` (the step every slot stands at), then calls reach
+  // it again. The other ranks' clients learn it through MarkServerBack.
+  absl::Status ReviveServer(int k, const InitOptions& options,
+                            const std::string& directory, uint64_t step);
+  // This client reaches server k again (another process revived it).
+  void MarkServerBack(int k) const;
   // One result per server, asked in parallel.
   std::vector<absl::StatusOr<ServerStatus>> InspectAll() const;
   // grpc.health.v1 Check: "SERVING", "NOT_SERVING", ... per server.

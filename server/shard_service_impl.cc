@@ -77,7 +77,7 @@ absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::state() const {
   absl::MutexLock lock(&mu_);
   if (state_ == nullptr) {
     return absl::FailedPreconditionError(
-        "the shard server is not initialised; call Init first");
+        absl::StrCat(kNotInitialisedMessage, "; call Init first"));
   }
   return state_;
 }
@@ -92,7 +92,7 @@ absl::StatusOr<std::shared_ptr<ModelShard>> ShardServiceImpl::StateFor(
   absl::MutexLock lock(&mu_);
   if (state_ == nullptr) {
     return absl::FailedPreconditionError(
-        "the shard server is not initialised; call Init first");
+        absl::StrCat(kNotInitialisedMessage, "; call Init first"));
   }
   if (replica_ != nullptr &&
       *slot == replica_->request().server_index()) {

@@ -27,6 +27,13 @@ inline constexpr char kSlotMetadataKey[] = "zs-slot";
 // Adds the slot to a call's metadata (before the call starts).
 void SetSlotMetadata(grpc::ClientContext* context, uint32_t slot);
 
+// How a server without state (not initialised: a fresh process, e.g. one
+// started in place of a dead one) begins its refusal; with replicas, a
+// client that meets it on a server it had been using treats that copy as
+// lost (client/shard_channels.h CopyLost).
+inline constexpr char kNotInitialisedMessage[] =
+    "the shard server is not initialised";
+
 // The copies of each slot the client writes ("zs-copies"): a write to a
 // server that keeps 2 from a client that does not say 2 is refused, so a
 // one-copy tool cannot make two copies differ.

@@ -65,6 +65,7 @@
 #include "worker/engine/checkpoint_coordinator.h"
 #include "worker/engine/init_from.h"
 #include "worker/engine/precision.h"
+#include "worker/engine/replica_revival.h"
 #include "worker/engine/resume.h"
 #include "worker/engine/server_init.h"
 #include "worker/engine/step_engine.h"
@@ -414,6 +415,7 @@ absl::Status Run() {
   const absl::Duration server_wait =
       absl::Seconds(cfg.cluster.startup_timeout_s);
   const uint64_t every = cfg.cluster.checkpoint.every_steps;
+  ReplicaRevival revival(cfg, rank, client, group, &checkpoints);
   for (; step < cfg.cluster.steps; ++step) {
     if (rank == 0) {
       // With replicas, the copies are compared where checkpoints fall
@@ -425,6 +427,8 @@ absl::Status Run() {
       RETURN_IF_ERROR(
           checkpoints.BeforeStep(step, engine->loss_scaler().state()));
     }
+    // With replicas: a replacement server takes its copies back.
+    RETURN_IF_ERROR(revival.BeforeStep(step, engine->loss_scaler().state()));
     absl::StatusOr<StepResult> stepped = engine->Step(step);
     if (!stepped.ok()) {
       return ExplainServerRestart(*client, step, stepped.status(),

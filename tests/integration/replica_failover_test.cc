@@ -165,6 +165,67 @@ TEST(ReplicaFailoverTest, AKilledServerCostsNoStepAndNoBit) {
   EXPECT_EQ(killed, kills);
 }
 
+// The launcher starts a replacement at the dead server's address and rank 0
+// restores its two copies from a checkpoint of the step it finds it at: the
+// run has both copies of every slot again. Proof: a second server, next to
+// the first (servers 1 and 2 both hold slot 1), is killed after that and the
+// run still ends with no restart, bit for bit.
+TEST(ReplicaFailoverTest, AReplacementTakesItsCopiesBackAndTheNextDeathCostsNothing) {
+  TrainDir dir("revive");
+  nlohmann::json cfg = ReplicaConfig(2, dir.path("ck"));
+  cfg["zeroshard"]["steps"] = 200;
+  const std::string path = dir.WriteConfig("c.json", cfg);
+  nlohmann::json ref_cfg = cfg;
+  ref_cfg["zeroshard"]["replicas"] = 1;
+  ref_cfg["zeroshard"]["checkpoint"]["dir"] = dir.path("ref-ck");
+  TrainRun ref = RunTrain({"--config=" + dir.WriteConfig("ref.json", ref_cfg),
+                           "--out=" + dir.path("ref"), "--save_weights",
+                           "--quiet"},
+                          kReplicaRunTimeout);
+  ASSERT_TRUE(ref.status.success()) << ref.err;
+  const std::string out = dir.path("run");
+  SubprocessOptions o;
+  o.argv = {BinDir() + "/zeroshard-train", "--config=" + path, "--out=" + out,
+            "--save_weights", "--quiet", "--max_restarts=0"};
+  o.stdout_mode = SubprocessOptions::Output::kDiscard;
+  o.stderr_mode = SubprocessOptions::Output::kFile;
+  o.stderr_path = dir.path("run.err");
+  absl::StatusOr<std::unique_ptr<Subprocess>> train = Subprocess::Start(o);
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_TRUE(WaitForStep(out, 5, **train, kReplicaRunTimeout).ok)
+      << ReadWhole(o.stderr_path);
+  std::vector<int> pids = ServerPids(out);
+  ASSERT_EQ(pids.size(), 3u);
+  ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+  // Rank 0 says when the replacement holds its copies (its log).
+  const std::string rank0 = out + "/logs/worker0.log";
+  const absl::Time deadline = absl::Now() + kReplicaRunTimeout;
+  while (ReadWhole(rank0).find("took its copies back") == std::string::npos &&
+         absl::Now() < deadline && !(*train)->Poll().has_value()) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const std::string log = ReadWhole(rank0);
+  ASSERT_NE(log.find("server 1 (") , std::string::npos) << log;
+  ASSERT_NE(log.find("took its copies back"), std::string::npos)
+      << "the run ended before the replacement was restored\n" << log
+      << ReadWhole(o.stderr_path);
+  const size_t revived_at = StepsDone(out);
+  pids = ServerPids(out);
+  ASSERT_EQ(pids.size(), 3u);
+  ASSERT_EQ(kill(pids[2], SIGKILL), 0);
+  absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
+  ASSERT_TRUE(st.ok());
+  const std::string err = ReadWhole(o.stderr_path);
+  ASSERT_TRUE(st->success()) << st->ToString() << "\n" << err;
+  std::printf("server 1 killed after step 5, its replacement restored by "
+              "step %zu, then server 2 killed\n", revived_at);
+  EXPECT_EQ(err.find("restart 1:"), std::string::npos) << err;
+  EXPECT_EQ(StepsDone(out), 200u);
+  WeightDiff d = CompareWeights(ReadWeights(out), ReadWeights(dir.path("ref")));
+  EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
+                               << d.worst_tensor;
+}
+
 // Both copies of a slot lost (servers 1 and 2 hold slot 1): the run goes
 // back to today's path, a restart from the newest checkpoint, which fills
 // both copies again, and still ends bit for bit.

@@ -22,6 +22,8 @@ namespace zeroshard {
 namespace {
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
+// With replicas, how many times one server is started again at its address.
+constexpr int kMaxReplacements = 3;
 // After a first failure, how long to wait for others to show before the
 // report is written (a dying server usually takes workers with it).
 constexpr absl::Duration kSettle = absl::Milliseconds(300);
@@ -95,20 +97,8 @@ absl::Status TrainCluster::StartServers() {
     c.log_path = absl::StrCat(logs_dir(), "/server", k, ".log");
     port_files.push_back(absl::StrCat(ports, "/server", k, ".port"));
     std::filesystem::remove(port_files.back(), ec);  // a previous run's
-    SubprocessOptions o;
-    o.argv = {plan_.bin_dir + "/zeroshard-server", "--listen=127.0.0.1:0",
-              absl::StrCat("--server_index=", k),
-              absl::StrCat("--num_servers=", plan_.servers),
-              absl::StrCat("--placement=", PlacementName(plan_.placement)),
-              "--port_file=" + port_files.back()};
-    if (plan_.credentials_dir.empty()) {
-      o.argv.push_back("--no_auth");
-    } else {
-      o.argv.push_back("--credentials=" + plan_.credentials_dir);
-    }
-    o.stdout_mode = SubprocessOptions::Output::kDiscard;
-    o.env = ThreadEnv("ZEROSHARD_OPTIMIZER_THREADS", plan_.servers);
-    RETURN_IF_ERROR(StartChild(std::move(o), &c));
+    RETURN_IF_ERROR(
+        StartChild(ServerProcess(k, "127.0.0.1:0", port_files.back()), &c));
     servers_.push_back(std::move(c));
   }
   const absl::Time deadline = absl::Now() + plan_.startup_timeout;
@@ -192,19 +182,81 @@ absl::Status TrainCluster::StartChild(SubprocessOptions options,
   return absl::OkStatus();
 }
 
+SubprocessOptions TrainCluster::ServerProcess(
+    int k, const std::string& listen, const std::string& port_file) const {
+  SubprocessOptions o;
+  o.argv = {plan_.bin_dir + "/zeroshard-server", "--listen=" + listen,
+            absl::StrCat("--server_index=", k),
+            absl::StrCat("--num_servers=", plan_.servers),
+            absl::StrCat("--placement=", PlacementName(plan_.placement)),
+            "--port_file=" + port_file};
+  if (plan_.credentials_dir.empty()) {
+    o.argv.push_back("--no_auth");
+  } else {
+    o.argv.push_back("--credentials=" + plan_.credentials_dir);
+  }
+  o.stdout_mode = SubprocessOptions::Output::kDiscard;
+  o.env = ThreadEnv("ZEROSHARD_OPTIMIZER_THREADS", plan_.servers);
+  return o;
+}
+
+void TrainCluster::ReplaceServer(int k) {
+  Child& c = servers_[k];
+  const std::string why = Describe(c);
+  std::error_code ec;
+  std::filesystem::rename(
+      c.log_path, absl::StrCat(c.log_path, ".replaced", c.replacements), ec);
+  const std::string port_file =
+      absl::StrCat(plan_.out_dir, "/ports/server", k, ".port");
+  std::filesystem::remove(port_file, ec);
+  Child next;
+  next.name = c.name;
+  next.log_path = c.log_path;
+  next.is_server = true;
+  next.replacements = c.replacements + 1;
+  if (absl::Status s = StartChild(ServerProcess(k, addresses_[k], port_file),
+                                  &next);
+      !s.ok()) {
+    ZS_LOG(WARNING) << "could not start a replacement for " << c.name << ": "
+                    << s;
+    return;
+  }
+  c = std::move(next);
+  ZS_LOG(WARNING) << why << "; its slots go on from their other copies, and "
+                  << "a replacement listens at its address (rank 0 restores "
+                  << "its copies from a checkpoint when it finds it)";
+  if (absl::Status s = WriteClusterFile(); !s.ok()) {
+    ZS_LOG(WARNING) << "cluster.json: " << s;
+  }
+}
+
 void TrainCluster::PollAll() {
   for (std::vector<Child>* group : {&servers_, &workers_}) {
     for (Child& c : *group) {
       if (c.exit.has_value() || c.process == nullptr) continue;
       c.exit = c.process->Poll();
-      if (c.exit.has_value()) {
-        c.exit_seen = absl::Now();
-        if (c.is_server && !Failed(c)) {
-          ZS_LOG(WARNING) << Describe(c)
-                          << "; its slots go on from their other copies";
-        }
-      }
+      if (c.exit.has_value()) c.exit_seen = absl::Now();
     }
+  }
+  // With replicas, a dead server whose neighbours live is replaced at its
+  // address (at most kMaxReplacements times), once every server started.
+  if (plan_.replicas < 2 || !plan_.server_addresses.empty() ||
+      addresses_.size() != servers_.size()) {
+    return;
+  }
+  for (int k = 0; k < static_cast<int>(servers_.size()); ++k) {
+    Child& c = servers_[k];
+    if (!c.exit.has_value() || Failed(c)) continue;
+    if (c.replacements >= kMaxReplacements) {
+      if (!c.said_gone) {
+        ZS_LOG(WARNING) << Describe(c)
+                        << "; its slots go on from their other copies (no "
+                           "more replacements for it)";
+        c.said_gone = true;
+      }
+      continue;
+    }
+    ReplaceServer(k);
   }
 }
 
@@ -351,7 +403,9 @@ absl::Status TrainCluster::WaitWorkers(absl::Duration timeout) {
 bool TrainCluster::ServersAlive() {
   PollAll();
   for (const Child& c : servers_) {
-    if (c.exit.has_value()) return false;
+    // A replaced server's state is whatever rank 0 restored into it, if it
+    // got that far: a restart of the workers alone cannot rely on it.
+    if (c.exit.has_value() || c.replacements > 0) return false;
   }
   return true;
 }

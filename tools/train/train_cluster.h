@@ -133,6 +133,8 @@ class TrainCluster {
     std::unique_ptr<Subprocess> process;
     std::optional<ExitStatus> exit;        // once seen
     absl::Time exit_seen = absl::InfiniteFuture();
+    int replacements = 0;  // servers with replicas: times started again
+    bool said_gone = false;
   };
 
   TrainCluster(TrainClusterPlan plan, const std::atomic<bool>* interrupted)
@@ -141,6 +143,13 @@ class TrainCluster {
   // Starts `child`'s process with stdout as given, stderr to its log file;
   // the error names the child.
   static absl::Status StartChild(SubprocessOptions options, Child* child);
+  // zeroshard-server k listening at `listen`, writing its port to
+  // `port_file`.
+  SubprocessOptions ServerProcess(int k, const std::string& listen,
+                                  const std::string& port_file) const;
+  // With replicas: starts server k again at its address (its old log kept
+  // as <log>.replacedN), and rewrites cluster.json.
+  void ReplaceServer(int k);
 
   absl::Status StartServers();
   absl::Status StartWorkers();

@@ -58,6 +58,19 @@ absl::Status CheckpointCoordinator::Final(uint64_t step,
   return WaitPrevious();
 }
 
+absl::Status CheckpointCoordinator::CheckpointNow(
+    uint64_t step, const LossScalerState& scaler) {
+  if (!enabled()) {
+    return absl::FailedPreconditionError(
+        "no checkpoint directory (zeroshard.checkpoint.dir)");
+  }
+  const bool on_disk = step == resumed_at_ && step > 0;
+  if (static_cast<int64_t>(step) != last_armed_ && !on_disk) {
+    RETURN_IF_ERROR(Start(step, scaler));
+  }
+  return WaitPrevious();
+}
+
 uint64_t CheckpointCoordinator::committed() const {
   absl::MutexLock lock(&mu_);
   return committed_;
@@ -77,7 +90,11 @@ absl::Status CheckpointCoordinator::Start(uint64_t step,
   info.schedule_total_steps = config_.optimizer.total_steps;
   const absl::Duration timeout =
       absl::Seconds(config_.cluster.step_timeout_s) * 4;
-  commit_ = std::make_unique<std::thread>([this, info, timeout] {
+  // With replicas, the servers left before the files are awaited: a copy
+  // lost meanwhile leaves its slot's file unwritten (the other copy was not
+  // asked to write it), and the checkpoint is given up, not the run.
+  const size_t gone_at_arm = cluster_->GoneServers().size();
+  commit_ = std::make_unique<std::thread>([this, info, timeout, gone_at_arm] {
     const absl::Time t0 = absl::Now();
     absl::Status s = [&]() -> absl::Status {
       ASSIGN_OR_RETURN(auto files,
@@ -96,6 +113,13 @@ absl::Status CheckpointCoordinator::Start(uint64_t step,
                    << " s after arming (copy " << copy << " s per server)";
       return absl::OkStatus();
     }();
+    if (!s.ok() && cluster_->options().replicas > 1 &&
+        cluster_->GoneServers().size() > gone_at_arm) {
+      ZS_LOG(WARNING) << "checkpoint of step " << info.step
+                      << " given up: a server was lost while it was written ("
+                      << s << "); the next one is taken as planned";
+      return;
+    }
     absl::MutexLock lock(&mu_);
     if (s.ok()) {
       ++committed_;

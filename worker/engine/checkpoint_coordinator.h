@@ -51,6 +51,14 @@ class CheckpointCoordinator {
   // waits for every commit.
   absl::Status Final(uint64_t step, const LossScalerState& scaler);
 
+  // Checkpoints `step` now, between steps, and waits for its commit (one
+  // already armed or committed at `step`, or the one the run resumed from,
+  // is waited for, not taken again): what a replacement server restores
+  // (worker/engine/replica_revival.h). FAILED_PRECONDITION without a
+  // checkpoint directory.
+  absl::Status CheckpointNow(uint64_t step, const LossScalerState& scaler);
+  const std::string& dir() const { return dir_; }
+
   // Checkpoints committed so far.
   uint64_t committed() const;
 
