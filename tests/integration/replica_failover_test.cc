@@ -71,6 +71,21 @@ std::string ReadWhole(const std::string& path) {
                      std::istreambuf_iterator<char>());
 }
 
+// zeroshard-train in the background on `config` into `out` with
+// `max_restarts`, its stderr to `err`.
+absl::StatusOr<std::unique_ptr<Subprocess>> StartTrain(
+    const std::string& config, const std::string& out, int max_restarts,
+    const std::string& err) {
+  SubprocessOptions o;
+  o.argv = {BinDir() + "/zeroshard-train", "--config=" + config,
+            "--out=" + out, "--save_weights", "--quiet",
+            absl::StrCat("--max_restarts=", max_restarts)};
+  o.stdout_mode = SubprocessOptions::Output::kDiscard;
+  o.stderr_mode = SubprocessOptions::Output::kFile;
+  o.stderr_path = err;
+  return Subprocess::Start(o);
+}
+
 // The longest step and the median step of a run's metrics (seconds).
 std::pair<double, double> LongestAndMedianStep(const std::string& out) {
   std::vector<double> s;
@@ -105,14 +120,10 @@ TEST(ReplicaFailoverTest, AKilledServerCostsNoStepAndNoBit) {
     const std::string out = dir.path(name);
     const std::string cfg = dir.WriteConfig(
         name + ".json", ReplicaConfig(2, dir.path(name + "-ckpt")));
-    SubprocessOptions o;
-    o.argv = {BinDir() + "/zeroshard-train", "--config=" + cfg, "--out=" + out,
-              "--save_weights", "--quiet", "--max_restarts=0"};
-    o.stdout_mode = SubprocessOptions::Output::kDiscard;
-    o.stderr_mode = SubprocessOptions::Output::kFile;
-    o.stderr_path = dir.path(name + ".err");
+    const std::string err_path = dir.path(name + ".err");
     const absl::Time started = absl::Now();
-    absl::StatusOr<std::unique_ptr<Subprocess>> train = Subprocess::Start(o);
+    absl::StatusOr<std::unique_ptr<Subprocess>> train =
+        StartTrain(cfg, out, 0, err_path);
     ASSERT_TRUE(train.ok()) << train.status();
     std::vector<int> pids;
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -129,14 +140,14 @@ TEST(ReplicaFailoverTest, AKilledServerCostsNoStepAndNoBit) {
     const size_t victim = rng() % pids.size();
     const StepReached reached = WaitForStep(out, k, **train, kReplicaRunTimeout);
     ASSERT_TRUE(reached.ok) << "trial " << t << ": step " << k
-                            << " not reached\n" << ReadWhole(o.stderr_path);
+                            << " not reached\n" << ReadWhole(err_path);
     absl::SleepFor(frac * reached.last_step);
     const size_t landed = StepsDone(out);
     const bool hit = kill(pids[victim], SIGKILL) == 0;
     killed += hit;
     absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
     ASSERT_TRUE(st.ok()) << "trial " << t << " did not end";
-    const std::string err = ReadWhole(o.stderr_path);
+    const std::string err = ReadWhole(err_path);
     ASSERT_TRUE(st->success()) << "trial " << t << ": server " << victim
                                << " killed at step " << landed << ": "
                                << st->ToString() << "\n" << err;
@@ -184,16 +195,12 @@ TEST(ReplicaFailoverTest, AReplacementTakesItsCopiesBackAndTheNextDeathCostsNoth
                           kReplicaRunTimeout);
   ASSERT_TRUE(ref.status.success()) << ref.err;
   const std::string out = dir.path("run");
-  SubprocessOptions o;
-  o.argv = {BinDir() + "/zeroshard-train", "--config=" + path, "--out=" + out,
-            "--save_weights", "--quiet", "--max_restarts=0"};
-  o.stdout_mode = SubprocessOptions::Output::kDiscard;
-  o.stderr_mode = SubprocessOptions::Output::kFile;
-  o.stderr_path = dir.path("run.err");
-  absl::StatusOr<std::unique_ptr<Subprocess>> train = Subprocess::Start(o);
+  const std::string err_path = dir.path("run.err");
+  absl::StatusOr<std::unique_ptr<Subprocess>> train =
+      StartTrain(path, out, 0, err_path);
   ASSERT_TRUE(train.ok()) << train.status();
   ASSERT_TRUE(WaitForStep(out, 5, **train, kReplicaRunTimeout).ok)
-      << ReadWhole(o.stderr_path);
+      << ReadWhole(err_path);
   std::vector<int> pids = ServerPids(out);
   ASSERT_EQ(pids.size(), 3u);
   ASSERT_EQ(kill(pids[1], SIGKILL), 0);
@@ -208,14 +215,14 @@ TEST(ReplicaFailoverTest, AReplacementTakesItsCopiesBackAndTheNextDeathCostsNoth
   ASSERT_NE(log.find("server 1 (") , std::string::npos) << log;
   ASSERT_NE(log.find("took its copies back"), std::string::npos)
       << "the run ended before the replacement was restored\n" << log
-      << ReadWhole(o.stderr_path);
+      << ReadWhole(err_path);
   const size_t revived_at = StepsDone(out);
   pids = ServerPids(out);
   ASSERT_EQ(pids.size(), 3u);
   ASSERT_EQ(kill(pids[2], SIGKILL), 0);
   absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
   ASSERT_TRUE(st.ok());
-  const std::string err = ReadWhole(o.stderr_path);
+  const std::string err = ReadWhole(err_path);
   ASSERT_TRUE(st->success()) << st->ToString() << "\n" << err;
   std::printf("server 1 killed after step 5, its replacement restored by "
               "step %zu, then server 2 killed\n", revived_at);
@@ -237,24 +244,20 @@ TEST(ReplicaFailoverTest, BothCopiesLostRestartFromTheCheckpoint) {
                           kReplicaRunTimeout);
   ASSERT_TRUE(ref.status.success()) << ref.err;
   const std::string out = dir.path("run");
-  SubprocessOptions o;
-  o.argv = {BinDir() + "/zeroshard-train", "--config=" + cfg, "--out=" + out,
-            "--save_weights", "--quiet", "--max_restarts=1"};
-  o.stdout_mode = SubprocessOptions::Output::kDiscard;
-  o.stderr_mode = SubprocessOptions::Output::kFile;
-  o.stderr_path = dir.path("run.err");
-  absl::StatusOr<std::unique_ptr<Subprocess>> train = Subprocess::Start(o);
+  const std::string err_path = dir.path("run.err");
+  absl::StatusOr<std::unique_ptr<Subprocess>> train =
+      StartTrain(cfg, out, 1, err_path);
   ASSERT_TRUE(train.ok()) << train.status();
   // Past the first checkpoint (step 8), so the restart restores one.
   const StepReached reached = WaitForStep(out, 12, **train, kReplicaRunTimeout);
-  ASSERT_TRUE(reached.ok) << ReadWhole(o.stderr_path);
+  ASSERT_TRUE(reached.ok) << ReadWhole(err_path);
   const std::vector<int> pids = ServerPids(out);
   ASSERT_EQ(pids.size(), 3u);
   ASSERT_EQ(kill(pids[1], SIGKILL), 0);
   ASSERT_EQ(kill(pids[2], SIGKILL), 0);
   absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
   ASSERT_TRUE(st.ok());
-  const std::string err = ReadWhole(o.stderr_path);
+  const std::string err = ReadWhole(err_path);
   ASSERT_TRUE(st->success()) << st->ToString() << "\n" << err;
   EXPECT_NE(err.find("all processes restarted from the newest checkpoint"),
             std::string::npos)

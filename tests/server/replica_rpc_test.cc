@@ -62,6 +62,19 @@ class ReplicaRpcTest : public ::testing::Test {
     return w;
   }
 
+  // A client of two copies on servers initialised with seed 5.
+  std::unique_ptr<ShardCluster> TwoCopies() {
+    std::unique_ptr<ShardCluster> two = Client(2);
+    if (two == nullptr) return nullptr;
+    InitOptions init;
+    init.seed = 5;
+    init.num_workers = 1;
+    init.replicas = 2;
+    absl::StatusOr<std::vector<ServerInit>> r = two->Init(init);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::move(two) : nullptr;
+  }
+
   // One two-phase step of worker 0 over the whole flat space.
   absl::Status Step(ShardCluster& cluster, uint64_t step, float g) {
     std::vector<float> grads(layout_->total_elems(), g);
@@ -167,14 +180,9 @@ TEST_F(ReplicaRpcTest, ReplicasOutsideOneOrTwoAreRefused) {
 }
 
 TEST_F(ReplicaRpcTest, BothCopiesTrainAlikeAndALostServerCostsNoStep) {
-  std::unique_ptr<ShardCluster> two = Client(2);
+  std::unique_ptr<ShardCluster> two = TwoCopies();
   std::unique_ptr<ShardCluster> one = Client(1);
   ASSERT_NE(two, nullptr);
-  InitOptions init;
-  init.seed = 5;
-  init.num_workers = 1;
-  init.replicas = 2;
-  ASSERT_TRUE(two->Init(init).ok());
   for (uint64_t s = 0; s < 3; ++s) ASSERT_TRUE(Step(*two, s, 0.01f * (s + 1)).ok());
   // Every slot's copy holds what its own server holds, bit for bit.
   EXPECT_TRUE(two->CheckCopiesAgree().ok());
@@ -205,7 +213,9 @@ TEST_F(ReplicaRpcTest, BothCopiesTrainAlikeAndALostServerCostsNoStep) {
   }
   addresses_ = addresses;
   std::unique_ptr<ShardCluster> ref = Client(1);
-  init.replicas = 1;
+  InitOptions init;
+  init.seed = 5;
+  init.num_workers = 1;
   ASSERT_TRUE(ref->Init(init).ok());
   for (uint64_t s = 0; s < 5; ++s) ASSERT_TRUE(Step(*ref, s, 0.01f * (s + 1)).ok());
   EXPECT_EQ(All(*two), All(*ref));
@@ -224,13 +234,8 @@ TEST_F(ReplicaRpcTest, BothCopiesTrainAlikeAndALostServerCostsNoStep) {
 }
 
 TEST_F(ReplicaRpcTest, ACopyThatDivergedIsNamed) {
-  std::unique_ptr<ShardCluster> two = Client(2);
+  std::unique_ptr<ShardCluster> two = TwoCopies();
   ASSERT_NE(two, nullptr);
-  InitOptions init;
-  init.seed = 5;
-  init.num_workers = 1;
-  init.replicas = 2;
-  ASSERT_TRUE(two->Init(init).ok());
   ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
   ASSERT_TRUE(two->CheckCopiesAgree().ok());
   // One weight of slot 1's copy on server 2 changed behind the client.
