@@ -114,7 +114,7 @@ TEST(ReplicaFailoverTest, AKilledServerCostsNoStepAndNoBit) {
               static_cast<unsigned long long>(seed), ref.seconds);
   std::mt19937_64 rng(seed);
   const int kills = ReplicaKills();
-  int killed = 0, t = 0;
+  int killed = 0, revived = 0, t = 0;
   for (; t < kills + 4 && killed < kills; ++t) {
     const std::string name = absl::StrCat("t", t);
     const std::string out = dir.path(name);
@@ -152,12 +152,17 @@ TEST(ReplicaFailoverTest, AKilledServerCostsNoStepAndNoBit) {
                                << " killed at step " << landed << ": "
                                << st->ToString() << "\n" << err;
     const auto [longest, median] = LongestAndMedianStep(out);
+    const bool restored = ReadWhole(out + "/logs/worker0.log")
+                              .find("took its copies back") != std::string::npos;
+    revived += restored;
     std::printf(
         "trial %d: SIGKILL server %zu in step %zu (aimed: %zu done + %d%%)%s; "
-        "longest step %.2f s, median %.3f s; the run took %.1f s\n",
+        "longest step %.2f s, median %.3f s; the run took %.1f s; the "
+        "replacement %s\n",
         t, victim, landed, k, static_cast<int>(100 * frac),
         hit ? "" : " (already gone)", longest, median,
-        absl::ToDoubleSeconds(absl::Now() - started));
+        absl::ToDoubleSeconds(absl::Now() - started),
+        restored ? "took its copies back" : "was not restored before the end");
     if (hit) {
       EXPECT_NE(err.find("its slots go on from their other copies"),
                 std::string::npos)
@@ -171,8 +176,9 @@ TEST(ReplicaFailoverTest, AKilledServerCostsNoStepAndNoBit) {
                                  << " in step " << landed << "): max_abs "
                                  << d.max_abs << " in " << d.worst_tensor;
   }
-  std::printf("%d of %d trials killed a live server; none restarted\n",
-              killed, t);
+  std::printf("%d of %d trials killed a live server; none restarted; %d "
+              "replacements took their copies back before the run ended\n",
+              killed, t, revived);
   EXPECT_EQ(killed, kills);
 }
 
