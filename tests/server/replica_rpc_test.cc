@@ -95,6 +95,28 @@ class ReplicaRpcTest : public ::testing::Test {
   std::unique_ptr<FlatLayout> layout_;
 };
 
+// Every FP32 master weight of `range` from `stub`'s copy of `slot`; empty
+// (with a test failure) when the call fails.
+std::string GatherCopy(v1::ShardService::Stub& stub, uint32_t slot,
+                       FlatRange range) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, 20000);
+  ctx.AddMetadata(kSlotMetadataKey, absl::StrCat(slot));
+  v1::GatherRequest req;
+  v1::FlatRange* fr = req.add_ranges();
+  fr->set_offset(range.begin);
+  fr->set_length(range.size());
+  req.set_dtype(v1::DTYPE_FP32);
+  req.set_min_version(-1);
+  auto reader = stub.Gather(&ctx, req);
+  v1::GatherChunk chunk;
+  std::string out;
+  while (reader->Read(&chunk)) out += chunk.data();
+  grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return s.ok() ? out : std::string();
+}
+
 grpc::Status InspectSlot(v1::ShardService::Stub& stub, const std::string& slot,
                          v1::InspectResponse* out) {
   grpc::ClientContext ctx;
@@ -127,21 +149,7 @@ TEST_F(ReplicaRpcTest, EachServerKeepsTheSlotBeforeItsOwnAndCallsNameTheSlot) {
     ASSERT_TRUE(GatherBytes(*servers_[before].stub, {r}, v1::DTYPE_FP32, -1,
                             20000, &a)
                     .ok());
-    {
-      grpc::ClientContext ctx;
-      SetDeadline(ctx, 20000);
-      ctx.AddMetadata(kSlotMetadataKey, absl::StrCat(before));
-      v1::GatherRequest req;
-      v1::FlatRange* fr = req.add_ranges();
-      fr->set_offset(r.begin);
-      fr->set_length(r.size());
-      req.set_dtype(v1::DTYPE_FP32);
-      req.set_min_version(-1);
-      auto reader = stub.Gather(&ctx, req);
-      v1::GatherChunk chunk;
-      while (reader->Read(&chunk)) b += chunk.data();
-      ASSERT_TRUE(reader->Finish().ok());
-    }
+    b = GatherCopy(stub, before, r);
     EXPECT_EQ(a, b) << "slot " << before << " on server " << k;
     // A slot the server does not hold, and metadata that is no slot.
     v1::InspectResponse none;
@@ -155,6 +163,59 @@ TEST_F(ReplicaRpcTest, EachServerKeepsTheSlotBeforeItsOwnAndCallsNameTheSlot) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(s.error_message().find("is not a slot number"), std::string::npos);
   }
+}
+
+// The copy of a slot keeps every rule its slot's own server keeps: a push
+// of another run, of a step ahead, outside the slot, or from a caller that
+// writes one copy is refused and changes nothing.
+TEST_F(ReplicaRpcTest, TheCopyRefusesWhatItsSlotRefusesAndChangesNothing) {
+  for (uint32_t k = 0; k < kServers; ++k) {
+    v1::InitRequest init = MakeInit(manifest_, kServers, k, 1, 0);
+    init.set_replicas(2);
+    ASSERT_TRUE(InitServer(*servers_[k].stub, init).ok());
+  }
+  v1::ShardService::Stub& server1 = *servers_[1].stub;  // slot 0's copy
+  const FlatRange slot0 = layout_->ServerRange(0);
+  const FlatRange slot1 = layout_->ServerRange(1);
+  const std::vector<std::pair<std::string, std::string>> copy = {
+      {kSlotMetadataKey, "0"}, {kCopiesMetadataKey, "2"}};
+  const std::vector<float> g(64, 0.5f);
+  const std::string before = GatherCopy(server1, 0, slot0);
+  v1::PushGradHeader other_run = Header(0);
+  other_run.set_run_id("another-run");
+  struct Case {
+    const char* what;
+    v1::PushGradHeader header;
+    uint64_t offset;
+    std::vector<std::pair<std::string, std::string>> metadata;
+    grpc::StatusCode code;
+  };
+  const Case cases[] = {
+      {"another run", other_run, slot0.begin, copy,
+       grpc::StatusCode::PERMISSION_DENIED},
+      {"a step ahead", Header(5), slot0.begin, copy, grpc::StatusCode::ABORTED},
+      {"outside the slot", Header(0), slot1.begin, copy,
+       grpc::StatusCode::INVALID_ARGUMENT},
+      {"one copy written", Header(0), slot0.begin, {{kSlotMetadataKey, "0"}},
+       grpc::StatusCode::FAILED_PRECONDITION},
+  };
+  for (const Case& c : cases) {
+    grpc::Status s = Push(server1, c.header, {Fp32Piece(c.offset, g)}, 1.0,
+                          false, nullptr, /*prepare=*/true, c.metadata);
+    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
+  }
+  v1::InspectResponse r;
+  ASSERT_TRUE(InspectSlot(server1, "0", &r).ok());
+  EXPECT_EQ(r.min_version(), 0u);
+  EXPECT_EQ(r.max_version(), 0u);
+  EXPECT_EQ(r.prepared_elems(), 0u);
+  EXPECT_EQ(r.pending_grad_bytes(), 0u);
+  const std::string after = GatherCopy(server1, 0, slot0);
+  EXPECT_EQ(after, before);
+  // A push the copy accepts: prepared, then applied on ApplyStep.
+  grpc::Status s = Push(server1, Header(0), {Fp32Piece(slot0.begin, g)}, 1.0,
+                        false, nullptr, /*prepare=*/false, copy);
+  EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 TEST_F(ReplicaRpcTest, ReplicasOutsideOneOrTwoAreRefused) {

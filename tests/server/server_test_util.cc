@@ -183,13 +183,14 @@ v1::PushGradHeader Header(uint64_t step, uint32_t worker) {
   return h;
 }
 
-grpc::Status Push(v1::ShardService::Stub& stub,
-                  const v1::PushGradHeader& header,
-                  const std::vector<Piece>& pieces, double coefficient,
-                  bool skip, v1::PushGradResponse* response,
-                  bool prepare) {
+grpc::Status Push(
+    v1::ShardService::Stub& stub, const v1::PushGradHeader& header,
+    const std::vector<Piece>& pieces, double coefficient, bool skip,
+    v1::PushGradResponse* response, bool prepare,
+    const std::vector<std::pair<std::string, std::string>>& metadata) {
   grpc::ClientContext context;
   SetDeadline(context, 20000);
+  for (const auto& [key, value] : metadata) context.AddMetadata(key, value);
   v1::PushGradResponse local;
   auto writer = stub.PushGrad(&context, response ? response : &local);
   v1::PushGradMessage m;

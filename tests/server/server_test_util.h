@@ -73,12 +73,13 @@ Piece Bf16Piece(uint64_t offset, const std::vector<uint16_t>& values);
 
 // Sends header, pieces and (unless header.coefficient_known) a commit,
 // which with `prepare` asks for a two-phase prepare (the step applies on
-// ApplyStep).
-grpc::Status Push(v1::ShardService::Stub& stub,
-                  const v1::PushGradHeader& header,
-                  const std::vector<Piece>& pieces, double coefficient,
-                  bool skip, v1::PushGradResponse* response = nullptr,
-                  bool prepare = false);
+// ApplyStep); `metadata` goes with the call (a slot's copy: zs-slot,
+// zs-copies).
+grpc::Status Push(
+    v1::ShardService::Stub& stub, const v1::PushGradHeader& header,
+    const std::vector<Piece>& pieces, double coefficient, bool skip,
+    v1::PushGradResponse* response = nullptr, bool prepare = false,
+    const std::vector<std::pair<std::string, std::string>>& metadata = {});
 v1::PushGradHeader Header(uint64_t step, uint32_t worker = 0);
 
 // Opens a PushGrad stream on `context`, writes `header` and one FP32 piece
