@@ -125,6 +125,12 @@ std::vector<int> ShardChannels::LiveHolders(int slot) const {
 
 void ShardChannels::MarkDown(int k, const absl::Status& why) const {
   if (replicas() < 2) return;
+  // Its shared-memory region went with it (a replacement opens none): calls
+  // after MarkUp go over gRPC.
+  {
+    absl::MutexLock lock(&regions_mu_);
+    if (static_cast<size_t>(k) < regions_.size()) regions_[k] = nullptr;
+  }
   if (!down_[k]->exchange(true)) {
     ZS_LOG(WARNING) << "server " << k << " (" << address(k)
                     << ") is gone; its slots are served by their other copy: "

@@ -96,7 +96,8 @@ class ShardChannels {
   // True once server k was marked down.
   bool IsDown(int k) const { return down_[k]->load(); }
   // Marks server k down (with replicas 2 only; logs `why` once): calls
-  // leave it until MarkUp.
+  // leave it until MarkUp, and its shared-memory region is dropped (not
+  // closed: its server is gone).
   void MarkDown(int k, const absl::Status& why) const;
   // Server k holds its copies again (a replacement restored at a step
   // boundary: ShardCluster::ReviveServer); calls reach it from now on.
@@ -141,7 +142,7 @@ class ShardChannels {
   // Per server: marked down (MarkDown).
   std::vector<std::unique_ptr<std::atomic<bool>>> down_;
   mutable absl::Mutex regions_mu_;
-  std::vector<std::shared_ptr<const ServerRegion>> regions_
+  mutable std::vector<std::shared_ptr<const ServerRegion>> regions_
       ABSL_GUARDED_BY(regions_mu_);
 };
 

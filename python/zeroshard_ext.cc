@@ -253,6 +253,34 @@ class PyCluster {
     }
     py::gil_scoped_release release;
     Check(cluster_->Init(o).status());
+    init_ = o;
+  }
+
+  // With replicas (docs/DESIGN.md, "Replicas"): the servers this client
+  // left, whether server k answers now without state (a replacement), and
+  // a replacement's two copies restored from `directory`'s checkpoint of
+  // `step` with this cluster's Init (rank 0, between steps); the other
+  // ranks' clients reach it again through mark_server_back.
+  std::vector<int> GoneServers() const { return cluster_->GoneServers(); }
+  bool AnswersFresh(int k, double timeout_s) const {
+    CheckServer(k);
+    py::gil_scoped_release release;
+    absl::StatusOr<bool> fresh =
+        cluster_->AnswersFresh(k, absl::Seconds(timeout_s));
+    return fresh.ok() && *fresh;
+  }
+  void ReviveServer(int k, const std::string& directory, uint64_t step) {
+    CheckServer(k);
+    if (!init_.has_value()) {
+      Raise(absl::FailedPreconditionError(
+          "revive_server: this cluster has not sent Init"));
+    }
+    py::gil_scoped_release release;
+    Check(cluster_->ReviveServer(k, *init_, directory, step));
+  }
+  void MarkServerBack(int k) const {
+    CheckServer(k);
+    cluster_->MarkServerBack(k);
   }
 
   void SetMasterWeights(const py::buffer& flat) {
@@ -501,7 +529,15 @@ class PyCluster {
         optimizer_step));
   }
 
+  void CheckServer(int k) const {
+    if (k < 0 || k >= cluster_->num_servers()) {
+      Raise(absl::InvalidArgumentError(absl::StrCat(
+          "server ", k, " is not in [0, ", cluster_->num_servers(), ")")));
+    }
+  }
+
   std::unique_ptr<ShardCluster> cluster_;
+  std::optional<InitOptions> init_;  // the Init this cluster sent
 };
 
 }  // namespace
@@ -677,6 +713,12 @@ PYBIND11_MODULE(_zeroshard, m) {
            py::arg("attempt") = 0, py::arg("timeout_s") = 120.0)
       .def("inspect_all", &PyCluster::InspectAll)
       .def("mark_run_ended", &PyCluster::MarkRunEnded, py::arg("step"))
+      .def("gone_servers", &PyCluster::GoneServers)
+      .def("answers_fresh", &PyCluster::AnswersFresh, py::arg("k"),
+           py::arg("timeout_s") = 0.5)
+      .def("revive_server", &PyCluster::ReviveServer, py::arg("k"),
+           py::arg("directory"), py::arg("step"))
+      .def("mark_server_back", &PyCluster::MarkServerBack, py::arg("k"))
       .def("checkpoint", &PyCluster::Checkpoint, py::arg("step"),
            py::arg("directory"), py::arg("resolved_config"),
            py::arg("keep_last") = 0, py::arg("timeout_s") = 300.0,

@@ -5,6 +5,7 @@ zeroshard.checkpoint.every_steps, and the resume after a launcher restart."""
 
 import os
 import sys
+import time
 
 import torch
 
@@ -29,6 +30,44 @@ class CheckpointApi:
         if (self._ckpt_dir and self._ckpt_every > 0
                 and self.global_steps % self._ckpt_every == 0):
             self.save_checkpoint(self._ckpt_dir, keep_last=self._ckpt_keep)
+            self._ckpt_step = self.global_steps
+        self._revive_replacements()
+
+    def _revive_replacements(self):
+        """With replicas, after an optimizer step (docs/DESIGN.md,
+        "Replicas"): rank 0 looks (at most every 0.25 s) at the servers its
+        client left; one that answers now without state (a replacement at
+        its address) gets its two copies back from a checkpoint of this
+        step, and every rank reaches it again. One broadcast a step tells
+        the ranks; the checkpoint is taken by all of them."""
+        if self._connection[4] < 2:
+            return
+        back = []
+        if self.rank == 0 and self._ckpt_dir:
+            now = time.monotonic()
+            gone = self._cluster.gone_servers()
+            if gone and now >= getattr(self, "_next_look", 0.0):
+                self._next_look = now + 0.25
+                back = [k for k in gone if self._cluster.answers_fresh(k)]
+        if self._group is not None:
+            back = [int(k) for k in self._group.broadcast(
+                ",".join(map(str, back)).encode(), 0).decode().split(",")
+                    if k]
+        if not back:
+            return
+        if getattr(self, "_ckpt_step", None) != self.global_steps:
+            self.save_checkpoint(self._ckpt_dir, keep_last=self._ckpt_keep)
+            self._ckpt_step = self.global_steps
+        if self.rank == 0:
+            for k in back:
+                self._cluster.revive_server(k, self._ckpt_dir,
+                                            self.global_steps)
+                print(f"zeroshard: server {k} took its copies back at step "
+                      f"{self.global_steps}", file=sys.stderr)
+        self._barrier()
+        if self.rank != 0:
+            for k in back:
+                self._cluster.mark_server_back(k)
 
     def _resume_after_restart(self):
         """After zeroshard-launch restarted the run: the newest complete

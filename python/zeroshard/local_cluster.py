@@ -56,6 +56,8 @@ class LocalCluster:
         # dies while both servers next to it live is no failure.
         self.replicas = replicas
         self._reported = set()
+        self._argv = []          # each server's command line
+        self.replacements = [0] * servers
         server = os.path.join(bin_dir(), "zeroshard-server")
         if not os.access(server, os.X_OK):
             raise FileNotFoundError(
@@ -85,6 +87,7 @@ class LocalCluster:
                         f"--placement={placement}",
                         f"--port_file={port_file}",
                         f"--credentials={self.credentials}"]
+                self._argv.append(argv)
                 self.procs.append(subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, preexec_fn=_die_with_parent))
@@ -141,7 +144,9 @@ class LocalCluster:
             rc = p.poll()
             if (rc is not None and self.replicas > 1 and n > 1
                     and not gone[(k + 1) % n] and not gone[(k - 1) % n]):
-                if k not in self._reported:
+                if self.replacements[k] < 3:
+                    self._replace(k, rc)
+                elif k not in self._reported:
                     self._reported.add(k)
                     print(f"zeroshard: server {k} ({self.addresses[k]}) "
                           f"exited ({rc}); its slots go on from their other "
@@ -153,6 +158,26 @@ class LocalCluster:
                 raise RuntimeError(
                     f"server {k} ({self.addresses[k] if k < len(self.addresses) else '?'}) "
                     f"{how}: {self._last_line(k)} (its log: {self._log(k)})")
+
+    def _replace(self, k, rc):
+        """With replicas: server k again at its address (its old log kept
+        as server<k>.log.replacedN); rank 0 restores its copies from a
+        checkpoint when it finds it (docs/DESIGN.md, "Replicas")."""
+        self.replacements[k] += 1
+        log_path = self._log(k)
+        try:
+            os.replace(log_path, f"{log_path}.replaced{self.replacements[k]}")
+        except OSError:
+            pass
+        argv = [a if not a.startswith("--listen=")
+                else f"--listen={self.addresses[k]}" for a in self._argv[k]]
+        with open(log_path, "wb") as log:
+            self.procs[k] = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                start_new_session=True, preexec_fn=_die_with_parent)
+        print(f"zeroshard: server {k} ({self.addresses[k]}) exited ({rc}); "
+              "its slots go on from their other copies, and a replacement "
+              "listens at its address", file=sys.stderr)
 
     def stop(self, timeout_s=5.0):
         """SIGTERM, then SIGKILL after timeout_s; idempotent. Removes the

@@ -41,3 +41,40 @@ def test_a_killed_server_costs_no_step_and_no_bit(stage, victim):
                     f"{(p - r).abs().max().item()}")
     finally:
         engine.close()
+
+
+def test_a_replacement_takes_its_copies_back_and_the_next_death_costs_nothing(
+        tmp_path, capsys):
+    """The embedded servers start a replacement at the dead server's address;
+    after the step, rank 0 restores its copies from a checkpoint of that
+    step. Then the server next to it (the two share slot 1) dies too, and
+    the loop still loses no step and no bit."""
+    steps = 8
+    data = batches(steps, 4)
+    ref = torch_reference(make_model(), data, 1, 1.0, 0.01, steps)
+    model = make_model()
+    c = config(3, 1, 1.0, stage=2)
+    c["zeroshard"]["replicas"] = 2
+    c["zeroshard"]["checkpoint"] = {"dir": str(tmp_path / "ck"),
+                                    "every_steps": 0}
+    engine, _, _, _ = zeroshard.initialize(
+        model=model, model_parameters=model.parameters(), config=c)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    try:
+        for s in range(steps):
+            if s in (2, 5):
+                proc = engine._servers.procs[1 if s == 2 else 2]
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+            if s == 5:
+                assert "server 1 took its copies back" in capsys.readouterr().err
+            x, y = data[s]
+            engine.backward(loss_fn(engine(x), y))
+            engine.step()
+            for i, (p, r) in enumerate(zip(weights(engine, model, 2), ref[s])):
+                assert torch.equal(p, r), (
+                    f"step {s + 1}, parameter {i}: max |diff| "
+                    f"{(p - r).abs().max().item()}")
+        assert engine._servers.replacements == [0, 1, 1]
+    finally:
+        engine.close()
