@@ -21,10 +21,14 @@ Environment (the tests' variations):
                               HalfLinears under dynamic loss scaling
   ZS_TEST_MODEL=mha|gpt       test_zero3_access's MhaNet, or models' tied
                               GPT (with their data and loss)
+  ZS_TEST_REPLICAS=1          zeroshard.replicas 2
+  ZS_TEST_PACE=SECONDS        rank 0 writes OUT.step (the steps done) after
+                              each step, and every rank sleeps SECONDS
 """
 
 import os
 import sys
+import time
 
 import torch
 
@@ -60,6 +64,9 @@ if os.environ.get("ZS_TEST_MUON") == "1":
 if ckpt:
     d, every = ckpt.rsplit(":", 1)
     cfg["zeroshard"]["checkpoint"] = {"dir": d, "every_steps": int(every)}
+if os.environ.get("ZS_TEST_REPLICAS") == "1":
+    cfg["zeroshard"]["replicas"] = 2
+pace = float(os.environ.get("ZS_TEST_PACE", "0"))
 prec = os.environ.get("ZS_TEST_PREC", "")
 if prec == "bf16":
     cfg["bf16"] = {"enabled": True}
@@ -98,6 +105,12 @@ for s in range(engine.global_steps, steps + (1 if rank == extra else 0)):
         engine.save_checkpoint(save.rsplit(":", 1)[0])
     if s + 1 in die_after:
         os._exit(5)
+    if pace > 0:
+        if rank == 0:
+            with open(f"{out}.step.tmp", "w") as f:
+                f.write(str(s + 1))
+            os.replace(f"{out}.step.tmp", f"{out}.step")
+        time.sleep(pace)
 if stage == 3:
     # Parameters are released outside their module's forward; a forward
     # under no_grad gathers and releases every unit once more.

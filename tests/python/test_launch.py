@@ -3,6 +3,7 @@ data-parallel run (each rank's gradient averaged over ranks, as torch's
 DistributedDataParallel does), and a failing rank ends the run naming it."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -194,6 +195,75 @@ def test_resume_on_other_server_counts_equals_the_uninterrupted_run(tmp_path):
         assert torch.equal(a, b)
     # every_steps checkpointed steps 2 and 4 (keep_last 2).
     assert sorted(os.listdir(every)) == [f"step-{2:020d}", f"step-{4:020d}"]
+
+
+def server_pid(run_dir, k):
+    """The pid of the zeroshard-server writing run_dir's port file k."""
+    port_file = f"--port_file={run_dir}/ports/server{k}.port"
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if port_file.encode() in argv:
+            return int(pid)
+    return None
+
+
+def wait_for_step(path, step, p, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            with open(path) as f:
+                if int(f.read() or 0) >= step:
+                    return True
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    return False
+
+
+def test_a_server_killed_under_launch_with_replicas_costs_no_step(tmp_path):
+    # zeroshard-launch --replicas=2 (docs/DESIGN.md, "Replicas"): server 1
+    # killed after step 2 is replaced at its address and restored by rank 0
+    # from a checkpoint; then server 2, which shares slot 1 with it, is
+    # killed after step 5. No restart, and the ranks end with the bits of
+    # the same launch with no kill.
+    steps = 8
+    args = ["--workers=2", "--servers=3", "--replicas=2",
+            os.path.join(HERE, "ranks_script.py")]
+    tail = [str(steps), "1", "0.5", "2"]
+    ref_out = str(tmp_path / "ref")
+    r = launch(tmp_path, *args, ref_out, *tail,
+               env={"ZS_TEST_REPLICAS": "1",
+                    "ZS_TEST_CKPT": f"{tmp_path / 'ref-ck'}:0"})
+    assert r.returncode == 0, r.stderr
+    out, run_dir = str(tmp_path / "run"), str(tmp_path / "servers")
+    env = dict(child_env(), ZS_TEST_REPLICAS="1", ZS_TEST_PACE="0.3",
+               ZS_TEST_CKPT=f"{tmp_path / 'ck'}:0")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "zeroshard.launch", f"--out={run_dir}",
+         *args[:3], args[3], out, *tail],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        for k, after in ((1, 2), (2, 5)):
+            assert wait_for_step(out + ".step", after, p), p.communicate()
+            pid = server_pid(run_dir, k)
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "server 1 took its copies back" in err, err
+    assert "a replacement listens at its address" in err, err
+    for k in range(2):
+        got, want = (torch.load(f"{o}.rank{k}.pt") for o in (out, ref_out))
+        for a, b in zip(got, want):
+            assert torch.equal(a, b), k
 
 
 def test_ranks_making_different_step_counts_are_named(tmp_path):
