@@ -14,22 +14,61 @@
 namespace zeroshard {
 namespace {
 
-// How often rank 0 looks at the servers it left, and how long one look
-// waits for an answer.
+// How often rank 0's thread looks at the servers it left, and how long one
+// look waits for an answer.
 constexpr absl::Duration kLookEvery = absl::Milliseconds(250);
 constexpr absl::Duration kLookTimeout = absl::Milliseconds(500);
 
 }  // namespace
 
+ReplicaRevival::ReplicaRevival(const TrainingConfig& config, int rank,
+                               ShardCluster* client, WorkerGroup* group,
+                               CheckpointCoordinator* checkpoints)
+    : config_(config),
+      rank_(rank),
+      client_(client),
+      group_(group),
+      checkpoints_(checkpoints) {
+  if (rank_ == 0 && config_.cluster.replicas > 1) {
+    watcher_ = std::thread([this] { Watch(); });
+  }
+}
+
+ReplicaRevival::~ReplicaRevival() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void ReplicaRevival::Watch() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), kLookEvery);
+    if (stop_) break;
+    const std::vector<int> gone = client_->GoneServers();
+    mu_.Unlock();
+    std::set<int> fresh;
+    for (int k : gone) {
+      absl::StatusOr<bool> f = client_->AnswersFresh(k, kLookTimeout);
+      if (f.ok() && *f) fresh.insert(k);
+    }
+    mu_.Lock();
+    fresh_ = std::move(fresh);
+  }
+}
+
 absl::StatusOr<std::string> ReplicaRevival::ReviveFresh(
     uint64_t step, const LossScalerState& scaler) {
-  const std::vector<int> gone = client_->GoneServers();
-  if (gone.empty() || absl::Now() < next_look_) return std::string();
-  next_look_ = absl::Now() + kLookEvery;
+  std::set<int> fresh;
+  {
+    absl::MutexLock lock(&mu_);
+    fresh.swap(fresh_);
+  }
   std::string back;
-  for (int k : gone) {
-    absl::StatusOr<bool> fresh = client_->AnswersFresh(k, kLookTimeout);
-    if (!fresh.ok() || !*fresh) continue;  // not back yet
+  for (int k : fresh) {
+    if (!client_->ServerGone(k)) continue;
     if (!checkpoints_->enabled()) {
       if (!said_no_dir_) {
         ZS_LOG(WARNING) << "server " << k << " (" << client_->address(k)
@@ -41,6 +80,9 @@ absl::StatusOr<std::string> ReplicaRevival::ReviveFresh(
       }
       continue;
     }
+    // Looked at again now: the thread's answer may be 250 ms old.
+    absl::StatusOr<bool> still = client_->AnswersFresh(k, kLookTimeout);
+    if (!still.ok() || !*still) continue;
     const absl::Time t0 = absl::Now();
     RETURN_IF_ERROR(checkpoints_->CheckpointNow(step, scaler));
     RETURN_IF_ERROR(client_->ReviveServer(k, InitOptionsFor(config_),

@@ -1,7 +1,8 @@
 // With replicas (docs/DESIGN.md, "Replicas"): a server started in place of
-// a dead one takes its two copies back at a step boundary. Before each
-// step, rank 0 asks (at most every 250 ms) each server its client left
-// whether it answers now without state; for one that does, it checkpoints
+// a dead one takes its two copies back at a step boundary. A thread of rank
+// 0's asks every 250 ms each server its client left whether it answers now
+// without state (so a silent address never slows a step); before each step,
+// for one that does, rank 0 checkpoints
 // the step (every slot stands at it, nothing is being applied: the other
 // ranks wait in the broadcast below), then Inits the server and restores
 // its own slot's copy and the copy of the slot before it from that
@@ -21,8 +22,14 @@
 #define ZEROSHARD_WORKER_ENGINE_REPLICA_REVIVAL_H_
 
 #include <cstdint>
+#include <set>
+#include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/shard_cluster.h"
 #include "comm/collectives.h"
@@ -34,13 +41,13 @@ namespace zeroshard {
 
 class ReplicaRevival {
  public:
+  // Rank 0 with replicas starts the watching thread.
   ReplicaRevival(const TrainingConfig& config, int rank, ShardCluster* client,
-                 WorkerGroup* group, CheckpointCoordinator* checkpoints)
-      : config_(config),
-        rank_(rank),
-        client_(client),
-        group_(group),
-        checkpoints_(checkpoints) {}
+                 WorkerGroup* group, CheckpointCoordinator* checkpoints);
+  // Stops and joins the thread.
+  ~ReplicaRevival();
+  ReplicaRevival(const ReplicaRevival&) = delete;
+  ReplicaRevival& operator=(const ReplicaRevival&) = delete;
 
   // Every rank, before step `step` (no-op without replicas).
   absl::Status BeforeStep(uint64_t step, const LossScalerState& scaler);
@@ -52,15 +59,21 @@ class ReplicaRevival {
   // Rank 0: the servers revived before `step`, as "k,k,...".
   absl::StatusOr<std::string> ReviveFresh(uint64_t step,
                                           const LossScalerState& scaler);
+  // The thread: every kLookEvery, which gone servers answer fresh.
+  void Watch();
 
   const TrainingConfig& config_;
   const int rank_;
   ShardCluster* const client_;
   WorkerGroup* const group_;
   CheckpointCoordinator* const checkpoints_;
-  absl::Time next_look_ = absl::InfinitePast();
   bool said_no_dir_ = false;
   int revived_ = 0;
+
+  absl::Mutex mu_;
+  std::set<int> fresh_ ABSL_GUARDED_BY(mu_);  // gone, answering fresh
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watcher_;
 };
 
 }  // namespace zeroshard
