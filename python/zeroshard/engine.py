@@ -717,6 +717,7 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
             self._close(whole=agree)
 
     def _close(self, whole=False):
+        self._stop_looking()
         # NCCL's communicator, before the servers go (a protocol over it
         # holds it too).
         self._dprotocol = None

@@ -5,11 +5,12 @@ zeroshard.checkpoint.every_steps, and the resume after a launcher restart."""
 
 import os
 import sys
-import time
+import threading
 
 import torch
 
 from . import rank_state
+from .interruptible import unwrap
 
 
 def _has_complete_checkpoint(d):
@@ -44,11 +45,12 @@ class CheckpointApi:
             return
         back = []
         if self.rank == 0 and self._ckpt_dir:
-            now = time.monotonic()
-            gone = self._cluster.gone_servers()
-            if gone and now >= getattr(self, "_next_look", 0.0):
-                self._next_look = now + 0.25
-                back = [k for k in gone if self._cluster.answers_fresh(k)]
+            # The looking thread's answers (a silent address never slows a
+            # step), each looked at again now.
+            self._start_looking()
+            back = [k for k in sorted(self._fresh)
+                    if k in self._cluster.gone_servers()
+                    and self._cluster.answers_fresh(k)]
         if self._group is not None:
             back = [int(k) for k in self._group.broadcast(
                 ",".join(map(str, back)).encode(), 0).decode().split(",")
@@ -68,6 +70,33 @@ class CheckpointApi:
         if self.rank != 0:
             for k in back:
                 self._cluster.mark_server_back(k)
+
+    def _start_looking(self):
+        """Rank 0 with replicas: a thread that asks every 0.25 s each server
+        its client left whether it answers now without state (a replacement),
+        into self._fresh; stopped by _stop_looking (close)."""
+        if getattr(self, "_looking", None) is not None:
+            return
+        cluster = unwrap(self._cluster)   # thread-safe; frees the GIL
+        stop = threading.Event()
+        self._fresh = set()
+
+        def look():
+            while not stop.wait(0.25):
+                self._fresh = {k for k in cluster.gone_servers()
+                               if cluster.answers_fresh(k)}
+
+        t = threading.Thread(target=look, name="zeroshard-replicas",
+                             daemon=True)
+        self._looking = (t, stop)
+        t.start()
+
+    def _stop_looking(self):
+        looking = getattr(self, "_looking", None)
+        if looking is not None:
+            looking[1].set()
+            looking[0].join(timeout=5)
+            self._looking = None
 
     def _resume_after_restart(self):
         """After zeroshard-launch restarted the run: the newest complete

@@ -5,6 +5,7 @@ and the parameters stay torch's AdamW bit for bit."""
 
 import os
 import signal
+import time
 
 import pytest
 import torch
@@ -66,6 +67,14 @@ def test_a_replacement_takes_its_copies_back_and_the_next_death_costs_nothing(
                 proc = engine._servers.procs[1 if s == 2 else 2]
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+            if s == 4:
+                # Rank 0's looking thread finds the replacement (every
+                # 0.25 s); the step after it restores it.
+                deadline = time.monotonic() + 30
+                while (1 in engine._cluster.gone_servers()
+                       and 1 not in engine._fresh
+                       and time.monotonic() < deadline):
+                    time.sleep(0.02)
             if s == 5:
                 assert "server 1 took its copies back" in capsys.readouterr().err
             x, y = data[s]
