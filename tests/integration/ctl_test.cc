@@ -19,6 +19,16 @@ std::vector<std::string> Shape() {
           "--context=32", "--workers=2"};
 }
 
+// zeroshard-ctl init of the tests' shape on `servers` ("--servers=..."),
+// with `flags`.
+absl::StatusOr<testing::CommandResult> InitWithShape(
+    const std::string& servers, const std::vector<std::string>& flags) {
+  std::vector<std::string> init = {"init", servers};
+  init.insert(init.end(), flags.begin(), flags.end());
+  for (const auto& f : Shape()) init.push_back(f);
+  return RunBinary("zeroshard-ctl", init, kTimeout);
+}
+
 TEST(CtlTest, InitSmokeInspectHealth) {
   auto cluster = testing::LocalCluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -95,9 +105,6 @@ TEST(CtlTest, InitSmokeInspectHealth) {
   EXPECT_NE(r->err.find("1 of 2"), std::string::npos) << r->err;
 }
 
-// A registered rule through the tools: init --optimizer=sgd, smoke steps,
-// and inspect --json naming the rule and its params; an unregistered name
-// is a usage error listing the registered ones.
 // Two copies of each slot (docs/DESIGN.md, "Replicas"): init makes them,
 // inspect shows where each slot's copies are, and a one-copy writer is
 // refused rather than let the copies differ.
@@ -105,9 +112,7 @@ TEST(CtlTest, ReplicasAreMadeShownAndGuarded) {
   auto cluster = testing::LocalCluster::Start(3);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string servers = "--servers=" + (*cluster)->server_list();
-  std::vector<std::string> init = {"init", servers, "--replicas=2"};
-  for (const auto& f : Shape()) init.push_back(f);
-  auto r = RunBinary("zeroshard-ctl", init, kTimeout);
+  auto r = InitWithShape(servers, {"--replicas=2"});
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->status.success()) << r->err;
 
@@ -139,14 +144,15 @@ TEST(CtlTest, ReplicasAreMadeShownAndGuarded) {
   EXPECT_NE(r->out.find("one copy left"), std::string::npos) << r->out;
 }
 
+// A registered rule through the tools: init --optimizer=sgd, smoke steps,
+// and inspect --json naming the rule and its params; an unregistered name
+// is a usage error listing the registered ones.
 TEST(CtlTest, InitWithARegisteredRule) {
   auto cluster = testing::LocalCluster::Start(1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::string servers = "--servers=" + (*cluster)->server_list();
-  std::vector<std::string> init = {"init", servers, "--optimizer=sgd",
-                                   "--lr=0.1", "--weight_decay=0"};
-  for (const auto& f : Shape()) init.push_back(f);
-  auto r = RunBinary("zeroshard-ctl", init, kTimeout);
+  auto r = InitWithShape(servers,
+                         {"--optimizer=sgd", "--lr=0.1", "--weight_decay=0"});
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->status.success()) << r->err;
   r = RunBinary("zeroshard-ctl", {"smoke", servers, "--steps=2"}, kTimeout);
@@ -160,8 +166,8 @@ TEST(CtlTest, InitWithARegisteredRule) {
   EXPECT_EQ(o["lr"].get<double>(), 0.1);
   EXPECT_EQ(o["momentum"].get<double>(), 0.0);
   EXPECT_EQ(o["nesterov"].get<double>(), 0.0);
-  init[2] = "--optimizer=rmsprop";
-  r = RunBinary("zeroshard-ctl", init, kTimeout);
+  r = InitWithShape(servers,
+                    {"--optimizer=rmsprop", "--lr=0.1", "--weight_decay=0"});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status.code, 2) << r->err;
   EXPECT_NE(r->err.find("sgd, adagrad"), std::string::npos) << r->err;
