@@ -34,22 +34,13 @@ PushSession::PushSession(const ShardChannels* channels,
 }
 
 absl::Status PushSession::SlotError(
+    int slot,
     const std::vector<std::unique_ptr<ServerPushStream>>& copies) const {
-  absl::Status failed, lost;
-  bool going = false;
-  for (const auto& s : copies) {
-    absl::Status e = s->error();
-    if (e.ok()) {
-      going = true;
-    } else if (!CopyLost(e) || channels_->replicas() < 2) {
-      if (failed.ok()) failed = e;
-    } else if (lost.ok()) {
-      lost = e;
-    }
-  }
-  if (!failed.ok()) return failed;
-  // A copy lost beside one still going is not an error (replicas).
-  return going ? absl::OkStatus() : lost;
+  // A stream still going counts as a copy that answers; nothing is marked
+  // down before the replies (Wait).
+  std::vector<ShardChannels::CopyResult> results;
+  for (const auto& s : copies) results.push_back({s->server(), s->error()});
+  return channels_->SettleCopies(slot, results, /*mark_down=*/false);
 }
 
 PushSession::~PushSession() {
@@ -62,8 +53,11 @@ PushSession::~PushSession() {
 }
 
 absl::Status PushSession::FirstStreamError() const {
-  for (const auto& copies : streams_) {
-    if (absl::Status e = SlotError(copies); !e.ok()) return e;
+  for (size_t k = 0; k < streams_.size(); ++k) {
+    if (streams_[k].empty()) continue;
+    if (absl::Status e = SlotError(static_cast<int>(k), streams_[k]); !e.ok()) {
+      return e;
+    }
   }
   return absl::OkStatus();
 }
@@ -160,22 +154,18 @@ absl::StatusOr<PushResult> PushSession::Wait() {
   absl::Status first_error;
   for (size_t k = 0; k < streams_.size(); ++k) {
     if (streams_[k].empty()) continue;
-    // A slot's sums are its first answering copy's; a copy lost beside
-    // one that answered is marked down (ShardChannels::OnEveryCopy's rule).
+    // A slot's sums are its first answering copy's; the copies' outcome is
+    // ShardChannels::OnEveryCopy's rule (a lost copy beside one that
+    // answered is marked down).
     std::optional<v1::PushGradResponse> answered;
-    absl::Status slot_error, lost;
+    std::vector<ShardChannels::CopyResult> results;
     for (auto& s : streams_[k]) {
       auto r = s->Wait();
-      if (r.ok()) {
-        if (!answered.has_value()) answered = *r;
-      } else if (CopyLost(r.status()) && channels_->replicas() > 1) {
-        channels_->MarkDown(s->server(), r.status());
-        lost = r.status();
-      } else if (slot_error.ok()) {
-        slot_error = r.status();
-      }
+      if (r.ok() && !answered.has_value()) answered = *r;
+      results.push_back({s->server(), r.status()});
     }
-    if (slot_error.ok() && !answered.has_value()) slot_error = lost;
+    const absl::Status slot_error =
+        channels_->SettleCopies(static_cast<int>(k), results);
     if (!slot_error.ok()) {
       if (first_error.ok()) first_error = slot_error;
       continue;

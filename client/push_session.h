@@ -110,9 +110,10 @@ class PushSession {
               uint64_t step, uint32_t worker, std::optional<StepCommit> known);
 
   absl::Status FirstStreamError() const;
-  // The error of one slot's streams: OK while each has none, or while a
-  // copy is lost (CopyLost) beside one that has none.
+  // The error of slot `slot`'s streams so far: OK while each has none, or
+  // while a copy is lost (CopyLost) beside one that has none.
   absl::Status SlotError(
+      int slot,
       const std::vector<std::unique_ptr<ServerPushStream>>& copies) const;
 
   const ShardChannels* channels_;

@@ -184,23 +184,30 @@ absl::Status ShardChannels::OnEveryCopy(
     int slot, const std::function<absl::Status(int)>& call) const {
   if (replicas() < 2) return call(slot);
   const std::vector<int> holders = LiveHolders(slot);
-  std::vector<absl::Status> results(holders.size());
+  std::vector<CopyResult> results(holders.size());
   RunInParallel(static_cast<int>(holders.size()), [&](int i) {
-    results[i] = call(holders[i]);
+    results[i] = {holders[i], call(holders[i])};
     return absl::OkStatus();
   }).IgnoreError();
+  return SettleCopies(slot, results);
+}
+
+absl::Status ShardChannels::SettleCopies(int slot,
+                                         absl::Span<const CopyResult> results,
+                                         bool mark_down) const {
+  if (replicas() < 2) {
+    return results.empty() ? absl::OkStatus() : results.front().status;
+  }
   int served = 0;
   absl::Status first_error, last_lost;
-  for (size_t i = 0; i < holders.size(); ++i) {
-    const int k = holders[i];
-    const absl::Status& s = results[i];
-    if (s.ok()) {
+  for (const CopyResult& r : results) {
+    if (r.status.ok()) {
       ++served;
-    } else if (CopyLost(s)) {
-      MarkDown(k, s);
-      last_lost = s;
+    } else if (CopyLost(r.status)) {
+      if (mark_down) MarkDown(r.server, r.status);
+      last_lost = r.status;
     } else if (first_error.ok()) {
-      first_error = s;
+      first_error = r.status;
     }
   }
   if (!first_error.ok()) return first_error;

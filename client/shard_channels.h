@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "client/client_options.h"
 #include "client/retry_policy.h"
 #include "client/server_region.h"
@@ -116,6 +117,17 @@ class ShardChannels {
   // first error. With one copy, the call's own status.
   absl::Status OnEveryCopy(int slot,
                            const std::function<absl::Status(int)>& call) const;
+  // One call's outcome on one copy of a slot.
+  struct CopyResult {
+    int server = 0;
+    absl::Status status;
+  };
+  // The outcome of one call on each copy of `slot`, by OnEveryCopy's rule:
+  // OK when a copy succeeded and every other was lost (marked down, unless
+  // `mark_down` is false), else the first other error, or UNAVAILABLE
+  // "every copy of slot k is gone"; with one copy, its own status.
+  absl::Status SettleCopies(int slot, absl::Span<const CopyResult> results,
+                            bool mark_down = true) const;
   // Runs call(server) on the first live copy of `slot`; with replicas 2, a
   // copy lost as above is marked down and the next one tried.
   absl::Status OnOneCopy(int slot,
