@@ -95,7 +95,7 @@ absl::Status TrainCluster::StartServers() {
     c.name = absl::StrCat("server ", k);
     c.is_server = true;
     c.log_path = absl::StrCat(logs_dir(), "/server", k, ".log");
-    port_files.push_back(absl::StrCat(ports, "/server", k, ".port"));
+    port_files.push_back(PortFile(k));
     std::filesystem::remove(port_files.back(), ec);  // a previous run's
     RETURN_IF_ERROR(
         StartChild(ServerProcess(k, "127.0.0.1:0", port_files.back()), &c));
@@ -182,6 +182,10 @@ absl::Status TrainCluster::StartChild(SubprocessOptions options,
   return absl::OkStatus();
 }
 
+std::string TrainCluster::PortFile(int k) const {
+  return absl::StrCat(plan_.out_dir, "/ports/server", k, ".port");
+}
+
 SubprocessOptions TrainCluster::ServerProcess(
     int k, const std::string& listen, const std::string& port_file) const {
   SubprocessOptions o;
@@ -205,9 +209,9 @@ void TrainCluster::ReplaceServer(int k) {
   const std::string why = Describe(c);
   std::error_code ec;
   std::filesystem::rename(
-      c.log_path, absl::StrCat(c.log_path, ".replaced", c.replacements), ec);
-  const std::string port_file =
-      absl::StrCat(plan_.out_dir, "/ports/server", k, ".port");
+      c.log_path, absl::StrCat(c.log_path, ".replaced", c.replacements + 1),
+      ec);
+  const std::string port_file = PortFile(k);
   std::filesystem::remove(port_file, ec);
   Child next;
   next.name = c.name;

@@ -143,6 +143,8 @@ class TrainCluster {
   // Starts `child`'s process with stdout as given, stderr to its log file;
   // the error names the child.
   static absl::Status StartChild(SubprocessOptions options, Child* child);
+  // Where server k writes its port (<out>/ports/server<k>.port).
+  std::string PortFile(int k) const;
   // zeroshard-server k listening at `listen`, writing its port to
   // `port_file`.
   SubprocessOptions ServerProcess(int k, const std::string& listen,
