@@ -48,6 +48,13 @@ TEST(ProgramFlagsTest, HelpAndBadFlagsExitAsTheReadmeSays) {
       {"zeroshard-train",
        {"--config=examples/gpt-small.json", "--steps=2", "--out=README.md", "--quiet"},
        2, "", "--out=README.md is a file, not a directory"},
+      // Copies of each slot: 1 or 2, and 2 only with 2 servers or more.
+      {"zeroshard-ctl", {"estimate", "--params=7e9", "--servers=4", "--replicas=3"},
+       2, "", "--replicas must be 1 or 2, got 3"},
+      {"zeroshard-ctl", {"estimate", "--params=7e9", "--servers=1", "--replicas=2"},
+       2, "", "--replicas 2 needs at least 2 servers, got 1"},
+      {"zeroshard-ctl", {"smoke", "--servers=127.0.0.1:1", "--replicas=3"}, 2, "",
+       "replicas 3 with 1 servers: it must be 1, or 2 with at least 2 servers"},
       // ctl's subcommands.
       {"zeroshard-ctl", {"expotr"}, 2, "", "unknown command 'expotr'; did you mean 'export'?"},
       {"zeroshard-ctl", {"frobnicate"}, 2, "", "unknown command 'frobnicate'"},
