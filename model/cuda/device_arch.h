@@ -1,6 +1,7 @@
 // The CUDA model of an architecture (model/arch.h) on device `device`:
-// GPT-2's is DeviceGptModel (device_gpt.h). An architecture without a CUDA
-// model is UNIMPLEMENTED, naming it, so --device=cpu is the way on.
+// GPT-2's is DeviceGptModel (device_gpt.h), Llama's DeviceLlamaModel
+// (device_llama.h). An architecture without a CUDA model is UNIMPLEMENTED,
+// naming it, so --device=cpu is the way on.
 #ifndef ZEROSHARD_MODEL_CUDA_DEVICE_ARCH_H_
 #define ZEROSHARD_MODEL_CUDA_DEVICE_ARCH_H_
 
@@ -21,8 +22,8 @@ namespace zeroshard::model {
 // usable (no driver, no device).
 absl::StatusOr<int> CudaDeviceCount();
 
-// Whether the architecture `arch` has a CUDA model in this build (GPT-2;
-// Llama's kernels have CUDA twins, but no device model yet).
+// Whether the architecture `arch` has a CUDA model in this build (GPT-2 and
+// Llama).
 bool HasDeviceModel(absl::string_view arch);
 
 absl::StatusOr<std::unique_ptr<UnitModel>> MakeDeviceModel(

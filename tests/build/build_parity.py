@@ -34,6 +34,9 @@ CMAKE_ONLY = {
     "model/cuda/device_block.cc": "CUDA: a GPT block on the device",
     "model/cuda/device_buffer.cc": "CUDA: device activations",
     "model/cuda/device_gpt.cc": "CUDA: the GPT model on the device",
+    "model/cuda/device_decoder.cc": "CUDA: what the device models share",
+    "model/cuda/device_llama.cc": "CUDA: the Llama model on the device",
+    "model/cuda/device_llama_block.cc": "CUDA: a Llama block on the device",
     "model/cuda/device_memory.cc":
         "CUDA: the engine's units and gradients in device memory",
     "optim/adam_device.cc": "CUDA: the device AdamW (nvcc)",
@@ -44,6 +47,7 @@ CMAKE_ONLY = {
     "tests/optim/adam_device_test.cc": "CUDA: adam_device_test's source",
     "tests/model/kernels_cuda_test.cc": "CUDA: kernels_cuda_test's source",
     "tests/model/device_gpt_test.cc": "CUDA: device_gpt_test's source",
+    "tests/model/device_llama_test.cc": "CUDA: device_llama_test's source",
     "tests/worker/engine/engine_device_test.cc": "CUDA: engine_device_test's source",
     "tests/server/shard_store_device_test.cc":
         "CUDA: shard_store_device_test's source",
@@ -57,6 +61,7 @@ CMAKE_ONLY_TESTS = {
     "kernels_cuda_test": "CUDA: the GPU kernels against their CPU twins",
     "shard_store_device_test": "CUDA: --placement=device against host",
     "device_gpt_test": "CUDA: the device model against the CPU model",
+    "device_llama_test": "CUDA: the device Llama against the CPU Llama",
     "engine_device_test": "CUDA: the engine on a device against the CPU",
     "flash_attention_emulation_test":
         "the flash attention's CUDA kernel source run on the host",

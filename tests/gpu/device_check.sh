@@ -112,7 +112,8 @@ else
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
   fi
   cmake --build "$BUILD" -j "$(nproc)" --target adam_device_test kernels_cuda_test \
-    comm_test shard_store_device_test device_gpt_test engine_device_test compute_device_test \
+    comm_test shard_store_device_test device_gpt_test device_llama_test engine_device_test \
+    compute_device_test \
     zeroshard-bench zeroshard-server zeroshard-ctl zeroshard-train \
     zeroshard-worker >/dev/null || exit 1
   BIN="$BUILD/bin"; TESTS="$BUILD/tests"
@@ -202,7 +203,7 @@ main_job() {
 }
 export -f placement_server main_job
 
-for t in adam_device_test kernels_cuda_test shard_store_device_test device_gpt_test \
+for t in adam_device_test kernels_cuda_test shard_store_device_test device_gpt_test device_llama_test \
     engine_device_test compute_device_test; do
   stage "$t" 120 0 "$TESTS/$t" --gtest_brief=1
 done

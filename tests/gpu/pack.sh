@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 TESTS=(adam_device_test kernels_cuda_test comm_test shard_store_device_test
-  device_gpt_test engine_device_test compute_device_test)
+  device_gpt_test device_llama_test engine_device_test compute_device_test)
 BINS=(zeroshard-bench zeroshard-server zeroshard-ctl zeroshard-train zeroshard-worker)
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

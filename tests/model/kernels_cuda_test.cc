@@ -349,6 +349,27 @@ TEST_F(CudaKernelTest, EmbeddingMatchesTheCpuOp) {
                   .ok());
   ExpectClose(gwte.Host(), dwte, 1e-5f, 1e-5f, "dwte");
   ExpectClose(gwpe.Host(), dwpe, 1e-6f, 1e-6f, "dwpe");
+
+  // Without a position table (Llama): the token rows alone, and their sums.
+  Dev<float> tout(Sentinel(b * t * c)), tgrad(std::vector<float>(vocab * c, 0.25f));
+  ASSERT_TRUE(cuda::TokenEmbeddingForward(dtok.get(), b * t, c, vocab, dwte_.get(),
+                                          tout.get(), nullptr)
+                  .ok());
+  ASSERT_TRUE(cuda::TokenEmbeddingBackward(dd.get(), dtok.get(), b * t, c, vocab,
+                                           tgrad.get(), nullptr)
+                  .ok());
+  std::vector<float> rows(b * t * c), rows_grad(vocab * c, 0.25f);
+  for (int64_t r = 0; r < b * t; ++r) {
+    for (int64_t j = 0; j < c; ++j) {
+      rows[r * c + j] = wte[tokens[r] * c + j];
+      rows_grad[tokens[r] * c + j] += dout[r * c + j];
+    }
+  }
+  ExpectClose(tout.Host(), rows, 0.0f, 0.0f, "token embedding");
+  ExpectClose(tgrad.Host(), rows_grad, 1e-5f, 1e-5f, "token dwte");
+  EXPECT_FALSE(cuda::TokenEmbeddingForward(dtok.get(), b * t, c, vocab, nullptr,
+                                           tout.get(), nullptr)
+                   .ok());
 }
 
 TEST_F(CudaKernelTest, CublasLtMatchesTheReference) {

@@ -5,7 +5,7 @@
 namespace zeroshard::kernels::cuda {
 namespace {
 
-// Element i of [b*t, c].
+// Element i of [b*t, c]; wpe null: no position table.
 __global__ void EmbeddingForwardKernel(const int32_t* __restrict__ tokens,
                                        int64_t rows, int64_t t, int64_t c,
                                        int64_t vocab,
@@ -17,7 +17,7 @@ __global__ void EmbeddingForwardKernel(const int32_t* __restrict__ tokens,
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / c, j = i % c;
     const int32_t tok = tokens[row];
-    const float pos = wpe[(row % t) * c + j];
+    const float pos = wpe != nullptr ? wpe[(row % t) * c + j] : 0.0f;
     out[i] = (tok >= 0 && tok < vocab) ? wte[tok * c + j] + pos : pos;
   }
 }
@@ -85,6 +85,28 @@ absl::Status EmbeddingBackward(const float* dout, const int32_t* tokens,
   RETURN_IF_ERROR(LaunchStatus(op));
   PositionGradKernel<<<GridFor(t * c), kThreads, 0, stream>>>(dout, b, t, c,
                                                               dwpe);
+  return LaunchStatus(op);
+}
+
+absl::Status TokenEmbeddingForward(const int32_t* tokens, int64_t rows,
+                                   int64_t c, int64_t vocab, const float* wte,
+                                   float* out, cudaStream_t stream) {
+  const char* op = "cuda::TokenEmbeddingForward";
+  RETURN_IF_ERROR(CheckShape(op, rows, 1, c, vocab));
+  RETURN_IF_ERROR(CheckElementwise(op, rows * c, {tokens, wte, out}));
+  EmbeddingForwardKernel<<<GridFor(rows * c), kThreads, 0, stream>>>(
+      tokens, rows, 1, c, vocab, wte, nullptr, out);
+  return LaunchStatus(op);
+}
+
+absl::Status TokenEmbeddingBackward(const float* dout, const int32_t* tokens,
+                                    int64_t rows, int64_t c, int64_t vocab,
+                                    float* dwte, cudaStream_t stream) {
+  const char* op = "cuda::TokenEmbeddingBackward";
+  RETURN_IF_ERROR(CheckShape(op, rows, 1, c, vocab));
+  RETURN_IF_ERROR(CheckElementwise(op, rows * c, {dout, tokens, dwte}));
+  TokenGradKernel<<<GridFor(rows * c), kThreads, 0, stream>>>(
+      dout, tokens, rows, c, vocab, dwte);
   return LaunchStatus(op);
 }
 

@@ -1,6 +1,7 @@
 // Token + learned position embedding on a CUDA device:
 // out[b,t,:] = wte[tok[b,t],:] + wpe[t,:], and its backward (dwte, dwpe
-// accumulated). The CPU op's contract (model/kernels/cpu/embedding.h) with
+// accumulated); TokenEmbedding* are the same without a position table
+// (Llama: the blocks rotate q and k instead). The CPU op's contract (model/kernels/cpu/embedding.h) with
 // device pointers and a stream, except that tokens on the device cannot be
 // read by the launcher: the caller checks them on the host (the data loader
 // checks every token against the vocabulary); a token outside [0, V) is
@@ -29,6 +30,15 @@ absl::Status EmbeddingForward(const int32_t* tokens, int64_t b, int64_t t,
 absl::Status EmbeddingBackward(const float* dout, const int32_t* tokens,
                                int64_t b, int64_t t, int64_t c, int64_t vocab,
                                float* dwte, float* dwpe, cudaStream_t stream);
+
+// out[r,:] = wte[tok[r],:] over rows = b * t rows (a token outside [0, V)
+// leaves its row zero), and dwte[tok[r],:] += dout[r,:].
+absl::Status TokenEmbeddingForward(const int32_t* tokens, int64_t rows,
+                                   int64_t c, int64_t vocab, const float* wte,
+                                   float* out, cudaStream_t stream);
+absl::Status TokenEmbeddingBackward(const float* dout, const int32_t* tokens,
+                                    int64_t rows, int64_t c, int64_t vocab,
+                                    float* dwte, cudaStream_t stream);
 
 }  // namespace zeroshard::kernels::cuda
 
