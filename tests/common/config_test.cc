@@ -273,6 +273,12 @@ TEST(ConfigTest, BadValuesNameTheKey) {
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
                   "fp16": {"enabled": true, "initial_scale_power": 2, "min_loss_scale": 8}})",
               {"fp16.min_loss_scale"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": {"replicas": 3}})",
+              {"zeroshard.replicas"});
+  // A slot's second copy lives on the next server: one server has none.
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "zeroshard": {"replicas": 2, "servers": 1}})",
+              {"zeroshard.replicas", "at least 2 servers", "has 1"});
   ExpectError("{not json", {"not valid JSON"});
   ExpectError("[1, 2]", {"object"});
 }

@@ -334,6 +334,14 @@ function checkPolicies(o, pods, problems) {
       selects(pdb.spec.selector, pods.ctl)) {
     problems.push("PodDisruptionBudget/zeroshard-server: selector does not pick exactly the server pods");
   }
+  // Two servers drained at once lose both copies of the slot they share
+  // (zeroshard.replicas 2: slot k on servers k and k + 1), or two shards.
+  const down = pdb.spec.maxUnavailable;
+  if (pdb.spec.minAvailable !== undefined || typeof down !== "number" || down > 1) {
+    problems.push(`PodDisruptionBudget/zeroshard-server: maxUnavailable ${JSON.stringify(down)}` +
+                  (pdb.spec.minAvailable !== undefined ? ` with minAvailable ${JSON.stringify(pdb.spec.minAvailable)}` : "") +
+                  ", want 0 or 1: two servers down at once lose a slot's both copies");
+  }
   const sv = o.get("NetworkPolicy/zeroshard-server");
   if (!selects(sv.spec.podSelector, pods.server) || selects(sv.spec.podSelector, pods.worker)) {
     problems.push("NetworkPolicy/zeroshard-server: podSelector does not pick the server pods");
