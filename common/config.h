@@ -165,6 +165,10 @@ struct ClusterConfig {
   // S >= 2 (slot k also on server k + 1 mod S, so a dead server costs no
   // step).
   int replicas = 1;                           // zeroshard.replicas
+  // With replicas: the copies are compared (their state digests) at every
+  // step that is a multiple of this, while it computes; 0: only where
+  // checkpoints fall and after the last step.
+  uint64_t replica_check_every_steps = 10;    // zeroshard.replica_check_every_steps
   Placement placement = Placement::kHost;
   ModelShape model;                           // validated by ValidateModelShape
   DataConfig data;

@@ -347,6 +347,8 @@ absl::Status ParseCluster(Section& root, const ConfigOverrides& ov, TrainingConf
   }
   RETURN_IF_ERROR(s.Int("workers", 1, kMaxClusterProcesses, &z.workers));
   RETURN_IF_ERROR(s.Int("replicas", 1, 2, &z.replicas));
+  RETURN_IF_ERROR(
+      s.Int("replica_check_every_steps", 0, kMaxI64, &z.replica_check_every_steps));
   RETURN_IF_ERROR(s.Enum("placement", kPlacementNames, &z.placement));
   ASSIGN_OR_RETURN(Section m, s.Child("model"));
   RETURN_IF_ERROR(m.String("arch", &z.model.arch));

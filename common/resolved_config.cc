@@ -181,6 +181,8 @@ void VisitConfig(V& v, TrainingConfig& c) {
       v.Field("step_timeout_s", z.step_timeout_s);
       v.Field("startup_timeout_s", z.startup_timeout_s);
       v.Field("shared_memory", z.shared_memory);
+      v.FieldUnlessDefault("replica_check_every_steps", z.replica_check_every_steps,
+                           uint64_t{10});
     });
     v.Field("max_overflows_at_min_scale", z.max_overflows_at_min_scale);
   });

@@ -30,6 +30,7 @@
 #include "client/checkpoint_commit.h"
 #include "client/kv_client.h"
 #include "client/client_options.h"
+#include "client/copy_audit.h"
 #include "client/shard_cluster.h"
 #include "common/checkpoint_manifest.h"
 #include "common/config.h"
@@ -281,6 +282,26 @@ class PyCluster {
   void MarkServerBack(int k) const {
     CheckServer(k);
     cluster_->MarkServerBack(k);
+  }
+  // Rank 0 with replicas: the two copies of every slot compared while a
+  // step computes, every `every` steps (client/copy_audit.h): started once
+  // the servers hold version `step`, the verdict heard before it is
+  // applied (a copy that differs raises, naming the slot).
+  void AuditStart(uint64_t step, uint64_t every) {
+    if (audit_ == nullptr || audit_every_ != every) {
+      if (audit_ != nullptr) Check(audit_->Finish());
+      audit_ = std::make_unique<CopyAudit>(cluster_.get(), every);
+      audit_every_ = every;
+    }
+    audit_->Start(step);
+  }
+  void AuditFinish() {
+    if (audit_ == nullptr) return;
+    py::gil_scoped_release release;
+    Check(audit_->Finish());
+  }
+  uint64_t AuditsCompared() const {
+    return audit_ == nullptr ? 0 : audit_->compared();
   }
 
   void SetMasterWeights(const py::buffer& flat) {
@@ -538,6 +559,9 @@ class PyCluster {
 
   std::unique_ptr<ShardCluster> cluster_;
   std::optional<InitOptions> init_;  // the Init this cluster sent
+  // Declared after cluster_: stopped (joined) before the cluster goes.
+  std::unique_ptr<CopyAudit> audit_;
+  uint64_t audit_every_ = 0;
 };
 
 }  // namespace
@@ -719,6 +743,10 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def("revive_server", &PyCluster::ReviveServer, py::arg("k"),
            py::arg("directory"), py::arg("step"))
       .def("mark_server_back", &PyCluster::MarkServerBack, py::arg("k"))
+      .def("audit_start", &PyCluster::AuditStart, py::arg("step"),
+           py::arg("every"))
+      .def("audit_finish", &PyCluster::AuditFinish)
+      .def("audits_compared", &PyCluster::AuditsCompared)
       .def("checkpoint", &PyCluster::Checkpoint, py::arg("step"),
            py::arg("directory"), py::arg("resolved_config"),
            py::arg("keep_last") = 0, py::arg("timeout_s") = 300.0,

@@ -39,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/copy_audit.h"
 #include "client/live_run.h"
 #include "client/kv_client.h"
 #include "client/shard_cluster.h"
@@ -391,11 +392,19 @@ absl::Status Run() {
   if (scaler.has_value()) RETURN_IF_ERROR(engine->RestoreLossScaler(*scaler));
   // Rank 0 coordinates checkpoints and leaves the scaler's state for a
   // successor (FP16's dynamic scale is the only worker-side state).
-  if (rank == 0 && cfg.precision == Precision::kFp16) {
-    // Written before each step is applied, so that whichever step the
-    // servers stand at after a crash, its record is there.
+  // With replicas, rank 0 compares the copies while a step computes, every
+  // zeroshard.replica_check_every_steps, and hears the verdict before it
+  // applies the step (client/copy_audit.h).
+  CopyAudit audit(client, cfg.cluster.replica_check_every_steps);
+  if (rank == 0) {
+    const bool fp16 = cfg.precision == Precision::kFp16;
+    // The scaler's record is written before each step is applied, so that
+    // whichever step the servers stand at after a crash, its record is
+    // there.
     engine->SetBeforeApply(
-        [kv](uint64_t next, const LossScalerState& state) {
+        [kv, fp16, &audit](uint64_t next, const LossScalerState& state) {
+          RETURN_IF_ERROR(audit.Finish());
+          if (!fp16) return absl::OkStatus();
           return kv->Set(LossScalerKvKey(next), LossScalerRecord(next, state));
         });
   }
@@ -429,6 +438,9 @@ absl::Status Run() {
     }
     // With replicas: a replacement server takes its copies back.
     RETURN_IF_ERROR(revival.BeforeStep(step, engine->loss_scaler().state()));
+    if (rank == 0 && !(every > 0 && step > 0 && step % every == 0)) {
+      audit.Start(step);  // not where the checkpoint's comparison just ran
+    }
     absl::StatusOr<StepResult> stepped = engine->Step(step);
     if (!stepped.ok()) {
       return ExplainServerRestart(*client, step, stepped.status(),
@@ -469,7 +481,14 @@ absl::Status Run() {
     }
   }
   if (rank == 0) {
+    RETURN_IF_ERROR(audit.Finish());
     RETURN_IF_ERROR(client->CheckCopiesAgree());
+    if (audit.compared() > 0) {
+      ZS_LOG(INFO) << "replicas: every slot's two copies agreed at the "
+                   << audit.compared() << " steps compared while they ran"
+                   << " (every " << cfg.cluster.replica_check_every_steps
+                   << "), and after the last";
+    }
     RETURN_IF_ERROR(checkpoints.Final(step, engine->loss_scaler().state()));
   }
   RETURN_IF_ERROR(group->Barrier());

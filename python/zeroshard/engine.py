@@ -713,6 +713,8 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
         try:
             if agree and self._group is not None:
                 self._check_ranks_agree(closing=True)
+            if agree and self.rank == 0 and self._cluster is not None:
+                self._cluster.audit_finish()   # a comparison's last verdict
         finally:
             self._close(whole=agree)
 

@@ -33,6 +33,14 @@ class CheckpointApi:
             self.save_checkpoint(self._ckpt_dir, keep_last=self._ckpt_keep)
             self._ckpt_step = self.global_steps
         self._revive_replacements()
+        if self._connection[4] >= 2 and self.rank == 0:
+            # The servers hold this version until rank 0 applies the next
+            # step: the copies are compared meanwhile, every
+            # zeroshard.replica_check_every_steps (client/copy_audit.h);
+            # _optimizer_step hears the verdict before it pushes.
+            self._cluster.audit_start(
+                self.global_steps,
+                self._cfg["cluster"].get("replica_check_every_steps", 10))
 
     def _revive_replacements(self):
         """With replicas, after an optimizer step (docs/DESIGN.md,

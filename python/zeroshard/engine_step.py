@@ -100,6 +100,10 @@ class StepApi:
         # The groups' hyper-parameters now (checked before anything is sent).
         self._settings = self._step_settings()
         self._last_lrs = self.get_lr()
+        if self.rank == 0:
+            # With replicas: the copies' comparison started after the last
+            # step, heard before anything of this one is applied.
+            self._cluster.audit_finish()
         if self._group is None and self._prec != "fp16":
             self._push_exact()
         else:

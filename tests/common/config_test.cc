@@ -275,6 +275,9 @@ TEST(ConfigTest, BadValuesNameTheKey) {
               {"fp16.min_loss_scale"});
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1, "zeroshard": {"replicas": 3}})",
               {"zeroshard.replicas"});
+  ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
+                  "zeroshard": {"replica_check_every_steps": -1}})",
+              {"zeroshard.replica_check_every_steps"});
   // A slot's second copy lives on the next server: one server has none.
   ExpectError(R"({"train_micro_batch_size_per_gpu": 1,
                   "zeroshard": {"replicas": 2, "servers": 1}})",
@@ -547,6 +550,7 @@ TEST(ConfigTest, ZeroshardSection) {
       "credentials": "/etc/zeroshard",
       "timeouts": {"step_seconds": 30},
       "activation_checkpointing": {"policy": "every_k", "k": 2},
+      "replicas": 2, "replica_check_every_steps": 3,
       "max_overflows_at_min_scale": 3}})");
   // offload_optimizer and the bucket sizes have no effect here: one warning.
   ASSERT_EQ(p.warnings.size(), 1u);
@@ -572,6 +576,11 @@ TEST(ConfigTest, ZeroshardSection) {
   EXPECT_EQ(c.activation_checkpointing.policy, CheckpointPolicy::kEveryK);
   EXPECT_EQ(c.activation_checkpointing.k, 2);
   EXPECT_EQ(c.cluster.max_overflows_at_min_scale, 3);
+  EXPECT_EQ(c.cluster.replicas, 2);
+  EXPECT_EQ(c.cluster.replica_check_every_steps, 3u);
+  EXPECT_EQ(MustParse(R"({"train_micro_batch_size_per_gpu": 1})")
+                .config.cluster.replica_check_every_steps,
+            10u);
   // Secrets are refused in the file, pointing at the credentials directory.
   absl::StatusOr<ParsedConfig> secret = ParseTrainingConfig(
       R"({"train_micro_batch_size_per_gpu": 1,

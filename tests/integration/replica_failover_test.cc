@@ -44,6 +44,9 @@ nlohmann::json ReplicaConfig(int replicas, const std::string& ckpt) {
   cfg["zeroshard"]["servers"] = 3;
   cfg["zeroshard"]["workers"] = 2;
   cfg["zeroshard"]["replicas"] = replicas;
+  // The copies compared while steps compute (client/copy_audit.h), also
+  // across the kills: steps 4, 12, 20, ... (8, 16, ... are checkpoints').
+  cfg["zeroshard"]["replica_check_every_steps"] = 4;
   cfg["zeroshard"]["steps"] = kReplicaSteps;
   cfg["zeroshard"]["checkpoint"] = {
       {"dir", ckpt}, {"every_steps", 8}, {"keep_last", 2}};

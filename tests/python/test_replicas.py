@@ -22,6 +22,9 @@ def test_a_killed_server_costs_no_step_and_no_bit(stage, victim):
     model = make_model()
     c = config(3, gas, 1.0, stage=stage)
     c["zeroshard"]["replicas"] = 2
+    # The copies compared after steps 2, 4 and 6 while the loop goes on,
+    # one of them across the kill.
+    c["zeroshard"]["replica_check_every_steps"] = 2
     engine, _, _, _ = zeroshard.initialize(
         model=model, model_parameters=model.parameters(), config=c)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -40,6 +43,9 @@ def test_a_killed_server_costs_no_step_and_no_bit(stage, victim):
                 assert torch.equal(p, r), (
                     f"step {s + 1}, parameter {i}: max |diff| "
                     f"{(p - r).abs().max().item()}")
+        # Those after steps 2 and 4 were heard before steps 3 and 5; the
+        # last one's verdict comes at close.
+        assert engine._cluster.audits_compared() == 2
     finally:
         engine.close()
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/shard_cluster.h"
 #include "common/layout.h"
+#include "client/copy_audit.h"
 #include "gtest/gtest.h"
 #include "tests/server/server_test_util.h"
 #include "wire/proto_convert.h"
@@ -73,6 +74,25 @@ class ReplicaRpcTest : public ::testing::Test {
     absl::StatusOr<std::vector<ServerInit>> r = two->Init(init);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(two) : nullptr;
+  }
+
+  // One weight of slot 1's copy on server 2 changed behind the client.
+  void Diverge() {
+    const FlatRange r = layout_->ServerRange(1);
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, 20000);
+    ctx.AddMetadata(kSlotMetadataKey, "1");
+    ctx.AddMetadata(kCopiesMetadataKey, "2");
+    v1::SetWeightsResponse response;
+    auto writer = servers_[2].stub->SetWeights(&ctx, &response);
+    v1::WeightPiece piece;
+    piece.set_offset(r.begin + 5);
+    piece.set_dtype(v1::DTYPE_FP32);
+    const float x = 0.25f;
+    piece.set_data(std::string(reinterpret_cast<const char*>(&x), sizeof(x)));
+    ASSERT_TRUE(writer->Write(piece));
+    writer->WritesDone();
+    ASSERT_TRUE(writer->Finish().ok());
   }
 
   // One two-phase step of worker 0 over the whole flat space.
@@ -299,22 +319,8 @@ TEST_F(ReplicaRpcTest, ACopyThatDivergedIsNamed) {
   ASSERT_NE(two, nullptr);
   ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
   ASSERT_TRUE(two->CheckCopiesAgree().ok());
-  // One weight of slot 1's copy on server 2 changed behind the client.
+  Diverge();
   const FlatRange r = layout_->ServerRange(1);
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, 20000);
-  ctx.AddMetadata(kSlotMetadataKey, "1");
-  ctx.AddMetadata(kCopiesMetadataKey, "2");
-  v1::SetWeightsResponse response;
-  auto writer = servers_[2].stub->SetWeights(&ctx, &response);
-  v1::WeightPiece piece;
-  piece.set_offset(r.begin + 5);
-  piece.set_dtype(v1::DTYPE_FP32);
-  const float x = 0.25f;
-  piece.set_data(std::string(reinterpret_cast<const char*>(&x), sizeof(x)));
-  ASSERT_TRUE(writer->Write(piece));
-  writer->WritesDone();
-  ASSERT_TRUE(writer->Finish().ok());
   const absl::Status s = two->CheckCopiesAgree();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find(absl::StrCat("copies of slot 1 (flat [", r.begin,
@@ -323,6 +329,65 @@ TEST_F(ReplicaRpcTest, ACopyThatDivergedIsNamed) {
       << s;
   EXPECT_NE(s.message().find("server 1 ("), std::string::npos) << s;
   EXPECT_NE(s.message().find("server 2 ("), std::string::npos) << s;
+}
+
+// The audit a run keeps (client/copy_audit.h): due every `every` steps,
+// silent between them, the verdict of the comparison started told once
+// by Finish, and one no Finish heard not lost when the next starts.
+TEST_F(ReplicaRpcTest, TheCopiesAreComparedEveryKStepsAndADivergenceIsHeard) {
+  std::unique_ptr<ShardCluster> two = TwoCopies();
+  ASSERT_NE(two, nullptr);
+  CopyAudit never(two.get(), 0);
+  CopyAudit audit(two.get(), 3);
+  EXPECT_FALSE(never.Due(3));
+  EXPECT_FALSE(audit.Due(0));
+  EXPECT_TRUE(audit.Due(3));
+  EXPECT_FALSE(audit.Due(4));
+  EXPECT_TRUE(audit.Due(6));
+  for (uint64_t s = 0; s < 3; ++s) {
+    audit.Start(s);
+    EXPECT_TRUE(audit.Finish().ok());
+    ASSERT_TRUE(Step(*two, s, 0.01f * (s + 1)).ok());
+  }
+  EXPECT_EQ(audit.compared(), 0u);
+  audit.Start(3);  // both copies at version 3, equal
+  EXPECT_TRUE(audit.Finish().ok());
+  EXPECT_EQ(audit.compared(), 1u);
+  ASSERT_TRUE(Step(*two, 3, 0.02f).ok());
+
+  Diverge();
+  audit.Start(4);  // not due: nothing compared, nothing heard
+  EXPECT_TRUE(audit.Finish().ok());
+  EXPECT_EQ(audit.compared(), 1u);
+  ASSERT_TRUE(Step(*two, 4, 0.02f).ok());
+  ASSERT_TRUE(Step(*two, 5, 0.02f).ok());
+  audit.Start(6);
+  const absl::Status s = audit.Finish();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("copies of slot 1"), std::string::npos) << s;
+  EXPECT_EQ(audit.compared(), 2u);
+  EXPECT_TRUE(audit.Finish().ok()) << "told once";
+
+  // A verdict nobody heard before the next comparison started is kept.
+  ASSERT_TRUE(Step(*two, 6, 0.02f).ok());
+  ASSERT_TRUE(Step(*two, 7, 0.02f).ok());
+  ASSERT_TRUE(Step(*two, 8, 0.02f).ok());
+  audit.Start(9);
+  // (A run would stop at the next Finish; the comparison may see either
+  // version, and the copies differ at both.)
+  ASSERT_TRUE(Step(*two, 9, 0.02f).ok());
+  ASSERT_TRUE(Step(*two, 10, 0.02f).ok());
+  ASSERT_TRUE(Step(*two, 11, 0.02f).ok());
+  audit.Start(12);
+  EXPECT_EQ(audit.Finish().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(audit.compared(), 4u);
+
+  // One copy: nothing to compare, even when due.
+  std::unique_ptr<ShardCluster> one = Client(1);
+  if (one != nullptr) {
+    CopyAudit single(one.get(), 1);
+    EXPECT_FALSE(single.Due(1));
+  }
 }
 
 }  // namespace
