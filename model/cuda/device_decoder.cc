@@ -1,5 +1,6 @@
 #include "model/cuda/device_decoder.h"
 
+#include <cmath>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "model/cuda/device_arch.h"
 #include "model/kernels/cuda/cross_entropy.h"
 #include "model/kernels/cuda/elementwise.h"
+#include "model/kernels/gemm_desc.h"
 
 namespace zeroshard::model {
 namespace {
@@ -41,7 +43,8 @@ absl::StatusOr<int> CudaDeviceCount() {
   return count;
 }
 
-absl::Status DeviceDecoderBase::InitDevice(const FlatLayout& layout, int layers,
+absl::Status DeviceDecoderBase::InitDevice(const FlatLayout& layout,
+                                           const ModelShape& shape,
                                            DType param_dtype,
                                            const CheckpointPolicy& policy,
                                            int device) {
@@ -52,7 +55,9 @@ absl::Status DeviceDecoderBase::InitDevice(const FlatLayout& layout, int layers,
         " CUDA device(s), cuda:0..cuda:", count - 1));
   }
   layout_ = std::make_shared<const FlatLayout>(layout);
-  layers_ = layers;
+  shape_ = shape;
+  layers_ = shape.layers;
+  inputs_.resize(shape.layers + 1);
   param_dtype_ = param_dtype;
   policy_ = policy;
   device_ = device;
@@ -241,6 +246,192 @@ absl::StatusOr<double> DeviceDecoderBase::Loss(float* logits, int64_t rows,
       CudaStatus(cudaStreamSynchronize(stream_), "waiting for the loss"));
   Mark("host gaps");
   return loss;
+}
+
+void DeviceDecoderBase::Clear() {
+  for (DeviceBuffer& b : inputs_) b.Release();
+  dx_.Release();
+  phase_ = Phase::kIdle;
+  next_ = 0;
+}
+
+absl::Status DeviceDecoderBase::BeginBatch(int batch, int seq,
+                                           absl::Span<const int32_t> tokens,
+                                           absl::Span<const int32_t> targets) {
+  RETURN_IF_ERROR(Select());
+  Mark("host gaps");
+  Clear();
+  RETURN_IF_ERROR(ValidateMicroBatch(shape_, batch, seq, tokens, targets));
+  RETURN_IF_ERROR(CopyBatch(tokens, targets));
+  batch_ = batch;
+  seq_ = seq;
+  phase_ = Phase::kForward;
+  next_ = -1;  // the embedding first
+  return absl::OkStatus();
+}
+
+absl::Status DeviceDecoderBase::EmbeddingForward(const UnitParams& embedding) {
+  RETURN_IF_ERROR(Select());
+  RETURN_IF_ERROR(CheckPhase(Phase::kForward, "EmbeddingForward"));
+  if (next_ != -1) {
+    return absl::FailedPreconditionError("EmbeddingForward called twice");
+  }
+  Mark("host gaps");
+  ASSIGN_OR_RETURN(DeviceUnitWeights w, Weights(embedding_unit(), embedding, 0));
+  Mark("param and grad staging");
+  const int64_t M = rows(), C = shape_.width;
+  RETURN_IF_ERROR(head_[kHeadX].Reserve(M * C * sizeof(float), stream_));
+  float* x = static_cast<float*>(head_[kHeadX].data());
+  RETURN_IF_ERROR(EmbedTokens(w, x));
+  Mark("embedding");
+  ASSIGN_OR_RETURN(inputs_[0], DeviceBuffer::Allocate(
+                                   mem_.get(), ComputeDType(param_dtype_),
+                                   M * C, stream_));
+  RETURN_IF_ERROR(inputs_[0].FromFloat(x));
+  Mark("casts");
+  next_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceDecoderBase::FinalHeadForward(const DeviceUnitWeights& wf,
+                                                 const DeviceUnitWeights& we) {
+  const int64_t M = rows(), C = shape_.width, V = shape_.vocab;
+  const DType dt = ComputeDType(param_dtype_);
+  RETURN_IF_ERROR(head_[kHeadX].Reserve(M * C * sizeof(float), stream_));
+  RETURN_IF_ERROR(head_[kHeadNormed].Reserve(M * C * sizeof(float), stream_));
+  RETURN_IF_ERROR(head_[kHeadNormedQ].Reserve(M * C * DTypeSize(dt), stream_));
+  // Logits, then (BF16) their gradient rounded for the two products: room
+  // for both.
+  RETURN_IF_ERROR(head_[kHeadLogits].Reserve(
+      M * V * (sizeof(float) + (dt == DType::kBf16 ? 2 : 0)), stream_));
+  float* x = static_cast<float*>(head_[kHeadX].data());
+  float* normed = static_cast<float*>(head_[kHeadNormed].data());
+  RETURN_IF_ERROR(inputs_[layers_].ToFloat(x));
+  Mark("casts");
+  RETURN_IF_ERROR(FinalNormForward(wf, x, normed));
+  void* nq = head_[kHeadNormedQ].data();
+  if (dt == DType::kBf16) {
+    RETURN_IF_ERROR(kernels::cuda::FloatsToBf16(
+        normed, static_cast<uint16_t*>(nq), M * C, stream_));
+  } else {
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(nq, normed, M * C * sizeof(float),
+                                               cudaMemcpyDeviceToDevice, stream_),
+                               "copying the final norm's rows"));
+  }
+  Mark("casts");
+  const kernels::cuda::DeviceTensor head = HeadMatrix(wf, we);
+  // logits[M, V] = normed head^T
+  RETURN_IF_ERROR(gemm_->Run({.m = M, .n = V, .k = C,
+                              .a = {nq, dt, C, false},
+                              .b = {head.data, head.dtype, C, true},
+                              .c = static_cast<float*>(head_[kHeadLogits].data()),
+                              .ldc = V},
+                             stream_));
+  Mark("head matmul fwd");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> DeviceDecoderBase::FinalForwardBackward(
+    const UnitParams& final_params, const UnitParams& embedding,
+    float loss_scale, absl::Span<float> final_grad,
+    absl::Span<float> embedding_grad) {
+  RETURN_IF_ERROR(Select());
+  RETURN_IF_ERROR(CheckPhase(Phase::kForward, "FinalForwardBackward"));
+  if (next_ != layers_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "FinalForwardBackward called before block ", next_, " ran forward"));
+  }
+  if (!(loss_scale > 0.0f) || !std::isfinite(loss_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loss_scale must be positive and finite, got ", loss_scale));
+  }
+  Mark("host gaps");
+  ASSIGN_OR_RETURN(GradTarget gf, StageGrad(final_unit(), final_grad, 0));
+  ASSIGN_OR_RETURN(GradTarget ge, StageGrad(embedding_unit(), embedding_grad, 1));
+  ASSIGN_OR_RETURN(DeviceUnitWeights wf, Weights(final_unit(), final_params, 0));
+  ASSIGN_OR_RETURN(DeviceUnitWeights we, Weights(embedding_unit(), embedding, 1));
+  Mark("param and grad staging");
+  const int64_t M = rows(), C = shape_.width, V = shape_.vocab;
+  const DType dt = ComputeDType(param_dtype_);
+  RETURN_IF_ERROR(FinalHeadForward(wf, we));
+  float* dlogits = static_cast<float*>(head_[kHeadLogits].data());
+  ASSIGN_OR_RETURN(const double loss, Loss(dlogits, M, V, loss_scale));
+  float* normed = static_cast<float*>(head_[kHeadNormed].data());
+  float* x = static_cast<float*>(head_[kHeadX].data());
+  // Against BF16 operands the FP32 dlogits is rounded to BF16 first, as the
+  // CPU's mixed-dtype product does (model/kernels/cpu/gemm.h).
+  kernels::MatRef dl{dlogits, DType::kFp32, V, false};
+  if (dt == DType::kBf16) {
+    auto* q = reinterpret_cast<uint16_t*>(dlogits + M * V);
+    RETURN_IF_ERROR(kernels::cuda::FloatsToBf16(dlogits, q, M * V, stream_));
+    dl = {q, DType::kBf16, V, false};
+    Mark("casts");
+  }
+  const kernels::cuda::DeviceTensor head = HeadMatrix(wf, we);
+  // d normed = dlogits head (into normed, no longer needed); d head +=
+  // dlogits^T normed (in the compute dtype).
+  RETURN_IF_ERROR(gemm_->Run({.m = M, .n = C, .k = V,
+                              .a = dl,
+                              .b = {head.data, head.dtype, C, false},
+                              .c = normed, .ldc = C},
+                             stream_));
+  kernels::MatRef dlt = dl;
+  dlt.trans = true;
+  RETURN_IF_ERROR(gemm_->Run({.m = V, .n = C, .k = M,
+                              .a = dlt,
+                              .b = {head_[kHeadNormedQ].data(), dt, C, false},
+                              .c = HeadGrad(wf, we, gf.device, ge.device),
+                              .ldc = C, .accumulate = true},
+                             stream_));
+  Mark("head matmul bwd");
+  ASSIGN_OR_RETURN(dx_, DeviceBuffer::Allocate(mem_.get(), DType::kFp32, M * C,
+                                               stream_));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemsetAsync(dx_.data(), 0, M * C * sizeof(float), stream_),
+      "zeroing dx"));
+  Mark("copies");
+  RETURN_IF_ERROR(FinalNormBackward(wf, normed, x, dx_.f32(), gf.device));
+  RETURN_IF_ERROR(FinishGrad(gf));
+  RETURN_IF_ERROR(FinishGrad(ge));
+  Mark("param and grad staging");
+  inputs_[layers_].Release();
+  phase_ = Phase::kBackward;
+  next_ = layers_ - 1;
+  if (next_ < 0) phase_ = Phase::kEmbeddingBackward;
+  return loss;
+}
+
+absl::StatusOr<double> DeviceDecoderBase::FinalForwardLoss(
+    const UnitParams& final_params, const UnitParams& embedding) {
+  RETURN_IF_ERROR(Select());
+  RETURN_IF_ERROR(CheckPhase(Phase::kForward, "FinalForwardLoss"));
+  if (next_ != layers_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "FinalForwardLoss called before block ", next_, " ran forward"));
+  }
+  ASSIGN_OR_RETURN(DeviceUnitWeights wf, Weights(final_unit(), final_params, 0));
+  ASSIGN_OR_RETURN(DeviceUnitWeights we, Weights(embedding_unit(), embedding, 1));
+  RETURN_IF_ERROR(FinalHeadForward(wf, we));
+  ASSIGN_OR_RETURN(const double loss,
+                   Loss(static_cast<float*>(head_[kHeadLogits].data()), rows(),
+                        shape_.vocab, 1.0f));
+  Clear();
+  return loss;
+}
+
+absl::Status DeviceDecoderBase::EmbeddingBackward(
+    absl::Span<float> embedding_grad) {
+  RETURN_IF_ERROR(Select());
+  RETURN_IF_ERROR(CheckPhase(Phase::kEmbeddingBackward, "EmbeddingBackward"));
+  Mark("host gaps");
+  ASSIGN_OR_RETURN(GradTarget g, StageGrad(embedding_unit(), embedding_grad, 0));
+  Mark("param and grad staging");
+  RETURN_IF_ERROR(EmbeddingGrad(g.device));
+  Mark("embedding");
+  RETURN_IF_ERROR(FinishGrad(g));
+  Mark("param and grad staging");
+  Clear();
+  return absl::OkStatus();
 }
 
 }  // namespace zeroshard::model

@@ -2,12 +2,14 @@
 // (the device twin of model/decoder_model.h): the device, its compute
 // stream and cuBLASLt handle; a unit's parameters and gradients on the
 // device, staged there when the engine gives host buffers; the micro-batch's
-// tokens on the device; and the block-by-block bookkeeping (which block runs
+// tokens on the device; the block-by-block bookkeeping (which block runs
 // next, the inputs kept under the checkpoint policy, each block's internals,
-// their recompute, the gradient of the residual stream between blocks).
-// DeviceGptModel (device_gpt.h) and DeviceLlamaModel (device_llama.h) give
-// their block's forward and backward over `Acts`, and their own embedding
-// and final unit.
+// their recompute, the gradient of the residual stream between blocks); and
+// the final unit's flow (its norm, the head's product, the mean
+// cross-entropy, their backward). DeviceGptModel (device_gpt.h) and
+// DeviceLlamaModel (device_llama.h) give their block's forward and backward
+// over `Acts`, their embedding, their final norm and which matrix is the
+// head.
 //
 // Parameters (UnitParams) and gradients may be host or device memory: a
 // host unit is copied to a device staging slot before use, and a host
@@ -35,6 +37,7 @@
 #include "common/device_scratch.h"
 #include "common/dtype.h"
 #include "common/layout.h"
+#include "common/model_shape.h"
 #include "model/checkpoint_policy.h"
 #include "model/cuda/device_block.h"
 #include "model/cuda/device_buffer.h"
@@ -45,7 +48,8 @@
 
 namespace zeroshard::model {
 
-// The device, the staging and the micro-batch's tokens: no block in it.
+// The device, the staging, the micro-batch's tokens, the embedding's and the
+// final unit's flow: everything but the blocks' internals.
 class DeviceDecoderBase : public UnitModel {
  public:
   ~DeviceDecoderBase() override;
@@ -58,6 +62,20 @@ class DeviceDecoderBase : public UnitModel {
   const ActivationMemory& memory() const override { return *mem_; }
   void ResetPeak() override { mem_->ResetPeak(); }
   absl::Status Synchronize() override;
+
+  // The embedding's rows (EmbedTokens) as block 0's input.
+  absl::Status EmbeddingForward(const UnitParams& embedding) override;
+  // The final unit: the architecture's norm of x_L, logits = normed head^T,
+  // the mean cross-entropy, then their backward into dx (the last block's
+  // output gradient), the final unit's and the head's gradients.
+  absl::StatusOr<double> FinalForwardBackward(
+      const UnitParams& final_params, const UnitParams& embedding,
+      float loss_scale, absl::Span<float> final_grad,
+      absl::Span<float> embedding_grad) override;
+  absl::StatusOr<double> FinalForwardLoss(const UnitParams& final_params,
+                                          const UnitParams& embedding) override;
+  absl::Status EmbeddingBackward(absl::Span<float> embedding_grad) override;
+
   // The device's memory, ordered with the compute stream: the engine keeps
   // units and gradients there when its group takes device buffers.
   ModelMemory* memory_space() override { return memory_.get(); }
@@ -81,12 +99,47 @@ class DeviceDecoderBase : public UnitModel {
 
   DeviceDecoderBase() = default;
 
+  // The head scratch's slots (head_): the ones the final unit's flow uses,
+  // then the model's own from kHeadOwn.
+  enum HeadSlot : int { kHeadX, kHeadNormed, kHeadLogits, kHeadNormedQ, kHeadOwn };
+
   // After the model's own checks: selects `device` (checked against the
   // machine's count), makes the compute stream, tells the device's
   // stream-ordered pool to keep freed activations, and loads cuBLASLt.
-  absl::Status InitDevice(const FlatLayout& layout, int layers,
+  absl::Status InitDevice(const FlatLayout& layout, const ModelShape& shape,
                           DType param_dtype, const CheckpointPolicy& policy,
                           int device);
+  // What Begin does for every model: the model's device, the micro-batch
+  // checked (the device kernels cannot report a bad token) and copied, the
+  // forward phase.
+  absl::Status BeginBatch(int batch, int seq, absl::Span<const int32_t> tokens,
+                          absl::Span<const int32_t> targets);
+  // Drops the activations held; the idle phase.
+  virtual void Clear();
+  int64_t rows() const { return static_cast<int64_t>(batch_) * seq_; }
+
+  // The architecture's embedding of the micro-batch's tokens into x (FP32
+  // [rows, width]).
+  virtual absl::Status EmbedTokens(const DeviceUnitWeights& w, float* x) = 0;
+  // The architecture's final unit. Its norm of x (FP32 [rows, width]) into
+  // `normed`, keeping what its backward needs (in head_[kHeadOwn...]).
+  virtual absl::Status FinalNormForward(const DeviceUnitWeights& wf,
+                                        const float* x, float* normed) = 0;
+  // Its backward: dn, the gradient of `normed`, to dx (accumulated), the
+  // final unit's gradient accumulated into grad (device, unit offsets).
+  virtual absl::Status FinalNormBackward(const DeviceUnitWeights& wf,
+                                         const float* dn, const float* x,
+                                         float* dx, float* grad) = 0;
+  // The head [vocab, width] in the compute dtype, and its gradient's place
+  // in the final unit's (gf) or, tied, the embedding unit's (ge) gradient.
+  virtual kernels::cuda::DeviceTensor HeadMatrix(
+      const DeviceUnitWeights& wf, const DeviceUnitWeights& we) const = 0;
+  virtual float* HeadGrad(const DeviceUnitWeights& wf,
+                          const DeviceUnitWeights& we, float* gf,
+                          float* ge) const = 0;
+  // The embedding's backward from dx_ into the embedding unit's gradient
+  // (device, unit offsets).
+  virtual absl::Status EmbeddingGrad(float* grad) = 0;
   // Makes the model's device current on the calling thread (the CUDA
   // runtime's current device is per thread); every public call starts so.
   absl::Status Select() const;
@@ -98,10 +151,6 @@ class DeviceDecoderBase : public UnitModel {
   absl::StatusOr<GradTarget> StageGrad(int unit, absl::Span<float> grad,
                                        int slot);
   absl::Status FinishGrad(const GradTarget& g);
-  // Copies the micro-batch's tokens and targets (checked by the caller) to
-  // the device.
-  absl::Status CopyBatch(absl::Span<const int32_t> tokens,
-                         absl::Span<const int32_t> targets);
   // Bytes of the derived model's own scratch (its block runner's).
   virtual int64_t block_scratch_bytes() const = 0;
   // The derived model's block runner takes the timer too.
@@ -113,13 +162,9 @@ class DeviceDecoderBase : public UnitModel {
   const int32_t* targets_device() const {
     return static_cast<const int32_t*>(targets_d_.data());
   }
-  // The micro-batch's mean cross-entropy from FP32 logits [rows, vocab]
-  // against the targets, the logits replaced by their gradient (times
-  // loss_scale); waits for it.
-  absl::StatusOr<double> Loss(float* logits, int64_t rows, int64_t vocab,
-                              float loss_scale);
 
   std::shared_ptr<const FlatLayout> layout_;
+  ModelShape shape_;
   int layers_ = 0;
   DType param_dtype_ = DType::kBf16;
   CheckpointPolicy policy_;
@@ -134,8 +179,25 @@ class DeviceDecoderBase : public UnitModel {
   // final unit's), by slots the model names.
   static constexpr int kHeadSlots = 6;
   DeviceScratch head_[kHeadSlots];
+  int batch_ = 0, seq_ = 0;
+  int next_ = 0;                      // next block to run forward / backward
+  std::vector<DeviceBuffer> inputs_;  // [L + 1]: x_l, kept per policy
+  DeviceBuffer dx_;  // FP32 gradient of the current block's output
 
  private:
+  // Copies the micro-batch's tokens and targets (checked by the caller) to
+  // the device.
+  absl::Status CopyBatch(absl::Span<const int32_t> tokens,
+                         absl::Span<const int32_t> targets);
+  // The norm and the head's product into head_[kHeadLogits].
+  absl::Status FinalHeadForward(const DeviceUnitWeights& wf,
+                                const DeviceUnitWeights& we);
+  // The micro-batch's mean cross-entropy from FP32 logits [rows, vocab]
+  // against the targets, the logits replaced by their gradient (times
+  // loss_scale); waits for it.
+  absl::StatusOr<double> Loss(float* logits, int64_t rows, int64_t vocab,
+                              float loss_scale);
+
   // A unit's parameters on the device (copied there when given on the host)
   // and its FP32 vectors.
   struct Slot {
@@ -270,31 +332,24 @@ class DeviceDecoderModel : public DeviceDecoderBase {
                                      const float* dy, float* dx,
                                      float* grad) = 0;
 
-  // InitDevice, and room for `layers` blocks' inputs and internals.
-  absl::Status InitDecoder(const FlatLayout& layout, int layers,
+  // InitDevice, and room for the blocks' internals.
+  absl::Status InitDecoder(const FlatLayout& layout, const ModelShape& shape,
                            DType param_dtype, const CheckpointPolicy& policy,
                            int device) {
-    if (absl::Status s = InitDevice(layout, layers, param_dtype, policy, device);
+    if (absl::Status s = InitDevice(layout, shape, param_dtype, policy, device);
         !s.ok()) {
       return s;
     }
-    inputs_.resize(layers + 1);
-    acts_.resize(layers);
+    acts_.resize(shape.layers);
     return absl::OkStatus();
   }
 
-  void Clear() {
-    for (DeviceBuffer& b : inputs_) b.Release();
+  void Clear() override {
     for (Acts& a : acts_) a.Release();
-    dx_.Release();
-    phase_ = Phase::kIdle;
-    next_ = 0;
+    DeviceDecoderBase::Clear();
   }
 
-  int next_ = 0;                     // next block to run forward / backward
-  std::vector<DeviceBuffer> inputs_;  // [L + 1]: x_l, kept per policy
-  std::vector<Acts> acts_;            // [L]
-  DeviceBuffer dx_;                   // FP32 gradient of the current block output
+  std::vector<Acts> acts_;  // [L]
 };
 
 }  // namespace zeroshard::model

@@ -39,17 +39,11 @@ class DeviceGptModel final : public DeviceDecoderModel<DeviceBlockActs> {
 
   absl::Status Begin(int batch, int seq, absl::Span<const int32_t> tokens,
                      absl::Span<const int32_t> targets) override;
-  absl::Status EmbeddingForward(const UnitParams& embedding) override;
-  absl::StatusOr<double> FinalForwardBackward(
-      const UnitParams& final_params, const UnitParams& embedding,
-      float loss_scale, absl::Span<float> final_grad,
-      absl::Span<float> embedding_grad) override;
-  absl::StatusOr<double> FinalForwardLoss(const UnitParams& final_params,
-                                          const UnitParams& embedding) override;
-  absl::Status EmbeddingBackward(absl::Span<float> embedding_grad) override;
 
  private:
   DeviceGptModel() = default;
+  // wte[token] + wpe[position].
+  absl::Status EmbedTokens(const DeviceUnitWeights& w, float* x) override;
   absl::Status ForwardBlock(const DeviceUnitWeights& w, const DeviceBuffer& in,
                             DeviceBuffer* out, DeviceBlockActs* acts) override;
   absl::Status BackwardBlock(const DeviceUnitWeights& w, const DeviceBuffer& in,
@@ -61,12 +55,22 @@ class DeviceGptModel final : public DeviceDecoderModel<DeviceBlockActs> {
   void set_block_timer(kernels::cuda::OpTimer* timer) override {
     runner_->set_timer(timer);
   }
-  // ln_f + tied head into the logits (FP32 [M, V]); ln (FP32), lnq (compute
-  // dtype), mean, rstd kept for the backward.
-  absl::Status FinalHeadForward(const DeviceUnitWeights& wf,
-                                const DeviceUnitWeights& we);
+  // ln_f (its mean and rstd kept in head_[kHeadOwn]) and the tied head.
+  absl::Status FinalNormForward(const DeviceUnitWeights& wf, const float* x,
+                                float* normed) override;
+  absl::Status FinalNormBackward(const DeviceUnitWeights& wf, const float* dn,
+                                 const float* x, float* dx,
+                                 float* grad) override;
+  kernels::cuda::DeviceTensor HeadMatrix(const DeviceUnitWeights& wf,
+                                         const DeviceUnitWeights& we) const override {
+    return we.Matrix(0);
+  }
+  float* HeadGrad(const DeviceUnitWeights& wf, const DeviceUnitWeights& we,
+                  float* gf, float* ge) const override {
+    return ge + we.offset[0];
+  }
+  absl::Status EmbeddingGrad(float* grad) override;
 
-  GptShape shape_;
   std::unique_ptr<DeviceBlockRunner> runner_;
   BlockDims dims_;
 };

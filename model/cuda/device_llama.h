@@ -41,14 +41,6 @@ class DeviceLlamaModel final : public DeviceDecoderModel<DeviceLlamaActs> {
 
   absl::Status Begin(int batch, int seq, absl::Span<const int32_t> tokens,
                      absl::Span<const int32_t> targets) override;
-  absl::Status EmbeddingForward(const UnitParams& embedding) override;
-  absl::StatusOr<double> FinalForwardBackward(
-      const UnitParams& final_params, const UnitParams& embedding,
-      float loss_scale, absl::Span<float> final_grad,
-      absl::Span<float> embedding_grad) override;
-  absl::StatusOr<double> FinalForwardLoss(const UnitParams& final_params,
-                                          const UnitParams& embedding) override;
-  absl::Status EmbeddingBackward(absl::Span<float> embedding_grad) override;
 
  private:
   // One sequence length's rotary table on the device.
@@ -58,6 +50,8 @@ class DeviceLlamaModel final : public DeviceDecoderModel<DeviceLlamaActs> {
   };
 
   DeviceLlamaModel() = default;
+  // embed_tokens[token]: no positions (the blocks rotate q and k).
+  absl::Status EmbedTokens(const DeviceUnitWeights& w, float* x) override;
   absl::Status ForwardBlock(const DeviceUnitWeights& w, const DeviceBuffer& in,
                             DeviceBuffer* out, DeviceLlamaActs* acts) override;
   absl::Status BackwardBlock(const DeviceUnitWeights& w, const DeviceBuffer& in,
@@ -67,19 +61,25 @@ class DeviceLlamaModel final : public DeviceDecoderModel<DeviceLlamaActs> {
   void set_block_timer(kernels::cuda::OpTimer* timer) override {
     runner_->set_timer(timer);
   }
+  // The final RMSNorm (rstd kept in head_[kHeadOwn]).
+  absl::Status FinalNormForward(const DeviceUnitWeights& wf, const float* x,
+                                float* normed) override;
+  absl::Status FinalNormBackward(const DeviceUnitWeights& wf, const float* dn,
+                                 const float* x, float* dx,
+                                 float* grad) override;
+  // lm_head (the final unit's tensor 1) or, tied, the embedding.
+  kernels::cuda::DeviceTensor HeadMatrix(const DeviceUnitWeights& wf,
+                                         const DeviceUnitWeights& we) const override {
+    return dims_.tie_embeddings ? we.Matrix(0) : wf.Matrix(1);
+  }
+  float* HeadGrad(const DeviceUnitWeights& wf, const DeviceUnitWeights& we,
+                  float* gf, float* ge) const override {
+    return dims_.tie_embeddings ? ge + we.offset[0] : gf + wf.offset[1];
+  }
+  absl::Status EmbeddingGrad(float* grad) override;
   // The rotary table for `seq` on the device, made on first use.
   absl::StatusOr<DeviceRope> RopeFor(int64_t seq);
-  // The final RMSNorm and the head into the logits (FP32 [M, V]); the
-  // normalized rows (FP32 and in the compute dtype) and rstd kept for the
-  // backward.
-  absl::Status FinalHeadForward(const DeviceUnitWeights& wf,
-                                const DeviceUnitWeights& we);
-  // The head as a matrix: lm_head (the final unit's tensor 1) or, tied, the
-  // embedding.
-  kernels::cuda::DeviceTensor Head(const DeviceUnitWeights& wf,
-                                   const DeviceUnitWeights& we) const;
 
-  ModelShape shape_;
   LlamaDims dims_{};
   LlamaBlockDims block_;
   DeviceRope rope_;
