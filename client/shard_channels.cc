@@ -162,6 +162,8 @@ void ShardChannels::RouteTo(grpc::ClientContext* ctx, int slot,
 bool CopyLost(const absl::Status& s) {
   // Its server does not answer, or answers without state: a process
   // started in its place, whose copy is not the one this client wrote.
+  // DEADLINE_EXCEEDED is not a lost copy: waits end so too (a Gather for a
+  // version not applied yet, a checkpoint still being written).
   return s.code() == absl::StatusCode::kUnavailable ||
          (s.code() == absl::StatusCode::kFailedPrecondition &&
           absl::StrContains(s.message(), kNotInitialisedMessage));
@@ -300,6 +302,15 @@ absl::Status ShardChannels::CheckCopiesAgree() const {
         continue;
       }
       RETURN_IF_ERROR(r.status());
+      if (!r->initialized()) {
+        // Inspect answers a server without state instead of refusing it:
+        // a process started in the place of one that died since the last
+        // call, whose copy is lost, not different.
+        MarkDown(k, absl::FailedPreconditionError(absl::StrCat(
+                        "Inspect of slot ", slot, " at ", address(k), ": ",
+                        kNotInitialisedMessage)));
+        continue;
+      }
       copies.push_back({k, *std::move(r)});
     }
     for (size_t i = 1; i < copies.size(); ++i) {

@@ -10,10 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/shard_cluster.h"
 #include "common/layout.h"
 #include "client/copy_audit.h"
 #include "gtest/gtest.h"
+#include "server/shard_server.h"
 #include "tests/server/server_test_util.h"
 #include "wire/proto_convert.h"
 #include "wire/slot_metadata.h"
@@ -329,6 +331,34 @@ TEST_F(ReplicaRpcTest, ACopyThatDivergedIsNamed) {
       << s;
   EXPECT_NE(s.message().find("server 1 ("), std::string::npos) << s;
   EXPECT_NE(s.message().find("server 2 ("), std::string::npos) << s;
+}
+
+// A server that died and came back empty at its address, met by a
+// comparison before any write did: its copies are lost, not different
+// (Inspect answers a server without state instead of refusing it).
+TEST_F(ReplicaRpcTest, AComparisonMeetingAnEmptyReplacementLeavesIt) {
+  std::unique_ptr<ShardCluster> two = TwoCopies();
+  ASSERT_NE(two, nullptr);
+  ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
+  const int port = servers_[2].server->port();
+  servers_[2].server.reset();
+  ShardServer::Options options;
+  options.server_index = 2;
+  options.num_servers = kServers;
+  options.listen_address = absl::StrCat("127.0.0.1:", port);
+  absl::StatusOr<std::unique_ptr<ShardServer>> fresh = ShardServer::Start(options);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  servers_[2].server = *std::move(fresh);
+  ASSERT_TRUE(two->WaitForConnected(2, absl::Now() + absl::Seconds(20)));
+  CopyAudit audit(two.get(), 1);
+  audit.Start(1);
+  const absl::Status s = audit.Finish();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(audit.compared(), 1u);
+  EXPECT_TRUE(two->ServerGone(2));
+  // The slots go on from their other copies.
+  ASSERT_TRUE(Step(*two, 1, 0.02f).ok());
+  EXPECT_TRUE(two->CheckCopiesAgree().ok());
 }
 
 // The audit a run keeps (client/copy_audit.h): due every `every` steps,
