@@ -76,15 +76,17 @@ std::vector<int> ShardCluster::GoneServers() const {
   return channels().DownServers();
 }
 
-absl::StatusOr<bool> ShardCluster::AnswersFresh(int k,
+absl::StatusOr<bool> ShardCluster::AnswersAgain(int k,
                                                 absl::Duration timeout) const {
   v1::InspectResponse r;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  RETURN_IF_ERROR(FromGrpcStatus(
+  const absl::Status s = FromGrpcStatus(
       channels().stub(k).Inspect(&ctx, v1::InspectRequest(), &r), "Inspect",
-      channels().address(k)));
-  return !r.initialized();
+      channels().address(k));
+  if (s.ok()) return true;
+  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) return false;
+  return s;
 }
 
 absl::Status ShardCluster::ReviveServer(int k, const InitOptions& options,
@@ -92,7 +94,11 @@ absl::Status ShardCluster::ReviveServer(int k, const InitOptions& options,
                                         uint64_t step) {
   RETURN_IF_ERROR(NeedLayout("ReviveServer"));
   const ShardChannels& c = channels();
-  RETURN_IF_ERROR(client_->InitServer(k, options));
+  // A server back from a partition holds this run's model at an older step:
+  // replaced, as a new process's empty one is made, before the restore.
+  InitOptions replace = options;
+  replace.replace = true;
+  RETURN_IF_ERROR(client_->InitServer(k, replace));
   const int S = c.size();
   for (int slot : {k, (k + S - 1) % S}) {
     ASSIGN_OR_RETURN(const ServerRestore r,

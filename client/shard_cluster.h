@@ -88,15 +88,19 @@ class ShardCluster {
   // otherwise. Between steps only (ShardChannels::CheckCopiesAgree).
   absl::Status CheckCopiesAgree() const;
   // With replicas: the servers this client left (their copies lost), and
-  // whether server k answers now without state (a replacement started at
-  // its address: true), within `timeout`, one try.
+  // whether server k answers again, within `timeout`, one try: a
+  // replacement started at its address (no state), or the server itself
+  // back from a partition (its state, which this client stopped writing, is
+  // not trusted). Either way ReviveServer makes its copies the
+  // checkpoint's.
   std::vector<int> GoneServers() const;
-  absl::StatusOr<bool> AnswersFresh(int k, absl::Duration timeout) const;
-  // A replacement at server k's address takes back both its copies (its own
-  // slot and the one before it), between steps, while nothing is applied:
-  // Init with `options`, then each copy restored from `directory`'s
-  // checkpoint of `step` (the step every slot stands at), then calls reach
-  // it again. The other ranks' clients learn it through MarkServerBack.
+  absl::StatusOr<bool> AnswersAgain(int k, absl::Duration timeout) const;
+  // Server k, answering again, takes back both its copies (its own slot and
+  // the one before it), between steps, while nothing is applied: Init with
+  // `options` replacing whatever model it held, then each copy restored
+  // from `directory`'s checkpoint of `step` (the step every slot stands
+  // at), then calls reach it again. The other ranks' clients learn it
+  // through MarkServerBack.
   absl::Status ReviveServer(int k, const InitOptions& options,
                             const std::string& directory, uint64_t step);
   // This client reaches server k again (another process revived it).

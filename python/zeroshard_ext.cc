@@ -258,17 +258,17 @@ class PyCluster {
   }
 
   // With replicas (docs/DESIGN.md, "Replicas"): the servers this client
-  // left, whether server k answers now without state (a replacement), and
-  // a replacement's two copies restored from `directory`'s checkpoint of
-  // `step` with this cluster's Init (rank 0, between steps); the other
-  // ranks' clients reach it again through mark_server_back.
+  // left, whether server k answers again (a replacement, or the server back
+  // from a partition), and its two copies restored from `directory`'s
+  // checkpoint of `step` with this cluster's Init (rank 0, between steps);
+  // the other ranks' clients reach it again through mark_server_back.
   std::vector<int> GoneServers() const { return cluster_->GoneServers(); }
-  bool AnswersFresh(int k, double timeout_s) const {
+  bool AnswersAgain(int k, double timeout_s) const {
     CheckServer(k);
     py::gil_scoped_release release;
-    absl::StatusOr<bool> fresh =
-        cluster_->AnswersFresh(k, absl::Seconds(timeout_s));
-    return fresh.ok() && *fresh;
+    absl::StatusOr<bool> again =
+        cluster_->AnswersAgain(k, absl::Seconds(timeout_s));
+    return again.ok() && *again;
   }
   void ReviveServer(int k, const std::string& directory, uint64_t step) {
     CheckServer(k);
@@ -738,7 +738,7 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def("inspect_all", &PyCluster::InspectAll)
       .def("mark_run_ended", &PyCluster::MarkRunEnded, py::arg("step"))
       .def("gone_servers", &PyCluster::GoneServers)
-      .def("answers_fresh", &PyCluster::AnswersFresh, py::arg("k"),
+      .def("answers_again", &PyCluster::AnswersAgain, py::arg("k"),
            py::arg("timeout_s") = 0.5)
       .def("revive_server", &PyCluster::ReviveServer, py::arg("k"),
            py::arg("directory"), py::arg("step"))

@@ -374,8 +374,17 @@ absl::Status ModelShard::SetAdamSteps(uint64_t adam_t) const {
 }
 
 absl::StatusOr<ModelShard::StateDigest> ModelShard::Digest() const {
+  // The tensors' elements only: a restore carries them (padding keeps what
+  // Init gave it), so a restored copy and its live twin hash alike.
+  std::vector<FlatRange> params;
+  for (const TensorInfo& t : layout_.tensors()) {
+    const FlatRange r = Intersect(t.range(), owned());
+    if (r.size() > 0) params.push_back(r);
+  }
+  std::sort(params.begin(), params.end(),
+            [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
   const StepTracker::Summary before = tracker_->Summarize();
-  ASSIGN_OR_RETURN(const uint64_t digest, store_->Digest());
+  ASSIGN_OR_RETURN(const uint64_t digest, store_->Digest(params));
   const StepTracker::Summary after = tracker_->Summarize();
   if (before.min_version != before.max_version ||
       after.min_version != before.min_version ||

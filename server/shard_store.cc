@@ -637,18 +637,34 @@ absl::StatusOr<StateNorms> ShardStore::Norms() const {
   return norms;
 }
 
-absl::StatusOr<uint64_t> ShardStore::Digest() const {
+absl::StatusOr<uint64_t> ShardStore::Digest(
+    absl::Span<const FlatRange> params) const {
   Xxh3Stream hash;
   thread_local std::vector<float> values;
-  for (size_t c = 0; c < num_chunks_; ++c) {
-    RETURN_IF_ERROR(WithChunkLocked(c, [&](const ChunkArrays& a) {
-      hash.Update(a.master, a.range.size() * sizeof(float));
-      for (size_t k = 0; k < num_slots_; ++k) {
-        values.resize(a.range.size());
-        a.Values(k, rule_->slots()[k], values.data());
-        hash.Update(values.data(), values.size() * sizeof(float));
-      }
-    }));
+  // Array 0 is the master weights, array 1 + k slot k's values: each whole
+  // before the next, so the bytes hashed do not depend on the chunking.
+  for (size_t array = 0; array <= num_slots_; ++array) {
+    size_t first = 0;  // the first of `params` that may meet this chunk
+    for (size_t c = 0; c < num_chunks_; ++c) {
+      RETURN_IF_ERROR(WithChunkLocked(c, [&](const ChunkArrays& a) {
+        const float* src = a.master;
+        if (array > 0) {
+          values.resize(a.range.size());
+          a.Values(array - 1, rule_->slots()[array - 1], values.data());
+          src = values.data();
+        }
+        while (first < params.size() && params[first].end <= a.range.begin) {
+          ++first;
+        }
+        for (size_t p = first; p < params.size() && params[p].begin < a.range.end;
+             ++p) {
+          const FlatRange piece = Intersect(params[p], a.range);
+          if (piece.size() == 0) continue;
+          hash.Update(src + (piece.begin - a.range.begin),
+                      piece.size() * sizeof(float));
+        }
+      }));
+    }
   }
   return hash.Digest();
 }

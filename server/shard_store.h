@@ -170,11 +170,13 @@ class ShardStore {
       size_t c, absl::FunctionRef<void(const ChunkArrays&)> f) const;
 
   absl::StatusOr<StateNorms> Norms() const;
-  // XXH3-64 of every element's master weight and state values (8-bit
-  // slots dequantized), chunk by chunk under each chunk's lock: equal for
-  // two copies of a slot that hold the same bits (docs/DESIGN.md,
+  // XXH3-64 of the master weights of the elements in `params` (sorted,
+  // disjoint global ranges: the tensors' elements, the padding between them
+  // left out), then of each state slot's values of them (8-bit slots
+  // dequantized), each chunk under its lock: equal for two copies of a slot
+  // that hold the same bits, however each is chunked (docs/DESIGN.md,
   // "Replicas").
-  absl::StatusOr<uint64_t> Digest() const;
+  absl::StatusOr<uint64_t> Digest(absl::Span<const FlatRange> params) const;
 
   // OK, or the first device error: a failed copy or update leaves the
   // device state unknown, so every later call fails with it (the server

@@ -45,9 +45,9 @@ class CheckpointApi:
     def _revive_replacements(self):
         """With replicas, after an optimizer step (docs/DESIGN.md,
         "Replicas"): rank 0 looks (at most every 0.25 s) at the servers its
-        client left; one that answers now without state (a replacement at
-        its address) gets its two copies back from a checkpoint of this
-        step, and every rank reaches it again. One broadcast a step tells
+        client left; one that answers again (a replacement at its address,
+        or the server back from a partition) gets its two copies back from
+        a checkpoint of this step, and every rank reaches it again. One broadcast a step tells
         the ranks; the checkpoint is taken by all of them."""
         if self._connection[4] < 2:
             return
@@ -58,7 +58,7 @@ class CheckpointApi:
             self._start_looking()
             back = [k for k in sorted(self._fresh)
                     if k in self._cluster.gone_servers()
-                    and self._cluster.answers_fresh(k)]
+                    and self._cluster.answers_again(k)]
         if self._group is not None:
             back = [int(k) for k in self._group.broadcast(
                 ",".join(map(str, back)).encode(), 0).decode().split(",")
@@ -81,8 +81,7 @@ class CheckpointApi:
 
     def _start_looking(self):
         """Rank 0 with replicas: a thread that asks every 0.25 s each server
-        its client left whether it answers now without state (a replacement),
-        into self._fresh; stopped by _stop_looking (close)."""
+        its client left whether it answers again, into self._fresh; stopped by _stop_looking (close)."""
         if getattr(self, "_looking", None) is not None:
             return
         cluster = unwrap(self._cluster)   # thread-safe; frees the GIL
@@ -92,7 +91,7 @@ class CheckpointApi:
         def look():
             while not stop.wait(0.25):
                 self._fresh = {k for k in cluster.gone_servers()
-                               if cluster.answers_fresh(k)}
+                               if cluster.answers_again(k)}
 
         t = threading.Thread(target=look, name="zeroshard-replicas",
                              daemon=True)

@@ -4,19 +4,24 @@
 // both copies, reads the first that answers and leaves a server that stops
 // answering; copies that diverge are named.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/checkpoint_commit.h"
 #include "client/shard_cluster.h"
 #include "common/layout.h"
 #include "client/copy_audit.h"
 #include "gtest/gtest.h"
 #include "server/shard_server.h"
 #include "tests/server/server_test_util.h"
+#include "tests/support/tcp_proxy.h"
 #include "wire/proto_convert.h"
 #include "wire/slot_metadata.h"
 
@@ -359,6 +364,69 @@ TEST_F(ReplicaRpcTest, AComparisonMeetingAnEmptyReplacementLeavesIt) {
   // The slots go on from their other copies.
   ASSERT_TRUE(Step(*two, 1, 0.02f).ok());
   EXPECT_TRUE(two->CheckCopiesAgree().ok());
+}
+
+// A server the client left while it lived (its connections reset until the
+// client's tries were spent) answers again with the state it had: not
+// trusted, it is replaced and both its copies restored from a checkpoint,
+// after which they hash as their live twins do.
+TEST_F(ReplicaRpcTest, AServerBackFromAPartitionTakesItsCopiesBack) {
+  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start(addresses_[2]);
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  addresses_[2] = (*proxy)->address();
+  std::unique_ptr<ShardCluster> two = TwoCopies();
+  ASSERT_NE(two, nullptr);
+  ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
+  // Every connection to server 2 reset as it opens, until the step has
+  // left it; the server itself goes on holding step 1.
+  std::atomic<bool> cut{true};
+  std::thread dropper([&] {
+    while (cut.load()) {
+      (*proxy)->Drop();
+      absl::SleepFor(absl::Microseconds(200));
+    }
+  });
+  const absl::Status during = Step(*two, 1, 0.02f);
+  cut = false;
+  dropper.join();
+  ASSERT_TRUE(during.ok()) << during;
+  ASSERT_TRUE(two->ServerGone(2));
+  ASSERT_TRUE(Step(*two, 2, 0.03f).ok());  // server 2's copies miss it
+  // As rank 0's watcher does: asked until it answers (the channel waits
+  // out its reconnect backoff first).
+  bool again = false;
+  for (const absl::Time end = absl::Now() + absl::Seconds(20);
+       !again && absl::Now() < end; absl::SleepFor(absl::Milliseconds(100))) {
+    absl::StatusOr<bool> a = two->AnswersAgain(2, absl::Seconds(1));
+    ASSERT_TRUE(a.ok()) << a.status();
+    again = *a;
+  }
+  ASSERT_TRUE(again);
+
+  // Rank 0's revival: a checkpoint of step 3, then server 2 restored.
+  const std::string dir = ::testing::TempDir() + "/partition_ckpt";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(two->ArmCheckpoint(3, dir).ok());
+  absl::StatusOr<std::vector<ShardFile>> files =
+      two->WaitCheckpoint(3, dir, absl::Seconds(20));
+  ASSERT_TRUE(files.ok()) << files.status();
+  CheckpointInfo info;
+  info.step = 3;
+  info.layout = layout_.get();
+  ASSERT_TRUE(CommitCheckpoint(dir, *files, info, 0).ok());
+  InitOptions init;
+  init.seed = 5;
+  init.num_workers = 1;
+  init.replicas = 2;
+  const absl::Status revived = two->ReviveServer(2, init, dir, 3);
+  ASSERT_TRUE(revived.ok()) << revived;
+  EXPECT_FALSE(two->ServerGone(2));
+  absl::Status agree = two->CheckCopiesAgree();
+  EXPECT_TRUE(agree.ok()) << agree;
+  ASSERT_TRUE(Step(*two, 3, 0.04f).ok());
+  agree = two->CheckCopiesAgree();
+  EXPECT_TRUE(agree.ok()) << agree;
+  std::filesystem::remove_all(dir);
 }
 
 // The audit a run keeps (client/copy_audit.h): due every `every` steps,

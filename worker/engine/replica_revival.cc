@@ -51,7 +51,7 @@ void ReplicaRevival::Watch() {
     mu_.Unlock();
     std::set<int> fresh;
     for (int k : gone) {
-      absl::StatusOr<bool> f = client_->AnswersFresh(k, kLookTimeout);
+      absl::StatusOr<bool> f = client_->AnswersAgain(k, kLookTimeout);
       if (f.ok() && *f) fresh.insert(k);
     }
     mu_.Lock();
@@ -72,7 +72,7 @@ absl::StatusOr<std::string> ReplicaRevival::ReviveFresh(
     if (!checkpoints_->enabled()) {
       if (!said_no_dir_) {
         ZS_LOG(WARNING) << "server " << k << " (" << client_->address(k)
-                        << ") is back without state, but it can only take "
+                        << ") answers again, but it can only take "
                            "its copies back from a checkpoint: set "
                            "zeroshard.checkpoint.dir; its slots stay on one "
                            "copy";
@@ -81,7 +81,7 @@ absl::StatusOr<std::string> ReplicaRevival::ReviveFresh(
       continue;
     }
     // Looked at again now: the thread's answer may be 250 ms old.
-    absl::StatusOr<bool> still = client_->AnswersFresh(k, kLookTimeout);
+    absl::StatusOr<bool> still = client_->AnswersAgain(k, kLookTimeout);
     if (!still.ok() || !*still) continue;
     const absl::Time t0 = absl::Now();
     RETURN_IF_ERROR(checkpoints_->CheckpointNow(step, scaler));

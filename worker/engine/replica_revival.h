@@ -1,7 +1,8 @@
 // With replicas (docs/DESIGN.md, "Replicas"): a server started in place of
-// a dead one takes its two copies back at a step boundary. A thread of rank
-// 0's asks every 250 ms each server its client left whether it answers now
-// without state (so a silent address never slows a step); before each step,
+// a dead one, or one back from a partition, takes its two copies back at a
+// step boundary. A thread of rank 0's asks every 250 ms each server its
+// client left whether it answers again (so a silent address never slows a
+// step); before each step,
 // for one that does, rank 0 checkpoints
 // the step (every slot stands at it, nothing is being applied: the other
 // ranks wait in the broadcast below), then Inits the server and restores
@@ -59,7 +60,7 @@ class ReplicaRevival {
   // Rank 0: the servers revived before `step`, as "k,k,...".
   absl::StatusOr<std::string> ReviveFresh(uint64_t step,
                                           const LossScalerState& scaler);
-  // The thread: every kLookEvery, which gone servers answer fresh.
+  // The thread: every kLookEvery, which gone servers answer again.
   void Watch();
 
   const TrainingConfig& config_;
@@ -71,7 +72,7 @@ class ReplicaRevival {
   int revived_ = 0;
 
   absl::Mutex mu_;
-  std::set<int> fresh_ ABSL_GUARDED_BY(mu_);  // gone, answering fresh
+  std::set<int> fresh_ ABSL_GUARDED_BY(mu_);  // gone, answering again
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watcher_;
 };
