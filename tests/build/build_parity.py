@@ -46,6 +46,7 @@ CMAKE_ONLY = {
     "bench/device_gpt_bench.cc": "CUDA: the GPT-2-124M device benchmark",
     "tests/optim/adam_device_test.cc": "CUDA: adam_device_test's source",
     "tests/model/kernels_cuda_test.cc": "CUDA: kernels_cuda_test's source",
+    "tests/model/kernels_cuda_args_test.cc": "CUDA: kernels_cuda_test's source",
     "tests/model/device_gpt_test.cc": "CUDA: device_gpt_test's source",
     "tests/model/device_llama_test.cc": "CUDA: device_llama_test's source",
     "tests/worker/engine/engine_device_test.cc": "CUDA: engine_device_test's source",
