@@ -48,16 +48,8 @@ absl::Status LlamaModel::Begin(int batch, int seq, absl::Span<const int32_t> tok
   }
   tokens_.assign(tokens.begin(), tokens.end());
   targets_.assign(targets.begin(), targets.end());
-  block_ = LlamaBlockDims{.batch = batch,
-                          .seq = seq,
-                          .width = dims_.width,
-                          .heads = dims_.heads,
-                          .kv_heads = dims_.kv_heads,
-                          .head_dim = dims_.head_dim,
-                          .mlp_width = dims_.mlp_width,
-                          .norm_eps = static_cast<float>(dims_.norm_eps),
-                          .dtype = ComputeDType(param_dtype_),
-                          .rope = &table->second};
+  block_ = LlamaBlockDimsOf(dims_, batch, seq, ComputeDType(param_dtype_),
+                            &table->second);
   phase_ = Phase::kForward;
   next_ = -1;  // embedding first
   return absl::OkStatus();

@@ -82,6 +82,20 @@ k::GroupedQkv LlamaGroups(const LlamaBlockDims& d) {
 
 }  // namespace
 
+LlamaBlockDims LlamaBlockDimsOf(const LlamaDims& dims, int64_t batch, int64_t seq,
+                                DType dtype, const kernels::cpu::RopeTable* rope) {
+  return LlamaBlockDims{.batch = batch,
+                        .seq = seq,
+                        .width = dims.width,
+                        .heads = dims.heads,
+                        .kv_heads = dims.kv_heads,
+                        .head_dim = dims.head_dim,
+                        .mlp_width = dims.mlp_width,
+                        .norm_eps = static_cast<float>(dims.norm_eps),
+                        .dtype = dtype,
+                        .rope = rope};
+}
+
 void LlamaBlockActs::Release() {
   for (ActBuffer* b : {&h1, &qkv, &probs, &atty, &x2, &h2, &gu, &act, &rstd1, &rstd2}) {
     b->Release();

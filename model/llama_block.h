@@ -16,6 +16,7 @@
 #include "common/dtype.h"
 #include "model/activation_buffer.h"
 #include "model/kernels/cpu/rope.h"
+#include "model/llama_manifest.h"
 #include "model/unit_weights.h"
 
 namespace zeroshard::model {
@@ -28,6 +29,12 @@ struct LlamaBlockDims {
   const kernels::cpu::RopeTable* rope = nullptr;  // [seq, head_dim / 2]
   int64_t rows() const { return batch * seq; }
 };
+
+// The block's dims for a micro-batch of `batch` x `seq` under `dims`, in
+// the compute dtype `dtype`, with the rotary table `rope` (the device model
+// keeps its own table and passes null).
+LlamaBlockDims LlamaBlockDimsOf(const LlamaDims& dims, int64_t batch, int64_t seq,
+                                DType dtype, const kernels::cpu::RopeTable* rope);
 
 struct LlamaBlockActs {
   ActBuffer h1, qkv, probs, atty, x2, h2, gu, act;  // compute dtype

@@ -23,14 +23,6 @@ enum : int { kX, kT, kWide, kH, kDWide, kDQkv, kGelu, kDx2, kY };
 
 k::DeviceTensor View(const DeviceBuffer& b) { return {b.data(), b.dtype()}; }
 
-// Stores v into dst and rounds v to what was stored (gpt_block.cc's
-// StoreRounded).
-absl::Status StoreRounded(float* v, DeviceBuffer& dst) {
-  RETURN_IF_ERROR(dst.FromFloat(v));
-  if (dst.dtype() == DType::kBf16) return dst.ToFloat(v);
-  return absl::OkStatus();
-}
-
 // x (FP32, n) rounded into `out` (dtype dt, n elements of raw storage).
 absl::Status StoreAs(DType dt, const float* x, void* out, int64_t n,
                      cudaStream_t s) {
@@ -128,7 +120,7 @@ absl::Status DeviceBlockRunner::Forward(const BlockDims& d,
                                   w.Vector(kProjB), M, C, C, t, s));
   RETURN_IF_ERROR(k::ResidualForward(x, t, x, M * C, s));  // x2
   Mark("residual");
-  RETURN_IF_ERROR(StoreRounded(x, a->x2));
+  RETURN_IF_ERROR(a->x2.StoreRounded(x));
   Mark("casts");
   // MLP half.
   RETURN_IF_ERROR(k::LayerNormForward(x, w.Vector(kLn2W), w.Vector(kLn2B), M,
@@ -138,7 +130,7 @@ absl::Status DeviceBlockRunner::Forward(const BlockDims& d,
   Mark("casts");
   RETURN_IF_ERROR(linear_.Forward(View(a->ln2), w.Matrix(kFcW), w.Vector(kFcB),
                                   M, C, 4 * C, wide, s));
-  RETURN_IF_ERROR(StoreRounded(wide, a->h));
+  RETURN_IF_ERROR(a->h.StoreRounded(wide));
   Mark("casts");
   RETURN_IF_ERROR(k::GeluForward(wide, wide, M * 4 * C, s));
   Mark("gelu");

@@ -77,4 +77,10 @@ absl::Status DeviceBuffer::ToFloat(float* out) const {
                     "DeviceBuffer::ToFloat");
 }
 
+absl::Status DeviceBuffer::StoreRounded(float* v) {
+  if (absl::Status s = FromFloat(v); !s.ok()) return s;
+  if (dtype_ == DType::kBf16) return ToFloat(v);
+  return absl::OkStatus();
+}
+
 }  // namespace zeroshard::model

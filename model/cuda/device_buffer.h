@@ -50,6 +50,9 @@ class DeviceBuffer {
   // the reverse; enqueued on the buffer's stream.
   absl::Status FromFloat(const float* in);
   absl::Status ToFloat(float* out) const;
+  // FromFloat(v), then v rounded to what was stored (BF16: v's values as
+  // the buffer now holds them), as the CPU blocks' StoreRounded.
+  absl::Status StoreRounded(float* v);
 
  private:
   void* data_ = nullptr;

@@ -95,16 +95,8 @@ absl::Status DeviceLlamaModel::Begin(int batch, int seq,
                                      absl::Span<const int32_t> targets) {
   RETURN_IF_ERROR(BeginBatch(batch, seq, tokens, targets));
   ASSIGN_OR_RETURN(rope_, RopeFor(seq));
-  block_ = LlamaBlockDims{.batch = batch,
-                          .seq = seq,
-                          .width = dims_.width,
-                          .heads = dims_.heads,
-                          .kv_heads = dims_.kv_heads,
-                          .head_dim = dims_.head_dim,
-                          .mlp_width = dims_.mlp_width,
-                          .norm_eps = static_cast<float>(dims_.norm_eps),
-                          .dtype = ComputeDType(param_dtype_),
-                          .rope = nullptr};
+  block_ = LlamaBlockDimsOf(dims_, batch, seq, ComputeDType(param_dtype_),
+                            /*rope=*/nullptr);
   return absl::OkStatus();
 }
 

@@ -23,14 +23,6 @@ enum : int { kLbX, kLbT, kLbQkvc, kLbQkv, kLbGu, kLbAct, kLbDQkv, kLbDQkvc, kLbD
 
 k::DeviceTensor ViewOf(const DeviceBuffer& b) { return {b.data(), b.dtype()}; }
 
-// Stores v into dst and rounds v to what was stored (llama_block.cc's
-// LlamaStoreRounded).
-absl::Status StoreRoundedOnDevice(float* v, DeviceBuffer& dst) {
-  RETURN_IF_ERROR(dst.FromFloat(v));
-  if (dst.dtype() == DType::kBf16) return dst.ToFloat(v);
-  return absl::OkStatus();
-}
-
 // Whether b's data directly follows a's `a_elems` elements: q, k, v (and
 // gate, up) are adjacent in a unit's buffer, so they are one weight.
 bool Follows(const k::DeviceTensor& a, int64_t a_elems, const k::DeviceTensor& b) {
@@ -187,7 +179,7 @@ absl::Status DeviceLlamaBlockRunner::Forward(const LlamaBlockDims& d,
   Mark("o matmul fwd");
   RETURN_IF_ERROR(k::ResidualForward(x, t, x, M * C, s));  // x now holds x2
   Mark("residual");
-  RETURN_IF_ERROR(StoreRoundedOnDevice(x, a->x2));
+  RETURN_IF_ERROR(a->x2.StoreRounded(x));
   Mark("casts");
   // MLP half.
   RETURN_IF_ERROR(k::RmsNormForward(x, w.Vector(kLbNorm2), M, C, d.norm_eps, t,
@@ -203,7 +195,7 @@ absl::Status DeviceLlamaBlockRunner::Forward(const LlamaBlockDims& d,
     RETURN_IF_ERROR(Project(ViewOf(a->h2), C, wu, F, M, gu + F, 2 * F));
   }
   Mark("gate/up matmul fwd");
-  RETURN_IF_ERROR(StoreRoundedOnDevice(gu, a->gu));
+  RETURN_IF_ERROR(a->gu.StoreRounded(gu));
   Mark("casts");
   RETURN_IF_ERROR(k::SwiGluForward(gu, M, F, act, s));
   Mark("swiglu");
