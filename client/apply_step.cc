@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -24,8 +25,17 @@ absl::Status ApplyStepCall(const ShardChannels& channels, int slot, int k,
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     channels.RouteTo(&ctx, slot, k);
-    return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, response),
-                          "ApplyStep", channels.address(k));
+    // Cancelled when server k is left meanwhile (ShardChannels::MarkDown).
+    if (!channels.leaving(k).Register(&ctx)) {
+      return absl::CancelledError(absl::StrCat(
+          "ApplyStep(step ", step, ") to ", channels.address(k),
+          ": the server was left"));
+    }
+    absl::Status s =
+        FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, response),
+                       "ApplyStep", channels.address(k));
+    channels.leaving(k).Unregister(&ctx);
+    return s;
   }, channels.channel(k).get());
 }
 

@@ -9,12 +9,16 @@
 //   // thread B: cancel.Cancel();   // A returns CANCELLED promptly
 //
 // Thread-safe. A context must be unregistered before it is destroyed.
+// OldestCall tells how long the longest registered call has run
+// (ShardChannels' watch over silent servers).
 #ifndef ZEROSHARD_CLIENT_CALL_CANCELLER_H_
 #define ZEROSHARD_CLIENT_CALL_CANCELLER_H_
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace grpc {
 class ClientContext;
@@ -28,7 +32,7 @@ class CallCanceller {
   bool Register(grpc::ClientContext* context) {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return false;
-    active_.insert(context);
+    active_.emplace(context, absl::Now());
     return true;
   }
   void Unregister(grpc::ClientContext* context) {
@@ -46,11 +50,16 @@ class CallCanceller {
     absl::MutexLock lock(&mu_);
     return cancelled_;
   }
+  // When the longest-running registered call was registered; InfiniteFuture
+  // when none is.
+  absl::Time OldestCall() const;
 
  private:
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_set<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
+  // Each registered call, with when it was registered.
+  absl::flat_hash_map<grpc::ClientContext*, absl::Time> active_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zeroshard

@@ -24,6 +24,9 @@ class ClientSecurity;  // wire/credentials.h
 // reads as this timeout.
 inline constexpr int kConnectAttemptMs = 20000;
 
+// ShardClientOptions::silence_probe's default.
+inline constexpr absl::Duration kDefaultSilenceProbe = absl::Seconds(3);
+
 struct ShardClientOptions {
   // Deadline of each RPC attempt, counted from its start. A push stream that
   // stays open through backward must finish within it.
@@ -49,9 +52,16 @@ struct ShardClientOptions {
   // docs/DESIGN.md, "Replicas"): with 2, slot k lives on server k and on
   // server k + 1 mod S; pushes, ApplyStep, SetWeights and Restore reach
   // both, reads the first that answers, and a server that stops answering
-  // (UNAVAILABLE after the retries) is left for the rest of the client's
-  // life.
+  // (UNAVAILABLE after the retries, or a call past its deadline followed by
+  // a probe that goes unanswered: silence_probe) is left for the rest of
+  // the client's life.
   int replicas = 1;
+  // With replicas 2: how long a server whose call ran out its deadline has
+  // to answer one Inspect before its copies are counted lost (a partition,
+  // a hung process). A server that answers was only slow, or the call was a
+  // wait that ended so (a Gather for a version not applied yet, a sliced
+  // checkpoint wait), and the call's DEADLINE_EXCEEDED stands.
+  absl::Duration silence_probe = kDefaultSilenceProbe;
 };
 
 // The credentials of role `role_name` ("worker", "ctl" or "admin") from a

@@ -49,7 +49,11 @@ absl::Status OneAttempt(const ShardChannels& channels, int slot, int server,
   }
 
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.call_timeout));
+  // A wait for a version may outlast another call's failover (the step it
+  // waits for may meet a silent copy first).
+  const absl::Duration wait =
+      min_version >= 0 ? channels.FailoverAllowance() : absl::ZeroDuration();
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.call_timeout + wait));
   channels.RouteTo(&ctx, slot, server);
   if (cancel != nullptr && !cancel->Register(&ctx)) {
     return absl::CancelledError(
@@ -63,6 +67,13 @@ absl::Status OneAttempt(const ShardChannels& channels, int slot, int server,
       if (cancel != nullptr) cancel->Unregister(ctx);
     }
   } unregister{cancel, &ctx};
+  // Ended too when the server is left meanwhile (ShardChannels::MarkDown):
+  // the slot is then read from its other copy.
+  if (!channels.leaving(server).Register(&ctx)) {
+    return absl::CancelledError(
+        absl::StrCat(what, " from ", address, ": the server was left"));
+  }
+  const Unregister left{&channels.leaving(server), &ctx};
   GenericStreamCall call(channels.channel(server), kGatherMethod, &ctx);
   // A failure shows in Read and Finish.
   call.WriteLast(ProtoToByteBuffer(request));

@@ -94,6 +94,13 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     }
     context_ = &ctx;
   }
+  // Cancelled too when the server is left (ShardChannels::MarkDown).
+  if (!channels_->leaving(server_).Register(&ctx)) {
+    absl::MutexLock lock(&mu_);
+    context_ = nullptr;
+    return absl::CancelledError(
+        absl::StrCat(what_, " to ", address, ": the server was left"));
+  }
   // The tracker is shared with every slice still referencing caller data
   // (wire/push_grad_codec.h), so it outlives whatever gRPC still holds.
   auto in_flight = std::make_shared<InFlightBytes>();
@@ -212,6 +219,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     st = grpc::Status(grpc::StatusCode::INTERNAL,
                       "the reply does not parse as a PushGradResponse");
   }
+  channels_->leaving(server_).Unregister(&ctx);
   {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;

@@ -85,6 +85,11 @@ absl::StatusOr<std::unique_ptr<ShardChannels>> ShardChannels::Connect(
   if (options.retry.max_attempts < 1) {
     return absl::InvalidArgumentError("retry.max_attempts must be >= 1");
   }
+  if (options.silence_probe <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "silence_probe ", absl::FormatDuration(options.silence_probe),
+        " must be > 0"));
+  }
   if (options.replicas < 1 || options.replicas > 2 ||
       (options.replicas == 2 && servers.size() < 2)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -110,7 +115,12 @@ absl::StatusOr<std::unique_ptr<ShardChannels>> ShardChannels::Connect(
     c->health_stubs_.push_back(grpc::health::v1::Health::NewStub(channel));
     c->channels_.push_back(std::move(channel));
     c->down_.push_back(std::make_unique<std::atomic<bool>>(false));
+    c->silent_.push_back(std::make_unique<std::atomic<bool>>(false));
+    c->leaving_.push_back(std::make_unique<CallCanceller>());
   }
+  if (c->replicas() > 1) c->watch_ = std::thread([p = c.get()] {
+    p->WatchForSilence();
+  });
   return c;
 }
 
@@ -131,7 +141,11 @@ void ShardChannels::MarkDown(int k, const absl::Status& why) const {
     absl::MutexLock lock(&regions_mu_);
     if (static_cast<size_t>(k) < regions_.size()) regions_[k] = nullptr;
   }
-  if (!down_[k]->exchange(true)) {
+  // Down before its calls are cancelled, so that each of them, ending
+  // CANCELLED, finds its server left and goes on with the other copy.
+  const bool was_down = down_[k]->exchange(true);
+  leaving_[k]->Cancel();
+  if (!was_down) {
     ZS_LOG(WARNING) << "server " << k << " (" << address(k)
                     << ") is gone; its slots are served by their other copy: "
                     << why.message();
@@ -139,6 +153,8 @@ void ShardChannels::MarkDown(int k, const absl::Status& why) const {
 }
 
 void ShardChannels::MarkUp(int k) const {
+  silent_[k]->store(false);
+  leaving_[k]->Reset();
   if (down_[k]->exchange(false)) {
     ZS_LOG(INFO) << "server " << k << " (" << address(k)
                  << ") holds its copies again";
@@ -162,11 +178,55 @@ void ShardChannels::RouteTo(grpc::ClientContext* ctx, int slot,
 bool CopyLost(const absl::Status& s) {
   // Its server does not answer, or answers without state: a process
   // started in its place, whose copy is not the one this client wrote.
-  // DEADLINE_EXCEEDED is not a lost copy: waits end so too (a Gather for a
-  // version not applied yet, a checkpoint still being written).
   return s.code() == absl::StatusCode::kUnavailable ||
          (s.code() == absl::StatusCode::kFailedPrecondition &&
           absl::StrContains(s.message(), kNotInitialisedMessage));
+}
+
+absl::StatusOr<bool> ShardChannels::Answers(int k, absl::Duration within) const {
+  v1::InspectResponse r;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + within));
+  const absl::Status s = FromGrpcStatus(
+      stubs_[k]->Inspect(&ctx, v1::InspectRequest(), &r), "Inspect",
+      addresses_[k]);
+  if (s.ok()) return true;
+  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) return false;
+  return s;
+}
+
+bool ShardChannels::SilentWhileOthersAnswer(int k) const {
+  const absl::StatusOr<bool> answers = Answers(k, options_.silence_probe);
+  if (!answers.ok() || *answers) return false;
+  // Silent: is it the server, or this client cut off from every server (its
+  // own link down)? Only the first is a lost copy; leaving every server
+  // would end the run where waiting for the link goes on.
+  for (int j = 0; j < size(); ++j) {
+    if (j == k || IsDown(j)) continue;
+    const absl::StatusOr<bool> other = Answers(j, options_.silence_probe);
+    if (!other.ok() || *other) return true;
+  }
+  return false;
+}
+
+bool ShardChannels::LostCopy(int k, const absl::Status& s) const {
+  if (CopyLost(s)) return true;
+  // DEADLINE_EXCEEDED alone is not a lost copy: waits end so too (a Gather
+  // for a version not applied yet, a checkpoint still being written). The
+  // server is asked once, briefly: one that answers stands; one that does
+  // not (partitioned, hung) is lost as a dead one is.
+  // A verdict of silence holds until MarkUp, so that a push stream's error
+  // looked at during backward and again at its reply asks once.
+  if (replicas() < 2 || !absl::IsDeadlineExceeded(s)) return false;
+  if (silent_[k]->load()) return true;
+  if (!SilentWhileOthersAnswer(k)) return false;
+  if (!silent_[k]->exchange(true)) {
+    ZS_LOG(WARNING) << "server " << k << " (" << address(k)
+                    << ") did not answer within "
+                    << absl::FormatDuration(options_.silence_probe)
+                    << " after a call ran out its deadline: " << s.message();
+  }
+  return true;
 }
 
 namespace {
@@ -194,6 +254,33 @@ absl::Status ShardChannels::OnEveryCopy(
   return SettleCopies(slot, results);
 }
 
+void ShardChannels::WatchForSilence() {
+  absl::MutexLock lock(&watch_mu_);
+  while (!watch_stop_) {
+    watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), kWatchEvery);
+    if (watch_stop_) break;
+    for (int k = 0; k < size() && !watch_stop_; ++k) {
+      if (IsDown(k) ||
+          absl::Now() - leaving_[k]->OldestCall() < kLagBeforeProbe) {
+        continue;
+      }
+      // A call has waited on server k for a while: a wait for a version,
+      // a slow step, or a server that will never answer. Asked once, with
+      // the lock released so that the destructor is not held by it.
+      watch_mu_.Unlock();
+      if (SilentWhileOthersAnswer(k)) {
+        silent_[k]->store(true);
+        MarkDown(k, absl::UnavailableError(absl::StrCat(
+                        "a call waited over ",
+                        absl::FormatDuration(kLagBeforeProbe),
+                        " and it then did not answer within ",
+                        absl::FormatDuration(options_.silence_probe))));
+      }
+      watch_mu_.Lock();
+    }
+  }
+}
+
 absl::Status ShardChannels::SettleCopies(int slot,
                                          absl::Span<const CopyResult> results,
                                          bool mark_down) const {
@@ -205,7 +292,7 @@ absl::Status ShardChannels::SettleCopies(int slot,
   for (const CopyResult& r : results) {
     if (r.status.ok()) {
       ++served;
-    } else if (CopyLost(r.status)) {
+    } else if (IsDown(r.server) || LostCopy(r.server, r.status)) {
       if (mark_down) MarkDown(r.server, r.status);
       last_lost = r.status;
     } else if (first_error.ok()) {
@@ -223,7 +310,7 @@ absl::Status ShardChannels::OnOneCopy(
   absl::Status last_lost;
   for (int k : LiveHolders(slot)) {
     absl::Status s = call(k);
-    if (!CopyLost(s)) return s;
+    if (s.ok() || (!IsDown(k) && !LostCopy(k, s))) return s;
     MarkDown(k, s);
     last_lost = s;
   }
@@ -253,6 +340,13 @@ void ShardChannels::SetRegion(int k,
 }
 
 ShardChannels::~ShardChannels() {
+  if (watch_.joinable()) {
+    {
+      absl::MutexLock lock(&watch_mu_);
+      watch_stop_ = true;
+    }
+    watch_.join();
+  }
   std::vector<std::shared_ptr<const ServerRegion>> regions;
   {
     absl::MutexLock lock(&regions_mu_);
@@ -280,8 +374,18 @@ absl::StatusOr<v1::InspectResponse> ShardChannels::InspectCopy(
     grpc::ClientContext ctx;
     PrepareControlContext(&ctx);
     RouteTo(&ctx, slot, k);
-    return FromGrpcStatus(stubs_[k]->Inspect(&ctx, request, &resp),
-                          "Inspect", addresses_[k]);
+    // Ended when server k is left meanwhile (a comparison started before a
+    // hung server was found must not hold the step for the control
+    // deadline).
+    if (!leaving_[k]->Register(&ctx)) {
+      return absl::CancelledError(absl::StrCat(
+          "Inspect of slot ", slot, ": server ", k, " (", addresses_[k],
+          ") was left"));
+    }
+    absl::Status r = FromGrpcStatus(stubs_[k]->Inspect(&ctx, request, &resp),
+                                    "Inspect", addresses_[k]);
+    leaving_[k]->Unregister(&ctx);
+    return r;
   }, channels_[k].get());
   if (!s.ok()) return s;
   return resp;
@@ -297,7 +401,7 @@ absl::Status ShardChannels::CheckCopiesAgree() const {
     std::vector<Copy> copies;
     for (int k : LiveHolders(slot)) {
       absl::StatusOr<v1::InspectResponse> r = InspectCopy(slot, k, true);
-      if (!r.ok() && CopyLost(r.status())) {
+      if (!r.ok() && (IsDown(k) || LostCopy(k, r.status()))) {
         MarkDown(k, r.status());
         continue;
       }

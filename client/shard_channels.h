@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -26,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/call_canceller.h"
 #include "client/client_options.h"
 #include "client/retry_policy.h"
 #include "client/server_region.h"
@@ -43,6 +45,17 @@ namespace zeroshard {
 absl::Status RunWithRetry(const RetryPolicy& policy,
                           const std::function<absl::Status()>& call,
                           grpc::Channel* channel = nullptr);
+
+// With replicas 2, a thread of each ShardChannels looks every kWatchEvery
+// at the calls in flight (those registered with leaving(k)); a server with
+// one waiting longer than kLagBeforeProbe is asked whether it still answers
+// (one Inspect within options().silence_probe), and one that does not,
+// while another server does, is marked down, which cancels its calls: a hung or partitioned server costs
+// the step about kLagBeforeProbe + silence_probe, not a call's deadline. A
+// server that answers (a Gather waiting for a version, a slow step) is only
+// asked again a tick later.
+inline constexpr absl::Duration kLagBeforeProbe = absl::Seconds(1);
+inline constexpr absl::Duration kWatchEvery = absl::Milliseconds(250);
 
 class ShardChannels {
  public:
@@ -97,22 +110,49 @@ class ShardChannels {
   // True once server k was marked down.
   bool IsDown(int k) const { return down_[k]->load(); }
   // Marks server k down (with replicas 2 only; logs `why` once): calls
-  // leave it until MarkUp, and its shared-memory region is dropped (not
-  // closed: its server is gone).
+  // leave it until MarkUp, a comparison's Inspect in flight to it is
+  // cancelled, and its shared-memory region is dropped (not closed: its
+  // server is gone).
   void MarkDown(int k, const absl::Status& why) const;
   // Server k holds its copies again (a replacement restored at a step
   // boundary: ShardCluster::ReviveServer); calls reach it from now on.
   void MarkUp(int k) const;
   // Servers marked down.
   std::vector<int> DownServers() const;
+  // With replicas 2, how much longer than a call's own timeout a wait on
+  // the cluster's progress (a Gather for a version not applied yet) may
+  // take: a step may first meet a silent copy, which costs up to
+  // kLagBeforeProbe, a tick and the probe before it goes on. Zero with one
+  // copy.
+  absl::Duration FailoverAllowance() const {
+    return replicas() > 1
+               ? kLagBeforeProbe + kWatchEvery + options_.silence_probe
+               : absl::ZeroDuration();
+  }
+  // The calls to server k that end when it is marked down register here
+  // (a push stream, ApplyStep, a comparison's Inspect, a Gather).
+  CallCanceller& leaving(int k) const { return *leaving_[k]; }
+  // Whether server k answers one Inspect within `within` (any answer of its
+  // own, an error included, is an answer); an error other than the
+  // transport's UNAVAILABLE or DEADLINE_EXCEEDED is returned.
+  absl::StatusOr<bool> Answers(int k, absl::Duration within) const;
+  // Whether server k does not answer within options().silence_probe while
+  // some other server not left does (an answer with an error counts): a
+  // server hung or cut off, not this client cut off from all of them.
+  bool SilentWhileOthersAnswer(int k) const;
+  // Whether `s`, the status of a call on server k, ends that server's copies
+  // (with replicas 2): CopyLost(s), or DEADLINE_EXCEEDED from a server
+  // found SilentWhileOthersAnswer (a partition or a hung process: "no
+  // answer within the step timeout").
+  bool LostCopy(int k, const absl::Status& s) const;
   // Names `slot` in the call's metadata when it goes to a server other than
   // the slot's own, and with replicas 2 says that this client writes both
   // copies (wire/slot_metadata.h): a server keeping two copies refuses
   // writes from a client that would write one.
   void RouteTo(grpc::ClientContext* ctx, int slot, int server) const;
   // Runs call(server) on every live copy of `slot`, in parallel. With replicas
-  // 2, a copy whose call ends UNAVAILABLE (its server gone: the transport
-  // retried already) is marked down and left out, so the result is OK when
+  // 2, a copy whose call ends so that LostCopy says it is lost (its server
+  // gone or silent) is marked down and left out, so the result is OK when
   // at least one copy succeeded and every other one was lost; otherwise the
   // first error. With one copy, the call's own status.
   absl::Status OnEveryCopy(int slot,
@@ -153,14 +193,28 @@ class ShardChannels {
   std::vector<std::unique_ptr<grpc::health::v1::Health::Stub>> health_stubs_;
   // Per server: marked down (MarkDown).
   std::vector<std::unique_ptr<std::atomic<bool>>> down_;
+  // Per server: a probe after a DEADLINE_EXCEEDED went unanswered
+  // (LostCopy); cleared by MarkUp.
+  std::vector<std::unique_ptr<std::atomic<bool>>> silent_;
+  // Per server: the calls that end when it is marked down (pushes,
+  // ApplyStep, Gather, a comparison's Inspect); cancelled by MarkDown,
+  // re-armed by MarkUp; watched by WatchForSilence.
+  std::vector<std::unique_ptr<CallCanceller>> leaving_;
+  // The watch over silent servers (replicas 2 only), stopped and joined by
+  // the destructor.
+  void WatchForSilence();
+  absl::Mutex watch_mu_;
+  bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::thread watch_;
   mutable absl::Mutex regions_mu_;
   mutable std::vector<std::shared_ptr<const ServerRegion>> regions_
       ABSL_GUARDED_BY(regions_mu_);
 };
 
-// What ends a copy of a slot, with replicas 2: its server does not answer
-// (UNAVAILABLE once the transport's retries are spent), or answers that it
-// is not initialised (a process started in its place).
+// What ends a copy of a slot by the status alone, with replicas 2: its
+// server does not answer (UNAVAILABLE once the transport's retries are
+// spent), or answers that it is not initialised (a process started in its
+// place). ShardChannels::LostCopy adds a silent server's DEADLINE_EXCEEDED.
 bool CopyLost(const absl::Status& s);
 
 // Runs call(i) for i in [0, n) in parallel (a thread each), e.g. one call

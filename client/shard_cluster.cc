@@ -78,15 +78,7 @@ std::vector<int> ShardCluster::GoneServers() const {
 
 absl::StatusOr<bool> ShardCluster::AnswersAgain(int k,
                                                 absl::Duration timeout) const {
-  v1::InspectResponse r;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  const absl::Status s = FromGrpcStatus(
-      channels().stub(k).Inspect(&ctx, v1::InspectRequest(), &r), "Inspect",
-      channels().address(k));
-  if (s.ok()) return true;
-  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) return false;
-  return s;
+  return channels().Answers(k, timeout);
 }
 
 absl::Status ShardCluster::ReviveServer(int k, const InitOptions& options,

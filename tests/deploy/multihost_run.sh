@@ -46,9 +46,11 @@ REPO=$(cd "$HERE/../.." && pwd)
 # wrote step 4 and 8 within one look and ended at 12 after one cut).
 STEPS=${ZS_MULTIHOST_STEPS:-16}
 EVERY=${ZS_MULTIHOST_CKPT_EVERY:-4}
-# The partition is shorter than the step timeout: the calls in flight wait
-# for the link and the run goes on without leaving the server (a longer one
-# fails the step: docs/DESIGN.md, "Replicas").
+# The partition is shorter than the step timeout. With replicas the workers
+# leave the silent server after about 4 s (a call waiting over a second,
+# then a probe of 3 s unanswered: docs/DESIGN.md, "Replicas") and rank 0
+# takes it back once its link is up; with one copy the calls in flight wait
+# for the link.
 STEP_S=${ZS_MULTIHOST_STEP_S:-30}
 DOWN_S=${ZS_MULTIHOST_DOWN_S:-6}
 DEADLINE_S=${ZS_MULTIHOST_DEADLINE_S:-400}
@@ -286,8 +288,8 @@ done
 #    the run must go on without losing a step. Then the node is lost: the
 #    link goes down, the server process dies while cut off and its container
 #    starts again fresh (as a rescheduled pod). With replicas the workers go
-#    on from the other copies (the partition only stalls the step in
-#    flight), and the lost server takes its copies back (rank 0's checkpoint
+#    on from the other copies (the partitioned server is left after about
+#    4 s, and taken back once its link is up), and the lost server takes its copies back (rank 0's checkpoint
 #    of the step, then restore) once it answers again; with one copy the workers fail, restart with --attempt=auto, and
 #    rank 0 restores every server from the newest checkpoint
 #    (--resume=/ckpt).

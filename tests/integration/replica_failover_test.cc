@@ -19,6 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/client_options.h"
+#include "client/shard_channels.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
@@ -271,6 +273,67 @@ TEST(ReplicaFailoverTest, BothCopiesLostRestartFromTheCheckpoint) {
   EXPECT_NE(err.find("all processes restarted from the newest checkpoint"),
             std::string::npos)
       << err;
+  WeightDiff d = CompareWeights(ReadWeights(out), ReadWeights(dir.path("ref")));
+  EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
+                               << d.worst_tensor;
+}
+
+// A server that hangs (SIGSTOP: its connections stay open, nothing
+// answers) is not a dead process the launcher sees: each worker's client
+// finds a call to it waiting over a second, a brief probe goes unanswered,
+// and the run goes on with the other copies within seconds, well inside
+// the step timeout. Woken (SIGCONT), it answers again, and
+// rank 0 makes its copies the checkpoint's. No restart, bit for bit.
+TEST(ReplicaFailoverTest, AHungServerIsLeftAndTakesItsCopiesBackWhenItAnswers) {
+  TrainDir dir("hung");
+  nlohmann::json cfg = ReplicaConfig(2, dir.path("ck"));
+  cfg["zeroshard"]["timeouts"]["step_seconds"] = 10;
+  nlohmann::json ref_cfg = cfg;
+  ref_cfg["zeroshard"]["replicas"] = 1;
+  ref_cfg["zeroshard"]["checkpoint"]["dir"] = dir.path("ref-ck");
+  TrainRun ref = RunTrain({"--config=" + dir.WriteConfig("ref.json", ref_cfg),
+                           "--out=" + dir.path("ref"), "--save_weights",
+                           "--quiet"},
+                          kReplicaRunTimeout);
+  ASSERT_TRUE(ref.status.success()) << ref.err;
+  const std::string out = dir.path("run");
+  const std::string err_path = dir.path("run.err");
+  absl::StatusOr<std::unique_ptr<Subprocess>> train =
+      StartTrain(dir.WriteConfig("c.json", cfg), out, 0, err_path);
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_TRUE(WaitForStep(out, 5, **train, kReplicaRunTimeout).ok)
+      << ReadWhole(err_path);
+  const std::vector<int> pids = ServerPids(out);
+  ASSERT_EQ(pids.size(), 3u);
+  ASSERT_EQ(kill(pids[1], SIGSTOP), 0);
+  const size_t stopped_at = StepsDone(out);
+  const StepReached past = WaitForStep(out, stopped_at + 3, **train,
+                                       kReplicaRunTimeout);
+  kill(pids[1], SIGCONT);
+  ASSERT_TRUE(past.ok) << "no step after server 1 hung\n"
+                       << ReadWhole(err_path)
+                       << ReadWhole(out + "/logs/worker0.log")
+                       << ReadWhole(out + "/logs/worker1.log");
+  const std::string rank0 = out + "/logs/worker0.log";
+  absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
+  ASSERT_TRUE(st.ok());
+  const std::string err = ReadWhole(err_path);
+  ASSERT_TRUE(st->success()) << st->ToString() << "\n" << err;
+  const std::string log = ReadWhole(rank0);
+  EXPECT_NE(log.find("server 1 (" ), std::string::npos) << log;
+  EXPECT_NE(log.find("is gone; its slots are served by their other copy"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("took its copies back"), std::string::npos) << log;
+  const auto [longest, median] = LongestAndMedianStep(out);
+  std::printf("server 1 hung after step %zu; longest step %.2f s (median "
+              "%.3f s)\n", stopped_at, longest, median);
+  // The step that met the hung server waited a second, a tick of the watch
+  // and the probe (client/shard_channels.h), not its calls' deadline (10 s).
+  EXPECT_LT(longest, absl::ToDoubleSeconds(kLagBeforeProbe + kWatchEvery +
+                                           kDefaultSilenceProbe) + 1.5);
+  EXPECT_EQ(err.find("restart 1:"), std::string::npos) << err;
+  EXPECT_EQ(StepsDone(out), kReplicaSteps);
   WeightDiff d = CompareWeights(ReadWeights(out), ReadWeights(dir.path("ref")));
   EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
                                << d.worst_tensor;

@@ -14,7 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/call_canceller.h"
 #include "client/checkpoint_commit.h"
+#include "client/shard_channels.h"
 #include "client/shard_cluster.h"
 #include "common/layout.h"
 #include "client/copy_audit.h"
@@ -46,12 +48,16 @@ class ReplicaRpcTest : public ::testing::Test {
     layout_ = std::make_unique<FlatLayout>(*std::move(layout));
   }
 
-  // A cluster client with `replicas` copies and quick retries.
-  std::unique_ptr<ShardCluster> Client(int replicas) {
+  // A cluster client with `replicas` copies and quick retries; calls end
+  // after `call_timeout`, a silent server is asked for `probe`.
+  std::unique_ptr<ShardCluster> Client(
+      int replicas, absl::Duration call_timeout = absl::Seconds(20),
+      absl::Duration probe = absl::Seconds(5)) {
     ShardClientOptions o;
     o.run_id = kTestRunId;
     o.replicas = replicas;
-    o.call_timeout = absl::Seconds(20);
+    o.call_timeout = call_timeout;
+    o.silence_probe = probe;
     o.control_timeout = absl::Seconds(20);
     o.retry.max_attempts = 3;
     absl::StatusOr<std::unique_ptr<ShardCluster>> c =
@@ -71,8 +77,10 @@ class ReplicaRpcTest : public ::testing::Test {
   }
 
   // A client of two copies on servers initialised with seed 5.
-  std::unique_ptr<ShardCluster> TwoCopies() {
-    std::unique_ptr<ShardCluster> two = Client(2);
+  std::unique_ptr<ShardCluster> TwoCopies(
+      absl::Duration call_timeout = absl::Seconds(20),
+      absl::Duration probe = absl::Seconds(5)) {
+    std::unique_ptr<ShardCluster> two = Client(2, call_timeout, probe);
     if (two == nullptr) return nullptr;
     InitOptions init;
     init.seed = 5;
@@ -427,6 +435,118 @@ TEST_F(ReplicaRpcTest, AServerBackFromAPartitionTakesItsCopiesBack) {
   agree = two->CheckCopiesAgree();
   EXPECT_TRUE(agree.ok()) << agree;
   std::filesystem::remove_all(dir);
+}
+
+// A server that stops answering without closing anything (a partition
+// that drops packets, a hung process) is left once a call to it has waited
+// a second and a brief probe goes unanswered (the client's watch), and the
+// step goes on with the other copies long before its deadline; a call past
+// its deadline is followed by the same probe. A long wait on a server that
+// answers (a Gather for a version not applied yet) leaves nothing.
+TEST_F(ReplicaRpcTest, AServerThatStopsAnsweringIsLeftAndAWaitIsNot) {
+  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start(addresses_[2]);
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  addresses_[2] = (*proxy)->address();
+  const absl::Duration probe = absl::Seconds(1);
+  std::unique_ptr<ShardCluster> two = TwoCopies(absl::Seconds(20), probe);
+  ASSERT_NE(two, nullptr);
+  // A client whose calls end after half a second, so that its deadline
+  // comes before its watch would ask.
+  std::unique_ptr<ShardCluster> brief =
+      Client(2, absl::Milliseconds(500), absl::Milliseconds(500));
+  ASSERT_NE(brief, nullptr);
+  ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
+
+  // Waiting 2.5 s for a version no step brings, on servers that answer
+  // the watch's probes: nothing is left.
+  std::vector<float> w(layout_->total_elems());
+  CallCanceller cancel;
+  std::thread stop([&] {
+    absl::SleepFor(absl::Milliseconds(2500));
+    cancel.Cancel();
+  });
+  const absl::StatusOr<GatherResult> early =
+      two->Gather({FlatRange{0, layout_->total_elems()}}, DType::kFp32,
+                  /*min_version=*/5, w.data(), w.size() * sizeof(float),
+                  &cancel);
+  stop.join();
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kCancelled)
+      << early.status();
+  EXPECT_TRUE(two->GoneServers().empty());
+
+  (*proxy)->Stall();
+  const absl::Time start = absl::Now();
+  const absl::Status during = Step(*two, 1, 0.02f);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(during.ok()) << during;
+  EXPECT_EQ(two->GoneServers(), std::vector<int>{2});
+  // A second, a tick, the probe; not the calls' 20 s.
+  EXPECT_LT(took, kLagBeforeProbe + kWatchEvery + probe + absl::Seconds(4))
+      << took;
+  ASSERT_TRUE(Step(*two, 2, 0.03f).ok());
+  EXPECT_TRUE(two->CheckCopiesAgree().ok());
+  const std::vector<float> survived = All(*two);
+  // The brief client's read of server 2 runs out its deadline; the probe
+  // goes unanswered, and the slot is read from its other copy.
+  EXPECT_EQ(All(*brief), survived);
+  EXPECT_EQ(brief->GoneServers(), std::vector<int>{2});
+
+  // The same three steps on a one-copy cluster of fresh servers.
+  std::vector<TestServer> fresh;
+  std::vector<std::string> addresses;
+  for (uint32_t k = 0; k < kServers; ++k) {
+    fresh.push_back(StartServer(k, kServers));
+    addresses.push_back(absl::StrCat("127.0.0.1:", fresh.back().server->port()));
+  }
+  addresses_ = addresses;
+  std::unique_ptr<ShardCluster> ref = Client(1);
+  InitOptions init;
+  init.seed = 5;
+  init.num_workers = 1;
+  ASSERT_TRUE(ref->Init(init).ok());
+  for (uint64_t s = 0; s < 3; ++s) ASSERT_TRUE(Step(*ref, s, 0.01f * (s + 1)).ok());
+  EXPECT_EQ(survived, All(*ref));
+
+  // Relayed again, it answers again (rank 0's watcher would revive it).
+  (*proxy)->Resume();
+  bool again = false;
+  for (const absl::Time end = absl::Now() + absl::Seconds(20);
+       !again && absl::Now() < end; absl::SleepFor(absl::Milliseconds(100))) {
+    absl::StatusOr<bool> a = two->AnswersAgain(2, absl::Seconds(1));
+    ASSERT_TRUE(a.ok()) << a.status();
+    again = *a;
+  }
+  EXPECT_TRUE(again);
+}
+
+// A client cut off from every server (its own link down) leaves none: each
+// is silent, but so is every other, so its calls wait out their deadline
+// as with one copy, and the run can go on once the link is back.
+TEST_F(ReplicaRpcTest, AClientCutOffFromEveryServerLeavesNone) {
+  std::vector<std::unique_ptr<TcpProxy>> proxies;
+  for (uint32_t k = 0; k < kServers; ++k) {
+    absl::StatusOr<std::unique_ptr<TcpProxy>> p = TcpProxy::Start(addresses_[k]);
+    ASSERT_TRUE(p.ok()) << p.status();
+    addresses_[k] = (*p)->address();
+    proxies.push_back(*std::move(p));
+  }
+  std::unique_ptr<ShardCluster> two =
+      TwoCopies(absl::Milliseconds(1500), absl::Milliseconds(300));
+  ASSERT_NE(two, nullptr);
+  ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
+  for (auto& p : proxies) p->Stall();
+  std::vector<float> w(layout_->total_elems());
+  const absl::StatusOr<GatherResult> cut =
+      two->Gather({FlatRange{0, layout_->total_elems()}}, DType::kFp32, -1,
+                  w.data(), w.size() * sizeof(float));
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << cut.status();
+  EXPECT_TRUE(two->GoneServers().empty());
+  for (auto& p : proxies) p->Resume();
+  ASSERT_TRUE(Step(*two, 1, 0.02f).ok());
+  EXPECT_TRUE(two->GoneServers().empty());
 }
 
 // The audit a run keeps (client/copy_audit.h): due every `every` steps,

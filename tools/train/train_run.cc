@@ -19,6 +19,7 @@
 #include "tools/train/run_sample.h"
 #include "tools/train/train_cluster.h"
 #include "tools/train/weights_export.h"
+#include "client/client_options.h"
 #include "client/init_options.h"
 #include "client/kv_client.h"
 #include "client/live_run.h"
@@ -170,7 +171,13 @@ absl::StatusOr<uint64_t> FollowProgress(
     TrainCluster& cluster, const TrainingConfig& cfg, const TrainOptions& o,
     MetricsWriter* metrics, std::vector<StepRecord>* records,
     std::unique_ptr<ProgressBar>* bar) {
-  const absl::Duration step_timeout = absl::Seconds(cfg.cluster.step_timeout_s);
+  // With replicas, a step that meets a silent server takes its call's
+  // timeout and the client's probe before it goes on with the other copies
+  // (ShardChannels::LostCopy), then its own time.
+  const absl::Duration step_timeout =
+      cfg.cluster.replicas > 1
+          ? 2 * absl::Seconds(cfg.cluster.step_timeout_s) + kDefaultSilenceProbe
+          : absl::Seconds(cfg.cluster.step_timeout_s);
   absl::Duration timeout =
       step_timeout + absl::Seconds(cfg.cluster.startup_timeout_s);
   std::string waiting_for = "the start of training";
