@@ -27,6 +27,17 @@ inline constexpr int kConnectAttemptMs = 20000;
 // ShardClientOptions::silence_probe's default.
 inline constexpr absl::Duration kDefaultSilenceProbe = absl::Seconds(3);
 
+// With replicas 2, a thread of each client (ShardChannels) looks every
+// kWatchEvery at the calls in flight; a server with one waiting longer than
+// kLagBeforeProbe is asked whether it still answers (one Inspect within
+// silence_probe), and one that does not, while another server does, is
+// left and its calls cancelled: a hung or partitioned server costs a step
+// about kLagBeforeProbe + kWatchEvery + silence_probe, not a call's
+// deadline. A server that answers (a Gather waiting for a version, a slow
+// step) is only asked again a tick later.
+inline constexpr absl::Duration kLagBeforeProbe = absl::Seconds(1);
+inline constexpr absl::Duration kWatchEvery = absl::Milliseconds(250);
+
 struct ShardClientOptions {
   // Deadline of each RPC attempt, counted from its start. A push stream that
   // stays open through backward must finish within it.
@@ -63,6 +74,15 @@ struct ShardClientOptions {
   // checkpoint wait), and the call's DEADLINE_EXCEEDED stands.
   absl::Duration silence_probe = kDefaultSilenceProbe;
 };
+
+// With replicas 2, how much longer than a call's own timeout a wait on the
+// cluster's progress may take (a Gather for a version, a worker waiting for
+// its peers): the step it waits for may first meet a silent server, which
+// costs up to kLagBeforeProbe, a tick and the probe. Zero with one copy.
+inline absl::Duration FailoverAllowance(const ShardClientOptions& o) {
+  return o.replicas > 1 ? kLagBeforeProbe + kWatchEvery + o.silence_probe
+                        : absl::ZeroDuration();
+}
 
 // The credentials of role `role_name` ("worker", "ctl" or "admin") from a
 // credentials directory (wire/credentials.h); null for an empty `dir`.

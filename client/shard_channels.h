@@ -46,17 +46,6 @@ absl::Status RunWithRetry(const RetryPolicy& policy,
                           const std::function<absl::Status()>& call,
                           grpc::Channel* channel = nullptr);
 
-// With replicas 2, a thread of each ShardChannels looks every kWatchEvery
-// at the calls in flight (those registered with leaving(k)); a server with
-// one waiting longer than kLagBeforeProbe is asked whether it still answers
-// (one Inspect within options().silence_probe), and one that does not,
-// while another server does, is marked down, which cancels its calls: a hung or partitioned server costs
-// the step about kLagBeforeProbe + silence_probe, not a call's deadline. A
-// server that answers (a Gather waiting for a version, a slow step) is only
-// asked again a tick later.
-inline constexpr absl::Duration kLagBeforeProbe = absl::Seconds(1);
-inline constexpr absl::Duration kWatchEvery = absl::Milliseconds(250);
-
 class ShardChannels {
  public:
   // Validates the addresses (non-empty HOST:PORT) and creates the channels;
@@ -125,9 +114,7 @@ class ShardChannels {
   // kLagBeforeProbe, a tick and the probe before it goes on. Zero with one
   // copy.
   absl::Duration FailoverAllowance() const {
-    return replicas() > 1
-               ? kLagBeforeProbe + kWatchEvery + options_.silence_probe
-               : absl::ZeroDuration();
+    return zeroshard::FailoverAllowance(options_);
   }
   // The calls to server k that end when it is marked down register here
   // (a push stream, ApplyStep, a comparison's Inspect, a Gather).

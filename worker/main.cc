@@ -244,7 +244,9 @@ absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
     j.kv = kv->WithAttempt(attempt);
     GroupOptions group_options;
     group_options.group = absl::GetFlag(FLAGS_run_id) + "/workers";
-    group_options.timeout = client_options.call_timeout;
+    // A peer may be failing over a silent server first (replicas).
+    group_options.timeout =
+        client_options.call_timeout + FailoverAllowance(client_options);
     // A restarted rank waits for its peers to be restarted too (the old ones
     // first notice the death, within a step timeout, then exit and start
     // again): joining is start-up, bounded by the start-up timeout.

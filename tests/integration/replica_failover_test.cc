@@ -20,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client_options.h"
-#include "client/shard_channels.h"
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
@@ -329,7 +328,7 @@ TEST(ReplicaFailoverTest, AHungServerIsLeftAndTakesItsCopiesBackWhenItAnswers) {
   std::printf("server 1 hung after step %zu; longest step %.2f s (median "
               "%.3f s)\n", stopped_at, longest, median);
   // The step that met the hung server waited a second, a tick of the watch
-  // and the probe (client/shard_channels.h), not its calls' deadline (10 s).
+  // and the probe (client/client_options.h), not its calls' deadline (10 s).
   EXPECT_LT(longest, absl::ToDoubleSeconds(kLagBeforeProbe + kWatchEvery +
                                            kDefaultSilenceProbe) + 1.5);
   EXPECT_EQ(err.find("restart 1:"), std::string::npos) << err;

@@ -16,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "client/call_canceller.h"
 #include "client/checkpoint_commit.h"
-#include "client/shard_channels.h"
+#include "client/client_options.h"
 #include "client/shard_cluster.h"
 #include "common/layout.h"
 #include "client/copy_audit.h"

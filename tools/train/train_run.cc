@@ -171,13 +171,15 @@ absl::StatusOr<uint64_t> FollowProgress(
     TrainCluster& cluster, const TrainingConfig& cfg, const TrainOptions& o,
     MetricsWriter* metrics, std::vector<StepRecord>* records,
     std::unique_ptr<ProgressBar>* bar) {
-  // With replicas, a step that meets a silent server takes its call's
-  // timeout and the client's probe before it goes on with the other copies
-  // (ShardChannels::LostCopy), then its own time.
+  // With replicas, a step that meets a silent server may take its call's
+  // timeout and the client's failover (client_options.h) before it goes on
+  // with the other copies, then its own time.
+  ShardClientOptions client;
+  client.replicas = cfg.cluster.replicas;
   const absl::Duration step_timeout =
-      cfg.cluster.replicas > 1
-          ? 2 * absl::Seconds(cfg.cluster.step_timeout_s) + kDefaultSilenceProbe
-          : absl::Seconds(cfg.cluster.step_timeout_s);
+      absl::Seconds(cfg.cluster.step_timeout_s) *
+          (cfg.cluster.replicas > 1 ? 2 : 1) +
+      FailoverAllowance(client);
   absl::Duration timeout =
       step_timeout + absl::Seconds(cfg.cluster.startup_timeout_s);
   std::string waiting_for = "the start of training";
