@@ -27,9 +27,18 @@ absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
         channels.PrepareControlContext(&ctx);
       }
       channels.RouteTo(&ctx, k, server);
-      return FromGrpcStatus(
+      // A hung server is left (its slot's other copy writes the file)
+      // rather than waited on for the checkpoint's timeout.
+      if (!channels.leaving(server).Register(&ctx)) {
+        return absl::CancelledError(absl::StrCat(
+            "Checkpoint of step ", step, " on ", channels.address(server),
+            ": the server was left"));
+      }
+      absl::Status s = FromGrpcStatus(
           channels.stub(server).Checkpoint(&ctx, req, &response),
           "Checkpoint", channels.address(server));
+      channels.leaving(server).Unregister(&ctx);
+      return s;
     }, channels.channel(server).get());
   }));
   *file = ShardFileFromProto(response);

@@ -117,11 +117,11 @@ class ShardChannels {
     return zeroshard::FailoverAllowance(options_);
   }
   // The calls to server k that end when it is marked down register here
-  // (a push stream, ApplyStep, a comparison's Inspect, a Gather).
+  // (a push stream, ApplyStep, Gather, Checkpoint, a comparison's Inspect).
   CallCanceller& leaving(int k) const { return *leaving_[k]; }
-  // Whether server k answers one Inspect within `within` (any answer of its
-  // own, an error included, is an answer); an error other than the
-  // transport's UNAVAILABLE or DEADLINE_EXCEEDED is returned.
+  // Whether server k answers one grpc.health.v1 Check within `within` (any
+  // answer of its own, an error included, is an answer); an error other
+  // than the transport's UNAVAILABLE or DEADLINE_EXCEEDED is returned.
   absl::StatusOr<bool> Answers(int k, absl::Duration within) const;
   // Whether server k does not answer within options().silence_probe while
   // some other server not left does (an answer with an error counts): a
@@ -184,8 +184,8 @@ class ShardChannels {
   // (LostCopy); cleared by MarkUp.
   std::vector<std::unique_ptr<std::atomic<bool>>> silent_;
   // Per server: the calls that end when it is marked down (pushes,
-  // ApplyStep, Gather, a comparison's Inspect); cancelled by MarkDown,
-  // re-armed by MarkUp; watched by WatchForSilence.
+  // ApplyStep, Gather, Checkpoint, a comparison's Inspect); cancelled by
+  // MarkDown, re-armed by MarkUp; watched by WatchForSilence.
   std::vector<std::unique_ptr<CallCanceller>> leaving_;
   // The watch over silent servers (replicas 2 only), stopped and joined by
   // the destructor.

@@ -50,6 +50,43 @@ def test_a_killed_server_costs_no_step_and_no_bit(stage, victim):
         engine.close()
 
 
+def test_a_hung_server_is_left_within_seconds_and_costs_no_bit():
+    """A server that stops answering (SIGSTOP: nothing closes) is left by
+    the client's watch about 4 s after a call to it stalls (a second, then
+    a 3 s probe), well inside the step timeout, and the loop goes on from
+    the other copies bit for bit."""
+    steps = 5
+    data = batches(steps, 4)
+    ref = torch_reference(make_model(), data, 1, 1.0, 0.01, steps)
+    model = make_model()
+    c = config(3, 1, 1.0, stage=2)
+    c["zeroshard"]["replicas"] = 2
+    engine, _, _, _ = zeroshard.initialize(
+        model=model, model_parameters=model.parameters(), config=c)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    proc = engine._servers.procs[1]
+    try:
+        for s in range(steps):
+            if s == 2:
+                os.kill(proc.pid, signal.SIGSTOP)
+            start = time.monotonic()
+            x, y = data[s]
+            engine.backward(loss_fn(engine(x), y))
+            engine.step()
+            took = time.monotonic() - start
+            if s == 2:
+                assert 1 in engine._cluster.gone_servers()
+                assert took < 10, f"the step that met the hang took {took} s"
+            for i, (p, r) in enumerate(zip(weights(engine, model, 2),
+                                           ref[s])):
+                assert torch.equal(p, r), (
+                    f"step {s + 1}, parameter {i}: max |diff| "
+                    f"{(p - r).abs().max().item()}")
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        engine.close()
+
+
 def test_a_replacement_takes_its_copies_back_and_the_next_death_costs_nothing(
         tmp_path, capsys):
     """The embedded servers start a replacement at the dead server's address;
