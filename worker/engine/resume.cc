@@ -1,6 +1,7 @@
 #include "worker/engine/resume.h"
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -140,7 +141,19 @@ absl::Status ExplainServerRestart(const ShardCluster& cluster, uint64_t step,
                                   const absl::Status& failed,
                                   absl::Duration wait) {
   const absl::Time deadline = absl::Now() + wait;
-  std::vector<absl::StatusOr<ServerStatus>> inspected = cluster.InspectAll();
+  // Not the servers this client left (replicas): their slots went on from
+  // the other copies, and one left because it hung would hold the
+  // explanation for the control deadline.
+  std::vector<absl::StatusOr<ServerStatus>> inspected(
+      cluster.num_servers(), absl::CancelledError("left"));
+  {
+    std::vector<std::thread> asks;
+    for (int k = 0; k < cluster.num_servers(); ++k) {
+      if (cluster.ServerGone(k)) continue;
+      asks.emplace_back([&, k] { inspected[k] = cluster.Inspect(k); });
+    }
+    for (std::thread& t : asks) t.join();
+  }
   // A killed server is unreachable until its replacement listens (a pod's
   // restart takes seconds, longer on a loaded node): ask again until it
   // answers or `wait` is over, so that the error can say which it was.
