@@ -90,6 +90,16 @@ absl::StatusOr<std::unique_ptr<Subprocess>> StartTrain(
   return Subprocess::Start(o);
 }
 
+// `cfg` run with one copy into dir/ref (its checkpoints in dir/ref-ck), to
+// be compared bit for bit with the same run with two.
+TrainRun RunOneCopy(TrainDir& dir, nlohmann::json cfg) {
+  cfg["zeroshard"]["replicas"] = 1;
+  cfg["zeroshard"]["checkpoint"]["dir"] = dir.path("ref-ck");
+  return RunTrain({"--config=" + dir.WriteConfig("ref.json", cfg),
+                   "--out=" + dir.path("ref"), "--save_weights", "--quiet"},
+                  kReplicaRunTimeout);
+}
+
 // The longest step and the median step of a run's metrics (seconds).
 std::pair<double, double> LongestAndMedianStep(const std::string& out) {
   std::vector<double> s;
@@ -196,13 +206,7 @@ TEST(ReplicaFailoverTest, AReplacementTakesItsCopiesBackAndTheNextDeathCostsNoth
   nlohmann::json cfg = ReplicaConfig(2, dir.path("ck"));
   cfg["zeroshard"]["steps"] = 200;
   const std::string path = dir.WriteConfig("c.json", cfg);
-  nlohmann::json ref_cfg = cfg;
-  ref_cfg["zeroshard"]["replicas"] = 1;
-  ref_cfg["zeroshard"]["checkpoint"]["dir"] = dir.path("ref-ck");
-  TrainRun ref = RunTrain({"--config=" + dir.WriteConfig("ref.json", ref_cfg),
-                           "--out=" + dir.path("ref"), "--save_weights",
-                           "--quiet"},
-                          kReplicaRunTimeout);
+  const TrainRun ref = RunOneCopy(dir, cfg);
   ASSERT_TRUE(ref.status.success()) << ref.err;
   const std::string out = dir.path("run");
   const std::string err_path = dir.path("run.err");
@@ -287,13 +291,7 @@ TEST(ReplicaFailoverTest, AHungServerIsLeftAndTakesItsCopiesBackWhenItAnswers) {
   TrainDir dir("hung");
   nlohmann::json cfg = ReplicaConfig(2, dir.path("ck"));
   cfg["zeroshard"]["timeouts"]["step_seconds"] = 10;
-  nlohmann::json ref_cfg = cfg;
-  ref_cfg["zeroshard"]["replicas"] = 1;
-  ref_cfg["zeroshard"]["checkpoint"]["dir"] = dir.path("ref-ck");
-  TrainRun ref = RunTrain({"--config=" + dir.WriteConfig("ref.json", ref_cfg),
-                           "--out=" + dir.path("ref"), "--save_weights",
-                           "--quiet"},
-                          kReplicaRunTimeout);
+  const TrainRun ref = RunOneCopy(dir, cfg);
   ASSERT_TRUE(ref.status.success()) << ref.err;
   const std::string out = dir.path("run");
   const std::string err_path = dir.path("run.err");

@@ -124,6 +124,43 @@ class ReplicaRpcTest : public ::testing::Test {
     return cluster.ApplyStep(step, 0, absl::Seconds(20)).status();
   }
 
+  // The weights after `steps` of Step (gradients 0.01, 0.02, ...) on a
+  // one-copy cluster of fresh servers initialised as TwoCopies' are; the
+  // fixture's addresses become theirs.
+  std::vector<float> OneCopyReference(uint64_t steps) {
+    std::vector<TestServer> fresh;
+    std::vector<std::string> addresses;
+    for (uint32_t k = 0; k < kServers; ++k) {
+      fresh.push_back(StartServer(k, kServers));
+      addresses.push_back(
+          absl::StrCat("127.0.0.1:", fresh.back().server->port()));
+    }
+    addresses_ = addresses;
+    std::unique_ptr<ShardCluster> ref = Client(1);
+    if (ref == nullptr) return {};
+    InitOptions init;
+    init.seed = 5;
+    init.num_workers = 1;
+    EXPECT_TRUE(ref->Init(init).ok());
+    for (uint64_t s = 0; s < steps; ++s) {
+      EXPECT_TRUE(Step(*ref, s, 0.01f * (s + 1)).ok());
+    }
+    return All(*ref);
+  }
+
+  // Asks server k, as rank 0's watcher does, until it answers again or
+  // `within` passes.
+  static bool AnswersAgainWithin(const ShardCluster& cluster, int k,
+                                 absl::Duration within) {
+    for (const absl::Time end = absl::Now() + within; absl::Now() < end;
+         absl::SleepFor(absl::Milliseconds(100))) {
+      absl::StatusOr<bool> a = cluster.AnswersAgain(k, absl::Seconds(1));
+      EXPECT_TRUE(a.ok()) << a.status();
+      if (a.ok() && *a) return true;
+    }
+    return false;
+  }
+
   v1::ModelManifest manifest_;
   std::vector<TestServer> servers_;
   std::vector<std::string> addresses_;
@@ -301,20 +338,7 @@ TEST_F(ReplicaRpcTest, BothCopiesTrainAlikeAndALostServerCostsNoStep) {
   EXPECT_TRUE(two->CheckCopiesAgree().ok());
 
   // The same five steps on a one-copy cluster of fresh servers.
-  std::vector<TestServer> fresh;
-  std::vector<std::string> addresses;
-  for (uint32_t k = 0; k < kServers; ++k) {
-    fresh.push_back(StartServer(k, kServers));
-    addresses.push_back(absl::StrCat("127.0.0.1:", fresh.back().server->port()));
-  }
-  addresses_ = addresses;
-  std::unique_ptr<ShardCluster> ref = Client(1);
-  InitOptions init;
-  init.seed = 5;
-  init.num_workers = 1;
-  ASSERT_TRUE(ref->Init(init).ok());
-  for (uint64_t s = 0; s < 5; ++s) ASSERT_TRUE(Step(*ref, s, 0.01f * (s + 1)).ok());
-  EXPECT_EQ(All(*two), All(*ref));
+  EXPECT_EQ(All(*two), OneCopyReference(5));
 
   // Server 2 goes too: slot 1 has no copy left, said as such.
   servers_[2].server.reset();
@@ -402,14 +426,7 @@ TEST_F(ReplicaRpcTest, AServerBackFromAPartitionTakesItsCopiesBack) {
   ASSERT_TRUE(Step(*two, 2, 0.03f).ok());  // server 2's copies miss it
   // As rank 0's watcher does: asked until it answers (the channel waits
   // out its reconnect backoff first).
-  bool again = false;
-  for (const absl::Time end = absl::Now() + absl::Seconds(20);
-       !again && absl::Now() < end; absl::SleepFor(absl::Milliseconds(100))) {
-    absl::StatusOr<bool> a = two->AnswersAgain(2, absl::Seconds(1));
-    ASSERT_TRUE(a.ok()) << a.status();
-    again = *a;
-  }
-  ASSERT_TRUE(again);
+  ASSERT_TRUE(AnswersAgainWithin(*two, 2, absl::Seconds(20)));
 
   // Rank 0's revival: a checkpoint of step 3, then server 2 restored.
   const std::string dir = ::testing::TempDir() + "/partition_ckpt";
@@ -493,31 +510,11 @@ TEST_F(ReplicaRpcTest, AServerThatStopsAnsweringIsLeftAndAWaitIsNot) {
   EXPECT_EQ(brief->GoneServers(), std::vector<int>{2});
 
   // The same three steps on a one-copy cluster of fresh servers.
-  std::vector<TestServer> fresh;
-  std::vector<std::string> addresses;
-  for (uint32_t k = 0; k < kServers; ++k) {
-    fresh.push_back(StartServer(k, kServers));
-    addresses.push_back(absl::StrCat("127.0.0.1:", fresh.back().server->port()));
-  }
-  addresses_ = addresses;
-  std::unique_ptr<ShardCluster> ref = Client(1);
-  InitOptions init;
-  init.seed = 5;
-  init.num_workers = 1;
-  ASSERT_TRUE(ref->Init(init).ok());
-  for (uint64_t s = 0; s < 3; ++s) ASSERT_TRUE(Step(*ref, s, 0.01f * (s + 1)).ok());
-  EXPECT_EQ(survived, All(*ref));
+  EXPECT_EQ(survived, OneCopyReference(3));
 
   // Relayed again, it answers again (rank 0's watcher would revive it).
   (*proxy)->Resume();
-  bool again = false;
-  for (const absl::Time end = absl::Now() + absl::Seconds(20);
-       !again && absl::Now() < end; absl::SleepFor(absl::Milliseconds(100))) {
-    absl::StatusOr<bool> a = two->AnswersAgain(2, absl::Seconds(1));
-    ASSERT_TRUE(a.ok()) << a.status();
-    again = *a;
-  }
-  EXPECT_TRUE(again);
+  EXPECT_TRUE(AnswersAgainWithin(*two, 2, absl::Seconds(20)));
 }
 
 // A client cut off from every server (its own link down) leaves none: each
