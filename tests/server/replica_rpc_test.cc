@@ -464,13 +464,14 @@ TEST_F(ReplicaRpcTest, AServerThatStopsAnsweringIsLeftAndAWaitIsNot) {
   absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start(addresses_[2]);
   ASSERT_TRUE(proxy.ok()) << proxy.status();
   addresses_[2] = (*proxy)->address();
-  const absl::Duration probe = absl::Seconds(1);
+  // Probes long enough for a live server under a sanitizer's load.
+  const absl::Duration probe = absl::Seconds(2);
   std::unique_ptr<ShardCluster> two = TwoCopies(absl::Seconds(20), probe);
   ASSERT_NE(two, nullptr);
   // A client whose calls end after half a second, so that its deadline
   // comes before its watch would ask.
   std::unique_ptr<ShardCluster> brief =
-      Client(2, absl::Milliseconds(500), absl::Milliseconds(500));
+      Client(2, absl::Milliseconds(500), probe);
   ASSERT_NE(brief, nullptr);
   ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
 
