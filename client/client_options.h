@@ -31,7 +31,7 @@ inline constexpr absl::Duration kDefaultSilenceProbe = absl::Seconds(3);
 // kWatchEvery at the calls in flight; a server with one waiting longer than
 // kLagBeforeProbe is asked whether it still answers (one health check
 // within silence_probe), and one that does not, while another server does, is
-// left and its calls cancelled: a hung or partitioned server costs a step
+// left and its calls cancelled (never one holding a slot's last live copy): a hung or partitioned server costs a step
 // about kLagBeforeProbe + kWatchEvery + silence_probe, not a call's
 // deadline. A server that answers (a Gather waiting for a version, a slow
 // step) is only asked again a tick later.

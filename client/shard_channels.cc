@@ -1,5 +1,6 @@
 #include "client/shard_channels.h"
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -256,13 +257,27 @@ absl::Status ShardChannels::OnEveryCopy(
   return SettleCopies(slot, results);
 }
 
+bool ShardChannels::OthersHoldItsSlots(int k) const {
+  // Server k holds slot k and the copy of slot k - 1.
+  for (int slot : {k, (k + size() - 1) % size()}) {
+    const std::vector<int> live = LiveHolders(slot);
+    if (std::none_of(live.begin(), live.end(),
+                     [k](int h) { return h != k; })) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void ShardChannels::WatchForSilence() {
   absl::MutexLock lock(&watch_mu_);
   while (!watch_stop_) {
     watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), kWatchEvery);
     if (watch_stop_) break;
     for (int k = 0; k < size() && !watch_stop_; ++k) {
-      if (IsDown(k) ||
+      // A server whose slots have no other live copy is never left: only
+      // waiting for it can save the step.
+      if (IsDown(k) || !OthersHoldItsSlots(k) ||
           absl::Now() - leaving_[k]->OldestCall() < kLagBeforeProbe) {
         continue;
       }

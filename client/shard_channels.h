@@ -190,6 +190,8 @@ class ShardChannels {
   // The watch over silent servers (replicas 2 only), stopped and joined by
   // the destructor.
   void WatchForSilence();
+  // Whether both slots server k holds have a live copy elsewhere.
+  bool OthersHoldItsSlots(int k) const;
   absl::Mutex watch_mu_;
   bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::thread watch_;

@@ -518,6 +518,30 @@ TEST_F(ReplicaRpcTest, AServerThatStopsAnsweringIsLeftAndAWaitIsNot) {
   EXPECT_TRUE(AnswersAgainWithin(*two, 2, absl::Seconds(20)));
 }
 
+// A silent server holding the last live copy of a slot is never left: the
+// step waits for it, as with one copy, and goes on when it answers again
+// (leaving it would end the run).
+TEST_F(ReplicaRpcTest, TheLastCopyOfASlotIsWaitedForNotLeft) {
+  absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start(addresses_[2]);
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  addresses_[2] = (*proxy)->address();
+  std::unique_ptr<ShardCluster> two = TwoCopies(absl::Seconds(20), absl::Seconds(1));
+  ASSERT_NE(two, nullptr);
+  ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
+  servers_[1].server.reset();  // slot 1 lives on server 2 alone now
+  ASSERT_TRUE(Step(*two, 1, 0.02f).ok());
+  ASSERT_EQ(two->GoneServers(), std::vector<int>{1});
+  (*proxy)->Stall();
+  std::thread resume([&] {
+    absl::SleepFor(absl::Milliseconds(3500));
+    (*proxy)->Resume();
+  });
+  const absl::Status during = Step(*two, 2, 0.03f);
+  resume.join();
+  EXPECT_TRUE(during.ok()) << during;
+  EXPECT_EQ(two->GoneServers(), std::vector<int>{1});
+}
+
 // A client cut off from every server (its own link down) leaves none: each
 // is silent, but so is every other, so its calls wait out their deadline
 // as with one copy, and the run can go on once the link is back.
