@@ -455,6 +455,38 @@ absl::Status ShardChannels::CheckCopiesAgree() const {
   });
 }
 
+absl::Status ShardChannels::LeaveStaleCopies() const {
+  if (replicas() < 2) return absl::OkStatus();
+  return RunInParallel(size(), [&](int slot) -> absl::Status {
+    std::vector<std::pair<int, uint64_t>> at;  // server, its copy's step
+    for (int k : LiveHolders(slot)) {
+      absl::StatusOr<v1::InspectResponse> r = InspectCopy(slot, k);
+      if (!r.ok()) {
+        if (!IsDown(k) && !LostCopy(k, r.status())) return r.status();
+        MarkDown(k, r.status());
+        continue;
+      }
+      if (!r->initialized()) {
+        MarkDown(k, absl::FailedPreconditionError(absl::StrCat(
+                        "Inspect of slot ", slot, " at ", address(k), ": ",
+                        kNotInitialisedMessage)));
+        continue;
+      }
+      at.emplace_back(k, r->max_version());
+    }
+    uint64_t newest = 0;
+    for (const auto& [k, v] : at) newest = std::max(newest, v);
+    for (const auto& [k, v] : at) {
+      if (v >= newest) continue;
+      MarkDown(k, absl::FailedPreconditionError(absl::StrCat(
+                      "its copy of slot ", slot, " stands at step ", v,
+                      ", the other at ", newest,
+                      " (a server the workers left and have not restored)")));
+    }
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<v1::InspectResponse> ShardChannels::InspectSlot(
     int slot) const {
   v1::InspectResponse out;

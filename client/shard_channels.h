@@ -73,6 +73,13 @@ class ShardChannels {
   // servers (a copy that diverged is worse than none). Call it between
   // steps, while no step is being applied. OK with one copy.
   absl::Status CheckCopiesAgree() const;
+  // With replicas 2, for a client that comes to a running cluster (the
+  // launcher's export of the final weights, a tool): a copy that is not
+  // initialised, or stands at an older step than its twin (a server the
+  // workers left and have not restored), is marked down, so that reads go
+  // to the current copy. Call it while no step is being applied. OK with
+  // one copy.
+  absl::Status LeaveStaleCopies() const;
   // Inspect of slot `slot` from its first live copy (OnOneCopy).
   absl::StatusOr<v1::InspectResponse> InspectSlot(int slot) const;
   // Inspect on every server, in parallel; one result per server.

@@ -72,6 +72,10 @@ absl::Status ShardCluster::CheckCopiesAgree() const {
   return channels().CheckCopiesAgree();
 }
 
+absl::Status ShardCluster::LeaveStaleCopies() const {
+  return channels().LeaveStaleCopies();
+}
+
 std::vector<int> ShardCluster::GoneServers() const {
   return channels().DownServers();
 }

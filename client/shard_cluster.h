@@ -87,6 +87,9 @@ class ShardCluster {
   // digests at one version); DATA_LOSS naming the slot and both servers
   // otherwise. Between steps only (ShardChannels::CheckCopiesAgree).
   absl::Status CheckCopiesAgree() const;
+  // With replicas: copies not initialised or behind their twin are left,
+  // for a client new to a running cluster (ShardChannels::LeaveStaleCopies).
+  absl::Status LeaveStaleCopies() const;
   // With replicas: the servers this client left (their copies lost), and
   // whether server k answers again, within `timeout`, one try: a
   // replacement started at its address (no state), or the server itself

@@ -281,59 +281,94 @@ TEST(ReplicaFailoverTest, BothCopiesLostRestartFromTheCheckpoint) {
                                << d.worst_tensor;
 }
 
+// Trials of a hung server (ZS_REPLICA_HANGS, 1 to 100; 1 by default).
+int ReplicaHangs() {
+  if (const char* s = std::getenv("ZS_REPLICA_HANGS")) {
+    const int n = std::atoi(s);
+    if (n >= 1 && n <= 100) return n;
+  }
+  return 1;
+}
+
 // A server that hangs (SIGSTOP: its connections stay open, nothing
 // answers) is not a dead process the launcher sees: each worker's client
 // finds a call to it waiting over a second, a brief probe goes unanswered,
 // and the run goes on with the other copies within seconds, well inside
-// the step timeout. Woken (SIGCONT), it answers again, and
-// rank 0 makes its copies the checkpoint's. No restart, bit for bit.
+// the step timeout. Woken (SIGCONT) three steps later, it answers again,
+// and rank 0 makes its copies the checkpoint's. A random server at a random
+// point of a random step (as the kills above are chosen); no restart, bit
+// for bit. ZS_REPLICA_SEED repeats a sequence.
 TEST(ReplicaFailoverTest, AHungServerIsLeftAndTakesItsCopiesBackWhenItAnswers) {
   TrainDir dir("hung");
   nlohmann::json cfg = ReplicaConfig(2, dir.path("ck"));
   cfg["zeroshard"]["timeouts"]["step_seconds"] = 10;
   const TrainRun ref = RunOneCopy(dir, cfg);
   ASSERT_TRUE(ref.status.success()) << ref.err;
-  const std::string out = dir.path("run");
-  const std::string err_path = dir.path("run.err");
-  absl::StatusOr<std::unique_ptr<Subprocess>> train =
-      StartTrain(dir.WriteConfig("c.json", cfg), out, 0, err_path);
-  ASSERT_TRUE(train.ok()) << train.status();
-  ASSERT_TRUE(WaitForStep(out, 5, **train, kReplicaRunTimeout).ok)
-      << ReadWhole(err_path);
-  const std::vector<int> pids = ServerPids(out);
-  ASSERT_EQ(pids.size(), 3u);
-  ASSERT_EQ(kill(pids[1], SIGSTOP), 0);
-  const size_t stopped_at = StepsDone(out);
-  const StepReached past = WaitForStep(out, stopped_at + 3, **train,
-                                       kReplicaRunTimeout);
-  kill(pids[1], SIGCONT);
-  ASSERT_TRUE(past.ok) << "no step after server 1 hung\n"
-                       << ReadWhole(err_path)
-                       << ReadWhole(out + "/logs/worker0.log")
-                       << ReadWhole(out + "/logs/worker1.log");
-  const std::string rank0 = out + "/logs/worker0.log";
-  absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
-  ASSERT_TRUE(st.ok());
-  const std::string err = ReadWhole(err_path);
-  ASSERT_TRUE(st->success()) << st->ToString() << "\n" << err;
-  const std::string log = ReadWhole(rank0);
-  EXPECT_NE(log.find("server 1 (" ), std::string::npos) << log;
-  EXPECT_NE(log.find("is gone; its slots are served by their other copy"),
-            std::string::npos)
-      << log;
-  EXPECT_NE(log.find("took its copies back"), std::string::npos) << log;
-  const auto [longest, median] = LongestAndMedianStep(out);
-  std::printf("server 1 hung after step %zu; longest step %.2f s (median "
-              "%.3f s)\n", stopped_at, longest, median);
-  // The step that met the hung server waited a second, a tick of the watch
-  // and the probe (client/client_options.h), not its calls' deadline (10 s).
-  EXPECT_LT(longest, absl::ToDoubleSeconds(kLagBeforeProbe + kWatchEvery +
-                                           kDefaultSilenceProbe) + 1.5);
-  EXPECT_EQ(err.find("restart 1:"), std::string::npos) << err;
-  EXPECT_EQ(StepsDone(out), kReplicaSteps);
-  WeightDiff d = CompareWeights(ReadWeights(out), ReadWeights(dir.path("ref")));
-  EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
-                               << d.worst_tensor;
+  const auto want = ReadWeights(dir.path("ref"));
+  uint64_t seed = std::random_device()();
+  if (const char* s = std::getenv("ZS_REPLICA_SEED")) seed = std::stoull(s);
+  std::printf("ZS_REPLICA_SEED=%llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < ReplicaHangs(); ++t) {
+    const std::string name = absl::StrCat("h", t);
+    const std::string out = dir.path(name);
+    const std::string err_path = dir.path(name + ".err");
+    cfg["zeroshard"]["checkpoint"]["dir"] = dir.path(name + "-ck");
+    absl::StatusOr<std::unique_ptr<Subprocess>> train =
+        StartTrain(dir.WriteConfig(name + ".json", cfg), out, 0, err_path);
+    ASSERT_TRUE(train.ok()) << train.status();
+    // After step k (k >= 1), a random part of its step time into k + 1;
+    // k <= kReplicaSteps - 6 leaves room for the three steps and a revival.
+    const size_t k =
+        std::uniform_int_distribution<size_t>(1, kReplicaSteps - 6)(rng);
+    const double frac = std::uniform_real_distribution<double>(0, 1)(rng);
+    const StepReached reached = WaitForStep(out, k, **train, kReplicaRunTimeout);
+    ASSERT_TRUE(reached.ok) << "trial " << t << ": step " << k
+                            << " not reached\n" << ReadWhole(err_path);
+    const std::vector<int> pids = ServerPids(out);
+    ASSERT_EQ(pids.size(), 3u);
+    const size_t victim = rng() % pids.size();
+    absl::SleepFor(frac * reached.last_step);
+    ASSERT_EQ(kill(pids[victim], SIGSTOP), 0);
+    const size_t stopped_at = StepsDone(out);
+    const StepReached past = WaitForStep(out, stopped_at + 3, **train,
+                                         kReplicaRunTimeout);
+    kill(pids[victim], SIGCONT);
+    ASSERT_TRUE(past.ok) << "trial " << t << ": no step after server "
+                         << victim << " hung\n" << ReadWhole(err_path)
+                         << ReadWhole(out + "/logs/worker0.log")
+                         << ReadWhole(out + "/logs/worker1.log");
+    absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
+    ASSERT_TRUE(st.ok());
+    const std::string err = ReadWhole(err_path);
+    ASSERT_TRUE(st->success()) << "trial " << t << ": " << st->ToString()
+                               << "\n" << err;
+    const std::string log = ReadWhole(out + "/logs/worker0.log");
+    EXPECT_NE(log.find(absl::StrCat("server ", victim, " (")), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("is gone; its slots are served by their other copy"),
+              std::string::npos)
+        << log;
+    const bool back = log.find("took its copies back") != std::string::npos;
+    const auto [longest, median] = LongestAndMedianStep(out);
+    std::printf("trial %d: server %zu hung in step %zu (aimed: %zu done + "
+                "%d%%); longest step %.2f s (median %.3f s); %s\n",
+                t, victim, stopped_at, k, static_cast<int>(100 * frac),
+                longest, median,
+                back ? "woken, it took its copies back"
+                     : "woken, it was not restored before the end");
+    // The step that met the hung server waited a second, a tick of the
+    // watch and the probe (client/client_options.h), not its calls'
+    // deadline (10 s).
+    EXPECT_LT(longest, absl::ToDoubleSeconds(kLagBeforeProbe + kWatchEvery +
+                                             kDefaultSilenceProbe) + 1.5);
+    EXPECT_EQ(err.find("restart 1:"), std::string::npos) << err;
+    EXPECT_EQ(StepsDone(out), kReplicaSteps);
+    WeightDiff d = CompareWeights(ReadWeights(out), want);
+    EXPECT_TRUE(d.bit_identical) << "trial " << t << " (server " << victim
+                                 << " in step " << stopped_at << "): max_abs "
+                                 << d.max_abs << " in " << d.worst_tensor;
+  }
 }
 
 }  // namespace

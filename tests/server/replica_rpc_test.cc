@@ -424,6 +424,13 @@ TEST_F(ReplicaRpcTest, AServerBackFromAPartitionTakesItsCopiesBack) {
   ASSERT_TRUE(during.ok()) << during;
   ASSERT_TRUE(two->ServerGone(2));
   ASSERT_TRUE(Step(*two, 2, 0.03f).ok());  // server 2's copies miss it
+  // A client new to the cluster (the launcher's export) leaves the copies
+  // that stand behind their twins, and reads the current ones.
+  std::unique_ptr<ShardCluster> late = Client(2);
+  ASSERT_NE(late, nullptr);
+  ASSERT_TRUE(late->LeaveStaleCopies().ok());
+  EXPECT_EQ(late->GoneServers(), std::vector<int>{2});
+  EXPECT_EQ(All(*late), All(*two));
   // As rank 0's watcher does: asked until it answers (the channel waits
   // out its reconnect backoff first).
   ASSERT_TRUE(AnswersAgainWithin(*two, 2, absl::Seconds(20)));

@@ -23,6 +23,9 @@ absl::Status ExportWeights(const std::vector<std::string>& servers,
   options.control_timeout = timeout;
   ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> client,
                    ShardCluster::Connect(servers, options, layout));
+  // With replicas, a server the workers left (hung, then woken too late to
+  // be restored) answers with an older step: read its slots' other copies.
+  RETURN_IF_ERROR(client->LeaveStaleCopies());
   std::vector<float> weights(layout.total_elems());
   const FlatRange all{0, layout.total_elems()};
   absl::StatusOr<GatherResult> g =
