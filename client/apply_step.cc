@@ -26,16 +26,14 @@ absl::Status ApplyStepCall(const ShardChannels& channels, int slot, int k,
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     channels.RouteTo(&ctx, slot, k);
     // Cancelled when server k is left meanwhile (ShardChannels::MarkDown).
-    if (!channels.leaving(k).Register(&ctx)) {
+    const ScopedCall until_left(&channels.leaving(k), &ctx);
+    if (!until_left.registered()) {
       return absl::CancelledError(absl::StrCat(
           "ApplyStep(step ", step, ") to ", channels.address(k),
           ": the server was left"));
     }
-    absl::Status s =
-        FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, response),
-                       "ApplyStep", channels.address(k));
-    channels.leaving(k).Unregister(&ctx);
-    return s;
+    return FromGrpcStatus(channels.stub(k).ApplyStep(&ctx, req, response),
+                          "ApplyStep", channels.address(k));
   }, channels.channel(k).get());
 }
 

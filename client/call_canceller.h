@@ -62,6 +62,33 @@ class CallCanceller {
       ABSL_GUARDED_BY(mu_);
 };
 
+// Registers a call's context with a canceller for the guard's scope (a
+// null canceller: nothing to register). Declared after the context, so that
+// it is unregistered before the context goes away.
+//
+//   grpc::ClientContext ctx;
+//   const ScopedCall scoped(&canceller, &ctx);
+//   if (!scoped.registered()) return absl::CancelledError(...);
+class ScopedCall {
+ public:
+  ScopedCall(CallCanceller* canceller, grpc::ClientContext* context)
+      : canceller_(canceller),
+        context_(context),
+        registered_(canceller == nullptr || canceller->Register(context)) {}
+  ~ScopedCall() {
+    if (canceller_ != nullptr && registered_) canceller_->Unregister(context_);
+  }
+  ScopedCall(const ScopedCall&) = delete;
+  ScopedCall& operator=(const ScopedCall&) = delete;
+  // False when the canceller was cancelled already: the call must not start.
+  bool registered() const { return registered_; }
+
+ private:
+  CallCanceller* const canceller_;
+  grpc::ClientContext* const context_;
+  const bool registered_;
+};
+
 }  // namespace zeroshard
 
 #endif  // ZEROSHARD_CLIENT_CALL_CANCELLER_H_

@@ -29,16 +29,15 @@ absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
       channels.RouteTo(&ctx, k, server);
       // A hung server is left (its slot's other copy writes the file)
       // rather than waited on for the checkpoint's timeout.
-      if (!channels.leaving(server).Register(&ctx)) {
+      const ScopedCall until_left(&channels.leaving(server), &ctx);
+      if (!until_left.registered()) {
         return absl::CancelledError(absl::StrCat(
             "Checkpoint of step ", step, " on ", channels.address(server),
             ": the server was left"));
       }
-      absl::Status s = FromGrpcStatus(
+      return FromGrpcStatus(
           channels.stub(server).Checkpoint(&ctx, req, &response),
           "Checkpoint", channels.address(server));
-      channels.leaving(server).Unregister(&ctx);
-      return s;
     }, channels.channel(server).get());
   }));
   *file = ShardFileFromProto(response);

@@ -30,11 +30,12 @@ inline constexpr absl::Duration kDefaultSilenceProbe = absl::Seconds(3);
 // With replicas 2, a thread of each client (ShardChannels) looks every
 // kWatchEvery at the calls in flight; a server with one waiting longer than
 // kLagBeforeProbe is asked whether it still answers (one health check
-// within silence_probe), and one that does not, while another server does, is
-// left and its calls cancelled (never one holding a slot's last live copy): a hung or partitioned server costs a step
-// about kLagBeforeProbe + kWatchEvery + silence_probe, not a call's
-// deadline. A server that answers (a Gather waiting for a version, a slow
-// step) is only asked again a tick later.
+// within silence_probe), and one that does not, while another server does,
+// is left and its calls cancelled (never one holding a slot's last live
+// copy): a hung or partitioned server costs a step about kLagBeforeProbe +
+// kWatchEvery + silence_probe, not a call's deadline. A server that answers
+// (a Gather waiting for a version, a slow step) is only asked again a tick
+// later.
 inline constexpr absl::Duration kLagBeforeProbe = absl::Seconds(1);
 inline constexpr absl::Duration kWatchEvery = absl::Milliseconds(250);
 
@@ -68,8 +69,8 @@ struct ShardClientOptions {
   // the client's life.
   int replicas = 1;
   // With replicas 2: how long a server whose call ran out its deadline has
-  // to answer one health check before its copies are counted lost (a partition,
-  // a hung process). A server that answers was only slow, or the call was a
+  // to answer one health check before its copies are counted lost (a
+  // partition, a hung process). A server that answers was only slow, or the call was a
   // wait that ended so (a Gather for a version not applied yet, a sliced
   // checkpoint wait), and the call's DEADLINE_EXCEEDED stands.
   absl::Duration silence_probe = kDefaultSilenceProbe;

@@ -52,28 +52,21 @@ absl::Status OneAttempt(const ShardChannels& channels, int slot, int server,
   // A wait for a version may outlast another call's failover (the step it
   // waits for may meet a silent copy first).
   const absl::Duration wait =
-      min_version >= 0 ? channels.FailoverAllowance() : absl::ZeroDuration();
+      min_version >= 0 ? FailoverAllowance(opt) : absl::ZeroDuration();
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + opt.call_timeout + wait));
   channels.RouteTo(&ctx, slot, server);
-  if (cancel != nullptr && !cancel->Register(&ctx)) {
+  const ScopedCall by_caller(cancel, &ctx);
+  if (!by_caller.registered()) {
     return absl::CancelledError(
         absl::StrCat(what, " from ", address, ": cancelled by the caller"));
   }
-  // Unregistered on every return below, before ctx goes away.
-  struct Unregister {
-    CallCanceller* cancel;
-    grpc::ClientContext* ctx;
-    ~Unregister() {
-      if (cancel != nullptr) cancel->Unregister(ctx);
-    }
-  } unregister{cancel, &ctx};
   // Ended too when the server is left meanwhile (ShardChannels::MarkDown):
   // the slot is then read from its other copy.
-  if (!channels.leaving(server).Register(&ctx)) {
+  const ScopedCall until_left(&channels.leaving(server), &ctx);
+  if (!until_left.registered()) {
     return absl::CancelledError(
         absl::StrCat(what, " from ", address, ": the server was left"));
   }
-  const Unregister left{&channels.leaving(server), &ctx};
   GenericStreamCall call(channels.channel(server), kGatherMethod, &ctx);
   // A failure shows in Read and Finish.
   call.WriteLast(ProtoToByteBuffer(request));

@@ -95,7 +95,8 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     context_ = &ctx;
   }
   // Cancelled too when the server is left (ShardChannels::MarkDown).
-  if (!channels_->leaving(server_).Register(&ctx)) {
+  const ScopedCall until_left(&channels_->leaving(server_), &ctx);
+  if (!until_left.registered()) {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
     return absl::CancelledError(
@@ -219,7 +220,6 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     st = grpc::Status(grpc::StatusCode::INTERNAL,
                       "the reply does not parse as a PushGradResponse");
   }
-  channels_->leaving(server_).Unregister(&ctx);
   {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;

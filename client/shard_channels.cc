@@ -286,7 +286,6 @@ void ShardChannels::WatchForSilence() {
       // the lock released so that the destructor is not held by it.
       watch_mu_.Unlock();
       if (SilentWhileOthersAnswer(k)) {
-        silent_[k]->store(true);
         MarkDown(k, absl::UnavailableError(absl::StrCat(
                         "a call waited over ",
                         absl::FormatDuration(kLagBeforeProbe),
@@ -394,49 +393,51 @@ absl::StatusOr<v1::InspectResponse> ShardChannels::InspectCopy(
     // Ended when server k is left meanwhile (a comparison started before a
     // hung server was found must not hold the step for the control
     // deadline).
-    if (!leaving_[k]->Register(&ctx)) {
+    const ScopedCall until_left(leaving_[k].get(), &ctx);
+    if (!until_left.registered()) {
       return absl::CancelledError(absl::StrCat(
           "Inspect of slot ", slot, ": server ", k, " (", addresses_[k],
           ") was left"));
     }
-    absl::Status r = FromGrpcStatus(stubs_[k]->Inspect(&ctx, request, &resp),
-                                    "Inspect", addresses_[k]);
-    leaving_[k]->Unregister(&ctx);
-    return r;
+    return FromGrpcStatus(stubs_[k]->Inspect(&ctx, request, &resp), "Inspect",
+                          addresses_[k]);
   }, channels_[k].get());
   if (!s.ok()) return s;
   return resp;
 }
 
+absl::StatusOr<std::vector<ShardChannels::LiveCopy>>
+ShardChannels::InspectLiveCopies(int slot, bool digest) const {
+  std::vector<LiveCopy> copies;
+  for (int k : LiveHolders(slot)) {
+    absl::StatusOr<v1::InspectResponse> r = InspectCopy(slot, k, digest);
+    if (!r.ok() && (IsDown(k) || LostCopy(k, r.status()))) {
+      MarkDown(k, r.status());
+      continue;
+    }
+    RETURN_IF_ERROR(r.status());
+    if (!r->initialized()) {
+      // Inspect answers a server without state instead of refusing it: a
+      // process started in the place of one that died since the last call,
+      // whose copy is lost, not different.
+      MarkDown(k, absl::FailedPreconditionError(absl::StrCat(
+                      "Inspect of slot ", slot, " at ", address(k), ": ",
+                      kNotInitialisedMessage)));
+      continue;
+    }
+    copies.push_back({k, *std::move(r)});
+  }
+  return copies;
+}
+
 absl::Status ShardChannels::CheckCopiesAgree() const {
   if (replicas() < 2) return absl::OkStatus();
   return RunInParallel(size(), [&](int slot) -> absl::Status {
-    struct Copy {
-      int server;
-      v1::InspectResponse r;
-    };
-    std::vector<Copy> copies;
-    for (int k : LiveHolders(slot)) {
-      absl::StatusOr<v1::InspectResponse> r = InspectCopy(slot, k, true);
-      if (!r.ok() && (IsDown(k) || LostCopy(k, r.status()))) {
-        MarkDown(k, r.status());
-        continue;
-      }
-      RETURN_IF_ERROR(r.status());
-      if (!r->initialized()) {
-        // Inspect answers a server without state instead of refusing it:
-        // a process started in the place of one that died since the last
-        // call, whose copy is lost, not different.
-        MarkDown(k, absl::FailedPreconditionError(absl::StrCat(
-                        "Inspect of slot ", slot, " at ", address(k), ": ",
-                        kNotInitialisedMessage)));
-        continue;
-      }
-      copies.push_back({k, *std::move(r)});
-    }
+    ASSIGN_OR_RETURN(const std::vector<LiveCopy> copies,
+                     InspectLiveCopies(slot, /*digest=*/true));
     for (size_t i = 1; i < copies.size(); ++i) {
-      const Copy& a = copies[0];
-      const Copy& b = copies[i];
+      const LiveCopy& a = copies[0];
+      const LiveCopy& b = copies[i];
       if (a.r.state_digest_version() == b.r.state_digest_version() &&
           a.r.state_digest() == b.r.state_digest()) {
         continue;
@@ -458,30 +459,17 @@ absl::Status ShardChannels::CheckCopiesAgree() const {
 absl::Status ShardChannels::LeaveStaleCopies() const {
   if (replicas() < 2) return absl::OkStatus();
   return RunInParallel(size(), [&](int slot) -> absl::Status {
-    std::vector<std::pair<int, uint64_t>> at;  // server, its copy's step
-    for (int k : LiveHolders(slot)) {
-      absl::StatusOr<v1::InspectResponse> r = InspectCopy(slot, k);
-      if (!r.ok()) {
-        if (!IsDown(k) && !LostCopy(k, r.status())) return r.status();
-        MarkDown(k, r.status());
-        continue;
-      }
-      if (!r->initialized()) {
-        MarkDown(k, absl::FailedPreconditionError(absl::StrCat(
-                        "Inspect of slot ", slot, " at ", address(k), ": ",
-                        kNotInitialisedMessage)));
-        continue;
-      }
-      at.emplace_back(k, r->max_version());
-    }
+    ASSIGN_OR_RETURN(const std::vector<LiveCopy> copies,
+                     InspectLiveCopies(slot, /*digest=*/false));
     uint64_t newest = 0;
-    for (const auto& [k, v] : at) newest = std::max(newest, v);
-    for (const auto& [k, v] : at) {
-      if (v >= newest) continue;
-      MarkDown(k, absl::FailedPreconditionError(absl::StrCat(
-                      "its copy of slot ", slot, " stands at step ", v,
-                      ", the other at ", newest,
-                      " (a server the workers left and have not restored)")));
+    for (const LiveCopy& c : copies) newest = std::max(newest, c.r.max_version());
+    for (const LiveCopy& c : copies) {
+      if (c.r.max_version() >= newest) continue;
+      MarkDown(c.server, absl::FailedPreconditionError(absl::StrCat(
+                             "its copy of slot ", slot, " stands at step ",
+                             c.r.max_version(), ", the other at ", newest,
+                             " (a server the workers left and have not "
+                             "restored)")));
     }
     return absl::OkStatus();
   });

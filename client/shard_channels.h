@@ -115,14 +115,6 @@ class ShardChannels {
   void MarkUp(int k) const;
   // Servers marked down.
   std::vector<int> DownServers() const;
-  // With replicas 2, how much longer than a call's own timeout a wait on
-  // the cluster's progress (a Gather for a version not applied yet) may
-  // take: a step may first meet a silent copy, which costs up to
-  // kLagBeforeProbe, a tick and the probe before it goes on. Zero with one
-  // copy.
-  absl::Duration FailoverAllowance() const {
-    return zeroshard::FailoverAllowance(options_);
-  }
   // The calls to server k that end when it is marked down register here
   // (a push stream, ApplyStep, Gather, Checkpoint, a comparison's Inspect).
   CallCanceller& leaving(int k) const { return *leaving_[k]; }
@@ -188,12 +180,23 @@ class ShardChannels {
   // Per server: marked down (MarkDown).
   std::vector<std::unique_ptr<std::atomic<bool>>> down_;
   // Per server: a probe after a DEADLINE_EXCEEDED went unanswered
-  // (LostCopy); cleared by MarkUp.
+  // (LostCopy; a push stream's error is looked at during backward and again
+  // at its reply, before any MarkDown); cleared by MarkUp.
   std::vector<std::unique_ptr<std::atomic<bool>>> silent_;
   // Per server: the calls that end when it is marked down (pushes,
   // ApplyStep, Gather, Checkpoint, a comparison's Inspect); cancelled by
   // MarkDown, re-armed by MarkUp; watched by WatchForSilence.
   std::vector<std::unique_ptr<CallCanceller>> leaving_;
+  // One live copy of a slot and its server's Inspect of it.
+  struct LiveCopy {
+    int server = 0;
+    v1::InspectResponse r;
+  };
+  // Inspect (with the state digest, if asked) of every live copy of
+  // `slot`; a copy lost (LostCopy) or not initialised is marked down and
+  // left out; any other error is returned.
+  absl::StatusOr<std::vector<LiveCopy>> InspectLiveCopies(int slot,
+                                                          bool digest) const;
   // The watch over silent servers (replicas 2 only), stopped and joined by
   // the destructor.
   void WatchForSilence();
