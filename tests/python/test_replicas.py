@@ -14,35 +14,47 @@ import zeroshard
 from test_engine import batches, config, make_model, torch_reference, weights
 
 
-@pytest.mark.parametrize("stage,victim", [(2, 1), (3, 0)])
-def test_a_killed_server_costs_no_step_and_no_bit(stage, victim):
-    steps, gas = 6, 1
-    data = batches(steps * gas, 4)
-    ref = torch_reference(make_model(), data, gas, 1.0, 0.01, steps)
+def replicated(steps, stage=2, **zeroshard_keys):
+    """An engine over 3 embedded servers with two copies of each slot, its
+    model, the data of `steps` steps and torch's AdamW weights after each."""
+    data = batches(steps, 4)
+    ref = torch_reference(make_model(), data, 1, 1.0, 0.01, steps)
     model = make_model()
-    c = config(3, gas, 1.0, stage=stage)
+    c = config(3, 1, 1.0, stage=stage)
     c["zeroshard"]["replicas"] = 2
-    # The copies compared after steps 2, 4 and 6 while the loop goes on,
-    # one of them across the kill.
-    c["zeroshard"]["replica_check_every_steps"] = 2
+    c["zeroshard"].update(zeroshard_keys)
     engine, _, _, _ = zeroshard.initialize(
         model=model, model_parameters=model.parameters(), config=c)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    return engine, model, data, ref
+
+
+def step_and_compare(engine, model, stage, data, ref, s):
+    """Step s of the loop, then every parameter against torch's, bit for
+    bit."""
+    x, y = data[s]
+    engine.backward(torch.nn.CrossEntropyLoss()(engine(x), y))
+    engine.step()
+    for i, (p, r) in enumerate(zip(weights(engine, model, stage), ref[s])):
+        assert torch.equal(p, r), (
+            f"step {s + 1}, parameter {i}: max |diff| "
+            f"{(p - r).abs().max().item()}")
+
+
+@pytest.mark.parametrize("stage,victim", [(2, 1), (3, 0)])
+def test_a_killed_server_costs_no_step_and_no_bit(stage, victim):
+    steps = 6
+    # The copies compared after steps 2, 4 and 6 while the loop goes on,
+    # one of them across the kill.
+    engine, model, data, ref = replicated(steps, stage,
+                                          replica_check_every_steps=2)
     try:
         for s in range(steps):
             if s == 3:
                 proc = engine._servers.procs[victim]
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
-            x, y = data[s]
-            engine.backward(loss_fn(engine(x), y))
-            engine.step()
+            step_and_compare(engine, model, stage, data, ref, s)
             assert engine.global_steps == s + 1
-            for i, (p, r) in enumerate(zip(weights(engine, model, stage),
-                                           ref[s])):
-                assert torch.equal(p, r), (
-                    f"step {s + 1}, parameter {i}: max |diff| "
-                    f"{(p - r).abs().max().item()}")
         # Those after steps 2 and 4 were heard before steps 3 and 5; the
         # last one's verdict comes at close.
         assert engine._cluster.audits_compared() == 2
@@ -56,32 +68,18 @@ def test_a_hung_server_is_left_within_seconds_and_costs_no_bit():
     a 3 s probe), well inside the step timeout, and the loop goes on from
     the other copies bit for bit."""
     steps = 5
-    data = batches(steps, 4)
-    ref = torch_reference(make_model(), data, 1, 1.0, 0.01, steps)
-    model = make_model()
-    c = config(3, 1, 1.0, stage=2)
-    c["zeroshard"]["replicas"] = 2
-    engine, _, _, _ = zeroshard.initialize(
-        model=model, model_parameters=model.parameters(), config=c)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    engine, model, data, ref = replicated(steps)
     proc = engine._servers.procs[1]
     try:
         for s in range(steps):
             if s == 2:
                 os.kill(proc.pid, signal.SIGSTOP)
             start = time.monotonic()
-            x, y = data[s]
-            engine.backward(loss_fn(engine(x), y))
-            engine.step()
+            step_and_compare(engine, model, 2, data, ref, s)
             took = time.monotonic() - start
             if s == 2:
                 assert 1 in engine._cluster.gone_servers()
                 assert took < 10, f"the step that met the hang took {took} s"
-            for i, (p, r) in enumerate(zip(weights(engine, model, 2),
-                                           ref[s])):
-                assert torch.equal(p, r), (
-                    f"step {s + 1}, parameter {i}: max |diff| "
-                    f"{(p - r).abs().max().item()}")
     finally:
         os.kill(proc.pid, signal.SIGCONT)
         engine.close()
@@ -94,16 +92,8 @@ def test_a_replacement_takes_its_copies_back_and_the_next_death_costs_nothing(
     step. Then the server next to it (the two share slot 1) dies too, and
     the loop still loses no step and no bit."""
     steps = 8
-    data = batches(steps, 4)
-    ref = torch_reference(make_model(), data, 1, 1.0, 0.01, steps)
-    model = make_model()
-    c = config(3, 1, 1.0, stage=2)
-    c["zeroshard"]["replicas"] = 2
-    c["zeroshard"]["checkpoint"] = {"dir": str(tmp_path / "ck"),
-                                    "every_steps": 0}
-    engine, _, _, _ = zeroshard.initialize(
-        model=model, model_parameters=model.parameters(), config=c)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    engine, model, data, ref = replicated(
+        steps, checkpoint={"dir": str(tmp_path / "ck"), "every_steps": 0})
     try:
         for s in range(steps):
             if s in (2, 5):
@@ -120,13 +110,7 @@ def test_a_replacement_takes_its_copies_back_and_the_next_death_costs_nothing(
                     time.sleep(0.02)
             if s == 5:
                 assert "server 1 took its copies back" in capsys.readouterr().err
-            x, y = data[s]
-            engine.backward(loss_fn(engine(x), y))
-            engine.step()
-            for i, (p, r) in enumerate(zip(weights(engine, model, 2), ref[s])):
-                assert torch.equal(p, r), (
-                    f"step {s + 1}, parameter {i}: max |diff| "
-                    f"{(p - r).abs().max().item()}")
+            step_and_compare(engine, model, 2, data, ref, s)
         assert engine._servers.replacements == [0, 1, 1]
     finally:
         engine.close()
