@@ -310,6 +310,16 @@ TEST_F(ReplicaRpcTest, ReplicasOutsideOneOrTwoAreRefused) {
   s = InspectSlot(*servers_[1].stub, "0", &none);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("one copy"), std::string::npos);
+  // A client whose silence probe would never wait is refused at Connect.
+  ShardClientOptions o;
+  o.replicas = 2;
+  o.silence_probe = absl::ZeroDuration();
+  const absl::StatusOr<std::unique_ptr<ShardCluster>> c =
+      ShardCluster::Connect(addresses_, o, *layout_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("silence_probe"), std::string::npos)
+      << c.status();
 }
 
 TEST_F(ReplicaRpcTest, BothCopiesTrainAlikeAndALostServerCostsNoStep) {
