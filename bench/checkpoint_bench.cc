@@ -120,7 +120,11 @@ int RunCheckpoint(const std::vector<std::string>& args) {
   };
   RigStepHook hook = [&](uint64_t step,
                          const ShardCluster& servers) -> absl::Status {
-    if (step == 0 || step % kEvery != 0 || step >= steps - 1) {
+    if (step >= steps) {  // the run's end: the wait uses `servers`
+      join();
+      return absl::OkStatus();
+    }
+    if (step == 0 || step % kEvery != 0 || step == steps - 1) {
       return absl::OkStatus();
     }
     join();

@@ -4,6 +4,7 @@
 #include <memory>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/shard_cluster.h"
@@ -35,6 +36,14 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
   co.run_id = "bench";
   ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> client,
                    ShardCluster::Connect(servers, co, layout));
+  // The hook's last call, however the run ends, while `client` still lives:
+  // a hook may have left work on it (a checkpoint wait) to finish here.
+  bool ended = false;
+  absl::Cleanup end_hook = [&] {
+    if (rank == 0 && before_step && !ended) {
+      before_step(cfg.cluster.steps, *client).IgnoreError();
+    }
+  };
   GroupOptions go;
   go.group = group_name;
   go.timeout = co.call_timeout;
@@ -53,6 +62,10 @@ absl::Status RunRank(int rank, const TrainingConfig& cfg,
     }
     ASSIGN_OR_RETURN(StepResult r, engine->Step(step));
     if (rank == 0) out->steps.push_back(r);
+  }
+  if (rank == 0 && before_step) {
+    ended = true;
+    RETURN_IF_ERROR(before_step(cfg.cluster.steps, *client));
   }
   *memory = engine->memory();
   return group->Barrier();

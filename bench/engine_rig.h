@@ -43,7 +43,9 @@ struct RigRun {
 };
 
 // Called by rank 0 before each step (e.g. to arm a checkpoint), with the
-// servers; an error ends the run.
+// servers; an error ends the run. Called once more with step ==
+// config.cluster.steps when the run ends, done or failed, before the servers'
+// client goes: work a hook left running on `servers` must end in that call.
 using RigStepHook =
     std::function<absl::Status(uint64_t step, const ShardCluster& servers)>;
 
