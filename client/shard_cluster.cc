@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/apply_step.h"
+#include "client/catch_up.h"
 #include "client/checkpoint_client.h"
 #include "client/set_weights.h"
 #include "client/shard_channels.h"
@@ -88,7 +89,27 @@ absl::StatusOr<bool> ShardCluster::AnswersAgain(int k,
 absl::Status ShardCluster::ReviveServer(int k, const InitOptions& options,
                                         const std::string& directory,
                                         uint64_t step) {
-  RETURN_IF_ERROR(NeedLayout("ReviveServer"));
+  RETURN_IF_ERROR(RestoreServer(k, options, directory, step));
+  channels().MarkUp(k);
+  return absl::OkStatus();
+}
+
+absl::Status ShardCluster::OpenStepLogs(int k, uint64_t from_step) const {
+  return zeroshard::OpenStepLogs(channels(), k, from_step);
+}
+
+absl::StatusOr<uint64_t> ShardCluster::ReplayStepLogs(int k) const {
+  return zeroshard::ReplayStepLogs(channels(), k);
+}
+
+void ShardCluster::CloseStepLogs(int k) const {
+  zeroshard::CloseStepLogs(channels(), k);
+}
+
+absl::Status ShardCluster::RestoreServer(int k, const InitOptions& options,
+                                         const std::string& directory,
+                                         uint64_t step) {
+  RETURN_IF_ERROR(NeedLayout("RestoreServer"));
   const ShardChannels& c = channels();
   // A server back from a partition holds this run's model at an older step:
   // replaced, as a new process's empty one is made, before the restore.
@@ -106,7 +127,6 @@ absl::Status ShardCluster::ReviveServer(int k, const InitOptions& options,
           r.version, ", not ", step));
     }
   }
-  c.MarkUp(k);
   return absl::OkStatus();
 }
 

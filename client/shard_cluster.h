@@ -106,6 +106,17 @@ class ShardCluster {
   // through MarkServerBack.
   absl::Status ReviveServer(int k, const InitOptions& options,
                             const std::string& directory, uint64_t step);
+  // ReviveServer without the last part: server k's copies are restored, and
+  // this client still leaves it (a catch-up goes on from here).
+  absl::Status RestoreServer(int k, const InitOptions& options,
+                             const std::string& directory, uint64_t step);
+  // Catching server k up while training goes on (client/catch_up.h): the
+  // other copies of its slots log their pushes from `from_step`; k applies
+  // what they logged since its version (the lower of its two copies'
+  // versions afterwards); the logs are dropped.
+  absl::Status OpenStepLogs(int k, uint64_t from_step) const;
+  absl::StatusOr<uint64_t> ReplayStepLogs(int k) const;
+  void CloseStepLogs(int k) const;
   // This client reaches server k again (another process revived it).
   void MarkServerBack(int k) const;
   // One result per server, asked in parallel.

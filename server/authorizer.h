@@ -10,7 +10,7 @@
 //   Gather, PushGrad, ApplyStep, KvSet/Get/Wait    yes    -    yes
 //   Inspect                                        yes   yes   yes
 //   Init, SetWeights, Checkpoint, Restore,
-//   ReadSnapshot                                    -     -    yes
+//   ReadSnapshot, StepLog, Replay                   -     -    yes
 //
 // No credentials, or a token that matches none: UNAUTHENTICATED. A role not
 // allowed the method: PERMISSION_DENIED. Either is checked before the request

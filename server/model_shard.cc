@@ -183,6 +183,12 @@ absl::StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(
                                                       state->tracker_.get());
   state->snapshots_ = std::make_unique<SnapshotArming>(state->store_.get(),
                                                        state->tracker_.get());
+  uint64_t state_bytes = 0;
+  for (const auto& [kind, bytes] : state->store_->BytesByKind()) {
+    state_bytes += bytes;
+  }
+  state->step_log_ = std::make_unique<StepLog>(
+      std::max<uint64_t>(uint64_t{64} << 20, state_bytes));
   if (request.init().source_case() == v1::InitValues::kSeed) {
     RETURN_IF_ERROR(state->store_->FillSeeded(
         state->layout_, request.init().seed(), request.init().init_std()));
@@ -274,6 +280,11 @@ absl::StatusOr<ApplyResult> ModelShard::ApplyPushLocked(
   // Before anything of this step touches a chunk (skipped steps included:
   // the next step would change the chunk before a later copy).
   if (claim.capture) snapshots_->CaptureClaimed(claim);
+  // Recorded once claimed and before the chunks complete: a push that
+  // needs this one's chunks complete is recorded after it.
+  if (!claim.segments.empty()) {
+    step_log_->Record(step, attempt, params, pieces);
+  }
   ApplyResult result;
   result.duplicate_elems = claim.duplicate_elems;
   for (const ClaimedSegment& seg : claim.segments) {
@@ -460,6 +471,24 @@ absl::Status ModelShard::RestoreWith(uint64_t step, uint64_t adam_t,
       step, std::vector<uint64_t>(store_->num_chunks(), adam_t)));
   // Pushes prepared against the replaced state never apply.
   prepared_->Clear();
+  // Nor does a log of pushes applied to it.
+  step_log_->Close();
+  return absl::OkStatus();
+}
+
+absl::Status ModelShard::OpenStepLog(uint64_t from_step) {
+  // No push is being claimed or applied while the versions are read.
+  absl::MutexLock restore(&restore_mu_);
+  const StepTracker::Summary v = tracker_->Summarize();
+  if (v.max_version > from_step ||
+      (v.max_version == from_step && v.partial_chunks != 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "StepLog: this copy has applied some of step ", from_step,
+        " already (chunk versions ", v.min_version, " to ", v.max_version,
+        ", ", v.partial_chunks, " partly applied): a log from it would miss "
+        "pushes"));
+  }
+  step_log_->Open(from_step);
   return absl::OkStatus();
 }
 

@@ -39,6 +39,7 @@
 #include "server/shard_snapshot.h"
 #include "server/snapshot_arming.h"
 #include "server/shard_store.h"
+#include "server/step_log.h"
 #include "server/step_tracker.h"
 #include "wire/push_grad_codec.h"
 
@@ -222,6 +223,21 @@ class ModelShard {
   using PreparedSummary = PreparedPushes::Summary;
   PreparedSummary prepared() const { return prepared_->Summarize(); }
 
+  // The step log (server/step_log.h, docs/DESIGN.md "Replicas"): from
+  // OpenStepLog on, every push this copy applies for a step >= from_step is
+  // kept, so that a copy restored at version from_step can apply the same
+  // pushes (ApplyPush) and reach the same bits. OpenStepLog holds pushes out
+  // while it checks that no chunk has applied any of from_step yet
+  // (FAILED_PRECONDITION otherwise). The log is bounded by the copy's own
+  // state bytes, at least 64 MiB.
+  absl::Status OpenStepLog(uint64_t from_step);
+  absl::StatusOr<std::vector<std::shared_ptr<const LoggedPush>>> ReadStepLog(
+      uint64_t from_step) const {
+    return step_log_->Read(from_step);
+  }
+  void CloseStepLog() const { step_log_->Close(); }
+  uint64_t step_log_bytes() const { return step_log_->bytes(); }
+
   // Replaces the whole state with a restored one: master and the rule's
   // slots (its order) over the owned range (owned().size() elements each), every chunk at version
   // `step` with Adam step count `adam_t`; prepared pushes are dropped. Holds
@@ -307,6 +323,7 @@ class ModelShard {
   // After store_ and tracker_, which they point into.
   std::unique_ptr<PreparedPushes> prepared_;
   std::unique_ptr<SnapshotArming> snapshots_;
+  std::unique_ptr<StepLog> step_log_;
   std::atomic<uint64_t> updated_elems_{0};  // see updated_elems()
 
   // Held shared by every call that changes the state, exclusively by

@@ -12,6 +12,7 @@
 #include "server/push_grad_reactor.h"
 #include "server/read_snapshot_reactor.h"
 #include "server/set_weights_reactor.h"
+#include "server/step_log_reactors.h"
 #include "server/shard_restore.h"
 #include "server/status_reactor.h"
 #include "wire/grpc_status.h"
@@ -515,6 +516,61 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::SetWeights(
   }
   return new SetWeightsReactor(context, std::move(state), response,
                                &counters_);
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ShardServiceImpl::StepLog(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  using Failed = FailedReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>>;
+  if (absl::Status s = Admit(context, "StepLog"); !s.ok()) {
+    return new Failed(s, &counters_);
+  }
+  v1::StepLogRequest parsed;
+  if (absl::Status s = ParseRequest("StepLog", *request, &parsed); !s.ok()) {
+    return new Failed(s, &counters_);
+  }
+  absl::StatusOr<std::shared_ptr<ModelShard>> state =
+      StateOfRun(*context, "StepLog", parsed.run_id());
+  if (!state.ok()) return new Failed(state.status(), &counters_);
+  ModelShard& shard = **state;
+  std::vector<std::shared_ptr<const LoggedPush>> pushes;
+  switch (parsed.action()) {
+    case v1::StepLogRequest::OPEN:
+      if (absl::Status s = shard.OpenStepLog(parsed.from_step()); !s.ok()) {
+        return new Failed(s, &counters_);
+      }
+      break;
+    case v1::StepLogRequest::CLOSE:
+      shard.CloseStepLog();
+      break;
+    case v1::StepLogRequest::READ: {
+      auto read = shard.ReadStepLog(parsed.from_step());
+      if (!read.ok()) return new Failed(read.status(), &counters_);
+      pushes = *std::move(read);
+      break;
+    }
+    default:
+      return new Failed(
+          absl::InvalidArgumentError(absl::StrCat(
+              "StepLog: unknown action ", static_cast<int>(parsed.action()))),
+          &counters_);
+  }
+  return new StepLogReactor(std::move(pushes), shard.run_id(), &counters_);
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* ShardServiceImpl::Replay(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
+  if (absl::Status s = Admit(context, "Replay"); !s.ok()) {
+    return new FailedReactor<grpc::ServerReadReactor<grpc::ByteBuffer>>(
+        s, &counters_);
+  }
+  absl::StatusOr<std::shared_ptr<ModelShard>> state = StateFor(*context);
+  if (state.ok()) {
+    if (absl::Status s = CheckWritesBothCopies(*context, **state, "Replay");
+        !s.ok()) {
+      state = s;
+    }
+  }
+  return new ReplayReactor(context, std::move(state), response, &counters_);
 }
 
 absl::StatusOr<KvScope> ShardServiceImpl::KvScopeOf(

@@ -59,7 +59,9 @@ using ShardServiceBase = v1::ShardService::WithRawCallbackMethod_Init<
     v1::ShardService::WithRawCallbackMethod_KvWait<
     v1::ShardService::WithRawCallbackMethod_OpenRegion<
     v1::ShardService::WithRawCallbackMethod_CloseRegion<
-        v1::ShardService::CallbackService>>>>>>>>>>>>>>;
+    v1::ShardService::WithRawCallbackMethod_StepLog<
+    v1::ShardService::WithRawCallbackMethod_Replay<
+        v1::ShardService::CallbackService>>>>>>>>>>>>>>>>;
 // clang-format on
 
 class ShardServiceImpl final : public ShardServiceBase {
@@ -127,6 +129,12 @@ class ShardServiceImpl final : public ShardServiceBase {
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* SetWeights(
+      grpc::CallbackServerContext* context,
+      grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* StepLog(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Replay(
       grpc::CallbackServerContext* context,
       grpc::ByteBuffer* response) override;
 

@@ -13,7 +13,8 @@ const std::vector<std::string>& AllMethods() {
   static const auto* methods = new std::vector<std::string>{
       "Init",    "Gather",       "PushGrad",   "ApplyStep", "Inspect",
       "Checkpoint", "Restore",   "ReadSnapshot", "SetWeights", "KvSet",
-      "KvGet",   "KvWait",       "OpenRegion", "CloseRegion"};
+      "KvGet",   "KvWait",       "OpenRegion", "CloseRegion", "StepLog",
+      "Replay"};
   return *methods;
 }
 
@@ -128,6 +129,25 @@ std::map<std::string, grpc::Status> CallEveryMethod(
     out["ReadSnapshot"] = reader->Finish();
   }
   out["SetWeights"] = SetWeightsAs(stub, 0, {});
+  {
+    grpc::ClientContext c;
+    SetDeadline(c, kDeadlineMs);
+    v1::StepLogRequest q;
+    q.set_run_id(kTestRunId);
+    auto reader = stub.StepLog(&c, q);
+    v1::PushGradMessage m;
+    while (reader->Read(&m)) {
+    }
+    out["StepLog"] = reader->Finish();
+  }
+  {
+    grpc::ClientContext c;
+    SetDeadline(c, kDeadlineMs);
+    v1::ReplayResponse r;
+    auto writer = stub.Replay(&c, &r);
+    writer->WritesDone();
+    out["Replay"] = writer->Finish();
+  }
   unary("KvSet", [&](grpc::ClientContext* c) {
     v1::KvSetRequest q;
     q.set_key("k");

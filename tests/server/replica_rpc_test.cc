@@ -124,24 +124,30 @@ class ReplicaRpcTest : public ::testing::Test {
     return cluster.ApplyStep(step, 0, absl::Seconds(20)).status();
   }
 
-  // The weights after `steps` of Step (gradients 0.01, 0.02, ...) on a
-  // one-copy cluster of fresh servers initialised as TwoCopies' are; the
+  // A one-copy cluster of fresh servers initialised as TwoCopies' are; the
   // fixture's addresses become theirs.
-  std::vector<float> OneCopyReference(uint64_t steps) {
-    std::vector<TestServer> fresh;
+  std::unique_ptr<ShardCluster> FreshOneCopy() {
     std::vector<std::string> addresses;
     for (uint32_t k = 0; k < kServers; ++k) {
-      fresh.push_back(StartServer(k, kServers));
+      reference_.push_back(StartServer(k, kServers));
       addresses.push_back(
-          absl::StrCat("127.0.0.1:", fresh.back().server->port()));
+          absl::StrCat("127.0.0.1:", reference_.back().server->port()));
     }
     addresses_ = addresses;
     std::unique_ptr<ShardCluster> ref = Client(1);
-    if (ref == nullptr) return {};
+    if (ref == nullptr) return nullptr;
     InitOptions init;
     init.seed = 5;
     init.num_workers = 1;
     EXPECT_TRUE(ref->Init(init).ok());
+    return ref;
+  }
+
+  // The weights after `steps` of Step (gradients 0.01, 0.02, ...) on
+  // FreshOneCopy.
+  std::vector<float> OneCopyReference(uint64_t steps) {
+    std::unique_ptr<ShardCluster> ref = FreshOneCopy();
+    if (ref == nullptr) return {};
     for (uint64_t s = 0; s < steps; ++s) {
       EXPECT_TRUE(Step(*ref, s, 0.01f * (s + 1)).ok());
     }
@@ -163,6 +169,7 @@ class ReplicaRpcTest : public ::testing::Test {
 
   v1::ModelManifest manifest_;
   std::vector<TestServer> servers_;
+  std::vector<TestServer> reference_;  // FreshOneCopy's
   std::vector<std::string> addresses_;
   std::unique_ptr<FlatLayout> layout_;
 };
@@ -468,6 +475,139 @@ TEST_F(ReplicaRpcTest, AServerBackFromAPartitionTakesItsCopiesBack) {
   ASSERT_TRUE(Step(*two, 3, 0.04f).ok());
   agree = two->CheckCopiesAgree();
   EXPECT_TRUE(agree.ok()) << agree;
+  std::filesystem::remove_all(dir);
+}
+
+// A replacement catches up while the steps go on: the other copies of its
+// slots log what they apply from the checkpoint's step, and the
+// replacement, restored from that checkpoint, applies the same pushes
+// (two-phase and pieces applied as they arrive) and ends bit-identical.
+TEST_F(ReplicaRpcTest, AReplacementCatchesUpFromTheLogsWhileStepsGoOn) {
+  std::unique_ptr<ShardCluster> two = TwoCopies();
+  ASSERT_NE(two, nullptr);
+  // The same steps on one copy of fresh servers, side by side.
+  std::unique_ptr<ShardCluster> ref = FreshOneCopy();
+  ASSERT_NE(ref, nullptr);
+  std::vector<float> g(layout_->total_elems(), 0.04f);
+  const GradSpan all{FlatRange{0, g.size()}, DType::kFp32, g.data()};
+  // Step 3's pieces are applied as they arrive, with coefficient 0.5.
+  auto step = [&](ShardCluster& c, uint64_t s) {
+    if (s != 3) return Step(c, s, 0.01f * static_cast<float>(s + 1));
+    return c.PushGrad(3, 0, {all}, StepCommit{.coefficient = 0.5}, true)
+        .status();
+  };
+  // The tensors' elements: these steps push into the units' padding too,
+  // which a restore does not carry (a worker's gradient there is zero).
+  auto tensors = [&](ShardCluster& c) {
+    std::vector<float> w = All(c);
+    for (const UnitInfo& u : layout_->units()) {
+      std::fill(w.begin() + u.offset + u.numel, w.begin() + u.offset + u.padded,
+                0.0f);
+    }
+    return w;
+  };
+  auto both = [&](uint64_t s) {
+    ASSERT_TRUE(step(*two, s).ok());
+    ASSERT_TRUE(step(*ref, s).ok());
+    ASSERT_EQ(tensors(*two), tensors(*ref)) << "after step " << s;
+  };
+  both(0);
+  const int port = servers_[2].server->port();
+  servers_[2].server.reset();
+  both(1);
+  ASSERT_TRUE(two->ServerGone(2));
+  ShardServer::Options options;
+  options.server_index = 2;
+  options.num_servers = kServers;
+  options.listen_address = absl::StrCat("127.0.0.1:", port);
+  absl::StatusOr<std::unique_ptr<ShardServer>> fresh =
+      ShardServer::Start(options);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  servers_[2].server = *std::move(fresh);
+  ASSERT_TRUE(AnswersAgainWithin(*two, 2, absl::Seconds(20)));
+
+  // A log from a step some copy has applied would miss pushes.
+  absl::Status s = two->OpenStepLogs(2, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("applied some of step 1"), std::string::npos)
+      << s;
+  // Before step 2: logs from 2 and a checkpoint of 2; the steps go on.
+  ASSERT_TRUE(two->OpenStepLogs(2, 2).ok());
+  const std::string dir = ::testing::TempDir() + "/catch_up_ckpt";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(two->ArmCheckpoint(2, dir).ok());
+  both(2);
+  both(3);
+  absl::StatusOr<std::vector<ShardFile>> files =
+      two->WaitCheckpoint(2, dir, absl::Seconds(20));
+  ASSERT_TRUE(files.ok()) << files.status();
+  CheckpointInfo info;
+  info.step = 2;
+  info.layout = layout_.get();
+  ASSERT_TRUE(CommitCheckpoint(dir, *files, info, 0).ok());
+  InitOptions init;
+  init.seed = 5;
+  init.num_workers = 1;
+  init.replicas = 2;
+  ASSERT_TRUE(two->RestoreServer(2, init, dir, 2).ok());
+  EXPECT_TRUE(two->ServerGone(2));  // restored, not yet written by steps
+  absl::StatusOr<uint64_t> v = two->ReplayStepLogs(2);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 4u);
+  both(4);
+  v = two->ReplayStepLogs(2);  // the step boundary's last replay
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 5u);
+  two->CloseStepLogs(2);
+  two->MarkServerBack(2);
+  s = two->CheckCopiesAgree();
+  EXPECT_TRUE(s.ok()) << s;
+  both(5);  // slot 2 read from its replacement
+  s = two->CheckCopiesAgree();
+  EXPECT_TRUE(s.ok()) << s;
+  // A log closed is not read.
+  s = two->ReplayStepLogs(2).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("no log is open"), std::string::npos) << s;
+
+  // A replayed push the copy cannot take changes nothing: another run,
+  // a range outside the slot, a step the copy does not stand at.
+  const FlatRange r = layout_->ServerRange(2);
+  auto replay = [&](const std::string& run, uint64_t step, uint64_t offset) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, 20000);
+    ctx.AddMetadata(kCopiesMetadataKey, "2");
+    v1::ReplayResponse reply;
+    auto writer = servers_[2].stub->Replay(&ctx, &reply);
+    v1::PushGradMessage m;
+    v1::PushGradHeader* h = m.mutable_header();
+    h->set_step(step);
+    h->set_run_id(run);
+    h->set_coefficient_known(true);
+    h->set_coefficient(1.0);
+    writer->Write(m);
+    m.Clear();
+    const float x = 1.0f;
+    m.mutable_piece()->set_offset(offset);
+    m.mutable_piece()->set_dtype(v1::DTYPE_FP32);
+    m.mutable_piece()->set_data(
+        std::string(reinterpret_cast<const char*>(&x), sizeof(x)));
+    writer->Write(m);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  grpc::Status refused = replay("another-run", 6, r.begin);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  refused = replay(kTestRunId, 6, r.end);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  refused = replay(kTestRunId, 9, r.begin);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.error_message().find("Replay: the push of step 9"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(tensors(*two), tensors(*ref));
+  s = two->CheckCopiesAgree();
+  EXPECT_TRUE(s.ok()) << s;
   std::filesystem::remove_all(dir);
 }
 

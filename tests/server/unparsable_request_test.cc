@@ -34,7 +34,8 @@ constexpr Method kMethods[] = {
     {"ApplyStep", false},  {"Inspect", false},    {"Checkpoint", false},
     {"Restore", false},    {"ReadSnapshot", false}, {"SetWeights", true},
     {"KvSet", false},      {"KvGet", false},      {"KvWait", false},
-    {"OpenRegion", false}, {"CloseRegion", false},
+    {"OpenRegion", false}, {"CloseRegion", false}, {"StepLog", false},
+    {"Replay", true},
 };
 
 // Not a protobuf encoding of anything: a varint tag that never ends.
