@@ -82,11 +82,7 @@ class ReplicaRpcTest : public ::testing::Test {
       absl::Duration probe = absl::Seconds(5)) {
     std::unique_ptr<ShardCluster> two = Client(2, call_timeout, probe);
     if (two == nullptr) return nullptr;
-    InitOptions init;
-    init.seed = 5;
-    init.num_workers = 1;
-    init.replicas = 2;
-    absl::StatusOr<std::vector<ServerInit>> r = two->Init(init);
+    absl::StatusOr<std::vector<ServerInit>> r = two->Init(TwoCopyInit());
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? std::move(two) : nullptr;
   }
@@ -122,6 +118,28 @@ class ReplicaRpcTest : public ::testing::Test {
         commit, false);
     if (!pushed.ok()) return pushed.status();
     return cluster.ApplyStep(step, 0, absl::Seconds(20)).status();
+  }
+
+  // Waits for the checkpoint of `step` armed under `dir` and commits it, as
+  // rank 0's coordinator does.
+  void CommitArmed(ShardCluster& cluster, uint64_t step,
+                   const std::string& dir) {
+    absl::StatusOr<std::vector<ShardFile>> files =
+        cluster.WaitCheckpoint(step, dir, absl::Seconds(20));
+    ASSERT_TRUE(files.ok()) << files.status();
+    CheckpointInfo info;
+    info.step = step;
+    info.layout = layout_.get();
+    ASSERT_TRUE(CommitCheckpoint(dir, *files, info, 0).ok());
+  }
+
+  // TwoCopies' Init.
+  static InitOptions TwoCopyInit() {
+    InitOptions init;
+    init.seed = 5;
+    init.num_workers = 1;
+    init.replicas = 2;
+    return init;
   }
 
   // A one-copy cluster of fresh servers initialised as TwoCopies' are; the
@@ -456,18 +474,8 @@ TEST_F(ReplicaRpcTest, AServerBackFromAPartitionTakesItsCopiesBack) {
   const std::string dir = ::testing::TempDir() + "/partition_ckpt";
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(two->ArmCheckpoint(3, dir).ok());
-  absl::StatusOr<std::vector<ShardFile>> files =
-      two->WaitCheckpoint(3, dir, absl::Seconds(20));
-  ASSERT_TRUE(files.ok()) << files.status();
-  CheckpointInfo info;
-  info.step = 3;
-  info.layout = layout_.get();
-  ASSERT_TRUE(CommitCheckpoint(dir, *files, info, 0).ok());
-  InitOptions init;
-  init.seed = 5;
-  init.num_workers = 1;
-  init.replicas = 2;
-  const absl::Status revived = two->ReviveServer(2, init, dir, 3);
+  CommitArmed(*two, 3, dir);
+  const absl::Status revived = two->ReviveServer(2, TwoCopyInit(), dir, 3);
   ASSERT_TRUE(revived.ok()) << revived;
   EXPECT_FALSE(two->ServerGone(2));
   absl::Status agree = two->CheckCopiesAgree();
@@ -538,18 +546,8 @@ TEST_F(ReplicaRpcTest, AReplacementCatchesUpFromTheLogsWhileStepsGoOn) {
   ASSERT_TRUE(two->ArmCheckpoint(2, dir).ok());
   both(2);
   both(3);
-  absl::StatusOr<std::vector<ShardFile>> files =
-      two->WaitCheckpoint(2, dir, absl::Seconds(20));
-  ASSERT_TRUE(files.ok()) << files.status();
-  CheckpointInfo info;
-  info.step = 2;
-  info.layout = layout_.get();
-  ASSERT_TRUE(CommitCheckpoint(dir, *files, info, 0).ok());
-  InitOptions init;
-  init.seed = 5;
-  init.num_workers = 1;
-  init.replicas = 2;
-  ASSERT_TRUE(two->RestoreServer(2, init, dir, 2).ok());
+  CommitArmed(*two, 2, dir);
+  ASSERT_TRUE(two->RestoreServer(2, TwoCopyInit(), dir, 2).ok());
   EXPECT_TRUE(two->ServerGone(2));  // restored, not yet written by steps
   absl::StatusOr<uint64_t> v = two->ReplayStepLogs(2);
   ASSERT_TRUE(v.ok()) << v.status();

@@ -29,6 +29,10 @@ absl::StatusOr<Sampled> Sample(const RunSamplePlan& plan,
                                absl::Duration timeout) {
   ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> channels,
                    ShardCluster::Connect(servers, options));
+  // With replicas, a server the workers left answers with an older step (a
+  // replacement restored, not yet caught up, when the run ended): its
+  // slots' other copies are read.
+  RETURN_IF_ERROR(channels->LeaveStaleCopies());
   SnapshotReadOptions read;
   read.timeout = timeout;
   ASSIGN_OR_RETURN(ConsistentSnapshot snap,

@@ -150,10 +150,11 @@ absl::StatusOr<bool> ReplicaRevival::FinishCatchUp(CatchUp& c,
                << ") took its copies back at step " << step << ", "
                << absl::FormatDuration(absl::Now() - c.started)
                << " after it answered: the checkpoint of step " << c.from
-               << ", then " << (step - c.from) << " steps replayed in "
-               << c.rounds << " rounds while training went on, and "
-               << absl::FormatDuration(absl::Now() - t0)
-               << " between steps for the last";
+               << ", then the pushes of steps " << c.from << " to "
+               << c.version << " replayed in " << c.rounds
+               << " rounds while training went on, and of the last "
+               << (step - c.version) << " in "
+               << absl::FormatDuration(absl::Now() - t0) << " between steps";
   return true;
 }
 
