@@ -31,6 +31,7 @@
 #include "client/kv_client.h"
 #include "client/client_options.h"
 #include "client/copy_audit.h"
+#include "client/replica_catch_ups.h"
 #include "client/shard_cluster.h"
 #include "common/checkpoint_manifest.h"
 #include "common/config.h"
@@ -44,6 +45,7 @@
 #include "python/optimizer_rules.h"
 #include "python/ext_status.h"
 #include "python/run_outputs.h"
+#include "python/catch_up_binding.h"
 #include "python/step_binding.h"
 #include "comm/collectives.h"
 
@@ -282,6 +284,16 @@ class PyCluster {
   void MarkServerBack(int k) const {
     CheckServer(k);
     cluster_->MarkServerBack(k);
+  }
+  // Rank 0's catch-ups, checkpoints under `directory` (catch_up_binding.h).
+  std::unique_ptr<ReplicaCatchUps> CatchUps(const std::string& directory,
+                                            double timeout_s) {
+    if (!init_.has_value()) {
+      Raise(absl::FailedPreconditionError(
+          "catch_ups: this cluster has not sent Init"));
+    }
+    return std::make_unique<ReplicaCatchUps>(cluster_.get(), *init_, directory,
+                                             absl::Seconds(timeout_s));
   }
   // Rank 0 with replicas: the two copies of every slot compared while a
   // step computes, every `every` steps (client/copy_audit.h): started once
@@ -743,6 +755,8 @@ PYBIND11_MODULE(_zeroshard, m) {
       .def("revive_server", &PyCluster::ReviveServer, py::arg("k"),
            py::arg("directory"), py::arg("step"))
       .def("mark_server_back", &PyCluster::MarkServerBack, py::arg("k"))
+      .def("catch_ups", &PyCluster::CatchUps, py::arg("directory"),
+           py::arg("timeout_s") = 120.0, py::keep_alive<0, 1>())
       .def("audit_start", &PyCluster::AuditStart, py::arg("step"),
            py::arg("every"))
       .def("audit_finish", &PyCluster::AuditFinish)
@@ -777,4 +791,5 @@ PYBIND11_MODULE(_zeroshard, m) {
 
   BindRunOutputs(m);
   BindStepProtocol(m);
+  BindReplicaCatchUps(m);
 }

@@ -46,37 +46,55 @@ class CheckpointApi:
         """With replicas, after an optimizer step (docs/DESIGN.md,
         "Replicas"): rank 0 looks (at most every 0.25 s) at the servers its
         client left; one that answers again (a replacement at its address,
-        or the server back from a partition) gets its two copies back from
-        a checkpoint of this step, and every rank reaches it again. One broadcast a step tells
-        the ranks; the checkpoint is taken by all of them."""
+        or the server back from a partition) catches up while training goes
+        on (client/replica_catch_ups.h: the other copies log their pushes
+        from this step, a checkpoint of it under checkpoint.dir/catch-up, a
+        thread restores and replays), and at a later step, once caught up,
+        every rank reaches it again. After 3 failed catch-ups a server takes
+        its copies back here, from a checkpoint of this step taken by all
+        ranks. One broadcast a step tells the ranks."""
         if self._connection[4] < 2:
             return
-        back = []
+        back, now = [], []
         if self.rank == 0 and self._ckpt_dir:
             # The looking thread's answers (a silent address never slows a
             # step), each looked at again now.
             self._start_looking()
-            back = [k for k in sorted(self._fresh)
-                    if k in self._cluster.gone_servers()
-                    and self._cluster.answers_again(k)]
+            if getattr(self, "_catch_ups", None) is None:
+                self._catch_ups = unwrap(self._cluster).catch_ups(
+                    os.path.join(self._ckpt_dir, "catch-up"),
+                    timeout_s=4 * self._cfg["cluster"]["step_timeout_s"])
+            back, _ = self._catch_ups.finish(self.global_steps)
+            for k in sorted(self._fresh):
+                if (k not in self._cluster.gone_servers()
+                        or self._catch_ups.busy(k)
+                        or not self._cluster.answers_again(k)):
+                    continue
+                if self._catch_ups.failures(k) < 3:
+                    self._catch_ups.start(k, self.global_steps)
+                else:
+                    now.append(k)
         if self._group is not None:
-            back = [int(k) for k in self._group.broadcast(
-                ",".join(map(str, back)).encode(), 0).decode().split(",")
-                    if k]
-        if not back:
-            return
-        if getattr(self, "_ckpt_step", None) != self.global_steps:
-            self.save_checkpoint(self._ckpt_dir, keep_last=self._ckpt_keep)
-            self._ckpt_step = self.global_steps
-        if self.rank == 0:
-            for k in back:
-                self._cluster.revive_server(k, self._ckpt_dir,
-                                            self.global_steps)
+            back, now = [[int(k) for k in part.split(",") if k]
+                         for part in self._group.broadcast(
+                             (",".join(map(str, back)) + ";" +
+                              ",".join(map(str, now))).encode(),
+                             0).decode().split(";")]
+        if now:
+            if getattr(self, "_ckpt_step", None) != self.global_steps:
+                self.save_checkpoint(self._ckpt_dir,
+                                     keep_last=self._ckpt_keep)
+                self._ckpt_step = self.global_steps
+            if self.rank == 0:
+                for k in now:
+                    self._cluster.revive_server(k, self._ckpt_dir,
+                                                self.global_steps)
+            self._barrier()
+        for k in back + now:
+            if self.rank == 0:
                 print(f"zeroshard: server {k} took its copies back at step "
                       f"{self.global_steps}", file=sys.stderr)
-        self._barrier()
-        if self.rank != 0:
-            for k in back:
+            else:
                 self._cluster.mark_server_back(k)
 
     def _start_looking(self):
@@ -99,6 +117,7 @@ class CheckpointApi:
         t.start()
 
     def _stop_looking(self):
+        self._catch_ups = None   # stops its threads, drops open logs
         looking = getattr(self, "_looking", None)
         if looking is not None:
             looking[1].set()

@@ -71,50 +71,6 @@ absl::Status CheckpointCoordinator::CheckpointNow(
   return WaitPrevious();
 }
 
-absl::Status CheckpointCoordinator::ArmNow(uint64_t step,
-                                           const LossScalerState& scaler) {
-  if (!enabled()) {
-    return absl::FailedPreconditionError(
-        "no checkpoint directory (zeroshard.checkpoint.dir)");
-  }
-  if (step == resumed_at_ && step > 0) {
-    absl::MutexLock lock(&mu_);
-    outcomes_.emplace(step, absl::OkStatus());  // on disk already
-    return absl::OkStatus();
-  }
-  if (static_cast<int64_t>(step) == last_armed_) return absl::OkStatus();
-  return Start(step, scaler);
-}
-
-absl::Status CheckpointCoordinator::AwaitCommit(
-    uint64_t step, absl::Duration timeout,
-    const std::atomic<bool>& stop) const {
-  const absl::Time deadline = absl::Now() + timeout;
-  const auto ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return outcomes_.count(step) > 0 || stop.load();
-  };
-  absl::MutexLock lock(&mu_);
-  // `stop` is no member: looked at again every 50 ms.
-  while (!ended() && absl::Now() < deadline) {
-    mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Milliseconds(50));
-  }
-  auto it = outcomes_.find(step);
-  if (it != outcomes_.end()) return it->second;
-  if (stop.load()) {
-    return absl::CancelledError(absl::StrCat(
-        "stopped while waiting for the checkpoint of step ", step));
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat("the checkpoint of step ", step,
-                   " was not committed within ", absl::FormatDuration(timeout)));
-}
-
-void CheckpointCoordinator::RecordOutcome(uint64_t step,
-                                          const absl::Status& s) {
-  outcomes_[step] = s;
-  while (outcomes_.size() > 8) outcomes_.erase(outcomes_.begin());
-}
-
 uint64_t CheckpointCoordinator::committed() const {
   absl::MutexLock lock(&mu_);
   return committed_;
@@ -162,12 +118,9 @@ absl::Status CheckpointCoordinator::Start(uint64_t step,
       ZS_LOG(WARNING) << "checkpoint of step " << info.step
                       << " given up: a server was lost while it was written ("
                       << s << "); the next one is taken as planned";
-      absl::MutexLock lock(&mu_);
-      RecordOutcome(info.step, s);
       return;
     }
     absl::MutexLock lock(&mu_);
-    RecordOutcome(info.step, s);
     if (s.ok()) {
       ++committed_;
     } else {

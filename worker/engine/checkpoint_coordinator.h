@@ -17,9 +17,7 @@
 #ifndef ZEROSHARD_WORKER_ENGINE_CHECKPOINT_COORDINATOR_H_
 #define ZEROSHARD_WORKER_ENGINE_CHECKPOINT_COORDINATOR_H_
 
-#include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <thread>
 
@@ -59,15 +57,6 @@ class CheckpointCoordinator {
   // (worker/engine/replica_revival.h). FAILED_PRECONDITION without a
   // checkpoint directory.
   absl::Status CheckpointNow(uint64_t step, const LossScalerState& scaler);
-  // Arms a checkpoint of `step` now, between steps, and returns while it is
-  // written (one armed at `step` already, or the one the run resumed from,
-  // is not taken again); AwaitCommit waits, from any thread, until that
-  // checkpoint is committed (OK), failed or given up (its error), polling
-  // `stop` so a thread can be told to give up. FAILED_PRECONDITION without
-  // a checkpoint directory.
-  absl::Status ArmNow(uint64_t step, const LossScalerState& scaler);
-  absl::Status AwaitCommit(uint64_t step, absl::Duration timeout,
-                           const std::atomic<bool>& stop) const;
   const std::string& dir() const { return dir_; }
 
   // Checkpoints committed so far.
@@ -76,8 +65,6 @@ class CheckpointCoordinator {
  private:
   absl::Status Start(uint64_t step, const LossScalerState& scaler);
   absl::Status WaitPrevious();
-  void RecordOutcome(uint64_t step, const absl::Status& s)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TrainingConfig config_;
   const FlatLayout* const layout_;
@@ -89,9 +76,6 @@ class CheckpointCoordinator {
 
   mutable absl::Mutex mu_;
   absl::Status commit_status_ ABSL_GUARDED_BY(mu_);
-  // How each checkpoint armed ended (OK: committed), for AwaitCommit; the
-  // last few only.
-  std::map<uint64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
   uint64_t committed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -20,10 +20,9 @@ namespace {
 // look waits for an answer.
 constexpr absl::Duration kLookEvery = absl::Milliseconds(250);
 constexpr absl::Duration kLookTimeout = absl::Milliseconds(500);
-// Catch-ups of one server given up before it takes its copies back at one
-// step boundary instead; replay rounds of one catch-up's thread.
+// Catch-ups of one server that failed before it takes its copies back at
+// one step boundary instead.
 constexpr int kCatchUpTries = 3;
-constexpr int kCatchUpRounds = 64;
 
 }  // namespace
 
@@ -36,6 +35,11 @@ ReplicaRevival::ReplicaRevival(const TrainingConfig& config, int rank,
       group_(group),
       checkpoints_(checkpoints) {
   if (rank_ == 0 && config_.cluster.replicas > 1) {
+    if (checkpoints_->enabled()) {
+      catch_ups_ = std::make_unique<ReplicaCatchUps>(
+          client_, InitOptionsFor(config_), checkpoints_->dir() + "/catch-up",
+          absl::Seconds(config_.cluster.step_timeout_s) * 4);
+    }
     watcher_ = std::thread([this] { Watch(); });
   }
 }
@@ -46,11 +50,7 @@ ReplicaRevival::~ReplicaRevival() {
     stop_ = true;
   }
   if (watcher_.joinable()) watcher_.join();
-  stop_catch_up_.store(true);
-  for (auto& [k, c] : catching_) {
-    c->thread.join();
-    client_->CloseStepLogs(k);
-  }
+  catch_ups_.reset();
 }
 
 void ReplicaRevival::Watch() {
@@ -70,107 +70,14 @@ void ReplicaRevival::Watch() {
   }
 }
 
-void ReplicaRevival::GiveUp(const CatchUp& c, const absl::Status& why) {
-  client_->CloseStepLogs(c.k);
-  const int n = ++failures_[c.k];
-  ZS_LOG(WARNING) << "server " << c.k << " (" << client_->address(c.k)
-                  << ") could not catch up from the checkpoint of step "
-                  << c.from << " (" << why << "); "
-                  << (n < kCatchUpTries
-                          ? "it starts again once it answers"
-                          : "next time it takes its copies back at one step "
-                            "boundary, the other ranks waiting");
-}
-
-absl::Status ReplicaRevival::RunCatchUp(CatchUp* c) {
-  RETURN_IF_ERROR(checkpoints_->AwaitCommit(
-      c->from, absl::Seconds(config_.cluster.step_timeout_s) * 4,
-      stop_catch_up_));
-  if (stop_catch_up_.load()) return absl::CancelledError("stopped");
-  RETURN_IF_ERROR(client_->RestoreServer(c->k, InitOptionsFor(config_),
-                                         checkpoints_->dir(), c->from));
-  c->version = c->from;
-  // Each round replays what the other copies applied during the one
-  // before, so the rounds shrink while the replay outpaces training; the
-  // step boundary replays what is left.
-  for (int round = 0; round < kCatchUpRounds; ++round) {
-    if (stop_catch_up_.load()) return absl::CancelledError("stopped");
-    ASSIGN_OR_RETURN(c->version, client_->ReplayStepLogs(c->k));
-    ++c->rounds;
-    if (c->version + 1 >= step_.load()) break;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ReplicaRevival::StartCatchUp(int k, uint64_t step,
-                                          const LossScalerState& scaler) {
-  RETURN_IF_ERROR(client_->OpenStepLogs(k, step));
-  if (absl::Status s = checkpoints_->ArmNow(step, scaler); !s.ok()) {
-    client_->CloseStepLogs(k);
-    return s;
-  }
-  auto c = std::make_unique<CatchUp>();
-  c->k = k;
-  c->from = step;
-  c->started = absl::Now();
-  CatchUp* raw = c.get();
-  c->thread = std::thread([this, raw] {
-    raw->status = RunCatchUp(raw);
-    raw->done.store(true, std::memory_order_release);
-  });
-  ZS_LOG(INFO) << "server " << k << " (" << client_->address(k)
-               << ") answers again: it catches up from the checkpoint of step "
-               << step << " while training goes on";
-  catching_.emplace(k, std::move(c));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<bool> ReplicaRevival::FinishCatchUp(CatchUp& c,
-                                                   uint64_t step) {
-  c.thread.join();
-  if (!c.status.ok()) {
-    GiveUp(c, c.status);
-    return false;
-  }
-  const absl::Time t0 = absl::Now();
-  absl::StatusOr<uint64_t> v = client_->ReplayStepLogs(c.k);
-  if (v.ok() && *v != step) {
-    v = absl::DataLossError(absl::StrCat(
-        "its copies stand at step ", *v, " after the last replay, not ", step));
-  }
-  if (!v.ok()) {
-    GiveUp(c, v.status());
-    return false;
-  }
-  client_->CloseStepLogs(c.k);
-  client_->MarkServerBack(c.k);
-  failures_.erase(c.k);
-  ++revived_;
-  ZS_LOG(INFO) << "server " << c.k << " (" << client_->address(c.k)
-               << ") took its copies back at step " << step << ", "
-               << absl::FormatDuration(absl::Now() - c.started)
-               << " after it answered: the checkpoint of step " << c.from
-               << ", then the pushes of steps " << c.from << " to "
-               << c.version << " replayed in " << c.rounds
-               << " rounds while training went on, and of the last "
-               << (step - c.version) << " in "
-               << absl::FormatDuration(absl::Now() - t0) << " between steps";
-  return true;
-}
-
 absl::StatusOr<std::string> ReplicaRevival::ReviveFresh(
     uint64_t step, const LossScalerState& scaler) {
-  step_.store(step);
   std::string back;
-  for (auto it = catching_.begin(); it != catching_.end();) {
-    CatchUp& c = *it->second;
-    if (!c.done.load(std::memory_order_acquire)) {
-      ++it;
-      continue;
+  if (catch_ups_ != nullptr) {
+    for (int k : catch_ups_->Finish(step).back) {
+      ++revived_;
+      absl::StrAppend(&back, back.empty() ? "" : ",", k);
     }
-    ASSIGN_OR_RETURN(const bool ok, FinishCatchUp(c, step));
-    if (ok) absl::StrAppend(&back, back.empty() ? "" : ",", c.k);
-    it = catching_.erase(it);
   }
   std::set<int> fresh;
   {
@@ -178,8 +85,8 @@ absl::StatusOr<std::string> ReplicaRevival::ReviveFresh(
     fresh.swap(fresh_);
   }
   for (int k : fresh) {
-    if (!client_->ServerGone(k) || catching_.count(k) > 0) continue;
-    if (!checkpoints_->enabled()) {
+    if (!client_->ServerGone(k)) continue;
+    if (catch_ups_ == nullptr) {
       if (!said_no_dir_) {
         ZS_LOG(WARNING) << "server " << k << " (" << client_->address(k)
                         << ") answers again, but it can only take "
@@ -190,21 +97,23 @@ absl::StatusOr<std::string> ReplicaRevival::ReviveFresh(
       }
       continue;
     }
+    if (catch_ups_->Busy(k)) continue;
     // Looked at again now: the thread's answer may be 250 ms old.
     absl::StatusOr<bool> still = client_->AnswersAgain(k, kLookTimeout);
     if (!still.ok() || !*still) continue;
-    if (failures_[k] < kCatchUpTries) {
-      if (absl::Status s = StartCatchUp(k, step, scaler); !s.ok()) {
-        GiveUp(CatchUp{.k = k, .from = step}, s);
-      }
+    if (catch_ups_->Failures(k) < kCatchUpTries) {
+      catch_ups_->Start(k, step).IgnoreError();  // said and counted
       continue;
     }
     // Catching up failed too often: at this boundary, the others waiting.
+    ZS_LOG(WARNING) << "server " << k << " (" << client_->address(k)
+                    << ") failed to catch up " << kCatchUpTries
+                    << " times: it takes its copies back at this step "
+                       "boundary, the other ranks waiting";
     const absl::Time t0 = absl::Now();
     RETURN_IF_ERROR(checkpoints_->CheckpointNow(step, scaler));
     RETURN_IF_ERROR(client_->ReviveServer(k, InitOptionsFor(config_),
                                           checkpoints_->dir(), step));
-    failures_.erase(k);
     ++revived_;
     ZS_LOG(INFO) << "server " << k << " (" << client_->address(k)
                  << ") took its copies back at step " << step << " in "

@@ -2,16 +2,16 @@
 // a dead one, or one back from a partition, takes its two copies back while
 // training goes on. A thread of rank 0's asks every 250 ms each server its
 // client left whether it answers again (so a silent address never slows a
-// step). Before step s, for one that does, rank 0 has the other copies of
-// its two slots keep the pushes they apply from s on (the step log) and
-// arms a checkpoint of s, and returns to training. A catch-up thread waits
-// for that checkpoint, Inits the server and restores its copies from it,
-// then replays the logged pushes into them, round after round, until they
-// stand within a step of the others. At the next step boundary rank 0
-// replays the last pushes (every slot stands at the step then, nothing is
-// being applied: the other ranks wait in the broadcast below), drops the
-// logs, and one broadcast tells every rank which servers are back, so
-// every rank writes both copies again from this step on.
+// step). Before step s, for one that does, rank 0 starts its catch-up
+// (client/replica_catch_ups.h): the other copies of its two slots keep the
+// pushes they apply from s on, a checkpoint of s is written under
+// zeroshard.checkpoint.dir/catch-up, and a thread restores the server's
+// copies from it and replays the logged pushes while training goes on. At
+// a later step boundary, once that thread is done, rank 0 replays the last
+// pushes (every slot stands at the step then, nothing is being applied: the
+// other ranks wait in the broadcast below), and one broadcast tells every
+// rank which servers are back, so every rank writes both copies again from
+// this step on.
 //
 //   ReplicaRevival revival(cfg, rank, client, group, &checkpoints);
 //   for (; step < steps; ++step) {
@@ -29,9 +29,7 @@
 #ifndef ZEROSHARD_WORKER_ENGINE_REPLICA_REVIVAL_H_
 #define ZEROSHARD_WORKER_ENGINE_REPLICA_REVIVAL_H_
 
-#include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -42,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/replica_catch_ups.h"
 #include "client/shard_cluster.h"
 #include "comm/collectives.h"
 #include "common/config.h"
@@ -67,33 +66,10 @@ class ReplicaRevival {
   int revived() const { return revived_; }
 
  private:
-  // One server catching up (rank 0). The thread writes `status` and
-  // `version` before it sets `done`; rank 0 reads them after.
-  struct CatchUp {
-    int k = 0;
-    uint64_t from = 0;  // the checkpoint's step, where its logs begin
-    absl::Time started;
-    std::thread thread;
-    std::atomic<bool> done{false};
-    absl::Status status;
-    uint64_t version = 0;  // the copies' version after the thread's replays
-    int rounds = 0;
-  };
-
-  // Rank 0: finishes the catch-ups that are ready and starts those of the
+  // Rank 0: ends the catch-ups that are done and starts those of the
   // servers found answering; the servers back before `step`, as "k,k,...".
   absl::StatusOr<std::string> ReviveFresh(uint64_t step,
                                           const LossScalerState& scaler);
-  // Opens the logs, arms the checkpoint of `step`, starts the thread.
-  absl::Status StartCatchUp(int k, uint64_t step,
-                            const LossScalerState& scaler);
-  // The catch-up thread's work.
-  absl::Status RunCatchUp(CatchUp* c);
-  // Between steps, for a catch-up whose thread is done: the last replay,
-  // then the server is back. False (said) when the catch-up failed.
-  absl::StatusOr<bool> FinishCatchUp(CatchUp& c, uint64_t step);
-  // A catch-up failed: said, its logs dropped, counted.
-  void GiveUp(const CatchUp& c, const absl::Status& why);
   // The thread: every kLookEvery, which gone servers answer again.
   void Watch();
 
@@ -104,10 +80,7 @@ class ReplicaRevival {
   CheckpointCoordinator* const checkpoints_;
   bool said_no_dir_ = false;
   int revived_ = 0;
-  std::map<int, std::unique_ptr<CatchUp>> catching_;  // by server
-  std::map<int, int> failures_;                        // catch-ups given up
-  std::atomic<uint64_t> step_{0};  // the step rank 0 is about to run
-  std::atomic<bool> stop_catch_up_{false};
+  std::unique_ptr<ReplicaCatchUps> catch_ups_;  // rank 0, with a directory
 
   absl::Mutex mu_;
   std::set<int> fresh_ ABSL_GUARDED_BY(mu_);  // gone, answering again
