@@ -161,7 +161,7 @@ class LocalCluster:
 
     def _replace(self, k, rc):
         """With replicas: server k again at its address (its old log kept
-        as server<k>.log.replacedN); rank 0 restores its copies from a
+        as server<k>.log.replacedN); rank 0 catches it up from a
         checkpoint when it finds it (docs/DESIGN.md, "Replicas")."""
         self.replacements[k] += 1
         log_path = self._log(k)

@@ -227,8 +227,8 @@ void TrainCluster::ReplaceServer(int k) {
   }
   c = std::move(next);
   ZS_LOG(WARNING) << why << "; its slots go on from their other copies, and "
-                  << "a replacement listens at its address (rank 0 restores "
-                  << "its copies from a checkpoint when it finds it)";
+                  << "a replacement listens at its address (rank 0 catches "
+                  << "it up from a checkpoint when it finds it)";
   if (absl::Status s = WriteClusterFile(); !s.ok()) {
     ZS_LOG(WARNING) << "cluster.json: " << s;
   }
