@@ -26,7 +26,7 @@ absl::Status ApplyStepCall(const ShardChannels& channels, int slot, int k,
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     channels.RouteTo(&ctx, slot, k);
     // Cancelled when server k is left meanwhile (ShardChannels::MarkDown).
-    const ScopedCall until_left(&channels.leaving(k), &ctx);
+    const ScopedCall until_left(channels.leaving(k), &ctx);
     if (!until_left.registered()) {
       return absl::CancelledError(absl::StrCat(
           "ApplyStep(step ", step, ") to ", channels.address(k),

@@ -29,7 +29,7 @@ absl::Status CheckpointOn(const ShardChannels& channels, int k, uint64_t step,
       channels.RouteTo(&ctx, k, server);
       // A hung server is left (its slot's other copy writes the file)
       // rather than waited on for the checkpoint's timeout.
-      const ScopedCall until_left(&channels.leaving(server), &ctx);
+      const ScopedCall until_left(channels.leaving(server), &ctx);
       if (!until_left.registered()) {
         return absl::CancelledError(absl::StrCat(
             "Checkpoint of step ", step, " on ", channels.address(server),

@@ -62,7 +62,7 @@ absl::Status OneAttempt(const ShardChannels& channels, int slot, int server,
   }
   // Ended too when the server is left meanwhile (ShardChannels::MarkDown):
   // the slot is then read from its other copy.
-  const ScopedCall until_left(&channels.leaving(server), &ctx);
+  const ScopedCall until_left(channels.leaving(server), &ctx);
   if (!until_left.registered()) {
     return absl::CancelledError(
         absl::StrCat(what, " from ", address, ": the server was left"));

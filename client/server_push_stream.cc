@@ -95,7 +95,7 @@ absl::Status ServerPushStream::Attempt(v1::PushGradResponse* response) {
     context_ = &ctx;
   }
   // Cancelled too when the server is left (ShardChannels::MarkDown).
-  const ScopedCall until_left(&channels_->leaving(server_), &ctx);
+  const ScopedCall until_left(channels_->leaving(server_), &ctx);
   if (!until_left.registered()) {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;

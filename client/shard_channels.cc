@@ -393,7 +393,7 @@ absl::StatusOr<v1::InspectResponse> ShardChannels::InspectCopy(
     // Ended when server k is left meanwhile (a comparison started before a
     // hung server was found must not hold the step for the control
     // deadline).
-    const ScopedCall until_left(leaving_[k].get(), &ctx);
+    const ScopedCall until_left(leaving(k), &ctx);
     if (!until_left.registered()) {
       return absl::CancelledError(absl::StrCat(
           "Inspect of slot ", slot, ": server ", k, " (", addresses_[k],

@@ -117,7 +117,10 @@ class ShardChannels {
   std::vector<int> DownServers() const;
   // The calls to server k that end when it is marked down register here
   // (a push stream, ApplyStep, Gather, Checkpoint, a comparison's Inspect).
-  CallCanceller& leaving(int k) const { return *leaving_[k]; }
+  // Null with one copy: no server is ever left, so no call registers.
+  CallCanceller* leaving(int k) const {
+    return replicas() > 1 ? leaving_[k].get() : nullptr;
+  }
   // Whether server k answers one grpc.health.v1 Check within `within` (any
   // answer of its own, an error included, is an answer); an error other
   // than the transport's UNAVAILABLE or DEADLINE_EXCEEDED is returned.
