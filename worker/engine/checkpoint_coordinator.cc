@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -10,6 +11,15 @@
 #include "common/status_macros.h"
 
 namespace zeroshard {
+
+namespace {
+
+// Whether a server gone in `now` was not gone in `at_arm` (both sorted).
+bool LostSince(const std::vector<int>& at_arm, const std::vector<int>& now) {
+  return !std::includes(at_arm.begin(), at_arm.end(), now.begin(), now.end());
+}
+
+}  // namespace
 
 CheckpointCoordinator::CheckpointCoordinator(const TrainingConfig& config,
                                              const FlatLayout* layout,
@@ -93,7 +103,9 @@ absl::Status CheckpointCoordinator::Start(uint64_t step,
   // With replicas, the servers left before the files are awaited: a copy
   // lost meanwhile leaves its slot's file unwritten (the other copy was not
   // asked to write it), and the checkpoint is given up, not the run.
-  const size_t gone_at_arm = cluster_->GoneServers().size();
+  // A server taken back meanwhile does not hide one lost: the servers gone
+  // now are compared with those gone at arming, one by one.
+  const std::vector<int> gone_at_arm = cluster_->GoneServers();
   commit_ = std::make_unique<std::thread>([this, info, timeout, gone_at_arm] {
     const absl::Time t0 = absl::Now();
     absl::Status s = [&]() -> absl::Status {
@@ -114,7 +126,7 @@ absl::Status CheckpointCoordinator::Start(uint64_t step,
       return absl::OkStatus();
     }();
     if (!s.ok() && cluster_->options().replicas > 1 &&
-        cluster_->GoneServers().size() > gone_at_arm) {
+        LostSince(gone_at_arm, cluster_->GoneServers())) {
       ZS_LOG(WARNING) << "checkpoint of step " << info.step
                       << " given up: a server was lost while it was written ("
                       << s << "); the next one is taken as planned";
