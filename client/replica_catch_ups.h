@@ -55,6 +55,9 @@ class ReplicaCatchUps {
   absl::Status Start(int k, uint64_t step);
   bool Busy(int k) const { return running_.count(k) > 0; }
   int Failures(int k) const;
+  // Server k took its copies back another way (the caller's checkpoint and
+  // restore after too many failures): its count starts again.
+  void ForgetFailures(int k) { failures_.erase(k); }
 
   struct Ended {
     std::vector<int> back;    // marked back on this client at `step`

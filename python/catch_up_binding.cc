@@ -24,6 +24,7 @@ void BindReplicaCatchUps(py::module_& m) {
           py::arg("k"), py::arg("step"))
       .def("busy", &ReplicaCatchUps::Busy, py::arg("k"))
       .def("failures", &ReplicaCatchUps::Failures, py::arg("k"))
+      .def("forget_failures", &ReplicaCatchUps::ForgetFailures, py::arg("k"))
       .def(
           "finish",
           [](ReplicaCatchUps& c, uint64_t step) {

@@ -89,6 +89,7 @@ class CheckpointApi:
                 for k in now:
                     self._cluster.revive_server(k, self._ckpt_dir,
                                                 self.global_steps)
+                    self._catch_ups.forget_failures(k)
             self._barrier()
         for k in back + now:
             if self.rank == 0:

@@ -209,6 +209,8 @@ TEST_F(ReplicaRpcTest, CatchUpsBringAServerBackAndCountWhatFails) {
   EXPECT_TRUE(ended.back.empty());
   EXPECT_EQ(ended.failed, std::vector<int>{2});
   EXPECT_EQ(catch_ups.Failures(2), 1);
+  catch_ups.ForgetFailures(2);
+  EXPECT_EQ(catch_ups.Failures(2), 0);
   EXPECT_TRUE(two->ServerGone(2));
   s = two->CheckCopiesAgree();
   EXPECT_TRUE(s.ok()) << s;

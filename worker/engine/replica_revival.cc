@@ -114,6 +114,7 @@ absl::StatusOr<std::string> ReplicaRevival::ReviveFresh(
     RETURN_IF_ERROR(checkpoints_->CheckpointNow(step, scaler));
     RETURN_IF_ERROR(client_->ReviveServer(k, InitOptionsFor(config_),
                                           checkpoints_->dir(), step));
+    catch_ups_->ForgetFailures(k);
     ++revived_;
     ZS_LOG(INFO) << "server " << k << " (" << client_->address(k)
                  << ") took its copies back at step " << step << " in "
