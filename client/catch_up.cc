@@ -87,20 +87,26 @@ absl::StatusOr<uint64_t> ReplayOne(const ShardChannels& channels, int slot,
   while (written && reader->Read(&msg)) written = writer->Write(msg);
   if (!written) {
     // The replay ended early (a refusal): its status says why; the log
-    // stream is cancelled.
+    // stream, cancelled here, ends CANCELLED, which says nothing.
     read_ctx.TryCancel();
     while (reader->Read(&msg)) {
     }
+    reader->Finish().ok();
+    absl::Status s =
+        FromGrpcStatus(writer->Finish(), "Replay", channels.address(k));
+    if (s.ok()) {
+      s = absl::UnavailableError(absl::StrCat(
+          "Replay to ", channels.address(k),
+          ": the stream ended before the log was written"));
+    }
+    return s;
   }
   const absl::Status read =
       FromGrpcStatus(reader->Finish(), "StepLog", channels.address(other));
   if (!read.ok()) {
     write_ctx.TryCancel();
     writer->Finish().ok();  // the read's error is the one to report
-    return written ? read
-                   : absl::Status(read.code(), absl::StrCat(read.message(),
-                                                            " (replay "
-                                                            "also ended)"));
+    return read;
   }
   writer->WritesDone();
   RETURN_IF_ERROR(
