@@ -95,9 +95,9 @@ absl::StatusOr<uint64_t> ReplayOne(const ShardChannels& channels, int slot,
     absl::Status s =
         FromGrpcStatus(writer->Finish(), "Replay", channels.address(k));
     if (s.ok()) {
-      s = absl::UnavailableError(absl::StrCat(
-          "Replay to ", channels.address(k),
-          ": the stream ended before the log was written"));
+      s = absl::UnavailableError(
+          absl::StrCat("Replay to ", channels.address(k),
+                       ": the stream ended before the log was written"));
     }
     return s;
   }
