@@ -221,7 +221,8 @@ class ShardCluster {
       const SnapshotReadOptions& options) const;
 
   // --- Key-value store (rendezvous) ------------------------------------------
-  // A client of server k's key-value store naming `scope` (run, attempt).
+  // A client of the key-value store naming `scope` (run, attempt): on
+  // server k, and with replicas on the next server too (KvClient).
   absl::StatusOr<std::unique_ptr<KvClient>> OpenKv(
       KvClient::Scope scope, int k = 0) const;
 

@@ -220,7 +220,7 @@ absl::StatusOr<Joined> Join(const TrainingConfig& cfg, int rank, int world,
                                            servers[0],
                                            client_options.control_timeout));
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
-                   KvClient::Connect(servers[0],
+                   KvClient::Connect(KvHolders(servers, cfg.cluster.replicas),
                                      {absl::GetFlag(FLAGS_run_id), attempt},
                                      client_options.control_timeout,
                                      client_options.security));
@@ -345,6 +345,10 @@ absl::Status Run() {
   ShardCluster* const client = joined.client.get();
   KvClient* const kv = joined.kv.get();
   WorkerGroup* const group = joined.group.get();
+  // A holder of the key-value store this client's failover left is not
+  // waited on (with replicas; Joined drops kv before client).
+  kv->FollowFailover(
+      [client](size_t k) { return client->ServerGone(static_cast<int>(k)); });
 
   RETURN_IF_ERROR(InitializeServers(cfg, rank, client, group));
   if (!absl::GetFlag(FLAGS_init_from).empty()) {

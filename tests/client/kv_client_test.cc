@@ -1,9 +1,14 @@
 // KvClient against the fake service's key-value RPCs.
 #include "client/kv_client.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/client/fake_shard_service.h"
 
@@ -14,6 +19,36 @@ FlatLayout OneServer() {
   ModelManifest m;
   m.units = {{"a", {{"a.w", {64}}}}};
   return *FlatLayout::Create(m, 1, 1);
+}
+
+FlatLayout TwoServers() {
+  ModelManifest m;
+  m.units = {{"a", {{"a.w", {64}}}}};
+  return *FlatLayout::Create(m, 2, 1);
+}
+
+// A 127.0.0.1 address that accepts connections (the kernel's backlog) and
+// never answers: a hung server. Kept for the life of the process.
+std::string SilentAddress() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  listen(fd, 64);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+}
+
+std::string GoneAddress() {
+  return absl::StrCat("127.0.0.1:", testing::UnusedPort());
+}
+
+double SecondsOf(const std::function<void()>& f) {
+  const absl::Time t0 = absl::Now();
+  f();
+  return absl::ToDoubleSeconds(absl::Now() - t0);
 }
 
 TEST(KvClientTest, SetGetWait) {
@@ -50,6 +85,109 @@ TEST(KvClientTest, UnreachableServerIsBounded) {
               s.code() == absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_EQ(KvClient::Connect("nope", {"run", 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// With replicas the store lives on two servers: every key on each.
+TEST(KvClientTest, TwoHoldersEachKeepEveryKey) {
+  testing::FakeShardCluster cluster(TwoServers());
+  auto kv = *KvClient::Connect(cluster.addresses(), {"run", 0});
+  ASSERT_EQ(kv->holders(), 2u);
+  ASSERT_TRUE(kv->Set("a", "1").ok());
+  for (const std::string& one : cluster.addresses()) {
+    auto alone = *KvClient::Connect(one, {"run", 0});
+    EXPECT_EQ(*alone->TryGet("a"), "1") << one;
+  }
+  EXPECT_EQ(*kv->Get("a", absl::Seconds(10)), "1");
+  EXPECT_FALSE(kv->left(0) || kv->left(1));
+}
+
+// A holder gone (its port refuses), first or second: the calls go on from
+// the other; the first call that meets it waits kKvGrace, the later ones
+// do not call it.
+TEST(KvClientTest, AGoneHolderCostsOneGraceOnce) {
+  testing::FakeShardCluster cluster(OneServer());
+  const std::string live = cluster.addresses()[0];
+  for (int gone : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("holder ", gone, " gone"));
+    std::vector<std::string> holders = {live, live};
+    holders[gone] = GoneAddress();
+    auto kv = *KvClient::Connect(holders, {absl::StrCat("run", gone), 0});
+    const double first = SecondsOf([&] {
+      ASSERT_TRUE(kv->Set("a", "1").ok());
+    });
+    EXPECT_LT(first, absl::ToDoubleSeconds(kKvGrace) + 3);
+    EXPECT_TRUE(kv->left(gone));
+    EXPECT_FALSE(kv->left(1 - gone));
+    const double later = SecondsOf([&] {
+      ASSERT_TRUE(kv->Set("b", "2").ok());
+      EXPECT_EQ(*kv->TryGet("a"), "1");
+      EXPECT_EQ(*kv->Get("b", absl::Seconds(10)), "2");
+      EXPECT_TRUE(kv->Wait({"a", "b"}, absl::Seconds(10)).ok());
+    });
+    EXPECT_LT(later, absl::ToDoubleSeconds(kKvGrace));
+    // A sibling of another attempt shares what was left.
+    EXPECT_TRUE(kv->WithAttempt(0)->left(gone));
+  }
+}
+
+// A hung holder (connections accepted, nothing answered) is left after
+// kKvGrace, not after the call's deadline; a Wait ends at the first holder
+// that has the keys.
+TEST(KvClientTest, ASilentHolderIsLeftAfterTheGrace) {
+  testing::FakeShardCluster cluster(OneServer());
+  auto kv = *KvClient::Connect({SilentAddress(), cluster.addresses()[0]},
+                               {"run", 0}, absl::Seconds(60));
+  const double set = SecondsOf([&] { ASSERT_TRUE(kv->Set("a", "1").ok()); });
+  EXPECT_LT(set, absl::ToDoubleSeconds(kKvGrace) + 3);
+  EXPECT_TRUE(kv->left(0));
+  auto waiter = *KvClient::Connect({SilentAddress(), cluster.addresses()[0]},
+                                   {"run", 0}, absl::Seconds(60));
+  const double wait = SecondsOf([&] {
+    EXPECT_TRUE(waiter->Wait({"a"}, absl::Seconds(30)).ok());
+  });
+  EXPECT_LT(wait, 3);
+}
+
+// A holder the caller's own failover left is not called at all.
+TEST(KvClientTest, FollowsTheCallersFailover) {
+  testing::FakeShardCluster cluster(OneServer());
+  auto kv = *KvClient::Connect({SilentAddress(), cluster.addresses()[0]},
+                               {"run", 0}, absl::Seconds(60));
+  kv->FollowFailover([](size_t i) { return i == 0; });
+  const double t = SecondsOf([&] {
+    ASSERT_TRUE(kv->Set("a", "1").ok());
+    EXPECT_EQ(*kv->TryGet("a"), "1");
+  });
+  EXPECT_LT(t, absl::ToDoubleSeconds(kKvGrace));
+  EXPECT_FALSE(kv->left(0));
+}
+
+// A replacement's store starts empty: a key the other holder has is found.
+TEST(KvClientTest, AnEmptyHolderDoesNotHideAKey) {
+  testing::FakeShardCluster cluster(TwoServers());
+  auto second = *KvClient::Connect(cluster.addresses()[1], {"run", 0});
+  ASSERT_TRUE(second->Set("a", "1").ok());
+  auto kv = *KvClient::Connect(cluster.addresses(), {"run", 0});
+  EXPECT_EQ(*kv->TryGet("a"), "1");
+  EXPECT_EQ(*kv->Get("a", absl::Seconds(10)), "1");
+  EXPECT_EQ(kv->TryGet("nowhere").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Every holder gone: the call's own error, bounded by its timeout.
+TEST(KvClientTest, EveryHolderGoneIsBounded) {
+  auto kv = *KvClient::Connect({GoneAddress(), GoneAddress()}, {"run", 0},
+                               absl::Milliseconds(300));
+  const double t = SecondsOf([&] {
+    const absl::Status s = kv->Set("a", "b");
+    EXPECT_TRUE(s.code() == absl::StatusCode::kUnavailable ||
+                s.code() == absl::StatusCode::kDeadlineExceeded) << s;
+    const absl::Status w = kv->Wait({"a"}, absl::Milliseconds(300));
+    EXPECT_TRUE(w.code() == absl::StatusCode::kUnavailable ||
+                w.code() == absl::StatusCode::kDeadlineExceeded) << w;
+  });
+  EXPECT_LT(t, 5);
+  EXPECT_FALSE(kv->left(0) || kv->left(1));
 }
 
 }  // namespace

@@ -281,6 +281,56 @@ TEST(ReplicaFailoverTest, BothCopiesLostRestartFromTheCheckpoint) {
                                << d.worst_tensor;
 }
 
+// FP16 keeps its loss scaler's state in the servers' key-value store: rank
+// 0 writes the next step's record before it applies each step, for a
+// successor to find (worker/engine/resume.h). With replicas that store is
+// on servers 0 and 1, so server 0 lost costs no step either. It hangs here
+// (SIGSTOP: its connections stay open, nothing answers), so no replacement
+// at its address can answer for it: the records go on from server 1 within
+// the failover's seconds, not a call's deadline, and the run ends bit for
+// bit as the one-copy run does.
+TEST(ReplicaFailoverTest, AnFp16RunLosesServerZeroAndItsKeyValueStoreGoesOn) {
+  TrainDir dir("fp16kv");
+  nlohmann::json cfg = ReplicaConfig(2, dir.path("ck"));
+  cfg.erase("bf16");
+  cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 12},
+                 {"loss_scale_window", 4}, {"hysteresis", 1},
+                 {"min_loss_scale", 1}};
+  cfg["zeroshard"]["steps"] = 16;
+  cfg["zeroshard"]["timeouts"]["step_seconds"] = 10;
+  const TrainRun ref = RunOneCopy(dir, cfg);
+  ASSERT_TRUE(ref.status.success()) << ref.err;
+  const std::string out = dir.path("run");
+  const std::string err_path = dir.path("run.err");
+  absl::StatusOr<std::unique_ptr<Subprocess>> train =
+      StartTrain(dir.WriteConfig("c.json", cfg), out, 0, err_path);
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_TRUE(WaitForStep(out, 5, **train, kReplicaRunTimeout).ok)
+      << ReadWhole(err_path);
+  const std::vector<int> pids = ServerPids(out);
+  ASSERT_EQ(pids.size(), 3u);
+  ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
+  const StepReached past = WaitForStep(out, 9, **train, kReplicaRunTimeout);
+  kill(pids[0], SIGCONT);
+  ASSERT_TRUE(past.ok) << "no step after server 0 hung\n"
+                       << ReadWhole(err_path)
+                       << ReadWhole(out + "/logs/worker0.log");
+  absl::StatusOr<ExitStatus> st = (*train)->Wait(kReplicaRunTimeout);
+  ASSERT_TRUE(st.ok());
+  const std::string err = ReadWhole(err_path);
+  ASSERT_TRUE(st->success()) << st->ToString() << "\n" << err;
+  EXPECT_EQ(err.find("restart 1:"), std::string::npos) << err;
+  EXPECT_EQ(StepsDone(out), 16u);
+  const auto [longest, median] = LongestAndMedianStep(out);
+  std::printf("server 0 hung after step 5: longest step %.2f s, median "
+              "%.3f s\n", longest, median);
+  EXPECT_LT(longest, absl::ToDoubleSeconds(kLagBeforeProbe + kWatchEvery +
+                                           kDefaultSilenceProbe) + 1.5);
+  WeightDiff d = CompareWeights(ReadWeights(out), ReadWeights(dir.path("ref")));
+  EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
+                               << d.worst_tensor;
+}
+
 // Trials of a hung server (ZS_REPLICA_HANGS, 1 to 100; 1 by default).
 int ReplicaHangs() {
   if (const char* s = std::getenv("ZS_REPLICA_HANGS")) {

@@ -33,10 +33,8 @@ ServerStand InspectStand(const ShardCluster& servers) {
     for (const auto& r : servers.InspectAll()) {
       if (!r.ok() || !r->initialized) return ServerStand();
       busy = busy || r->partial_chunks != 0;
-      stand.min_version = std::min<uint64_t>(stand.min_version,
-                                             r->min_version);
-      stand.max_version = std::max<uint64_t>(stand.max_version,
-                                             r->max_version);
+      stand.min_version = std::min<uint64_t>(stand.min_version, r->min_version);
+      stand.max_version = std::max<uint64_t>(stand.max_version, r->max_version);
     }
     if (!busy) return stand;
     absl::SleepFor(absl::Milliseconds(50));
@@ -48,14 +46,14 @@ ServerStand InspectStand(const ShardCluster& servers) {
 // attempt's keys from server 0's store (the failed rendezvous must not
 // linger). The FP16 loss-scaler records a successor reads for `steps`
 // (worker/engine/resume.h) are copied to the new attempt first.
-absl::Status CarryLossScalerRecords(const std::string& address,
+absl::Status CarryLossScalerRecords(const std::vector<std::string>& holders,
                                     const ShardClientOptions& options,
                                     uint64_t attempt,
                                     std::initializer_list<uint64_t> steps,
                                     absl::Duration timeout) {
   if (attempt == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> old_kv,
-                   KvClient::Connect(address, {options.run_id, attempt - 1},
+                   KvClient::Connect(holders, {options.run_id, attempt - 1},
                                      timeout, options.security));
   std::vector<std::pair<std::string, std::string>> records;
   for (uint64_t step : steps) {
@@ -69,8 +67,8 @@ absl::Status CarryLossScalerRecords(const std::string& address,
   }
   if (records.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::unique_ptr<KvClient> kv,
-                   KvClient::Connect(address, {options.run_id, attempt}, timeout,
-                                     options.security));
+                   KvClient::Connect(holders, {options.run_id, attempt},
+                                     timeout, options.security));
   for (const auto& [key, value] : records) {
     RETURN_IF_ERROR(kv->Set(key, value));
   }
@@ -106,8 +104,9 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
       // Nothing of the step is applied anywhere: new workers redo it; the
       // old attempt's prepared pushes are dropped when the new one speaks.
       RETURN_IF_ERROR(CarryLossScalerRecords(
-          (*cluster)->server_addresses()[0], *options, attempt,
-          {stand.min_version}, absl::Seconds(cfg.cluster.startup_timeout_s)));
+          KvHolders((*cluster)->server_addresses(), plan->replicas), *options,
+          attempt, {stand.min_version},
+          absl::Seconds(cfg.cluster.startup_timeout_s)));
       RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
       return absl::StrCat("new workers redo step ", stand.min_version,
                           " on the same servers");
@@ -116,13 +115,14 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
       // ApplyStep had reached some servers: every worker had prepared
       // everywhere, so the step is finished from what the servers hold.
       const absl::Status applied =
-          (*channels)->ApplyStep(stand.min_version, attempt - 1,
-                                 absl::Seconds(cfg.cluster.step_timeout_s))
+          (*channels)
+              ->ApplyStep(stand.min_version, attempt - 1,
+                          absl::Seconds(cfg.cluster.step_timeout_s))
               .status();
       if (applied.ok()) {
         RETURN_IF_ERROR(CarryLossScalerRecords(
-            (*cluster)->server_addresses()[0], *options, attempt,
-            {stand.min_version + 1},
+            KvHolders((*cluster)->server_addresses(), plan->replicas), *options,
+            attempt, {stand.min_version + 1},
             absl::Seconds(cfg.cluster.startup_timeout_s)));
         RETURN_IF_ERROR((*cluster)->RestartWorkers(attempt));
         return absl::StrCat("step ", stand.min_version,
@@ -141,22 +141,22 @@ absl::StatusOr<std::string> Recover(const TrainingConfig& cfg,
   }
   (*cluster)->StopAll(absl::Seconds(5));
   (*cluster)->KeepLogs();
-  const std::string kept = absl::StrCat("; attempt ", attempt - 1,
-                                        "'s logs are kept as ",
-                                        (*cluster)->logs_dir(), "/*.log.",
-                                        attempt - 1);
+  const std::string kept =
+      absl::StrCat("; attempt ", attempt - 1, "'s logs are kept as ",
+                   (*cluster)->logs_dir(), "/*.log.", attempt - 1);
   cluster->reset();
   plan->resume_dir = cfg.cluster.checkpoint.dir.empty()
                          ? o.resume_dir
                          : cfg.cluster.checkpoint.dir;
   ASSIGN_OR_RETURN(*cluster, TrainCluster::Start(*plan, interrupted));
   if (plan->resume_dir.empty()) {
-    return absl::StrCat("all processes restarted from step 0 (no checkpoint "
-                        "directory is configured)", kept);
+    return absl::StrCat(
+        "all processes restarted from step 0 (no checkpoint "
+        "directory is configured)",
+        kept);
   }
   return absl::StrCat("all processes restarted from the newest checkpoint in ",
                       plan->resume_dir, kept);
 }
-
 
 }  // namespace zeroshard
