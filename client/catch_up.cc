@@ -6,6 +6,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "wire/grpc_status.h"
 
@@ -71,11 +73,15 @@ absl::StatusOr<uint64_t> ReplayOne(const ShardChannels& channels, int slot,
   req.set_action(v1::StepLogRequest::READ);
   req.set_from_step(from);
   req.set_run_id(channels.options().run_id);
+  // A log may hold up to a copy's state bytes: the copy is a bulk stream,
+  // bounded as a push stream is (call_timeout), not as a small call.
+  const auto deadline =
+      absl::ToChronoTime(absl::Now() + channels.options().call_timeout);
   grpc::ClientContext read_ctx;
-  channels.PrepareControlContext(&read_ctx);
+  read_ctx.set_deadline(deadline);
   channels.RouteTo(&read_ctx, slot, other);
   grpc::ClientContext write_ctx;
-  channels.PrepareControlContext(&write_ctx);
+  write_ctx.set_deadline(deadline);
   channels.RouteTo(&write_ctx, slot, k);
   v1::ReplayResponse reply;
   std::unique_ptr<grpc::ClientReader<v1::PushGradMessage>> reader =
