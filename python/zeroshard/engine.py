@@ -310,11 +310,7 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
         # exists not to hold.
         self.shared_memory_servers = 0
         if cl["shared_memory"] and not self._stage3:
-            # Sized for what this rank moves: its partitions (one rank:
-            # everything, as it pushes and gathers the whole).
-            self.shared_memory_servers, why = \
-                self._cluster.attach_shared_memory(
-                    self._my_ranges if self.world > 1 else [(0, self._total)])
+            why = self._attach_shared_memory()
             if why and self.rank == 0:
                 print(f"zeroshard: {len(addresses) - self.shared_memory_servers}"
                       f" of {len(addresses)} servers over gRPC only: {why}",
@@ -520,6 +516,16 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
 
     def _np(self, t):
         return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+    def _attach_shared_memory(self):
+        """Opens a shared-memory region on each server on this host that
+        has none (at start, and for a replacement that took its copies
+        back), sized for what this rank moves: its partitions (one rank:
+        everything, as it pushes and gathers the whole). Returns the first
+        reason a server is reached over gRPC only ("" when none)."""
+        self.shared_memory_servers, why = self._cluster.attach_shared_memory(
+            self._my_ranges if self.world > 1 else [(0, self._total)])
+        return why
 
     def _gather(self):
         if self._stage3:

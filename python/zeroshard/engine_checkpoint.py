@@ -97,6 +97,9 @@ class CheckpointApi:
                       f"{self.global_steps}", file=sys.stderr)
             else:
                 self._cluster.mark_server_back(k)
+        # A server left lost its region; the one back is a new process.
+        if (back or now) and self.shared_memory_servers:
+            self._attach_shared_memory()
 
     def _start_looking(self):
         """Rank 0 with replicas: a thread that asks every 0.25 s each server

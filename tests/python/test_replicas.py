@@ -28,6 +28,13 @@ def replicated(steps, stage=2, **zeroshard_keys):
     return engine, model, data, ref
 
 
+def regions_of(pid):
+    """How many shared-memory regions process `pid` holds open."""
+    fds = f"/proc/{pid}/fd"
+    return sum("zeroshard-region" in os.readlink(os.path.join(fds, fd))
+               for fd in os.listdir(fds))
+
+
 def step_and_compare(engine, model, stage, data, ref, s):
     """Step s of the loop, then every parameter against torch's, bit for
     bit."""
@@ -97,6 +104,8 @@ def test_a_replacement_takes_its_copies_back_and_the_next_death_costs_nothing(
     engine, model, data, ref = replicated(
         steps, checkpoint={"dir": str(tmp_path / "ck"), "every_steps": 0})
     back_at = None
+    # Every server is on this host: each reached through shared memory.
+    assert engine.shared_memory_servers == 3
     try:
         for s in range(steps):
             if s == 2:
@@ -108,6 +117,10 @@ def test_a_replacement_takes_its_copies_back_and_the_next_death_costs_nothing(
                     back_at = s
                     assert ("server 1 took its copies back"
                             in capsys.readouterr().err)
+                    # The replacement is reached through shared memory
+                    # again: it holds a region this client opened.
+                    assert engine.shared_memory_servers == 3
+                    assert regions_of(engine._servers.procs[1].pid) > 0
                     proc = engine._servers.procs[2]
                     os.kill(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=30)
