@@ -27,6 +27,8 @@ struct KvClient::Holders {
     std::string address;
     std::unique_ptr<v1::ShardService::Stub> stub;
     std::atomic<bool> left{false};
+    // It has answered a call of this client or a sibling's.
+    std::atomic<bool> answered{false};
   };
   std::vector<std::unique_ptr<One>> list;
   absl::Mutex mu;
@@ -173,6 +175,7 @@ KvClient::Outcome KvClient::OnHolders(absl::Time deadline,
   };
   if (live.size() == 1) {
     const absl::Status s = run(live[0], nullptr);
+    if (IsAnswer(s)) holders_->list[live[0]]->answered.store(true);
     out.status[live[0]] = s;
     out.answered = IsAnswer(s);
     out.error = s;
@@ -197,6 +200,7 @@ KvClient::Outcome KvClient::OnHolders(absl::Time deadline,
   for (size_t i : live) {
     threads.emplace_back([&, i] {
       const absl::Status s = run(i, &cancel[i]);
+      if (IsAnswer(s)) holders_->list[i]->answered.store(true);
       absl::MutexLock lock(&shared.mu);
       shared.status[i] = s;
       --shared.pending;
@@ -233,13 +237,18 @@ KvClient::Outcome KvClient::OnHolders(absl::Time deadline,
     }
   }
   // With an answer, a holder that gave none (gone, or silent past the
-  // grace) is left; not for Wait, whose others may be waiting still.
+  // grace) is left, if it has answered before: one that never has may be
+  // starting still (it is called again next time). Not for Wait, whose
+  // others may be waiting still.
   if (out.answered && !first) {
     for (size_t i : live) {
       const absl::Status& s = *out.status[i];
-      if (IsAnswer(s) || holders_->list[i]->left.exchange(true)) continue;
+      Holders::One& one = *holders_->list[i];
+      if (IsAnswer(s) || !one.answered.load() || one.left.exchange(true)) {
+        continue;
+      }
       ZS_LOG(WARNING) << "the key-value store's holder " << i << " ("
-                      << holders_->list[i]->address
+                      << one.address
                       << ") is left: it gave no answer while another did ("
                       << s.message() << "); its other holders serve it";
     }

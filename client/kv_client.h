@@ -14,10 +14,12 @@
 // With several holders, each call goes to every holder not left, at once
 // (one thread each): Set writes every one, TryGet takes a value any of them
 // has (a replacement's store starts empty), Wait and Get end at the first
-// holder that has every key. Once one holder has answered, another that
-// has not within kKvGrace (gone: UNAVAILABLE; or silent) is left for the
-// rest of this client's life and its siblings' (WithAttempt), and a warning
-// names it; so a lost holder costs one call kKvGrace, once. A holder the
+// holder that has every key. Once one holder has answered, the others get
+// kKvGrace; one that has answered before and not within it (gone:
+// UNAVAILABLE; or silent) is left for the rest of this client's life and
+// its siblings' (WithAttempt), and a warning names it, so a lost holder
+// costs one call kKvGrace, once. (One that never has may be starting
+// still: it is called again.) A holder the
 // caller's failover already left (FollowFailover) is not called at all. No
 // holder answering is the call's error, as with one; an answer that is an
 // error (ABORTED, PERMISSION_DENIED) is the call's answer.
