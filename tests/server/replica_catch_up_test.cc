@@ -55,15 +55,7 @@ TEST_F(ReplicaRpcTest, AReplacementCatchesUpFromTheLogsWhileStepsGoOn) {
   servers_[2].server.reset();
   both(1);
   ASSERT_TRUE(two->ServerGone(2));
-  ShardServer::Options options;
-  options.server_index = 2;
-  options.num_servers = kServers;
-  options.listen_address = absl::StrCat("127.0.0.1:", port);
-  absl::StatusOr<std::unique_ptr<ShardServer>> fresh =
-      ShardServer::Start(options);
-  ASSERT_TRUE(fresh.ok()) << fresh.status();
-  servers_[2].server = *std::move(fresh);
-  ASSERT_TRUE(AnswersAgainWithin(*two, 2, absl::Seconds(20)));
+  ASSERT_TRUE(StartFreshServer(*two, 2, port));
 
   // A log from a step some copy has applied would miss pushes.
   absl::Status s = two->OpenStepLogs(2, 1);
@@ -150,17 +142,7 @@ TEST_F(ReplicaRpcTest, CatchUpsBringAServerBackAndCountWhatFails) {
   uint64_t step = 0;
   ASSERT_TRUE(Step(*two, step++, 0.01f).ok());
   const int port = servers_[2].server->port();
-  auto restart = [&] {
-    ShardServer::Options options;
-    options.server_index = 2;
-    options.num_servers = kServers;
-    options.listen_address = absl::StrCat("127.0.0.1:", port);
-    absl::StatusOr<std::unique_ptr<ShardServer>> fresh =
-        ShardServer::Start(options);
-    ASSERT_TRUE(fresh.ok()) << fresh.status();
-    servers_[2].server = *std::move(fresh);
-    ASSERT_TRUE(AnswersAgainWithin(*two, 2, absl::Seconds(20)));
-  };
+  auto restart = [&] { ASSERT_TRUE(StartFreshServer(*two, 2, port)); };
   servers_[2].server.reset();
   ASSERT_TRUE(Step(*two, step++, 0.02f).ok());
   ASSERT_TRUE(two->ServerGone(2));

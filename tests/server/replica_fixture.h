@@ -165,6 +165,27 @@ class ReplicaRpcTest : public ::testing::Test {
     return All(*ref);
   }
 
+  // A fresh, empty server k at `port` (a replacement at the dead one's
+  // address), once `cluster` finds it answering (within 20 s).
+  ::testing::AssertionResult StartFreshServer(const ShardCluster& cluster,
+                                              int k, int port) {
+    ShardServer::Options options;
+    options.server_index = k;
+    options.num_servers = kServers;
+    options.listen_address = absl::StrCat("127.0.0.1:", port);
+    absl::StatusOr<std::unique_ptr<ShardServer>> fresh =
+        ShardServer::Start(options);
+    if (!fresh.ok()) {
+      return ::testing::AssertionFailure() << fresh.status();
+    }
+    servers_[k].server = *std::move(fresh);
+    if (!AnswersAgainWithin(cluster, k, absl::Seconds(20))) {
+      return ::testing::AssertionFailure()
+             << "server " << k << " does not answer at port " << port;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
   // Asks server k, as rank 0's watcher does, until it answers again or
   // `within` passes.
   static bool AnswersAgainWithin(const ShardCluster& cluster, int k,
