@@ -36,14 +36,6 @@ absl::Status SetWeightsReactor::Buffer() {
   }
   if (!state_.ok()) return state_.status();
   const ModelShard& state = **state_;
-  if (piece.dtype() != v1::DTYPE_FP32 && piece.dtype() != v1::DTYPE_BF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SetWeights: piece at offset ", piece.offset(), " has dtype ",
-        v1::DType_IsValid(piece.dtype()) ? v1::DType_Name(piece.dtype())
-                                         : absl::StrCat(piece.dtype()),
-        "; want DTYPE_FP32 or DTYPE_BF16; nothing is written"));
-  }
-  ASSIGN_OR_RETURN(const DType dtype, FromProto(piece.dtype()));
   if (!have_state_) {
     have_state_ = true;
     state_name_ = piece.state();
@@ -65,46 +57,12 @@ absl::Status SetWeightsReactor::Buffer() {
     }
     optimizer_step_ = piece.optimizer_step();
   }
-  const size_t esize = DTypeSize(dtype);
-  const size_t bytes = piece.data().size();
-  if (bytes > kMaxPiecePayloadBytes || bytes % esize != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SetWeights: piece at offset ", piece.offset(), " carries ", bytes,
-        " bytes; want a multiple of ", esize, " (", DTypeName(dtype),
-        ") of at most ", kMaxPiecePayloadBytes, "; nothing is written"));
-  }
-  const uint64_t n = bytes / esize;
-  RETURN_IF_ERROR(state.CheckOwned(piece.offset(), n, "SetWeights: piece"));
-  const FlatRange range{piece.offset(), piece.offset() + n};
-  if (n == 0) return absl::OkStatus();
-  auto next = ranges_.lower_bound(range.begin);
-  if ((next != ranges_.end() && next->first < range.end) ||
-      (next != ranges_.begin() && std::prev(next)->second > range.begin)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SetWeights: piece [", range.begin, ", ", range.end,
-        ") overlaps another piece of the same stream; nothing is written"));
-  }
-  // Cannot trigger while pieces are disjoint and owned; kept as the
-  // stated bound.
-  const uint64_t cap = state.owned().size() * sizeof(float);
-  if (buffered_bytes_ + bytes > cap) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "SetWeights: the stream would buffer ", buffered_bytes_ + bytes,
-        " bytes, more than the owned range's ", cap, "; nothing is written"));
-  }
   // Master weights are never made non-finite by a pushed value.
-  const GradView values{piece.data().data(), dtype == DType::kBf16};
-  if (!ScanGrad(values, n).finite()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SetWeights: piece [", range.begin, ", ", range.end,
-        ") holds NaN or Inf at ",
-        state.DescribeElement(range.begin + FirstNonFinite(values, n)),
-        "; nothing is written"));
-  }
+  const size_t bytes = piece.data().size();
+  RETURN_IF_ERROR(pieces_.Add(state, piece.offset(), piece.dtype(),
+                              piece.mutable_data(),
+                              {.finite = true, .allow_empty = true}));
   counters_->AddBytesIn(bytes);
-  ranges_.emplace(range.begin, range.end);
-  buffered_bytes_ += bytes;
-  pieces_.push_back({range, dtype, std::move(*piece.mutable_data())});
   return absl::OkStatus();
 }
 
@@ -117,7 +75,7 @@ absl::StatusOr<uint64_t> SetWeightsReactor::Apply() {
     RETURN_IF_ERROR(state.SetAdamSteps(*optimizer_step_));
   }
   std::vector<float> fp32;
-  for (const Piece& p : pieces_) {
+  for (const StreamPieces::Piece& p : pieces_.pieces()) {
     if (!slot_.has_value()) {
       RETURN_IF_ERROR(state.WriteWeights(p.range, p.dtype, p.data.data()));
     } else {
@@ -173,8 +131,7 @@ void SetWeightsReactor::OnReadDone(bool ok) {
 
 void SetWeightsReactor::End(const absl::Status& status) {
   result_ = status;
-  pieces_.clear();
-  pieces_.shrink_to_fit();
+  pieces_.Clear();
   // Counted before the client can see the status (see RpcCounters).
   counters_->RecordResult(result_);
   recorded_ = true;

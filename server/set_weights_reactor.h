@@ -30,6 +30,7 @@
 #include "server/status_reactor.h"
 #include "server/rpc_counters.h"
 #include "server/model_shard.h"
+#include "server/stream_pieces.h"
 
 namespace zeroshard {
 
@@ -47,11 +48,6 @@ class SetWeightsReactor
   void OnDone() override;
 
  private:
-  struct Piece {
-    FlatRange range;
-    DType dtype;
-    std::string data;
-  };
   // Parses, validates and buffers the message just read.
   absl::Status Buffer();
   // Writes every buffered piece; the elements written.
@@ -65,15 +61,13 @@ class SetWeightsReactor
   // Reads, OnCancel and OnDone are serialised by gRPC for one stream.
   std::atomic<bool> cancelled_{false};
   grpc::ByteBuffer message_;
-  std::vector<Piece> pieces_;
-  std::map<uint64_t, uint64_t> ranges_;  // begin -> end of buffered pieces
+  StreamPieces pieces_{"SetWeights", "; nothing is written"};
   // The stream's array (WeightPiece.state, from its first piece): the
   // master weights, or this state slot.
   bool have_state_ = false;
   std::string state_name_;
   std::optional<size_t> slot_;
   std::optional<uint64_t> optimizer_step_;  // WeightPiece.optimizer_step
-  uint64_t buffered_bytes_ = 0;
   absl::Status result_;
   bool recorded_ = false;  // result_ already counted
 };

@@ -145,43 +145,11 @@ absl::Status ReplayReactor::OnPiece(v1::PushGradPiece& piece) {
     return absl::InvalidArgumentError(
         "Replay: a piece arrived before any header");
   }
-  const ModelShard& state = **state_;
-  if (piece.dtype() != v1::DTYPE_FP32 && piece.dtype() != v1::DTYPE_BF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Replay: piece at offset ", piece.offset(),
-                     " is neither DTYPE_FP32 nor DTYPE_BF16"));
-  }
-  ASSIGN_OR_RETURN(const DType dtype, FromProto(piece.dtype()));
-  const size_t esize = DTypeSize(dtype);
+  // A skipped step's pieces are not applied: their values may be anything.
   const size_t bytes = piece.data().size();
-  if (bytes == 0 || bytes > kMaxPiecePayloadBytes || bytes % esize != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Replay: piece at offset ", piece.offset(), " carries ",
-                     bytes, " bytes; want a positive multiple of ", esize, " (",
-                     DTypeName(dtype), ") of at most ", kMaxPiecePayloadBytes));
-  }
-  const uint64_t n = bytes / esize;
-  RETURN_IF_ERROR(state.CheckOwned(piece.offset(), n, "Replay: piece"));
-  const FlatRange range{piece.offset(), piece.offset() + n};
-  auto next = ranges_.lower_bound(range.begin);
-  if ((next != ranges_.end() && next->first < range.end) ||
-      (next != ranges_.begin() && std::prev(next)->second > range.begin)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Replay: piece [", range.begin, ", ", range.end,
-                     ") overlaps another piece of the same push"));
-  }
-  if (!params_.skip) {
-    const GradView values{piece.data().data(), dtype == DType::kBf16};
-    if (!ScanGrad(values, n).finite()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Replay: piece [", range.begin, ", ", range.end,
-          ") holds NaN or Inf at ",
-          state.DescribeElement(range.begin + FirstNonFinite(values, n))));
-    }
-  }
+  RETURN_IF_ERROR(pieces_.Add(**state_, piece.offset(), piece.dtype(),
+                              piece.mutable_data(), {.finite = !params_.skip}));
   counters_->AddBytesIn(bytes);
-  ranges_.emplace(range.begin, range.end);
-  pieces_.push_back({range, dtype, std::move(*piece.mutable_data())});
   return absl::OkStatus();
 }
 
@@ -190,15 +158,14 @@ absl::Status ReplayReactor::ApplyPending() {
   ModelShard& state = **state_;
   std::vector<GradPiece> pieces;
   pieces.reserve(pieces_.size());
-  for (const Piece& p : pieces_) {
+  for (const StreamPieces::Piece& p : pieces_.pieces()) {
     pieces.push_back({p.range, p.dtype, p.data.data()});
   }
   // In the order the logging copy applied them (StepLogReactor keeps it).
   absl::StatusOr<ApplyResult> r =
       state.ApplyPush(step_, params_, pieces, attempt_);
   have_push_ = false;
-  pieces_.clear();
-  ranges_.clear();
+  pieces_.Clear();
   if (!r.ok()) {
     return absl::Status(
         r.status().code(),
@@ -241,7 +208,7 @@ void ReplayReactor::OnReadDone(bool ok) {
 
 void ReplayReactor::End(const absl::Status& status) {
   result_ = status;
-  pieces_.clear();
+  pieces_.Clear();
   counters_->RecordResult(result_);
   recorded_ = true;
   FinishWith(status);

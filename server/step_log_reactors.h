@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "proto/zeroshard/v1/shard.pb.h"
 #include "server/model_shard.h"
+#include "server/stream_pieces.h"
 #include "server/rpc_counters.h"
 #include "server/status_reactor.h"
 #include "server/step_log.h"
@@ -71,11 +72,6 @@ class ReplayReactor
   void OnDone() override;
 
  private:
-  struct Piece {
-    FlatRange range;
-    DType dtype;
-    std::string data;
-  };
   absl::Status OnMessage();
   absl::Status OnHeader(const v1::PushGradHeader& header);
   absl::Status OnPiece(v1::PushGradPiece& piece);
@@ -94,8 +90,7 @@ class ReplayReactor
   uint64_t step_ = 0;
   uint64_t attempt_ = 0;
   StepParams params_;
-  std::vector<Piece> pieces_;
-  std::map<uint64_t, uint64_t> ranges_;  // begin -> end of its pieces
+  StreamPieces pieces_{"Replay", ""};  // the push's
   v1::ReplayResponse reply_;
   absl::Status result_;
   bool recorded_ = false;
