@@ -69,6 +69,10 @@ absl::StatusOr<ServerStatus> ShardCluster::Inspect(int k) const {
 
 bool ShardCluster::ServerGone(int k) const { return channels().IsDown(k); }
 
+void ShardCluster::LeaveServer(int k, const absl::Status& why) const {
+  channels().MarkDown(k, why);
+}
+
 absl::Status ShardCluster::CheckCopiesAgree() const {
   return channels().CheckCopiesAgree();
 }

@@ -83,6 +83,9 @@ class ShardCluster {
   // With replicas: true once this client found server k gone (its slots go
   // on from their other copies; ShardClientOptions::replicas).
   bool ServerGone(int k) const;
+  // With replicas: leaves server k as if this client had found it gone
+  // (a peer rank did; `why` is logged once).
+  void LeaveServer(int k, const absl::Status& why) const;
   // With replicas: the copies of every slot agree bit for bit (their state
   // digests at one version); DATA_LOSS naming the slot and both servers
   // otherwise. Between steps only (ShardChannels::CheckCopiesAgree).

@@ -1,6 +1,7 @@
 #include "step/step_protocol.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/grad_clip.h"
@@ -144,6 +145,27 @@ StepCommit StepProtocol::CommitFor(const StepDecision& decision,
   return c;
 }
 
+absl::Status StepProtocol::AgreeOnLeftServers() const {
+  const int servers = cluster_->num_servers();
+  if (cluster_->options().replicas < 2 || group_->size() < 2) {
+    return group_->Barrier();
+  }
+  // The barrier carries which servers each rank has left (with replicas):
+  // every rank leaves them all before it applies or gathers the step, so
+  // none waits out a server a peer already found gone, and none reads a
+  // copy that another's apply skips.
+  std::vector<float> left(servers, 0.0f);
+  for (int k = 0; k < servers; ++k) left[k] = cluster_->ServerGone(k) ? 1 : 0;
+  RETURN_IF_ERROR(group_->AllReduce(absl::MakeSpan(left), ReduceOp::kMax));
+  for (int k = 0; k < servers; ++k) {
+    if (left[k] > 0 && !cluster_->ServerGone(k)) {
+      cluster_->LeaveServer(
+          k, absl::UnavailableError("another rank found it gone"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StepProtocol::Commit(
     uint64_t step, uint64_t attempt,
     const std::function<absl::Status()>& before_apply) const {
@@ -151,7 +173,7 @@ absl::Status StepProtocol::Commit(
   // Every rank's pushes are prepared on every server once all have passed
   // the barrier: from here the step is decided, and whoever applies it
   // (rank 0 now, or a restart's resume if rank 0 dies) applies all of it.
-  if (group_ != nullptr) RETURN_IF_ERROR(group_->Barrier());
+  if (group_ != nullptr) RETURN_IF_ERROR(AgreeOnLeftServers());
   if (options_.rank != 0) return absl::OkStatus();
   if (before_apply) RETURN_IF_ERROR(before_apply());
   return cluster_->ApplyStep(step, attempt, options_.step_timeout).status();

@@ -106,12 +106,18 @@ class StepProtocol {
 
   // After this rank's push returned: with two phases, the barrier, then on
   // rank 0 `before_apply` (when given) and the apply of `step` on every
-  // server. Without two phases, nothing.
+  // server. Without two phases, nothing. With replicas the barrier is an
+  // all-reduce of the servers each rank has left, and every rank leaves
+  // them all, so the ranks apply and gather the step from the same copies.
   absl::Status Commit(uint64_t step, uint64_t attempt,
                       const std::function<absl::Status()>& before_apply =
                           nullptr) const;
 
  private:
+  // Commit's barrier; with replicas it also makes every rank leave the
+  // servers any rank has left.
+  absl::Status AgreeOnLeftServers() const;
+
   StepProtocol(ShardCluster* cluster, WorkerGroup* group,
                const StepProtocolOptions& options)
       : cluster_(cluster), group_(group), options_(options) {}

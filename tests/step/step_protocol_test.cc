@@ -307,5 +307,89 @@ TEST(StepProtocolTest, TwoPhasesApplyOnlyWhenRankZeroCommits) {
   EXPECT_EQ(refused[1], "");  // only rank 0 applies
 }
 
+// With replicas the commit's barrier carries which servers each rank has
+// left: a server that one rank found gone is left by every rank before the
+// step is applied and gathered, so the apply skips both of its copies and
+// no rank reads a copy that misses the step (nor waits out a server its
+// peer already found silent).
+TEST(StepProtocolTest, WithReplicasEveryRankLeavesTheServersAnyRankLeft) {
+  constexpr int kServers = 3;
+  absl::StatusOr<std::unique_ptr<EngineCluster>> servers =
+      EngineCluster::Start(kServers);
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  TinyKnobs knobs;
+  knobs.layers = 1;
+  knobs.width = 64;
+  knobs.heads = 2;
+  knobs.train_batch_size = 4;
+  absl::StatusOr<TrainingConfig> config = TinyConfig(knobs, kServers, 2);
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->cluster.replicas = 2;
+  absl::StatusOr<ModelManifest> manifest =
+      MakeGptManifest(config->cluster.model, 2);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  absl::StatusOr<FlatLayout> layout =
+      FlatLayout::Create(*manifest, kServers, 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  std::vector<std::vector<bool>> gone(2, std::vector<bool>(kServers));
+  std::vector<int64_t> version(2, -1);
+  std::vector<uint64_t> left_copy(2, 99), other_copy(2, 99);
+  std::vector<absl::Status> st = RunGroup(
+      "gloo", 2, TestGroupOptions(), [&](WorkerGroup& g) -> absl::Status {
+        const int rank = g.rank();
+        ShardClientOptions o;
+        o.call_timeout = absl::Seconds(20);
+        o.run_id = "step-protocol-replicas";
+        o.replicas = 2;
+        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> c,
+                         ShardCluster::Connect((*servers)->addresses(), o,
+                                               *layout));
+        RETURN_IF_ERROR(InitializeServers(*config, rank, c.get(), &g));
+        ASSIGN_OR_RETURN(StepProtocol p,
+                         StepProtocol::Create(c.get(), &g, Options(rank, 2)));
+        const std::vector<FlatRange> mine = layout->WorkerRanges(rank);
+        std::vector<std::vector<float>> grad;
+        std::vector<GradSpan> spans;
+        for (const FlatRange& r : mine) grad.emplace_back(r.size(), 0.25f);
+        for (size_t k = 0; k < mine.size(); ++k) {
+          spans.push_back(GradSpan{mine[k], DType::kFp32, grad[k].data()});
+        }
+        StepDecision d;
+        d.coefficient = 1.0;
+        // Both ranks push to every copy; then rank 0 alone finds server 2
+        // gone (as its own failover would), before the commit.
+        RETURN_IF_ERROR(c->PushGrad(0, rank, spans, p.CommitFor(d), false)
+                            .status());
+        if (rank == 0) c->LeaveServer(2, absl::UnavailableError("test"));
+        RETURN_IF_ERROR(p.Commit(0, 0));
+        RETURN_IF_ERROR(g.Barrier());
+        for (int k = 0; k < kServers; ++k) gone[rank][k] = c->ServerGone(k);
+        std::vector<float> out(layout->total_elems());
+        const FlatRange all{0, layout->total_elems()};
+        ASSIGN_OR_RETURN(GatherResult r,
+                         c->Gather(absl::MakeConstSpan(&all, 1), DType::kFp32,
+                                   -1, out.data(), out.size() * sizeof(float)));
+        version[rank] = r.max_version;
+        // Slot 2's copies, seen by a client that left nothing: on server 2
+        // (left: not applied) and on server 0.
+        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> fresh,
+                         ShardCluster::Connect((*servers)->addresses(), o,
+                                               *layout));
+        ASSIGN_OR_RETURN(ServerStatus on2, fresh->InspectCopy(2, 2));
+        ASSIGN_OR_RETURN(ServerStatus on0, fresh->InspectCopy(2, 0));
+        left_copy[rank] = on2.min_version;
+        other_copy[rank] = on0.min_version;
+        return absl::OkStatus();
+      });
+  for (const absl::Status& x : st) ASSERT_TRUE(x.ok()) << x;
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    EXPECT_EQ(gone[rank], (std::vector<bool>{false, false, true}));
+    EXPECT_EQ(version[rank], 1);
+    EXPECT_EQ(left_copy[rank], 0u);
+    EXPECT_EQ(other_copy[rank], 1u);
+  }
+}
+
 }  // namespace step_protocol_test
 }  // namespace zeroshard::testing
