@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
-#include "optim/adam8bit_avx512.h"
 #include "optim/grad_scan.h"
 
 namespace zeroshard {
@@ -131,19 +130,14 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
   // and mirror in place), then m and v quantized back. Unless no m or v
   // can leave the finite range (CannotOverflow), what a block overwrites
   // is saved first, so that a block whose m or v would not be finite
-  // restores the blocks before it and refuses with nothing changed. With
-  // AVX-512, a block that one part covers is updated while the block before
-  // it is quantized (optim/adam8bit_avx512.h), so a block's codes are
-  // written one block later.
+  // restores the blocks before it and refuses with nothing changed.
   const size_t blocks = Quant8Blocks(s.n, s.block);
   const bool save = !CannotOverflow(parts, s, blocks);
-  const bool pipelined = s.block <= kQuant8Block &&
-                         quant8_internal::CanRunAdamBlockAvx512();
-  thread_local std::vector<float> mv, undo_master, undo_absmax;
+  thread_local std::vector<float> m, v, undo_master, undo_absmax;
   thread_local std::vector<uint16_t> undo_mirror;
   thread_local std::vector<uint8_t> undo_codes;
-  // Two blocks' m and v: the one updated and the one waiting for its codes.
-  mv.resize(4 * s.block);
+  m.resize(s.block);
+  v.resize(s.block);
   if (save) {
     undo_master.resize(s.n);
     undo_codes.resize(2 * s.n);
@@ -163,22 +157,9 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
     std::memcpy(s.exp_avg_sq_absmax, undo_absmax.data() + blocks,
                 b * sizeof(float));
   };
-  // The block whose codes are still to be written, if any.
-  quant8_internal::Q8Block waiting;
-  bool have_waiting = false;
-  auto quantize_waiting = [&] {
-    if (!have_waiting) return;
-    QuantizeBlock(waiting.m, waiting.n, waiting.m_max, Quant8Map::kSigned,
-                  waiting.m_codes);
-    QuantizeBlock(waiting.v, waiting.n, waiting.v_max, Quant8Map::kUnsigned,
-                  waiting.v_codes);
-    have_waiting = false;
-  };
   size_t part = 0;
   for (size_t b = 0; b < blocks; ++b) {
     const size_t begin = b * s.block, len = std::min(s.block, s.n - begin);
-    float* m = mv.data() + (b % 2) * 2 * s.block;
-    float* v = m + s.block;
     if (save) {
       std::memcpy(undo_master.data() + begin, s.master + begin,
                   len * sizeof(float));
@@ -192,52 +173,32 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
       undo_absmax[blocks + b] = s.exp_avg_sq_absmax[b];
     }
     DequantizeBlockwise(s.exp_avg + begin, s.exp_avg_absmax + b, len, s.block,
-                        Quant8Map::kSigned, m);
+                        Quant8Map::kSigned, m.data());
     DequantizeBlockwise(s.exp_avg_sq + begin, s.exp_avg_sq_absmax + b, len,
-                        s.block, Quant8Map::kUnsigned, v);
+                        s.block, Quant8Map::kUnsigned, v.data());
     // The parts that meet [begin, begin + len), in order.
     while (part < parts.size() && parts[part].offset + parts[part].n <= begin) {
       ++part;
     }
-    auto view_of = [&](const Adam8bitPart& p, size_t lo) {
+    for (size_t k = part; k < parts.size() && parts[k].offset < begin + len; ++k) {
+      const Adam8bitPart& p = parts[k];
+      const size_t lo = std::max(begin, p.offset);
+      const size_t hi = std::min(begin + len, p.offset + p.n);
       const size_t esize = p.grad.bf16 ? sizeof(uint16_t) : sizeof(float);
-      return GradView{static_cast<const char*>(p.grad.data) +
-                          (lo - p.offset) * esize,
-                      p.grad.bf16};
-    };
-    float m_max, v_max;
-    if (pipelined && part < parts.size() && parts[part].offset <= begin &&
-        parts[part].offset + parts[part].n >= begin + len) {
-      const quant8_internal::Q8Maxima got = quant8_internal::AdamBlockAvx512(
-          parts[part].step, view_of(parts[part], begin),
-          {.master = s.master + begin,
-           .exp_avg = m,
-           .exp_avg_sq = v,
-           .mirror = s.mirror != nullptr ? s.mirror + begin : nullptr,
-           .n = len},
-          have_waiting ? &waiting : nullptr);
-      have_waiting = false;
-      m_max = got.m;
-      v_max = got.v;
-    } else {
-      quantize_waiting();
-      for (size_t k = part;
-           k < parts.size() && parts[k].offset < begin + len; ++k) {
-        const Adam8bitPart& p = parts[k];
-        const size_t lo = std::max(begin, p.offset);
-        const size_t hi = std::min(begin + len, p.offset + p.n);
-        AdamUpdate(p.step, view_of(p, lo),
-                   {.master = s.master + lo,
-                    .exp_avg = m + (lo - begin),
-                    .exp_avg_sq = v + (lo - begin),
-                    .mirror = s.mirror != nullptr ? s.mirror + lo : nullptr,
-                    .n = hi - lo});
-      }
-      // The maxima are NaN when an m or v is not finite.
-      m_max = BlockAbsMax(m, len);
-      v_max = BlockAbsMax(v, len);
+      const GradView g{static_cast<const char*>(p.grad.data) +
+                           (lo - p.offset) * esize,
+                       p.grad.bf16};
+      AdamUpdate(p.step, g,
+                 {.master = s.master + lo,
+                  .exp_avg = m.data() + (lo - begin),
+                  .exp_avg_sq = v.data() + (lo - begin),
+                  .mirror = s.mirror != nullptr ? s.mirror + lo : nullptr,
+                  .n = hi - lo});
     }
-    // Only then are the elements searched.
+    // The maxima are NaN when an m or v is not finite; only then are the
+    // elements searched.
+    const float m_max = BlockAbsMax(m.data(), len);
+    const float v_max = BlockAbsMax(v.data(), len);
     if (std::isnan(m_max) || std::isnan(v_max)) {
       for (size_t i = 0; i < len; ++i) {
         if (!std::isfinite(m[i]) || !std::isfinite(v[i])) {
@@ -251,16 +212,10 @@ absl::Status Adam8bitUpdateParts(absl::Span<const Adam8bitPart> parts,
     }
     s.exp_avg_absmax[b] = m_max;
     s.exp_avg_sq_absmax[b] = v_max;
-    waiting = {.m = m,
-               .v = v,
-               .n = len,
-               .m_max = m_max,
-               .v_max = v_max,
-               .m_codes = s.exp_avg + begin,
-               .v_codes = s.exp_avg_sq + begin};
-    have_waiting = true;
+    QuantizeBlock(m.data(), len, m_max, Quant8Map::kSigned, s.exp_avg + begin);
+    QuantizeBlock(v.data(), len, v_max, Quant8Map::kUnsigned,
+                  s.exp_avg_sq + begin);
   }
-  quantize_waiting();
   return absl::OkStatus();
 }
 

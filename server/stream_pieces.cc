@@ -15,22 +15,22 @@ absl::Status StreamPieces::Add(const ModelShard& state, uint64_t offset,
                                v1::DType wire_dtype, std::string* data,
                                Checks checks) {
   if (wire_dtype != v1::DTYPE_FP32 && wire_dtype != v1::DTYPE_BF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(rpc_, ": piece at offset ", offset, " has dtype ",
-                     v1::DType_IsValid(wire_dtype) ? v1::DType_Name(wire_dtype)
-                                                   : absl::StrCat(wire_dtype),
-                     "; want DTYPE_FP32 or DTYPE_BF16", tail_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        rpc_, ": piece at offset ", offset, " has dtype ",
+        v1::DType_IsValid(wire_dtype) ? v1::DType_Name(wire_dtype)
+                                      : absl::StrCat(wire_dtype),
+        "; want DTYPE_FP32 or DTYPE_BF16", tail_));
   }
   ASSIGN_OR_RETURN(const DType dtype, FromProto(wire_dtype));
   const size_t esize = DTypeSize(dtype);
   const size_t bytes = data->size();
   if ((bytes == 0 && !checks.allow_empty) || bytes > kMaxPiecePayloadBytes ||
       bytes % esize != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(rpc_, ": piece at offset ", offset, " carries ", bytes,
-                     " bytes; want a ", checks.allow_empty ? "" : "positive ",
-                     "multiple of ", esize, " (", DTypeName(dtype),
-                     ") of at most ", kMaxPiecePayloadBytes, tail_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        rpc_, ": piece at offset ", offset, " carries ", bytes,
+        " bytes; want a ", checks.allow_empty ? "" : "positive ",
+        "multiple of ", esize, " (", DTypeName(dtype), ") of at most ",
+        kMaxPiecePayloadBytes, tail_));
   }
   const uint64_t n = bytes / esize;
   RETURN_IF_ERROR(state.CheckOwned(offset, n, absl::StrCat(rpc_, ": piece")));
@@ -47,9 +47,9 @@ absl::Status StreamPieces::Add(const ModelShard& state, uint64_t offset,
   // bound.
   const uint64_t cap = state.owned().size() * sizeof(float);
   if (bytes_ + bytes > cap) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(rpc_, ": the stream would buffer ", bytes_ + bytes,
-                     " bytes, more than the owned range's ", cap, tail_));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        rpc_, ": the stream would buffer ", bytes_ + bytes,
+        " bytes, more than the owned range's ", cap, tail_));
   }
   if (checks.finite) {
     const GradView values{data->data(), dtype == DType::kBf16};
