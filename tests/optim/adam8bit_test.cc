@@ -254,6 +254,44 @@ TEST(Adam8bitTest, PartsEqualTheReferenceComposedByHand) {
   EXPECT_FALSE(other == fast);
 }
 
+// One part over many blocks, as the servers' chunks mostly are: equal to
+// the reference bit for bit, also
+// across a block whose m and v are all zero (its codes are the zero's) and
+// a short last block, for FP32 and BF16 gradients and fresh random inputs.
+TEST(Adam8bitTest, OnePartOverManyBlocksEqualsTheReference) {
+  const uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(testing::SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  const size_t n = 5 * kQuant8Block + 17;
+  std::vector<float> p(n), g(n);
+  std::vector<uint16_t> g16(n);
+  for (float& x : p) x = normal(rng);
+  OptimizerConfig config;
+  config.kind = OptimizerKind::kAdamW;
+  config.lr = 1e-2;
+  State fast(p, kQuant8Block), ref(p, kQuant8Block);
+  for (uint64_t t = 1; t <= 3; ++t) {
+    for (size_t i = 0; i < n; ++i) {
+      // Block 2's gradient is zero at the first step: its m and v stay 0.
+      const bool zero = t == 1 && i / kQuant8Block == 2;
+      g[i] = zero ? 0.0f : normal(rng) * (i % 5 == 0 ? 1e-4f : 1.0f);
+      g16[i] = FloatToBf16(g[i]);
+    }
+    const GradView grad = t == 2 ? GradView::Bf16(g16.data())
+                                 : GradView::Fp32(g.data());
+    const AdamStep step = MakeAdamStep(config, t, 0.75f, 0.1, 1.0);
+    const Adam8bitPart whole{step, grad, 0, n};
+    ASSERT_TRUE(Adam8bitUpdateParts({&whole, 1}, fast.Slice()).ok());
+    ASSERT_TRUE(Adam8bitUpdateReference(step, grad, ref.Slice()).ok());
+    if (t == 1) {
+      EXPECT_EQ(fast.m_absmax[2], 0.0f);
+      EXPECT_EQ(fast.m[2 * kQuant8Block], ZeroCode(Quant8Map::kSigned));
+    }
+    ASSERT_TRUE(fast == ref) << "step " << t;
+  }
+}
+
 // Parts that do not tile the slice, and a state that would not be finite,
 // are refused without a change.
 TEST(Adam8bitTest, PartsThatDoNotTileTheSliceAreRefused) {
