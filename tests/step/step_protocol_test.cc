@@ -5,11 +5,16 @@
 // before_apply applies nothing).
 #include "step/step_protocol.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -52,6 +57,19 @@ absl::StatusOr<std::unique_ptr<ShardCluster>> Connect(const Served& s) {
   o.call_timeout = absl::Seconds(20);
   o.run_id = "step-protocol-test";
   return ShardCluster::Connect(s.servers->addresses(), o, *s.layout);
+}
+
+// A 127.0.0.1 address that refuses connections: a port bound and never
+// listened on, kept for the life of the process.
+std::string UnreachableAddress() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
 }
 
 StepProtocolOptions Options(int rank, int world, bool two_phase = true) {
@@ -307,78 +325,109 @@ TEST(StepProtocolTest, TwoPhasesApplyOnlyWhenRankZeroCommits) {
   EXPECT_EQ(refused[1], "");  // only rank 0 applies
 }
 
+// Three in-process servers keeping two copies of each slot, and a tiny
+// GPT's layout over two ranks.
+struct Replicated {
+  static constexpr int kServers = 3;
+  std::unique_ptr<EngineCluster> servers;
+  TrainingConfig config;
+  std::unique_ptr<FlatLayout> layout;
+
+  static absl::StatusOr<Replicated> Start() {
+    Replicated r;
+    ASSIGN_OR_RETURN(r.servers, EngineCluster::Start(kServers));
+    TinyKnobs knobs;
+    knobs.layers = 1;
+    knobs.width = 64;
+    knobs.heads = 2;
+    knobs.train_batch_size = 4;
+    ASSIGN_OR_RETURN(r.config, TinyConfig(knobs, kServers, 2));
+    r.config.cluster.replicas = 2;
+    ASSIGN_OR_RETURN(ModelManifest manifest,
+                     MakeGptManifest(r.config.cluster.model, 2));
+    ASSIGN_OR_RETURN(FlatLayout layout,
+                     FlatLayout::Create(manifest, kServers, 2));
+    r.layout = std::make_unique<FlatLayout>(std::move(layout));
+    return r;
+  }
+  static ShardClientOptions Options() {
+    ShardClientOptions o;
+    o.call_timeout = absl::Seconds(20);
+    o.run_id = "step-protocol-replicas";
+    o.replicas = 2;
+    return o;
+  }
+  absl::StatusOr<std::unique_ptr<ShardCluster>> Connect(
+      std::vector<std::string> addresses = {}) const {
+    if (addresses.empty()) addresses = servers->addresses();
+    return ShardCluster::Connect(addresses, Options(), *layout);
+  }
+  // What a fresh client, which left nothing, finds of slot `slot`'s copy on
+  // server k: its version.
+  absl::StatusOr<uint64_t> CopyVersion(int slot, int k) const {
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> fresh, Connect());
+    ASSIGN_OR_RETURN(ServerStatus st, fresh->InspectCopy(slot, k));
+    return st.min_version;
+  }
+};
+
+// A rank's gradient for its ranges, every element `value`.
+struct RankGrads {
+  std::vector<std::vector<float>> data;
+  std::vector<GradSpan> spans;
+  RankGrads(const FlatLayout& layout, int rank, float value) {
+    const std::vector<FlatRange> mine = layout.WorkerRanges(rank);
+    for (const FlatRange& r : mine) data.emplace_back(r.size(), value);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      spans.push_back(GradSpan{mine[k], DType::kFp32, data[k].data()});
+    }
+  }
+};
+
+// Every element of the current version, gathered.
+absl::StatusOr<std::pair<int64_t, std::vector<float>>> GatherAll(
+    ShardCluster& c) {
+  const FlatLayout& layout = c.layout();
+  std::vector<float> out(layout.total_elems());
+  const FlatRange all{0, layout.total_elems()};
+  ASSIGN_OR_RETURN(GatherResult r,
+                   c.Gather(absl::MakeConstSpan(&all, 1), DType::kFp32, -1,
+                            out.data(), out.size() * sizeof(float)));
+  return std::make_pair(r.max_version, std::move(out));
+}
+
 // With replicas the commit's barrier carries which servers each rank has
 // left: a server that one rank found gone is left by every rank before the
 // step is applied and gathered, so the apply skips both of its copies and
 // no rank reads a copy that misses the step (nor waits out a server its
 // peer already found silent).
 TEST(StepProtocolTest, WithReplicasEveryRankLeavesTheServersAnyRankLeft) {
-  constexpr int kServers = 3;
-  absl::StatusOr<std::unique_ptr<EngineCluster>> servers =
-      EngineCluster::Start(kServers);
-  ASSERT_TRUE(servers.ok()) << servers.status();
-  TinyKnobs knobs;
-  knobs.layers = 1;
-  knobs.width = 64;
-  knobs.heads = 2;
-  knobs.train_batch_size = 4;
-  absl::StatusOr<TrainingConfig> config = TinyConfig(knobs, kServers, 2);
-  ASSERT_TRUE(config.ok()) << config.status();
-  config->cluster.replicas = 2;
-  absl::StatusOr<ModelManifest> manifest =
-      MakeGptManifest(config->cluster.model, 2);
-  ASSERT_TRUE(manifest.ok()) << manifest.status();
-  absl::StatusOr<FlatLayout> layout =
-      FlatLayout::Create(*manifest, kServers, 2);
-  ASSERT_TRUE(layout.ok()) << layout.status();
-  std::vector<std::vector<bool>> gone(2, std::vector<bool>(kServers));
+  absl::StatusOr<Replicated> s = Replicated::Start();
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::vector<std::vector<bool>> gone(2);
   std::vector<int64_t> version(2, -1);
-  std::vector<uint64_t> left_copy(2, 99), other_copy(2, 99);
   std::vector<absl::Status> st = RunGroup(
       "gloo", 2, TestGroupOptions(), [&](WorkerGroup& g) -> absl::Status {
         const int rank = g.rank();
-        ShardClientOptions o;
-        o.call_timeout = absl::Seconds(20);
-        o.run_id = "step-protocol-replicas";
-        o.replicas = 2;
-        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> c,
-                         ShardCluster::Connect((*servers)->addresses(), o,
-                                               *layout));
-        RETURN_IF_ERROR(InitializeServers(*config, rank, c.get(), &g));
+        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> c, s->Connect());
+        RETURN_IF_ERROR(InitializeServers(s->config, rank, c.get(), &g));
         ASSIGN_OR_RETURN(StepProtocol p,
                          StepProtocol::Create(c.get(), &g, Options(rank, 2)));
-        const std::vector<FlatRange> mine = layout->WorkerRanges(rank);
-        std::vector<std::vector<float>> grad;
-        std::vector<GradSpan> spans;
-        for (const FlatRange& r : mine) grad.emplace_back(r.size(), 0.25f);
-        for (size_t k = 0; k < mine.size(); ++k) {
-          spans.push_back(GradSpan{mine[k], DType::kFp32, grad[k].data()});
-        }
+        const RankGrads grads(*s->layout, rank, 0.25f);
         StepDecision d;
         d.coefficient = 1.0;
         // Both ranks push to every copy; then rank 0 alone finds server 2
         // gone (as its own failover would), before the commit.
-        RETURN_IF_ERROR(c->PushGrad(0, rank, spans, p.CommitFor(d), false)
-                            .status());
+        RETURN_IF_ERROR(
+            c->PushGrad(0, rank, grads.spans, p.CommitFor(d), false).status());
         if (rank == 0) c->LeaveServer(2, absl::UnavailableError("test"));
         RETURN_IF_ERROR(p.Commit(0, 0));
         RETURN_IF_ERROR(g.Barrier());
-        for (int k = 0; k < kServers; ++k) gone[rank][k] = c->ServerGone(k);
-        std::vector<float> out(layout->total_elems());
-        const FlatRange all{0, layout->total_elems()};
-        ASSIGN_OR_RETURN(GatherResult r,
-                         c->Gather(absl::MakeConstSpan(&all, 1), DType::kFp32,
-                                   -1, out.data(), out.size() * sizeof(float)));
-        version[rank] = r.max_version;
-        // Slot 2's copies, seen by a client that left nothing: on server 2
-        // (left: not applied) and on server 0.
-        ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> fresh,
-                         ShardCluster::Connect((*servers)->addresses(), o,
-                                               *layout));
-        ASSIGN_OR_RETURN(ServerStatus on2, fresh->InspectCopy(2, 2));
-        ASSIGN_OR_RETURN(ServerStatus on0, fresh->InspectCopy(2, 0));
-        left_copy[rank] = on2.min_version;
-        other_copy[rank] = on0.min_version;
+        for (int k = 0; k < Replicated::kServers; ++k) {
+          gone[rank].push_back(c->ServerGone(k));
+        }
+        ASSIGN_OR_RETURN(auto gathered, GatherAll(*c));
+        version[rank] = gathered.first;
         return absl::OkStatus();
       });
   for (const absl::Status& x : st) ASSERT_TRUE(x.ok()) << x;
@@ -386,9 +435,73 @@ TEST(StepProtocolTest, WithReplicasEveryRankLeavesTheServersAnyRankLeft) {
     SCOPED_TRACE(absl::StrCat("rank ", rank));
     EXPECT_EQ(gone[rank], (std::vector<bool>{false, false, true}));
     EXPECT_EQ(version[rank], 1);
-    EXPECT_EQ(left_copy[rank], 0u);
-    EXPECT_EQ(other_copy[rank], 1u);
   }
+  // Slot 2's copies: on server 2 (left: the step not applied), on server 0.
+  EXPECT_EQ(*s->CopyVersion(2, 2), 0u);
+  EXPECT_EQ(*s->CopyVersion(2, 0), 1u);
+}
+
+// A one-sided partition: rank 1 cannot reach server 2 at all (its address
+// for it refuses), rank 0 can. Rank 1 leaves server 2 at its first push and
+// writes the other copies only; at each commit rank 0 leaves it too, so the
+// steps go on from the same copies on both ranks, with the values of the
+// run that lost nothing.
+TEST(StepProtocolTest, WithReplicasAOneSidedPartitionCostsNoStep) {
+  absl::StatusOr<Replicated> s = Replicated::Start();
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<Replicated> whole = Replicated::Start();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  constexpr uint64_t kSteps = 3;
+  std::vector<std::vector<float>> weights(2), reference(2);
+  std::vector<int64_t> version(2, -1);
+  std::vector<bool> rank0_left(1, false);
+  auto run = [&](const Replicated& cluster, bool partition,
+                 std::vector<std::vector<float>>& out) {
+    return RunGroup(
+        "gloo", 2, TestGroupOptions(), [&](WorkerGroup& g) -> absl::Status {
+          const int rank = g.rank();
+          ASSIGN_OR_RETURN(std::unique_ptr<ShardCluster> c, cluster.Connect());
+          RETURN_IF_ERROR(InitializeServers(cluster.config, rank, c.get(), &g));
+          if (partition && rank == 1) {
+            std::vector<std::string> addresses = cluster.servers->addresses();
+            addresses[2] = UnreachableAddress();
+            ASSIGN_OR_RETURN(c, cluster.Connect(addresses));
+          }
+          ASSIGN_OR_RETURN(StepProtocol p,
+                           StepProtocol::Create(c.get(), &g, Options(rank, 2)));
+          StepDecision d;
+          d.coefficient = 1.0;
+          for (uint64_t step = 0; step < kSteps; ++step) {
+            const RankGrads grads(*cluster.layout, rank,
+                                  0.125f * (rank + 1) * (step + 1));
+            RETURN_IF_ERROR(
+                c->PushGrad(step, rank, grads.spans, p.CommitFor(d), false)
+                    .status());
+            RETURN_IF_ERROR(p.Commit(step, 0));
+            RETURN_IF_ERROR(g.Barrier());
+          }
+          ASSIGN_OR_RETURN(auto gathered, GatherAll(*c));
+          if (partition) version[rank] = gathered.first;
+          if (partition && rank == 0) rank0_left[0] = c->ServerGone(2);
+          out[rank] = std::move(gathered.second);
+          return absl::OkStatus();
+        });
+  };
+  for (const absl::Status& x : run(*whole, false, reference)) {
+    ASSERT_TRUE(x.ok()) << x;
+  }
+  for (const absl::Status& x : run(*s, true, weights)) {
+    ASSERT_TRUE(x.ok()) << x;
+  }
+  EXPECT_TRUE(rank0_left[0]);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE(absl::StrCat("rank ", rank));
+    EXPECT_EQ(version[rank], static_cast<int64_t>(kSteps));
+    EXPECT_TRUE(weights[rank] == reference[0]);
+  }
+  // Server 2 was left at the first commit: its copies stand at 0.
+  EXPECT_EQ(*s->CopyVersion(2, 2), 0u);
+  EXPECT_EQ(*s->CopyVersion(1, 2), 0u);
 }
 
 }  // namespace step_protocol_test
