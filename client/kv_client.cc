@@ -84,10 +84,14 @@ absl::Status CallUntil(
 }  // namespace
 
 std::vector<std::string> KvHolders(const std::vector<std::string>& servers,
-                                   int replicas) {
+                                   int replicas, size_t first) {
   const size_t n = std::clamp<size_t>(
       static_cast<size_t>(std::max(replicas, 1)), 1, servers.size());
-  return std::vector<std::string>(servers.begin(), servers.begin() + n);
+  std::vector<std::string> holders;
+  for (size_t i = 0; i < n; ++i) {
+    holders.push_back(servers[(first + i) % servers.size()]);
+  }
+  return holders;
 }
 
 KvClient::KvClient(Scope scope, absl::Duration control_timeout,

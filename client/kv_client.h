@@ -52,10 +52,10 @@ class ClientSecurity;  // wire/credentials.h
 // How long the holders not yet answering get once one has answered.
 inline constexpr absl::Duration kKvGrace = absl::Seconds(1);
 
-// The servers that hold the key-value store: the first `replicas` of
-// `servers` (at least one, at most all).
+// The servers that hold the key-value store: `replicas` of `servers` (at
+// least one, at most all) from `first` on, wrapping around.
 std::vector<std::string> KvHolders(const std::vector<std::string>& servers,
-                                   int replicas);
+                                   int replicas, size_t first = 0);
 
 class KvClient : public RendezvousStore {
  public:

@@ -288,13 +288,9 @@ absl::StatusOr<std::unique_ptr<KvClient>> ShardCluster::OpenKv(
     return absl::InvalidArgumentError(absl::StrCat(
         "OpenKv: server ", k, " of ", num_servers()));
   }
-  // With replicas the store is on server k and the next (KvHolders).
-  std::vector<std::string> holders;
-  const int copies = std::min(std::max(options().replicas, 1), num_servers());
-  for (int i = 0; i < copies; ++i) {
-    holders.push_back(address((k + i) % num_servers()));
-  }
-  return KvClient::Connect(holders, std::move(scope),
+  return KvClient::Connect(KvHolders(addresses(), options().replicas,
+                                     static_cast<size_t>(k)),
+                           std::move(scope),
                            options().control_timeout, options().security);
 }
 

@@ -88,6 +88,15 @@ TEST(KvClientTest, UnreachableServerIsBounded) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(KvClientTest, HoldersAreTheReplicasFromTheFirstOn) {
+  const std::vector<std::string> s = {"a:1", "b:1", "c:1"};
+  EXPECT_EQ(KvHolders(s, 1), (std::vector<std::string>{"a:1"}));
+  EXPECT_EQ(KvHolders(s, 2), (std::vector<std::string>{"a:1", "b:1"}));
+  EXPECT_EQ(KvHolders(s, 2, 2), (std::vector<std::string>{"c:1", "a:1"}));
+  EXPECT_EQ(KvHolders(s, 9), s);
+  EXPECT_EQ(KvHolders(s, 0), (std::vector<std::string>{"a:1"}));
+}
+
 // With replicas the store lives on two servers: every key on each.
 TEST(KvClientTest, TwoHoldersEachKeepEveryKey) {
   testing::FakeShardCluster cluster(TwoServers());
