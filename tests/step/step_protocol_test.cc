@@ -5,10 +5,6 @@
 // before_apply applies nothing).
 #include "step/step_protocol.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -22,6 +18,7 @@
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "model/gpt_manifest.h"
+#include "tests/client/fake_shard_service.h"
 #include "tests/comm/comm_group_runner.h"
 #include "tests/worker/engine/engine_cluster.h"
 #include "worker/engine/server_init.h"
@@ -57,19 +54,6 @@ absl::StatusOr<std::unique_ptr<ShardCluster>> Connect(const Served& s) {
   o.call_timeout = absl::Seconds(20);
   o.run_id = "step-protocol-test";
   return ShardCluster::Connect(s.servers->addresses(), o, *s.layout);
-}
-
-// A 127.0.0.1 address that refuses connections: a port bound and never
-// listened on, kept for the life of the process.
-std::string UnreachableAddress() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  return absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
 }
 
 StepProtocolOptions Options(int rank, int world, bool two_phase = true) {
@@ -464,7 +448,7 @@ TEST(StepProtocolTest, WithReplicasAOneSidedPartitionCostsNoStep) {
           RETURN_IF_ERROR(InitializeServers(cluster.config, rank, c.get(), &g));
           if (partition && rank == 1) {
             std::vector<std::string> addresses = cluster.servers->addresses();
-            addresses[2] = UnreachableAddress();
+            addresses[2] = absl::StrCat("127.0.0.1:", UnusedPort());
             ASSIGN_OR_RETURN(c, cluster.Connect(addresses));
           }
           ASSIGN_OR_RETURN(StepProtocol p,
