@@ -1,13 +1,11 @@
 #include "server/set_weights_reactor.h"
 
 #include <cstring>
-#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
-#include "optim/grad_scan.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_buffer.h"
 #include "wire/proto_convert.h"

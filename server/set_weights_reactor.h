@@ -16,7 +16,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <map>
 #include <optional>
 #include <memory>
 #include <string>

@@ -1,13 +1,11 @@
 #include "server/step_log_reactors.h"
 
 #include <algorithm>
-#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
-#include "optim/grad_scan.h"
 #include "wire/proto_buffer.h"
 #include "wire/proto_convert.h"
 #include "wire/push_grad_codec.h"

@@ -19,7 +19,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
