@@ -4,9 +4,9 @@
 // One worker and 2 in-process shard servers train the step benchmark's shape
 // (T=256, 8 blocks, width 512, BF16, ZeRO-3) twice in the same run: once
 // without checkpoints, once with a checkpoint armed before every 4th step.
-// A checkpoint's cost is not only its own step: the copies and the file
-// writes run in the background (at idle priority) while the next steps
-// train, and on this machine servers and worker share the cores. So the
+// A checkpoint's cost is not only its own step: the servers' writers read
+// the shard and write the files in the background while the steps go on
+// (server/shard_snapshot.h), and on this machine servers and worker share the cores. So the
 // cost of one checkpoint is the second run's total step time minus the
 // first's, per checkpoint, and the figure is
 //   (clean step + that cost) / clean step,
@@ -229,7 +229,8 @@ int RunCheckpoint(const std::vector<std::string>& args) {
   std::printf("cost per checkpoint    %8.3f s (all steps with checkpoints - "
               "all without, / %zu)\n", cost, taken);
   std::printf("chunk copies           %8.3f s per server (slowest, summed over "
-              "its chunks, at idle priority)\n", copy);
+              "the chunks an update set aside before the writer read them)\n",
+              copy);
   std::printf("checkpoint size        %8.1f MB (2 shard files: FP32 master, m, "
               "v)\n", per_checkpoint / 1e6);
   std::printf("shard file write       %8.1f MB/s (XXH3 + write + fsync + "

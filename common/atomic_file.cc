@@ -40,15 +40,20 @@ absl::Status SyncDirectoryOf(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(
-    const std::string& path) {
+    const std::string& path, bool direct) {
   // The pid and a per-process counter keep two writers of the same path,
   // in any processes, from sharing a temporary file; O_EXCL | O_NOFOLLOW
   // refuses anything already at that name (a symlink planted there too).
   static std::atomic<uint64_t> counter{0};
   std::string tmp =
       absl::StrCat(path, ".tmp.", getpid(), ".", counter.fetch_add(1));
-  const int fd = ::open(
-      tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = direct ? ::open(tmp.c_str(), kFlags | O_DIRECT, 0644) : -1;
+  if (fd < 0 && direct && errno != EINVAL) direct = false;
+  if (fd < 0) {
+    direct = false;  // refused by the file system (EINVAL), or not asked
+    fd = ::open(tmp.c_str(), kFlags, 0644);
+  }
   if (fd < 0) {
     // Said of the file the caller names (the temporary name is ours), and
     // as what it is: a missing folder is not a refused permission.
@@ -68,14 +73,15 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(
     return absl::UnavailableError(
         absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
   }
-  return AtomicFileWriter(path, std::move(tmp), fd);
+  return AtomicFileWriter(path, std::move(tmp), fd, direct);
 }
 
 AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
     : path_(std::move(other.path_)),
       tmp_(std::move(other.tmp_)),
       fd_(std::exchange(other.fd_, -1)),
-      written_(other.written_) {}
+      written_(other.written_),
+      direct_(other.direct_) {}
 
 AtomicFileWriter::~AtomicFileWriter() { Abandon(); }
 
@@ -86,15 +92,34 @@ void AtomicFileWriter::Abandon() {
   ::unlink(tmp_.c_str());
 }
 
+void AtomicFileWriter::DropDirect() {
+  if (!direct_) return;
+  direct_ = false;
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT);
+}
+
 absl::Status AtomicFileWriter::Append(const void* data, size_t bytes) {
   if (fd_ < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(path_, ": written after Commit or a failure"));
   }
+  if (direct_ && (reinterpret_cast<uintptr_t>(data) % kDirectIoAlign != 0 ||
+                  bytes % kDirectIoAlign != 0 ||
+                  written_ % kDirectIoAlign != 0)) {
+    DropDirect();
+  }
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && direct_) {
+      DropDirect();  // a file system that opened O_DIRECT but refuses it
+      continue;
+    }
+    if (n > 0 && direct_ && static_cast<size_t>(n) % kDirectIoAlign != 0) {
+      DropDirect();  // a short write leaves the rest unaligned
+    }
     if (n <= 0) {
       const std::string why = n < 0 ? Errno() : "no progress";
       Abandon();

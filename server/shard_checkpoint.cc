@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "optim/quant8.h"
@@ -145,6 +147,166 @@ std::vector<std::string> ShardCheckpointSlots(
   return {header.state_slots().begin(), header.state_slots().end()};
 }
 
+// The stream's buffer: kStreamBuffer bytes aligned for O_DIRECT, kept for
+// the next file once one is done (fresh pages cost a fault each; a few
+// writers at once, so a few are kept).
+constexpr size_t kStreamBuffer = size_t{4} << 20;
+static_assert(kStreamBuffer % kDirectIoAlign == 0);
+
+struct ShardFileStream::Buffer {
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> bytes;
+  size_t filled = 0;
+
+  static absl::Mutex& PoolMu() {
+    static absl::Mutex* mu = new absl::Mutex();
+    return *mu;
+  }
+  static std::vector<char*>& Pool() {
+    static std::vector<char*>* pool = new std::vector<char*>();
+    return *pool;
+  }
+  Buffer() {
+    {
+      absl::MutexLock lock(&PoolMu());
+      if (!Pool().empty()) {
+        bytes.reset(Pool().back());
+        Pool().pop_back();
+        return;
+      }
+    }
+    bytes.reset(static_cast<char*>(
+        std::aligned_alloc(kDirectIoAlign, kStreamBuffer)));
+  }
+  ~Buffer() {
+    if (bytes == nullptr) return;
+    absl::MutexLock lock(&PoolMu());
+    if (Pool().size() < 4) Pool().push_back(bytes.release());
+  }
+};
+
+struct ShardFileStream::Hash {
+  Xxh3Stream h;
+};
+
+ShardFileStream::ShardFileStream(std::string path, AtomicFileWriter file,
+                                 uint64_t body)
+    : path_(std::move(path)),
+      file_(std::move(file)),
+      buffer_(std::make_unique<Buffer>()),
+      body_(body),
+      hash_(std::make_unique<Hash>()) {}
+
+ShardFileStream::~ShardFileStream() = default;
+
+absl::StatusOr<std::unique_ptr<ShardFileStream>> ShardFileStream::Open(
+    const std::string& path, const v1::ShardCheckpointHeader& header) {
+  if (absl::Status s = CheckHeader(header); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard checkpoint ", path, ": ", s.message()));
+  }
+  const std::string bytes = header.SerializeAsString();
+  if (bytes.size() > kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard checkpoint ", path, ": header of ", bytes.size(), " bytes"));
+  }
+  absl::StatusOr<AtomicFileWriter> file =
+      AtomicFileWriter::Open(path, /*direct=*/true);
+  if (!file.ok()) return file.status();
+  const size_t arrays = 1 + ShardCheckpointSlots(header).size();
+  uint64_t body = 0;
+  for (size_t a = 0; a < arrays; ++a) body += ArrayBytes(header, a);
+  auto w = std::unique_ptr<ShardFileStream>(
+      new ShardFileStream(path, *std::move(file), body));
+  if (w->buffer_->bytes == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shard checkpoint ", path, ": no memory for its write buffer"));
+  }
+  // The prefix and header go through the buffer too, so that every full
+  // buffer lands at an aligned place in the file.
+  char prefix[kPrefixBytes];
+  std::memcpy(prefix, kShardCheckpointMagic, kMagicBytes);
+  const uint32_t header_bytes = static_cast<uint32_t>(bytes.size());
+  std::memcpy(prefix + kMagicBytes, &header_bytes, sizeof(header_bytes));
+  const std::string head = std::string(prefix, kPrefixBytes) + bytes;
+  w->body_ += head.size();
+  RETURN_IF_ERROR(w->Append(head.size(), [&](char* dst, uint64_t at, size_t n) {
+    std::memcpy(dst, head.data() + at, n);
+    return absl::OkStatus();
+  }));
+  return w;
+}
+
+absl::Status ShardFileStream::Flush() {
+  Buffer& b = *buffer_;
+  if (b.filled == 0) return absl::OkStatus();
+  hash_->h.Update(b.bytes.get(), b.filled);
+  absl::Status s = file_->Append(b.bytes.get(), b.filled);
+  b.filled = 0;
+  return s;
+}
+
+absl::Status ShardFileStream::Append(
+    uint64_t bytes,
+    absl::FunctionRef<absl::Status(char* dst, uint64_t at, size_t n)> fill) {
+  if (failed_ || !file_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard checkpoint ", path_, ": written after a failure"));
+  }
+  if (bytes > body_ - appended_) {
+    failed_ = true;
+    file_.reset();  // removes the temporary file
+    return absl::InternalError(absl::StrCat(
+        "shard checkpoint ", path_, ": ", appended_ + bytes,
+        " bytes appended to a file of ", body_));
+  }
+  Buffer& b = *buffer_;
+  for (uint64_t at = 0; at < bytes;) {
+    if (b.filled == kStreamBuffer) {
+      if (absl::Status s = Flush(); !s.ok()) {
+        failed_ = true;
+        return s;
+      }
+    }
+    const size_t n = static_cast<size_t>(
+        std::min<uint64_t>(kStreamBuffer - b.filled, bytes - at));
+    if (absl::Status s = fill(b.bytes.get() + b.filled, at, n); !s.ok()) {
+      failed_ = true;
+      file_.reset();
+      return s;
+    }
+    b.filled += n;
+    at += n;
+  }
+  appended_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ShardFileStream::Finish() {
+  if (failed_ || !file_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard checkpoint ", path_, ": finished after a failure"));
+  }
+  if (appended_ != body_) {
+    failed_ = true;
+    file_.reset();
+    return absl::InternalError(absl::StrCat("shard checkpoint ", path_, ": ",
+                                            appended_, " bytes of ", body_));
+  }
+  absl::Status s = Flush();
+  const uint64_t checksum = hash_->h.Digest();
+  if (s.ok()) s = file_->Append(&checksum, sizeof(checksum));
+  if (s.ok()) s = file_->Commit();
+  file_.reset();
+  if (!s.ok()) {
+    failed_ = true;
+    return s;
+  }
+  return checksum;
+}
+
 absl::StatusOr<uint64_t> WriteShardCheckpoint(
     const std::string& path, const ShardCheckpointContents& c) {
   if (absl::Status s = CheckHeader(c.header); !s.ok()) {
@@ -164,31 +326,18 @@ absl::StatusOr<uint64_t> WriteShardCheckpoint(
     return absl::InvalidArgumentError(
         absl::StrCat("shard checkpoint ", path, ": an array is missing"));
   }
-  const std::string header = c.header.SerializeAsString();
-  if (header.size() > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard checkpoint ", path, ": header of ", header.size(), " bytes"));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShardFileStream> w,
+                   ShardFileStream::Open(path, c.header));
+  for (size_t a = 0; a < 1 + num_slots && n > 0; ++a) {
+    const char* src = static_cast<const char*>(
+        a == 0 ? static_cast<const void*>(c.master) : c.slots[a - 1]);
+    RETURN_IF_ERROR(w->Append(ArrayBytes(c.header, a),
+                              [&](char* dst, uint64_t at, size_t bytes) {
+                                std::memcpy(dst, src + at, bytes);
+                                return absl::OkStatus();
+                              }));
   }
-  absl::StatusOr<AtomicFileWriter> w = AtomicFileWriter::Open(path);
-  if (!w.ok()) return w.status();
-  Xxh3Stream hash;
-  auto append = [&](const void* p, size_t bytes) {
-    hash.Update(p, bytes);
-    return w->Append(p, bytes);
-  };
-  const uint32_t header_bytes = static_cast<uint32_t>(header.size());
-  absl::Status s = append(kShardCheckpointMagic, kMagicBytes);
-  if (s.ok()) s = append(&header_bytes, sizeof(header_bytes));
-  if (s.ok()) s = append(header.data(), header.size());
-  if (s.ok() && n > 0) s = append(c.master, n * sizeof(float));
-  for (size_t k = 0; k < c.slots.size(); ++k) {
-    if (s.ok() && n > 0) s = append(c.slots[k], ArrayBytes(c.header, 1 + k));
-  }
-  const uint64_t checksum = hash.Digest();
-  if (s.ok()) s = w->Append(&checksum, sizeof(checksum));
-  if (s.ok()) s = w->Commit();
-  if (!s.ok()) return s;
-  return checksum;
+  return w->Finish();
 }
 
 absl::StatusOr<ShardCheckpointInfo> VerifyShardCheckpoint(

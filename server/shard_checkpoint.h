@@ -37,12 +37,17 @@
 #ifndef ZEROSHARD_SERVER_SHARD_CHECKPOINT_H_
 #define ZEROSHARD_SERVER_SHARD_CHECKPOINT_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "common/atomic_file.h"
 #include "common/layout.h"
 #include "common/optimizer_config.h"
 #include "proto/zeroshard/v1/checkpoint.pb.h"
@@ -67,6 +72,56 @@ struct ShardCheckpointContents {
   v1::ShardCheckpointHeader header;
   const float* master = nullptr;
   std::vector<const void*> slots;
+};
+
+// Writes one shard file in file order (the prefix and header at Open, then
+// the arrays' bytes as Append hands them, then the checksum at Finish)
+// through one reused buffer aligned for O_DIRECT, so that the bytes go
+// from the buffer to the disk without a copy into the page cache where the
+// file system takes it (common/atomic_file.h). Finish refuses a body of
+// any size but the one the header implies. Not thread-safe; the file
+// appears at `path` only after Finish, whole.
+//
+//   ASSIGN_OR_RETURN(auto w, ShardFileStream::Open(path, header));
+//   RETURN_IF_ERROR(w->Append(bytes, [&](char* dst, size_t at, size_t n) {
+//     std::memcpy(dst, src + at, n);   // n of the request's bytes from at
+//     return absl::OkStatus();
+//   }));
+//   ASSIGN_OR_RETURN(uint64_t checksum, w->Finish());
+class ShardFileStream {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShardFileStream>> Open(
+      const std::string& path, const v1::ShardCheckpointHeader& header);
+  ~ShardFileStream();
+  ShardFileStream(const ShardFileStream&) = delete;
+  ShardFileStream& operator=(const ShardFileStream&) = delete;
+
+  // Appends `bytes` bytes that `fill` writes, piece by piece: each call
+  // fills dst[0, n) with the request's bytes [at, at + n). A fill's error
+  // ends the file (it is not written) and is returned.
+  absl::Status Append(
+      uint64_t bytes,
+      absl::FunctionRef<absl::Status(char* dst, uint64_t at, size_t n)> fill);
+  // Appends the checksum and puts the file at its path (fsynced); returns
+  // the checksum.
+  absl::StatusOr<uint64_t> Finish();
+  // Whether the file bypassed the page cache so far (tests, benchmarks).
+  bool direct() const { return file_.has_value() && file_->direct(); }
+
+ private:
+  struct Buffer;
+  ShardFileStream(std::string path, AtomicFileWriter file, uint64_t body);
+  // Hashes and writes the buffer's filled bytes.
+  absl::Status Flush();
+
+  const std::string path_;
+  std::optional<AtomicFileWriter> file_;
+  std::unique_ptr<Buffer> buffer_;
+  uint64_t body_ = 0;      // the bytes from the first array to the checksum
+  uint64_t appended_ = 0;  // of the body
+  bool failed_ = false;
+  struct Hash;
+  std::unique_ptr<Hash> hash_;
 };
 
 // Writes `contents` to `path`; returns the file's checksum.

@@ -32,7 +32,8 @@ void RunAtIdlePriority() {
 ShardSnapshot::ShardSnapshot(uint64_t step, std::string directory,
                              v1::ShardCheckpointHeader header,
                              size_t num_chunks,
-                             std::unique_ptr<SnapshotArrays> arrays)
+                             std::unique_ptr<SnapshotArrays> arrays,
+                             const ShardStore* stream_from)
     : step_(step),
       directory_(std::move(directory)),
       num_chunks_(num_chunks),
@@ -40,10 +41,23 @@ ShardSnapshot::ShardSnapshot(uint64_t step, std::string directory,
       adam_t_(num_chunks, 0),
       copied_(std::make_unique<std::atomic<bool>[]>(num_chunks)),
       remaining_(num_chunks),
-      arrays_(std::move(arrays)) {
+      arrays_(std::move(arrays)),
+      stream_(directory_.empty() ? nullptr : stream_from) {
   const uint64_t n = header_.owned().length();
   const size_t count = 1 + ShardCheckpointSlots(header_).size();
-  if (arrays_ == nullptr || arrays_->n != n || arrays_->a.size() != count) {
+  if (stream_ != nullptr) {
+    arrays_.reset();
+    const std::vector<SlotFormat> formats = ShardCheckpointFormats(header_);
+    pieces_.push_back({0, false});
+    for (size_t k = 0; k < formats.size(); ++k) {
+      pieces_.push_back({1 + k, false});
+      if (formats[k] != SlotFormat::kFp32) pieces_.push_back({1 + k, true});
+    }
+    aside_.resize(num_chunks);
+    pieces_read_ = std::make_unique<uint32_t[]>(num_chunks);
+    safe_ = std::make_unique<std::atomic<bool>[]>(num_chunks);
+    for (size_t c = 0; c < num_chunks; ++c) safe_[c].store(false);
+  } else if (arrays_ == nullptr || arrays_->n != n || arrays_->a.size() != count) {
     arrays_ = std::make_unique<SnapshotArrays>();
     arrays_->n = n;
     arrays_->a.resize(count);
@@ -73,7 +87,9 @@ void ShardSnapshot::RunInBackground(std::function<void()> work) {
   });
 }
 
-ShardSnapshot::~ShardSnapshot() {
+ShardSnapshot::~ShardSnapshot() { Abandon(); }
+
+void ShardSnapshot::Abandon() {
   stopping_ = true;
   if (background_ != nullptr && background_->joinable()) {
     if (background_->get_id() == std::this_thread::get_id()) {
@@ -97,8 +113,64 @@ std::string ShardSnapshot::FilePath() const {
       .string();
 }
 
+uint64_t ShardSnapshot::PieceBytes(const Piece& p, uint64_t n) const {
+  if (p.array == 0) return n * sizeof(float);
+  if (p.scales) return Q8Blocks(n) * sizeof(float);
+  return ShardCheckpointFormats(header_)[p.array - 1] == SlotFormat::kFp32
+             ? n * sizeof(float)
+             : n;
+}
+
+const char* ShardSnapshot::LivePiece(const Piece& p,
+                                     const ShardStore::ChunkArrays& a) {
+  if (p.array == 0) return reinterpret_cast<const char*>(a.master);
+  const size_t k = p.array - 1;
+  if (a.slots[k] != nullptr) return reinterpret_cast<const char*>(a.slots[k]);
+  return p.scales ? reinterpret_cast<const char*>(a.absmax[k])
+                  : reinterpret_cast<const char*>(a.codes[k]);
+}
+
 bool ShardSnapshot::Capture(const ShardStore& store, size_t c,
-                            uint64_t adam_t) {
+                            uint64_t adam_t, bool before_update) {
+  if (stream_ != nullptr) {
+    if (copied_[c].load(std::memory_order_acquire) &&
+        (!before_update || safe_[c].load(std::memory_order_acquire) ||
+         reading_done_.load(std::memory_order_acquire))) {
+      return false;
+    }
+    bool marked_now = false;
+    const absl::Time t0 = absl::Now();
+    const absl::Status locked =
+        store.WithChunkLocked(c, [&](const ShardStore::ChunkArrays& a) {
+          if (!copied_[c].load(std::memory_order_relaxed)) {
+            adam_t_[c] = adam_t;
+            marked_now = true;
+          }
+          if (before_update && !safe_[c].load(std::memory_order_relaxed) &&
+              !reading_done_.load(std::memory_order_relaxed)) {
+            // The chunk as it is at step(): set aside before the update.
+            const uint64_t n = a.range.size();
+            uint64_t bytes = 0;
+            for (const Piece& p : pieces_) bytes += PieceBytes(p, n);
+            aside_[c] = std::make_unique_for_overwrite<char[]>(bytes);
+            char* at = aside_[c].get();
+            for (const Piece& p : pieces_) {
+              const uint64_t b = PieceBytes(p, n);
+              std::memcpy(at, LivePiece(p, a), b);
+              at += b;
+            }
+            safe_[c].store(true, std::memory_order_release);
+            copy_nanos_ += absl::ToInt64Nanoseconds(absl::Now() - t0);
+          }
+          if (marked_now) copied_[c].store(true, std::memory_order_release);
+        });
+    if (!locked.ok()) {
+      Complete(locked);
+      return false;
+    }
+    return marked_now &&
+           remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1;
+  }
   if (copied_[c].load(std::memory_order_acquire)) return false;
   bool copied_now = false;
   const absl::Time t0 = absl::Now();
@@ -170,24 +242,33 @@ void ShardSnapshot::Finish() {
 }
 
 void ShardSnapshot::Write() {
-  RunAtIdlePriority();
+  // A streaming writer keeps its priority: at idle priority on cores that
+  // train it would read nothing before the step's updates come, and each
+  // update would set its chunk aside (fresh memory) instead.
+  if (stream_ == nullptr) RunAtIdlePriority();
   const absl::Time t0 = absl::Now();
   const std::string path = FilePath();
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(),
                                       ec);
   if (ec) {
+    ReleaseChunks();
     Complete(absl::PermissionDeniedError(absl::StrCat(
         "checkpoint: cannot create ",
         std::filesystem::path(path).parent_path().string(), ": ",
         ec.message())));
     return;
   }
-  ShardCheckpointContents contents{header_, arrays_->a[0].get(), {}};
-  for (size_t k = 1; k < arrays_->a.size(); ++k) {
-    contents.slots.push_back(arrays_->a[k].get());
+  absl::StatusOr<uint64_t> sum;
+  if (stream_ != nullptr) {
+    sum = StreamWrite(path);
+  } else {
+    ShardCheckpointContents contents{header_, arrays_->a[0].get(), {}};
+    for (size_t k = 1; k < arrays_->a.size(); ++k) {
+      contents.slots.push_back(arrays_->a[k].get());
+    }
+    sum = WriteShardCheckpoint(path, contents);
   }
-  absl::StatusOr<uint64_t> sum = WriteShardCheckpoint(path, contents);
   if (!sum.ok()) {
     Complete(sum.status());
     return;
@@ -201,6 +282,62 @@ void ShardSnapshot::Write() {
   r.copy_seconds = copy_nanos_.load() * 1e-9;
   r.write_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
   Complete(r);
+}
+
+absl::StatusOr<uint64_t> ShardSnapshot::StreamWrite(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<ShardFileStream>> w =
+      ShardFileStream::Open(path, header_);
+  if (!w.ok()) {
+    ReleaseChunks();
+    return w.status();
+  }
+  // Piece by piece in the file's order; each part of a piece read under
+  // its chunk's lock, from the copy set aside if an update came first.
+  for (size_t p = 0; p < pieces_.size(); ++p) {
+    const Piece& piece = pieces_[p];
+    for (size_t c = 0; c < num_chunks_; ++c) {
+      const uint64_t n = stream_->ChunkRange(c).size();
+      const uint64_t bytes = PieceBytes(piece, n);
+      uint64_t aside_at = 0;
+      for (size_t q = 0; q < p; ++q) aside_at += PieceBytes(pieces_[q], n);
+      absl::Status s = (*w)->Append(
+          bytes, [&](char* dst, uint64_t at, size_t part) -> absl::Status {
+            if (stopping_.load()) {
+              return absl::CancelledError(
+                  "checkpoint: the shard was replaced while it was written");
+            }
+            return stream_->WithChunkLocked(
+                c, [&](const ShardStore::ChunkArrays& a) {
+                  const char* src = aside_[c] != nullptr
+                                        ? aside_[c].get() + aside_at
+                                        : LivePiece(piece, a);
+                  std::memcpy(dst, src + at, part);
+                  if (at + part == bytes &&
+                      ++pieces_read_[c] == pieces_.size()) {
+                    safe_[c].store(true, std::memory_order_release);
+                  }
+                });
+          });
+      if (!s.ok()) {
+        ReleaseChunks();
+        return s;
+      }
+    }
+  }
+  ReleaseChunks();
+  return (*w)->Finish();
+}
+
+void ShardSnapshot::ReleaseChunks() {
+  if (stream_ == nullptr || reading_done_.exchange(true)) return;
+  // Under each chunk's lock: a capture that looked before reading_done_
+  // was set has finished with its chunk's copy.
+  for (size_t c = 0; c < num_chunks_; ++c) {
+    std::unique_ptr<char[]> aside;
+    (void)stream_->WithChunkLocked(
+        c, [&](const ShardStore::ChunkArrays&) { aside = std::move(aside_[c]); });
+  }
+  if (chunks_read_) chunks_read_();
 }
 
 void ShardSnapshot::Complete(absl::StatusOr<SnapshotResult> result) {

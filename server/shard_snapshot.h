@@ -11,6 +11,15 @@
 //   <directory>/step-<20 digits>/shard-<k>-of-<S>.bin
 // and then reports done to its waiters.
 //
+// A snapshot with a directory on a host store streams (`stream_from`): it
+// keeps no copy of the shard. Its chunks are only marked as they reach the
+// step; once all are, the writer reads each from the store itself, in the
+// file's order, under the chunk's lock, into the file's one buffer
+// (ShardFileStream). An update that comes to a chunk the writer has not
+// read whole first copies that chunk aside (Capture with before_update),
+// and the writer takes it from there. The captures stay armed until the
+// writer has read every chunk (OnChunksRead).
+//
 //   auto snap = std::make_shared<ShardSnapshot>(spec);
 //   if (snap->Capture(store, c, adam_t)) ... last chunk: Finish(...)
 //   snap->AddWaiter([](const absl::StatusOr<SnapshotResult>& r) {...});
@@ -70,14 +79,17 @@ class ShardSnapshot {
   // null) are used when they have the owned range's size.
   ShardSnapshot(uint64_t step, std::string directory,
                 v1::ShardCheckpointHeader header, size_t num_chunks,
-                std::unique_ptr<SnapshotArrays> arrays = nullptr);
+                std::unique_ptr<SnapshotArrays> arrays = nullptr,
+                const ShardStore* stream_from = nullptr);
   ~ShardSnapshot();
   ShardSnapshot(const ShardSnapshot&) = delete;
   ShardSnapshot& operator=(const ShardSnapshot&) = delete;
 
   // False when the copy's memory could not be allocated (the snapshot is
   // then unusable; ArmSnapshot reports RESOURCE_EXHAUSTED).
-  bool allocated() const { return arrays_ != nullptr; }
+  bool allocated() const { return streaming() || arrays_ != nullptr; }
+  // Whether it streams from the store (no copy of its own).
+  bool streaming() const { return stream_ != nullptr; }
   uint64_t step() const { return step_; }
   const std::string& directory() const { return directory_; }
   // The shard file's path under directory().
@@ -86,7 +98,18 @@ class ShardSnapshot {
   // Copies chunk c from `store` unless it was copied already; `adam_t` is
   // the chunk's Adam step count at version step(). Returns true when this
   // call copied the last missing chunk (the caller then calls Finish).
-  bool Capture(const ShardStore& store, size_t c, uint64_t adam_t);
+  // Streaming, the chunk is only marked, and copied aside when
+  // `before_update` (an update of it follows) and the writer has not read
+  // it whole.
+  bool Capture(const ShardStore& store, size_t c, uint64_t adam_t,
+               bool before_update = true);
+  // Streaming: `done` runs once, on the writer's thread, when the writer
+  // no longer reads the store (every chunk read, or the write failed):
+  // updates need no capture from then on. Set before Finish.
+  void OnChunksRead(std::function<void()> done) { chunks_read_ = std::move(done); }
+  // Stops the background and writer threads and waits for them (the store
+  // is about to go): an unfinished write ends CANCELLED.
+  void Abandon();
 
   // After the last Capture: writes the file on a thread of its own (or, in
   // memory, finishes at once) and then wakes the waiters.
@@ -124,6 +147,19 @@ class ShardSnapshot {
 
  private:
   void Write();
+  // The streaming write; returns the file's checksum.
+  absl::StatusOr<uint64_t> StreamWrite(const std::string& path);
+  // Streaming: the chunk's pieces in file order (master, then each slot:
+  // its values, or its codes and then its scales) and their bytes for a
+  // chunk of n elements.
+  struct Piece {
+    size_t array;  // 0 master, 1 + k slot k
+    bool scales;   // an 8-bit slot's absmax
+  };
+  uint64_t PieceBytes(const Piece& p, uint64_t n) const;
+  static const char* LivePiece(const Piece& p, const ShardStore::ChunkArrays& a);
+  // The writer is done with the store: chunks_read_, once; copies freed.
+  void ReleaseChunks();
   void Complete(absl::StatusOr<SnapshotResult> result);
 
   const uint64_t step_;
@@ -138,6 +174,15 @@ class ShardSnapshot {
   std::atomic<bool> stopping_{false};
   std::unique_ptr<std::thread> background_;
   std::atomic<int64_t> copy_nanos_{0};
+  // Streaming only (guarded by each chunk's store lock, but for the
+  // atomics' fast paths).
+  const ShardStore* const stream_;
+  std::vector<Piece> pieces_;
+  std::vector<std::unique_ptr<char[]>> aside_;  // chunk copies, pieces in order
+  std::unique_ptr<uint32_t[]> pieces_read_;     // by the writer, per chunk
+  std::unique_ptr<std::atomic<bool>[]> safe_;   // read whole, or set aside
+  std::atomic<bool> reading_done_{false};
+  std::function<void()> chunks_read_;
 
   mutable absl::Mutex mu_;
   std::optional<absl::StatusOr<SnapshotResult>> result_ ABSL_GUARDED_BY(mu_);

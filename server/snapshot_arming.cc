@@ -26,8 +26,17 @@ absl::StatusOr<std::shared_ptr<ShardSnapshot>> SnapshotArming::Arm(
       return armed.status();
     }
     at_step = *std::move(armed);
-    snap = std::make_shared<ShardSnapshot>(step, directory, std::move(header),
-                                           store_->num_chunks());
+    // A file of a host store streams from the store (no copy of the
+    // shard); a device store's chunks are copied to the host first.
+    snap = std::make_shared<ShardSnapshot>(
+        step, directory, std::move(header), store_->num_chunks(), nullptr,
+        store_->placement() == Placement::kDevice ? nullptr : store_);
+    if (snap->streaming()) {
+      snap->OnChunksRead([this, step] {
+        tracker_->DisarmCapture(step);
+        --armed_;
+      });
+    }
     if (!snap->allocated()) {
       tracker_->DisarmCapture(step);
       --armed_;
@@ -54,7 +63,13 @@ absl::StatusOr<std::shared_ptr<ShardSnapshot>> SnapshotArming::Arm(
   // too. They are copied on the snapshot's own thread, so that arming
   // returns at once (the usual case: the servers applied step-1 before the
   // coordinator arms step, so every chunk is here).
-  if (!at_step.empty()) {
+  if (!at_step.empty() && snap->streaming()) {
+    // Only marked: the writer reads them from the store.
+    for (size_t c : at_step) {
+      FinishIfLast(*snap, snap->Capture(*store_, c, tracker_->adam_t(c),
+                                        /*before_update=*/false));
+    }
+  } else if (!at_step.empty()) {
     ShardSnapshot* raw = snap.get();
     raw->RunInBackground([this, raw, chunks = std::move(at_step)] {
       for (size_t c : chunks) {
@@ -83,10 +98,24 @@ bool SnapshotArming::InProgress() const {
   return false;
 }
 
+SnapshotArming::~SnapshotArming() {
+  std::vector<std::shared_ptr<ShardSnapshot>> snapshots;
+  {
+    absl::MutexLock lock(&mu_);
+    snapshots = snapshots_;
+  }
+  // Their threads read the store, which goes after this.
+  for (const auto& s : snapshots) s->Abandon();
+}
+
 void SnapshotArming::FinishIfLast(ShardSnapshot& snap, bool last) {
   if (!last) return;
-  tracker_->DisarmCapture(snap.step());
-  --armed_;
+  // A streaming snapshot stays armed until its writer has read every
+  // chunk (OnChunksRead).
+  if (!snap.streaming()) {
+    tracker_->DisarmCapture(snap.step());
+    --armed_;
+  }
   snap.Finish();
 }
 
@@ -120,7 +149,8 @@ void SnapshotArming::CaptureCompleted(const StepClaim& claim) {
     prev = seg.chunk;
     for (const auto& snap : armed) {
       FinishIfLast(*snap, snap->Capture(*store_, seg.chunk,
-                                        tracker_->adam_t(seg.chunk)));
+                                        tracker_->adam_t(seg.chunk),
+                                        /*before_update=*/false));
     }
   }
 }

@@ -4,7 +4,9 @@
 // thread then copies the chunk here before it changes (CaptureClaimed), and a
 // chunk that a commit completes to an armed step is copied at once
 // (CaptureCompleted). Chunks already at the step are copied on the
-// snapshot's own thread.
+// snapshot's own thread. A file of a host store is streamed from the store
+// instead (server/shard_snapshot.h): chunks at the step are only marked, and
+// the captures stay armed until its writer has read them all.
 //
 // Thread-safe. The caller (ModelShard) holds its restore lock shared around
 // Arm and around the applies that capture.
@@ -32,6 +34,8 @@ class SnapshotArming {
   // The pointers must outlive this.
   SnapshotArming(ShardStore* store, StepTracker* tracker)
       : store_(store), tracker_(tracker) {}
+  // Stops the snapshots' threads, which read the store.
+  ~SnapshotArming();
 
   // Arms a snapshot of version `step` written under `directory` ("" keeps
   // it in memory) from `header` (the shard's), or returns the one armed (or

@@ -342,6 +342,78 @@ TEST(ModelShardSnapshotTest, ArmedWhileChunksAreAtDifferentVersions) {
   ExpectSnapshotIs(**ahead, ref[kArm + 2]);
 }
 
+// A shard file streams from the store (no copy of the shard): an update
+// that reaches a chunk before the writer has read it sets the chunk aside
+// first, and the file still holds the armed step. Here the writer cannot
+// start before the update (one chunk is still short of the step), so the
+// path is taken every run.
+TEST(ModelShardSnapshotTest, AnUpdateBeforeTheWriterSetsItsChunkAside) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  constexpr uint64_t kSteps = 4, kArm = 2;
+  std::unique_ptr<ModelShard> shard = MakeTestShard(seed % 991);
+  ASSERT_NE(shard, nullptr);
+  const FlatRange owned = shard->owned();
+  const size_t chunks = shard->store().num_chunks();
+  ASSERT_GE(chunks, 3u);
+  std::vector<StepPlan> steps;
+  for (uint64_t s = 0; s < kSteps; ++s) steps.push_back(MakeStep(rng, owned, false));
+  const std::vector<State> ref = RunReference(seed % 991, steps);
+  auto push_chunk = [&](size_t c, uint64_t s) {
+    EXPECT_EQ(PushWhenReady(*shard, s, steps[s], {shard->store().ChunkRange(c)}),
+              "")
+        << "chunk " << c << " step " << s;
+  };
+  const std::string dir = testing::MakeTempDir("zs_snap_aside_");
+  ASSERT_FALSE(dir.empty());
+  auto snap = shard->ArmSnapshot(kArm, dir);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_TRUE((*snap)->streaming());
+  // Every chunk but the last reaches the step, and the first goes past it.
+  const size_t ahead = rng() % (chunks - 1);
+  for (size_t c = 0; c + 1 < chunks; ++c) {
+    for (uint64_t s = 0; s < kArm; ++s) push_chunk(c, s);
+  }
+  for (uint64_t s = kArm; s < kSteps; ++s) push_chunk(ahead, s);
+  EXPECT_FALSE((*snap)->result().has_value());
+  // The last chunk reaches the step: the writer starts, and reads the
+  // chunk that went ahead from the copy set aside.
+  for (uint64_t s = 0; s < kArm; ++s) push_chunk(chunks - 1, s);
+  ExpectSnapshotIs(**snap, ref[kArm]);
+  absl::StatusOr<SnapshotResult> r = WaitForSnapshot(**snap);
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(r->copy_seconds, 0) << "no chunk was set aside";
+  // Updates go on, and need nothing of the finished snapshot.
+  for (size_t c = 0; c < chunks; ++c) {
+    if (c == ahead) continue;
+    for (uint64_t s = kArm; s < kSteps; ++s) push_chunk(c, s);
+  }
+  EXPECT_FALSE(shard->SnapshotInProgress());
+  EXPECT_EQ(FirstDifference(ReadState(*shard).arrays[0].data(),
+                            ref[kSteps].arrays[0]),
+            SIZE_MAX);
+}
+
+// A shard that goes (a server re-initialised) while its file is being
+// written stops the writer first: the write ends, finished or CANCELLED,
+// and nothing reads the freed store (the sanitizer builds check).
+TEST(ModelShardSnapshotTest, AShardThatGoesWhileItsFileIsWrittenStopsTheWriter) {
+  for (int trial = 0; trial < 4; ++trial) {
+    std::unique_ptr<ModelShard> shard = MakeTestShard(7 + trial);
+    ASSERT_NE(shard, nullptr);
+    const std::string dir = testing::MakeTempDir("zs_snap_gone_");
+    auto snap = shard->ArmSnapshot(0, dir);
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    std::shared_ptr<ShardSnapshot> held = *snap;
+    if (trial % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    shard.reset();
+    ASSERT_TRUE(held->result().has_value());
+    const absl::StatusOr<SnapshotResult>& r = *held->result();
+    EXPECT_TRUE(r.ok() || absl::IsCancelled(r.status())) << r.status();
+  }
+}
+
 TEST(ModelShardSnapshotTest, AShardThatOwnsNothingFinishesAtOnce) {
   // Over more servers than the flat space has 64-element blocks, server 0
   // owns an empty range: its snapshot has no chunk to wait for.

@@ -54,13 +54,55 @@ Shard RandomShard(std::mt19937_64& rng, uint64_t offset, uint64_t n) {
   return s;
 }
 
+// The stream writes exactly the bytes its header implies: more is refused
+// at the Append, fewer at Finish, and neither leaves a file (or its
+// temporary) behind.
+TEST(ShardCheckpointTest, AStreamOfAnyOtherSizeThanItsHeaderLeavesNoFile) {
+  std::mt19937_64 rng(5);
+  const std::string dir = MakeDir();
+  const Shard s = RandomShard(rng, 0, 4096);
+  const uint64_t body = 3 * 4096 * sizeof(float);
+  auto zeros = [](char* dst, uint64_t, size_t n) {
+    std::memset(dst, 0, n);
+    return absl::OkStatus();
+  };
+  for (const uint64_t appended : {body + 1, body - 1}) {
+    SCOPED_TRACE(appended);
+    const std::string path = dir + "/shard.bin";
+    auto w = ShardFileStream::Open(path, s.header);
+    ASSERT_TRUE(w.ok()) << w.status();
+    const absl::Status a = (*w)->Append(appended, zeros);
+    if (appended > body) {
+      EXPECT_EQ(a.code(), absl::StatusCode::kInternal) << a;
+    } else {
+      ASSERT_TRUE(a.ok()) << a;
+      EXPECT_EQ((*w)->Finish().status().code(), absl::StatusCode::kInternal);
+    }
+    w->reset();
+    EXPECT_FALSE(std::filesystem::exists(path));
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << "a temporary file is left";
+  }
+  // A fill's error ends the file and is the answer.
+  auto w = ShardFileStream::Open(dir + "/shard.bin", s.header);
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ((*w)->Append(body, [](char*, uint64_t, size_t) {
+                  return absl::CancelledError("stopped");
+                }).code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ((*w)->Finish().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  w->reset();
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
 TEST(ShardCheckpointTest, WrittenShardReadsBackBitForBitByRange) {
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE(seed);  // to repeat a failure
   std::mt19937_64 rng(seed);
   const std::string dir = MakeDir();
+  // The last spans several of the writer's 4 MiB buffers, with a tail.
   for (uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{1000},
-                     uint64_t{300000}}) {
+                     uint64_t{300000}, uint64_t{1500001}}) {
     SCOPED_TRACE(n);
     const Shard s = RandomShard(rng, 5000, n);
     const std::string path = dir + "/shard.bin";
