@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -408,9 +409,9 @@ TEST(ModelShardSnapshotTest, AShardThatGoesWhileItsFileIsWrittenStopsTheWriter) 
     std::shared_ptr<ShardSnapshot> held = *snap;
     if (trial % 2 == 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
     shard.reset();
-    ASSERT_TRUE(held->result().has_value());
-    const absl::StatusOr<SnapshotResult>& r = *held->result();
-    EXPECT_TRUE(r.ok() || absl::IsCancelled(r.status())) << r.status();
+    const std::optional<absl::StatusOr<SnapshotResult>> r = held->result();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(r->ok() || absl::IsCancelled(r->status())) << r->status();
   }
 }
 
