@@ -112,6 +112,15 @@ absl::StatusOr<Units> LayoutUnits(const GptShape& shape, int n, int s,
   return u;
 }
 
+// The bytes an element of a worker's partitions touches in its regions: the
+// pushed gradient's, then the gathered value's (BF16 under bf16; FP32
+// under fp16 and fp32, as the engine fetches them).
+double RegionBytesPerElement(const EstimateInput& in) {
+  const double push = in.grad_wire == CommDataType::kBf16 ? 2 : 4;
+  const double gather = in.precision == Precision::kBf16 ? 2 : 4;
+  return push + gather;
+}
+
 ProcessEstimate WorkerAt(const EstimateInput& in, double psi, int stage,
                          const std::optional<Units>& units,
                          const ActivationEstimate& act) {
@@ -126,6 +135,11 @@ ProcessEstimate WorkerAt(const EstimateInput& in, double psi, int stage,
   }
   if (in.precision == Precision::kFp16) {
     w.terms.push_back({"FP32 fetch buffer (fp16)", "4Ψ/N", 4 * psi / n});
+  }
+  if (in.shared_memory) {
+    const double r = RegionBytesPerElement(in);
+    w.terms.push_back({"shared-memory regions (push and gather areas)",
+                       absl::StrCat(r, "Ψ/N"), r * psi / n});
   }
   if (stage < 3 && in.workers > 1) {
     w.terms.push_back({"every unit gathered", p == 2 ? "2Ψ" : "4Ψ", p * psi});
@@ -194,6 +208,11 @@ ProcessEstimate ServerEstimate(const EstimateInput& in, double owned,
     v.terms.push_back({"buffered gradients (one step, BF16)", "2" + o, 2 * owned});
   } else {
     v.terms.push_back({"buffered gradients (one step, FP32)", "4" + o, 4 * owned});
+  }
+  if (in.shared_memory) {
+    const double r = RegionBytesPerElement(in);
+    v.terms.push_back({"shared-memory regions with the workers",
+                       absl::StrCat(r, o), r * owned});
   }
   if (largest_whole > 0) {
     // A whole-tensor update (server/shard_store.h UpdateWholeRange): copies

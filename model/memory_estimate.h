@@ -91,6 +91,13 @@ struct EstimateInput {
   // log-sum-exp (B·H·T, FP32) instead of the probabilities (B·H·T², compute
   // dtype) and recomputes them in backward.
   bool online_attention = false;
+  // The servers share the workers' host and zeroshard.shared_memory is on
+  // (zeroshard-train's embedded cluster): each worker pushes and gathers
+  // its partitions through a shared-memory region with each server, whose
+  // touched pages count in both processes' resident memory: the pushed
+  // gradient's bytes plus the gathered values' bytes (BF16 under bf16,
+  // FP32 otherwise) per element of the partitions (server: of its range).
+  bool shared_memory = false;
   // Step-time model (per worker unless named).
   double link_gbps = 100;        // network, Gbit/s each direction
   double mem_gbps = 2000;        // accelerator memory bandwidth, GB/s

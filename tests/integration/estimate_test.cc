@@ -264,6 +264,8 @@ TEST(EstimateRssTest, ServersAndWorkersWithinTenPercent) {
   in.checkpointing = c.activation_checkpointing.policy;
   in.optimizer = c.optimizer.kind;
   in.optimizer_rule = c.optimizer.rule;
+  // zeroshard-train's servers share the workers' host.
+  in.shared_memory = c.cluster.shared_memory;
   // This CPU's way of running BF16 products, as zeroshard-ctl estimate's
   // --bf16_gemm=auto takes it.
   in.bf16_gemm_widened = CpuWidensBf16Gemm();

@@ -60,6 +60,11 @@ ABSL_FLAG(std::string, attention, "probs",
           "estimate: the GPU worker's attention, probs (saves the "
           "probabilities, B·H·T² per block), online or flash (both save each "
           "row's log-sum-exp, B·H·T)");
+ABSL_FLAG(std::string, shared_memory, "",
+          "estimate: true when the servers share the workers' host and "
+          "regions are on (zeroshard-train's embedded cluster), false when "
+          "they are elsewhere (default: the config's zeroshard.shared_memory, "
+          "else false)");
 ABSL_FLAG(double, link_gbps, 100, "estimate: network Gbit/s per process, "
                                   "each direction");
 ABSL_FLAG(double, mem_gbps, 2000, "estimate: accelerator memory GB/s");
@@ -145,6 +150,15 @@ std::optional<int> BuildInput(EstimateInput* in) {
     in->grad_accum = cfg->gradient_accumulation_steps;
     in->checkpointing = cfg->activation_checkpointing.policy;
     in->checkpoint_k = cfg->activation_checkpointing.k;
+    in->shared_memory = cfg->cluster.shared_memory;
+  }
+  if (Given("shared_memory")) {
+    const std::string v = absl::GetFlag(FLAGS_shared_memory);
+    if (v != "true" && v != "false") {
+      return Usage(absl::StrCat("--shared_memory must be true or false, got '",
+                                v, "'"));
+    }
+    in->shared_memory = v == "true";
   }
   // Model shape: any shape flag given overrides that field (and asks for a
   // shape when there is no config).
@@ -349,7 +363,8 @@ nlohmann::json ToJson(const MemoryEstimate& e) {
                 {"mem_gbps", in.mem_gbps},
                 {"flops", in.flops},
                 {"server_mem_gbps", in.server_mem_gbps},
-                {"bf16_gemm", in.bf16_gemm_widened ? "widened" : "native"}};
+                {"bf16_gemm", in.bf16_gemm_widened ? "widened" : "native"},
+                {"shared_memory", in.shared_memory}};
   if (in.model) {
     j["input"]["model"] = {{"layers", in.model->layers},
                            {"heads", in.model->heads},
@@ -456,6 +471,12 @@ void PrintText(const MemoryEstimate& e) {
               "stage %d, %s\n\n",
               e.params, e.params, in.workers, in.servers, in.stage,
               PrecisionName(in.precision));
+  if (in.shared_memory) {
+    std::printf("shared memory: the servers share the workers' host, so each "
+                "worker pushes and gathers through a region with each server "
+                "(counted in both; --shared_memory=false for servers "
+                "elsewhere)\n\n");
+  }
   if (in.replicas > 1) {
     std::printf("replicas %d: each server also keeps a copy of the slot "
                 "before its own (its state twice over), each worker pushes "

@@ -41,6 +41,7 @@ StepEngineConfig StepEngineConfig::From(const TrainingConfig& config) {
   c.optimizer = config.optimizer;
   c.steps = config.cluster.steps;
   c.step_timeout_s = config.cluster.step_timeout_s;
+  c.shared_memory = config.cluster.shared_memory;
   return c;
 }
 
@@ -120,6 +121,19 @@ absl::StatusOr<std::unique_ptr<StepEngine>> StepEngine::Create(
     ASSIGN_OR_RETURN(StepProtocol p,
                      StepProtocol::Create(client, group, protocol));
     e->protocol_.emplace(std::move(p));
+    if (config.shared_memory) {
+      std::string why;
+      absl::StatusOr<int> attached =
+          client->AttachSharedMemory(layout->WorkerRanges(rank), &why);
+      if (!attached.ok()) return attached.status();
+      e->shared_memory_servers_ = *attached;
+      if (rank == 0) {
+        ZS_LOG(INFO) << "engine: " << *attached << " of "
+                     << layout->num_servers()
+                     << " servers through shared memory"
+                     << (why.empty() ? "" : absl::StrCat(" (", why, ")"));
+      }
+    }
   }
   ASSIGN_OR_RETURN(e->model_, make_model(*layout, config.model,
                                          e->param_dtype_, config.checkpointing));

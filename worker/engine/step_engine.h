@@ -119,6 +119,9 @@ struct StepEngineConfig {
   OptimizerConfig optimizer;  // the learning rate each step reports
   uint64_t steps = 0;         // the run's last step + 1 (no prefetch past it)
   double step_timeout_s = 0;
+  // zeroshard.shared_memory: push and gather the rank's partitions through
+  // a shared-memory region with each server on this host.
+  bool shared_memory = false;
 
   static StepEngineConfig From(const TrainingConfig& config);
 };
@@ -193,6 +196,8 @@ class StepEngine {
   const model::UnitModel& model() const { return *model_; }
   // Whether units and gradients live in the model's memory (see above).
   bool units_in_model_memory() const { return mem_ != nullptr; }
+  // Servers reached through shared memory (StepEngineConfig::shared_memory).
+  int shared_memory_servers() const { return shared_memory_servers_; }
   const LossScaler& loss_scaler() const { return scaler_; }
   // Resumes the loss scaler (from a checkpoint, or the state the previous
   // incarnation of rank 0 left in the key-value store); every rank must
@@ -234,6 +239,7 @@ class StepEngine {
   const int stage_;
   // The model's memory when units and gradients live there; null: host.
   model::ModelMemory* mem_ = nullptr;
+  int shared_memory_servers_ = 0;
   CommQueue queue_;
   // The next step's fetch, started when this step's commit was sent:
   // its step (-1: none), its ticket on queue_, and its canceller.

@@ -2,7 +2,9 @@
 // what the servers record for it), global-norm clipping (torch's
 // clip_grad_norm_ formula on the gathered gradient), and bad input that
 // must end in a clear error on every rank, never a hang.
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -24,6 +26,41 @@ double RelativeL2(const std::vector<float>& a, const std::vector<float>& b) {
     a2 += static_cast<double>(a[i]) * a[i];
   }
   return std::sqrt(diff2 / a2);
+}
+
+// With its servers on the same host (zeroshard.shared_memory, on by
+// default) each rank opens a region on each server and pushes and gathers
+// its partitions through it; the weights are those of the same run over
+// gRPC alone, bit for bit.
+TEST(EngineStep, LocalServersAreReachedThroughSharedMemoryBitForBit) {
+  TinyKnobs k;
+  k.precision = "bf16";
+  k.steps = 3;
+  std::vector<float> weights[2];
+  for (const bool shm : {true, false}) {
+    SCOPED_TRACE(shm ? "shared memory" : "gRPC alone");
+    ASSERT_OK_AND_ASSIGN(TrainingConfig cfg, TinyConfig(k, 2, 2));
+    cfg.cluster.shared_memory = shm;
+    TrainOptions o;
+    std::atomic<int> attached_ranks{0};
+    o.on_step = [&](int, const StepEngine& e, const StepResult& r) {
+      if (r.step == 0 && e.shared_memory_servers() == 2) ++attached_ranks;
+    };
+    ASSERT_OK_AND_ASSIGN(ClusterResult r, RunCluster(cfg, o));
+    EXPECT_EQ(attached_ranks.load(), shm ? 2 : 0);
+    for (const v1::InspectResponse& s : r.inspect) {
+      const auto& calls = s.counters().calls();
+      const auto it = calls.find("OpenRegion");
+      EXPECT_EQ(it == calls.end() ? 0u : it->second, shm ? 2u : 0u)
+          << "server " << s.server_index();
+      EXPECT_EQ(s.min_version(), 3u);
+    }
+    weights[shm ? 0 : 1] = r.weights;
+  }
+  ASSERT_EQ(weights[0].size(), weights[1].size());
+  EXPECT_EQ(std::memcmp(weights[0].data(), weights[1].data(),
+                        weights[0].size() * sizeof(float)),
+            0);
 }
 
 TEST(EngineStep, InjectedFp16OverflowSkipsAndBacksOff) {
