@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -114,6 +115,9 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Attach(
         "shared memory: ", path,
         " does not hold the server's nonce (another host or pid namespace)"));
   }
+  std::atomic_ref<int32_t>(
+      *reinterpret_cast<int32_t*>(*data + kClientPidOffset))
+      .store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
   return std::unique_ptr<SharedMemory>(
       new SharedMemory(*data, bytes, -1, std::string(nonce)));
 }
@@ -121,6 +125,12 @@ absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Attach(
 SharedMemory::~SharedMemory() {
   ::munmap(data_, size_);
   if (fd_ >= 0) ::close(fd_);
+}
+
+int32_t SharedMemory::client_pid() const {
+  return std::atomic_ref<int32_t>(
+             *reinterpret_cast<int32_t*>(data_ + kClientPidOffset))
+      .load(std::memory_order_relaxed);
 }
 
 }  // namespace zeroshard

@@ -35,6 +35,10 @@ namespace zeroshard {
 class SharedMemory {
  public:
   static constexpr size_t kNonceBytes = 16;
+  // After the nonce: the attached client's pid (int32, 0 until a client
+  // attaches), which Attach writes, so that the server can free the region
+  // of a client that died without closing it (SharedRegions).
+  static constexpr size_t kClientPidOffset = kNonceBytes;
   // Data starts one page in, after the nonce.
   static constexpr size_t kDataOffset = 4096;
   // The largest region either side maps.
@@ -44,7 +48,8 @@ class SharedMemory {
   // zero-filled but for its nonce. The file stays open (fd()) for clients.
   static absl::StatusOr<std::unique_ptr<SharedMemory>> Create(size_t bytes);
   // Maps the region /proc/<pid>/fd/<fd> and checks that it is `bytes` long,
-  // sealed against shrinking and growing, and starts with `nonce`;
+  // sealed against shrinking and growing, and starts with `nonce`; then
+  // records this process as its client (kClientPidOffset);
   // FAILED_PRECONDITION naming what differs (another host, another pid
   // namespace, another user). The file is closed once mapped.
   static absl::StatusOr<std::unique_ptr<SharedMemory>> Attach(
@@ -59,6 +64,8 @@ class SharedMemory {
   // The server's file descriptor; -1 on the client.
   int fd() const { return fd_; }
   const std::string& nonce() const { return nonce_; }
+  // The pid the last client to attach wrote (0: none yet).
+  int32_t client_pid() const;
 
  private:
   SharedMemory(uint8_t* data, size_t size, int fd, std::string nonce)

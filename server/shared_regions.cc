@@ -1,14 +1,34 @@
 #include "server/shared_regions.h"
 
+#include <signal.h>
 #include <sys/random.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace zeroshard {
+
+size_t SharedRegions::FreeOrphans() {
+  std::vector<std::shared_ptr<SharedMemory>> freed;  // released unlocked
+  absl::MutexLock lock(&mu_);
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    const int32_t pid = it->second->client_pid();
+    // Only a pid that names no process: one of another user (EPERM), or a
+    // reused pid, keeps its region.
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+      bytes_ -= it->second->size();
+      freed.push_back(std::move(it->second));
+      regions_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return freed.size();
+}
 
 absl::StatusOr<SharedRegions::Opened> SharedRegions::Open(
     size_t bytes, size_t max_bytes, size_t max_total_bytes) {
@@ -32,6 +52,7 @@ absl::StatusOr<SharedRegions::Opened> SharedRegions::Open(
     }
     return absl::OkStatus();
   };
+  FreeOrphans();
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = full(); !s.ok()) return s;

@@ -5,10 +5,12 @@
 // 64-bit id. Gather writes into a region and PushGrad reads from one, each
 // holding the region by shared_ptr for as long as it uses it, so a Close
 // racing a call frees the memory only after the call. At most kMaxRegions
-// are open, together at most the caller's byte limit; a client that dies
-// without closing its region leaves it until the server exits, and
-// OpenRegion beyond either limit is RESOURCE_EXHAUSTED (the client then goes
-// on over gRPC).
+// are open, together at most the caller's byte limit, and OpenRegion beyond
+// either limit is RESOURCE_EXHAUSTED (the client then goes on over gRPC). A
+// client that dies without closing its region (a worker killed and
+// restarted) leaves it until the next Open, which first frees every region
+// whose client, as it recorded itself on attaching
+// (SharedMemory::client_pid), no longer exists.
 //
 //   ASSIGN_OR_RETURN(SharedRegions::Opened r, regions.Open(bytes));
 //   ASSIGN_OR_RETURN(std::shared_ptr<SharedMemory> m, regions.Find(r.id));
@@ -46,6 +48,9 @@ class SharedRegions {
   // open regions' bytes would pass `max_total_bytes`.
   absl::StatusOr<Opened> Open(size_t bytes, size_t max_bytes,
                               size_t max_total_bytes);
+  // Frees the regions whose recorded client has exited (kill(pid, 0) says
+  // there is no such process); returns how many. Open calls it first.
+  size_t FreeOrphans();
   // The open regions' bytes.
   size_t bytes() const;
   // NOT_FOUND for an id that is not open.

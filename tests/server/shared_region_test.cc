@@ -3,6 +3,7 @@
 // Gather and PushGrad through a region over real gRPC, bit for bit against
 // the same calls over gRPC alone, and every bad region request refused with
 // the server's state unchanged.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -107,6 +108,49 @@ TEST(SharedRegionsTest, LimitsIdsAndSpans) {
   EXPECT_FALSE(SharedRegions::Span(**m, 8192, 1, "t").ok());
   EXPECT_FALSE(SharedRegions::Span(**m, ~uint64_t{0} - 2, 8, "t").ok());
   EXPECT_FALSE(SharedRegions::Span(**m, 5000, ~uint64_t{0} - 2, "t").ok());
+}
+
+// A client that dies without closing its region (a worker killed and
+// restarted) leaves it only until the next OpenRegion: Attach records the
+// client's pid in the region, and Open first frees the regions whose
+// client no longer exists. One never attached (pid 0) and one whose
+// client lives stay.
+TEST(SharedRegionsTest, ARegionWhoseClientExitedIsFreedByTheNextOpen) {
+  SharedRegions regions;
+  const size_t max = 64 * 1024, total = 1 << 20;
+  std::vector<SharedRegions::Opened> opened;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<SharedRegions::Opened> r = regions.Open(8192, max, total);
+    ASSERT_TRUE(r.ok()) << r.status();
+    opened.push_back(*r);
+  }
+  std::vector<std::unique_ptr<SharedMemory>> clients;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::unique_ptr<SharedMemory>> c = SharedMemory::Attach(
+        ::getpid(), opened[i].memory->fd(), 8192, opened[i].memory->nonce());
+    ASSERT_TRUE(c.ok()) << c.status();
+    clients.push_back(*std::move(c));
+    EXPECT_EQ(opened[i].memory->client_pid(), ::getpid());
+  }
+  EXPECT_EQ(opened[2].memory->client_pid(), 0);
+  // Region 1's client "exits": a child's pid, once the child is reaped.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  std::memcpy(clients[1]->data() + SharedMemory::kClientPidOffset, &child,
+              sizeof(int32_t));
+  EXPECT_EQ(opened[1].memory->client_pid(), child);
+  const uint64_t freed_id = opened[1].id;
+  opened.clear();  // the regions hold their own references
+  clients.clear();
+  EXPECT_EQ(regions.size(), 3u);
+  ASSERT_TRUE(regions.Open(8192, max, total).ok());
+  EXPECT_EQ(regions.size(), 3u);
+  EXPECT_EQ(regions.bytes(), 3 * 8192u);
+  EXPECT_EQ(regions.Find(freed_id).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(regions.FreeOrphans(), 0u);
 }
 
 std::unique_ptr<ShardClient> ClientOf(const TestServer& t,
