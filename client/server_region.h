@@ -59,8 +59,8 @@ class ServerRegion {
   static std::shared_ptr<const ServerRegion> TakeGather(
       std::shared_ptr<const ServerRegion> region, uint64_t bytes);
 
-  // CloseRegion on the server (best effort: the server frees it at exit
-  // anyway).
+  // CloseRegion on the server (best effort: the server frees it anyway at
+  // its exit, or at its next OpenRegion once this process has exited).
   void Close(const ShardChannels& channels, int k) const {
     CloseOn(channels, k, id_);
   }
