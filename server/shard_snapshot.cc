@@ -47,11 +47,11 @@ ShardSnapshot::ShardSnapshot(uint64_t step, std::string directory,
   const size_t count = 1 + ShardCheckpointSlots(header_).size();
   if (stream_ != nullptr) {
     arrays_.reset();
-    const std::vector<SlotFormat> formats = ShardCheckpointFormats(header_);
+    formats_ = ShardCheckpointFormats(header_);
     pieces_.push_back({0, false});
-    for (size_t k = 0; k < formats.size(); ++k) {
+    for (size_t k = 0; k < formats_.size(); ++k) {
       pieces_.push_back({1 + k, false});
-      if (formats[k] != SlotFormat::kFp32) pieces_.push_back({1 + k, true});
+      if (formats_[k] != SlotFormat::kFp32) pieces_.push_back({1 + k, true});
     }
     aside_.resize(num_chunks);
     pieces_read_ = std::make_unique<uint32_t[]>(num_chunks);
@@ -116,9 +116,7 @@ std::string ShardSnapshot::FilePath() const {
 uint64_t ShardSnapshot::PieceBytes(const Piece& p, uint64_t n) const {
   if (p.array == 0) return n * sizeof(float);
   if (p.scales) return Q8Blocks(n) * sizeof(float);
-  return ShardCheckpointFormats(header_)[p.array - 1] == SlotFormat::kFp32
-             ? n * sizeof(float)
-             : n;
+  return formats_[p.array - 1] == SlotFormat::kFp32 ? n * sizeof(float) : n;
 }
 
 const char* ShardSnapshot::LivePiece(const Piece& p,

@@ -177,6 +177,7 @@ class ShardSnapshot {
   // Streaming only (guarded by each chunk's store lock, but for the
   // atomics' fast paths).
   const ShardStore* const stream_;
+  std::vector<SlotFormat> formats_;  // the header's slot formats
   std::vector<Piece> pieces_;
   std::vector<std::unique_ptr<char[]>> aside_;  // chunk copies, pieces in order
   std::unique_ptr<uint32_t[]> pieces_read_;     // by the writer, per chunk
