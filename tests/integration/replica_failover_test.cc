@@ -245,6 +245,15 @@ TEST(ReplicaFailoverTest, AReplacementTakesItsCopiesBackAndTheNextDeathCostsNoth
   WeightDiff d = CompareWeights(ReadWeights(out), ReadWeights(dir.path("ref")));
   EXPECT_TRUE(d.bit_identical) << "max_abs " << d.max_abs << " in "
                                << d.worst_tensor;
+  // Each rank reaches the replacement through shared memory again (its
+  // region went with the server it left).
+  for (const char* rank : {"/logs/worker0.log", "/logs/worker1.log"}) {
+    const std::string w = ReadWhole(out + rank);
+    EXPECT_NE(w.find("server 1 back: 3 of 3 servers through shared memory "
+                     "again"),
+              std::string::npos)
+        << rank << "\n" << w;
+  }
 }
 
 // Both copies of a slot lost (servers 1 and 2 hold slot 1): the run goes

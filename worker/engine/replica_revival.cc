@@ -134,14 +134,26 @@ absl::Status ReplicaRevival::BeforeStep(uint64_t step,
   }
   // Every rank waits here until rank 0 has restored what it revived.
   RETURN_IF_ERROR(group_->Broadcast(&back, 0));
-  if (rank_ == 0) return absl::OkStatus();
+  if (back.empty()) return absl::OkStatus();
   for (absl::string_view s : absl::StrSplit(back, ',', absl::SkipEmpty())) {
     int k = -1;
     if (!absl::SimpleAtoi(s, &k) || k < 0 || k >= client_->num_servers()) {
       return absl::InternalError(
           absl::StrCat("rank 0 named server '", s, "' as back"));
     }
-    client_->MarkServerBack(k);
+    if (rank_ != 0) client_->MarkServerBack(k);
+  }
+  // A server left lost its shared-memory region, and the one back is a new
+  // process: each rank opens its region there again.
+  if (config_.cluster.shared_memory) {
+    std::string why;
+    ASSIGN_OR_RETURN(const int attached,
+                     client_->AttachSharedMemory(
+                         client_->layout().WorkerRanges(rank_), &why));
+    ZS_LOG(INFO) << "server " << back << " back: " << attached << " of "
+                 << client_->num_servers()
+                 << " servers through shared memory again"
+                 << (why.empty() ? "" : absl::StrCat(" (", why, ")"));
   }
   return absl::OkStatus();
 }
