@@ -136,12 +136,23 @@ std::vector<int> ShardChannels::LiveHolders(int slot) const {
 
 void ShardChannels::MarkDown(int k, const absl::Status& why) const {
   if (replicas() < 2) return;
-  // Its shared-memory region went with it (a replacement opens none): calls
-  // after MarkUp go over gRPC.
+  // Its shared-memory region went with it: calls after MarkUp go over gRPC
+  // until the caller opens another. Its id is kept, to be closed should
+  // the same server answer again (TakeStaleRegions).
+  std::shared_ptr<const ServerRegion> dropped;
   {
     absl::MutexLock lock(&regions_mu_);
-    if (static_cast<size_t>(k) < regions_.size()) regions_[k] = nullptr;
+    if (static_cast<size_t>(k) < regions_.size()) {
+      dropped = std::move(regions_[k]);
+    }
+    if (dropped != nullptr) {
+      if (stale_regions_.size() < static_cast<size_t>(size())) {
+        stale_regions_.resize(size());
+      }
+      stale_regions_[k].push_back(dropped->id());
+    }
   }
+  dropped.reset();  // unmapped once no call uses it
   // Down before its calls are cancelled, so that each of them, ending
   // CANCELLED, finds its server left and goes on with the other copy.
   const bool was_down = down_[k]->exchange(true);
@@ -353,6 +364,15 @@ void ShardChannels::SetRegion(int k,
     regions_[k] = std::move(region);
   }
   if (old != nullptr) old->Close(*this, k);
+}
+
+std::vector<uint64_t> ShardChannels::TakeStaleRegions(int k) const {
+  std::vector<uint64_t> ids;
+  absl::MutexLock lock(&regions_mu_);
+  if (k >= 0 && static_cast<size_t>(k) < stale_regions_.size()) {
+    ids.swap(stale_regions_[k]);
+  }
+  return ids;
 }
 
 ShardChannels::~ShardChannels() {

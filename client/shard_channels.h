@@ -168,6 +168,11 @@ class ShardChannels {
   // Installs server k's region; null closes the one installed (calls still
   // using it keep it mapped until they end).
   void SetRegion(int k, std::shared_ptr<const ServerRegion> region);
+  // The ids of the regions MarkDown dropped on server k without closing
+  // them (it did not answer), once: closed by the caller when the server
+  // answers again (a woken server still holds them; a replacement never
+  // had them).
+  std::vector<uint64_t> TakeStaleRegions(int k) const;
   // Closes every installed region on its server.
   ~ShardChannels();
 
@@ -210,6 +215,8 @@ class ShardChannels {
   std::thread watch_;
   mutable absl::Mutex regions_mu_;
   mutable std::vector<std::shared_ptr<const ServerRegion>> regions_
+      ABSL_GUARDED_BY(regions_mu_);
+  mutable std::vector<std::vector<uint64_t>> stale_regions_
       ABSL_GUARDED_BY(regions_mu_);
 };
 

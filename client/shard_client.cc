@@ -201,6 +201,11 @@ absl::StatusOr<int> ShardClient::AttachSharedMemory(
       continue;
     }
     if (elems[k] == 0) continue;
+    // A server this client left and that answers again may still hold the
+    // region dropped then: closed first, so that it counts against no limit.
+    for (uint64_t id : channels_->TakeStaleRegions(k)) {
+      ServerRegion::CloseOn(*channels_, k, id);
+    }
     const uint64_t bytes = elems[k] * sizeof(float);
     absl::StatusOr<std::unique_ptr<ServerRegion>> region =
         ServerRegion::Open(*channels_, k, bytes, bytes);

@@ -276,6 +276,37 @@ TEST_F(ReplicaRpcTest, AComparisonMeetingAnEmptyReplacementLeavesIt) {
 // client's tries were spent) answers again with the state it had: not
 // trusted, it is replaced and both its copies restored from a checkpoint,
 // after which they hash as their live twins do.
+// A server this client left still holds the region the client dropped
+// then (it did not answer, so nothing closed it). Taken back, the client
+// closes that region before it opens another: the server holds one region
+// of this client, not two, and the step through the new one trains alike.
+TEST_F(ReplicaRpcTest, ARegionDroppedOnLeavingIsClosedWhenTheServerIsBack) {
+  std::unique_ptr<ShardCluster> two = TwoCopies();
+  ASSERT_NE(two, nullptr);
+  const std::vector<FlatRange> all = {{0, layout_->total_elems()}};
+  absl::StatusOr<int> attached = two->AttachSharedMemory(all);
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  ASSERT_EQ(*attached, 3);
+  ASSERT_TRUE(Step(*two, 0, 0.01f).ok());
+  two->LeaveServer(1, absl::UnavailableError("left by the test"));
+  ASSERT_TRUE(two->ServerGone(1));
+  two->MarkServerBack(1);
+  attached = two->AttachSharedMemory(all);
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  EXPECT_EQ(*attached, 3);
+  absl::StatusOr<ServerStatus> s1 = two->Inspect(1);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  EXPECT_EQ(s1->counters.calls["OpenRegion"], 2u);
+  EXPECT_EQ(s1->counters.calls["CloseRegion"], 1u);
+  // Another attach finds every region in place and closes nothing more.
+  ASSERT_TRUE(two->AttachSharedMemory(all).ok());
+  s1 = two->Inspect(1);
+  ASSERT_TRUE(s1.ok());
+  EXPECT_EQ(s1->counters.calls["CloseRegion"], 1u);
+  EXPECT_EQ(s1->counters.calls["OpenRegion"], 2u);
+  ASSERT_TRUE(Step(*two, 1, 0.02f).ok());
+}
+
 TEST_F(ReplicaRpcTest, AServerBackFromAPartitionTakesItsCopiesBack) {
   absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start(addresses_[2]);
   ASSERT_TRUE(proxy.ok()) << proxy.status();
