@@ -49,9 +49,10 @@ absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(
       absl::StrCat(path, ".tmp.", getpid(), ".", counter.fetch_add(1));
   constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
   int fd = direct ? ::open(tmp.c_str(), kFlags | O_DIRECT, 0644) : -1;
-  if (fd < 0 && direct && errno != EINVAL) direct = false;
   if (fd < 0) {
-    direct = false;  // refused by the file system (EINVAL), or not asked
+    // Not asked, or refused: by the file system (EINVAL), or for a reason
+    // the plain open below meets and reports too.
+    direct = false;
     fd = ::open(tmp.c_str(), kFlags, 0644);
   }
   if (fd < 0) {

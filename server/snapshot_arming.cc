@@ -32,14 +32,10 @@ absl::StatusOr<std::shared_ptr<ShardSnapshot>> SnapshotArming::Arm(
         step, directory, std::move(header), store_->num_chunks(), nullptr,
         store_->placement() == Placement::kDevice ? nullptr : store_);
     if (snap->streaming()) {
-      snap->OnChunksRead([this, step] {
-        tracker_->DisarmCapture(step);
-        --armed_;
-      });
+      snap->OnChunksRead([this, step] { Disarm(step); });
     }
     if (!snap->allocated()) {
-      tracker_->DisarmCapture(step);
-      --armed_;
+      Disarm(step);
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot allocate the ", SnapshotBytes(),
           " bytes a snapshot of this shard needs (master and ",
@@ -108,14 +104,16 @@ SnapshotArming::~SnapshotArming() {
   for (const auto& s : snapshots) s->Abandon();
 }
 
+void SnapshotArming::Disarm(uint64_t step) {
+  tracker_->DisarmCapture(step);
+  --armed_;
+}
+
 void SnapshotArming::FinishIfLast(ShardSnapshot& snap, bool last) {
   if (!last) return;
   // A streaming snapshot stays armed until its writer has read every
   // chunk (OnChunksRead).
-  if (!snap.streaming()) {
-    tracker_->DisarmCapture(snap.step());
-    --armed_;
-  }
+  if (!snap.streaming()) Disarm(snap.step());
   snap.Finish();
 }
 

@@ -71,6 +71,8 @@ class SnapshotArming {
   std::vector<std::shared_ptr<ShardSnapshot>> ArmedAt(uint64_t step) const;
   // Finishes `snap` when `last` (its last chunk was just copied).
   void FinishIfLast(ShardSnapshot& snap, bool last);
+  // Ends one arming at `step`: claims of it no longer capture for it.
+  void Disarm(uint64_t step);
 
   ShardStore* const store_;
   StepTracker* const tracker_;
