@@ -86,7 +86,12 @@ def child(a):
            "train_micro_batch_size_per_gpu": a.batch,
            "gradient_accumulation_steps": 1, "bf16": {"enabled": bf16},
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-           "zero_optimization": {"stage": 3},
+           # A unit kept only while it computes, one prefetched: what the
+           # estimate's worker counts (DeepSpeed's defaults would keep a
+           # model this small gathered for the whole step).
+           "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 0,
+                                 "stage3_param_persistence_threshold": 0,
+                                 "stage3_prefetch_bucket_size": 1},
            # Each block a unit (FSDP's auto-wrap at a block's size); the
            # root holds the rest, the tied embedding and head together.
            "zeroshard": {"servers": 1, "units": {"min_params": sum(

@@ -232,6 +232,11 @@ struct ParsedConfig {
   // Defaults chosen for "auto", shortened warmups, and one warning naming
   // every key without effect (unknown ones included).
   std::vector<std::string> warnings;
+  // Keys given that only the PyTorch front-end acts on (its ZeRO-3's
+  // stage3_prefetch_bucket_size, stage3_max_reuse_distance,
+  // stage3_max_live_parameters and stage3_param_persistence_threshold),
+  // quoted: zeroshard-train warns.
+  std::vector<std::string> front_end_only;
 };
 
 // Parses and resolves a JSON document (comments are allowed).

@@ -211,7 +211,7 @@ absl::Status ParseScheduler(Section& root, bool lr_explicit, uint64_t steps, Opt
   return absl::OkStatus();
 }
 
-absl::Status ParseZero(Section& root, ZeroConfig* z) {
+absl::Status ParseZero(Section& root, ZeroConfig* z, std::vector<std::string>* front_end_only) {
   ASSIGN_OR_RETURN(Section s, root.Child("zero_optimization"));
   if (const json* stage = s.Get("stage"); stage != nullptr && stage->is_number() &&
                                           stage->get<double>() == 0) {
@@ -268,6 +268,12 @@ absl::Status ParseZero(Section& root, ZeroConfig* z) {
   }
   uint64_t sub_group = 0;
   RETURN_IF_ERROR(s.Int("sub_group_size", 0, kMaxI64, &sub_group, true));
+  // What the PyTorch front-end's stage 3 keeps gathered (python/zeroshard/
+  // stage3.py); the native trainer's units are fixed by its model.
+  for (const char* k : {"stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                        "stage3_max_live_parameters", "stage3_max_reuse_distance"}) {
+    if (s.Given(k)) front_end_only->push_back(absl::StrCat("\"", s.KeyPath(k), "\""));
+  }
   // Recorded (zero.* in the resolved config) but nothing here reads them:
   // the schedule is fixed by the stage (docs/DESIGN.md).
   for (const char* k :
@@ -275,8 +281,7 @@ absl::Status ParseZero(Section& root, ZeroConfig* z) {
         "round_robin_gradients", "elastic_checkpoint", "ignore_unused_parameters",
         "load_from_fp32_weights", "stage3_gather_16bit_weights_on_model_save",
         "stage3_gather_fp16_weights_on_model_save", "cpu_offload", "allgather_bucket_size",
-        "reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
-        "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size"}) {
+        "reduce_bucket_size", "sub_group_size"}) {
     s.NoEffect(k);
   }
   // DeepSpeed 0.19's other ZeRO settings: its own partitioning, bucketing,
@@ -534,7 +539,7 @@ absl::StatusOr<ParsedConfig> ParseTrainingConfig(std::string_view json_text,
   config_internal::ClassRules class_rules;
   ASSIGN_OR_RETURN(bool lr_explicit,
                    config_internal::ParseOptimizer(root, &c.optimizer, &class_rules));
-  RETURN_IF_ERROR(ParseZero(root, &c.zero));
+  RETURN_IF_ERROR(ParseZero(root, &c.zero, &out.front_end_only));
   RETURN_IF_ERROR(ParseActivationCheckpointing(root, &c.activation_checkpointing));
   RETURN_IF_ERROR(ParseCluster(root, overrides, &c));
   RETURN_IF_ERROR(

@@ -72,6 +72,13 @@ class Section {
     return it->is_null() ? nullptr : &*it;
   }
 
+  // Whether `key` is present with a value (does not consume it).
+  bool Given(absl::string_view key) const {
+    if (object_ == nullptr) return false;
+    auto it = object_->find(std::string(key));
+    return it != object_->end() && !it->is_null();
+  }
+
   // Known key whose value we accept without using; checks it is a scalar.
   void Accept(absl::string_view key) { Get(key); }
 

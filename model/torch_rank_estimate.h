@@ -18,6 +18,17 @@
 // - stage 3, N ranks: the rank's FP32 gradient partition 4Ψ/N, two units
 //   gathered e(U1 + U2), and one unit's FP32 gradient sum 4U1
 //   (reduce-scattered as soon as the unit's gradients are in).
+// Under stage 3 with `keep` (DeepSpeed's stage3_max_reuse_distance,
+// stage3_param_persistence_threshold and stage3_max_live_parameters, which
+// the front-end honours: python/zeroshard/stage3.py), the units gathered
+// at once are the larger of e(U1 + U2) and the peak of a simulation of the
+// rules on the trace of a model whose units run in layout order (forward
+// 0..n-1, backward n-1..0): persistent units gathered together at their
+// first use, a unit kept when the trace uses it again within the reuse
+// distance while the kept units fit under the live limit, the next uses'
+// units prefetched together up to the prefetch bucket, stopping at a unit
+// gathered already. The default `keep` keeps nothing and prefetches one
+// unit (two units).
 // INVALID_ARGUMENT for no unit, a unit of 0 elements, N < 1 or a stage not
 // 1..3.
 #ifndef ZEROSHARD_MODEL_TORCH_RANK_ESTIMATE_H_
@@ -32,9 +43,22 @@
 
 namespace zeroshard {
 
+// What stays gathered under stage 3 (see above); the defaults keep nothing.
+struct TorchZero3Keep {
+  uint64_t max_reuse_distance = 0;
+  uint64_t persistence_threshold = 0;
+  uint64_t max_live_parameters = UINT64_MAX;
+  uint64_t prefetch_bucket = 1;  // elements; the first unit always goes
+};
+
 absl::StatusOr<ProcessEstimate> EstimateTorchRank(
     const std::vector<uint64_t>& unit_elems, int workers, int stage,
-    Precision precision);
+    Precision precision, const TorchZero3Keep& keep = {});
+
+// The most elements gathered at once (prefetch included) when the units
+// run forward then backward under `keep`'s rules.
+double SimulatedGatheredPeak(const std::vector<uint64_t>& unit_elems,
+                             const TorchZero3Keep& keep);
 
 }  // namespace zeroshard
 

@@ -253,7 +253,7 @@ class ZeroshardEngine(StepApi, CheckpointApi, DeepSpeedEngineApi,
                 (mod, [(p, off, n) for p, off, n in self._slots
                        if id(p) in ids], uoff, padded)
                 for (mod, ids), (_, uoff, _, padded) in zip(
-                    self._unit_modules, self._layout.units())])
+                    self._unit_modules, self._layout.units())], cfg["zero"])
         # Ctrl-C interrupts a call blocked on a server or a rank
         # (interruptible.py).
         run_id = run_id or secrets.token_hex(8)

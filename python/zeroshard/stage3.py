@@ -26,20 +26,40 @@ backward asks for it (gathering the unit again if it was released): a
 unit's parameters then exist only while it computes, as ZeRO-3 promises.
 
 Prefetch: the units gathered during the first optimizer step are recorded
-in order (forward, the backward's gathers, every micro-batch); from then on,
-each gather starts the next unit of that order on a background thread (the
-library releases the GIL), so it arrives while the current one computes. A
-gather that finds its unit prefetched waits for it; one off the recorded
-order (an evaluation, a different branch) finds its place again or gathers
-plainly. At most one unit is in flight beyond the live ones, and what is in
-flight at a step's end (an old version) is dropped.
+in order (forward, the backward's gathers, every micro-batch): that is the
+trace. From then on each use of a unit finds its place in the trace, and
+the units of the next uses that are not gathered start on a background
+thread, in one call to the servers (the library releases the GIL), so they
+arrive while the current one computes: as DeepSpeed's prefetch, up to
+stage3_prefetch_bucket_size elements, stopping at a unit gathered already.
+A gather that finds its unit prefetched waits for its batch; one off the
+trace (an evaluation, a different branch) finds its place again or gathers
+plainly. At most one batch is in flight beyond the live units, and what is
+in flight at a step's end (an old version) is dropped.
+
+What stays gathered (DeepSpeed's zero_optimization keys, with its
+defaults): during the first step every unit is released when its forward
+or its gradients are done. From the second on, a unit about to be released
+stays when the trace uses it again within stage3_max_reuse_distance
+elements of other units' uses (1e9: a model smaller than that keeps its
+units from forward to backward, and across micro-batches, as DeepSpeed
+does), and while the units kept hold at most stage3_max_live_parameters
+elements. A unit of at most stage3_param_persistence_threshold elements
+(1e5) is persistent: the persistent units are gathered together, in one
+call, at the first use of any of them after each step, and released only
+at the next step. Every gathered unit holds the current version's bytes, so
+what is kept changes no result, only the gathers (and the memory: see
+memory_peak and zeroshard-ctl estimate --torch_units). Setting
+stage3_max_reuse_distance and stage3_param_persistence_threshold to 0
+keeps a unit only while it computes.
 
 Parameters read outside their unit's forward (a weight tied between the
 embedding and the head, nn.MultiheadAttention's out_proj.weight, an
 F.linear on another module's weight, a ModuleList's parameters read by
-code that iterates it): every trained parameter is a _Zero3Param, whose
-__torch_function__ gathers its unit when an op reads it while the
-engine's forward runs and the unit is released. Such a gather belongs to
+code that iterates it): every trained parameter of a released unit is a
+_Zero3Param (of a gathered one, a plain nn.Parameter again, so that its
+ops pay for no hook), whose __torch_function__ gathers its unit when an op
+reads it while the engine's forward runs. Such a gather belongs to
 the innermost unit whose forward is running (released when that forward
 ends) or, outside every unit, to the forward itself (released when
 engine.forward returns); autograd's saved views and the gradient hooks
@@ -50,6 +70,7 @@ Every rank must run the same modules in the same order (the
 reduce-scatters pair up by order).
 """
 
+import bisect
 import concurrent.futures
 
 import torch
@@ -135,10 +156,21 @@ def _wrap(hooks, unit, out):
 class UnitHooks:
     """The stage-3 hooks of one engine (see the module docstring)."""
 
-    def __init__(self, engine, units):
+    def __init__(self, engine, units, keep=None):
         # units: [(module, [(param, flat offset, numel)], unit offset, padded)]
+        # keep: DeepSpeed's zero_optimization keys read here (see the module
+        # docstring); absent ones take DeepSpeed's defaults.
+        keep = dict(keep or {})
         self.engine = engine
         self.units = units
+        self.reuse = int(keep.get("stage3_max_reuse_distance", 10**9))
+        self.live_cap = int(keep.get("stage3_max_live_parameters", 10**9))
+        self.bucket = int(keep.get("stage3_prefetch_bucket_size", 5 * 10**7))
+        threshold = int(keep.get("stage3_param_persistence_threshold", 10**5))
+        self.persistent = [padded <= threshold for _, _, _, padded in units]
+        self.live_elems = 0  # elements of the gathered units
+        self.gathers = 0     # calls to the servers (a batch of units: 1)
+        self.gathered = 0    # the elements they brought
         self.live = [None] * len(units)      # the gathered buffer, or None
         self.arrived = [0] * len(units)      # gradients this micro-batch
         self.unit_grad = [None] * len(units)  # N ranks: the unit's FP32 sum
@@ -147,9 +179,10 @@ class UnitHooks:
         self.dtype = engine._dtype
         self.empty = torch.empty(0, dtype=self.dtype)
         self.seq = []        # units gathered, in order, in the first step
-        self.order = None    # that order, once the first step is done
-        self.pos = 0         # where this step is in it
-        self.pending = {}    # unit -> future of its gathered buffer
+        self.order = None    # that order (the trace), once the first step is done
+        self.uses = {}       # unit -> its positions in the trace, ascending
+        self.pos = 0         # where this step is in it (after the last use)
+        self.pending = {}    # unit -> future of its batch's {unit: buffer}
         self.prefetched = 0  # gathers that found their unit prefetched
         self._pool = None
         self.owner = {}      # a live buffer's data_ptr -> its unit
@@ -196,6 +229,8 @@ class UnitHooks:
         _, _, off, padded = self.units[u]
         buf = torch.empty(padded, dtype=self.dtype,
                           pin_memory=e._device.type == "cuda")
+        self.gathers += 1
+        self.gathered += padded
         if e._prec == "fp16":
             tmp = torch.empty(padded, dtype=torch.float32)
             e._cluster.gather([(off, off + padded)], "fp32", tmp.numpy(),
@@ -206,27 +241,67 @@ class UnitHooks:
                               min_version=version)
         return buf
 
+    def _gather_many(self, us, version):
+        """Units `us` (ascending) at `version` in one call to the servers:
+        {unit: its own buffer}."""
+        e = self.engine
+        ranges = [(self.units[v][2], self.units[v][2] + self.units[v][3])
+                  for v in us]
+        fp16 = e._prec == "fp16"
+        flat = torch.empty(sum(b - a for a, b in ranges),
+                           dtype=torch.float32 if fp16 else self.dtype)
+        self.gathers += 1
+        self.gathered += flat.numel()
+        e._cluster.gather(ranges, "fp32" if fp16 else e._wire,
+                          flat.numpy() if fp16 else e._np(flat),
+                          min_version=version)
+        out, at = {}, 0
+        for v, (a, b) in zip(us, ranges):
+            buf = torch.empty(b - a, dtype=self.dtype,
+                              pin_memory=e._device.type == "cuda")
+            buf.copy_(flat[at:at + b - a])
+            out[v] = buf
+            at += b - a
+        return out
+
     def fetch(self, u):
         """Gathers unit u at the engine's current version (idempotent)."""
-        if self.live[u] is not None:
-            return
-        if self.closed_why is not None:
-            raise RuntimeError(self.closed_why)
-        busy, self.busy = self.busy, True
-        try:
-            self._fetch(u)
-        finally:
-            self.busy = busy
+        moved = self.order is not None and self._advance(u)
+        if self.live[u] is None:
+            if self.closed_why is not None:
+                raise RuntimeError(self.closed_why)
+            busy, self.busy = self.busy, True
+            try:
+                self._fetch(u)
+            finally:
+                self.busy = busy
+        if moved:
+            self._prefetch_next()
 
     def _fetch(self, u):
         e = self.engine
-        _, params, off, _ = self.units[u]
         future = self.pending.pop(u, None)
         if future is not None:
-            buf = future.result()
+            bufs = future.result()   # u's batch: each of its units placed
+            for v in bufs:
+                self.pending.pop(v, None)
             self.prefetched += 1
+        elif self.persistent[u]:
+            # Every persistent unit not gathered yet, in one call.
+            bufs = self._gather_many(
+                [v for v in range(len(self.units)) if self.persistent[v] and
+                 self.live[v] is None and v not in self.pending],
+                e.global_steps)
         else:
-            buf = self._gather(u, e.global_steps)
+            bufs = {u: self._gather(u, e.global_steps)}
+        for v, buf in bufs.items():
+            self._place(v, buf)
+        if self.order is None:
+            self.seq.append(u)
+
+    def _place(self, u, buf):
+        e = self.engine
+        _, params, off, padded = self.units[u]
         if e._staged:
             # Up to the model's device (CUDA; forced in tests on the CPU).
             dev = torch.empty(buf.numel(), dtype=self.dtype, device=e._device)
@@ -234,36 +309,99 @@ class UnitHooks:
             buf = dev
         for p, poff, n in params:
             p.data = buf[poff - off:poff - off + n].view(e._shapes[id(p)])
+            # Gathered: a plain parameter, so its ops skip the access hook.
+            p.__class__ = torch.nn.Parameter
         self.live[u] = buf
+        self.live_elems += padded
         self.owner[buf.data_ptr()] = u
         self._note()
-        if self.order is None:
-            self.seq.append(u)
-        else:
-            self._prefetch_after(u)
 
-    def _prefetch_after(self, u):
-        order = self.order
-        if not order:
-            return
-        at = next((i for i in range(self.pos, len(order)) if order[i] == u),
-                  None)
+    # --- the trace (see the module docstring) --------------------------------
+
+    def _set_trace(self, order):
+        self.order = order
+        self.uses = {}
+        for i, v in enumerate(order):
+            self.uses.setdefault(v, []).append(i)
+        # cum[i]: the elements of the uses before position i.
+        self.cum = [0]
+        for v in order:
+            self.cum.append(self.cum[-1] + self.units[v][3])
+
+    def _next_use(self, u, at):
+        """The first position >= at where the trace uses u, or None."""
+        where = self.uses.get(u)
+        if not where:
+            return None
+        i = bisect.bisect_left(where, at)
+        return where[i] if i < len(where) else None
+
+    def _advance(self, u):
+        """A use of u: the step's place in the trace moves to just after
+        u's next use (True), or stays when u is the use it is at (a
+        backward's many reads of one unit), or a gathered unit the rest of
+        the trace does not use, or off the trace (False)."""
+        p = self.pos
+        if p > 0 and self.order[p - 1] == u:
+            return False
+        at = self._next_use(u, p)
+        if at is None and self.live[u] is None:
+            at = self._next_use(u, 0)   # a gather off the trace: resync
         if at is None:
-            at = next((i for i in range(len(order)) if order[i] == u), None)
-        if at is None:
-            return
+            return False
         self.pos = at + 1
-        if self.pos >= len(order) or self.pending:
+        return True
+
+    def _prefetch_next(self):
+        """Starts the trace's next uses whose units are not gathered, in one
+        call, as DeepSpeed's prefetch does: from the step's place, up to
+        the first unit gathered already (a persistent one aside: those come
+        together, never prefetched), while the units taken hold fewer than
+        stage3_prefetch_bucket_size elements and all gathered ones at most
+        stage3_max_live_parameters. Nothing while a batch is in flight."""
+        order = self.order
+        if not order or self.pending:
             return
-        nxt = order[self.pos]
-        if self.live[nxt] is not None:
+        room = self.live_cap - self.live_elems
+        batch, numel = [], 0
+        for i in range(self.pos, len(order)):
+            v = order[i]
+            if self.persistent[v] or v in batch:
+                continue
+            if self.live[v] is not None or numel >= self.bucket:
+                break
+            size = self.units[v][3]
+            if numel + size > room:
+                break
+            batch.append(v)
+            numel += size
+        if not batch:
             return
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="zeroshard-prefetch")
-        self.pending[nxt] = self._pool.submit(self._gather, nxt,
-                                              self.engine.global_steps)
+        batch.sort()
+        version = self.engine.global_steps
+        future = self._pool.submit(
+            (lambda: {batch[0]: self._gather(batch[0], version)})
+            if len(batch) == 1 else
+            (lambda: self._gather_many(batch, version)))
+        for v in batch:
+            self.pending[v] = future
         self._note()
+
+    def _keeps(self, u):
+        """Whether unit u, about to be released, stays gathered: persistent,
+        or used again by the trace within stage3_max_reuse_distance elements
+        while the gathered units hold at most stage3_max_live_parameters."""
+        if self.order is None:
+            return False   # the first step records the trace, keeping none
+        if self.persistent[u]:
+            return True
+        at = self._next_use(u, self.pos)
+        if at is None or self.cum[at] - self.cum[self.pos] >= self.reuse:
+            return False
+        return self.live_elems <= self.live_cap
 
     def held_bytes(self):
         """What the gathered units, the prefetches in flight and the
@@ -307,16 +445,19 @@ class UnitHooks:
         self.running = []
 
     def release(self, u):
-        if self.live[u] is None:
+        """Unit u's use is over: released unless it stays (_keeps)."""
+        if self.live[u] is None or self._keeps(u):
             return
         busy, self.busy = self.busy, True
         try:
             for p, _, _ in self.units[u][1]:
                 p.data = self.empty
+                p.__class__ = _Zero3Param
         finally:
             self.busy = busy
         self.owner.pop(self.live[u].data_ptr(), None)
         self.live[u] = None
+        self.live_elems -= self.units[u][3]
 
     # --- saved tensors (see the module docstring) --------------------------
 
@@ -352,13 +493,15 @@ class UnitHooks:
         for u in range(len(self.units)):
             for p, _, _ in self.units[u][1]:
                 p.data = self.empty
+                p.__class__ = _Zero3Param
             self.live[u] = None
         self.busy = busy
         self.owner = {}
+        self.live_elems = 0
         if not self.grad_accs:
             self._arm_gradient_hooks()
         elif self.order is None and self.seq:
-            self.order = self.seq
+            self._set_trace(self.seq)
         self.pos = 0
 
     def _after_forward(self, u, out):
@@ -445,4 +588,5 @@ class UnitHooks:
                         e._shapes[id(p)]).to(e._device)
         self.busy = busy
         self.live = [None] * len(self.units)
+        self.live_elems = 0
         self.owner = {}

@@ -692,9 +692,16 @@ TEST(ConfigTest, DeepSpeedExamplesMap) {
   EXPECT_EQ(z3.config.optimizer.schedule, LrScheduleKind::kWarmupCosine);  // WarmupLR
   EXPECT_EQ(z3.config.optimizer.min_lr, z3.config.optimizer.lr);
   ASSERT_EQ(z3.warnings.size(), 1u) << absl::StrJoin(z3.warnings, "\n");
-  for (const char* k : {"offload_param", "stage3_max_live_parameters", "wall_clock_breakdown"}) {
+  for (const char* k : {"offload_param", "sub_group_size", "wall_clock_breakdown"}) {
     EXPECT_NE(z3.warnings[0].find(k), std::string::npos) << k;
   }
+  // The PyTorch front-end's ZeRO-3 reads these; only zeroshard-train warns.
+  EXPECT_EQ(z3.warnings[0].find("stage3_max_live_parameters"), std::string::npos);
+  EXPECT_EQ(absl::StrJoin(z3.front_end_only, ","),
+            "\"zero_optimization.stage3_prefetch_bucket_size\","
+            "\"zero_optimization.stage3_param_persistence_threshold\","
+            "\"zero_optimization.stage3_max_live_parameters\","
+            "\"zero_optimization.stage3_max_reuse_distance\"");
 
   const ParsedConfig z2 = load("zero2-fp16-warmupdecay.json");
   EXPECT_EQ(z2.config.zero.stage, 2);

@@ -263,5 +263,34 @@ TEST(TorchRankEstimateTest, TermsFollowTheStageAndTheRanks) {
   EXPECT_FALSE(EstimateTorchRank({64}, 1, 4, Precision::kFp32).ok());
 }
 
+
+// Stage 3's kept units (python/zeroshard/stage3.py's rules), simulated on a
+// forward 0,1,2 and backward 2,1,0 trace; each figure worked by hand.
+TEST(TorchRankEstimateTest, KeptUnitsFollowTheReuseLiveAndPersistenceRules) {
+  const std::vector<uint64_t> units = {10, 20, 30};
+  // Nothing kept: the running unit and the one prefetched (1 and 2).
+  EXPECT_EQ(SimulatedGatheredPeak(units, {}), 50);
+  // DeepSpeed's reuse distance on a small model: all three at once.
+  TorchZero3Keep all{.max_reuse_distance = 1000000000};
+  EXPECT_EQ(SimulatedGatheredPeak(units, all), 60);
+  // At most 25 elements kept: unit 0 stays; 1 and 2 go, and nothing is
+  // prefetched past the limit, so 0 and 2 are the most at once.
+  TorchZero3Keep capped = all;
+  capped.max_live_parameters = 25;
+  EXPECT_EQ(SimulatedGatheredPeak(units, capped), 40);
+  // Unit 0 persistent, nothing else kept: 0, the running and the next.
+  TorchZero3Keep persistent{.persistence_threshold = 15};
+  EXPECT_EQ(SimulatedGatheredPeak(units, persistent), 60);
+  // The next uses prefetched together: with nothing kept, unit 0 running
+  // while 1 and 2 come in one call.
+  TorchZero3Keep bucket{.prefetch_bucket = 1000};
+  EXPECT_EQ(SimulatedGatheredPeak(units, bucket), 60);
+  // The estimate takes the larger of two units and the simulation.
+  EXPECT_EQ(EstimateTorchRank(units, 1, 3, Precision::kFp32, all)->model_state_bytes(),
+            4.0 * 60 + 4.0 * 60);
+  EXPECT_EQ(EstimateTorchRank(units, 1, 3, Precision::kFp32, capped)->model_state_bytes(),
+            4.0 * 60 + 4.0 * 50);
+}
+
 }  // namespace
 }  // namespace zeroshard

@@ -9,6 +9,15 @@ import torch
 from torch import nn
 
 
+# zero_optimization keys under which stage 3 keeps a unit gathered only
+# while it computes: what the tests of the gather-and-release machinery run
+# under (DeepSpeed's defaults keep a small model's units gathered for the
+# whole step: test_zero3_keep.py).
+ZERO3_RELEASE = {"stage3_max_reuse_distance": 0,
+                 "stage3_param_persistence_threshold": 0,
+                 "stage3_prefetch_bucket_size": 1}   # one unit ahead
+
+
 class Block(nn.Module):
     def __init__(self, width, heads):
         super().__init__()

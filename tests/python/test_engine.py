@@ -31,8 +31,12 @@ def batches(n, micro, seed=1):
 
 
 def config(servers=2, gas=2, clip=1.0, wd=0.01, stage=2, **extra):
+    # Stage 3 keeps a unit gathered only while it computes, so the tests
+    # here exercise the gathers and releases (models.ZERO3_RELEASE).
+    import models
     c = {"train_micro_batch_size_per_gpu": 4,
-         "zero_optimization": {"stage": stage},
+         "zero_optimization": dict(
+             {"stage": stage}, **(models.ZERO3_RELEASE if stage == 3 else {})),
          "gradient_accumulation_steps": gas,
          "gradient_clipping": clip,
          "optimizer": {"type": "AdamW", "params": {

@@ -77,8 +77,10 @@ def data(n, seed=1):
 
 
 def config(stage, units=None):
+    import models
     c = {"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0,
-         "zero_optimization": {"stage": stage},
+         "zero_optimization": dict(
+             {"stage": stage}, **(models.ZERO3_RELEASE if stage == 3 else {})),
          "optimizer": {"type": "AdamW", "params": {
              "lr": 3e-3, "betas": [0.9, 0.95], "eps": 1e-8,
              "weight_decay": 0.01}},
@@ -237,8 +239,9 @@ def test_a_ranks_peak_is_what_zeroshard_ctl_estimates(kind):
     ctl = os.path.join(os.environ["ZEROSHARD_BIN_DIR"], "zeroshard-ctl")
     r = subprocess.run([ctl, "estimate", "--torch_units=" + ",".join(
         str(u) for u in units), "--stage=3", "--workers=1",
-        "--precision=fp32", "--json"], capture_output=True, text=True,
-        timeout=60)
+        "--precision=fp32", "--json"] + [
+            f"--{k}={v}" for k, v in models.ZERO3_RELEASE.items()],
+        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     estimate = json.loads(r.stdout)["model_state_bytes"]
     assert abs(measured - estimate) <= 0.15 * estimate, (measured, estimate)

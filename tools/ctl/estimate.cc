@@ -74,6 +74,21 @@ ABSL_FLAG(std::string, torch_units, "",
           "estimate: a PyTorch front-end rank instead: its units' sizes in "
           "elements, padded as the flat layout pads them (engine._layout."
           "units()), comma-separated; with --workers, --stage, --precision");
+ABSL_FLAG(uint64_t, stage3_max_reuse_distance,
+          zeroshard::ZeroConfig{}.stage3_max_reuse_distance,
+          "estimate --torch_units, stage 3: zero_optimization's key, as the "
+          "front-end keeps units (0: none kept)");
+ABSL_FLAG(uint64_t, stage3_param_persistence_threshold,
+          zeroshard::ZeroConfig{}.stage3_param_persistence_threshold,
+          "estimate --torch_units, stage 3: units of at most this many "
+          "elements stay gathered for the whole step (0: none)");
+ABSL_FLAG(uint64_t, stage3_prefetch_bucket_size,
+          zeroshard::ZeroConfig{}.stage3_prefetch_bucket_size,
+          "estimate --torch_units, stage 3: the elements prefetched together");
+ABSL_FLAG(uint64_t, stage3_max_live_parameters,
+          zeroshard::ZeroConfig{}.stage3_max_live_parameters,
+          "estimate --torch_units, stage 3: the elements the kept units may "
+          "hold");
 ABSL_FLAG(double, device_gb, 0,
           "estimate: a worker device's memory in GB (1e9 bytes): say whether "
           "a worker fits in it, and by how much (0: no verdict)");
@@ -617,13 +632,24 @@ int RunTorchRankEstimate() {
     return Usage(absl::StrCat("--precision must be bf16, fp16 or fp32, got '",
                               p, "'"));
   }
+  TorchZero3Keep keep;
+  keep.max_reuse_distance = absl::GetFlag(FLAGS_stage3_max_reuse_distance);
+  keep.persistence_threshold =
+      absl::GetFlag(FLAGS_stage3_param_persistence_threshold);
+  keep.max_live_parameters = absl::GetFlag(FLAGS_stage3_max_live_parameters);
+  keep.prefetch_bucket = absl::GetFlag(FLAGS_stage3_prefetch_bucket_size);
   absl::StatusOr<ProcessEstimate> r =
-      EstimateTorchRank(units, workers, stage, *precision);
+      EstimateTorchRank(units, workers, stage, *precision, keep);
   if (!r.ok()) return Usage(std::string(r.status().message()));
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json j = TermsJson(*r);
     j["input"] = {{"units", units.size()}, {"workers", workers},
-                  {"stage", stage}, {"precision", p.empty() ? "fp32" : p}};
+                  {"stage", stage}, {"precision", p.empty() ? "fp32" : p},
+                  {"stage3_max_reuse_distance", keep.max_reuse_distance},
+                  {"stage3_param_persistence_threshold",
+                   keep.persistence_threshold},
+                  {"stage3_max_live_parameters", keep.max_live_parameters},
+                  {"stage3_prefetch_bucket_size", keep.prefetch_bucket}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }

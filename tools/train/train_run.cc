@@ -338,6 +338,12 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
   ASSIGN_OR_RETURN(ParsedConfig parsed,
                    LoadTrainingConfig(o.config_path, overrides));
   for (const std::string& w : parsed.warnings) ZS_LOG(WARNING) << w;
+  if (!parsed.front_end_only.empty()) {
+    ZS_LOG(WARNING) << "config keys with no effect in zeroshard-train (the PyTorch "
+                       "front-end's ZeRO-3 reads them; this trainer's workers gather "
+                       "each unit when it computes): "
+                    << absl::StrJoin(parsed.front_end_only, ", ");
+  }
   const TrainingConfig& cfg = parsed.config;
   RETURN_IF_ERROR(ValidatePlotPath(cfg.cluster.plot_path));
   // The data files, once, before any process starts (not once per worker
