@@ -24,7 +24,7 @@ double SimulatedGatheredPeak(const std::vector<uint64_t>& unit_elems,
   const double cap = static_cast<double>(keep.max_live_parameters);
   const double reuse = static_cast<double>(keep.max_reuse_distance);
   double held = 0, peak = 0;
-  std::vector<bool> pending(n, false);  // the batch in flight
+  std::vector<bool> pending(n, false);  // prefetched, in flight
   double in_flight = 0;
   auto take = [&](int v) {
     live[v] = true;
@@ -33,12 +33,10 @@ double SimulatedGatheredPeak(const std::vector<uint64_t>& unit_elems,
   for (size_t i = 0; i < len; ++i) {
     const int v = trace[i];
     if (!live[v]) {
-      if (pending[v]) {  // its batch arrives whole
-        for (int w = 0; w < n; ++w) {
-          if (pending[w]) take(w);
-          pending[w] = false;
-        }
-        in_flight = 0;
+      if (pending[v]) {
+        pending[v] = false;
+        in_flight -= static_cast<double>(unit_elems[v]);
+        take(v);
       } else if (persistent[v]) {
         for (int w = 0; w < n; ++w) {
           if (persistent[w] && !live[w]) take(w);
@@ -47,16 +45,14 @@ double SimulatedGatheredPeak(const std::vector<uint64_t>& unit_elems,
         take(v);
       }
     }
-    if (in_flight == 0) {
-      for (size_t j = i + 1; j < len; ++j) {
-        const int w = trace[j];
-        if (persistent[w] || pending[w]) continue;
-        if (live[w] || in_flight >= static_cast<double>(keep.prefetch_bucket)) break;
-        const double size = static_cast<double>(unit_elems[w]);
-        if (held + in_flight + size > cap) break;
-        pending[w] = true;
-        in_flight += size;
-      }
+    for (size_t j = i + 1; j < len; ++j) {
+      const int w = trace[j];
+      if (persistent[w] || pending[w]) continue;
+      if (live[w] || in_flight >= static_cast<double>(keep.prefetch_bucket)) break;
+      const double size = static_cast<double>(unit_elems[w]);
+      if (held + in_flight + size > cap) break;
+      pending[w] = true;
+      in_flight += size;
     }
     peak = std::max(peak, held + in_flight);
     if (persistent[v]) continue;

@@ -26,7 +26,7 @@
 // 0..n-1, backward n-1..0): persistent units gathered together at their
 // first use, a unit kept when the trace uses it again within the reuse
 // distance while the kept units fit under the live limit, the next uses'
-// units prefetched together up to the prefetch bucket, stopping at a unit
+// units prefetched up to the prefetch bucket in flight, stopping at a unit
 // gathered already. The default `keep` keeps nothing and prefetches one
 // unit (two units).
 // INVALID_ARGUMENT for no unit, a unit of 0 elements, N < 1 or a stage not

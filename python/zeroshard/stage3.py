@@ -28,14 +28,15 @@ unit's parameters then exist only while it computes, as ZeRO-3 promises.
 Prefetch: the units gathered during the first optimizer step are recorded
 in order (forward, the backward's gathers, every micro-batch): that is the
 trace. From then on each use of a unit finds its place in the trace, and
-the units of the next uses that are not gathered start on a background
-thread, in one call to the servers (the library releases the GIL), so they
-arrive while the current one computes: as DeepSpeed's prefetch, up to
-stage3_prefetch_bucket_size elements, stopping at a unit gathered already.
-A gather that finds its unit prefetched waits for its batch; one off the
-trace (an evaluation, a different branch) finds its place again or gathers
-plainly. At most one batch is in flight beyond the live units, and what is
-in flight at a step's end (an old version) is dropped.
+the units of the next uses that are not gathered are queued on a
+background thread (the library releases the GIL), so they arrive while the
+current one computes: as DeepSpeed's prefetch, up to
+stage3_prefetch_bucket_size elements in flight, stopping at a unit
+gathered already; small units share a call. A gather that finds its unit
+prefetched waits for its call;
+one off the trace (an evaluation, a different branch) finds its place
+again or gathers plainly. What is in flight at a step's end (an old
+version) is dropped.
 
 What stays gathered (DeepSpeed's zero_optimization keys, with its
 defaults): during the first step every unit is released when its forward
@@ -169,7 +170,7 @@ class UnitHooks:
         threshold = int(keep.get("stage3_param_persistence_threshold", 10**5))
         self.persistent = [padded <= threshold for _, _, _, padded in units]
         self.live_elems = 0  # elements of the gathered units
-        self.gathers = 0     # calls to the servers (a batch of units: 1)
+        self.gathers = 0     # calls to the servers (the persistent units: 1)
         self.gathered = 0    # the elements they brought
         self.live = [None] * len(units)      # the gathered buffer, or None
         self.arrived = [0] * len(units)      # gradients this micro-batch
@@ -182,7 +183,7 @@ class UnitHooks:
         self.order = None    # that order (the trace), once the first step is done
         self.uses = {}       # unit -> its positions in the trace, ascending
         self.pos = 0         # where this step is in it (after the last use)
-        self.pending = {}    # unit -> future of its batch's {unit: buffer}
+        self.pending = {}    # unit -> future of its call's {unit: buffer}
         self.prefetched = 0  # gathers that found their unit prefetched
         self._pool = None
         self.owner = {}      # a live buffer's data_ptr -> its unit
@@ -282,7 +283,7 @@ class UnitHooks:
         e = self.engine
         future = self.pending.pop(u, None)
         if future is not None:
-            bufs = future.result()   # u's batch: each of its units placed
+            bufs = future.result()   # u's call: each of its units placed
             for v in bufs:
                 self.pending.pop(v, None)
             self.prefetched += 1
@@ -352,43 +353,60 @@ class UnitHooks:
         self.pos = at + 1
         return True
 
+    # Units queued together go in one call up to this many elements: small
+    # units share a call, large ones go alone so that the first arrives
+    # while the next are sent.
+    CALL_ELEMS = 1 << 20
+
     def _prefetch_next(self):
-        """Starts the trace's next uses whose units are not gathered, in one
-        call, as DeepSpeed's prefetch does: from the step's place, up to
-        the first unit gathered already (a persistent one aside: those come
-        together, never prefetched), while the units taken hold fewer than
+        """Queues the trace's next uses whose units are not gathered, as
+        DeepSpeed's prefetch does: from the step's place, up to the first
+        unit gathered already (a persistent one aside: those come together,
+        never prefetched), while the units in flight hold fewer than
         stage3_prefetch_bucket_size elements and all gathered ones at most
-        stage3_max_live_parameters. Nothing while a batch is in flight."""
+        stage3_max_live_parameters. The calls run in order on one thread,
+        CALL_ELEMS at most each (a larger unit alone)."""
         order = self.order
-        if not order or self.pending:
+        if not order:
             return
+        numel = sum(self.units[v][3] for v in self.pending)
         room = self.live_cap - self.live_elems
-        batch, numel = [], 0
+        queued = []
         for i in range(self.pos, len(order)):
             v = order[i]
-            if self.persistent[v] or v in batch:
+            if self.persistent[v] or v in self.pending or v in queued:
                 continue
             if self.live[v] is not None or numel >= self.bucket:
                 break
             size = self.units[v][3]
             if numel + size > room:
                 break
-            batch.append(v)
+            queued.append(v)
             numel += size
-        if not batch:
-            return
+        call, elems = [], 0
+        for v in queued + [None]:
+            size = 0 if v is None else self.units[v][3]
+            if call and (v is None or elems + size > self.CALL_ELEMS):
+                self._submit(sorted(call))
+                call, elems = [], 0
+            if v is not None:
+                call.append(v)
+                elems += size
+        self._note()
+
+    def _submit(self, us):
+        """One call for units `us` on the prefetch thread."""
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="zeroshard-prefetch")
-        batch.sort()
         version = self.engine.global_steps
-        future = self._pool.submit(
-            (lambda: {batch[0]: self._gather(batch[0], version)})
-            if len(batch) == 1 else
-            (lambda: self._gather_many(batch, version)))
-        for v in batch:
+        if len(us) == 1:
+            future = self._pool.submit(
+                lambda: {us[0]: self._gather(us[0], version)})
+        else:
+            future = self._pool.submit(self._gather_many, us, version)
+        for v in us:
             self.pending[v] = future
-        self._note()
 
     def _keeps(self, u):
         """Whether unit u, about to be released, stays gathered: persistent,

@@ -281,8 +281,8 @@ TEST(TorchRankEstimateTest, KeptUnitsFollowTheReuseLiveAndPersistenceRules) {
   // Unit 0 persistent, nothing else kept: 0, the running and the next.
   TorchZero3Keep persistent{.persistence_threshold = 15};
   EXPECT_EQ(SimulatedGatheredPeak(units, persistent), 60);
-  // The next uses prefetched together: with nothing kept, unit 0 running
-  // while 1 and 2 come in one call.
+  // The next uses prefetched up to the bucket: with nothing kept, unit 0
+  // running while 1 and 2 are in flight.
   TorchZero3Keep bucket{.prefetch_bucket = 1000};
   EXPECT_EQ(SimulatedGatheredPeak(units, bucket), 60);
   // The estimate takes the larger of two units and the simulation.

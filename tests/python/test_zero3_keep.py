@@ -32,7 +32,7 @@ KEYS = {
 
 def run(keys, steps, gas):
     """Trains the tied GPT; returns each step's state dict, the elements
-    and the calls each step after the first gathered, the units' sizes and
+    gathered and the calls made in each step after the first, the units' sizes and
     the engine's peak."""
     cfg = config(2, gas, 1.0, stage=3)
     cfg["zero_optimization"] = dict({"stage": 3}, **keys)
@@ -75,7 +75,7 @@ def test_what_is_kept_changes_the_gathers_and_never_the_bits():
     assert out["defaults"][0] == [psi] * (steps - 1)
     assert out["defaults"][1] == [1] * (steps - 1)
     # Kept from forward to backward and across micro-batches: each unit
-    # once a step, the next uses' units together (fewer calls than units).
+    # once a step; units this small share their prefetch calls.
     assert out["reuse"][0] == [psi] * (steps - 1)
     assert all(c < len(out["reuse"][2]) for c in out["reuse"][1])
     # Under the live limit, some units go and come back: between the two.
