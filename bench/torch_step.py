@@ -3,12 +3,16 @@
 process, measured in the same run, alternating, fastest of --reps each.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/torch_step.py [--smoke]
-        [--shape=main|optim|both] [--precision=fp32|bf16] [--stage=1|2|3]
+        [--shape=main|optim|both|resnet18] [--precision=fp32|bf16]
+        [--stage=1|2|3]
 
 The model is examples/torch/train_gpt.py's GPT. Shapes: "main", the main
 job's (4 layers, 4 heads, width 128, context 128, micro-batch 8), and
 "optim", one where the optimizer is a large part of the step (8 layers, 8
-heads, width 512, context 128, batch 1). Both sides clip at 1.0 and run
+heads, width 512, context 128, batch 1); or "resnet18", torchvision's
+resnet18 (11.2 M parameters, 10 classes) on 64 x 64 images, batch 16, each
+module owning parameters a unit (the front-end's default). Both sides clip
+at 1.0 and run
 AdamW with the same hyperparameters; torch's is tuned as a user who tuned
 it would: foreach=True, glibc's allocator told to keep its memory
 (MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_) and OpenBLAS single-threaded
@@ -38,11 +42,15 @@ SHAPES = {
     "optim": (8, 8, 512, 128, 1, 1.00),
 }
 SMOKE = (2, 2, 64, 32, 2, 1.10)
+# resnet18: (image side, batch, target ratio)
+RESNET = (64, 16, 1.10)
+RESNET_SMOKE = (32, 2, 1.10)
 
 
 def parse(argv):
     ap = argparse.ArgumentParser(prog="torch_step.py")
-    ap.add_argument("--shape", default="both", choices=["main", "optim", "both"])
+    ap.add_argument("--shape", default="both",
+                    choices=["main", "optim", "both", "resnet18"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--stage", type=int, default=2, choices=[1, 2, 3])
     ap.add_argument("--reps", type=int, default=9)
@@ -70,12 +78,37 @@ def main(argv):
 
     torch.set_num_threads(os.cpu_count() or 1)
 
-    def measure(name, layers, heads, width, context, batch, target, reps):
+    def gpt(layers, heads, width, context, batch):
         vocab = 256
         torch.manual_seed(0)
         ref = GPT(vocab, context, width, layers, heads)
         zs_model = GPT(vocab, context, width, layers, heads)
         zs_model.load_state_dict(ref.state_dict())
+        g = torch.Generator().manual_seed(1)
+        x = torch.randint(0, vocab, (batch, context), generator=g)
+        y = torch.randint(0, vocab, (batch, context), generator=g)
+        # Each block a unit (FSDP's auto-wrap at a block's size); the root
+        # holds the rest, the tied embedding and head together.
+        units = {"min_params": sum(p.numel() for p in ref.h[0].parameters())}
+        what = (f"GPT {layers} layers x width {width}, context {context}, "
+                f"batch {batch}")
+        return ref, zs_model, x, y.view(-1), units, what
+
+    def resnet(side, batch):
+        import torchvision
+        torch.manual_seed(0)
+        ref = torchvision.models.resnet18(num_classes=10)
+        zs_model = torchvision.models.resnet18(num_classes=10)
+        zs_model.load_state_dict(ref.state_dict())
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(batch, 3, side, side, generator=g)
+        y = torch.randint(0, 10, (batch,), generator=g)
+        return (ref, zs_model, x, y, None,
+                f"resnet18 on {side} x {side} images, batch {batch}")
+
+    def measure(name, build, target, reps):
+        ref, zs_model, x, y, units, what = build()
+        batch = x.shape[0]
         params = sum(p.numel() for p in ref.parameters())
         hyper = {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8,
                  "weight_decay": 0.01}
@@ -87,25 +120,24 @@ def main(argv):
             "optimizer": {"type": "AdamW", "params": dict(
                 hyper, betas=list(hyper["betas"]))},
             "zero_optimization": {"stage": a.stage},
-            # Each block a unit (FSDP's auto-wrap at a block's size); the
-            # root holds the rest, the tied embedding and head together.
-            "zeroshard": {"servers": 1, "units": {"min_params": sum(
-                p.numel() for p in ref.h[0].parameters())},
-                "shared_memory": a.transport == "shm"},
+            "zeroshard": {"servers": 1, "shared_memory": a.transport == "shm"},
         }
+        if units is not None:
+            cfg["zeroshard"]["units"] = units
         if bf16:
             zs_model = zs_model.to(torch.bfloat16)
         engine, _, _, _ = zeroshard.initialize(
             model=zs_model, model_parameters=zs_model.parameters(), config=cfg)
         opt = torch.optim.AdamW(ref.parameters(), foreach=True, **hyper)
-        g = torch.Generator().manual_seed(1)
-        x = torch.randint(0, vocab, (batch, context), generator=g)
-        y = torch.randint(0, vocab, (batch, context), generator=g)
-        lossf = torch.nn.functional.cross_entropy
+        zx = x.bfloat16() if bf16 and x.is_floating_point() else x
+
+        def lossf(out):
+            return torch.nn.functional.cross_entropy(
+                out.float().view(-1, out.shape[-1]), y)
 
         def zs_step():
             t0 = time.perf_counter()
-            loss = lossf(engine(x).float().view(-1, vocab), y.view(-1))
+            loss = lossf(engine(zx))
             engine.backward(loss)
             t1 = time.perf_counter()
             engine.step()
@@ -119,7 +151,7 @@ def main(argv):
                     logits = ref(x)
             else:
                 logits = ref(x)
-            loss = lossf(logits.float().view(-1, vocab), y.view(-1))
+            loss = lossf(logits)
             loss.backward()
             t1 = time.perf_counter()
             torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
@@ -150,8 +182,7 @@ def main(argv):
         zbest = min(zs, key=lambda s: s[0])
         tbest = min(tr)
         ratio = zbest[0] / tbest[0]
-        print(f"torch-step {name}: GPT {layers} layers x width {width}, "
-              f"context {context}, batch {batch}, {params / 1e6:.2f} M params, "
+        print(f"torch-step {name}: {what}, {params / 1e6:.2f} M params, "
               f"{a.precision}, stage {a.stage}, fastest of {reps}, the "
               f"server reached through "
               f"{'shared memory' if shm else 'loopback gRPC'}")
@@ -172,11 +203,17 @@ def main(argv):
         return ratio, target
 
     if a.smoke:
-        last = measure("smoke", *SMOKE, reps=2)
+        measure("smoke resnet18", lambda: resnet(*RESNET_SMOKE[:2]),
+                RESNET_SMOKE[2], reps=2)
+        last = measure("smoke", lambda: gpt(*SMOKE[:5]), SMOKE[5], reps=2)
+    elif a.shape == "resnet18":
+        last = measure("resnet18", lambda: resnet(*RESNET[:2]), RESNET[2],
+                       reps=a.reps)
     else:
         names = ["main", "optim"] if a.shape == "both" else [a.shape]
         for n in names:
-            last = measure(n, *SHAPES[n], reps=a.reps)
+            last = measure(n, lambda: gpt(*SHAPES[n][:5]), SHAPES[n][5],
+                           reps=a.reps)
     print(f"torch-step ratio={last[0]:.3f} target={last[1]:.2f}")
     return 0
 

@@ -339,9 +339,9 @@ absl::StatusOr<RunSummary> RunTraining(const TrainOptions& o,
                    LoadTrainingConfig(o.config_path, overrides));
   for (const std::string& w : parsed.warnings) ZS_LOG(WARNING) << w;
   if (!parsed.front_end_only.empty()) {
-    ZS_LOG(WARNING) << "config keys with no effect in zeroshard-train (the PyTorch "
-                       "front-end's ZeRO-3 reads them; this trainer's workers gather "
-                       "each unit when it computes): "
+    ZS_LOG(WARNING) << "config keys zeroshard-train does not read (the PyTorch "
+                       "front-end's ZeRO-3 does; this trainer's workers gather each "
+                       "unit when it computes): "
                     << absl::StrJoin(parsed.front_end_only, ", ");
   }
   const TrainingConfig& cfg = parsed.config;
