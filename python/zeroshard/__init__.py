@@ -115,8 +115,11 @@ class GatheredParameters:
                 for e, mine, before in self._engines:
                     self._write_back(e, mine, before)
         finally:
+            # Released whatever stage 3 would keep, as DeepSpeed partitions
+            # them on exit: a write without modifier_rank is dropped, and a
+            # written one is gathered anew when used.
             for hooks, u in self._units:
-                hooks.release(u)
+                hooks.release(u, keep=False)
             self._units = []
             self._engines = []
         return False
@@ -155,5 +158,5 @@ class GatheredParameters:
         for u, (_, params, _, _) in enumerate(h.units):
             if (u not in ours and h.live[u] is not None
                     and any(id(p) in ids for p, _, _ in params)):
-                h.release(u)
+                h.release(u, keep=False)
                 h.fetch(u)

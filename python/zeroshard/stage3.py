@@ -462,9 +462,10 @@ class UnitHooks:
         self.borrowed = {}
         self.running = []
 
-    def release(self, u):
-        """Unit u's use is over: released unless it stays (_keeps)."""
-        if self.live[u] is None or self._keeps(u):
+    def release(self, u, keep=True):
+        """Unit u's use is over: released unless it stays (_keeps); with
+        keep=False whatever the rules say (its values may have changed)."""
+        if self.live[u] is None or (keep and self._keeps(u)):
             return
         busy, self.busy = self.busy, True
         try:

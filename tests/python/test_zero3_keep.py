@@ -10,6 +10,7 @@ import os
 import subprocess
 
 import pytest
+import torch
 
 import models
 from test_engine import config
@@ -109,3 +110,37 @@ def test_zeroshard_ctl_estimates_the_peak_with_units_kept(name):
     assert r.returncode == 0, r.stderr
     estimate = json.loads(r.stdout)["model_state_bytes"]
     assert abs(peak - estimate) <= 0.15 * estimate, (peak, estimate)
+
+
+def test_gathered_parameters_releases_what_it_gathered_whatever_is_kept():
+    # DeepSpeed's defaults keep every unit of this model (persistent), yet a
+    # write inside GatheredParameters without modifier_rank is dropped on
+    # exit, as DeepSpeed's is; one with modifier_rank=0 reaches the
+    # servers, and what the model computes with next is what they hold.
+    cfg = config(2, 1, 1.0, stage=3)
+    cfg["zero_optimization"] = {"stage": 3}
+    model = models.gpt()
+    engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
+    try:
+        (x, y), = models.gpt_batches(1)
+        for _ in range(2):   # the second step keeps its units
+            engine.backward(models.gpt_loss(engine(x), y))
+            engine.step()
+        w = model.h[0].fc.weight
+        with zeroshard.GatheredParameters([w]):
+            servers = w.detach().clone()
+            with torch.no_grad():
+                w.fill_(7.0)
+        engine(x)   # its units gathered again, then kept
+        with zeroshard.GatheredParameters([w]):
+            assert torch.equal(w, servers)
+        with zeroshard.GatheredParameters([w], modifier_rank=0):
+            with torch.no_grad():
+                w.fill_(0.5)
+        engine(x)
+        with zeroshard.GatheredParameters([w]):
+            assert torch.equal(w, torch.full_like(w, 0.5))
+        assert torch.equal(engine.consolidated_state_dict()["h.0.fc.weight"],
+                           torch.full_like(w, 0.5))
+    finally:
+        engine.close()
