@@ -33,10 +33,9 @@ background thread (the library releases the GIL), so they arrive while the
 current one computes: as DeepSpeed's prefetch, up to
 stage3_prefetch_bucket_size elements in flight, stopping at a unit
 gathered already; small units share a call. A gather that finds its unit
-prefetched waits for its call;
-one off the trace (an evaluation, a different branch) finds its place
-again or gathers plainly. What is in flight at a step's end (an old
-version) is dropped.
+prefetched waits for its call; one off the trace (an evaluation, a
+different branch) finds its place again or gathers plainly. What is in
+flight at a step's end (an old version) is dropped.
 
 What stays gathered (DeepSpeed's zero_optimization keys, with its
 defaults): during the first step every unit is released when its forward
