@@ -95,7 +95,7 @@ def main(argv):
         return ref, zs_model, x, y.view(-1), units, what
 
     def resnet(side, batch):
-        import torchvision
+        import torchvision   # Debian's python3-torchvision
         torch.manual_seed(0)
         ref = torchvision.models.resnet18(num_classes=10)
         zs_model = torchvision.models.resnet18(num_classes=10)
@@ -202,11 +202,20 @@ def main(argv):
         print(f"torch-step {name} ratio={ratio:.3f} target<={target:.2f}")
         return ratio, target
 
+    import importlib.util
+    have_vision = importlib.util.find_spec("torchvision") is not None
     if a.smoke:
-        measure("smoke resnet18", lambda: resnet(*RESNET_SMOKE[:2]),
-                RESNET_SMOKE[2], reps=2)
+        if have_vision:
+            measure("smoke resnet18", lambda: resnet(*RESNET_SMOKE[:2]),
+                    RESNET_SMOKE[2], reps=2)
+        else:
+            print("torch-step smoke resnet18: skipped: no torchvision "
+                  "(Debian's python3-torchvision)")
         last = measure("smoke", lambda: gpt(*SMOKE[:5]), SMOKE[5], reps=2)
     elif a.shape == "resnet18":
+        if not have_vision:
+            raise SystemExit("torch-step: --shape=resnet18 needs torchvision "
+                             "(Debian's python3-torchvision)")
         last = measure("resnet18", lambda: resnet(*RESNET[:2]), RESNET[2],
                        reps=a.reps)
     else:

@@ -169,6 +169,7 @@ class UnitHooks:
         threshold = int(keep.get("stage3_param_persistence_threshold", 10**5))
         self.persistent = [padded <= threshold for _, _, _, padded in units]
         self.live_elems = 0  # elements of the gathered units
+        self.grad_elems = 0  # elements of the units' FP32 gradient sums
         self.gathers = 0     # calls to the servers (the persistent units: 1)
         self.gathered = 0    # the elements they brought
         self.live = [None] * len(units)      # the gathered buffer, or None
@@ -424,10 +425,8 @@ class UnitHooks:
         """What the gathered units, the prefetches in flight and the
         units' FP32 gradient sums hold now."""
         size = self.empty.element_size()
-        n = sum(b.numel() * b.element_size() for b in self.live if b is not None)
-        n += sum(self.units[v][3] * size for v in self.pending)
-        n += sum(g.numel() * 4 for g in self.unit_grad if g is not None)
-        return n
+        n = (self.live_elems + sum(self.units[v][3] for v in self.pending)) * size
+        return n + self.grad_elems * 4
 
     def _note(self):
         self.peak_bytes = max(self.peak_bytes, self.held_bytes())
@@ -551,6 +550,7 @@ class UnitHooks:
             _, _, off, padded = self.units[u]
             if self.unit_grad[u] is None:
                 self.unit_grad[u] = torch.zeros(padded, dtype=torch.float32)
+                self.grad_elems += padded
                 self._note()
             self.unit_grad[u][poff - off:poff - off + n].add_(
                 g.reshape(-1).float())
@@ -568,6 +568,7 @@ class UnitHooks:
             e._group.reduce_scatter(self.unit_grad[u].numpy(), out.numpy(),
                                     1.0 / e.world)
             e._part_grad[at:at + end - b].add_(out)
+            self.grad_elems -= self.unit_grad[u].numel()
             self.unit_grad[u] = None
         self.release(u)
 
