@@ -156,17 +156,16 @@ def _wrap(hooks, unit, out):
 class UnitHooks:
     """The stage-3 hooks of one engine (see the module docstring)."""
 
-    def __init__(self, engine, units, keep=None):
+    def __init__(self, engine, units, zero):
         # units: [(module, [(param, flat offset, numel)], unit offset, padded)]
-        # keep: DeepSpeed's zero_optimization keys read here (see the module
-        # docstring); absent ones take DeepSpeed's defaults.
-        keep = dict(keep or {})
+        # zero: the resolved config's "zero" section, whose stage3_* keys
+        # (DeepSpeed's defaults filled in by the parser) are read here.
         self.engine = engine
         self.units = units
-        self.reuse = int(keep.get("stage3_max_reuse_distance", 10**9))
-        self.live_cap = int(keep.get("stage3_max_live_parameters", 10**9))
-        self.bucket = int(keep.get("stage3_prefetch_bucket_size", 5 * 10**7))
-        threshold = int(keep.get("stage3_param_persistence_threshold", 10**5))
+        self.reuse = int(zero["stage3_max_reuse_distance"])
+        self.live_cap = int(zero["stage3_max_live_parameters"])
+        self.bucket = int(zero["stage3_prefetch_bucket_size"])
+        threshold = int(zero["stage3_param_persistence_threshold"])
         self.persistent = [padded <= threshold for _, _, _, padded in units]
         self.live_elems = 0  # elements of the gathered units
         self.grad_elems = 0  # elements of the units' FP32 gradient sums
