@@ -18,6 +18,11 @@ ZERO3_RELEASE = {"stage3_max_reuse_distance": 0,
                  "stage3_prefetch_bucket_size": 1}   # one unit ahead
 
 
+def zero_section(stage):
+    """The zero_optimization section of the machinery tests' configs."""
+    return dict({"stage": stage}, **(ZERO3_RELEASE if stage == 3 else {}))
+
+
 class Block(nn.Module):
     def __init__(self, width, heads):
         super().__init__()

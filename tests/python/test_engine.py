@@ -35,8 +35,7 @@ def config(servers=2, gas=2, clip=1.0, wd=0.01, stage=2, **extra):
     # here exercise the gathers and releases (models.ZERO3_RELEASE).
     import models
     c = {"train_micro_batch_size_per_gpu": 4,
-         "zero_optimization": dict(
-             {"stage": stage}, **(models.ZERO3_RELEASE if stage == 3 else {})),
+         "zero_optimization": models.zero_section(stage),
          "gradient_accumulation_steps": gas,
          "gradient_clipping": clip,
          "optimizer": {"type": "AdamW", "params": {

@@ -5,16 +5,13 @@ python/zeroshard/stage3.py). Whatever is kept, the weights are torch's
 AdamW's bit for bit; what changes is how much crosses from the servers,
 in how many calls, and what a rank holds at once."""
 
-import json
-import os
-import subprocess
-
 import pytest
 import torch
 
 import models
 from test_engine import config
 from test_models import reference
+from test_zero3_access import ctl_estimate
 
 import zeroshard
 
@@ -97,18 +94,7 @@ def test_what_is_kept_changes_the_gathers_and_never_the_bits():
 @pytest.mark.parametrize("name", ["defaults", "reuse", "capped"])
 def test_zeroshard_ctl_estimates_the_peak_with_units_kept(name):
     _, _, _, units, peak = run(KEYS[name], 3, 1)
-    flags = dict({"stage3_max_reuse_distance": 10**9,
-                  "stage3_param_persistence_threshold": 10**5,
-                  "stage3_max_live_parameters": 10**9,
-                  "stage3_prefetch_bucket_size": 5 * 10**7}, **KEYS[name])
-    ctl = os.path.join(os.environ["ZEROSHARD_BIN_DIR"], "zeroshard-ctl")
-    r = subprocess.run(
-        [ctl, "estimate", "--torch_units=" + ",".join(map(str, units)),
-         "--stage=3", "--workers=1", "--precision=fp32", "--json"] +
-        [f"--{k}={v}" for k, v in flags.items()],
-        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    estimate = json.loads(r.stdout)["model_state_bytes"]
+    estimate = ctl_estimate(units, KEYS[name])
     assert abs(peak - estimate) <= 0.15 * estimate, (peak, estimate)
 
 
@@ -118,7 +104,7 @@ def test_gathered_parameters_releases_what_it_gathered_whatever_is_kept():
     # exit, as DeepSpeed's is; one with modifier_rank=0 reaches the
     # servers, and what the model computes with next is what they hold.
     cfg = config(2, 1, 1.0, stage=3)
-    cfg["zero_optimization"] = {"stage": 3}
+    cfg["zero_optimization"] = {"stage": 3}   # DeepSpeed's defaults
     model = models.gpt()
     engine, _, _, _ = zeroshard.initialize(model=model, config=cfg)
     try:
