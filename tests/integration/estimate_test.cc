@@ -72,6 +72,29 @@ TEST(EstimateCtlTest, BadInputIsAUsageError) {
   }
 }
 
+// --torch_units (the PyTorch front-end's rank) and its stage3_* flags: each
+// bad value is refused naming what was wrong, and nothing is printed.
+TEST(EstimateCtlTest, BadTorchRankInputIsAUsageError) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--torch_units=0,5"}, "\"0\" is not a positive element count"},
+      {{"--torch_units=5,abc"}, "\"abc\" is not a positive element count"},
+      {{"--torch_units=5", "--stage=4"}, "stage must be 1, 2 or 3"},
+      {{"--torch_units=5", "--workers=0"}, "workers must be >= 1"},
+      {{"--torch_units=5", "--precision=int8"}, "got 'int8'"},
+      {{"--torch_units=5", "--stage3_max_live_parameters=-5"},
+       "flag 'stage3_max_live_parameters'"},
+      {{"--torch_units=5", "--stage3_prefetch_bucket_size=x"},
+       "flag 'stage3_prefetch_bucket_size'"},
+  };
+  for (const auto& [args, why] : bad) {
+    CommandResult r = Ctl(args);
+    EXPECT_TRUE(r.status.exited) << r.status.ToString();
+    EXPECT_NE(r.status.code, 0) << args.back();
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
 TEST(EstimateCtlTest, SevenBillionJsonAndText) {
   CommandResult r =
       Ctl({"--params=7e9", "--workers=8", "--servers=4", "--json"});
